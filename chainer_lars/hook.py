@@ -1,0 +1,345 @@
+"""GradientLARS: the LARS pre-update hook."""
+
+import math
+import weakref
+
+import numpy
+
+import chainer
+from chainer.backends import cuda
+
+from chainer_lars import kernels
+from chainer_lars import ratio as _ratio
+
+
+class _Observation(object):
+
+    """What an update computed for one array, kept for the trust-ratio observer.
+
+    ``sqnorms`` is either a ``(||w||^2, ||g||^2)`` pair of floats or an
+    array on the device (summed along its first axis on demand), so that
+    recording costs no host synchronisation.
+
+    """
+
+    __slots__ = ('sqnorms', 'loss_scale', 'weight_decay', 'adapt', 'clip_lr')
+
+    def __init__(self, sqnorms, loss_scale, weight_decay, adapt, clip_lr):
+        self.sqnorms = sqnorms
+        self.loss_scale = loss_scale
+        self.weight_decay = weight_decay
+        self.adapt = adapt
+        self.clip_lr = clip_lr
+
+
+class _RuleDelegate(object):
+
+    """Runs a GradientLARS on one float16 parameter inside its update rule.
+
+    The optimizer calls its hooks before the update rule divides the
+    gradient by the loss scale and before it makes the float32 master copy
+    (``use_fp32_update()``). For float32 and float64 gradients the hook
+    folds the loss scale into its arithmetic; a float16 gradient cannot hold
+    the rescaled result multiplied by the loss scale without overflowing, so
+    it is rescaled here instead, after the rule has unscaled it and on the
+    master copy when there is one. The hook arms the delegate on every
+    update; a delegate that was not armed (its hook was removed) does
+    nothing.
+
+    """
+
+    timing = 'pre'
+
+    def __init__(self, hook, path):
+        self._hook = weakref.ref(hook)
+        self.path = path
+        self.armed = False
+
+    def __call__(self, rule, param):
+        if not self.armed:
+            return
+        self.armed = False
+        hook = self._hook()
+        if hook is not None:
+            hook._rescale(rule, param, self.path, 1.0)
+
+
+class GradientLARS(object):
+
+    """Layer-wise adaptive rate scaling of the gradients (LARS).
+
+    A pre-update hook that rescales each parameter's gradient in place. See
+    `Large Batch Training of Convolutional Networks
+    <https://arxiv.org/abs/1708.03888>`_ and, for ``threshold`` and ``eps``,
+    `Convergence Analysis of Gradient Descent Algorithms with Proportional
+    Updates <https://arxiv.org/abs/1801.03137>`_.
+
+    For each parameter array :math:`w` with gradient :math:`g`,
+
+    .. math::
+
+        r &= \\eta \\frac{\\|w\\|}{\\epsilon + \\|g\\| + \\lambda \\|w\\|}
+             \\quad \\text{if } \\|w\\| > \\tau, \\quad 1 \\text{ otherwise},
+             \\\\
+        g &\\leftarrow r (g + \\lambda w),
+
+    with :math:`\\lambda` the weight decay, :math:`\\eta` the trust
+    coefficient and :math:`\\tau` the threshold. The optimizer (usually
+    :class:`~chainer.optimizers.MomentumSGD`) then applies ``g`` with its own
+    learning rate, which plays the part of the paper's global rate; with
+    the default ``trust_coefficient=1`` that rate is small (about 1e-2 to
+    1e-1), as with Chainer's own hook.
+
+    With default arguments this is a drop-in replacement for
+    :class:`chainer.optimizer_hooks.GradientLARS`, and unlike it, it is
+    correct under ``optimizer.loss_scaling()`` (the result equals the
+    unscaled run), takes norms of float16 arrays in float32 (and of the
+    float32 master copy under ``use_fp32_update()``), runs a fused CUDA
+    kernel on GPU with the ratio kept on the device, and offers the trust
+    coefficient, LARC clipping and exclusion lists.
+
+    **How it is called.** Registered with ``optimizer.add_hook(hook)``, it is
+    called once per update with the optimizer (``call_for_each_param`` is
+    ``False``) and visits every parameter itself, which gives it each
+    parameter's path for the exclusion lists. It can also be registered on
+    a single update rule (``param.update_rule.add_hook(hook)``); it then
+    runs after the rule has unscaled the gradient, but sees only the
+    parameter, not its path, so the exclusion patterns are searched in
+    ``'/' + param.name`` (``'/b'``, ``'/gamma'``) there.
+
+    Args:
+        threshold (float): The ratio is applied only to arrays with
+            ``||w|| > threshold``; smaller ones (zero-initialised biases,
+            BatchNorm beta) keep ``r = 1``.
+        weight_decay (float): The weight decay :math:`\\lambda`, added to the
+            gradient and to the ratio's denominator.
+        eps (float): Added to the denominator for numerical stability.
+        trust_coefficient (float): The paper's :math:`\\eta`, a factor on
+            the ratio.
+        clip (bool): LARC clipping: the effective step is
+            ``min(r * lr, lr)``, i.e. the ratio is divided by the update
+            rule's ``lr`` and capped at 1. Needs an update rule that has a
+            hyperparameter ``lr``.
+        exclude_from_weight_decay (list of str): Regular expressions; a
+            parameter whose path (as :meth:`chainer.Link.namedparams`
+            spells it, e.g. ``'/predictor/conv1/b'``) matches one
+            (:func:`re.search`) gets no weight decay, in the gradient nor in
+            the denominator, but is still adapted.
+        exclude_from_layer_adaptation (list of str): Regular expressions; a
+            matching parameter gets ``r = 1`` but keeps its weight decay.
+
+    Attributes:
+        ~GradientLARS.threshold (float): See above.
+        ~GradientLARS.weight_decay (float): See above.
+        ~GradientLARS.eps (float): See above.
+        ~GradientLARS.trust_coefficient (float): See above.
+        ~GradientLARS.clip (bool): See above.
+        ~GradientLARS.timing (str): ``'pre'``.
+        ~GradientLARS.call_for_each_param (bool): ``False``: called once per
+            update with the optimizer.
+
+    """
+
+    name = 'GradientLARS'
+    call_for_each_param = False
+    timing = 'pre'
+
+    def __init__(self, threshold=1e-2, weight_decay=0.0, eps=1e-9, *,
+                 trust_coefficient=1.0, clip=False,
+                 exclude_from_weight_decay=(),
+                 exclude_from_layer_adaptation=()):
+        self.threshold = threshold
+        self.weight_decay = weight_decay
+        self.eps = eps
+        self.trust_coefficient = trust_coefficient
+        self.clip = clip
+        self._rules = _ratio.ExclusionRules(
+            exclude_from_weight_decay, exclude_from_layer_adaptation)
+        self._delegates = weakref.WeakKeyDictionary()
+        self._delegate_name = 'chainer_lars.GradientLARS@{:x}'.format(
+            id(self))
+        self._observations = {}
+
+    threshold = property(
+        lambda self: self._threshold,
+        lambda self, value: setattr(self, '_threshold', _ratio.check_real(
+            'threshold', value, minimum=0.0)))
+    weight_decay = property(
+        lambda self: self._weight_decay,
+        lambda self, value: setattr(self, '_weight_decay', _ratio.check_real(
+            'weight_decay', value, minimum=0.0)))
+    eps = property(
+        lambda self: self._eps,
+        lambda self, value: setattr(self, '_eps', _ratio.check_real(
+            'eps', value, minimum=0.0)))
+    trust_coefficient = property(
+        lambda self: self._trust_coefficient,
+        lambda self, value: setattr(
+            self, '_trust_coefficient', _ratio.check_real(
+                'trust_coefficient', value, minimum=0.0, exclusive=True)))
+
+    @property
+    def clip(self):
+        return self._clip
+
+    @clip.setter
+    def clip(self, value):
+        if not isinstance(value, (bool, numpy.bool_)):
+            raise TypeError('clip must be a bool, not {!r} ({})'.format(
+                value, type(value).__name__))
+        self._clip = bool(value)
+
+    @property
+    def exclude_from_weight_decay(self):
+        """The weight-decay exclusion patterns, as strings."""
+        return self._rules.patterns()[0]
+
+    @property
+    def exclude_from_layer_adaptation(self):
+        """The layer-adaptation exclusion patterns, as strings."""
+        return self._rules.patterns()[1]
+
+    def __repr__(self):
+        return ('GradientLARS(threshold={}, weight_decay={}, eps={}, '
+                'trust_coefficient={}, clip={}, '
+                'exclude_from_weight_decay={}, '
+                'exclude_from_layer_adaptation={})'.format(
+                    self.threshold, self.weight_decay, self.eps,
+                    self.trust_coefficient, self.clip,
+                    self.exclude_from_weight_decay,
+                    self.exclude_from_layer_adaptation))
+
+    def __call__(self, *args):
+        if len(args) == 1:
+            self._update_all(args[0])
+        elif len(args) == 2:
+            rule, param = args
+            self._rescale(rule, param, '/' + (param.name or ''), 1.0)
+        else:
+            raise TypeError(
+                'GradientLARS is called as hook(optimizer) or '
+                'hook(update_rule, param), got {} arguments'.format(
+                    len(args)))
+
+    def _update_all(self, optimizer):
+        target = getattr(optimizer, 'target', None)
+        if target is None:
+            raise TypeError(
+                'GradientLARS must be registered on a set-up optimizer '
+                '(optimizer.setup(link) first); got {!r}'.format(optimizer))
+        for path, param in target.namedparams():
+            rule = getattr(param, 'update_rule', None)
+            if rule is not None and not rule.enabled:
+                continue
+            if param.array is None or param.grad is None:
+                continue
+            if (param.grad.dtype == numpy.float16
+                    and rule is not None
+                    and param.device.xp is not chainer.backend.chainerx):
+                self._arm_delegate(rule, path)
+                continue
+            loss_scale = param._loss_scale
+            self._rescale(rule, param, path,
+                          1.0 if loss_scale is None else float(loss_scale))
+
+    def _arm_delegate(self, rule, path):
+        delegate = self._delegates.get(rule)
+        if delegate is None:
+            delegate = _RuleDelegate(self, path)
+            rule.add_hook(delegate, name=self._delegate_name, timing='pre')
+            self._delegates[rule] = delegate
+        delegate.path = path
+        delegate.armed = True
+
+    def _clip_lr(self, rule, path):
+        if not self._clip:
+            return None
+        lr = getattr(getattr(rule, 'hyperparam', None), 'lr', None)
+        if lr is None:
+            raise TypeError(
+                'GradientLARS(clip=True) divides the ratio by the update '
+                "rule's learning rate, but the rule of {} ({}) has no "
+                "hyperparameter 'lr'".format(path, type(rule).__name__))
+        return _ratio.check_real('lr of ' + path, lr, minimum=0.0)
+
+    def _rescale(self, rule, param, path, loss_scale):
+        """Rescales one parameter's gradient in place.
+
+        ``loss_scale`` is the factor by which the stored gradient still
+        exceeds the true one; the result is stored with the same factor, so
+        that the update rule's later division gives the right gradient.
+
+        """
+        w, g = param.array, param.grad
+        if w is None or g is None or g.size == 0:
+            return
+        uses_wd, adapt = self._rules.lookup(path)
+        wd = self._weight_decay if uses_wd else 0.0
+        clip_lr = self._clip_lr(rule, path) if adapt else None
+        xp = param.device.xp
+        with chainer.using_device(param.device):
+            if xp is numpy:
+                w_sq, g_sq = kernels.sqnorms(w, g)
+                sqnorms = (w_sq, g_sq)
+                r = 1.0
+                if adapt:
+                    r = _ratio.trust_ratio(
+                        math.sqrt(w_sq), math.sqrt(g_sq) / loss_scale, wd,
+                        self._eps, self._trust_coefficient, self._threshold,
+                        clip_lr=clip_lr)
+                kernels.scale_add(g, r, w, r * loss_scale * wd)
+            elif xp is cuda.cupy:
+                from chainer_lars import cuda_kernels
+                sqnorms = cuda_kernels.sqnorm_partials(w, g)
+                cuda_kernels.scale_add_by_ratio(
+                    w, g, sqnorms, wd, self._eps, self._trust_coefficient,
+                    self._threshold, False, clip_lr, loss_scale, adapt)
+            else:
+                sqnorms = kernels.sqnorms_generic(xp, w, g)
+                if adapt:
+                    r = _ratio.trust_ratio_xp(
+                        xp, sqnorms[0], sqnorms[1], wd, self._eps,
+                        self._trust_coefficient, self._threshold,
+                        clip_lr=clip_lr, loss_scale=loss_scale)
+                    g *= r.astype(g.dtype)
+                    if wd:
+                        g += (r * (loss_scale * wd)).astype(g.dtype) * w
+                elif wd:
+                    g += w * (loss_scale * wd)
+        self._observations[path] = _Observation(
+            sqnorms, loss_scale, wd, adapt, clip_lr)
+
+    def observe(self):
+        """The ratios and norms of the last update, per parameter path.
+
+        Returns:
+            dict: ``{path: (ratio, ||w||, ||g||)}`` as floats, with ``g``
+            the unscaled gradient before rescaling. Values on a GPU are
+            brought to the host here, once per call: call it at an
+            interval, not on every iteration.
+
+        """
+        return {path: observation_to_host(o, self._eps,
+                                          self._trust_coefficient,
+                                          self._threshold, False)
+                for path, o in self._observations.items()}
+
+
+def observation_to_host(o, eps, trust_coefficient, threshold, require_grad):
+    """Turns an :class:`_Observation` into ``(ratio, ||w||, ||g||)``."""
+    sq = o.sqnorms
+    if isinstance(sq, tuple) and not hasattr(sq[0], 'shape'):
+        w_sq, g_sq = sq
+    elif isinstance(sq, tuple):
+        w_sq, g_sq = (float(chainer.backend.CpuDevice().send(s)) for s in sq)
+    else:
+        total = cuda.to_cpu(sq).astype(numpy.float64).reshape(-1, 2).sum(0)
+        w_sq, g_sq = float(total[0]), float(total[1])
+    w_norm = math.sqrt(w_sq)
+    g_norm = math.sqrt(g_sq) / o.loss_scale
+    r = 1.0
+    if o.adapt:
+        r = _ratio.trust_ratio(w_norm, g_norm, o.weight_decay, eps,
+                               trust_coefficient, threshold, require_grad,
+                               o.clip_lr)
+    return r, w_norm, g_norm

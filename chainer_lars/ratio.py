@@ -1,0 +1,226 @@
+"""The LARS trust ratio, its arguments and the exclusion rules.
+
+This is the one place where the math lives. The CPU passes evaluate
+:func:`trust_ratio` on the host in float64; the CUDA kernels compile
+:data:`CUDA_TRUST_RATIO`, the same function written for the device. A change
+to how the ratio is computed is made here, in both, and nowhere else.
+
+Both forms of LARS (see ``SPEC.md`` sections 1 and 2) are the one formula
+
+.. math::
+
+    r = \\eta \\frac{\\|w\\|}{\\epsilon + \\|g\\| + \\lambda \\|w\\|}
+
+applied only when ``||w|| > threshold`` (the hook form; the optimizer form
+uses ``threshold = 0`` and also requires ``||g|| > 0``) and when the
+denominator is positive; otherwise ``r = 1``. A ratio that is applied can be
+clipped the LARC way, ``r <- min(r / lr, 1)``.
+"""
+
+import math
+import numbers
+import re
+
+import six
+
+
+def check_real(name, value, minimum=None, exclusive=False, maximum=None,
+               maximum_exclusive=True):
+    """Checks that ``value`` is a finite real number within bounds.
+
+    Raises:
+        TypeError: ``value`` is not a real number (``bool`` is not one).
+        ValueError: ``value`` is not finite or is out of bounds.
+
+    Returns:
+        float: ``value`` as a Python float.
+
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError('{} must be a real number, not {!r} ({})'.format(
+            name, value, type(value).__name__))
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError('{} must be finite, got {!r}'.format(name, value))
+    if minimum is not None:
+        if exclusive and not value > minimum:
+            raise ValueError('{} must be greater than {}, got {!r}'.format(
+                name, minimum, value))
+        if not exclusive and not value >= minimum:
+            raise ValueError('{} must be at least {}, got {!r}'.format(
+                name, minimum, value))
+    if maximum is not None:
+        if maximum_exclusive and not value < maximum:
+            raise ValueError('{} must be less than {}, got {!r}'.format(
+                name, maximum, value))
+        if not maximum_exclusive and not value <= maximum:
+            raise ValueError('{} must be at most {}, got {!r}'.format(
+                name, maximum, value))
+    return value
+
+
+def compile_patterns(name, patterns):
+    """Compiles a list of regular expressions given as ``name``.
+
+    A single string is taken as a list of one pattern.
+
+    Raises:
+        TypeError: ``patterns`` is not an iterable of strings or compiled
+            patterns.
+        ValueError: one of the strings is not a valid regular expression.
+
+    """
+    if patterns is None:
+        return ()
+    if isinstance(patterns, (six.string_types, re.Pattern)):
+        patterns = (patterns,)
+    try:
+        items = tuple(patterns)
+    except TypeError:
+        raise TypeError(
+            '{} must be a list of regular expressions, not {!r} ({})'.format(
+                name, patterns, type(patterns).__name__))
+    compiled = []
+    for item in items:
+        if isinstance(item, re.Pattern):
+            compiled.append(item)
+            continue
+        if not isinstance(item, six.string_types):
+            raise TypeError(
+                '{} must contain only strings (regular expressions), '
+                'got {!r} ({})'.format(name, item, type(item).__name__))
+        try:
+            compiled.append(re.compile(item))
+        except re.error as e:
+            raise ValueError(
+                '{} contains an invalid regular expression {!r}: {}'.format(
+                    name, item, e))
+    return tuple(compiled)
+
+
+class ExclusionRules(object):
+
+    """Which parameters get weight decay and which get layer adaptation.
+
+    The two lists act independently: a parameter excluded from layer
+    adaptation keeps its weight decay, and one excluded from weight decay is
+    still adapted (with a weight decay of zero in both the gradient and the
+    ratio's denominator).
+
+    Args:
+        exclude_from_weight_decay (list of str): Regular expressions
+            searched (:func:`re.search`) in the parameter's path as
+            :meth:`chainer.Link.namedparams` spells it, e.g.
+            ``'/predictor/conv1/b'``.
+        exclude_from_layer_adaptation (list of str): Likewise, for the
+            parameters whose ratio is fixed at 1.
+
+    """
+
+    def __init__(self, exclude_from_weight_decay=(),
+                 exclude_from_layer_adaptation=()):
+        self.exclude_from_weight_decay = compile_patterns(
+            'exclude_from_weight_decay', exclude_from_weight_decay)
+        self.exclude_from_layer_adaptation = compile_patterns(
+            'exclude_from_layer_adaptation', exclude_from_layer_adaptation)
+        self._cache = {}
+
+    def __bool__(self):
+        return bool(self.exclude_from_weight_decay
+                    or self.exclude_from_layer_adaptation)
+
+    def lookup(self, path):
+        """Returns ``(uses_weight_decay, uses_adaptation)`` for ``path``."""
+        try:
+            return self._cache[path]
+        except KeyError:
+            pass
+        flags = (
+            not any(p.search(path) for p in self.exclude_from_weight_decay),
+            not any(p.search(path)
+                    for p in self.exclude_from_layer_adaptation))
+        self._cache[path] = flags
+        return flags
+
+    def patterns(self):
+        """The two lists as strings, e.g. for a configuration record."""
+        return ([p.pattern for p in self.exclude_from_weight_decay],
+                [p.pattern for p in self.exclude_from_layer_adaptation])
+
+
+def trust_ratio(w_norm, g_norm, weight_decay, eps, trust_coefficient,
+                threshold=0.0, require_grad=False, clip_lr=None):
+    """The LARS ratio of one array, from its norms (host, float64).
+
+    Args:
+        w_norm (float): ``||w||``.
+        g_norm (float): ``||g||`` of the unscaled gradient.
+        weight_decay (float): The effective weight decay of this array
+            (0 when it is excluded from weight decay).
+        eps (float): Added to the denominator.
+        trust_coefficient (float): The paper's ``eta``.
+        threshold (float): The ratio is applied only when
+            ``w_norm > threshold``.
+        require_grad (bool): If ``True``, also only when ``g_norm > 0``
+            (the optimizer form).
+        clip_lr (float or None): If given, the applied ratio becomes
+            ``min(r / clip_lr, 1)`` (LARC clipping).
+
+    Returns:
+        float: The ratio. Never NaN or infinite for finite norms: a zero
+        denominator gives 1, since the rescaled gradient is then zero anyway.
+
+    """
+    den = eps + g_norm + weight_decay * w_norm
+    if (not w_norm > threshold or not den > 0
+            or (require_grad and not g_norm > 0)):
+        return 1.0
+    r = trust_coefficient * w_norm / den
+    if clip_lr is not None:
+        r = 1.0 if r >= clip_lr else r / clip_lr
+    return r
+
+
+#: :func:`trust_ratio` for the device, in float32; ``clip_lr < 0`` means no
+#: clipping. Kept beside the host version so that the two cannot drift.
+CUDA_TRUST_RATIO = r'''
+__device__ __forceinline__ float chainer_lars_trust_ratio(
+        float w_norm, float g_norm, float weight_decay, float eps,
+        float trust_coefficient, float threshold, int require_grad,
+        float clip_lr) {
+    float den = eps + g_norm + weight_decay * w_norm;
+    if (!(w_norm > threshold) || !(den > 0.0f)
+            || (require_grad && !(g_norm > 0.0f))) {
+        return 1.0f;
+    }
+    float r = trust_coefficient * w_norm / den;
+    if (clip_lr >= 0.0f) {
+        r = (r >= clip_lr) ? 1.0f : r / clip_lr;
+    }
+    return r;
+}
+'''
+
+
+def trust_ratio_xp(xp, w_sq, g_sq, weight_decay, eps, trust_coefficient,
+                   threshold=0.0, require_grad=False, clip_lr=None,
+                   loss_scale=1.0):
+    """:func:`trust_ratio` on 0-dim arrays of any array module.
+
+    Takes the squared norms (``g_sq`` of the gradient as stored, i.e. still
+    multiplied by ``loss_scale``) and returns the ratio as a 0-dim array, so
+    that nothing leaves the device (ChainerX).
+
+    """
+    w_norm = xp.sqrt(w_sq)
+    g_norm = xp.sqrt(g_sq) / loss_scale
+    den = eps + g_norm + weight_decay * w_norm
+    ok = (w_norm > threshold) & (den > 0)
+    if require_grad:
+        ok = ok & (g_norm > 0)
+    safe_den = xp.where(ok, den, xp.ones_like(den))
+    r = trust_coefficient * w_norm / safe_den
+    if clip_lr is not None:
+        # clip_lr == 0 always selects 1; dividing by it would only warn.
+        r = xp.where(r >= clip_lr, xp.ones_like(r), r / (clip_lr or 1.0))
+    return xp.where(ok, r, xp.ones_like(r))
