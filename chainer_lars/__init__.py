@@ -1,7 +1,9 @@
 """chainer-lars: Layer-wise Adaptive Rate Scaling (LARS) for Chainer."""
 
 from chainer_lars.hook import GradientLARS  # NOQA
+from chainer_lars.optimizer import LARS  # NOQA
+from chainer_lars.optimizer import LARSRule  # NOQA
 
 __version__ = '0.1.0'
 
-__all__ = ['GradientLARS', '__version__']
+__all__ = ['GradientLARS', 'LARS', 'LARSRule', '__version__']

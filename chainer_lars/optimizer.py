@@ -1,0 +1,291 @@
+"""LARS: the layer-wise adaptive rate scaling momentum optimizer."""
+
+import math
+
+import numpy
+
+import chainer
+from chainer.backends import cuda
+from chainer import optimizer
+
+from chainer_lars import kernels
+from chainer_lars import ratio as _ratio
+
+
+_default_hyperparam = optimizer.Hyperparameter()
+_default_hyperparam.lr = 1e-3
+_default_hyperparam.momentum = 0.9
+_default_hyperparam.weight_decay = 1e-4
+_default_hyperparam.trust_coefficient = 1e-3
+_default_hyperparam.eps = 0.0
+_default_hyperparam.nesterov = False
+
+
+def _check_lr(value):
+    return _ratio.check_real('lr', value, minimum=0.0)
+
+
+def _check_momentum(value):
+    return _ratio.check_real('momentum', value, minimum=0.0, maximum=1.0)
+
+
+def _check_weight_decay(value):
+    return _ratio.check_real('weight_decay', value, minimum=0.0)
+
+
+def _check_trust_coefficient(value):
+    return _ratio.check_real('trust_coefficient', value, minimum=0.0,
+                             exclusive=True)
+
+
+def _check_eps(value):
+    return _ratio.check_real('eps', value, minimum=0.0)
+
+
+def _check_nesterov(value):
+    if not isinstance(value, (bool, numpy.bool_)):
+        raise TypeError('nesterov must be a bool, not {!r} ({})'.format(
+            value, type(value).__name__))
+    return bool(value)
+
+
+class _CheckedProxy(object):
+
+    """An optimizer attribute stored in its hyperparameter, checked on set.
+
+    Like :class:`chainer.optimizer.HyperparameterProxy`, so that Chainer's
+    trainer extensions (``ExponentialShift``, ``LinearShift``, ...) can drive
+    it, but a bad value is refused with an error that names it.
+
+    """
+
+    def __init__(self, name, check):
+        self._name = name
+        self._check = check
+        self.__doc__ = 'Alias to ``self.hyperparam.{}``'.format(name)
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        return getattr(obj.hyperparam, self._name)
+
+    def __set__(self, obj, value):
+        setattr(obj.hyperparam, self._name, self._check(value))
+
+
+class LARSRule(optimizer.UpdateRule):
+
+    """Update rule of :class:`LARS` for one parameter array.
+
+    See :class:`LARS` for the math. The rule reads ``lr``, ``momentum``,
+    ``weight_decay``, ``trust_coefficient``, ``eps`` and ``nesterov`` from
+    its hyperparameter on every update, so schedules take effect at once.
+
+    Args:
+        parent_hyperparam (~chainer.optimizer.Hyperparameter): Hyperparameter
+            that provides the default values.
+        uses_weight_decay (bool): ``False`` for an array excluded from
+            weight decay.
+        uses_adaptation (bool): ``False`` for an array excluded from layer
+            adaptation (its ratio is 1).
+
+    Attributes:
+        uses_weight_decay (bool): See above.
+        uses_adaptation (bool): See above.
+
+    """
+
+    is_elementwise = False
+
+    def __init__(self, parent_hyperparam=None, uses_weight_decay=True,
+                 uses_adaptation=True):
+        super(LARSRule, self).__init__(
+            parent_hyperparam or _default_hyperparam)
+        self.uses_weight_decay = uses_weight_decay
+        self.uses_adaptation = uses_adaptation
+        self._observation = None
+
+    def init_state(self, param):
+        with chainer.using_device(param.device):
+            self.state['v'] = param.device.xp.zeros_like(param.array)
+
+    def _step_args(self):
+        hp = self.hyperparam
+        wd = hp.weight_decay if self.uses_weight_decay else 0.0
+        return hp, wd
+
+    def update_core_cpu(self, param):
+        w, g = param.array, param.grad
+        if g is None:
+            return
+        hp, wd = self._step_args()
+        r = 1.0
+        if self.uses_adaptation:
+            w_sq, g_sq = kernels.sqnorms(w, g)
+            self._observation = (w_sq, g_sq)
+            r = _ratio.trust_ratio(
+                math.sqrt(w_sq), math.sqrt(g_sq), wd, hp.eps,
+                hp.trust_coefficient, require_grad=True)
+        else:
+            self._observation = None
+        a = hp.lr * r
+        kernels.momentum_step(w, g, self.state['v'], a, a * wd,
+                              hp.momentum, hp.nesterov)
+
+    # ChainerX arrays take UpdateRule's default path: memory-shared NumPy or
+    # CuPy views of them are passed to the methods below.
+
+    def update_core_gpu(self, param):
+        from chainer_lars import cuda_kernels
+
+        w, g = param.array, param.grad
+        if g is None:
+            return
+        hp, wd = self._step_args()
+        partials = None
+        if self.uses_adaptation:
+            partials = cuda_kernels.sqnorm_partials(w, g)
+        self._observation = partials
+        cuda_kernels.lars_momentum_step(
+            w, g, self.state['v'], partials, hp.lr, hp.momentum, wd,
+            hp.trust_coefficient, hp.eps, hp.nesterov)
+
+    def observation(self):
+        """``(ratio, ||w||, ||g||)`` of the last update, on the host."""
+        hp, wd = self._step_args()
+        if self._observation is None:
+            return None
+        sq = self._observation
+        if isinstance(sq, tuple):
+            w_sq, g_sq = sq
+        else:
+            total = cuda.to_cpu(sq).astype(numpy.float64).reshape(-1, 2)
+            w_sq, g_sq = total.sum(0)
+        w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
+        r = _ratio.trust_ratio(w_norm, g_norm, wd, hp.eps,
+                               hp.trust_coefficient, require_grad=True)
+        return r, w_norm, g_norm
+
+
+class LARS(optimizer.GradientMethod):
+
+    """Momentum SGD with layer-wise adaptive rate scaling (LARS).
+
+    See `Large Batch Training of Convolutional Networks
+    <https://arxiv.org/abs/1708.03888>`_. For each parameter array :math:`w`
+    with gradient :math:`g` (after the loss scale is divided out),
+
+    .. math::
+
+        r &= \\eta \\frac{\\|w\\|}{\\|g\\| + \\lambda \\|w\\| + \\epsilon}
+             \\quad \\text{if } \\|w\\| > 0 \\text{ and } \\|g\\| > 0,
+             \\quad 1 \\text{ otherwise}, \\\\
+        v &\\leftarrow \\mu v + \\gamma r (g + \\lambda w), \\\\
+        w &\\leftarrow w - v \\quad \\text{or, with Nesterov,} \\quad
+        w \\leftarrow w - (\\gamma r (g + \\lambda w) + \\mu v),
+
+    with :math:`\\gamma` the learning rate, :math:`\\mu` the momentum,
+    :math:`\\lambda` the weight decay and :math:`\\eta` the trust
+    coefficient. The ratio is fused into the momentum step: one pass over
+    memory for the two norms and one for the step, and on GPU one reduction
+    kernel and one elementwise kernel per array, with the ratio kept on the
+    device.
+
+    The two exclusion lists act independently (unlike the TensorFlow
+    optimizer this follows, where exclusion from adaptation also drops the
+    weight decay): an array excluded from weight decay is adapted with
+    :math:`\\lambda = 0`; an array excluded from layer adaptation gets
+    :math:`r = 1` and keeps its weight decay. The large-batch recipes
+    exclude biases and BatchNorm parameters from both, e.g.
+    ``exclude_from_weight_decay=['/b$', '/beta$', '/gamma$']``.
+
+    Args:
+        lr (float): Learning rate :math:`\\gamma` (the paper's global rate).
+        momentum (float): Momentum :math:`\\mu`, in ``[0, 1)``.
+        weight_decay (float): Weight decay :math:`\\lambda`.
+        trust_coefficient (float): Trust coefficient :math:`\\eta` (called
+            ``eeta`` in TensorFlow).
+        eps (float): Added to the ratio's denominator. ``0`` is kept as 0;
+            the ratio is 1 whenever a norm is 0, so it never divides by 0.
+        nesterov (bool): Use Nesterov momentum.
+        exclude_from_weight_decay (list of str): Regular expressions searched
+            (:func:`re.search`) in each parameter's path as
+            :meth:`chainer.Link.namedparams` spells it, e.g.
+            ``'/predictor/conv1/b'``.
+        exclude_from_layer_adaptation (list of str): Likewise.
+
+    Attributes:
+        lr (float): See above; settable, e.g. by a schedule extension.
+        momentum (float): See above; settable.
+        weight_decay (float): See above; settable.
+        trust_coefficient (float): See above; settable.
+        eps (float): See above; settable.
+        nesterov (bool): See above; settable.
+
+    """
+
+    def __init__(self, lr=_default_hyperparam.lr,
+                 momentum=_default_hyperparam.momentum,
+                 weight_decay=_default_hyperparam.weight_decay,
+                 trust_coefficient=_default_hyperparam.trust_coefficient,
+                 eps=_default_hyperparam.eps,
+                 nesterov=_default_hyperparam.nesterov,
+                 exclude_from_weight_decay=(),
+                 exclude_from_layer_adaptation=()):
+        super(LARS, self).__init__()
+        self.lr = lr
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.trust_coefficient = trust_coefficient
+        self.eps = eps
+        self.nesterov = nesterov
+        self._rules = _ratio.ExclusionRules(
+            exclude_from_weight_decay, exclude_from_layer_adaptation)
+
+    lr = _CheckedProxy('lr', _check_lr)
+    momentum = _CheckedProxy('momentum', _check_momentum)
+    weight_decay = _CheckedProxy('weight_decay', _check_weight_decay)
+    trust_coefficient = _CheckedProxy(
+        'trust_coefficient', _check_trust_coefficient)
+    eps = _CheckedProxy('eps', _check_eps)
+    nesterov = _CheckedProxy('nesterov', _check_nesterov)
+
+    @property
+    def exclude_from_weight_decay(self):
+        """The weight-decay exclusion patterns, as strings."""
+        return self._rules.patterns()[0]
+
+    @property
+    def exclude_from_layer_adaptation(self):
+        """The layer-adaptation exclusion patterns, as strings."""
+        return self._rules.patterns()[1]
+
+    def create_update_rule(self):
+        return LARSRule(self.hyperparam)
+
+    def setup(self, link):
+        super(LARS, self).setup(link)
+        for path, param in link.namedparams():
+            rule = param.update_rule
+            if isinstance(rule, LARSRule):
+                rule.uses_weight_decay, rule.uses_adaptation = (
+                    self._rules.lookup(path))
+        return self
+
+    def observe(self):
+        """The ratios and norms of the last update, per parameter path.
+
+        Returns:
+            dict: ``{path: (ratio, ||w||, ||g||)}`` as floats, for the
+            arrays that are adapted. Values on a GPU are brought to the host
+            here: call it at an interval, not on every iteration.
+
+        """
+        result = {}
+        for path, param in self.target.namedparams():
+            rule = getattr(param, 'update_rule', None)
+            if isinstance(rule, LARSRule):
+                observed = rule.observation()
+                if observed is not None:
+                    result[path] = observed
+        return result
