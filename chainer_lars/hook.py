@@ -14,7 +14,7 @@ from chainer_lars import ratio as _ratio
 
 class _Observation(object):
 
-    """What an update computed for one array, kept for the trust-ratio observer.
+    """What an update computed for one array, kept for the ratio observer.
 
     ``sqnorms`` is either a ``(||w||^2, ||g||^2)`` pair of floats or an
     array on the device (summed along its first axis on demand), so that
