@@ -198,3 +198,35 @@ def test_missing_dataset_gives_clear_message(tmp_path, task, script, args,
     assert 'CHAINER_DATASET_ROOT' in result.stderr
     for path in expected:
         assert os.path.join(root, path) in result.stderr
+
+
+def test_mnist_results_table(dataset_root, tmp_path):
+    results = examples_util.load_example('mnist', 'results.py')
+    out = str(tmp_path / 'results')
+    argv = ['--batchsizes', '32', '--optimizers', 'momentum', 'lars',
+            '--epoch', '1', '--out', out, '--dataset-root', dataset_root]
+    results.main(argv)
+    with open(os.path.join(out, 'results.md')) as f:
+        md = f.read()
+    with open(os.path.join(out, 'results.rst')) as f:
+        rst = f.read()
+    lines = md.splitlines()
+    assert lines[2] == '| batch size | momentum | lars |'
+    for batchsize, row in zip((32,), lines[4:5]):
+        cells = row.strip('|').split('|')
+        assert int(cells[0]) == batchsize
+        for optimizer, cell in zip(('momentum', 'lars'), cells[1:]):
+            log = read_log(os.path.join(out, 'b{}-{}'.format(
+                batchsize, optimizer)))
+            assert float(cell) == pytest.approx(
+                100 * log[-1]['validation/main/accuracy'], abs=0.0051)
+            assert not [name for name in os.listdir(os.path.join(
+                out, 'b{}-{}'.format(batchsize, optimizer)))
+                if name.startswith('snapshot')]
+    command = ('python examples/mnist/train_mnist.py --batchsize 32 '
+               '--optimizer lars --epoch 1')
+    assert command in md and command in rst
+    # Done configurations are not run again.
+    stamp = os.path.getmtime(os.path.join(out, 'b32-lars', 'log'))
+    results.main(argv)
+    assert os.path.getmtime(os.path.join(out, 'b32-lars', 'log')) == stamp
