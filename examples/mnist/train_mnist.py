@@ -53,13 +53,14 @@ def default_lr(optimizer, batchsize, trust_coefficient):
 
 class MLP(chainer.Chain):
 
-    def __init__(self, n_units, n_out):
+    def __init__(self, n_in, n_units, n_out):
         super(MLP, self).__init__()
         with self.init_scope():
-            # the size of the inputs to each layer will be inferred
-            self.l1 = L.Linear(None, n_units)  # n_in -> n_units
-            self.l2 = L.Linear(None, n_units)  # n_units -> n_units
-            self.l3 = L.Linear(None, n_out)  # n_units -> n_out
+            # Sizes given, not inferred, so that the weights are drawn at
+            # once, on the host, from --seed, whatever the device.
+            self.l1 = L.Linear(n_in, n_units)  # n_in -> n_units
+            self.l2 = L.Linear(n_units, n_units)  # n_units -> n_units
+            self.l3 = L.Linear(n_units, n_out)  # n_units -> n_out
 
     def forward(self, x):
         h1 = F.relu(self.l1(x))
@@ -241,7 +242,7 @@ def main(argv=None):
     train, test = load_mnist()
 
     numpy.random.seed(args.seed)  # the initial weights
-    model = L.Classifier(MLP(args.unit, 10))
+    model = L.Classifier(MLP(784, args.unit, 10))
     model.to_device(device)
     device.use()
     optimizer, lars = make_optimizer(args, model)
@@ -270,7 +271,7 @@ def main(argv=None):
     if lars is not None:
         # About ten observations per epoch: each one brings the norms from
         # the GPU once.
-        observer = chainer_lars.TrustRatioObserver(lars)
+        observer = chainer_lars.TrustRatioObserver(lars, pattern='/W$')
         trainer.extend(observer, trigger=(
             max(1, int(iterations_per_epoch) // 10), 'iteration'))
         ratio_keys = [observer.key('ratio', path)
