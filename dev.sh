@@ -77,12 +77,17 @@ make_venv() {
 }
 
 cmd_mnist() {
-    local script=examples/mnist/train_mnist.py python shared_data
+    local script=examples/mnist/train_mnist.py python stamp shared_data
     [ -f "$script" ] || die "$script does not exist (yet) in $root"
     python=$(best_python)
     make_venv .venv "$python"
-    say "installing chainer-lars[examples] into .venv (the first time takes minutes)"
-    .venv/bin/python -m pip install -q -e '.[examples]'
+    # An editable install: only a change of the packaging files needs another.
+    stamp=$(cat setup.cfg pyproject.toml constraints.txt | cksum)
+    if [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
+        say "installing chainer-lars[examples] into .venv (the first time takes minutes)"
+        .venv/bin/python -m pip install -q -e '.[examples]'
+        echo "$stamp" > .venv/.installed
+    fi
     shared_data="$root/../shared/datasets"
     if [ -z "${CHAINER_DATASET_ROOT:-}" ] \
             && [ -f "$shared_data/pfnet/chainer/mnist/train.npz" ]; then
