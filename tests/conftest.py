@@ -27,7 +27,7 @@ def _why_no_cuda():
     # cuda.available only says that CuPy imports, which it does on a
     # machine without a GPU too.
     if not cuda.available:
-        return 'CuPy is not installed'
+        return 'CuPy does not import (not installed, or no CUDA libraries)'
     try:
         count = cuda.cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # no driver: CuPy raises one of several types
