@@ -40,8 +40,8 @@ python_for() {
     local version=$1 pyenv_root candidate
     pyenv_root=$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")
     for candidate in "python$version" \
-            $(ls -d "$pyenv_root/versions/$version".*/bin/"python$version" \
-                2>/dev/null | sort -rV) \
+            $(printf '%s\n' "$pyenv_root/versions/$version".*/bin/"python$version" \
+                | sort -rV) \
             python3; do
         "$candidate" -c "import sys
 assert '%d.%d' % sys.version_info[:2] == '$version'
