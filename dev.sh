@@ -69,7 +69,7 @@ make_venv() {
         # Debian's own Python has venv in a package of its own.
         "$python" -m venv "$venv" \
             || { apt_install python3-venv && rm -rf "$venv" && "$python" -m venv "$venv"; } \
-            || die "cannot create $venv with $python"
+            || die "cannot create $venv with $python (on Debian: apt-get install python3-venv)"
     fi
     if [ "${CHAINER_LARS_LATEST_PIP:-}" = 1 ]; then
         "$venv/bin/python" -m pip install -q -U pip
