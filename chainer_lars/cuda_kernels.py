@@ -240,17 +240,20 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
 _modules = {}
 
 
+def source(dtype):
+    """The CUDA source of the kernels for arrays of ``dtype``."""
+    storage, compute = _TYPES[numpy.dtype(dtype)]
+    return _SOURCE.format(
+        storage=storage, compute=compute, threads=THREADS, chunk=CHUNK,
+        load_store=_LOAD_STORE[storage], trust_ratio=_ratio.CUDA_TRUST_RATIO)
+
+
 def _kernel(dtype, name):
     """The kernel ``name`` for arrays of ``dtype`` (compiled once)."""
     dtype = numpy.dtype(dtype)
     module = _modules.get(dtype)
     if module is None:
-        storage, compute = _TYPES[dtype]
-        source = _SOURCE.format(
-            storage=storage, compute=compute, threads=THREADS, chunk=CHUNK,
-            load_store=_LOAD_STORE[storage],
-            trust_ratio=_ratio.CUDA_TRUST_RATIO)
-        module = _modules[dtype] = cuda.cupy.RawModule(code=source)
+        module = _modules[dtype] = cuda.cupy.RawModule(code=source(dtype))
     return module.get_function(name)
 
 
