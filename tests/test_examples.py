@@ -139,9 +139,9 @@ def test_cifar_excludes_batchnorm_and_biases_from_ratios(
 @pytest.mark.parametrize('optimizer,trust_coefficient,batchsize,lr', [
     ('momentum', 1.0, 256, 0.1),
     ('momentum', 1.0, 8192, 0.1 * 32),
-    ('lars', 1e-3, 256, 0.01 / 1e-3),
-    ('lars', 1e-3, 8192, 0.01 * math.sqrt(32) / 1e-3),
-    ('momentum-lars', 1.0, 1024, 0.01 * 2),
+    ('lars', 0.02, 256, 0.005 / 0.02),
+    ('lars', 0.02, 8192, 0.005 * math.sqrt(32) / 0.02),
+    ('momentum-lars', 1.0, 1024, 0.005 * 2),
 ])
 def test_default_lr_rule(mnist, cifar, optimizer, trust_coefficient,
                          batchsize, lr):

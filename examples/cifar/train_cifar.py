@@ -32,7 +32,7 @@ EXCLUDE = ('/b$', '/beta$', '/gamma$')
 
 # The learning-rate rules (see --help and README.md).
 MOMENTUM_LR_PER_256 = 0.1
-LARS_STEP_PER_256 = 0.01
+LARS_STEP_PER_256 = 0.005
 REFERENCE_BATCHSIZE = 256
 
 
@@ -40,10 +40,13 @@ def default_lr(optimizer, batchsize, trust_coefficient):
     """The peak learning rate for a batch size, when --lr is not given.
 
     MomentumSGD scales linearly with the batch size (Goyal et al., 2017).
-    With LARS the step of every layer is ``lr * trust_coefficient`` times
-    its weight norm, whatever the gradient's scale; that product is scaled
-    with the square root of the batch size (You et al., 2017), and ``lr``
-    follows from the trust coefficient.
+    With LARS, each adapted layer moves by ``lr * trust_coefficient`` times
+    its weight norm, whatever the scale of its gradient; that product, the
+    relative step, is scaled with the square root of the batch size
+    (Krizhevsky, 2014; Hoffer et al., 2017), and ``lr`` follows from the
+    trust coefficient. Both LARS variants thus move the weights alike; they
+    differ in the rate of the parameters excluded from adaptation (the
+    biases), which is ``lr`` itself.
     """
     scale = batchsize / REFERENCE_BATCHSIZE
     if optimizer == 'momentum':
@@ -231,29 +234,33 @@ def end_of_epoch(trainer):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description='chainer-lars example: large-batch CIFAR',
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog='Learning rate: when --lr is not given, the peak rate '
         'follows the batch size B: lr = {} * B / {} for momentum '
         '(linear scaling), and lr * trust_coefficient = {} * sqrt(B / {}) '
-        'for lars and momentum-lars (the per-layer step relative to the '
+        'for lars and momentum-lars (the step of each layer relative to its '
         'weight norm, scaled with the square root of the batch size). The '
-        'rate rises linearly for --warmup-epochs, then decays to 0 as '
-        '(1 - progress)^2.'.format(
+        'rate rises linearly for --warmup-epochs, then decays to 0 as the '
+        'square of the fraction of the run left.'.format(
             MOMENTUM_LR_PER_256, REFERENCE_BATCHSIZE, LARS_STEP_PER_256,
             REFERENCE_BATCHSIZE))
     parser.add_argument('--dataset', choices=('cifar10', 'cifar100'),
-                        default='cifar10', help='The dataset to use')
+                        default='cifar10',
+                        help='The dataset to use (default: %(default)s)')
     parser.add_argument('--batchsize', '-b', type=int, default=4096,
-                        help='Number of images in each mini-batch')
+                        help='Number of images in each mini-batch '
+                        '(default: %(default)s)')
     parser.add_argument('--epoch', '-e', type=int, default=100,
-                        help='Number of sweeps over the dataset to train')
+                        help='Number of sweeps over the dataset to train '
+                        '(default: %(default)s)')
     parser.add_argument('--device', '-d', type=str, default='-1',
                         help='Device specifier. Either ChainerX device '
                         'specifier or an integer. If non-negative integer, '
                         'CuPy arrays with specified device id are used. If '
-                        'negative integer, NumPy arrays are used')
+                        'negative integer, NumPy arrays are used (default: '
+                        '%(default)s)')
     parser.add_argument('--out', '-o', default='result',
-                        help='Directory to output the result')
+                        help='Directory to output the result (default: '
+                        '%(default)s)')
     parser.add_argument('--resume', '-r', type=str,
                         help='Resume the training from snapshot')
     parser.add_argument('--optimizer',
@@ -262,25 +269,27 @@ def parse_args(argv=None):
                         help='lars: chainer_lars.LARS; momentum-lars: '
                         'MomentumSGD with the chainer_lars.GradientLARS '
                         'hook; momentum: MomentumSGD with WeightDecay (the '
-                        'baseline)')
+                        'baseline). Default: %(default)s')
     parser.add_argument('--lr', type=float,
                         help='Peak learning rate (default: from the batch '
                         'size, see below)')
     parser.add_argument('--warmup-epochs', type=float, default=5,
-                        help='Epochs of linear learning-rate warm-up')
+                        help='Epochs of linear learning-rate warm-up '
+                        '(default: %(default)s)')
     parser.add_argument('--momentum', type=float, default=0.9,
-                        help='Momentum')
-    parser.add_argument('--weight-decay', type=float, default=5e-4,
-                        help='Weight decay (not applied to biases and '
-                        'BatchNorm parameters)')
+                        help='Momentum (default: %(default)s)')
+    parser.add_argument('--weight-decay', type=float, default=1e-4,
+                        help='Weight decay, not applied to biases and '
+                        'BatchNorm parameters (default: %(default)s)')
     parser.add_argument('--trust-coefficient', type=float,
-                        help='LARS trust coefficient (default: 1e-3 for '
+                        help='LARS trust coefficient (default: 0.02 for '
                         'lars, 1 for momentum-lars)')
     parser.add_argument('--depth', type=int, default=20,
-                        help='ResNet depth, 6n + 2 (20, 32, 44, 56, 110)')
+                        help='ResNet depth, 6n + 2: 20, 32, 44, 56, 110 '
+                        '(default: %(default)s)')
     parser.add_argument('--seed', type=int, default=0,
                         help='Seed of the weights, the shuffling and the '
-                        'augmentation')
+                        'augmentation (default: %(default)s)')
     parser.add_argument('--dataset-root',
                         help='Folder that holds pfnet/chainer/cifar '
                         "(default: Chainer's dataset root, "
@@ -289,7 +298,7 @@ def parse_args(argv=None):
                         help='Disable PlotReport extension')
     args = parser.parse_args(argv)
     if args.trust_coefficient is None:
-        args.trust_coefficient = 1e-3 if args.optimizer == 'lars' else 1.0
+        args.trust_coefficient = 0.02 if args.optimizer == 'lars' else 1.0
     if args.lr is None:
         args.lr = default_lr(args.optimizer, args.batchsize,
                              args.trust_coefficient)
