@@ -235,6 +235,7 @@ def test_mnist_results_table(dataset_root, tmp_path):
                     'python examples/mnist/train_mnist.py --batchsize 32 '
                     '--optimizer lars --epoch 1 --seed 1\n'):
         assert command in md and command in rst
+    assert os.path.getsize(os.path.join(out, 'accuracy.png')) > 0
     # Done configurations are not run again.
     stamp = os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log'))
     results.main(argv)

@@ -7,7 +7,8 @@ size, the optimizer and the seed change) in
 all epochs is not run again, so an interrupted sweep continues where it
 stopped. The test accuracy after the last epoch (the mean over the seeds,
 and their range when there are several) goes into ``<out>/results.md`` and
-``<out>/results.rst``, with the commands that produced it.
+``<out>/results.rst``, with the commands that produced it, and the test
+accuracy along the runs into ``<out>/accuracy.png``.
 
     python examples/mnist/results.py --dataset-root ../shared/datasets \
         --seeds 0 1 2
@@ -125,6 +126,36 @@ def tables(results, args):
     return '\n'.join(md), '\n'.join(rst)
 
 
+def plot(results, args, path):
+    """Test accuracy per epoch, one panel per batch size, seeds averaged."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(
+        1, len(args.batchsizes), sharey=True, squeeze=False,
+        figsize=(4 * len(args.batchsizes), 3.5))
+    for ax, batchsize in zip(axes[0], args.batchsizes):
+        for optimizer in args.optimizers:
+            logs = [results[batchsize, optimizer, seed]
+                    for seed in args.seeds]
+            epochs = [entry['epoch'] for entry in logs[0]]
+            mean = [100 * sum(log[i]['validation/main/accuracy']
+                              for log in logs) / len(logs)
+                    for i in range(len(epochs))]
+            ax.plot(epochs, mean, marker='.', label=optimizer)
+        ax.set_title('batch {}'.format(batchsize))
+        ax.set_xlabel('epoch')
+        ax.grid(True)
+    axes[0][0].set_ylabel('test accuracy (%)')
+    # Diverged runs (10%) would flatten the rest: they fall off the bottom.
+    axes[0][0].set_ylim(90, 100)
+    axes[0][-1].legend(loc='lower right')
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--batchsizes', type=int, nargs='+',
@@ -142,6 +173,8 @@ def main(argv=None):
                         help='Passed on to train_mnist.py')
     parser.add_argument('--rerun', action='store_true',
                         help='Run again the configurations already done')
+    parser.add_argument('--noplot', dest='plot', action='store_false',
+                        help='Do not draw accuracy.png')
     parser.add_argument('--keep-snapshots', action='store_true',
                         help='Keep the snapshots of each run (by default '
                         'they are deleted once it ends)')
@@ -158,6 +191,8 @@ def main(argv=None):
     for name, text in (('results.md', md), ('results.rst', rst)):
         with open(os.path.join(args.out, name), 'w') as f:
             f.write(text)
+    if args.plot:
+        plot(results, args, os.path.join(args.out, 'accuracy.png'))
     print(md)
 
 
