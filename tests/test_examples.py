@@ -136,21 +136,25 @@ def test_cifar_excludes_batchnorm_and_biases_from_ratios(
     assert not {'loss.png', 'accuracy.png'} & set(os.listdir(out))
 
 
-@pytest.mark.parametrize('optimizer,trust_coefficient,batchsize,lr', [
-    ('momentum', 1.0, 256, 0.1),
-    ('momentum', 1.0, 8192, 0.1 * 32),
-    ('lars', 0.02, 256, 0.005 / 0.02),
-    ('lars', 0.02, 8192, 0.005 * math.sqrt(32) / 0.02),
-    ('momentum-lars', 1.0, 1024, 0.005 * 2),
+@pytest.mark.parametrize('optimizer,batchsize,lr', [
+    ('momentum', 256, 0.1),
+    ('momentum', 8192, 0.1 * 32),
+    ('lars', 256, 0.005 / 0.02),
+    ('lars', 8192, 0.005 * math.sqrt(32) / 0.02),
+    ('momentum-lars', 1024, 0.005 * 2 / 0.02),
 ])
-def test_default_lr_rule(mnist, cifar, optimizer, trust_coefficient,
-                         batchsize, lr):
+def test_default_lr_rule(mnist, cifar, optimizer, batchsize, lr):
     for example in (mnist, cifar):
         args = example.parse_args(['--optimizer', optimizer,
                                    '--batchsize', str(batchsize)])
-        assert args.trust_coefficient == trust_coefficient
         assert math.isclose(args.lr, lr, rel_tol=1e-12)
         assert example.parse_args(['--lr', '0.5']).lr == 0.5
+        # The rule sets lr * trust_coefficient.
+        args = example.parse_args(['--optimizer', optimizer,
+                                   '--batchsize', str(batchsize),
+                                   '--trust-coefficient', '0.5'])
+        if optimizer != 'momentum':
+            assert math.isclose(args.lr * 0.5, lr * 0.02, rel_tol=1e-12)
 
 
 def run_script(task, script, args, root):
@@ -235,7 +239,7 @@ def test_mnist_results_table(dataset_root, tmp_path):
                     'python examples/mnist/train_mnist.py --batchsize 32 '
                     '--optimizer lars --epoch 1 --seed 1\n'):
         assert command in md and command in rst
-    assert os.path.getsize(os.path.join(out, 'accuracy.png')) > 0
+    assert os.path.getsize(os.path.join(out, 'error.png')) > 0
     # Done configurations are not run again.
     stamp = os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log'))
     results.main(argv)

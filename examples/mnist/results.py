@@ -8,7 +8,7 @@ all epochs is not run again, so an interrupted sweep continues where it
 stopped. The test accuracy after the last epoch (the mean over the seeds,
 and their range when there are several) goes into ``<out>/results.md`` and
 ``<out>/results.rst``, with the commands that produced it, and the test
-accuracy along the runs into ``<out>/accuracy.png``.
+error along the runs into ``<out>/error.png``.
 
     python examples/mnist/results.py --dataset-root ../shared/datasets \
         --seeds 0 1 2
@@ -127,7 +127,11 @@ def tables(results, args):
 
 
 def plot(results, args, path):
-    """Test accuracy per epoch, one panel per batch size, seeds averaged."""
+    """Test error per epoch, one panel per batch size, seeds averaged.
+
+    The error is drawn on a log scale, so that runs near 1% and runs that
+    diverged (90%) show on the same axes.
+    """
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -140,17 +144,17 @@ def plot(results, args, path):
             logs = [results[batchsize, optimizer, seed]
                     for seed in args.seeds]
             epochs = [entry['epoch'] for entry in logs[0]]
-            mean = [100 * sum(log[i]['validation/main/accuracy']
-                              for log in logs) / len(logs)
-                    for i in range(len(epochs))]
-            ax.plot(epochs, mean, marker='.', label=optimizer)
+            error = [100 - 100 * sum(log[i]['validation/main/accuracy']
+                                     for log in logs) / len(logs)
+                     for i in range(len(epochs))]
+            ax.plot(epochs, error, marker='.', label=optimizer)
         ax.set_title('batch {}'.format(batchsize))
         ax.set_xlabel('epoch')
-        ax.grid(True)
-    axes[0][0].set_ylabel('test accuracy (%)')
-    # Diverged runs (10%) would flatten the rest: they fall off the bottom.
-    axes[0][0].set_ylim(90, 100)
-    axes[0][-1].legend(loc='lower right')
+        ax.set_yscale('log')
+        ax.grid(True, which='both')
+    axes[0][0].set_ylabel('test error (%)')
+    axes[0][0].set_ylim(1, 100)
+    axes[0][0].legend(loc='upper right')
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
@@ -174,7 +178,7 @@ def main(argv=None):
     parser.add_argument('--rerun', action='store_true',
                         help='Run again the configurations already done')
     parser.add_argument('--noplot', dest='plot', action='store_false',
-                        help='Do not draw accuracy.png')
+                        help='Do not draw error.png')
     parser.add_argument('--keep-snapshots', action='store_true',
                         help='Keep the snapshots of each run (by default '
                         'they are deleted once it ends)')
@@ -192,7 +196,7 @@ def main(argv=None):
         with open(os.path.join(args.out, name), 'w') as f:
             f.write(text)
     if args.plot:
-        plot(results, args, os.path.join(args.out, 'accuracy.png'))
+        plot(results, args, os.path.join(args.out, 'error.png'))
     print(md)
 
 

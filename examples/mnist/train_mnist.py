@@ -43,9 +43,8 @@ def default_lr(optimizer, batchsize, trust_coefficient):
     its weight norm, whatever the scale of its gradient; that product, the
     relative step, is scaled with the square root of the batch size
     (Krizhevsky, 2014; Hoffer et al., 2017), and ``lr`` follows from the
-    trust coefficient. Both LARS variants thus move the weights alike; they
-    differ in the rate of the parameters excluded from adaptation (the
-    biases), which is ``lr`` itself.
+    trust coefficient. ``lr`` itself is the rate of the parameters excluded
+    from adaptation (biases, BatchNorm's beta and gamma).
     """
     scale = batchsize / REFERENCE_BATCHSIZE
     if optimizer == 'momentum':
@@ -210,9 +209,9 @@ def parse_args(argv=None):
     parser.add_argument('--weight-decay', type=float, default=1e-4,
                         help='Weight decay, not applied to biases (default: '
                         '%(default)s)')
-    parser.add_argument('--trust-coefficient', type=float,
-                        help='LARS trust coefficient (default: 0.02 for '
-                        'lars, 1 for momentum-lars)')
+    parser.add_argument('--trust-coefficient', type=float, default=0.02,
+                        help='LARS trust coefficient, for lars and '
+                        'momentum-lars (default: %(default)s)')
     parser.add_argument('--unit', '-u', type=int, default=1000,
                         help='Number of units (default: %(default)s)')
     parser.add_argument('--seed', type=int, default=0,
@@ -224,8 +223,6 @@ def parse_args(argv=None):
     parser.add_argument('--noplot', dest='plot', action='store_false',
                         help='Disable PlotReport extension')
     args = parser.parse_args(argv)
-    if args.trust_coefficient is None:
-        args.trust_coefficient = 0.02 if args.optimizer == 'lars' else 1.0
     if args.lr is None:
         args.lr = default_lr(args.optimizer, args.batchsize,
                              args.trust_coefficient)
