@@ -25,6 +25,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OPTIMIZERS = ('momentum', 'momentum-lars', 'lars')
+# The two LARS variants compute the same update: dashes let both show.
+STYLES = {'momentum': {'marker': '.'},
+          'momentum-lars': {'marker': 'x', 'linestyle': '--'},
+          'lars': {'marker': '.', 'linestyle': ':'}}
 
 
 def command(batchsize, optimizer, seed, args):
@@ -147,7 +151,8 @@ def plot(results, args, path):
             error = [100 - 100 * sum(log[i]['validation/main/accuracy']
                                      for log in logs) / len(logs)
                      for i in range(len(epochs))]
-            ax.plot(epochs, error, marker='.', label=optimizer)
+            ax.plot(epochs, error, label=optimizer,
+                    **STYLES.get(optimizer, {}))
         ax.set_title('batch {}'.format(batchsize))
         ax.set_xlabel('epoch')
         ax.set_yscale('log')
