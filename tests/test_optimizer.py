@@ -164,6 +164,52 @@ def test_resume_is_bit_for_bit(nesterov):
                 == b.update_rule.state['v'].tobytes()), path
 
 
+def test_resume_with_fp32_master_is_bit_for_bit():
+    def make():
+        model = ref.Net(numpy.float16)
+        opt = chainer_lars.LARS(lr=0.5, weight_decay=1e-3)
+        opt.setup(model)
+        opt.use_fp32_update()
+        return model, opt
+
+    def train(model, opt, steps, start=0):
+        for step in range(start, start + steps):
+            x, t = ref.batch(step, dtype=numpy.float16)
+            opt.update(ref.loss_fn(model, x, t))
+
+    whole, opt_whole = make()
+    ref.fill(whole, 0)
+    train(whole, opt_whole, 4)
+    first, opt_first = make()
+    ref.fill(first, 0)
+    train(first, opt_first, 2)
+    opt_buf, model_buf = _save(first, opt_first)
+    resumed, opt_resumed = make()
+    serializers.load_npz(model_buf, resumed)
+    serializers.load_npz(opt_buf, opt_resumed)
+    train(resumed, opt_resumed, 2, start=2)
+    for (path, a), (_, b) in zip(sorted(whole.namedparams()),
+                                 sorted(resumed.namedparams())):
+        assert a.array.tobytes() == b.array.tobytes(), path
+        assert (a.update_rule._fp32_param.array.tobytes()
+                == b.update_rule._fp32_param.array.tobytes()), path
+
+
+def test_snapshot_without_master_copy_still_loads():
+    model = ref.Net(numpy.float16)
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS().setup(model)  # no use_fp32_update
+    opt.update()
+    buf = io.BytesIO()
+    serializers.save_npz(buf, opt)
+    buf.seek(0)
+    other = chainer_lars.LARS().setup(ref.Net(numpy.float16))
+    other.use_fp32_update()
+    serializers.load_npz(buf, other)
+    assert all(p.update_rule._fp32_param is None
+               for p in other.target.params())
+
+
 @pytest.mark.parametrize('dynamic', [False, True])
 def test_loss_scaling_equals_unscaled_run(dynamic):
     plain, scaled = ref.Net(), ref.Net()
