@@ -67,6 +67,29 @@ def test_scale_add(dtype, n, r, c):
 @pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
                                    numpy.float64])
 @pytest.mark.parametrize('n', SIZES)
+@pytest.mark.parametrize('c', [0.0, 0.25])
+@pytest.mark.parametrize('r', [1.0, 0.5])
+def test_rescale(dtype, n, c, r):
+    w, g = _arrays(n, dtype, 2)
+    w64, g64 = w.astype(numpy.float64), g.astype(numpy.float64)
+    seen = []
+
+    def ratio(w_sq, g_sq):
+        seen.append((w_sq, g_sq))
+        return r
+
+    w_before = w.copy()
+    result = kernels.rescale(g, w, c, ratio)
+    assert len(seen) == 1 and result == seen[0]
+    testing.assert_allclose(result[0], (w64 * w64).sum(), rtol=1e-5)
+    testing.assert_allclose(result[1], (g64 * g64).sum(), rtol=1e-5)
+    testing.assert_allclose(g, r * (g64 + c * w64), **TOL[dtype])
+    numpy.testing.assert_array_equal(w, w_before)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
+                                   numpy.float64])
+@pytest.mark.parametrize('n', SIZES)
 @pytest.mark.parametrize('b', [0.0, 0.125])
 @pytest.mark.parametrize('nesterov', [False, True])
 def test_momentum_step(dtype, n, b, nesterov):
@@ -88,6 +111,10 @@ def test_non_contiguous_and_mixed_dtypes_take_the_generic_path():
     g = numpy.ones((4, 5), numpy.float64)
     kernels.scale_add(g, 0.5, w, 2.0)
     testing.assert_allclose(g, 0.5 + 2.0 * w)
+    g[...] = 1
+    kernels.rescale(g, w, 2.0, lambda w_sq, g_sq: 0.5)
+    testing.assert_allclose(g, 0.5 + w)
+    g[...] = 1
     v = numpy.zeros((4, 5), numpy.float32)
     w2 = w.copy()
     kernels.momentum_step(w, g, v, 1.0, 0.0, 0.9, False)
