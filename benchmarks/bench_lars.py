@@ -46,7 +46,11 @@ variants run in a rotating order within each repetition, all in one
 process), each variant as a fraction of the floor (``floor / variant``: 1.0
 is at the floor, 0.9 is 90 %), and speed-ups between variants. Fractions
 and speed-ups are medians of the per-repetition ratios, so slow drifts of a
-shared machine cancel out.
+shared machine cancel out. Each call is timed with ``time.perf_counter``
+(wall) and ``time.process_time`` (this process's CPU time); the table uses
+wall time unless ``--clock cpu`` is given, which on a CPU shared with
+other jobs leaves out the time the process waits descheduled (set
+``OPENBLAS_NUM_THREADS=1`` then, or BLAS threads add their CPU time).
 
 Before every timed call the weights and gradients are restored from a
 saved copy (not timed): hooks rewrite gradients and optimizers move the
@@ -308,14 +312,21 @@ def _median_ratio(num, den):
     return float(numpy.median(numpy.asarray(num) / numpy.asarray(den)))
 
 
-def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0):
-    """Times every variant on one parameter set; returns a dict."""
+def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0,
+             clock='wall'):
+    """Times every variant on one parameter set; returns a dict.
+
+    Both clocks are recorded; ``clock`` says which one the medians, floor
+    fractions and speed-ups are computed from.
+
+    """
     case = _Case(model, dtype, device, seed)
     variants = _make_variants(case, weight_decay)
     sync = _synchronizer(device)
     names = [v for v in VARIANTS if v in variants]
     errors = {}
     times = {name: [] for name in names}
+    cpu_times = {name: [] for name in names}
     for rep in range(warmup + reps):
         # Rotate the order so that no variant always follows the same one.
         k = rep % len(names)
@@ -324,6 +335,7 @@ def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0):
                 continue
             case.restore()
             sync()
+            start_cpu = time.process_time()
             start = time.perf_counter()
             try:
                 variants[name]()
@@ -332,14 +344,17 @@ def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0):
                 errors[name] = '{}: {}'.format(type(e).__name__, e)
                 continue
             elapsed = time.perf_counter() - start
+            elapsed_cpu = time.process_time() - start_cpu
             if rep >= warmup:
                 times[name].append(elapsed)
+                cpu_times[name].append(elapsed_cpu)
     ok = [n for n in names if n not in errors]
-    median = {n: float(numpy.median(times[n])) for n in ok}
+    basis = times if clock == 'wall' else cpu_times
+    median = {n: float(numpy.median(basis[n])) for n in ok}
     fraction = {}
     if 'floor' in median:
-        fraction = {n: _median_ratio(times['floor'], times[n]) for n in ok}
-    speedups = {name: _median_ratio(times[slow], times[fast])
+        fraction = {n: _median_ratio(basis['floor'], basis[n]) for n in ok}
+    speedups = {name: _median_ratio(basis[slow], basis[fast])
                 for name, fast, slow in SPEEDUPS
                 if fast in median and slow in median}
     return {
@@ -347,7 +362,8 @@ def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0):
         'n_arrays': len(case.pairs), 'n_params': case.n_params,
         'bytes_per_array_set': case.n_bytes, 'reps': reps,
         'median_s': median, 'floor_fraction': fraction,
-        'speedups': speedups, 'times_s': times, 'errors': errors,
+        'speedups': speedups, 'clock': clock, 'times_s': times,
+        'cpu_times_s': cpu_times, 'errors': errors,
     }
 
 
@@ -391,19 +407,26 @@ def machine_info(device):
 
 
 def run(models=MODELS, dtypes=DTYPES, weight_decays=(5e-4, 0.0),
-        device='@numpy', reps=15, warmup=2, seed=0, log=None):
+        device='@numpy', reps=15, warmup=2, seed=0, clock='wall', log=None):
     """Runs every case; returns ``{'machine': ..., 'cases': [...]}``."""
     device = chainer.get_device(device)
     if device.xp is chainer.backend.chainerx:
         raise ValueError('ChainerX devices are not benchmarked; use '
                          '@numpy or @cupy:N')
+    if clock not in ('wall', 'cpu'):
+        raise ValueError("clock must be 'wall' or 'cpu', not {!r}".format(
+            clock))
+    if clock == 'cpu' and device.xp is not numpy:
+        raise ValueError('--clock cpu measures the host only; use wall '
+                         'time on a GPU')
     device.use()
     result = {'machine': machine_info(device), 'reps': reps,
-              'warmup': warmup, 'cases': []}
+              'warmup': warmup, 'clock': clock, 'cases': []}
     for model in models:
         for dtype in dtypes:
             for wd in weight_decays:
-                case = run_case(model, dtype, wd, device, reps, warmup, seed)
+                case = run_case(model, dtype, wd, device, reps, warmup,
+                                seed, clock)
                 result['cases'].append(case)
                 if log is not None:
                     log(format_tables({'cases': [case]}, header=False))
@@ -421,6 +444,7 @@ def format_tables(result, header=True):
     """The result as text: one line per case."""
     lines = []
     if header:
+        lines.append('clock: {}'.format(result.get('clock', 'wall')))
         lines.append(
             'case (model dtype wd)        MB | median ms per call: '
             + ' '.join('{:>8}'.format(_SHORT[v]) for v in VARIANTS))
@@ -469,15 +493,21 @@ def main(argv=None):
                         help='timed repetitions of every variant')
     parser.add_argument('--warmup', type=int, default=2,
                         help='untimed repetitions first (state, kernels)')
+    parser.add_argument('--clock', choices=('wall', 'cpu'), default='wall',
+                        help='what the table is computed from: wall time '
+                             '(perf_counter) or, on a CPU shared with other '
+                             'jobs, this process\'s CPU time (process_time, '
+                             'which leaves out time spent descheduled); both '
+                             'are in the JSON')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--json', help='also write the result here')
     args = parser.parse_args(argv)
     if args.reps < 1 or args.warmup < 0:
         parser.error('--reps must be >= 1 and --warmup >= 0')
 
-    print(format_tables({'cases': []}))
+    print(format_tables({'cases': [], 'clock': args.clock}))
     result = run(args.models, args.dtypes, args.weight_decays, args.device,
-                 args.reps, args.warmup, args.seed,
+                 args.reps, args.warmup, args.seed, args.clock,
                  log=lambda s: print(s, flush=True))
     result['command'] = ' '.join(
         [os.path.basename(sys.executable)] + sys.argv if argv is None
