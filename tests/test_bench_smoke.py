@@ -29,7 +29,7 @@ def test_main_writes_table_and_json(bench, tmp_path, capsys):
                 '--dtypes', 'float32,float16', '--weight-decays', '5e-4,0',
                 '--reps', '2', '--warmup', '1', '--json', str(out)])
     printed = capsys.readouterr().out
-    assert 'fraction of floor' in printed
+    assert 'clock: wall' in printed and 'frac = floor / variant' in printed
     assert 'mlp float32 0.0005' in printed
     assert 'failed' not in printed
 
@@ -51,7 +51,9 @@ def test_main_writes_table_and_json(bench, tmp_path, capsys):
         assert all(v > 0 for v in c['floor_fraction'].values())
         assert c['floor_fraction']['floor'] == 1.0
         assert set(c['speedups']) == {s for s, _, _ in bench.SPEEDUPS}
+        assert c['reps'] == 2 and c['clock'] == 'wall'
         assert all(len(t) == 2 for t in c['times_s'].values())
+        assert all(len(t) == 2 for t in c['cpu_times_s'].values())
 
 
 def test_models_build_without_running(bench):
