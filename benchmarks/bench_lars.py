@@ -74,6 +74,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -390,6 +391,17 @@ def _cpu_model():
     return platform.processor() or platform.machine()
 
 
+def _git_commit():
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(
+            ['git', 'describe', '--always', '--dirty', '--abbrev=12'],
+            cwd=here, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit.stdout.strip() or None
+
+
 def machine_info(device):
     """What the numbers depend on, recorded beside them."""
     info = {
@@ -397,6 +409,7 @@ def machine_info(device):
         'numpy': numpy.__version__,
         'chainer': chainer.__version__,
         'chainer_lars': chainer_lars.__version__,
+        'git': _git_commit(),
         'cpu': _cpu_model(),
         'cpu_count': os.cpu_count(),
         'threads_env': {k: os.environ.get(k) for k in (
@@ -528,12 +541,16 @@ def main(argv=None):
         [os.path.basename(sys.executable)] + sys.argv if argv is None
         else ['bench_lars.py'] + list(argv))
     m = result['machine']
-    print('\n{} ({} CPUs usable), numpy {}, chainer {}, device {}{}; '
+    print('\n{} ({} CPUs usable), numpy {}, chainer {}, git {}, device {}{}; '
           'thread env {}'.format(
               m['cpu'], m.get('cpus_usable', m['cpu_count']), m['numpy'],
-              m['chainer'], m['device'],
+              m['chainer'], m['git'], m['device'],
               ' ({})'.format(m['gpu']) if 'gpu' in m else '',
               {k: v for k, v in m['threads_env'].items() if v is not None}))
+    if 'loadavg_1_5_15' in m:
+        print('load average (1, 5, 15 min) at start {}, at end {}'.format(
+            *('{:.2f} {:.2f} {:.2f}'.format(*m[k]) for k in (
+                'loadavg_1_5_15', 'loadavg_1_5_15_at_end'))))
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(result, f, indent=1, sort_keys=True)
