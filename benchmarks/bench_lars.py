@@ -87,11 +87,13 @@ from chainer import optimizer_hooks
 
 try:
     import chainer_lars
+    import chainer_lars.kernels
 except ImportError:
     # Run as a script from a source checkout without installing.
     sys.path.insert(0, os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
     import chainer_lars
+    import chainer_lars.kernels
 
 
 MODELS = ('mlp', 'cifar_resnet20', 'resnet50')
@@ -410,6 +412,8 @@ def machine_info(device):
         'chainer': chainer.__version__,
         'chainer_lars': chainer_lars.__version__,
         'git': _git_commit(),
+        # Numba-compiled or chunked NumPy passes for float32/float64.
+        'cpu_kernels': chainer_lars.kernels.backend(),
         'cpu': _cpu_model(),
         'cpu_count': os.cpu_count(),
         'threads_env': {k: os.environ.get(k) for k in (
@@ -541,10 +545,10 @@ def main(argv=None):
         [os.path.basename(sys.executable)] + sys.argv if argv is None
         else ['bench_lars.py'] + list(argv))
     m = result['machine']
-    print('\n{} ({} CPUs usable), numpy {}, chainer {}, git {}, device {}{}; '
-          'thread env {}'.format(
+    print('\n{} ({} CPUs usable), numpy {}, chainer {}, git {}, CPU kernels '
+          '{}, device {}{}; thread env {}'.format(
               m['cpu'], m.get('cpus_usable', m['cpu_count']), m['numpy'],
-              m['chainer'], m['git'], m['device'],
+              m['chainer'], m['git'], m['cpu_kernels'], m['device'],
               ' ({})'.format(m['gpu']) if 'gpu' in m else '',
               {k: v for k, v in m['threads_env'].items() if v is not None}))
     if 'loadavg_1_5_15' in m:

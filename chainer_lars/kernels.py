@@ -6,24 +6,40 @@ nothing else, so that the hook and the optimizer cost the streaming floor
 (see ``benchmarks/bench_lars.py``). The CUDA kernels live in
 :mod:`chainer_lars.cuda_kernels`.
 
-CPU, NumPy, in place. NumPy evaluates ``r * g + c * w`` as separate passes
-with an array-sized temporary; the passes here walk the arrays in chunks of
-:data:`CHUNK` elements with a reused scratch buffer, so each chunk is read
-from memory once and the remaining arithmetic runs in cache. That keeps the
-traffic at the floor without a compiled extension or a new runtime
-dependency. The norms use BLAS ``dot``, which streams at memory speed.
-float16 arrays are processed in float32 chunks: the norms are accumulated
-in float32 or wider, never in float16.
+CPU, in place, two implementations of the same functions:
+
+- With Numba installed (``pip install chainer-lars[numba]``), float32 and
+  float64 arrays go to :mod:`chainer_lars.jit_kernels`: one compiled loop
+  per pass, which reaches the streaming floor.
+- Otherwise, and for float16, mixed or non-contiguous arrays, NumPy. NumPy
+  evaluates ``r * g + c * w`` as separate passes with an array-sized
+  temporary; the passes here walk the arrays in chunks of :data:`CHUNK`
+  elements with a reused scratch buffer, so each chunk is read from memory
+  once and the remaining arithmetic runs in cache. That keeps the traffic
+  at the floor, but not the time: NumPy has no fused multiply-add, and on
+  CPUs whose cores are not much faster than their memory (the 2-core EPYC
+  VM of ``benchmarks/README.md``) every ufunc call costs about as much as
+  a pass, so these passes are arranged for the fewest ufunc calls. The
+  norms use BLAS ``dot``, which streams at memory speed. float16 arrays are
+  processed in float32 chunks: the norms are accumulated in float32 or
+  wider, never in float16.
+
+numexpr, BLAS ``saxpby`` (through ctypes) and two threads were measured
+and were slower than chunked NumPy (``benchmarks/README.md``).
 """
 
+import os
 import threading
 
 import numpy
 
 
-#: Elements per chunk. 32 Ki elements is 128 KiB of float32 per operand, so
-#: the chunks of ``w``, ``g``, a momentum buffer and the scratch buffers
-#: together stay in a core's L2 cache.
+#: Elements per chunk of the NumPy passes: 128 Ki elements, 512 KiB of
+#: float32 per operand, so the chunks of ``w``, ``g``, a momentum buffer and
+#: two scratch buffers (2.5 MiB) stay in the last-level cache. Smaller
+#: chunks that fit L2 were slower where measured: each chunk costs three to
+#: six ufunc calls of 1-2 us overhead (ResNet-50 hook, CPU time: 31.5 ms at
+#: 32 Ki, 27.7 ms at 128 Ki, 27.4 ms at 256 Ki).
 CHUNK = 1 << 17
 
 _local = threading.local()
@@ -85,6 +101,57 @@ def _is_fast(*arrays):
     return all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
 
 
+_UNRESOLVED = object()
+_jit_module = _UNRESOLVED
+
+
+def _jit():
+    """:mod:`chainer_lars.jit_kernels`, or ``None`` (no Numba, or disabled).
+
+    Imported on first use, so that ``import chainer_lars`` does not pay for
+    importing Numba.
+
+    """
+    global _jit_module
+    if _jit_module is _UNRESOLVED:
+        _jit_module = None
+        if os.environ.get('CHAINER_LARS_NUMBA', '1') != '0':
+            try:
+                from chainer_lars import jit_kernels
+            except ImportError:
+                pass
+            else:
+                _jit_module = jit_kernels
+    return _jit_module
+
+
+def backend():
+    """Which CPU passes float32 and float64 arrays get.
+
+    Returns:
+        str: ``'numba'`` when Numba is installed and ``CHAINER_LARS_NUMBA``
+        is not ``0``, else ``'numpy'``.
+
+    """
+    return 'numpy' if _jit() is None else 'numba'
+
+
+def _jit_for(*arrays):
+    """The compiled passes if they apply to these arrays, else ``None``."""
+    jit = _jit()
+    if jit is None:
+        return None
+    first = arrays[0]
+    if first.dtype.char not in 'fd':
+        return None
+    size = first.size
+    for a in arrays:
+        if (a.dtype != first.dtype or a.size != size
+                or not a.flags.c_contiguous):
+            return None
+    return jit
+
+
 def _sqnorm(a):
     """``||a||^2`` as a Python float, accumulated in float32 or wider.
 
@@ -109,6 +176,9 @@ def _sqnorm(a):
 
 def sqnorms(w, g):
     """Returns ``(||w||^2, ||g||^2)`` of two NumPy arrays as floats."""
+    jit = _jit_for(w, g)
+    if jit is not None:
+        return jit.sqnorms(w.reshape(-1), g.reshape(-1))
     return _sqnorm(w), _sqnorm(g)
 
 
@@ -123,6 +193,11 @@ def scale_add(g, r, w, c):
 
     """
     if g.size == 0 or (c == 0 and r == 1):
+        return
+    jit = _jit_for(g, w) if c != 0 else None
+    if jit is not None:
+        t = g.dtype.type
+        jit.scale_add(g.reshape(-1), t(r), w.reshape(-1), t(c))
         return
     with _quiet():
         if not _is_fast(g, w):
@@ -189,7 +264,8 @@ def rescale(g, w, c, ratio):
 
     """
     if (g.size == 0 or g.dtype == numpy.float16 or c == 0
-            or not _is_fast(g, w)):
+            or not _is_fast(g, w) or _jit_for(g, w) is not None):
+        # With Numba, sqnorms and scale_add are one pass each already.
         w_sq, g_sq = sqnorms(w, g)
         r = ratio(w_sq, g_sq)
         scale_add(g, r, w, r * c)
@@ -233,6 +309,13 @@ def momentum_step(w, g, v, a, b, momentum, nesterov):
 
     """
     if w.size == 0:
+        return
+    jit = _jit_for(w, g, v)
+    if jit is not None:
+        t = w.dtype.type
+        step = jit.nesterov_step if nesterov else jit.momentum_step
+        step(w.reshape(-1), g.reshape(-1), v.reshape(-1), t(a), t(b),
+             t(momentum))
         return
     with _quiet():
         if not _is_fast(w, g, v):

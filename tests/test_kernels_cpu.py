@@ -1,8 +1,12 @@
 """The CPU passes of chainer_lars.kernels against float64 NumPy written out.
 
-Chunking is exercised with a small CHUNK so that sizes below, at and above
-it, and not a multiple of it, all occur.
+Every test runs with the chunked NumPy passes and, where Numba is
+installed, with the compiled ones. Chunking is exercised with a small
+CHUNK so that sizes below, at and above it, and not a multiple of it, all
+occur.
 """
+
+import os
 
 import numpy
 import pytest
@@ -10,6 +14,17 @@ import pytest
 from chainer import testing
 
 from chainer_lars import kernels
+
+
+@pytest.fixture(autouse=True, params=['numpy', 'numba'])
+def cpu_backend(request, monkeypatch):
+    if request.param == 'numba':
+        jit_kernels = pytest.importorskip('chainer_lars.jit_kernels')
+        monkeypatch.setattr(kernels, '_jit_module', jit_kernels)
+    else:
+        monkeypatch.setattr(kernels, '_jit_module', None)
+    assert kernels.backend() == request.param
+    return request.param
 
 
 @pytest.fixture(autouse=True)
@@ -140,3 +155,9 @@ def test_non_finite_values_pass_silently_and_stay_in_their_array():
     assert numpy.isnan(v[2]) and numpy.isinf(v[0]) and v[3] == 1.0
     # The error state is restored afterwards.
     assert numpy.geterr()['over'] == 'warn'
+
+
+def test_numba_can_be_switched_off(monkeypatch):
+    monkeypatch.setattr(kernels, '_jit_module', kernels._UNRESOLVED)
+    monkeypatch.setitem(os.environ, 'CHAINER_LARS_NUMBA', '0')
+    assert kernels.backend() == 'numpy'
