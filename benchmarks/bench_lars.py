@@ -323,7 +323,7 @@ def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0,
     fractions and speed-ups are computed from. With ``case_seconds``, the
     case stops after the first repetition that ends past that many seconds
     of timed repetitions, but not before 3 (NumPy's float16 loops make
-    ResNet-50 in fp16 about 100 times slower than fp32).
+    ResNet-50 in fp16 some 20 times slower than fp32).
 
     """
     case = _Case(model, dtype, device, seed)
