@@ -439,6 +439,14 @@ def run(models=MODELS, dtypes=DTYPES, weight_decays=(5e-4, 0.0),
         device='@numpy', reps=15, warmup=2, seed=0, clock='wall',
         case_seconds=None, log=None):
     """Runs every case; returns ``{'machine': ..., 'cases': [...]}``."""
+    for model in models:
+        if model not in MODELS:
+            raise ValueError('unknown model {!r}; choose from {}'.format(
+                model, ', '.join(MODELS)))
+    for dtype in dtypes:
+        if numpy.dtype(dtype).kind != 'f':
+            raise ValueError('dtypes must be floating point, not {!r}'.format(
+                dtype))
     device = chainer.get_device(device)
     if device.xp is chainer.backend.chainerx:
         raise ValueError('ChainerX devices are not benchmarked; use '
@@ -455,8 +463,13 @@ def run(models=MODELS, dtypes=DTYPES, weight_decays=(5e-4, 0.0),
     for model in models:
         for dtype in dtypes:
             for wd in weight_decays:
-                case = run_case(model, dtype, wd, device, reps, warmup,
-                                seed, clock, case_seconds)
+                try:
+                    case = run_case(model, dtype, wd, device, reps, warmup,
+                                    seed, clock, case_seconds)
+                except Exception as e:  # keep the other cases (GPU budget)
+                    case = {'model': model, 'dtype': dtype,
+                            'weight_decay': wd,
+                            'error': '{}: {}'.format(type(e).__name__, e)}
                 result['cases'].append(case)
                 if log is not None:
                     log(format_tables({'cases': [case]}, header=False))
@@ -483,6 +496,9 @@ def format_tables(result, header=True):
             'hook/ch sgd+hook/sgd+ch LARS/sgd'))
     for c in result['cases']:
         name = '{} {} {:g}'.format(c['model'], c['dtype'], c['weight_decay'])
+        if 'error' in c:
+            lines.append('{:<30} case failed: {}'.format(name, c['error']))
+            continue
         ms = ' '.join(
             '{:8.3f}'.format(1e3 * c['median_s'][v]) if v in c['median_s']
             else '{:>8}'.format('error') for v in VARIANTS)

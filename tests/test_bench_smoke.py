@@ -64,3 +64,12 @@ def test_models_build_without_running(bench):
     assert 260000 < sum(p.size for p in params) < 280000
     with pytest.raises(ValueError, match='unknown model'):
         bench.build_model('vgg', 'float32')
+
+
+def test_run_checks_its_arguments_first(bench):
+    with pytest.raises(ValueError, match='unknown model'):
+        bench.run(models=('mlp', 'vgg'))
+    with pytest.raises(ValueError, match='floating point'):
+        bench.run(models=('mlp',), dtypes=('int32',))
+    with pytest.raises(ValueError, match='clock'):
+        bench.run(models=('mlp',), clock='tsc')
