@@ -30,6 +30,7 @@ and were slower than chunked NumPy (``benchmarks/README.md``).
 
 import os
 import threading
+import warnings
 
 import numpy
 
@@ -120,6 +121,14 @@ def _jit():
                 from chainer_lars import jit_kernels
             except ImportError:
                 pass
+            except Exception as e:
+                # Numba is there but cannot set up (e.g. no writable cache
+                # directory): slower is better than failing the update.
+                warnings.warn(
+                    'chainer_lars: Numba is installed but its kernels are '
+                    'unavailable ({}: {}); using the NumPy passes. Set '
+                    'CHAINER_LARS_NUMBA=0 to silence this.'.format(
+                        type(e).__name__, e), RuntimeWarning)
             else:
                 _jit_module = jit_kernels
     return _jit_module

@@ -6,13 +6,16 @@ CHUNK so that sizes below, at and above it, and not a multiple of it, all
 occur.
 """
 
+import builtins
 import os
+import sys
 
 import numpy
 import pytest
 
 from chainer import testing
 
+import chainer_lars
 from chainer_lars import kernels
 
 
@@ -161,3 +164,28 @@ def test_numba_can_be_switched_off(monkeypatch):
     monkeypatch.setattr(kernels, '_jit_module', kernels._UNRESOLVED)
     monkeypatch.setitem(os.environ, 'CHAINER_LARS_NUMBA', '0')
     assert kernels.backend() == 'numpy'
+
+
+def test_missing_numba_means_numpy(monkeypatch):
+    monkeypatch.setattr(kernels, '_jit_module', kernels._UNRESOLVED)
+    monkeypatch.delenv('CHAINER_LARS_NUMBA', raising=False)
+    # None in sys.modules makes the import raise ImportError, once the
+    # package no longer holds the submodule from an earlier import.
+    monkeypatch.setitem(sys.modules, 'chainer_lars.jit_kernels', None)
+    monkeypatch.delattr(chainer_lars, 'jit_kernels', raising=False)
+    assert kernels.backend() == 'numpy'
+
+
+def test_broken_numba_warns_and_falls_back(monkeypatch):
+    monkeypatch.setattr(kernels, '_jit_module', kernels._UNRESOLVED)
+    monkeypatch.delenv('CHAINER_LARS_NUMBA', raising=False)
+    real_import = builtins.__import__
+
+    def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if fromlist and 'jit_kernels' in fromlist:
+            raise RuntimeError('cannot cache function')
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, '__import__', fake_import)
+    with pytest.warns(RuntimeWarning, match='cannot cache function'):
+        assert kernels.backend() == 'numpy'
