@@ -33,9 +33,10 @@ for each traffic pattern::
 
 No LARS can do less traffic, but ``add`` does less *arithmetic* than
 ``g <- r * g + c * w`` (NumPy has no fused multiply-add), so on a machine
-whose cores are not much faster than its memory a NumPy LARS with weight
-decay cannot quite reach it; with weight decay off the second pass is
-``g *= r``, one read fewer, and a LARS can beat it. The optimizers
+whose cores are not much faster than its memory the NumPy passes with
+weight decay fall short of it, and only compiled ones (the optional Numba
+kernels) reach it; with weight decay off the second pass is ``g *= r``,
+one read fewer, and a LARS can beat it. The optimizers
 (``momentum_sgd``, ``lars``) also move a momentum buffer and the weights,
 so their fraction of the floor is naturally lower. For float16 on CPU,
 NumPy's ``dot`` has no BLAS path; the floor is then what those same calls
@@ -55,7 +56,7 @@ other jobs leaves out the time the process waits descheduled (set
 Before every timed call the weights and gradients are restored from a
 saved copy (not timed): hooks rewrite gradients and optimizers move the
 weights. Momentum buffers are not restored; with the same gradient every
-time they converge to ``lr * g / (1 - momentum)``, so values stay bounded.
+time they converge to ``step / (1 - momentum)``, so values stay bounded.
 Small parameter sets (the MLP, ResNet-20) therefore start warm in the
 last-level cache, as after a backward pass; ResNet-50's do not fit.
 
