@@ -34,7 +34,7 @@ for each traffic pattern::
 No LARS can do less traffic, but ``add`` does less *arithmetic* than
 ``g <- r * g + c * w`` (NumPy has no fused multiply-add), so on a machine
 whose cores are not much faster than its memory the NumPy passes with
-weight decay fall short of it, and only compiled ones (the optional Numba
+weight decay fall short of it, and only compiled ones (the Numba
 kernels) reach it; with weight decay off the second pass is ``g *= r``,
 one read fewer, and a LARS can beat it. The optimizers
 (``momentum_sgd``, ``lars``) also move a momentum buffer and the weights,

@@ -1,8 +1,8 @@
 """The CPU passes compiled with Numba, for float32 and float64 arrays.
 
-Optional: :mod:`chainer_lars.kernels` uses these when Numba is installed
-(``pip install chainer-lars[numba]``) and ``CHAINER_LARS_NUMBA`` is not
-``0``; otherwise it runs its chunked NumPy passes. Each function is one loop
+:mod:`chainer_lars.kernels` uses these unless ``CHAINER_LARS_NUMBA`` is
+``0`` or Numba cannot be imported; otherwise it runs its chunked NumPy
+passes. Each function is one loop
 over memory, which NumPy cannot express: it has no fused multiply-add, so
 ``r * g + c * w`` costs three ufunc calls, and on CPUs whose cores are not
 much faster than their memory every ufunc call costs about one pass (see

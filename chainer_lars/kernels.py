@@ -8,7 +8,7 @@ nothing else, so that the hook and the optimizer cost the streaming floor
 
 CPU, in place, two implementations of the same functions:
 
-- With Numba installed (``pip install chainer-lars[numba]``), float32 and
+- With Numba (a dependency of the package), float32 and
   float64 arrays go to :mod:`chainer_lars.jit_kernels`: one compiled loop
   per pass, which reaches the streaming floor.
 - Otherwise, and for float16, mixed or non-contiguous arrays, NumPy. NumPy
