@@ -71,7 +71,7 @@ class _RuleDelegate(object):
             hook._rescale(rule, param, self.path, 1.0)
 
 
-class GradientLARS(object):
+class GradientLARS(_ratio.ExclusionProperties):
 
     """Layer-wise adaptive rate scaling of the gradients (LARS).
 
@@ -205,16 +205,6 @@ class GradientLARS(object):
             raise TypeError('clip must be a bool, not {!r} ({})'.format(
                 value, type(value).__name__))
         self._clip = bool(value)
-
-    @property
-    def exclude_from_weight_decay(self):
-        """The weight-decay exclusion patterns, as strings."""
-        return self._rules.patterns()[0]
-
-    @property
-    def exclude_from_layer_adaptation(self):
-        """The layer-adaptation exclusion patterns, as strings."""
-        return self._rules.patterns()[1]
 
     def __repr__(self):
         return ('GradientLARS(threshold={}, weight_decay={}, eps={}, '
