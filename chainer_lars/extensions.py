@@ -1,0 +1,207 @@
+"""Trainer extensions for large-batch training with LARS."""
+
+import numbers
+import re
+
+import numpy
+
+import chainer
+from chainer.training import extension
+
+from chainer_lars import ratio as _ratio
+
+
+def _check_count(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError('{} must be an int, not {!r} ({})'.format(
+            name, value, type(value).__name__))
+    if value < 0:
+        raise ValueError('{} must be at least 0, got {!r}'.format(
+            name, value))
+    return int(value)
+
+
+class WarmupPolynomialShift(extension.Extension):
+
+    """Linear warm-up, then polynomial decay, of an optimizer attribute.
+
+    The learning-rate schedule of the large-batch recipes: a linear warm-up
+    (`Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour
+    <https://arxiv.org/abs/1706.02677>`_) followed by a polynomial decay of
+    power 2 (`Large Batch Training of Convolutional Networks
+    <https://arxiv.org/abs/1708.03888>`_), in one extension. Chainer's
+    :class:`~chainer.training.extensions.WarmupShift` and
+    :class:`~chainer.training.extensions.PolynomialShift` cannot be combined:
+    each overwrites the value the other set.
+
+    After :math:`t` calls (with the default trigger, :math:`t` updates) the
+    attribute is set to
+
+    .. math::
+
+        v(t) = \\begin{cases}
+            v_0 \\, (t + 1) / T_w & t < T_w, \\\\
+            v_e + (v_0 - v_e)
+                \\left(1 - \\frac{t - T_w}{T - T_w}\\right)^p
+                & T_w \\le t < T, \\\\
+            v_e & t \\ge T,
+        \\end{cases}
+
+    with :math:`v_0` the peak value ``init``, :math:`v_e` the final value
+    ``end``, :math:`T_w` ``warmup_count``, :math:`T` ``max_count`` and
+    :math:`p` ``power``. The value before the first update is
+    :math:`v(0) = v_0 / T_w`, so no update is made with a rate of 0; the
+    peak is used from the :math:`T_w`-th update on and the last of
+    :math:`T` updates still moves the weights.
+
+    The number of calls and the peak value are saved in snapshots, so that
+    a resumed run continues the schedule where it stopped.
+
+    Args:
+        attr (str): Name of the optimizer attribute to adjust, e.g.
+            ``'lr'``.
+        warmup_count (int): :math:`T_w`, the number of calls of the linear
+            warm-up; 0 for none.
+        max_count (int): :math:`T`, the number of calls after which the
+            value is ``end``; usually the number of iterations of the run.
+        power (float): :math:`p`, the power of the decay.
+        init (float): :math:`v_0`, the peak value. If ``None``, the value
+            of the attribute when training starts.
+        end (float): :math:`v_e`, the final value.
+        optimizer (~chainer.Optimizer): The optimizer to adjust. If
+            ``None``, the updater's main optimizer.
+
+    """
+
+    trigger = 1, 'iteration'
+
+    def __init__(self, attr, warmup_count, max_count, power=2.0, init=None,
+                 end=0.0, optimizer=None):
+        self._attr = attr
+        self._warmup_count = _check_count('warmup_count', warmup_count)
+        self._max_count = _check_count('max_count', max_count)
+        if self._max_count < self._warmup_count:
+            raise ValueError(
+                'max_count must be at least warmup_count ({}), got {}'.format(
+                    self._warmup_count, self._max_count))
+        self._power = _ratio.check_real('power', power, minimum=0.0,
+                                        exclusive=True)
+        self._init = (None if init is None
+                      else _ratio.check_real('init', init))
+        self._end = _ratio.check_real('end', end)
+        self._optimizer = optimizer
+        self._t = 0
+
+    def value(self, t):
+        """The value after ``t`` calls (see the formula above)."""
+        if t < self._warmup_count:
+            return self._init * (t + 1) / self._warmup_count
+        if t >= self._max_count:
+            return self._end
+        decay = 1.0 - (t - self._warmup_count) / (
+            self._max_count - self._warmup_count)
+        return self._end + (self._init - self._end) * decay ** self._power
+
+    def initialize(self, trainer):
+        optimizer = self._get_optimizer(trainer)
+        if self._init is None:
+            self._init = float(getattr(optimizer, self._attr))
+        setattr(optimizer, self._attr, self.value(self._t))
+
+    def __call__(self, trainer):
+        self._t += 1
+        setattr(self._get_optimizer(trainer), self._attr,
+                self.value(self._t))
+
+    def serialize(self, serializer):
+        self._t = int(serializer('_t', self._t))
+        init = serializer('_init', numpy.nan if self._init is None
+                          else self._init)
+        self._init = None if numpy.isnan(init) else float(init)
+
+    def _get_optimizer(self, trainer):
+        return self._optimizer or trainer.updater.get_optimizer('main')
+
+
+class TrustRatioObserver(extension.Extension):
+
+    """Reports each layer's LARS trust ratio and norms to the reporter.
+
+    At each call it asks its source for the ratios of the last update
+    (``source.observe()``, see :meth:`chainer_lars.LARS.observe` and
+    :meth:`chainer_lars.GradientLARS.observe`) and reports, for each
+    parameter path such as ``/predictor/l1/W``, the values
+
+    * ``<prefix>/ratio<path>``: the trust ratio :math:`r`,
+    * ``<prefix>/w_norm<path>``: :math:`\\|w\\|`,
+    * ``<prefix>/g_norm<path>``: :math:`\\|g\\|` (the gradient before
+      rescaling),
+
+    so that :class:`~chainer.training.extensions.LogReport` records them
+    (as means over its interval) and
+    :class:`~chainer.training.extensions.PlotReport` can draw them; use
+    :meth:`key` to name them. On a GPU the values stay on the device during
+    the updates and are brought to the host once per call of this
+    extension, so set its trigger to the interval you want (the default is
+    once per epoch), not to every iteration.
+
+    Args:
+        source: An object with an ``observe()`` method, a
+            :class:`chainer_lars.LARS` optimizer or a
+            :class:`chainer_lars.GradientLARS` hook. If ``None``, the
+            updater's main optimizer, which must then be a
+            :class:`~chainer_lars.LARS`; pass the hook explicitly when it
+            is a :class:`~chainer_lars.GradientLARS` on another optimizer.
+        prefix (str): The first component of the reported names.
+        pattern (str): A regular expression; if given, only the paths it
+            matches (:func:`re.search`) are reported, e.g. ``'/W$'`` for
+            the weights only.
+
+    """
+
+    trigger = 1, 'epoch'
+    priority = extension.PRIORITY_WRITER
+
+    quantities = ('ratio', 'w_norm', 'g_norm')
+
+    def __init__(self, source=None, prefix='lars', pattern=None):
+        if source is not None and not callable(
+                getattr(source, 'observe', None)):
+            raise TypeError(
+                'source must have an observe() method (a chainer_lars.LARS '
+                'or chainer_lars.GradientLARS), got {!r}'.format(source))
+        if not isinstance(prefix, str):
+            raise TypeError('prefix must be a str, not {!r}'.format(prefix))
+        self._source = source
+        self._prefix = prefix
+        self._pattern = None if pattern is None else re.compile(pattern)
+
+    def key(self, quantity, path):
+        """The name under which a quantity of a parameter is reported.
+
+        Args:
+            quantity (str): ``'ratio'``, ``'w_norm'`` or ``'g_norm'``.
+            path (str): The parameter's path, e.g. ``'/predictor/l1/W'``.
+
+        """
+        if quantity not in self.quantities:
+            raise ValueError('quantity must be one of {}, got {!r}'.format(
+                self.quantities, quantity))
+        return '{}/{}{}'.format(self._prefix, quantity, path)
+
+    def __call__(self, trainer):
+        source = self._source
+        if source is None:
+            source = trainer.updater.get_optimizer('main')
+            if not callable(getattr(source, 'observe', None)):
+                raise TypeError(
+                    'TrustRatioObserver: the main optimizer ({}) has no '
+                    'observe(); pass the GradientLARS hook as the '
+                    'source'.format(type(source).__name__))
+        observation = {}
+        for path, values in source.observe().items():
+            if self._pattern is not None and not self._pattern.search(path):
+                continue
+            for quantity, value in zip(self.quantities, values):
+                observation[self.key(quantity, path)] = value
+        chainer.report(observation)

@@ -1,0 +1,322 @@
+#!/usr/bin/env python
+"""Large-batch MNIST with LARS: an MLP trained by Chainer's trainer.
+
+The model and the trainer follow Chainer's own MNIST example; the optimizer
+follows the large-batch recipe: LARS, momentum 0.9, linear warm-up then a
+polynomial decay of power 2, and biases excluded from weight decay and from
+layer adaptation.
+"""
+
+import argparse
+import math
+import os
+import re
+import sys
+
+import numpy
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+from chainer import training
+from chainer.training import extensions
+
+import chainer_lars
+
+
+# Parameters matched by these regular expressions (biases; BatchNorm's beta
+# and gamma, for models that have them) get neither weight decay nor layer
+# adaptation, as in the large-batch recipes.
+EXCLUDE = ('/b$', '/beta$', '/gamma$')
+
+# The learning-rate rules (see --help and README.md).
+MOMENTUM_LR_PER_256 = 0.1
+LARS_STEP_PER_256 = 0.005
+REFERENCE_BATCHSIZE = 256
+
+
+def default_lr(optimizer, batchsize, trust_coefficient):
+    """The peak learning rate for a batch size, when --lr is not given.
+
+    MomentumSGD scales linearly with the batch size (Goyal et al., 2017).
+    With LARS, each adapted layer moves by ``lr * trust_coefficient`` times
+    its weight norm, whatever the scale of its gradient; that product, the
+    relative step, is scaled with the square root of the batch size
+    (Krizhevsky, 2014; Hoffer et al., 2017), and ``lr`` follows from the
+    trust coefficient. Both LARS variants thus move the weights alike; they
+    differ in the rate of the parameters excluded from adaptation (the
+    biases), which is ``lr`` itself.
+    """
+    scale = batchsize / REFERENCE_BATCHSIZE
+    if optimizer == 'momentum':
+        return MOMENTUM_LR_PER_256 * scale
+    return LARS_STEP_PER_256 * math.sqrt(scale) / trust_coefficient
+
+
+class MLP(chainer.Chain):
+
+    def __init__(self, n_in, n_units, n_out):
+        super(MLP, self).__init__()
+        with self.init_scope():
+            # Sizes given, not inferred, so that the weights are drawn at
+            # once, on the host, from --seed, whatever the device.
+            self.l1 = L.Linear(n_in, n_units)  # n_in -> n_units
+            self.l2 = L.Linear(n_units, n_units)  # n_units -> n_units
+            self.l3 = L.Linear(n_units, n_out)  # n_units -> n_out
+
+    def forward(self, x):
+        h1 = F.relu(self.l1(x))
+        h2 = F.relu(self.l2(h1))
+        return self.l3(h2)
+
+
+class ShuffledIterator(chainer.iterators.SerialIterator):
+
+    """A shuffling SerialIterator whose random state is saved in snapshots.
+
+    SerialIterator draws the order of each epoch from NumPy's global random
+    state, which snapshots do not hold; this one draws it from its own
+    ``random_state`` and saves that state, so that a run continued with
+    ``--resume`` sees the same batches as an uninterrupted one.
+    """
+
+    def __init__(self, dataset, batch_size, random_state):
+        self._random = random_state
+        super(ShuffledIterator, self).__init__(
+            dataset, batch_size,
+            order_sampler=chainer.iterators.ShuffleOrderSampler(
+                random_state))
+
+    def serialize(self, serializer):
+        super(ShuffledIterator, self).serialize(serializer)
+        name, keys, pos, has_gauss, gauss = self._random.get_state()
+        keys = serializer('random_keys', keys)
+        pos = serializer('random_pos', pos)
+        has_gauss = serializer('random_has_gauss', has_gauss)
+        gauss = serializer('random_gauss', gauss)
+        self._random.set_state((name, keys, pos, has_gauss, gauss))
+
+
+def make_optimizer(args, model):
+    """Sets up the optimizer chosen by --optimizer on the model."""
+    if args.optimizer == 'lars':
+        optimizer = chainer_lars.LARS(
+            lr=args.lr, momentum=args.momentum,
+            weight_decay=args.weight_decay,
+            trust_coefficient=args.trust_coefficient,
+            exclude_from_weight_decay=EXCLUDE,
+            exclude_from_layer_adaptation=EXCLUDE)
+        optimizer.setup(model)
+        return optimizer, optimizer
+    optimizer = chainer.optimizers.MomentumSGD(
+        lr=args.lr, momentum=args.momentum)
+    optimizer.setup(model)
+    if args.optimizer == 'momentum-lars':
+        hook = chainer_lars.GradientLARS(
+            weight_decay=args.weight_decay,
+            trust_coefficient=args.trust_coefficient,
+            exclude_from_weight_decay=EXCLUDE,
+            exclude_from_layer_adaptation=EXCLUDE)
+        optimizer.add_hook(hook)
+        return optimizer, hook
+    # The baseline: weight decay on the weights only, through per-parameter
+    # hooks since Chainer's WeightDecay has no exclusion list.
+    for path, param in model.namedparams():
+        if not any(re.search(pattern, path) for pattern in EXCLUDE):
+            param.update_rule.add_hook(
+                chainer.optimizer_hooks.WeightDecay(args.weight_decay))
+    return optimizer, None
+
+
+def load_mnist():
+    """MNIST through Chainer's loader, or exit with what is missing."""
+    try:
+        return chainer.datasets.get_mnist()
+    except (OSError, RuntimeError) as e:
+        directory = chainer.dataset.get_dataset_directory(
+            os.path.join('pfnet', 'chainer', 'mnist'),
+            create_directory=False)
+        sys.exit(
+            'Error: MNIST is not cached and could not be downloaded ({}).\n'
+            'Chainer reads it from the cache files\n'
+            '    {}\n'
+            '    {}\n'
+            'under the dataset root {}.\n'
+            'Point --dataset-root or the CHAINER_DATASET_ROOT environment '
+            'variable at a folder that holds pfnet/chainer/mnist/train.npz '
+            'and test.npz.'.format(
+                e, os.path.join(directory, 'train.npz'),
+                os.path.join(directory, 'test.npz'),
+                chainer.dataset.get_dataset_root()))
+
+
+def log_scale(figure, axes, summary):
+    axes.set_yscale('log')
+
+
+def end_of_epoch(trainer):
+    """PlotReport's trigger, stateless so that --resume continues it exactly.
+
+    PlotReport's default IntervalTrigger is not saved in snapshots, and a
+    resumed one fires at once, adding a point in the middle of an epoch.
+    """
+    return trainer.updater.is_new_epoch
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description='chainer-lars example: large-batch MNIST',
+        epilog='Learning rate: when --lr is not given, the peak rate '
+        'follows the batch size B: lr = {} * B / {} for momentum '
+        '(linear scaling), and lr * trust_coefficient = {} * sqrt(B / {}) '
+        'for lars and momentum-lars (the step of each layer relative to its '
+        'weight norm, scaled with the square root of the batch size). The '
+        'rate rises linearly for --warmup-epochs, then decays to 0 as the '
+        'square of the fraction of the run left.'.format(
+            MOMENTUM_LR_PER_256, REFERENCE_BATCHSIZE, LARS_STEP_PER_256,
+            REFERENCE_BATCHSIZE))
+    parser.add_argument('--batchsize', '-b', type=int, default=8192,
+                        help='Number of images in each mini-batch '
+                        '(default: %(default)s)')
+    parser.add_argument('--epoch', '-e', type=int, default=10,
+                        help='Number of sweeps over the dataset to train '
+                        '(default: %(default)s)')
+    parser.add_argument('--device', '-d', type=str, default='-1',
+                        help='Device specifier. Either ChainerX device '
+                        'specifier or an integer. If non-negative integer, '
+                        'CuPy arrays with specified device id are used. If '
+                        'negative integer, NumPy arrays are used (default: '
+                        '%(default)s)')
+    parser.add_argument('--out', '-o', default='result',
+                        help='Directory to output the result (default: '
+                        '%(default)s)')
+    parser.add_argument('--resume', '-r', type=str,
+                        help='Resume the training from snapshot')
+    parser.add_argument('--optimizer',
+                        choices=('lars', 'momentum-lars', 'momentum'),
+                        default='lars',
+                        help='lars: chainer_lars.LARS; momentum-lars: '
+                        'MomentumSGD with the chainer_lars.GradientLARS '
+                        'hook; momentum: MomentumSGD with WeightDecay (the '
+                        'baseline). Default: %(default)s')
+    parser.add_argument('--lr', type=float,
+                        help='Peak learning rate (default: from the batch '
+                        'size, see below)')
+    parser.add_argument('--warmup-epochs', type=float, default=1,
+                        help='Epochs of linear learning-rate warm-up '
+                        '(default: %(default)s)')
+    parser.add_argument('--momentum', type=float, default=0.9,
+                        help='Momentum (default: %(default)s)')
+    parser.add_argument('--weight-decay', type=float, default=1e-4,
+                        help='Weight decay, not applied to biases (default: '
+                        '%(default)s)')
+    parser.add_argument('--trust-coefficient', type=float,
+                        help='LARS trust coefficient (default: 0.02 for '
+                        'lars, 1 for momentum-lars)')
+    parser.add_argument('--unit', '-u', type=int, default=1000,
+                        help='Number of units (default: %(default)s)')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='Seed of the weights and of the shuffling '
+                        '(default: %(default)s)')
+    parser.add_argument('--dataset-root',
+                        help='Folder that holds pfnet/chainer/mnist (default: '
+                        "Chainer's dataset root, CHAINER_DATASET_ROOT)")
+    parser.add_argument('--noplot', dest='plot', action='store_false',
+                        help='Disable PlotReport extension')
+    args = parser.parse_args(argv)
+    if args.trust_coefficient is None:
+        args.trust_coefficient = 0.02 if args.optimizer == 'lars' else 1.0
+    if args.lr is None:
+        args.lr = default_lr(args.optimizer, args.batchsize,
+                             args.trust_coefficient)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.dataset_root is not None:
+        chainer.dataset.set_dataset_root(args.dataset_root)
+
+    device = chainer.get_device(args.device)
+    print('Device: {}'.format(device))
+    print('# Minibatch-size: {}'.format(args.batchsize))
+    print('# epoch: {}'.format(args.epoch))
+    print('# optimizer: {}, lr {:g}, trust coefficient {:g}, weight decay '
+          '{:g}, warm-up {:g} epochs'.format(
+              args.optimizer, args.lr, args.trust_coefficient,
+              args.weight_decay, args.warmup_epochs))
+    print('')
+
+    train, test = load_mnist()
+
+    numpy.random.seed(args.seed)  # the initial weights
+    model = L.Classifier(MLP(784, args.unit, 10))
+    model.to_device(device)
+    device.use()
+    optimizer, lars = make_optimizer(args, model)
+
+    train_iter = ShuffledIterator(train, args.batchsize,
+                                  numpy.random.RandomState(args.seed))
+    test_iter = chainer.iterators.SerialIterator(test, args.batchsize,
+                                                 repeat=False, shuffle=False)
+    updater = training.updaters.StandardUpdater(
+        train_iter, optimizer, device=device)
+    trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+
+    iterations_per_epoch = len(train) / args.batchsize
+    iterations = math.ceil(args.epoch * iterations_per_epoch)
+    warmup = min(round(args.warmup_epochs * iterations_per_epoch), iterations)
+    trainer.extend(chainer_lars.WarmupPolynomialShift(
+        'lr', warmup_count=warmup, max_count=iterations, init=args.lr))
+    trainer.extend(extensions.Evaluator(test_iter, model, device=device),
+                   call_before_training=True)
+    trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
+    trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
+                   call_before_training=True)
+    trainer.extend(extensions.LogReport(), call_before_training=True)
+
+    ratio_keys = []
+    if lars is not None:
+        # About ten observations per epoch: each one brings the norms from
+        # the GPU once.
+        observer = chainer_lars.TrustRatioObserver(lars, pattern='/W$')
+        trainer.extend(observer, trigger=(
+            max(1, int(iterations_per_epoch) // 10), 'iteration'))
+        ratio_keys = [observer.key('ratio', path)
+                      for path, _ in model.namedparams()
+                      if path.endswith('/W')]
+
+    if args.plot and extensions.PlotReport.available():
+        # Draw into files without a display.
+        import matplotlib
+        matplotlib.use('Agg')
+        trainer.extend(extensions.PlotReport(
+            ['main/loss', 'validation/main/loss'], 'epoch',
+            filename='loss.png', trigger=end_of_epoch),
+            call_before_training=True)
+        trainer.extend(extensions.PlotReport(
+            ['main/accuracy', 'validation/main/accuracy'], 'epoch',
+            filename='accuracy.png', trigger=end_of_epoch),
+            call_before_training=True)
+        trainer.extend(extensions.PlotReport(
+            ['lr'], 'epoch', filename='lr.png', trigger=end_of_epoch),
+            call_before_training=True)
+        if ratio_keys:
+            trainer.extend(extensions.PlotReport(
+                ratio_keys, 'epoch', filename='trust_ratio.png',
+                trigger=end_of_epoch, postprocess=log_scale))
+
+    trainer.extend(extensions.PrintReport(
+        ['epoch', 'main/loss', 'validation/main/loss',
+         'main/accuracy', 'validation/main/accuracy', 'lr',
+         'elapsed_time']), call_before_training=True)
+    trainer.extend(extensions.ProgressBar(update_interval=10))
+
+    if args.resume is not None:
+        chainer.serializers.load_npz(args.resume, trainer)
+
+    trainer.run()
+
+
+if __name__ == '__main__':
+    main()

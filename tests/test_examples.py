@@ -1,0 +1,232 @@
+"""The example trainers, run end to end on tiny generated datasets."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy
+import pytest
+
+import chainer
+
+from tests import examples_util
+
+
+pytestmark = pytest.mark.example
+
+
+@pytest.fixture
+def dataset_root(tmp_path):
+    """A dataset root holding tiny MNIST, CIFAR-10 and CIFAR-100 caches.
+
+    Chainer's dataset root is a process-wide setting that the examples'
+    ``--dataset-root`` changes; it is restored afterwards.
+    """
+    root = str(tmp_path / 'datasets')
+    examples_util.write_tiny_mnist(root)
+    examples_util.write_tiny_cifar(root, 10)
+    examples_util.write_tiny_cifar(root, 100)
+    saved = chainer.dataset.get_dataset_root()
+    yield root
+    chainer.dataset.set_dataset_root(saved)
+
+
+@pytest.fixture(scope='module')
+def mnist():
+    return examples_util.load_example('mnist', 'train_mnist.py')
+
+
+@pytest.fixture(scope='module')
+def cifar():
+    return examples_util.load_example('cifar', 'train_cifar.py')
+
+
+def read_log(out):
+    with open(os.path.join(out, 'log')) as f:
+        return json.load(f)
+
+
+def without_time(log):
+    return [{k: v for k, v in entry.items() if k != 'elapsed_time'}
+            for entry in log]
+
+
+def snapshot_arrays(path):
+    """The arrays of a snapshot that do not depend on the wall clock."""
+    with numpy.load(path) as npz:
+        return {key: npz[key] for key in npz.files
+                if 'elapsed_time' not in key and 'LogReport/_log' not in key}
+
+
+def check_run_and_resume(main, args, out_dir, iterations_per_epoch,
+                         lars_key):
+    """Runs 3 epochs, checks the outputs, then resumes from epoch 1.
+
+    Three epochs, so that the resumed run draws a new order (and new
+    augmentations) from the restored random state.
+    """
+    first = str(out_dir / 'first')
+    main(args + ['--epoch', '3', '--out', first])
+
+    log = read_log(first)
+    assert [entry['epoch'] for entry in log] == [0, 1, 2, 3]
+    assert [entry['iteration'] for entry in log] == [
+        i * iterations_per_epoch for i in range(4)]
+    for key in ('main/loss', 'validation/main/loss', 'main/accuracy',
+                'validation/main/accuracy', 'lr'):
+        assert all(math.isfinite(entry[key]) for entry in log[1:]), key
+    plots = {'loss.png', 'accuracy.png', 'lr.png'}
+    if lars_key is not None:
+        assert all(lars_key in entry for entry in log[1:])
+        plots.add('trust_ratio.png')
+    files = set(os.listdir(first))
+    assert plots <= files
+    snapshots = ['snapshot_iter_{}'.format(i * iterations_per_epoch)
+                 for i in (1, 2, 3)]
+    assert set(snapshots) <= files
+
+    # Continue from the snapshot of epoch 1, as if the run had stopped
+    # there: the log and every saved array must match the first run.
+    resumed = str(out_dir / 'resumed')
+    main(args + ['--epoch', '3', '--out', resumed,
+                 '--resume', os.path.join(first, snapshots[0])])
+    assert without_time(read_log(resumed)) == without_time(log)
+    want = snapshot_arrays(os.path.join(first, snapshots[-1]))
+    got = snapshot_arrays(os.path.join(resumed, snapshots[-1]))
+    assert sorted(got) == sorted(want)
+    for key in want:
+        numpy.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+@pytest.mark.parametrize('optimizer,lars_key', [
+    ('lars', 'lars/ratio/predictor/l1/W'),
+    ('momentum-lars', 'lars/ratio/predictor/l1/W'),
+    ('momentum', None),
+])
+def test_mnist_runs_and_resumes_exactly(mnist, dataset_root, tmp_path,
+                                        optimizer, lars_key):
+    args = ['--dataset-root', dataset_root, '--optimizer', optimizer,
+            '--batchsize', '32', '--unit', '32', '--warmup-epochs', '1']
+    check_run_and_resume(mnist.main, args, tmp_path, 64 // 32, lars_key)
+
+
+@pytest.mark.parametrize('dataset,optimizer,lars_key', [
+    ('cifar10', 'lars', 'lars/ratio/predictor/res3/0/conv1/W'),
+    ('cifar100', 'momentum-lars', 'lars/ratio/predictor/fc/W'),
+    ('cifar10', 'momentum', None),
+])
+def test_cifar_runs_and_resumes_exactly(cifar, dataset_root, tmp_path,
+                                        dataset, optimizer, lars_key):
+    args = ['--dataset-root', dataset_root, '--dataset', dataset,
+            '--optimizer', optimizer, '--batchsize', '16', '--depth', '8',
+            '--warmup-epochs', '1']
+    check_run_and_resume(cifar.main, args, tmp_path, 32 // 16, lars_key)
+
+
+def test_cifar_excludes_batchnorm_and_biases_from_ratios(
+        cifar, dataset_root, tmp_path):
+    out = str(tmp_path / 'out')
+    cifar.main(['--dataset-root', dataset_root, '--batchsize', '16',
+                '--depth', '8', '--epoch', '1', '--noplot', '--out', out])
+    keys = {key for key in read_log(out)[-1] if key.startswith('lars/')}
+    assert keys
+    assert all(key.endswith('/W') for key in keys)
+    assert not {'loss.png', 'accuracy.png'} & set(os.listdir(out))
+
+
+@pytest.mark.parametrize('optimizer,trust_coefficient,batchsize,lr', [
+    ('momentum', 1.0, 256, 0.1),
+    ('momentum', 1.0, 8192, 0.1 * 32),
+    ('lars', 0.02, 256, 0.005 / 0.02),
+    ('lars', 0.02, 8192, 0.005 * math.sqrt(32) / 0.02),
+    ('momentum-lars', 1.0, 1024, 0.005 * 2),
+])
+def test_default_lr_rule(mnist, cifar, optimizer, trust_coefficient,
+                         batchsize, lr):
+    for example in (mnist, cifar):
+        args = example.parse_args(['--optimizer', optimizer,
+                                   '--batchsize', str(batchsize)])
+        assert args.trust_coefficient == trust_coefficient
+        assert math.isclose(args.lr, lr, rel_tol=1e-12)
+        assert example.parse_args(['--lr', '0.5']).lr == 0.5
+
+
+def run_script(task, script, args, root):
+    env = dict(os.environ)
+    env['CHAINER_DATASET_ROOT'] = root
+    env['PYTHONPATH'] = os.pathsep.join(
+        [examples_util.REPOSITORY] + [p for p in [env.get('PYTHONPATH')] if p])
+    # A download, if the loader tries one, fails at once and never leaves
+    # the machine: the proxy is a closed local port.
+    for name in ('http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY'):
+        env[name] = 'http://127.0.0.1:9'
+    env.pop('no_proxy', None)
+    env.pop('NO_PROXY', None)
+    return subprocess.run(
+        [sys.executable, examples_util.example_path(task, script)] + args,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=120)
+
+
+def test_mnist_script_reads_chainer_dataset_root(dataset_root, tmp_path):
+    out = str(tmp_path / 'out')
+    result = run_script('mnist', 'train_mnist.py',
+                        ['-b', '32', '-e', '1', '-u', '8', '--noplot',
+                         '-o', out], dataset_root)
+    assert result.returncode == 0, result.stderr
+    assert read_log(out)[-1]['epoch'] == 1
+
+
+@pytest.mark.parametrize('task,script,args,expected', [
+    ('mnist', 'train_mnist.py', [],
+     [os.path.join('pfnet', 'chainer', 'mnist', 'train.npz'),
+      os.path.join('pfnet', 'chainer', 'mnist', 'test.npz')]),
+    ('cifar', 'train_cifar.py', [],
+     [os.path.join('pfnet', 'chainer', 'cifar', 'cifar-10.npz')]),
+    ('cifar', 'train_cifar.py', ['--dataset', 'cifar100'],
+     [os.path.join('pfnet', 'chainer', 'cifar', 'cifar-100.npz')]),
+])
+def test_missing_dataset_gives_clear_message(tmp_path, task, script, args,
+                                             expected):
+    root = str(tmp_path / 'empty')
+    result = run_script(task, script, args + ['-o', str(tmp_path / 'out')],
+                        root)
+    assert result.returncode == 1
+    assert 'Traceback' not in result.stderr
+    assert 'CHAINER_DATASET_ROOT' in result.stderr
+    for path in expected:
+        assert os.path.join(root, path) in result.stderr
+
+
+def test_mnist_results_table(dataset_root, tmp_path):
+    results = examples_util.load_example('mnist', 'results.py')
+    out = str(tmp_path / 'results')
+    argv = ['--batchsizes', '32', '--optimizers', 'momentum', 'lars',
+            '--epoch', '1', '--out', out, '--dataset-root', dataset_root]
+    results.main(argv)
+    with open(os.path.join(out, 'results.md')) as f:
+        md = f.read()
+    with open(os.path.join(out, 'results.rst')) as f:
+        rst = f.read()
+    lines = md.splitlines()
+    assert lines[2] == '| batch size | momentum | lars |'
+    for batchsize, row in zip((32,), lines[4:5]):
+        cells = row.strip('|').split('|')
+        assert int(cells[0]) == batchsize
+        for optimizer, cell in zip(('momentum', 'lars'), cells[1:]):
+            log = read_log(os.path.join(out, 'b{}-{}'.format(
+                batchsize, optimizer)))
+            assert float(cell) == pytest.approx(
+                100 * log[-1]['validation/main/accuracy'], abs=0.0051)
+            assert not [name for name in os.listdir(os.path.join(
+                out, 'b{}-{}'.format(batchsize, optimizer)))
+                if name.startswith('snapshot')]
+    command = ('python examples/mnist/train_mnist.py --batchsize 32 '
+               '--optimizer lars --epoch 1')
+    assert command in md and command in rst
+    # Done configurations are not run again.
+    stamp = os.path.getmtime(os.path.join(out, 'b32-lars', 'log'))
+    results.main(argv)
+    assert os.path.getmtime(os.path.join(out, 'b32-lars', 'log')) == stamp

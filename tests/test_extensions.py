@@ -1,0 +1,295 @@
+import math
+
+import numpy
+import pytest
+
+import chainer
+from chainer import optimizers
+from chainer import serializers
+from chainer import testing
+from chainer import training
+import chainer.links as L
+
+import chainer_lars
+
+
+def make_trainer(optimizer_factory, iterations, data_size=20, batchsize=5,
+                 hooks=()):
+    """A real trainer on a tiny linear classifier, stopped after iterations.
+
+    ``data_size / batchsize`` iterations make one epoch; ``hooks`` are added
+    to the optimizer in order.
+    """
+    rng = numpy.random.RandomState(0)
+    x = rng.randn(data_size, 3).astype(numpy.float32)
+    t = rng.randint(0, 2, data_size).astype(numpy.int32)
+    model = L.Classifier(L.Linear(3, 2, initialW=rng.randn(2, 3)))
+    optimizer = optimizer_factory()
+    optimizer.setup(model)
+    for hook in hooks:
+        optimizer.add_hook(hook)
+    it = chainer.iterators.SerialIterator(
+        chainer.datasets.TupleDataset(x, t), batchsize, shuffle=False)
+    updater = training.updaters.StandardUpdater(it, optimizer)
+    return training.Trainer(updater, (iterations, 'iteration'))
+
+
+def record(trainer, attr='lr'):
+    """Records the value of an optimizer attribute used by each update.
+
+    The recorder runs before the schedule (a higher priority), so it sees
+    the value the update it follows has just used.
+    """
+    values = []
+    optimizer = trainer.updater.get_optimizer('main')
+
+    @training.make_extension(trigger=(1, 'iteration'),
+                             priority=training.PRIORITY_WRITER)
+    def recorder(trainer):
+        values.append(getattr(optimizer, attr))
+
+    trainer.extend(recorder)
+    return values
+
+
+# -- WarmupPolynomialShift -------------------------------------------------
+
+def expected_schedule(t, init, warmup, total, power, end=0.0):
+    """The schedule written out: value before update t + 1."""
+    if t < warmup:
+        return init * (t + 1) / warmup
+    if t >= total:
+        return end
+    return end + (init - end) * (1 - (t - warmup) / (total - warmup)) ** power
+
+
+def test_schedule_values_by_hand():
+    shift = chainer_lars.WarmupPolynomialShift(
+        'lr', warmup_count=4, max_count=10, init=2.0)
+    got = [shift.value(t) for t in range(12)]
+    want = [0.5, 1.0, 1.5, 2.0,  # warm-up: 2 * (t + 1) / 4
+            2.0, 2 * (5 / 6) ** 2, 2 * (4 / 6) ** 2, 2 * (3 / 6) ** 2,
+            2 * (2 / 6) ** 2, 2 * (1 / 6) ** 2,
+            0.0, 0.0]  # after max_count
+    numpy.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+@pytest.mark.parametrize('warmup,total,power,end', [
+    (3, 12, 2.0, 0.0),
+    (0, 7, 2.0, 0.0),  # no warm-up
+    (5, 5, 2.0, 0.0),  # warm-up only
+    (2, 9, 1.0, 0.01),
+    (4, 10, 0.5, 0.1),
+])
+def test_schedule_in_trainer(warmup, total, power, end):
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.3),
+                           iterations=total + 3)
+    trainer.extend(chainer_lars.WarmupPolynomialShift(
+        'lr', warmup, total, power=power, end=end))
+    used = record(trainer)
+    trainer.run()
+    want = [expected_schedule(t, 0.3, warmup, total, power, end)
+            for t in range(total + 3)]
+    numpy.testing.assert_allclose(used, want, rtol=1e-12)
+    assert used[-1] == end
+
+
+def test_schedule_any_attribute():
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(momentum=0.5),
+                           iterations=6)
+    trainer.extend(chainer_lars.WarmupPolynomialShift(
+        'momentum', 2, 6, init=0.8))
+    used = record(trainer, 'momentum')
+    trainer.run()
+    want = [expected_schedule(t, 0.8, 2, 6, 2.0) for t in range(6)]
+    numpy.testing.assert_allclose(used, want, rtol=1e-12)
+
+
+def test_schedule_drives_lars_lr():
+    trainer = make_trainer(lambda: chainer_lars.LARS(lr=5.0), iterations=8)
+    trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 3, 8))
+    used = record(trainer)
+    trainer.run()
+    want = [expected_schedule(t, 5.0, 3, 8, 2.0) for t in range(8)]
+    numpy.testing.assert_allclose(used, want, rtol=1e-12)
+
+
+def test_schedule_resumes_from_snapshot(tmp_path):
+    def run(iterations, resume=None):
+        trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.2),
+                               iterations)
+        trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 3, 10),
+                       name='schedule')
+        used = record(trainer)
+        if resume is not None:
+            serializers.load_npz(resume, trainer)
+        trainer.run()
+        return trainer, used
+
+    _, uninterrupted = run(10)
+    first, head = run(4)
+    serializers.save_npz(str(tmp_path / 'snapshot'), first)
+    # A trainer built with another initial lr: the snapshot's peak wins.
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=99.0), 10)
+    trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 3, 10),
+                   name='schedule')
+    tail = record(trainer)
+    serializers.load_npz(str(tmp_path / 'snapshot'), trainer)
+    trainer.run()
+    assert head + tail == uninterrupted
+
+
+@pytest.mark.parametrize('kwargs,error', [
+    ({'warmup_count': -1, 'max_count': 3}, ValueError),
+    ({'warmup_count': 1.5, 'max_count': 3}, TypeError),
+    ({'warmup_count': 4, 'max_count': 3}, ValueError),
+    ({'warmup_count': 1, 'max_count': 3, 'power': 0}, ValueError),
+    ({'warmup_count': 1, 'max_count': 3, 'init': float('nan')}, ValueError),
+])
+def test_schedule_arguments_checked(kwargs, error):
+    with pytest.raises(error):
+        chainer_lars.WarmupPolynomialShift('lr', **kwargs)
+
+
+# -- TrustRatioObserver ----------------------------------------------------
+
+class FakeSource(object):
+
+    def __init__(self, values):
+        self.values = values
+        self.calls = 0
+
+    def observe(self):
+        self.calls += 1
+        return self.values
+
+
+def observe_once(observer, trainer=None):
+    observation = {}
+    reporter = chainer.Reporter()
+    with reporter.scope(observation):
+        observer(trainer)
+    return observation
+
+
+def test_observer_reports_each_quantity():
+    source = FakeSource({'/l1/W': (0.5, 2.0, 3.0), '/l1/b': (1.0, 0.0, 0.1)})
+    observation = observe_once(chainer_lars.TrustRatioObserver(source))
+    assert observation == {
+        'lars/ratio/l1/W': 0.5, 'lars/w_norm/l1/W': 2.0,
+        'lars/g_norm/l1/W': 3.0, 'lars/ratio/l1/b': 1.0,
+        'lars/w_norm/l1/b': 0.0, 'lars/g_norm/l1/b': 0.1}
+
+
+def test_observer_prefix_pattern_and_key():
+    source = FakeSource({'/l1/W': (0.5, 2.0, 3.0), '/l1/b': (1.0, 0.0, 0.1)})
+    observer = chainer_lars.TrustRatioObserver(source, prefix='x',
+                                               pattern='/W$')
+    assert observe_once(observer) == {
+        'x/ratio/l1/W': 0.5, 'x/w_norm/l1/W': 2.0, 'x/g_norm/l1/W': 3.0}
+    assert observer.key('g_norm', '/l1/W') == 'x/g_norm/l1/W'
+    with pytest.raises(ValueError):
+        observer.key('lr', '/l1/W')
+
+
+def test_observer_checks_source():
+    with pytest.raises(TypeError):
+        chainer_lars.TrustRatioObserver(object())
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(), 1)
+    trainer.extend(chainer_lars.TrustRatioObserver(), trigger=(1, 'iteration'))
+    with pytest.raises(TypeError, match='GradientLARS'):
+        trainer.run(show_loop_exception_msg=False)
+
+
+def test_observer_observes_only_at_its_interval():
+    source = FakeSource({'/l1/W': (0.5, 2.0, 3.0)})
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(), 12)
+    trainer.extend(chainer_lars.TrustRatioObserver(source),
+                   trigger=(4, 'iteration'))
+    trainer.run()
+    assert source.calls == 3
+
+
+def hand_ratio(w, g, wd, eta, eps=0.0, threshold=0.0):
+    w_norm = numpy.linalg.norm(w.astype(numpy.float64))
+    g_norm = numpy.linalg.norm(g.astype(numpy.float64))
+    if w_norm > threshold and g_norm > 0:
+        return eta * w_norm / (eps + g_norm + wd * w_norm), w_norm, g_norm
+    return 1.0, w_norm, g_norm
+
+
+class GradCapture(object):
+
+    """Keeps copies of each weight and gradient as an update sees them."""
+
+    name = 'GradCapture'
+    call_for_each_param = True
+    timing = 'pre'
+
+    def __init__(self):
+        self.arrays = {}
+
+    def __call__(self, rule, param):
+        self.arrays[param.name] = (param.array.copy(), param.grad.copy())
+
+
+def check_observer_in_trainer(optimizer, hook, source, wd, eta, eps,
+                              threshold, excluded):
+    capture = GradCapture()
+    # The capture runs first, so it sees the gradient before the hook.
+    hooks = [capture] + ([hook] if hook is not None else [])
+    trainer = make_trainer(lambda: optimizer, iterations=3, hooks=hooks)
+    trainer.extend(chainer_lars.TrustRatioObserver(source),
+                   trigger=(1, 'iteration'))
+    trainer.extend(training.extensions.LogReport(
+        trigger=(1, 'iteration'), filename=None))
+    trainer.run()
+    log = trainer.get_extension('LogReport').log
+    assert len(log) == 3
+    # The capture holds the arrays of the last (3rd) update.
+    for name in ('W', 'b'):
+        w, g = capture.arrays[name]
+        want = hand_ratio(w, g, wd, eta, eps, threshold)
+        if name in excluded:
+            want = (1.0,) + want[1:]
+        keys = ['lars/{}/predictor/{}'.format(quantity, name)
+                for quantity in ('ratio', 'w_norm', 'g_norm')]
+        if isinstance(optimizer, chainer_lars.LARS) and name in excluded:
+            # LARS reports only the arrays it adapts.
+            assert not set(keys) & set(log[-1])
+            continue
+        for key, value in zip(keys, want):
+            testing.assert_allclose(log[-1][key], value, rtol=1e-5)
+
+
+def test_observer_with_lars_optimizer():
+    optimizer = chainer_lars.LARS(lr=0.5, weight_decay=1e-2,
+                                  trust_coefficient=0.1)
+    check_observer_in_trainer(optimizer, None, optimizer, wd=1e-2, eta=0.1,
+                              eps=0.0, threshold=0.0, excluded=())
+
+
+def test_observer_with_lars_optimizer_as_default_source():
+    optimizer = chainer_lars.LARS(
+        lr=0.5, weight_decay=1e-2, trust_coefficient=0.1,
+        exclude_from_weight_decay=['/b$'],
+        exclude_from_layer_adaptation=['/b$'])
+    check_observer_in_trainer(optimizer, None, None, wd=1e-2, eta=0.1,
+                              eps=0.0, threshold=0.0, excluded=('b',))
+
+
+def test_observer_with_gradient_lars_hook():
+    hook = chainer_lars.GradientLARS(
+        weight_decay=1e-3, exclude_from_weight_decay=['/b$'],
+        exclude_from_layer_adaptation=['/b$'])
+    check_observer_in_trainer(optimizers.MomentumSGD(lr=0.1), hook, hook,
+                              wd=1e-3, eta=1.0, eps=1e-9, threshold=1e-2,
+                              excluded=('b',))
+
+
+def test_hand_ratio_is_the_spec():
+    w = numpy.array([3.0, 4.0])
+    g = numpy.array([0.0, 2.0])
+    r, w_norm, g_norm = hand_ratio(w, g, wd=0.1, eta=0.01)
+    assert (w_norm, g_norm) == (5.0, 2.0)
+    assert math.isclose(r, 0.01 * 5.0 / (2.0 + 0.5))
