@@ -1,5 +1,6 @@
 """GradientLARS: the LARS pre-update hook."""
 
+import collections
 import math
 import weakref
 
@@ -14,7 +15,7 @@ from chainer_lars import ratio as _ratio
 
 class _Observation(object):
 
-    """What an update computed for one array, kept for the trust-ratio observer.
+    """What an update computed for one array, kept for the ratio observer.
 
     ``sqnorms`` is either a ``(||w||^2, ||g||^2)`` pair of floats or an
     array on the device (summed along its first axis on demand), so that
@@ -127,6 +128,9 @@ class GradientLARS(object):
             the denominator, but is still adapted.
         exclude_from_layer_adaptation (list of str): Regular expressions; a
             matching parameter gets ``r = 1`` but keeps its weight decay.
+        multi_tensor (bool): On GPU, rescale all float32 (or float64)
+            arrays of one device in two kernel launches per update, instead
+            of two per array. ``False`` keeps the per-array kernels.
 
     Attributes:
         ~GradientLARS.threshold (float): See above.
@@ -147,7 +151,7 @@ class GradientLARS(object):
     def __init__(self, threshold=1e-2, weight_decay=0.0, eps=1e-9, *,
                  trust_coefficient=1.0, clip=False,
                  exclude_from_weight_decay=(),
-                 exclude_from_layer_adaptation=()):
+                 exclude_from_layer_adaptation=(), multi_tensor=True):
         self.threshold = threshold
         self.weight_decay = weight_decay
         self.eps = eps
@@ -159,6 +163,14 @@ class GradientLARS(object):
         self._delegate_name = 'chainer_lars.GradientLARS@{:x}'.format(
             id(self))
         self._observations = {}
+        if not isinstance(multi_tensor, bool):
+            raise TypeError('multi_tensor must be a bool, not {!r}'.format(
+                multi_tensor))
+        self._multi_tensor = multi_tensor
+        self._tables = None
+        if multi_tensor and cuda.available:
+            from chainer_lars import cuda_kernels
+            self._tables = cuda_kernels.MultiTensorTables()
 
     threshold = property(
         lambda self: self._threshold,
@@ -227,20 +239,47 @@ class GradientLARS(object):
             raise TypeError(
                 'GradientLARS must be registered on a set-up optimizer '
                 '(optimizer.setup(link) first); got {!r}'.format(optimizer))
+        batches = collections.OrderedDict()
         for path, param in target.namedparams():
             rule = getattr(param, 'update_rule', None)
             if rule is not None and not rule.enabled:
                 continue
-            if param.array is None or param.grad is None:
+            w = param.array
+            g = None if w is None else param.grad  # no grad before init
+            if g is None or g.size == 0:
                 continue
-            if (param.grad.dtype == numpy.float16
-                    and rule is not None
-                    and param.device.xp is not chainer.backend.chainerx):
+            xp = param.device.xp
+            if (g.dtype == numpy.float16 and rule is not None
+                    and xp is not chainer.backend.chainerx):
                 self._arm_delegate(rule, path)
                 continue
             loss_scale = param._loss_scale
-            self._rescale(rule, param, path,
-                          1.0 if loss_scale is None else float(loss_scale))
+            loss_scale = 1.0 if loss_scale is None else float(loss_scale)
+            if self._multi_tensor and xp is cuda.cupy:
+                from chainer_lars import cuda_kernels
+                if cuda_kernels.supports(w, g):
+                    uses_wd, adapt = self._rules.lookup(path)
+                    clip_lr = self._clip_lr(rule, path) if adapt else None
+                    key = (param.device.name, g.dtype, loss_scale, clip_lr)
+                    batches.setdefault(key, (param.device, []))[1].append(
+                        (path, w, g, uses_wd, adapt))
+                    continue
+            self._rescale(rule, param, path, loss_scale)
+        for (_, _, loss_scale, clip_lr), (device, items) in batches.items():
+            self._rescale_many(device, items, loss_scale, clip_lr)
+
+    def _rescale_many(self, device, items, loss_scale, clip_lr):
+        """Rescales many CuPy arrays of one dtype in two kernel launches."""
+        from chainer_lars import cuda_kernels
+        with chainer.using_device(device):
+            partials = cuda_kernels.multi_scale_add(
+                self._tables, [item[1:] for item in items],
+                self._weight_decay, self._eps, self._trust_coefficient,
+                self._threshold, clip_lr, loss_scale)
+        for (path, _, _, uses_wd, adapt), sqnorms in zip(items, partials):
+            self._observations[path] = _Observation(
+                sqnorms, loss_scale, self._weight_decay if uses_wd else 0.0,
+                adapt, clip_lr if adapt else None)
 
     def _arm_delegate(self, rule, path):
         delegate = self._delegates.get(rule)
@@ -270,8 +309,9 @@ class GradientLARS(object):
         that the update rule's later division gives the right gradient.
 
         """
-        w, g = param.array, param.grad
-        if w is None or g is None or g.size == 0:
+        w = param.array
+        g = None if w is None else param.grad
+        if g is None or g.size == 0:
             return
         uses_wd, adapt = self._rules.lookup(path)
         wd = self._weight_decay if uses_wd else 0.0
@@ -293,7 +333,7 @@ class GradientLARS(object):
                 sqnorms = cuda_kernels.sqnorm_partials(w, g)
                 cuda_kernels.scale_add_by_ratio(
                     w, g, sqnorms, wd, self._eps, self._trust_coefficient,
-                    self._threshold, False, clip_lr, loss_scale, adapt)
+                    self._threshold, clip_lr, loss_scale, adapt)
             else:
                 sqnorms = kernels.sqnorms_generic(xp, w, g)
                 if adapt:

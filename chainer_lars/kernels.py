@@ -11,10 +11,12 @@ with an array-sized temporary; the passes here walk the arrays in chunks of
 :data:`CHUNK` elements with a reused scratch buffer, so each chunk is read
 from memory once and the remaining arithmetic runs in cache. That keeps the
 traffic at the floor without a compiled extension or a new runtime
-dependency. The norms use BLAS ``dot``, which streams at memory speed. float16 arrays are processed in float32 chunks: the norms are
-accumulated in float32 or wider, never in float16.
+dependency. The norms use BLAS ``dot``, which streams at memory speed.
+float16 arrays are processed in float32 chunks: the norms are accumulated
+in float32 or wider, never in float16.
 """
 
+import functools
 import threading
 
 import numpy
@@ -40,6 +42,21 @@ def _scratch(index, dtype):
     return buf
 
 
+def _quiet(func):
+    """Runs ``func`` without NumPy's overflow and invalid-value warnings.
+
+    Non-finite gradients are expected under dynamic loss scaling, which
+    detects them and skips the update; they must pass through silently and
+    stay confined to their own array.
+
+    """
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with numpy.errstate(over='ignore', invalid='ignore'):
+            return func(*args, **kwargs)
+    return wrapper
+
+
 def _is_fast(*arrays):
     """Whether the in-place chunked passes apply to these arrays."""
     dtype = arrays[0].dtype
@@ -63,11 +80,13 @@ def _sqnorm(a):
     return total
 
 
+@_quiet
 def sqnorms(w, g):
     """Returns ``(||w||^2, ||g||^2)`` of two NumPy arrays as floats."""
     return _sqnorm(w), _sqnorm(g)
 
 
+@_quiet
 def scale_add(g, r, w, c):
     """``g <- r * g + c * w`` in place, in one pass over memory.
 
@@ -110,6 +129,7 @@ def scale_add(g, r, w, c):
         numpy.add(gs, b, out=gs)
 
 
+@_quiet
 def momentum_step(w, g, v, a, b, momentum, nesterov):
     """One fused LARS momentum step on NumPy arrays, in place.
 

@@ -109,6 +109,37 @@ class LARSRule(optimizer.UpdateRule):
         with chainer.using_device(param.device):
             self.state['v'] = param.device.xp.zeros_like(param.array)
 
+    def serialize(self, serializer):
+        """Serializes the state, and the float32 master copy if there is one.
+
+        Chainer does not save the master copy that ``use_fp32_update()``
+        keeps of a float16 parameter; a resumed run would then restart from
+        the rounded float16 weights and drift from the uninterrupted one.
+        A snapshot without the entry (an older one) loads as before.
+
+        """
+        super(LARSRule, self).serialize(serializer)
+        master = self._fp32_param
+        current = None if master is None else master.array
+        if isinstance(serializer, chainer.serializer.Serializer):
+            if current is not None:
+                serializer('fp32_param', current)
+            return
+        try:
+            value = serializer('fp32_param', current)
+        except KeyError:
+            return
+        if value is not None and current is None:
+            self._fp32_param = chainer.Parameter(value)
+
+    def update(self, param):
+        master = self._fp32_param
+        if (master is not None and master.array is not None
+                and master.device != param.device):
+            # A master copy loaded from a snapshot lives on the CPU.
+            master.to_device(param.device)
+        super(LARSRule, self).update(param)
+
     def _step_args(self):
         hp = self.hyperparam
         wd = hp.weight_decay if self.uses_weight_decay else 0.0

@@ -181,21 +181,22 @@ def trust_ratio(w_norm, g_norm, weight_decay, eps, trust_coefficient,
     return r
 
 
-#: :func:`trust_ratio` for the device, in float32; ``clip_lr < 0`` means no
-#: clipping. Kept beside the host version so that the two cannot drift.
+#: :func:`trust_ratio` for the device, for a compute type ``C`` (float or
+#: double); ``clip_lr < 0`` means no clipping. Kept beside the host version
+#: so that the two cannot drift.
 CUDA_TRUST_RATIO = r'''
-__device__ __forceinline__ float chainer_lars_trust_ratio(
-        float w_norm, float g_norm, float weight_decay, float eps,
-        float trust_coefficient, float threshold, int require_grad,
-        float clip_lr) {
-    float den = eps + g_norm + weight_decay * w_norm;
-    if (!(w_norm > threshold) || !(den > 0.0f)
-            || (require_grad && !(g_norm > 0.0f))) {
-        return 1.0f;
+template <typename C>
+__device__ __forceinline__ C chainer_lars_trust_ratio(
+        C w_norm, C g_norm, C weight_decay, C eps, C trust_coefficient,
+        C threshold, int require_grad, C clip_lr) {
+    C den = eps + g_norm + weight_decay * w_norm;
+    if (!(w_norm > threshold) || !(den > (C)0)
+            || (require_grad && !(g_norm > (C)0))) {
+        return (C)1;
     }
-    float r = trust_coefficient * w_norm / den;
-    if (clip_lr >= 0.0f) {
-        r = (r >= clip_lr) ? 1.0f : r / clip_lr;
+    C r = trust_coefficient * w_norm / den;
+    if (clip_lr >= (C)0) {
+        r = (r >= clip_lr) ? (C)1 : r / clip_lr;
     }
     return r;
 }

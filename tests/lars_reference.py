@@ -1,0 +1,100 @@
+"""LARS written out by hand in float64 NumPy, for the tests to compare with.
+
+Deliberately independent of ``chainer_lars.ratio``: a mistake there must not
+be repeated here.
+"""
+
+import math
+
+import numpy
+
+import chainer
+import chainer.links as L
+
+
+def norm64(a):
+    a = numpy.asarray(a, dtype=numpy.float64)
+    return math.sqrt(float((a * a).sum()))
+
+
+def hook_gradient(w, g, threshold=1e-2, weight_decay=0.0, eps=1e-9,
+                  trust_coefficient=1.0, clip_lr=None, uses_weight_decay=True,
+                  uses_adaptation=True):
+    """The gradient GradientLARS should leave, from the unscaled ``g``."""
+    w = numpy.asarray(w, dtype=numpy.float64)
+    g = numpy.asarray(g, dtype=numpy.float64)
+    wd = weight_decay if uses_weight_decay else 0.0
+    w_norm, g_norm = norm64(w), norm64(g)
+    r = 1.0
+    den = eps + g_norm + wd * w_norm
+    if uses_adaptation and w_norm > threshold and den > 0:
+        r = trust_coefficient * w_norm / den
+        if clip_lr is not None:
+            r = min(r / clip_lr, 1.0) if clip_lr > 0 else 1.0
+    return r * (g + wd * w)
+
+
+def lars_step(w, g, v, lr, momentum, weight_decay, trust_coefficient, eps,
+              nesterov=False, uses_weight_decay=True, uses_adaptation=True):
+    """One step of the LARS optimizer; returns the new ``(w, v)``."""
+    w = numpy.asarray(w, dtype=numpy.float64)
+    g = numpy.asarray(g, dtype=numpy.float64)
+    wd = weight_decay if uses_weight_decay else 0.0
+    w_norm, g_norm = norm64(w), norm64(g)
+    r = 1.0
+    if uses_adaptation and w_norm > 0 and g_norm > 0:
+        r = trust_coefficient * w_norm / (g_norm + wd * w_norm + eps)
+    u = lr * r * (g + wd * w)
+    v = momentum * v + u
+    if nesterov:
+        return w - (u + momentum * v), v
+    return w - v, v
+
+
+class Net(chainer.Chain):
+
+    """A small model with the parameter kinds LARS treats differently."""
+
+    def __init__(self, dtype=numpy.float32):
+        super(Net, self).__init__()
+        with self.init_scope():
+            self.conv1 = L.Linear(6, 5, initialW=_init(dtype),
+                                  initial_bias=_init(dtype))
+            self.bn1 = L.BatchNormalization(5, dtype=dtype)
+            self.fc = L.Linear(5, 3, initialW=_init(dtype),
+                               initial_bias=_init(dtype))
+
+    def forward(self, x):
+        return self.fc(self.bn1(chainer.functions.relu(self.conv1(x))))
+
+
+def _init(dtype):
+    return chainer.initializers.Normal(0.5, dtype=dtype)
+
+
+def fill(link, seed, w_scale=1.0, g_scale=1.0):
+    """Puts random weights and gradients into every parameter of ``link``."""
+    rng = numpy.random.RandomState(seed)
+    for param in link.params():
+        shape, dtype = param.shape, param.dtype
+        param.array[...] = (rng.standard_normal(shape) * w_scale).astype(dtype)
+        param.grad = (rng.standard_normal(shape) * g_scale).astype(dtype)
+
+
+def snapshot(link, attr='array'):
+    """``{path: float64 copy}`` of the weights (or ``attr='grad'``)."""
+    return {path: numpy.array(getattr(p, attr), dtype=numpy.float64)
+            for path, p in link.namedparams()}
+
+
+def batch(seed, n=16, dtype=numpy.float32):
+    rng = numpy.random.RandomState(seed)
+    x = rng.standard_normal((n, 6)).astype(dtype)
+    t = rng.randint(0, 3, size=n).astype(numpy.int32)
+    return x, t
+
+
+def loss_fn(model, x, t):
+    def loss():
+        return chainer.functions.softmax_cross_entropy(model(x), t)
+    return loss

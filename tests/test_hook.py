@@ -1,0 +1,510 @@
+import math
+
+import hypothesis
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+import numpy
+import pytest
+
+import chainer
+from chainer import optimizer_hooks
+from chainer import optimizers
+from chainer import testing
+
+import chainer_lars
+from tests import lars_reference as ref
+
+
+PATHS = ['/conv1/W', '/conv1/b', '/bn1/gamma', '/bn1/beta', '/fc/W', '/fc/b']
+
+
+def setup(hook, dtype=numpy.float32, optimizer=None, seed=0, **fill_kw):
+    model = ref.Net(dtype)
+    ref.fill(model, seed, **fill_kw)
+    opt = optimizer or optimizers.MomentumSGD(lr=0.1)
+    opt.setup(model)
+    if hook is not None:
+        opt.add_hook(hook)
+    return model, opt
+
+
+def test_paths_are_those_of_namedparams():
+    model, _ = setup(None)
+    assert sorted(path for path, _ in model.namedparams()) == sorted(PATHS)
+
+
+@pytest.mark.parametrize('kwargs', [
+    {},
+    {'weight_decay': 5e-4},
+    {'threshold': 0.0, 'weight_decay': 1e-2, 'eps': 0.0},
+    {'threshold': 1e3},  # every array below the threshold: r = 1
+])
+def test_same_as_chainer_hook_step_by_step(kwargs):
+    ours, opt_ours = setup(chainer_lars.GradientLARS(**kwargs))
+    theirs, opt_theirs = setup(optimizer_hooks.GradientLARS(**kwargs))
+    for step in range(4):
+        x, t = ref.batch(step)
+        opt_ours.update(ref.loss_fn(ours, x, t))
+        opt_theirs.update(ref.loss_fn(theirs, x, t))
+        a, b = ref.snapshot(ours), ref.snapshot(theirs)
+        # Both compute in float32 with a different order of operations.
+        for path in PATHS:
+            testing.assert_allclose(a[path], b[path], rtol=1e-5, atol=1e-6)
+
+
+def test_defaults_match_chainer():
+    ours = chainer_lars.GradientLARS()
+    theirs = optimizer_hooks.GradientLARS()
+    assert (ours.threshold, ours.weight_decay, ours.eps) == (
+        theirs.threshold, theirs.weight_decay, theirs.eps)
+    assert ours.name == theirs.name == 'GradientLARS'
+    assert ours.timing == 'pre'
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('kwargs', [
+    {},
+    {'weight_decay': 1e-3, 'trust_coefficient': 1e-3},
+    {'weight_decay': 1e-1, 'eps': 0.0, 'threshold': 0.0},
+    {'trust_coefficient': 2.5, 'threshold': 3.0},
+])
+def test_gradient_against_reference(dtype, kwargs):
+    hook = chainer_lars.GradientLARS(**kwargs)
+    model, opt = setup(hook, dtype)
+    before_w, before_g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    hook(opt)
+    after = ref.snapshot(model, 'grad')
+    tol = 1e-6 if dtype == numpy.float32 else 1e-12
+    for path in PATHS:
+        expected = ref.hook_gradient(before_w[path], before_g[path], **kwargs)
+        testing.assert_allclose(after[path], expected, rtol=tol, atol=tol)
+
+
+def test_threshold_is_strict():
+    w = numpy.array([3.0, 4.0], numpy.float32)  # ||w|| = 5
+    for threshold, expect_adapted in [(5.0, False), (4.999, True)]:
+        link = chainer.Link()
+        with link.init_scope():
+            link.p = chainer.Parameter(w.copy())
+        link.p.grad = numpy.array([1.0, 0.0], numpy.float32)
+        opt = optimizers.SGD(lr=1.0)
+        opt.setup(link)
+        chainer_lars.GradientLARS(threshold=threshold)(opt)
+        expected = (5.0 / (1.0 + 1e-9)) if expect_adapted else 1.0
+        testing.assert_allclose(link.p.grad, [expected, 0.0], rtol=1e-6)
+
+
+def test_exclusion_lists_act_independently():
+    kwargs = dict(threshold=0.0, weight_decay=0.1, eps=0.0,
+                  trust_coefficient=0.5)
+    hook = chainer_lars.GradientLARS(
+        exclude_from_weight_decay=['/b$', r'/bn\d+/'],
+        exclude_from_layer_adaptation=['/conv1/b$', 'gamma'], **kwargs)
+    model, opt = setup(hook)
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    hook(opt)
+    after = ref.snapshot(model, 'grad')
+    flags = {  # (uses weight decay, uses adaptation)
+        '/conv1/W': (True, True),
+        '/conv1/b': (False, False),
+        '/bn1/gamma': (False, False),
+        '/bn1/beta': (False, True),
+        '/fc/W': (True, True),
+        '/fc/b': (False, True),
+    }
+    for path, (uses_wd, adapt) in flags.items():
+        expected = ref.hook_gradient(
+            w[path], g[path], uses_weight_decay=uses_wd,
+            uses_adaptation=adapt, **kwargs)
+        testing.assert_allclose(after[path], expected, rtol=1e-6, atol=1e-7)
+    # An array excluded from adaptation keeps its weight decay exactly.
+    conv1_w = ref.hook_gradient(w['/conv1/W'], g['/conv1/W'],
+                                uses_adaptation=False, **kwargs)
+    hook2 = chainer_lars.GradientLARS(
+        exclude_from_layer_adaptation=['/conv1/W'], **kwargs)
+    model2, opt2 = setup(hook2)
+    hook2(opt2)
+    testing.assert_allclose(model2.conv1.W.grad, conv1_w, rtol=1e-6)
+    testing.assert_allclose(
+        conv1_w, g['/conv1/W'] + 0.1 * w['/conv1/W'], rtol=1e-12)
+
+
+def test_trust_coefficient_scales_the_ratio():
+    grads = []
+    for eta in [1.0, 0.25]:
+        hook = chainer_lars.GradientLARS(trust_coefficient=eta)
+        model, opt = setup(hook)
+        hook(opt)
+        grads.append(ref.snapshot(model, 'grad'))
+    for path in ['/conv1/W', '/fc/W']:
+        testing.assert_allclose(grads[1][path], 0.25 * grads[0][path],
+                                rtol=1e-6)
+
+
+@pytest.mark.parametrize('lr', [0.1, 1e-4, 0.0])
+def test_clip_divides_by_lr_and_caps_at_one(lr):
+    kwargs = dict(trust_coefficient=0.02, weight_decay=1e-3)
+    hook = chainer_lars.GradientLARS(clip=True, **kwargs)
+    model, opt = setup(hook, optimizer=optimizers.MomentumSGD(lr=lr))
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    hook(opt)
+    for path in PATHS:
+        expected = ref.hook_gradient(w[path], g[path], clip_lr=lr, **kwargs)
+        testing.assert_allclose(dict(model.namedparams())[path].grad,
+                                expected, rtol=1e-6, atol=1e-8)
+        # The effective step min(r, lr) never exceeds the unclipped one.
+        unclipped = ref.hook_gradient(w[path], g[path], **kwargs)
+        assert numpy.all(lr * numpy.abs(expected)
+                         <= numpy.abs(unclipped) * (1 + 1e-12))
+
+
+def test_clip_follows_a_changed_lr():
+    hook = chainer_lars.GradientLARS(clip=True, trust_coefficient=0.02)
+    model, opt = setup(hook, optimizer=optimizers.MomentumSGD(lr=0.5))
+    opt.lr = 0.01
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    hook(opt)
+    expected = ref.hook_gradient(w['/fc/W'], g['/fc/W'], clip_lr=0.01,
+                                 trust_coefficient=0.02)
+    testing.assert_allclose(model.fc.W.grad, expected, rtol=1e-6)
+
+
+def test_clip_needs_a_rule_with_lr():
+    model, opt = setup(chainer_lars.GradientLARS(clip=True),
+                       optimizer=optimizers.Adam())
+    with pytest.raises(TypeError, match="clip=True.*no hyperparameter 'lr'"):
+        opt.update()
+
+
+@pytest.mark.parametrize('dynamic', [False, True])
+def test_loss_scaling_equals_unscaled_run(dynamic):
+    kwargs = dict(weight_decay=1e-3, trust_coefficient=0.5)
+    plain, opt_plain = setup(chainer_lars.GradientLARS(**kwargs))
+    scaled, opt_scaled = setup(chainer_lars.GradientLARS(**kwargs))
+    if dynamic:
+        opt_scaled.loss_scaling(interval=1)
+    else:
+        opt_scaled.loss_scaling(scale=2.0 ** 12)
+    for step in range(6):
+        x, t = ref.batch(step)
+        opt_plain.update(ref.loss_fn(plain, x, t))
+        opt_scaled.update(ref.loss_fn(scaled, x, t))
+    if dynamic:
+        assert opt_scaled._loss_scale >= 32  # it really scaled
+    a, b = ref.snapshot(plain), ref.snapshot(scaled)
+    for path in PATHS:
+        testing.assert_allclose(a[path], b[path], rtol=1e-5, atol=1e-6)
+
+
+def test_chainer_hook_is_wrong_under_loss_scaling():
+    # Documents the defect this package fixes (SPEC.md section 1).
+    plain, opt_plain = setup(optimizer_hooks.GradientLARS(weight_decay=0.1))
+    scaled, opt_scaled = setup(optimizer_hooks.GradientLARS(weight_decay=0.1))
+    opt_scaled.loss_scaling(scale=1024.0)
+    x, t = ref.batch(0)
+    opt_plain.update(ref.loss_fn(plain, x, t))
+    opt_scaled.update(ref.loss_fn(scaled, x, t))
+    assert not numpy.allclose(plain.fc.W.array, scaled.fc.W.array,
+                              rtol=1e-3)
+
+
+def _fp16_link(w, g):
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(numpy.asarray(w, numpy.float16))
+    link.p.grad = numpy.asarray(g, numpy.float16)
+    return link
+
+
+@pytest.mark.parametrize('fp32_update', [False, True])
+def test_fp16_norms_do_not_overflow(fp32_update):
+    # Sum of squares 64 * 64 * 8**2 = 262144 > 65504, the float16 maximum.
+    rng = numpy.random.RandomState(0)
+    w = numpy.full((64, 64), 8.0) * rng.choice([-1, 1], (64, 64))
+    g = rng.standard_normal((64, 64))
+    link = _fp16_link(w, g)
+    w16, g16 = link.p.array.copy(), link.p.grad.copy()
+    opt = optimizers.SGD(lr=0.01)
+    opt.setup(link)
+    if fp32_update:
+        opt.use_fp32_update()
+    opt.add_hook(chainer_lars.GradientLARS(weight_decay=1e-4))
+    opt.update()
+    expected = w16 - 0.01 * ref.hook_gradient(w16, g16, weight_decay=1e-4)
+    assert numpy.all(numpy.isfinite(link.p.array))
+    testing.assert_allclose(link.p.array, expected, rtol=2e-3, atol=2e-3)
+
+
+def test_fp16_master_copy_is_used():
+    # After the first update the float32 master copy differs from the float16
+    # weights; the ratio must be computed from the master copy.
+    link = _fp16_link(numpy.linspace(-1, 1, 101), numpy.ones(101))
+    opt = optimizers.SGD(lr=1e-3)
+    opt.setup(link)
+    opt.use_fp32_update()
+    opt.add_hook(chainer_lars.GradientLARS(weight_decay=1e-2))
+    opt.update()
+    master = link.p.update_rule._fp32_param.array.astype(numpy.float64)
+    g = numpy.random.RandomState(1).standard_normal(101)
+    link.p.grad = g.astype(numpy.float16)
+    opt.update()
+    expected = master - 1e-3 * ref.hook_gradient(
+        master, g.astype(numpy.float16), weight_decay=1e-2)
+    testing.assert_allclose(link.p.update_rule._fp32_param.array, expected,
+                            rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize('fp32_update', [False, True])
+def test_fp16_under_loss_scaling_equals_unscaled_run(fp32_update):
+    runs = []
+    for scale in [None, 2.0 ** 10]:
+        model, opt = setup(chainer_lars.GradientLARS(weight_decay=1e-3),
+                           dtype=numpy.float16)
+        if fp32_update:
+            opt.use_fp32_update()
+        if scale:
+            opt.loss_scaling(scale=scale)
+        for step in range(3):
+            x, t = ref.batch(step, dtype=numpy.float16)
+            opt.update(ref.loss_fn(model, x, t))
+        runs.append(ref.snapshot(model))
+    for path in PATHS:
+        assert numpy.all(numpy.isfinite(runs[1][path]))
+        testing.assert_allclose(runs[0][path], runs[1][path], rtol=1e-2,
+                                atol=1e-3)
+
+
+def test_removed_hook_leaves_fp16_parameters_alone():
+    link = _fp16_link([1.0, 2.0], [0.5, 0.5])
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(link)
+    opt.add_hook(chainer_lars.GradientLARS(threshold=0.0))
+    opt.update()
+    opt.remove_hook('GradientLARS')
+    w = link.p.array.astype(numpy.float64)
+    link.p.grad = numpy.array([0.5, 0.5], numpy.float16)
+    opt.update()
+    testing.assert_allclose(link.p.array, w - 0.1 * 0.5, rtol=1e-3)
+
+
+def test_registered_on_a_single_update_rule():
+    model, opt = setup(None)
+    hook = chainer_lars.GradientLARS(
+        weight_decay=1e-2, exclude_from_weight_decay=['^/b$'])
+    model.fc.W.update_rule.add_hook(hook)
+    model.fc.b.update_rule.add_hook(
+        chainer_lars.GradientLARS(weight_decay=1e-2,
+                                  exclude_from_weight_decay=['^/b$']))
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    opt.update()
+    # MomentumSGD's first step from v = 0 is w - lr * g.
+    for path, uses_wd in [('/fc/W', True), ('/fc/b', False)]:
+        expected = w[path] - 0.1 * ref.hook_gradient(
+            w[path], g[path], weight_decay=1e-2, uses_weight_decay=uses_wd)
+        testing.assert_allclose(dict(model.namedparams())[path].array,
+                                expected, rtol=1e-6, atol=1e-7)
+    # Parameters without the hook took a plain step.
+    testing.assert_allclose(model.conv1.W.array,
+                            w['/conv1/W'] - 0.1 * g['/conv1/W'], rtol=1e-6)
+
+
+def test_uninitialized_missing_grad_and_zero_size_are_left_alone():
+    link = chainer.Chain()
+    with link.init_scope():
+        link.lazy = chainer.links.Linear(None, 3)
+        link.empty = chainer.Parameter(numpy.zeros((0, 4), numpy.float32))
+        link.nograd = chainer.Parameter(numpy.ones(3, numpy.float32))
+        link.ok = chainer.Parameter(numpy.ones(3, numpy.float32))
+    link.empty.grad = numpy.zeros((0, 4), numpy.float32)
+    link.ok.grad = numpy.full(3, 2.0, numpy.float32)
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(link)
+    hook = chainer_lars.GradientLARS(weight_decay=0.1, eps=0.0)
+    hook(opt)  # warnings are errors in this suite
+    assert link.lazy.W.array is None
+    assert link.nograd.grad is None
+    assert link.empty.grad.shape == (0, 4)
+    testing.assert_allclose(link.ok.grad, ref.hook_gradient(
+        numpy.ones(3), numpy.full(3, 2.0), weight_decay=0.1, eps=0.0),
+        rtol=1e-6)
+
+
+@pytest.mark.parametrize('threshold', [0.0, 1e-2])
+@pytest.mark.parametrize('weight_decay', [0.0, 0.1])
+@pytest.mark.parametrize('w_value,g_value', [(0.0, 0.0), (1.0, 0.0),
+                                             (0.0, 1.0)])
+def test_zero_norms_with_zero_eps_are_finite(threshold, weight_decay,
+                                             w_value, g_value):
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(numpy.full(4, w_value, numpy.float32))
+    link.p.grad = numpy.full(4, g_value, numpy.float32)
+    opt = optimizers.SGD(lr=1.0)
+    opt.setup(link)
+    kwargs = dict(threshold=threshold, weight_decay=weight_decay, eps=0.0)
+    expected = ref.hook_gradient(link.p.array, link.p.grad, **kwargs)
+    chainer_lars.GradientLARS(**kwargs)(opt)
+    assert numpy.all(numpy.isfinite(link.p.grad))
+    testing.assert_allclose(link.p.grad, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize('bad', [numpy.nan, numpy.inf])
+def test_non_finite_gradient_does_not_spread(bad):
+    hook = chainer_lars.GradientLARS(weight_decay=1e-3)
+    model, opt = setup(hook)
+    model.conv1.W.grad[0, 0] = bad
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    hook(opt)
+    assert not numpy.all(numpy.isfinite(model.conv1.W.grad))
+    for path in PATHS[1:]:
+        testing.assert_allclose(
+            dict(model.namedparams())[path].grad,
+            ref.hook_gradient(w[path], g[path], weight_decay=1e-3),
+            rtol=1e-6, atol=1e-7)
+
+
+def test_dynamic_loss_scaling_skips_overflowing_step_without_crash():
+    model, opt = setup(chainer_lars.GradientLARS())
+    opt.loss_scaling(interval=1)
+    before = ref.snapshot(model)
+    model.fc.W.grad[0, 0] = numpy.inf
+    with pytest.warns(UserWarning, match='Non finite'):
+        opt.update()
+    after = ref.snapshot(model)
+    for path in PATHS:
+        testing.assert_allclose(after[path], before[path], rtol=0, atol=0)
+
+
+def test_observe_reports_ratios_and_unscaled_norms():
+    hook = chainer_lars.GradientLARS(weight_decay=1e-3,
+                                     exclude_from_layer_adaptation=['/b$'])
+    model, opt = setup(hook)
+    opt.loss_scaling(scale=8.0)
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    for p in model.params():
+        p._loss_scale = 8.0
+        p.grad *= 8
+    hook(opt)
+    observed = hook.observe()
+    assert sorted(observed) == sorted(PATHS)
+    for path in PATHS:
+        ratio, w_norm, g_norm = observed[path]
+        assert w_norm == pytest.approx(ref.norm64(w[path]), rel=1e-6)
+        assert g_norm == pytest.approx(ref.norm64(g[path]), rel=1e-6)
+        if path.endswith('/b'):
+            assert ratio == 1.0
+        else:
+            expected = w_norm / (1e-9 + g_norm + 1e-3 * w_norm)
+            assert ratio == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize('kwargs,error,words', [
+    ({'threshold': -1.0}, ValueError, 'threshold.*-1.0'),
+    ({'threshold': float('nan')}, ValueError, 'threshold.*nan'),
+    ({'weight_decay': -1e-4}, ValueError, 'weight_decay.*-0.0001'),
+    ({'weight_decay': float('inf')}, ValueError, 'weight_decay.*inf'),
+    ({'eps': -1e-9}, ValueError, 'eps'),
+    ({'trust_coefficient': 0.0}, ValueError, 'trust_coefficient.*0.0'),
+    ({'trust_coefficient': -1.0}, ValueError, 'trust_coefficient'),
+    ({'threshold': '0.1'}, TypeError, "threshold.*'0.1'"),
+    ({'weight_decay': None}, TypeError, 'weight_decay.*None'),
+    ({'eps': True}, TypeError, 'eps.*True'),
+    ({'clip': 1}, TypeError, 'clip.*1'),
+    ({'exclude_from_weight_decay': ['(unclosed']}, ValueError,
+     r'exclude_from_weight_decay.*\(unclosed'),
+    ({'exclude_from_layer_adaptation': [3]}, TypeError,
+     'exclude_from_layer_adaptation.*3'),
+    ({'exclude_from_layer_adaptation': 3}, TypeError,
+     'exclude_from_layer_adaptation.*3'),
+])
+def test_bad_arguments(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        chainer_lars.GradientLARS(**kwargs)
+
+
+def test_bad_assignment_is_refused_and_keeps_the_old_value():
+    hook = chainer_lars.GradientLARS(weight_decay=1e-4)
+    with pytest.raises(ValueError, match='weight_decay'):
+        hook.weight_decay = -1.0
+    assert hook.weight_decay == 1e-4
+
+
+def test_a_single_string_is_one_pattern():
+    hook = chainer_lars.GradientLARS(exclude_from_weight_decay='/b$')
+    assert hook.exclude_from_weight_decay == ['/b$']
+
+
+def test_needs_a_set_up_optimizer():
+    with pytest.raises(TypeError, match='set-up optimizer'):
+        chainer_lars.GradientLARS()(optimizers.SGD())
+
+
+_dtypes = st.sampled_from([numpy.float16, numpy.float32, numpy.float64])
+
+
+@st.composite
+def _case(draw):
+    dtype = draw(_dtypes)
+    shape = draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1,
+                                  max_side=7))
+    # float16 magnitudes are bounded so that the exact result is
+    # representable; wider types span many orders of magnitude.
+    if dtype == numpy.float16:
+        exp_w, exp_g = draw(st.integers(-2, 1)), draw(st.integers(-3, 1))
+    else:
+        exp_w, exp_g = draw(st.integers(-6, 6)), draw(st.integers(-8, 6))
+    unit = st.floats(-1.0, 1.0, allow_nan=False, width=16)
+    w = draw(hnp.arrays(numpy.float64, shape, elements=unit)) * 10.0 ** exp_w
+    g = draw(hnp.arrays(numpy.float64, shape, elements=unit)) * 10.0 ** exp_g
+    kwargs = dict(
+        threshold=draw(st.sampled_from([0.0, 1e-2, 1.0])),
+        weight_decay=draw(st.sampled_from([0.0, 1e-4, 0.1])),
+        eps=draw(st.sampled_from([0.0, 1e-9])),
+        trust_coefficient=draw(st.sampled_from([1.0, 1e-3, 0.5])))
+    return w.astype(dtype), g.astype(dtype), kwargs
+
+
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.given(_case())
+def test_property_finite_and_matches_reference(case):
+    w, g, kwargs = case
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(w.copy())
+    link.p.grad = g.copy()
+    opt = optimizers.SGD(lr=1.0)
+    opt.setup(link)
+    hook = chainer_lars.GradientLARS(**kwargs)
+    if w.dtype == numpy.float16:
+        hook(link.p.update_rule, link.p)  # float16 is rescaled in the rule
+    else:
+        hook(opt)
+    out = link.p.grad
+    expected = ref.hook_gradient(w, g, **kwargs)
+    assert out.dtype == w.dtype
+    assert numpy.all(numpy.isfinite(out))
+    tol = {numpy.float16: 4e-3, numpy.float32: 2e-6,
+           numpy.float64: 1e-12}[w.dtype.type]
+    scale = float(numpy.max(numpy.abs(expected))) if expected.size else 0.0
+    # Results below the smallest normal number are rounded to the spacing of
+    # the subnormals.
+    tiny = float(numpy.finfo(w.dtype).smallest_subnormal)
+    testing.assert_allclose(out, expected, rtol=tol, atol=tol * scale + tiny)
+    assert link.p.array.tobytes() == w.tobytes()  # the weights are read only
+
+
+def test_trust_ratio_xp_matches_the_host_version():
+    from chainer_lars import ratio
+    cases = [(w, g, wd, eps, thr, req, clip)
+             for w in [0.0, 1e-3, 2.0] for g in [0.0, 1e-4, 3.0]
+             for wd in [0.0, 0.1] for eps in [0.0, 1e-9]
+             for thr in [0.0, 1e-2] for req in [False, True]
+             for clip in [None, 0.0, 0.05, 10.0]]
+    for w, g, wd, eps, thr, req, clip in cases:
+        host = ratio.trust_ratio(w, g, wd, eps, 0.5, thr, req, clip)
+        dev = ratio.trust_ratio_xp(numpy, numpy.float64(w * w),
+                                   numpy.float64((2 * g) ** 2), wd, eps,
+                                   0.5, thr, req, clip, loss_scale=2.0)
+        assert math.isfinite(host)
+        assert float(dev) == pytest.approx(host, rel=1e-12), (
+            w, g, wd, eps, thr, req, clip)

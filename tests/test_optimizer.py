@@ -1,0 +1,391 @@
+import io
+
+import numpy
+import pytest
+
+import chainer
+from chainer import optimizers
+from chainer import serializers
+from chainer import testing
+from chainer import training
+
+import chainer_lars
+from tests import lars_reference as ref
+
+
+PATHS = ['/conv1/W', '/conv1/b', '/bn1/gamma', '/bn1/beta', '/fc/W', '/fc/b']
+
+
+def run_reference(model_seed, steps, kwargs, flags=None, dtype=numpy.float32):
+    """Weights after ``steps`` updates, computed with the float64 reference.
+
+    Gradients of step ``k`` are those :func:`set_grads` puts in place.
+    """
+    model = ref.Net(dtype)
+    ref.fill(model, model_seed)
+    w = ref.snapshot(model)
+    v = {path: numpy.zeros_like(a) for path, a in w.items()}
+    flags = flags or {}
+    for step in range(steps):
+        grads = _grads(model, step)
+        for path in w:
+            uses_wd, adapt = flags.get(path, (True, True))
+            w[path], v[path] = ref.lars_step(
+                w[path], grads[path].astype(numpy.float64), v[path],
+                uses_weight_decay=uses_wd, uses_adaptation=adapt, **kwargs)
+    return w
+
+
+def _grads(model, step):
+    rng = numpy.random.RandomState(100 + step)
+    return {path: rng.standard_normal(p.shape).astype(p.dtype)
+            for path, p in sorted(model.namedparams())}
+
+
+def set_grads(model, step):
+    for path, g in _grads(model, step).items():
+        dict(model.namedparams())[path].grad = g
+
+
+DEFAULTS = dict(lr=0.1, momentum=0.9, weight_decay=1e-4,
+                trust_coefficient=1e-3, eps=0.0)
+
+
+@pytest.mark.parametrize('kwargs', [
+    DEFAULTS,
+    dict(DEFAULTS, nesterov=True),
+    dict(DEFAULTS, weight_decay=0.0),
+    dict(DEFAULTS, weight_decay=0.05, trust_coefficient=0.02, eps=1e-3),
+    dict(DEFAULTS, momentum=0.0, lr=2.0),
+])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_steps_against_reference(kwargs, dtype):
+    model = ref.Net(dtype)
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS(**kwargs)
+    opt.setup(model)
+    for step in range(5):
+        set_grads(model, step)
+        opt.update()
+    expected = run_reference(0, 5, kwargs, dtype=dtype)
+    tol = 1e-5 if dtype == numpy.float32 else 1e-12
+    for path in PATHS:
+        testing.assert_allclose(dict(model.namedparams())[path].array,
+                                expected[path], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize('nesterov', [False, True])
+def test_exclusion_lists_act_independently(nesterov):
+    kwargs = dict(DEFAULTS, weight_decay=0.05, nesterov=nesterov)
+    exclusions = dict(exclude_from_weight_decay=['/b$', r'/bn\d+/'],
+                      exclude_from_layer_adaptation=['/conv1/b$', 'gamma'])
+    model = ref.Net()
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS(**dict(kwargs, **exclusions))
+    opt.setup(model)
+    for step in range(4):
+        set_grads(model, step)
+        opt.update()
+    flags = {'/conv1/b': (False, False), '/bn1/gamma': (False, False),
+             '/bn1/beta': (False, True), '/fc/b': (False, True)}
+    expected = run_reference(0, 4, kwargs, flags)
+    for path in PATHS:
+        testing.assert_allclose(dict(model.namedparams())[path].array,
+                                expected[path], rtol=1e-5, atol=1e-6)
+    rules = {path: p.update_rule for path, p in model.namedparams()}
+    assert (rules['/bn1/gamma'].uses_weight_decay,
+            rules['/bn1/gamma'].uses_adaptation) == (False, False)
+    assert (rules['/fc/W'].uses_weight_decay,
+            rules['/fc/W'].uses_adaptation) == (True, True)
+    assert opt.exclude_from_layer_adaptation == ['/conv1/b$', 'gamma']
+
+
+def test_equals_momentum_sgd_with_hook():
+    kwargs = dict(weight_decay=1e-3, eps=1e-9)
+    a, b = ref.Net(), ref.Net()
+    ref.fill(a, 0)
+    ref.fill(b, 0)
+    lars = chainer_lars.LARS(lr=0.05, momentum=0.9, trust_coefficient=1.0,
+                             **kwargs)
+    lars.setup(a)
+    sgd = optimizers.MomentumSGD(lr=0.05, momentum=0.9)
+    sgd.setup(b)
+    sgd.add_hook(chainer_lars.GradientLARS(threshold=0.0, **kwargs))
+    for step in range(5):
+        x, t = ref.batch(step)
+        lars.update(ref.loss_fn(a, x, t))
+        sgd.update(ref.loss_fn(b, x, t))
+    wa, wb = ref.snapshot(a), ref.snapshot(b)
+    for path in PATHS:
+        testing.assert_allclose(wa[path], wb[path], rtol=1e-5, atol=1e-6)
+
+
+def _train(model, opt, steps, start=0):
+    for step in range(start, start + steps):
+        x, t = ref.batch(step)
+        opt.update(ref.loss_fn(model, x, t))
+
+
+def _save(model, opt):
+    buf = io.BytesIO()
+    serializers.save_npz(buf, opt)
+    model_buf = io.BytesIO()
+    serializers.save_npz(model_buf, model)
+    buf.seek(0)
+    model_buf.seek(0)
+    return buf, model_buf
+
+
+@pytest.mark.parametrize('nesterov', [False, True])
+def test_resume_is_bit_for_bit(nesterov):
+    kwargs = dict(lr=0.2, nesterov=nesterov,
+                  exclude_from_weight_decay=['/b$'])
+    whole = ref.Net()
+    ref.fill(whole, 0)
+    opt_whole = chainer_lars.LARS(**kwargs).setup(whole)
+    _train(whole, opt_whole, 6)
+
+    first = ref.Net()
+    ref.fill(first, 0)
+    opt_first = chainer_lars.LARS(**kwargs).setup(first)
+    _train(first, opt_first, 3)
+    opt_buf, model_buf = _save(first, opt_first)
+
+    resumed = ref.Net()
+    opt_resumed = chainer_lars.LARS(**kwargs).setup(resumed)
+    serializers.load_npz(model_buf, resumed)
+    serializers.load_npz(opt_buf, opt_resumed)
+    assert opt_resumed.t == 3
+    _train(resumed, opt_resumed, 3, start=3)
+    for (path, a), (_, b) in zip(sorted(whole.namedparams()),
+                                 sorted(resumed.namedparams())):
+        assert a.array.tobytes() == b.array.tobytes(), path
+        assert (a.update_rule.state['v'].tobytes()
+                == b.update_rule.state['v'].tobytes()), path
+
+
+def test_resume_with_fp32_master_is_bit_for_bit():
+    def make():
+        model = ref.Net(numpy.float16)
+        opt = chainer_lars.LARS(lr=0.5, weight_decay=1e-3)
+        opt.setup(model)
+        opt.use_fp32_update()
+        return model, opt
+
+    def train(model, opt, steps, start=0):
+        for step in range(start, start + steps):
+            x, t = ref.batch(step, dtype=numpy.float16)
+            opt.update(ref.loss_fn(model, x, t))
+
+    whole, opt_whole = make()
+    ref.fill(whole, 0)
+    train(whole, opt_whole, 4)
+    first, opt_first = make()
+    ref.fill(first, 0)
+    train(first, opt_first, 2)
+    opt_buf, model_buf = _save(first, opt_first)
+    resumed, opt_resumed = make()
+    serializers.load_npz(model_buf, resumed)
+    serializers.load_npz(opt_buf, opt_resumed)
+    train(resumed, opt_resumed, 2, start=2)
+    for (path, a), (_, b) in zip(sorted(whole.namedparams()),
+                                 sorted(resumed.namedparams())):
+        assert a.array.tobytes() == b.array.tobytes(), path
+        assert (a.update_rule._fp32_param.array.tobytes()
+                == b.update_rule._fp32_param.array.tobytes()), path
+
+
+def test_snapshot_without_master_copy_still_loads():
+    model = ref.Net(numpy.float16)
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS().setup(model)  # no use_fp32_update
+    opt.update()
+    buf = io.BytesIO()
+    serializers.save_npz(buf, opt)
+    buf.seek(0)
+    other = chainer_lars.LARS().setup(ref.Net(numpy.float16))
+    other.use_fp32_update()
+    serializers.load_npz(buf, other)
+    assert all(p.update_rule._fp32_param is None
+               for p in other.target.params())
+
+
+@pytest.mark.parametrize('dynamic', [False, True])
+def test_loss_scaling_equals_unscaled_run(dynamic):
+    plain, scaled = ref.Net(), ref.Net()
+    ref.fill(plain, 0)
+    ref.fill(scaled, 0)
+    opt_plain = chainer_lars.LARS(lr=0.5).setup(plain)
+    opt_scaled = chainer_lars.LARS(lr=0.5).setup(scaled)
+    if dynamic:
+        opt_scaled.loss_scaling(interval=1)
+    else:
+        opt_scaled.loss_scaling(scale=2.0 ** 12)
+    _train(plain, opt_plain, 6)
+    _train(scaled, opt_scaled, 6)
+    a, b = ref.snapshot(plain), ref.snapshot(scaled)
+    for path in PATHS:
+        testing.assert_allclose(a[path], b[path], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('fp32_update', [False, True])
+def test_fp16_against_reference(fp32_update):
+    kwargs = dict(DEFAULTS, lr=1.0, weight_decay=1e-3)
+    model = ref.Net(numpy.float16)
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS(**kwargs)
+    opt.setup(model)
+    if fp32_update:
+        opt.use_fp32_update()
+    for step in range(3):
+        set_grads(model, step)
+        opt.update()
+    expected = run_reference(0, 3, kwargs, dtype=numpy.float16)
+    for path in PATHS:
+        actual = dict(model.namedparams())[path].array
+        assert actual.dtype == numpy.float16
+        testing.assert_allclose(actual, expected[path], rtol=5e-3,
+                                atol=5e-3)
+        if fp32_update:
+            rule = dict(model.namedparams())[path].update_rule
+            assert rule.state['v'].dtype == numpy.float32
+            testing.assert_allclose(rule._fp32_param.array, expected[path],
+                                    rtol=1e-5, atol=1e-5)
+
+
+def test_fp16_norms_do_not_overflow():
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(numpy.full((64, 64), 8.0, numpy.float16))
+    link.p.grad = numpy.full((64, 64), 4.0, numpy.float16)
+    opt = chainer_lars.LARS(lr=1.0, weight_decay=0.0, momentum=0.0,
+                            trust_coefficient=1e-3)
+    opt.setup(link)
+    opt.update()
+    # ||w|| = 512, ||g|| = 256: the step is 1e-3 * 2 * 4 = 0.008.
+    testing.assert_allclose(link.p.array, numpy.full((64, 64), 8.0 - 0.008),
+                            rtol=1e-3)
+
+
+def test_zero_norms_give_ratio_one():
+    link = chainer.Link()
+    with link.init_scope():
+        link.zero_w = chainer.Parameter(numpy.zeros(3, numpy.float32))
+        link.zero_g = chainer.Parameter(numpy.ones(3, numpy.float32))
+        link.empty = chainer.Parameter(numpy.zeros((0,), numpy.float32))
+    link.zero_w.grad = numpy.full(3, 2.0, numpy.float32)
+    link.zero_g.grad = numpy.zeros(3, numpy.float32)
+    link.empty.grad = numpy.zeros((0,), numpy.float32)
+    opt = chainer_lars.LARS(lr=0.1, momentum=0.0, weight_decay=0.5)
+    opt.setup(link)
+    opt.update()
+    testing.assert_allclose(link.zero_w.array, numpy.full(3, -0.2))
+    testing.assert_allclose(link.zero_g.array, numpy.full(3, 1.0 - 0.05))
+    assert link.empty.array.shape == (0,)
+
+
+def test_hyperparameters_are_settable_attributes():
+    model = ref.Net()
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS(**DEFAULTS).setup(model)
+    set_grads(model, 0)
+    opt.update()
+    opt.lr = 0.3
+    opt.trust_coefficient = 2e-3
+    opt.weight_decay = 1e-3
+    opt.momentum = 0.5
+    assert model.fc.W.update_rule.hyperparam.lr == 0.3
+    set_grads(model, 1)
+    opt.update()
+    # By hand: the first step with the defaults, the second with the new
+    # values.
+    w0 = ref.snapshot(_fresh(0))
+    g0, g1 = _grads(model, 0), _grads(model, 1)
+    for path in PATHS:
+        w1, v1 = ref.lars_step(w0[path], g0[path], 0.0, **DEFAULTS)
+        w2, _ = ref.lars_step(w1, g1[path], v1, lr=0.3, momentum=0.5,
+                              weight_decay=1e-3, trust_coefficient=2e-3,
+                              eps=0.0)
+        testing.assert_allclose(dict(model.namedparams())[path].array, w2,
+                                rtol=1e-5, atol=1e-6)
+
+
+def _fresh(seed):
+    model = ref.Net()
+    ref.fill(model, seed)
+    return model
+
+
+def test_chainer_shift_extension_drives_lr(tmp_path):
+    model = ref.Net()
+    x, t = ref.batch(0, n=8)
+    dataset = chainer.datasets.TupleDataset(x, t)
+    it = chainer.iterators.SerialIterator(dataset, 4)
+    classifier = chainer.links.Classifier(model)
+    opt = chainer_lars.LARS(lr=1.0).setup(classifier)
+    updater = training.updaters.StandardUpdater(it, opt)
+    trainer = training.Trainer(updater, (3, 'iteration'), out=str(tmp_path))
+    trainer.extend(training.extensions.ExponentialShift('lr', 0.5),
+                   trigger=(1, 'iteration'))
+    trainer.run()
+    assert opt.lr == pytest.approx(0.125)
+
+
+def test_observe_reports_adapted_arrays():
+    model = ref.Net()
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS(exclude_from_layer_adaptation=['/b$'],
+                            **DEFAULTS).setup(model)
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    opt.update()
+    observed = opt.observe()
+    assert sorted(observed) == sorted(p for p in PATHS
+                                      if not p.endswith('/b'))
+    for path, (ratio, w_norm, g_norm) in observed.items():
+        assert w_norm == pytest.approx(ref.norm64(w[path]), rel=1e-6)
+        assert g_norm == pytest.approx(ref.norm64(g[path]), rel=1e-6)
+        assert ratio == pytest.approx(
+            1e-3 * w_norm / (g_norm + 1e-4 * w_norm), rel=1e-6)
+
+
+@pytest.mark.parametrize('kwargs,error,words', [
+    ({'lr': -0.1}, ValueError, 'lr.*-0.1'),
+    ({'lr': float('inf')}, ValueError, 'lr.*inf'),
+    ({'momentum': 1.0}, ValueError, 'momentum.*1.0'),
+    ({'momentum': -0.1}, ValueError, 'momentum'),
+    ({'weight_decay': -1e-4}, ValueError, 'weight_decay'),
+    ({'eps': -1.0}, ValueError, 'eps'),
+    ({'eps': float('nan')}, ValueError, 'eps.*nan'),
+    ({'trust_coefficient': 0.0}, ValueError, 'trust_coefficient'),
+    ({'lr': '0.1'}, TypeError, "lr.*'0.1'"),
+    ({'nesterov': 'yes'}, TypeError, "nesterov.*'yes'"),
+    ({'exclude_from_weight_decay': ['[']}, ValueError,
+     r'exclude_from_weight_decay.*\['),
+    ({'exclude_from_layer_adaptation': [None]}, TypeError,
+     'exclude_from_layer_adaptation.*None'),
+])
+def test_bad_arguments(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        chainer_lars.LARS(**kwargs)
+
+
+def test_bad_assignment_is_refused():
+    opt = chainer_lars.LARS()
+    with pytest.raises(ValueError, match='momentum'):
+        opt.momentum = 1.5
+    assert opt.momentum == 0.9
+
+
+def test_non_finite_gradient_stays_in_its_array():
+    model = ref.Net()
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS(**DEFAULTS).setup(model)
+    model.fc.W.grad[0, 0] = numpy.inf
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    opt.update()
+    for path in PATHS:
+        if path == '/fc/W':
+            continue
+        expected, _ = ref.lars_step(w[path], g[path], 0.0, **DEFAULTS)
+        testing.assert_allclose(dict(model.namedparams())[path].array,
+                                expected, rtol=1e-6, atol=1e-7)
