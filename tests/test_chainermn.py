@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-import mpi_util
+from tests import mpi_util
 
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
