@@ -54,8 +54,10 @@ def test_ranks_equal_one_process(n, case, equivalence):
     ranks = found['ranks']
     assert len(ranks) == n
 
-    # Every rank applied the same averaged gradient to the same parameters.
-    assert found['ranks_max_abs_diff'] == 0.0
+    # Every rank applied the same averaged gradient to the same parameters
+    # (bitwise so with Open MPI; an MPI whose all-reduce sums in a different
+    # order on each rank may differ by rounding).
+    assert found['ranks_max_abs_diff'] <= TOLERANCE
 
     for rank, r in enumerate(ranks):
         where = '{} on rank {} of {}'.format(case, rank, n)
