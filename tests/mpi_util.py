@@ -97,8 +97,6 @@ def run_mpi(n, args, timeout=120, env=None, cwd=None):
 
     """
     command = mpiexec_command(n, args)
-    # A session of its own, so that on a timeout the launcher and every rank
-    # it started are killed together.
     process = subprocess.Popen(
         command, cwd=cwd or REPO_ROOT, env=mpi_env(env),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -106,8 +104,7 @@ def run_mpi(n, args, timeout=120, env=None, cwd=None):
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
+        stdout, stderr = _stop(process)
         _print_output(command, None, stdout, stderr)
         pytest.fail('{} timed out after {} s'.format(
             ' '.join(command), timeout))
@@ -116,6 +113,22 @@ def run_mpi(n, args, timeout=120, env=None, cwd=None):
     if result.returncode != 0:
         _print_output(command, result.returncode, stdout, stderr)
     return result
+
+
+def _stop(process):
+    """Stops a hung ``mpiexec`` and its ranks; returns their output.
+
+    The ranks run in process groups of their own, so killing the launcher
+    would leave them behind: SIGTERM makes ``mpiexec`` stop them first.
+    SIGKILL to the launcher's session (``start_new_session``) is the
+    fallback.
+    """
+    process.terminate()
+    try:
+        return process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        return process.communicate()
 
 
 def _print_output(command, returncode, stdout, stderr):
