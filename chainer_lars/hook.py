@@ -13,6 +13,12 @@ from chainer_lars import kernels
 from chainer_lars import ratio as _ratio
 
 
+def _cuda_kernels():
+    # Imported on first use: the module needs CuPy.
+    from chainer_lars import cuda_kernels
+    return cuda_kernels
+
+
 class _Observation(object):
 
     """What an update computed for one array, kept for the ratio observer.
@@ -169,8 +175,7 @@ class GradientLARS(object):
         self._multi_tensor = multi_tensor
         self._tables = None
         if multi_tensor and cuda.available:
-            from chainer_lars import cuda_kernels
-            self._tables = cuda_kernels.MultiTensorTables()
+            self._tables = _cuda_kernels().MultiTensorTables()
 
     threshold = property(
         lambda self: self._threshold,
@@ -239,6 +244,7 @@ class GradientLARS(object):
             raise TypeError(
                 'GradientLARS must be registered on a set-up optimizer '
                 '(optimizer.setup(link) first); got {!r}'.format(optimizer))
+        self._observations.clear()
         batches = collections.OrderedDict()
         for path, param in target.namedparams():
             rule = getattr(param, 'update_rule', None)
@@ -256,8 +262,7 @@ class GradientLARS(object):
             loss_scale = param._loss_scale
             loss_scale = 1.0 if loss_scale is None else float(loss_scale)
             if self._multi_tensor and xp is cuda.cupy:
-                from chainer_lars import cuda_kernels
-                if cuda_kernels.supports(w, g):
+                if _cuda_kernels().supports(w, g):
                     uses_wd, adapt = self._rules.lookup(path)
                     clip_lr = self._clip_lr(rule, path) if adapt else None
                     key = (param.device.name, g.dtype, loss_scale, clip_lr)
@@ -270,9 +275,8 @@ class GradientLARS(object):
 
     def _rescale_many(self, device, items, loss_scale, clip_lr):
         """Rescales many CuPy arrays of one dtype in two kernel launches."""
-        from chainer_lars import cuda_kernels
         with chainer.using_device(device):
-            partials = cuda_kernels.multi_scale_add(
+            partials = _cuda_kernels().multi_scale_add(
                 self._tables, [item[1:] for item in items],
                 self._weight_decay, self._eps, self._trust_coefficient,
                 self._threshold, clip_lr, loss_scale)
@@ -328,8 +332,8 @@ class GradientLARS(object):
                         self._eps, self._trust_coefficient, self._threshold,
                         clip_lr=clip_lr)
                 kernels.scale_add(g, r, w, r * loss_scale * wd)
-            elif xp is cuda.cupy:
-                from chainer_lars import cuda_kernels
+            elif xp is cuda.cupy and _cuda_kernels().supports(w, g):
+                cuda_kernels = _cuda_kernels()
                 sqnorms = cuda_kernels.sqnorm_partials(w, g)
                 cuda_kernels.scale_add_by_ratio(
                     w, g, sqnorms, wd, self._eps, self._trust_coefficient,

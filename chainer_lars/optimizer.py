@@ -172,13 +172,20 @@ class LARSRule(optimizer.UpdateRule):
         w, g = param.array, param.grad
         if g is None:
             return
+        v = self.state['v']
+        if not cuda_kernels.supports(w, g, v):
+            raise ValueError(
+                'LARS needs C-contiguous weight, gradient and momentum '
+                'arrays of one dtype (float16, float32 or float64); got '
+                '{}, {}, {} for {}'.format(w.dtype, g.dtype, v.dtype,
+                                           param.name))
         hp, wd = self._step_args()
         partials = None
         if self.uses_adaptation:
             partials = cuda_kernels.sqnorm_partials(w, g)
         self._observation = partials
         cuda_kernels.lars_momentum_step(
-            w, g, self.state['v'], partials, hp.lr, hp.momentum, wd,
+            w, g, v, partials, hp.lr, hp.momentum, wd,
             hp.trust_coefficient, hp.eps, hp.nesterov)
 
     def observation(self):
