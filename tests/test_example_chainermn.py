@@ -53,21 +53,11 @@ def run_example(dataset_root, out, *extra):
         env={'CHAINER_DATASET_ROOT': str(dataset_root)})
 
 
-def require_extensions():
-    # The schedule and the observer land with the single-process examples
-    # (branch ``examples``); the script cannot run without them.
-    path = os.path.join(mpi_util.REPO_ROOT, 'chainer_lars', 'extensions.py')
-    if not os.path.exists(path):
-        pytest.skip('chainer_lars/extensions.py (WarmupPolynomialShift, '
-                    'TrustRatioObserver) is not in this tree yet')
-
-
 @pytest.mark.mpi
 @pytest.mark.example
 @pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars'])
 def test_example_trains_logs_and_resumes(optimizer, tmp_path):
     mpi_util.require_mpi()
-    require_extensions()
     write_tiny_mnist(tmp_path / 'data')
 
     out = tmp_path / 'result'
@@ -93,8 +83,8 @@ def test_example_trains_logs_and_resumes(optimizer, tmp_path):
             assert math.isfinite(entry[key]), (key, entry)
     # The peak rate follows the global batch (the single-process rule);
     # warm-up, then decay towards 0.
-    peak = 0.01 * math.sqrt(BATCH_PER_RANK * RANKS / 256) / (
-        1e-3 if optimizer == 'lars' else 1.0)
+    peak = 0.005 * math.sqrt(BATCH_PER_RANK * RANKS / 256) / (
+        0.02 if optimizer == 'lars' else 1.0)
     assert '# optimizer: {}, lr {:g},'.format(optimizer, peak) in (
         result.stdout)
     assert 0 < log[-1]['lr'] < log[1]['lr'] <= peak

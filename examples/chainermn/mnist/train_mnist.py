@@ -27,7 +27,6 @@ import sys
 import numpy
 
 import chainer
-import chainer.functions as F
 import chainer.links as L
 from chainer import training
 from chainer.training import extension
@@ -36,49 +35,11 @@ import chainermn
 
 import chainer_lars
 
-
-# Parameters matched by these regular expressions (biases; BatchNorm's beta
-# and gamma, for models that have them) get neither weight decay nor layer
-# adaptation, as in the large-batch recipes.
-EXCLUDE = ('/b$', '/beta$', '/gamma$')
-
-# The learning-rate rules of the single-process example, applied to the
-# global batch (see --help and README.md).
-MOMENTUM_LR_PER_256 = 0.1
-LARS_STEP_PER_256 = 0.01
-REFERENCE_BATCHSIZE = 256
-
-
-def default_lr(optimizer, global_batchsize, trust_coefficient):
-    """The peak learning rate for a global batch, when --lr is not given.
-
-    MomentumSGD scales linearly with the batch size (Goyal et al., 2017).
-    With LARS the step of every layer is ``lr * trust_coefficient`` times
-    its weight norm, whatever the gradient's scale; that product is scaled
-    with the square root of the batch size (You et al., 2017), and ``lr``
-    follows from the trust coefficient, so that ``lars`` and
-    ``momentum-lars`` take the same steps.
-    """
-    scale = global_batchsize / REFERENCE_BATCHSIZE
-    if optimizer == 'momentum':
-        return MOMENTUM_LR_PER_256 * scale
-    return LARS_STEP_PER_256 * math.sqrt(scale) / trust_coefficient
-
-
-class MLP(chainer.Chain):
-
-    def __init__(self, n_units, n_out):
-        super(MLP, self).__init__()
-        with self.init_scope():
-            # the size of the inputs to each layer will be inferred
-            self.l1 = L.Linear(None, n_units)  # n_in -> n_units
-            self.l2 = L.Linear(None, n_units)  # n_units -> n_units
-            self.l3 = L.Linear(None, n_out)  # n_units -> n_out
-
-    def forward(self, x):
-        h1 = F.relu(self.l1(x))
-        h2 = F.relu(self.l2(h1))
-        return self.l3(h2)
+# The model, the recipe's rules and defaults and the loader are the
+# single-process example's, so that the two cannot drift apart.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                os.pardir, os.pardir, 'mnist'))
+import train_mnist as single  # NOQA
 
 
 def make_optimizer(args, model, comm):
@@ -95,8 +56,8 @@ def make_optimizer(args, model, comm):
             lr=args.lr, momentum=args.momentum,
             weight_decay=args.weight_decay,
             trust_coefficient=args.trust_coefficient,
-            exclude_from_weight_decay=EXCLUDE,
-            exclude_from_layer_adaptation=EXCLUDE)
+            exclude_from_weight_decay=single.EXCLUDE,
+            exclude_from_layer_adaptation=single.EXCLUDE)
         lars = actual
     else:
         actual = chainer.optimizers.MomentumSGD(
@@ -108,15 +69,16 @@ def make_optimizer(args, model, comm):
         lars = chainer_lars.GradientLARS(
             weight_decay=args.weight_decay,
             trust_coefficient=args.trust_coefficient,
-            exclude_from_weight_decay=EXCLUDE,
-            exclude_from_layer_adaptation=EXCLUDE)
+            exclude_from_weight_decay=single.EXCLUDE,
+            exclude_from_layer_adaptation=single.EXCLUDE)
         optimizer.add_hook(lars)
     elif args.optimizer == 'momentum':
         # The baseline: weight decay on the weights only, through
         # per-parameter hooks since Chainer's WeightDecay has no exclusion
         # list.
         for path, param in model.namedparams():
-            if not any(re.search(pattern, path) for pattern in EXCLUDE):
+            if not any(re.search(pattern, path)
+                       for pattern in single.EXCLUDE):
                 param.update_rule.add_hook(
                     chainer.optimizer_hooks.WeightDecay(args.weight_decay))
     return optimizer, lars
@@ -131,29 +93,6 @@ def select_device(spec, comm):
         return chainer.get_device('@cupy:{}'.format(comm.intra_rank))
     raise ValueError('--device must be a NumPy or CuPy device for ChainerMN, '
                      'got {!r}'.format(spec))
-
-
-def load_mnist():
-    """MNIST through Chainer's loader, or exit with what is missing."""
-    try:
-        return chainer.datasets.get_mnist()
-    except (OSError, RuntimeError) as e:
-        directory = chainer.dataset.get_dataset_directory(
-            os.path.join('pfnet', 'chainer', 'mnist'),
-            create_directory=False)
-        # Exiting rank 0 makes mpiexec stop the ranks waiting in the scatter.
-        sys.exit(
-            'Error: MNIST is not cached and could not be downloaded ({}).\n'
-            'Chainer reads it from the cache files\n'
-            '    {}\n'
-            '    {}\n'
-            'under the dataset root {} (on the machine of rank 0).\n'
-            'Point --dataset-root or the CHAINER_DATASET_ROOT environment '
-            'variable at a folder that holds pfnet/chainer/mnist/train.npz '
-            'and test.npz.'.format(
-                e, os.path.join(directory, 'train.npz'),
-                os.path.join(directory, 'test.npz'),
-                chainer.dataset.get_dataset_root()))
 
 
 def unwrap_variables(keys):
@@ -174,19 +113,6 @@ def unwrap_variables(keys):
     return unwrap
 
 
-def log_scale(figure, axes, summary):
-    axes.set_yscale('log')
-
-
-def end_of_epoch(trainer):
-    """PlotReport's trigger, stateless so that --resume continues it exactly.
-
-    PlotReport's default IntervalTrigger is not saved in snapshots, and a
-    resumed one fires at once, adding a point in the middle of an epoch.
-    """
-    return trainer.updater.is_new_epoch
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description='chainer-lars ChainerMN example: large-batch MNIST on '
@@ -201,8 +127,8 @@ def parse_args(argv=None):
         'scaled with the square root of the batch size); a given --lr is '
         'used as it is. The rate rises linearly for --warmup-epochs, then '
         'decays to 0 as (1 - progress)^2.'.format(
-            MOMENTUM_LR_PER_256, REFERENCE_BATCHSIZE, LARS_STEP_PER_256,
-            REFERENCE_BATCHSIZE))
+            single.MOMENTUM_LR_PER_256, single.REFERENCE_BATCHSIZE,
+            single.LARS_STEP_PER_256, single.REFERENCE_BATCHSIZE))
     parser.add_argument('--batchsize', '-b', type=int, default=1024,
                         help='Number of images in the mini-batch of EACH '
                         'PROCESS (the global batch is this times the number '
@@ -235,15 +161,22 @@ def parse_args(argv=None):
     parser.add_argument('--lr', type=float,
                         help='Peak learning rate (default: from the global '
                         'batch size, see below)')
-    parser.add_argument('--warmup-epochs', type=float, default=2,
+    defaults = single.parse_args([])
+    parser.add_argument('--warmup-epochs', type=float,
+                        default=defaults.warmup_epochs,
                         help='Epochs of linear learning-rate warm-up')
     parser.add_argument('--momentum', type=float, default=0.9,
                         help='Momentum')
-    parser.add_argument('--weight-decay', type=float, default=5e-4,
+    parser.add_argument('--weight-decay', type=float,
+                        default=defaults.weight_decay,
                         help='Weight decay (not applied to biases)')
     parser.add_argument('--trust-coefficient', type=float,
-                        help='LARS trust coefficient (default: 1e-3 for '
-                        'lars, 1 for momentum-lars)')
+                        help='LARS trust coefficient (default: that of '
+                        'the single-process example, {} for lars, {} for '
+                        'momentum-lars)'.format(
+                            defaults.trust_coefficient,
+                            single.parse_args(['--optimizer', 'momentum-lars'])
+                            .trust_coefficient))
     parser.add_argument('--unit', '-u', type=int, default=1000,
                         help='Number of units')
     parser.add_argument('--seed', type=int, default=0,
@@ -259,7 +192,8 @@ def parse_args(argv=None):
         parser.error('--batchsize must be positive, got {}'.format(
             args.batchsize))
     if args.trust_coefficient is None:
-        args.trust_coefficient = 1e-3 if args.optimizer == 'lars' else 1.0
+        args.trust_coefficient = single.parse_args(
+            ['--optimizer', args.optimizer]).trust_coefficient
     return args
 
 
@@ -279,8 +213,8 @@ def main(argv=None):
 
     global_batchsize = args.batchsize * comm.size
     if args.lr is None:
-        args.lr = default_lr(args.optimizer, global_batchsize,
-                             args.trust_coefficient)
+        args.lr = single.default_lr(args.optimizer, global_batchsize,
+                                    args.trust_coefficient)
 
     if comm.rank == 0:
         print('==========================================')
@@ -300,12 +234,12 @@ def main(argv=None):
     # Every process draws weights; the first update replaces them with
     # rank 0's.
     numpy.random.seed(args.seed)
-    model = L.Classifier(MLP(args.unit, 10))
+    model = L.Classifier(single.MLP(784, args.unit, 10))
     model.to_device(device)
     optimizer, lars = make_optimizer(args, model, comm)
 
     # Only rank 0 reads the dataset; each process gets an equal shard.
-    train, test = load_mnist() if comm.rank == 0 else (None, None)
+    train, test = single.load_mnist() if comm.rank == 0 else (None, None)
     train = chainermn.scatter_dataset(train, comm, shuffle=True,
                                       seed=args.seed)
     test = chainermn.scatter_dataset(test, comm, shuffle=True,
@@ -365,19 +299,21 @@ def main(argv=None):
             matplotlib.use('Agg')
             trainer.extend(extensions.PlotReport(
                 ['main/loss', 'validation/main/loss'], 'epoch',
-                filename='loss.png', trigger=end_of_epoch),
+                filename='loss.png', trigger=single.end_of_epoch),
                 call_before_training=True)
             trainer.extend(extensions.PlotReport(
                 ['main/accuracy', 'validation/main/accuracy'], 'epoch',
-                filename='accuracy.png', trigger=end_of_epoch),
+                filename='accuracy.png', trigger=single.end_of_epoch),
                 call_before_training=True)
             trainer.extend(extensions.PlotReport(
-                ['lr'], 'epoch', filename='lr.png', trigger=end_of_epoch),
+                ['lr'], 'epoch', filename='lr.png',
+                trigger=single.end_of_epoch),
                 call_before_training=True)
             if ratio_keys:
                 trainer.extend(extensions.PlotReport(
                     ratio_keys, 'epoch', filename='trust_ratio.png',
-                    trigger=end_of_epoch, postprocess=log_scale))
+                    trigger=single.end_of_epoch,
+                    postprocess=single.log_scale))
 
         trainer.extend(extensions.PrintReport(
             ['epoch', 'main/loss', 'validation/main/loss',
