@@ -55,7 +55,12 @@ class WarmupPolynomialShift(extension.Extension):
     :math:`T` updates still moves the weights.
 
     The number of calls and the peak value are saved in snapshots, so that
-    a resumed run continues the schedule where it stopped.
+    a resumed run continues the schedule where it stopped. The priority is
+    Chainer's default, as for
+    :class:`~chainer.training.extensions.ExponentialShift`: extensions of
+    a higher priority, such as
+    :func:`~chainer.training.extensions.observe_lr`, see the value that the
+    update just made has used.
 
     Args:
         attr (str): Name of the optimizer attribute to adjust, e.g.

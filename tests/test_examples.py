@@ -204,7 +204,8 @@ def test_mnist_results_table(dataset_root, tmp_path):
     results = examples_util.load_example('mnist', 'results.py')
     out = str(tmp_path / 'results')
     argv = ['--batchsizes', '32', '--optimizers', 'momentum', 'lars',
-            '--epoch', '1', '--out', out, '--dataset-root', dataset_root]
+            '--seeds', '0', '1', '--epoch', '1', '--out', out,
+            '--dataset-root', dataset_root]
     results.main(argv)
     with open(os.path.join(out, 'results.md')) as f:
         md = f.read()
@@ -216,17 +217,26 @@ def test_mnist_results_table(dataset_root, tmp_path):
         cells = row.strip('|').split('|')
         assert int(cells[0]) == batchsize
         for optimizer, cell in zip(('momentum', 'lars'), cells[1:]):
-            log = read_log(os.path.join(out, 'b{}-{}'.format(
-                batchsize, optimizer)))
-            assert float(cell) == pytest.approx(
-                100 * log[-1]['validation/main/accuracy'], abs=0.0051)
-            assert not [name for name in os.listdir(os.path.join(
-                out, 'b{}-{}'.format(batchsize, optimizer)))
-                if name.startswith('snapshot')]
-    command = ('python examples/mnist/train_mnist.py --batchsize 32 '
-               '--optimizer lars --epoch 1')
-    assert command in md and command in rst
+            runs = [os.path.join(out, 'b{}-{}-s{}'.format(
+                batchsize, optimizer, seed)) for seed in (0, 1)]
+            accuracies = [100 * read_log(run)[-1]['validation/main/accuracy']
+                          for run in runs]
+            mean, low, high = cell.replace('(', ' ').replace(
+                '-', ' ').replace(')', ' ').split()
+            assert float(mean) == pytest.approx(
+                sum(accuracies) / 2, abs=0.0051)
+            assert float(low) == pytest.approx(min(accuracies), abs=0.0051)
+            assert float(high) == pytest.approx(max(accuracies), abs=0.0051)
+            for run in runs:
+                assert not [name for name in os.listdir(run)
+                            if name.startswith('snapshot')]
+    for command in ('python examples/mnist/train_mnist.py --batchsize 32 '
+                    '--optimizer lars --epoch 1\n',
+                    'python examples/mnist/train_mnist.py --batchsize 32 '
+                    '--optimizer lars --epoch 1 --seed 1\n'):
+        assert command in md and command in rst
+    assert os.path.getsize(os.path.join(out, 'accuracy.png')) > 0
     # Done configurations are not run again.
-    stamp = os.path.getmtime(os.path.join(out, 'b32-lars', 'log'))
+    stamp = os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log'))
     results.main(argv)
-    assert os.path.getmtime(os.path.join(out, 'b32-lars', 'log')) == stamp
+    assert os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log')) == stamp

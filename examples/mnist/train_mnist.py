@@ -202,7 +202,7 @@ def parse_args(argv=None):
     parser.add_argument('--lr', type=float,
                         help='Peak learning rate (default: from the batch '
                         'size, see below)')
-    parser.add_argument('--warmup-epochs', type=float, default=1,
+    parser.add_argument('--warmup-epochs', type=float, default=0.5,
                         help='Epochs of linear learning-rate warm-up '
                         '(default: %(default)s)')
     parser.add_argument('--momentum', type=float, default=0.9,
