@@ -192,15 +192,22 @@ extern "C" __global__ void chainer_lars_momentum(
 //   [4T+1+B, 4T+1+2B) first element of each block
 //   [4T+1+2B, 5T+1+2B) flags: 1 uses weight decay, 2 uses adaptation
 
+// The array of this block and the range of its elements.
+__device__ __forceinline__ void lars_block_range(
+        const long long* table, long long T, int nblocks, long long& t,
+        long long& begin, long long& end) {{
+    t = table[4 * T + 1 + blockIdx.x];
+    begin = table[4 * T + 1 + nblocks + blockIdx.x];
+    const long long size = table[2 * T + t];
+    end = begin + LARS_CHUNK < size ? begin + LARS_CHUNK : size;
+}}
+
 extern "C" __global__ void chainer_lars_multi_sqnorms(
         const long long* table, int ntensors, int nblocks, C* partial) {{
     const long long T = ntensors;
     const long long b = blockIdx.x;
-    const long long t = table[4 * T + 1 + b];
-    const long long begin = table[4 * T + 1 + nblocks + b];
-    const long long size = table[2 * T + t];
-    const long long end =
-        begin + LARS_CHUNK < size ? begin + LARS_CHUNK : size;
+    long long t, begin, end;
+    lars_block_range(table, T, nblocks, t, begin, end);
     C w_sq, g_sq;
     lars_sqnorms((const S*)table[t], (const S*)table[T + t], begin, end,
                  LARS_THREADS, w_sq, g_sq);
@@ -215,12 +222,8 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
         const C* partial, C weight_decay, C eps, C trust_coefficient,
         C threshold, C clip_lr, C loss_scale) {{
     const long long T = ntensors;
-    const long long b = blockIdx.x;
-    const long long t = table[4 * T + 1 + b];
-    const long long begin = table[4 * T + 1 + nblocks + b];
-    const long long size = table[2 * T + t];
-    const long long end =
-        begin + LARS_CHUNK < size ? begin + LARS_CHUNK : size;
+    long long t, begin, end;
+    lars_block_range(table, T, nblocks, t, begin, end);
     const long long flags = table[4 * T + 1 + 2 * nblocks + t];
     const C wd = (flags & 1) ? weight_decay : (C)0;
     C w_sq, g_sq;

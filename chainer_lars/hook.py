@@ -71,7 +71,7 @@ class _RuleDelegate(object):
             hook._rescale(rule, param, self.path, 1.0)
 
 
-class GradientLARS(object):
+class GradientLARS(_ratio.ExclusionProperties):
 
     """Layer-wise adaptive rate scaling of the gradients (LARS).
 
@@ -206,16 +206,6 @@ class GradientLARS(object):
                 value, type(value).__name__))
         self._clip = bool(value)
 
-    @property
-    def exclude_from_weight_decay(self):
-        """The weight-decay exclusion patterns, as strings."""
-        return self._rules.patterns()[0]
-
-    @property
-    def exclude_from_layer_adaptation(self):
-        """The layer-adaptation exclusion patterns, as strings."""
-        return self._rules.patterns()[1]
-
     def __repr__(self):
         return ('GradientLARS(threshold={}, weight_decay={}, eps={}, '
                 'trust_coefficient={}, clip={}, '
@@ -323,15 +313,14 @@ class GradientLARS(object):
         xp = param.device.xp
         with chainer.using_device(param.device):
             if xp is numpy:
-                w_sq, g_sq = kernels.sqnorms(w, g)
-                sqnorms = (w_sq, g_sq)
-                r = 1.0
-                if adapt:
-                    r = _ratio.trust_ratio(
+                def ratio(w_sq, g_sq):
+                    if not adapt:
+                        return 1.0
+                    return _ratio.trust_ratio(
                         math.sqrt(w_sq), math.sqrt(g_sq) / loss_scale, wd,
                         self._eps, self._trust_coefficient, self._threshold,
                         clip_lr=clip_lr)
-                kernels.scale_add(g, r, w, r * loss_scale * wd)
+                sqnorms = kernels.rescale(g, w, loss_scale * wd, ratio)
             elif xp is cuda.cupy and _cuda_kernels().supports(w, g):
                 cuda_kernels = _cuda_kernels()
                 sqnorms = cuda_kernels.sqnorm_partials(w, g)

@@ -205,7 +205,7 @@ class LARSRule(optimizer.UpdateRule):
         return r, w_norm, g_norm
 
 
-class LARS(optimizer.GradientMethod):
+class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
 
     """Momentum SGD with layer-wise adaptive rate scaling (LARS).
 
@@ -287,16 +287,6 @@ class LARS(optimizer.GradientMethod):
         'trust_coefficient', _check_trust_coefficient)
     eps = _CheckedProxy('eps', _check_eps)
     nesterov = _CheckedProxy('nesterov', _check_nesterov)
-
-    @property
-    def exclude_from_weight_decay(self):
-        """The weight-decay exclusion patterns, as strings."""
-        return self._rules.patterns()[0]
-
-    @property
-    def exclude_from_layer_adaptation(self):
-        """The layer-adaptation exclusion patterns, as strings."""
-        return self._rules.patterns()[1]
 
     def create_update_rule(self):
         return LARSRule(self.hyperparam)

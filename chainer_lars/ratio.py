@@ -148,6 +148,21 @@ class ExclusionRules(object):
                 [p.pattern for p in self.exclude_from_layer_adaptation])
 
 
+class ExclusionProperties(object):
+
+    """The two exclusion lists of an object that keeps them in ``_rules``."""
+
+    @property
+    def exclude_from_weight_decay(self):
+        """The weight-decay exclusion patterns, as strings."""
+        return self._rules.patterns()[0]
+
+    @property
+    def exclude_from_layer_adaptation(self):
+        """The layer-adaptation exclusion patterns, as strings."""
+        return self._rules.patterns()[1]
+
+
 def trust_ratio(w_norm, g_norm, weight_decay, eps, trust_coefficient,
                 threshold=0.0, require_grad=False, clip_lr=None):
     """The LARS ratio of one array, from its norms (host, float64).

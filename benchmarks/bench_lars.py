@@ -1,0 +1,582 @@
+#!/usr/bin/env python
+"""Per-update cost of LARS in Chainer, against the streaming floor.
+
+Times, on the parameter sets of three models (the MNIST MLP of Chainer's
+example, a CIFAR ResNet-20 and ResNet-50), in float32 and float16, with
+weight decay on and off:
+
+=========================  =================================================
+``momentum_sgd``           Chainer's ``MomentumSGD.update()`` alone
+``momentum_sgd+chainer``   the same with ``chainer.optimizer_hooks.
+                           GradientLARS`` registered
+``momentum_sgd+hook``      the same with ``chainer_lars.GradientLARS``
+``chainer_hook``           Chainer's hook alone, ``hook(rule, param)`` for
+                           every parameter
+``hook``                   ``chainer_lars.GradientLARS`` alone,
+                           ``hook(optimizer)`` (float16: ``hook(rule,
+                           param)`` for every parameter, because called
+                           with the optimizer it only defers float16
+                           gradients to their update rules)
+``lars``                   ``chainer_lars.LARS.update()``
+``floor``                  the streaming floor (below)
+=========================  =================================================
+
+**The streaming floor** is the least memory traffic of any LARS that makes
+two passes (the norms must be known before the gradient can be rescaled):
+one read of every weight and gradient for the norms, then one more read of
+both and one write of the gradient. It is timed on the same arrays with one
+library call per pass and array, the fastest plain NumPy (or CuPy) calls
+for each traffic pattern::
+
+    xp.dot(w, w); xp.dot(g, g)      # BLAS, one read of w and of g
+    xp.add(g, w, out=g)             # one read of both, one write of g
+
+No LARS can do less traffic, but ``add`` does less *arithmetic* than
+``g <- r * g + c * w`` (NumPy has no fused multiply-add), so on a machine
+whose cores are not much faster than its memory the NumPy passes with
+weight decay fall short of it, and only compiled ones (the Numba
+kernels) reach it; with weight decay off the second pass is ``g *= r``,
+one read fewer, and a LARS can beat it. The optimizers
+(``momentum_sgd``, ``lars``) also move a momentum buffer and the weights,
+so their fraction of the floor is naturally lower. For float16 on CPU,
+NumPy's ``dot`` has no BLAS path; the floor is then what those same calls
+cost, not a memory bound.
+
+Reported: the median time per call over interleaved repetitions (the
+variants run in a rotating order within each repetition, all in one
+process), each variant as a fraction of the floor (``floor / variant``: 1.0
+is at the floor, 0.9 is 90 %), and speed-ups between variants. Fractions
+and speed-ups are medians of the per-repetition ratios, so slow drifts of a
+shared machine cancel out. Each call is timed with ``time.perf_counter``
+(wall) and ``time.process_time`` (this process's CPU time); the table uses
+wall time unless ``--clock cpu`` is given, which on a CPU shared with
+other jobs leaves out the time the process waits descheduled (set
+``OPENBLAS_NUM_THREADS=1`` then, or BLAS threads add their CPU time).
+
+Before every timed call the weights and gradients are restored from a
+saved copy (not timed): hooks rewrite gradients and optimizers move the
+weights. Momentum buffers are not restored; with the same gradient every
+time they converge to ``step / (1 - momentum)``, so values stay bounded.
+Small parameter sets (the MLP, ResNet-20) therefore start warm in the
+last-level cache, as after a backward pass; ResNet-50's do not fit.
+
+Usage::
+
+    python benchmarks/bench_lars.py                        # CPU, everything
+    python benchmarks/bench_lars.py --device 0 --json gpu.json
+    python benchmarks/bench_lars.py --models mlp --reps 3
+
+Importable: :func:`run` returns the result as a dict (what ``--json``
+writes) and :func:`format_tables` prints it. CuPy is imported only for a
+GPU device.
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+from chainer import optimizer_hooks
+
+try:
+    import chainer_lars
+    import chainer_lars.kernels
+except ImportError:
+    # Run as a script from a source checkout without installing.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    import chainer_lars
+    import chainer_lars.kernels
+
+
+MODELS = ('mlp', 'cifar_resnet20', 'resnet50')
+DTYPES = ('float32', 'float16')
+VARIANTS = ('floor', 'momentum_sgd', 'momentum_sgd+chainer',
+            'momentum_sgd+hook', 'chainer_hook', 'hook', 'lars')
+#: (name, faster variant, slower variant): reported as slower / faster.
+SPEEDUPS = (
+    ('hook_vs_chainer_hook', 'hook', 'chainer_hook'),
+    ('sgd+hook_vs_sgd+chainer', 'momentum_sgd+hook', 'momentum_sgd+chainer'),
+    ('lars_vs_momentum_sgd', 'lars', 'momentum_sgd'),
+)
+
+# Hyperparameters only matter for the values, not the cost, except that
+# NumPy's float16 loops take a slow path for subnormal numbers (below 6.1e-5
+# in magnitude): these scales keep gradients, steps and momentum buffers
+# mostly normal in float16 too, as in a well-scaled fp16 run. LARS uses an
+# ImageNet-recipe rate (the trust coefficient makes its steps small).
+LR = 0.1
+MOMENTUM = 0.9
+LARS_LR = 10.0
+TRUST_COEFFICIENT = 1e-3
+GRAD_SCALE = 1e-2
+
+
+class MLP(chainer.Chain):
+
+    """The MLP of Chainer's MNIST example (784-1000-1000-10)."""
+
+    def __init__(self, n_units=1000, n_out=10):
+        super(MLP, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(784, n_units)
+            self.l2 = L.Linear(n_units, n_units)
+            self.l3 = L.Linear(n_units, n_out)
+
+    def forward(self, x):
+        h = F.relu(self.l1(x))
+        h = F.relu(self.l2(h))
+        return self.l3(h)
+
+
+class _BasicBlock(chainer.Chain):
+
+    def __init__(self, in_channels, out_channels, stride):
+        super(_BasicBlock, self).__init__()
+        with self.init_scope():
+            self.conv1 = L.Convolution2D(in_channels, out_channels, 3,
+                                         stride, 1, nobias=True)
+            self.bn1 = L.BatchNormalization(out_channels)
+            self.conv2 = L.Convolution2D(out_channels, out_channels, 3, 1, 1,
+                                         nobias=True)
+            self.bn2 = L.BatchNormalization(out_channels)
+            if stride != 1 or in_channels != out_channels:
+                self.shortcut = L.Convolution2D(
+                    in_channels, out_channels, 1, stride, nobias=True)
+                self.bn_shortcut = L.BatchNormalization(out_channels)
+            else:
+                self.shortcut = None
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.bn2(self.conv2(h))
+        s = x if self.shortcut is None else self.bn_shortcut(self.shortcut(x))
+        return F.relu(h + s)
+
+
+class CifarResNet20(chainer.Chain):
+
+    """ResNet-20 for CIFAR-10 (He et al. 2016), 1x1-conv shortcuts."""
+
+    def __init__(self, n_out=10, n_blocks=3):
+        super(CifarResNet20, self).__init__()
+        with self.init_scope():
+            self.conv = L.Convolution2D(3, 16, 3, 1, 1, nobias=True)
+            self.bn = L.BatchNormalization(16)
+            self.blocks = chainer.ChainList()
+            in_channels = 16
+            for stage, channels in enumerate((16, 32, 64)):
+                for i in range(n_blocks):
+                    stride = 2 if stage > 0 and i == 0 else 1
+                    self.blocks.add_link(
+                        _BasicBlock(in_channels, channels, stride))
+                    in_channels = channels
+            self.fc = L.Linear(64, n_out)
+
+    def forward(self, x):
+        h = F.relu(self.bn(self.conv(x)))
+        for block in self.blocks:
+            h = block(h)
+        return self.fc(F.average(h, axis=(2, 3)))
+
+
+def build_model(name, dtype):
+    """The link of model ``name`` with its parameters initialised in ``dtype``.
+
+    Nothing is run forward: the parameters are created at construction.
+
+    """
+    with chainer.using_config('dtype', numpy.dtype(dtype)):
+        if name == 'mlp':
+            return MLP()
+        if name == 'cifar_resnet20':
+            return CifarResNet20()
+        if name == 'resnet50':
+            return L.ResNet50Layers(pretrained_model=None)
+    raise ValueError('unknown model {!r}; choose from {}'.format(
+        name, ', '.join(MODELS)))
+
+
+class _Case(object):
+
+    """One parameter set on one device, shared by all the variants.
+
+    ``self.link`` holds the arrays; each variant gets its own shallow copy
+    (``link.copy(mode='share')``) so that it has its own update rules and
+    state while reading and writing the same weight and gradient arrays.
+
+    """
+
+    def __init__(self, model, dtype, device, seed):
+        link = build_model(model, dtype)
+        link.to_device(device)
+        rng = numpy.random.RandomState(seed)
+        self.device = device
+        self.link = link
+        self.paths = []
+        self.pairs = []
+        for path, param in sorted(link.namedparams()):
+            grad = rng.standard_normal(param.shape).astype(param.dtype)
+            grad *= param.dtype.type(GRAD_SCALE)
+            param.grad = device.send(grad)
+            self.paths.append(path)
+            self.pairs.append((param.array, param.grad))
+        self.saved = [(w.copy(), g.copy()) for w, g in self.pairs]
+        # Flat views for the floor; all arrays here are C-contiguous.
+        self.flat = [(w.reshape(-1), g.reshape(-1)) for w, g in self.pairs]
+        self.n_params = sum(w.size for w, _ in self.pairs)
+        self.n_bytes = sum(w.nbytes for w, _ in self.pairs)
+
+    def restore(self):
+        xp = self.device.xp
+        for (w, g), (w0, g0) in zip(self.pairs, self.saved):
+            xp.copyto(w, w0)
+            xp.copyto(g, g0)
+
+    def share(self):
+        """A copy of the link whose parameters hold the same arrays."""
+        copy = self.link.copy(mode='share')
+        params = dict(copy.namedparams())
+        for path, (_, g) in zip(self.paths, self.pairs):
+            params[path].grad = g
+        return copy
+
+
+def _make_variants(case, weight_decay):
+    """``{name: callable}``: one timed call of each variant on ``case``."""
+    xp = case.device.xp
+    variants = {}
+
+    def floor():
+        for w, g in case.flat:
+            xp.dot(w, w)
+            xp.dot(g, g)
+            xp.add(g, w, out=g)
+    variants['floor'] = floor
+
+    def momentum_sgd(hook=None):
+        opt = chainer.optimizers.MomentumSGD(lr=LR, momentum=MOMENTUM)
+        opt.setup(case.share())
+        if hook is not None:
+            opt.add_hook(hook)
+        return opt.update
+
+    variants['momentum_sgd'] = momentum_sgd()
+    variants['momentum_sgd+chainer'] = momentum_sgd(
+        optimizer_hooks.GradientLARS(weight_decay=weight_decay))
+    variants['momentum_sgd+hook'] = momentum_sgd(
+        chainer_lars.GradientLARS(weight_decay=weight_decay))
+
+    target = case.share()
+    opt = chainer.optimizers.MomentumSGD(lr=LR, momentum=MOMENTUM)
+    opt.setup(target)
+    rules_params = [(p.update_rule, p) for _, p in sorted(
+        target.namedparams())]
+
+    chainer_hook = optimizer_hooks.GradientLARS(weight_decay=weight_decay)
+
+    def chainer_hook_alone():
+        for rule, param in rules_params:
+            chainer_hook(rule, param)
+    variants['chainer_hook'] = chainer_hook_alone
+
+    hook = chainer_lars.GradientLARS(weight_decay=weight_decay)
+    if any(g.dtype == numpy.float16 for _, g in case.pairs):
+        def hook_alone():
+            for rule, param in rules_params:
+                hook(rule, param)
+    else:
+        def hook_alone():
+            hook(opt)
+    variants['hook'] = hook_alone
+
+    lars = chainer_lars.LARS(lr=LARS_LR, momentum=MOMENTUM,
+                             weight_decay=weight_decay,
+                             trust_coefficient=TRUST_COEFFICIENT)
+    lars.setup(case.share())
+    variants['lars'] = lars.update
+    return variants
+
+
+def _synchronizer(device):
+    if device.xp is numpy:
+        return lambda: None
+    return device.device.synchronize
+
+
+def _median_ratio(num, den):
+    return float(numpy.median(numpy.asarray(num) / numpy.asarray(den)))
+
+
+def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0,
+             clock='wall', case_seconds=None):
+    """Times every variant on one parameter set; returns a dict.
+
+    Both clocks are recorded; ``clock`` says which one the medians, floor
+    fractions and speed-ups are computed from. With ``case_seconds``, the
+    case stops after the first repetition that ends past that many seconds
+    of timed repetitions, but not before 3 (NumPy's float16 loops make
+    ResNet-50 in fp16 some 20 times slower than fp32).
+
+    """
+    case = _Case(model, dtype, device, seed)
+    variants = _make_variants(case, weight_decay)
+    sync = _synchronizer(device)
+    names = [v for v in VARIANTS if v in variants]
+    errors = {}
+    times = {name: [] for name in names}
+    cpu_times = {name: [] for name in names}
+    timed_since = None
+    done = 0
+    for rep in range(warmup + reps):
+        if rep == warmup:
+            timed_since = time.perf_counter()
+        elif (case_seconds is not None and done >= 3
+              and time.perf_counter() - timed_since > case_seconds):
+            break
+        if rep >= warmup:
+            done += 1
+        # Rotate the order so that no variant always follows the same one.
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            if name in errors:
+                continue
+            case.restore()
+            sync()
+            start_cpu = time.process_time()
+            start = time.perf_counter()
+            try:
+                variants[name]()
+                sync()
+            except Exception as e:  # report it and go on with the others
+                errors[name] = '{}: {}'.format(type(e).__name__, e)
+                continue
+            elapsed = time.perf_counter() - start
+            elapsed_cpu = time.process_time() - start_cpu
+            if rep >= warmup:
+                times[name].append(elapsed)
+                cpu_times[name].append(elapsed_cpu)
+    ok = [n for n in names if n not in errors]
+    basis = times if clock == 'wall' else cpu_times
+    median = {n: float(numpy.median(basis[n])) for n in ok}
+    fraction = {}
+    if 'floor' in median:
+        fraction = {n: _median_ratio(basis['floor'], basis[n]) for n in ok}
+    speedups = {name: _median_ratio(basis[slow], basis[fast])
+                for name, fast, slow in SPEEDUPS
+                if fast in median and slow in median}
+    return {
+        'model': model, 'dtype': dtype, 'weight_decay': weight_decay,
+        'n_arrays': len(case.pairs), 'n_params': case.n_params,
+        'bytes_per_array_set': case.n_bytes, 'reps': done,
+        'median_s': median, 'floor_fraction': fraction,
+        'speedups': speedups, 'clock': clock, 'times_s': times,
+        'cpu_times_s': cpu_times, 'errors': errors,
+    }
+
+
+def _cpu_model():
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit():
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(
+            ['git', 'describe', '--always', '--dirty', '--abbrev=12'],
+            cwd=here, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit.stdout.strip() or None
+
+
+def machine_info(device):
+    """What the numbers depend on, recorded beside them."""
+    info = {
+        'python': platform.python_version(),
+        'numpy': numpy.__version__,
+        'chainer': chainer.__version__,
+        'chainer_lars': chainer_lars.__version__,
+        'git': _git_commit(),
+        # Numba-compiled or chunked NumPy passes for float32/float64.
+        'cpu_kernels': chainer_lars.kernels.backend(),
+        'cpu': _cpu_model(),
+        'cpu_count': os.cpu_count(),
+        'threads_env': {k: os.environ.get(k) for k in (
+            'OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS',
+            'OPENBLAS_CORETYPE')},
+        'device': str(device),
+    }
+    if hasattr(os, 'getloadavg'):
+        # Other processes on a shared machine show up here, not in the times.
+        info['loadavg_1_5_15'] = os.getloadavg()
+    if hasattr(os, 'sched_getaffinity'):
+        info['cpus_usable'] = len(os.sched_getaffinity(0))
+    if device.xp is not numpy:
+        import cupy
+        props = cupy.cuda.runtime.getDeviceProperties(device.device.id)
+        name = props['name']
+        info['gpu'] = name.decode() if isinstance(name, bytes) else name
+        info['cupy'] = cupy.__version__
+    return info
+
+
+def run(models=MODELS, dtypes=DTYPES, weight_decays=(5e-4, 0.0),
+        device='@numpy', reps=15, warmup=2, seed=0, clock='wall',
+        case_seconds=None, log=None):
+    """Runs every case; returns ``{'machine': ..., 'cases': [...]}``."""
+    for model in models:
+        if model not in MODELS:
+            raise ValueError('unknown model {!r}; choose from {}'.format(
+                model, ', '.join(MODELS)))
+    for dtype in dtypes:
+        if numpy.dtype(dtype).kind != 'f':
+            raise ValueError('dtypes must be floating point, not {!r}'.format(
+                dtype))
+    device = chainer.get_device(device)
+    if device.xp is chainer.backend.chainerx:
+        raise ValueError('ChainerX devices are not benchmarked; use '
+                         '@numpy or @cupy:N')
+    if clock not in ('wall', 'cpu'):
+        raise ValueError("clock must be 'wall' or 'cpu', not {!r}".format(
+            clock))
+    if clock == 'cpu' and device.xp is not numpy:
+        raise ValueError('--clock cpu measures the host only; use wall '
+                         'time on a GPU')
+    device.use()
+    result = {'machine': machine_info(device), 'reps': reps,
+              'warmup': warmup, 'clock': clock, 'cases': []}
+    for model in models:
+        for dtype in dtypes:
+            for wd in weight_decays:
+                try:
+                    case = run_case(model, dtype, wd, device, reps, warmup,
+                                    seed, clock, case_seconds)
+                except Exception as e:  # keep the other cases (GPU budget)
+                    case = {'model': model, 'dtype': dtype,
+                            'weight_decay': wd,
+                            'error': '{}: {}'.format(type(e).__name__, e)}
+                result['cases'].append(case)
+                if log is not None:
+                    log(format_tables({'cases': [case]}, header=False))
+    if hasattr(os, 'getloadavg'):
+        result['machine']['loadavg_1_5_15_at_end'] = os.getloadavg()
+    return result
+
+
+_SHORT = {'floor': 'floor', 'momentum_sgd': 'sgd',
+          'momentum_sgd+chainer': 'sgd+ch', 'momentum_sgd+hook': 'sgd+ours',
+          'chainer_hook': 'ch_hook', 'hook': 'our_hook', 'lars': 'LARS'}
+
+
+def format_tables(result, header=True):
+    """The result as text: two lines per case (times, then fractions)."""
+    cols = ' '.join('{:>8}'.format(_SHORT[v]) for v in VARIANTS)
+    lines = []
+    if header:
+        lines.append('clock: {}; ms = median per call; frac = floor / '
+                     'variant; speed-ups = slower / faster'.format(
+                         result.get('clock', 'wall')))
+        lines.append('{:<30} {:>6} {:>4}      {} | {}'.format(
+            'model dtype weight_decay', 'MiB', 'reps', cols,
+            'hook/ch sgd+hook/sgd+ch LARS/sgd'))
+    for c in result['cases']:
+        name = '{} {} {:g}'.format(c['model'], c['dtype'], c['weight_decay'])
+        if 'error' in c:
+            lines.append('{:<30} case failed: {}'.format(name, c['error']))
+            continue
+        ms = ' '.join(
+            '{:8.3f}'.format(1e3 * c['median_s'][v]) if v in c['median_s']
+            else '{:>8}'.format('error') for v in VARIANTS)
+        frac = ' '.join(
+            '{:8.2f}'.format(c['floor_fraction'][v])
+            if v in c['floor_fraction'] else '{:>8}'.format('-')
+            for v in VARIANTS)
+        sp = ' '.join(
+            '{:>6.2f}x'.format(c['speedups'][s]) if s in c['speedups']
+            else '{:>7}'.format('-') for s, _, _ in SPEEDUPS)
+        lines.append('{:<30} {:6.1f} {:4d} ms   {} |'.format(
+            name, c['bytes_per_array_set'] / 2.0 ** 20, c['reps'], ms))
+        lines.append('{:<42} frac {} | {}'.format('', frac, sp))
+        for v, e in sorted(c['errors'].items()):
+            lines.append('    {} failed: {}'.format(v, e))
+    return '\n'.join(lines)
+
+
+def _csv(kind):
+    return lambda s: tuple(kind(x) for x in s.split(',') if x)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description='Per-update cost of LARS against the streaming floor.')
+    parser.add_argument('--device', '-d', default='@numpy',
+                        help='Chainer device specifier: @numpy, -1, '
+                             '@cupy:0, 0')
+    parser.add_argument('--models', type=_csv(str), default=MODELS,
+                        help='comma-separated, from ' + ', '.join(MODELS))
+    parser.add_argument('--dtypes', type=_csv(str), default=DTYPES,
+                        help='comma-separated, e.g. float32,float16')
+    parser.add_argument('--weight-decays', type=_csv(float),
+                        default=(5e-4, 0.0),
+                        help='comma-separated; 0 is weight decay off')
+    parser.add_argument('--reps', type=int, default=15,
+                        help='timed repetitions of every variant')
+    parser.add_argument('--warmup', type=int, default=2,
+                        help='untimed repetitions first (state, kernels)')
+    parser.add_argument('--clock', choices=('wall', 'cpu'), default='wall',
+                        help='what the table is computed from: wall time '
+                             '(perf_counter) or, on a CPU shared with other '
+                             'jobs, this process\'s CPU time (process_time, '
+                             'which leaves out time spent descheduled); both '
+                             'are in the JSON')
+    parser.add_argument('--case-seconds', type=float, default=None,
+                        help='stop a case after this many seconds of timed '
+                             'repetitions (at least 3 are run)')
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--json', help='also write the result here')
+    args = parser.parse_args(argv)
+    if args.reps < 1 or args.warmup < 0:
+        parser.error('--reps must be >= 1 and --warmup >= 0')
+
+    print(format_tables({'cases': [], 'clock': args.clock}))
+    result = run(args.models, args.dtypes, args.weight_decays, args.device,
+                 args.reps, args.warmup, args.seed, args.clock,
+                 args.case_seconds, log=lambda s: print(s, flush=True))
+    result['command'] = ' '.join(
+        [os.path.basename(sys.executable)] + sys.argv if argv is None
+        else ['bench_lars.py'] + list(argv))
+    m = result['machine']
+    print('\n{} ({} CPUs usable), numpy {}, chainer {}, git {}, CPU kernels '
+          '{}, device {}{}; thread env {}'.format(
+              m['cpu'], m.get('cpus_usable', m['cpu_count']), m['numpy'],
+              m['chainer'], m['git'], m['cpu_kernels'], m['device'],
+              ' ({})'.format(m['gpu']) if 'gpu' in m else '',
+              {k: v for k, v in m['threads_env'].items() if v is not None}))
+    if 'loadavg_1_5_15' in m:
+        print('load average (1, 5, 15 min) at start {}, at end {}'.format(
+            *('{:.2f} {:.2f} {:.2f}'.format(*m[k]) for k in (
+                'loadavg_1_5_15', 'loadavg_1_5_15_at_end'))))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(result, f, indent=1, sort_keys=True)
+    return result
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The GPU check of chainer-lars: the `gpu` tests and the GPU benchmark, in
+# about 5 minutes, with everything they print kept in OUTDIR.
+#
+#   benchmarks/gpu_check.sh OUTDIR [DEVICE]        (DEVICE: 0, @cupy:0, ...)
+#
+# Works on a machine where chainer and cupy are installed, and on one whose
+# Python has CuPy but no Chainer (the lent device machine: Python 3.12,
+# numpy 2, CuPy 14): there it installs the Chainer wheel carried in .whl/
+# into $CHAINER_SITE (default /tmp/site) and puts .whl/ (which must hold a
+# copy of shared/gpu/sitecustomize.py, the numpy-2 shims Chainer needs at
+# import) and that folder on PYTHONPATH. Building the wheel, in the repo
+# root, on a machine with a registry:
+#
+#   mkdir -p .whl && cp ../shared/gpu/sitecustomize.py .whl/
+#   printf 'setuptools<81\n' > /tmp/bc.txt
+#   PIP_CONSTRAINT=/tmp/bc.txt PIP_BUILD_CONSTRAINT=/tmp/bc.txt \
+#     pip wheel --no-deps -w .whl chainer==7.8.1
+#
+# Environment: PYTHON (default python3), CHAINER_SITE, TEST_TIMEOUT (120 s),
+# BENCH_TIMEOUT (150 s), BENCH_ARGS (extra arguments for bench_lars.py).
+# Exit status: 0 when CUDA was available and the tests and the benchmark
+# passed, else 1 (see OUTDIR/summary.txt).
+
+set -u -o pipefail
+
+if [ $# -lt 1 ]; then
+    echo "usage: $0 OUTDIR [DEVICE]" >&2
+    exit 2
+fi
+out=$1
+device=${2:-0}
+root=$(cd "$(dirname "$0")/.." && pwd)
+py=${PYTHON:-python3}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$root" || exit 2
+
+log() { echo "[gpu_check $(date +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$out/summary.txt"; }
+
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+if ! "$py" -c 'import chainer' >/dev/null 2>&1; then
+    site=${CHAINER_SITE:-/tmp/site}
+    wheel=$(ls "$root"/.whl/chainer-*.whl 2>/dev/null | head -n 1)
+    if [ -z "$wheel" ]; then
+        log "chainer is not importable and there is no .whl/chainer-*.whl"
+        exit 1
+    fi
+    [ -f "$root/.whl/sitecustomize.py" ] ||
+        log "warning: no .whl/sitecustomize.py; Chainer 7.8.1 needs it on numpy 2"
+    log "installing $(basename "$wheel") into $site"
+    "$py" -m pip install -q --no-index --no-deps --target "$site" "$wheel" \
+        2>&1 | tee -a "$out/summary.txt"
+    export PYTHONPATH="$root/.whl:$site:$PYTHONPATH"
+    if ! "$py" -c 'import chainer' 2>&1 | tee -a "$out/summary.txt"; then
+        log "chainer still does not import from $site"
+        exit 1
+    fi
+fi
+# CuPy 14 has no cupy.cuda.cudnn, and without cuDNN Chainer warns on first
+# GPU use, which the test suite turns into an error; LARS uses no cuDNN.
+export CHAINER_CUDNN=0
+
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
+"$py" - > "$out/env.txt" 2>&1 <<'EOF'
+import platform
+import sys
+
+import numpy
+
+import chainer
+from chainer.backends import cuda
+
+print('python', sys.version.replace('\n', ' '))
+print('platform', platform.platform())
+print('numpy', numpy.__version__, 'chainer', chainer.__version__)
+print('cuda.available', cuda.available)
+if cuda.available:
+    import cupy
+    # CuPy imports without a GPU too; the gpu tests skip without a device.
+    print('cuda.devices', cupy.cuda.runtime.getDeviceCount())
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    print('cupy', cupy.__version__, 'device 0', props['name'])
+    print('cuda runtime', cupy.cuda.runtime.runtimeGetVersion(),
+          'driver', cupy.cuda.runtime.driverGetVersion())
+EOF
+env_rc=$?
+cat "$out/env.txt"
+if [ $env_rc -ne 0 ] || ! grep -q '^cuda.devices [1-9]' "$out/env.txt"; then
+    log "no CUDA device for Chainer here (see env.txt); the gpu tests would only skip"
+    exit 1
+fi
+
+log "gpu tests"
+timeout "${TEST_TIMEOUT:-120}" "$py" -m pytest -m gpu -q -rs \
+    -p no:cacheprovider --junitxml="$out/pytest_gpu.xml" tests \
+    2>&1 | tee "$out/pytest_gpu.txt"
+tests_rc=${PIPESTATUS[0]}
+log "gpu tests exit status $tests_rc"
+if grep -q '^SKIPPED' "$out/pytest_gpu.txt"; then
+    log "some gpu tests were skipped on a machine with a GPU (see pytest_gpu.txt)"
+fi
+
+log "benchmark on device $device"
+# shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
+timeout "${BENCH_TIMEOUT:-150}" "$py" benchmarks/bench_lars.py \
+    --device "$device" --reps 20 --case-seconds 10 \
+    --json "$out/bench_gpu.json" \
+    ${BENCH_ARGS:-} 2>&1 | tee "$out/bench_gpu.txt"
+bench_rc=${PIPESTATUS[0]}
+if grep -q ' failed: ' "$out/bench_gpu.txt"; then
+    log "some benchmark variants failed (see bench_gpu.txt)"
+    [ $bench_rc -eq 0 ] && bench_rc=1
+fi
+log "benchmark exit status $bench_rc"
+
+if [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]; then
+    log "GPU check passed"
+    exit 0
+fi
+log "GPU check FAILED (tests $tests_rc, benchmark $bench_rc)"
+exit 1

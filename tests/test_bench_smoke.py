@@ -1,0 +1,75 @@
+"""Smoke test of benchmarks/bench_lars.py: its CPU path on the MLP set.
+
+Checks the structure of the table and the JSON only; timings on a shared
+machine prove nothing, so nothing here compares them.
+"""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+
+_PATH = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), 'benchmarks', 'bench_lars.py')
+
+
+@pytest.fixture(scope='module')
+def bench():
+    spec = importlib.util.spec_from_file_location('bench_lars', _PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_main_writes_table_and_json(bench, tmp_path, capsys):
+    out = tmp_path / 'bench.json'
+    bench.main(['--device', '@numpy', '--models', 'mlp',
+                '--dtypes', 'float32,float16', '--weight-decays', '5e-4,0',
+                '--reps', '2', '--warmup', '1', '--json', str(out)])
+    printed = capsys.readouterr().out
+    assert 'clock: wall' in printed and 'frac = floor / variant' in printed
+    assert 'mlp float32 0.0005' in printed
+    assert 'failed' not in printed
+
+    result = json.loads(out.read_text())
+    assert result['machine']['device'] == '@numpy'
+    assert result['command'].startswith('bench_lars.py --device @numpy')
+    cases = result['cases']
+    assert [(c['dtype'], c['weight_decay']) for c in cases] == [
+        ('float32', 5e-4), ('float32', 0.0),
+        ('float16', 5e-4), ('float16', 0.0)]
+    for c in cases:
+        assert c['model'] == 'mlp'
+        assert c['n_arrays'] == 6
+        assert c['n_params'] == 784 * 1000 + 1000 * 1000 + 1000 * 10 + 2010
+        assert c['errors'] == {}
+        assert set(c['median_s']) == set(bench.VARIANTS)
+        assert set(c['floor_fraction']) == set(bench.VARIANTS)
+        assert all(v > 0 for v in c['median_s'].values())
+        assert all(v > 0 for v in c['floor_fraction'].values())
+        assert c['floor_fraction']['floor'] == 1.0
+        assert set(c['speedups']) == {s for s, _, _ in bench.SPEEDUPS}
+        assert c['reps'] == 2 and c['clock'] == 'wall'
+        assert all(len(t) == 2 for t in c['times_s'].values())
+        assert all(len(t) == 2 for t in c['cpu_times_s'].values())
+
+
+def test_models_build_without_running(bench):
+    link = bench.build_model('cifar_resnet20', 'float16')
+    params = list(link.params())
+    assert all(p.dtype.name == 'float16' for p in params)
+    # ResNet-20: 0.27 M parameters (He et al. 2016, Table 6).
+    assert 260000 < sum(p.size for p in params) < 280000
+    with pytest.raises(ValueError, match='unknown model'):
+        bench.build_model('vgg', 'float32')
+
+
+def test_run_checks_its_arguments_first(bench):
+    with pytest.raises(ValueError, match='unknown model'):
+        bench.run(models=('mlp', 'vgg'))
+    with pytest.raises(ValueError, match='floating point'):
+        bench.run(models=('mlp',), dtypes=('int32',))
+    with pytest.raises(ValueError, match='clock'):
+        bench.run(models=('mlp',), clock='tsc')
