@@ -83,8 +83,7 @@ def test_example_trains_logs_and_resumes(optimizer, tmp_path):
             assert math.isfinite(entry[key]), (key, entry)
     # The peak rate follows the global batch (the single-process rule);
     # warm-up, then decay towards 0.
-    peak = 0.005 * math.sqrt(BATCH_PER_RANK * RANKS / 256) / (
-        0.02 if optimizer == 'lars' else 1.0)
+    peak = 0.005 * math.sqrt(BATCH_PER_RANK * RANKS / 256) / 0.02
     assert '# optimizer: {}, lr {:g},'.format(optimizer, peak) in (
         result.stdout)
     assert 0 < log[-1]['lr'] < log[1]['lr'] <= peak
