@@ -136,6 +136,38 @@ def test_cifar_excludes_batchnorm_and_biases_from_ratios(
     assert not {'loss.png', 'accuracy.png'} & set(os.listdir(out))
 
 
+@pytest.mark.parametrize('name', ['mnist', 'cifar'])
+def test_evaluator_weights_each_batch_by_its_size(request, name):
+    """The test accuracy and loss are those of the whole test set.
+
+    10 examples in batches of 4, 4 and 2; the labels agree with the model's
+    predictions on examples 0-3, 8 and 9 only, so the accuracy is 0.6, where
+    the plain mean of the batches (Chainer's Evaluator) would give 2/3.
+    """
+    example = request.getfixturevalue(name)
+    numpy.random.seed(0)
+    model = chainer.links.Classifier(
+        chainer.links.Linear(5, 3, initialW=numpy.random.randn(3, 5)))
+    x = numpy.random.randn(10, 5).astype(numpy.float32)
+    with chainer.using_config('train', False):
+        y = model.predictor(x)
+    t = y.array.argmax(axis=1).astype(numpy.int32)
+    t[4:8] = (t[4:8] + 1) % 3
+    test = chainer.datasets.TupleDataset(x, t)
+    iterator = chainer.iterators.SerialIterator(test, 4, repeat=False,
+                                                shuffle=False)
+    reporter = chainer.Reporter()  # the trainer's, during evaluation
+    reporter.add_observer('main', model)
+    with reporter:
+        result = example.Evaluator(iterator, model).evaluate()
+        plain = chainer.training.extensions.Evaluator(iterator, model)
+        plain = plain.evaluate()
+    assert result['main/accuracy'] == pytest.approx(0.6, rel=1e-6)
+    loss = chainer.functions.softmax_cross_entropy(y, t).array
+    assert result['main/loss'] == pytest.approx(float(loss), rel=1e-5)
+    assert plain['main/accuracy'] == pytest.approx(2 / 3)
+
+
 @pytest.mark.parametrize('optimizer,batchsize,lr', [
     ('momentum', 256, 0.1),
     ('momentum', 8192, 0.1 * 32),

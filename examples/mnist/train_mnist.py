@@ -96,6 +96,31 @@ class ShuffledIterator(chainer.iterators.SerialIterator):
         self._random.set_state((name, keys, pos, has_gauss, gauss))
 
 
+class Evaluator(extensions.Evaluator):
+
+    """Chainer's Evaluator, with each batch weighted by its size.
+
+    Chainer's Evaluator takes the plain mean of the values reported for each
+    batch, so that a short last batch counts as much as a full one: with
+    10,000 test images in batches of 8192, the last 1808 images would make
+    half of the result. This one weights what the model reports for a batch
+    by the number of its examples, so that ``validation/main/accuracy`` is
+    the accuracy on the whole test set.
+    """
+
+    def __init__(self, iterator, target, **kwargs):
+        super(Evaluator, self).__init__(iterator, target, **kwargs)
+        self.eval_func = self._weighted
+
+    def _weighted(self, *in_arrays, **in_dict):
+        # Evaluator.evaluate gives each batch a fresh observation.
+        observation = chainer.reporter.get_current_reporter().observation
+        self._targets['main'](*in_arrays, **in_dict)
+        first = in_arrays[0] if in_arrays else next(iter(in_dict.values()))
+        for key, value in observation.items():
+            observation[key] = (value, len(first))
+
+
 def make_optimizer(args, model):
     """Sets up the optimizer chosen by --optimizer on the model."""
     if args.optimizer == 'lars':
@@ -265,7 +290,7 @@ def main(argv=None):
     warmup = min(round(args.warmup_epochs * iterations_per_epoch), iterations)
     trainer.extend(chainer_lars.WarmupPolynomialShift(
         'lr', warmup_count=warmup, max_count=iterations, init=args.lr))
-    trainer.extend(extensions.Evaluator(test_iter, model, device=device),
+    trainer.extend(Evaluator(test_iter, model, device=device),
                    call_before_training=True)
     trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
     trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),

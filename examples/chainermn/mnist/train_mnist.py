@@ -263,7 +263,7 @@ def main(argv=None):
     trainer.extend(chainer_lars.WarmupPolynomialShift(
         'lr', warmup_count=warmup, max_count=iterations, init=args.lr))
 
-    evaluator = extensions.Evaluator(test_iter, model, device=device)
+    evaluator = single.Evaluator(test_iter, model, device=device)
     trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm),
                    call_before_training=True)
 
