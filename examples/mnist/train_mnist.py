@@ -153,9 +153,15 @@ def make_optimizer(args, model):
 
 
 def load_mnist():
-    """MNIST through Chainer's loader, or exit with what is missing."""
+    """MNIST through Chainer's loader, or exit with what is missing.
+
+    The images are standardized: shifted and scaled by the mean and the
+    standard deviation of all the training pixels (about 0.13 and 0.31),
+    the usual preprocessing for MNIST. The model then starts well
+    conditioned, which large batches, with few updates, need most.
+    """
     try:
-        return chainer.datasets.get_mnist()
+        train, test = chainer.datasets.get_mnist()
     except (OSError, RuntimeError) as e:
         directory = chainer.dataset.get_dataset_directory(
             os.path.join('pfnet', 'chainer', 'mnist'),
@@ -172,6 +178,15 @@ def load_mnist():
                 e, os.path.join(directory, 'train.npz'),
                 os.path.join(directory, 'test.npz'),
                 chainer.dataset.get_dataset_root()))
+    x, t = chainer.dataset.concat_examples(train)
+    mean, std = x.mean(dtype=numpy.float64), x.std(dtype=numpy.float64)
+
+    def standardize(x):
+        return ((x - mean) / std).astype(numpy.float32)
+
+    test_x, test_t = chainer.dataset.concat_examples(test)
+    return (chainer.datasets.TupleDataset(standardize(x), t),
+            chainer.datasets.TupleDataset(standardize(test_x), test_t))
 
 
 def log_scale(figure, axes, summary):
@@ -228,6 +243,10 @@ def parse_args(argv=None):
                         'size, see below)')
     parser.add_argument('--warmup-epochs', type=float, default=0.5,
                         help='Epochs of linear learning-rate warm-up '
+                        '(default: %(default)s)')
+    parser.add_argument('--decay-power', type=float, default=2.0,
+                        help='After the warm-up, the learning rate decays to '
+                        '0 as the fraction of the run left to this power '
                         '(default: %(default)s)')
     parser.add_argument('--momentum', type=float, default=0.9,
                         help='Momentum (default: %(default)s)')
@@ -289,7 +308,8 @@ def main(argv=None):
     iterations = math.ceil(args.epoch * iterations_per_epoch)
     warmup = min(round(args.warmup_epochs * iterations_per_epoch), iterations)
     trainer.extend(chainer_lars.WarmupPolynomialShift(
-        'lr', warmup_count=warmup, max_count=iterations, init=args.lr))
+        'lr', warmup_count=warmup, max_count=iterations, init=args.lr,
+        power=args.decay_power))
     trainer.extend(Evaluator(test_iter, model, device=device),
                    call_before_training=True)
     trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
