@@ -168,6 +168,77 @@ def test_evaluator_weights_each_batch_by_its_size(request, name):
     assert plain['main/accuracy'] == pytest.approx(2 / 3)
 
 
+def test_mnist_images_are_standardized_by_the_training_set(
+        mnist, dataset_root):
+    chainer.dataset.set_dataset_root(dataset_root)
+    raw_train, raw_test = chainer.datasets.get_mnist()
+    train, test = mnist.load_mnist()
+    raw_x, raw_t = chainer.dataset.concat_examples(raw_train)
+    x, t = chainer.dataset.concat_examples(train)
+    assert x.dtype == numpy.float32 and x.shape == raw_x.shape
+    numpy.testing.assert_array_equal(t, raw_t)
+    assert abs(x.mean(dtype=numpy.float64)) < 1e-6
+    assert x.std(dtype=numpy.float64) == pytest.approx(1, rel=1e-6)
+    # The test images use the training set's mean and deviation.
+    mean, std = raw_x.mean(dtype=numpy.float64), raw_x.std(dtype=numpy.float64)
+    test_x, test_t = chainer.dataset.concat_examples(test)
+    raw_test_x, raw_test_t = chainer.dataset.concat_examples(raw_test)
+    numpy.testing.assert_allclose(test_x, (raw_test_x - mean) / std,
+                                  rtol=1e-6, atol=1e-6)
+    numpy.testing.assert_array_equal(test_t, raw_test_t)
+
+
+@pytest.mark.parametrize('dataset', ['cifar10', 'cifar100'])
+def test_cifar_images_are_standardized_per_channel(
+        cifar, dataset_root, dataset):
+    chainer.dataset.set_dataset_root(dataset_root)
+    loader = getattr(chainer.datasets, 'get_' + dataset)
+    raw_train, raw_test = loader()
+    train, test = cifar.load_cifar(dataset)
+    raw_x, raw_t = chainer.dataset.concat_examples(raw_train)
+    x, t = chainer.dataset.concat_examples(train)
+    assert x.dtype == numpy.float32 and x.shape == raw_x.shape
+    numpy.testing.assert_array_equal(t, raw_t)
+    numpy.testing.assert_allclose(
+        x.mean(axis=(0, 2, 3), dtype=numpy.float64), 0, atol=1e-6)
+    numpy.testing.assert_allclose(
+        x.std(axis=(0, 2, 3), dtype=numpy.float64), 1, rtol=1e-6)
+    mean = raw_x.mean(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None]
+    std = raw_x.std(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None]
+    raw_test_x, raw_test_t = chainer.dataset.concat_examples(raw_test)
+    test_x, test_t = chainer.dataset.concat_examples(test)
+    numpy.testing.assert_allclose(test_x, (raw_test_x - mean) / std,
+                                  rtol=1e-6, atol=1e-6)
+    numpy.testing.assert_array_equal(test_t, raw_test_t)
+
+
+@pytest.mark.parametrize('name', ['mnist', 'cifar'])
+def test_decay_power_sets_the_schedule(request, dataset_root, tmp_path,
+                                       name):
+    """3 epochs of 2 updates, warm-up over the first epoch.
+
+    The rate used by update k (1-based) is v(k - 1), and the log holds the
+    mean over each epoch: (v0/2 + v0)/2, then (v0 + 0.75^p v0)/2, then
+    (0.5^p + 0.25^p) v0/2.
+    """
+    example = request.getfixturevalue(name)
+    args = ['--dataset-root', dataset_root, '--epoch', '3',
+            '--warmup-epochs', '1', '--noplot']
+    if name == 'mnist':
+        args += ['--batchsize', '32', '--unit', '8']
+    else:
+        args += ['--batchsize', '16', '--depth', '8']
+    for power in (1.0, 2.0, 0.5):
+        out = str(tmp_path / str(power))
+        example.main(args + ['--decay-power', str(power), '--out', out])
+        peak = example.parse_args(args).lr
+        lrs = [entry['lr'] for entry in read_log(out)]
+        assert lrs[1:] == pytest.approx([
+            0.75 * peak, (1 + 0.75 ** power) * peak / 2,
+            (0.5 ** power + 0.25 ** power) * peak / 2], rel=1e-12)
+    assert example.parse_args([]).decay_power == 2
+
+
 @pytest.mark.parametrize('optimizer,batchsize,lr', [
     ('momentum', 256, 0.1),
     ('momentum', 8192, 0.1 * 32),
@@ -276,3 +347,14 @@ def test_mnist_results_table(dataset_root, tmp_path):
     stamp = os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log'))
     results.main(argv)
     assert os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log')) == stamp
+
+
+def test_chainermn_defaults_are_the_single_process_ones(mnist):
+    chainermn_example = examples_util.load_example(
+        os.path.join('chainermn', 'mnist'), 'train_mnist.py')
+    multi, single = chainermn_example.parse_args([]), mnist.parse_args([])
+    for name in ('warmup_epochs', 'decay_power', 'momentum', 'weight_decay',
+                 'trust_coefficient', 'unit', 'epoch'):
+        assert getattr(multi, name) == getattr(single, name), name
+    multi = chainermn_example.parse_args(['--decay-power', '1'])
+    assert multi.decay_power == 1

@@ -221,11 +221,16 @@ def make_optimizer(args, model):
 
 
 def load_cifar(name):
-    """CIFAR through Chainer's loader, or exit with what is missing."""
+    """CIFAR through Chainer's loader, or exit with what is missing.
+
+    The images are standardized per channel by the means and the standard
+    deviations of the training images, the usual preprocessing for CIFAR;
+    the padding of the random crops is then the mean colour.
+    """
     loader = {'cifar10': chainer.datasets.get_cifar10,
               'cifar100': chainer.datasets.get_cifar100}[name]
     try:
-        return loader()
+        train, test = loader()
     except (OSError, RuntimeError) as e:
         cache = os.path.join(
             chainer.dataset.get_dataset_directory(
@@ -240,6 +245,16 @@ def load_cifar(name):
             'Point --dataset-root or the CHAINER_DATASET_ROOT environment '
             'variable at a folder that holds it.'.format(
                 name.upper(), e, cache, chainer.dataset.get_dataset_root()))
+    x, t = chainer.dataset.concat_examples(train)
+    mean = x.mean(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None]
+    std = x.std(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None]
+
+    def standardize(x):
+        return ((x - mean) / std).astype(numpy.float32)
+
+    test_x, test_t = chainer.dataset.concat_examples(test)
+    return (chainer.datasets.TupleDataset(standardize(x), t),
+            chainer.datasets.TupleDataset(standardize(test_x), test_t))
 
 
 def log_scale(figure, axes, summary):
@@ -264,7 +279,7 @@ def parse_args(argv=None):
         'for lars and momentum-lars (the step of each layer relative to its '
         'weight norm, scaled with the square root of the batch size). The '
         'rate rises linearly for --warmup-epochs, then decays to 0 as the '
-        'square of the fraction of the run left.'.format(
+        'fraction of the run left to the power --decay-power.'.format(
             MOMENTUM_LR_PER_256, REFERENCE_BATCHSIZE, LARS_STEP_PER_256,
             REFERENCE_BATCHSIZE))
     parser.add_argument('--dataset', choices=('cifar10', 'cifar100'),
@@ -299,6 +314,10 @@ def parse_args(argv=None):
                         'size, see below)')
     parser.add_argument('--warmup-epochs', type=float, default=5,
                         help='Epochs of linear learning-rate warm-up '
+                        '(default: %(default)s)')
+    parser.add_argument('--decay-power', type=float, default=2.0,
+                        help='After the warm-up, the learning rate decays to '
+                        '0 as the fraction of the run left to this power '
                         '(default: %(default)s)')
     parser.add_argument('--momentum', type=float, default=0.9,
                         help='Momentum (default: %(default)s)')
@@ -365,7 +384,8 @@ def main(argv=None):
     iterations = math.ceil(args.epoch * iterations_per_epoch)
     warmup = min(round(args.warmup_epochs * iterations_per_epoch), iterations)
     trainer.extend(chainer_lars.WarmupPolynomialShift(
-        'lr', warmup_count=warmup, max_count=iterations, init=args.lr))
+        'lr', warmup_count=warmup, max_count=iterations, init=args.lr,
+        power=args.decay_power))
     trainer.extend(Evaluator(test_iter, model, device=device),
                    call_before_training=True)
     trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))

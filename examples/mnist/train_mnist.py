@@ -211,7 +211,7 @@ def parse_args(argv=None):
         'for lars and momentum-lars (the step of each layer relative to its '
         'weight norm, scaled with the square root of the batch size). The '
         'rate rises linearly for --warmup-epochs, then decays to 0 as the '
-        'square of the fraction of the run left.'.format(
+        'fraction of the run left to the power --decay-power.'.format(
             MOMENTUM_LR_PER_256, REFERENCE_BATCHSIZE, LARS_STEP_PER_256,
             REFERENCE_BATCHSIZE))
     parser.add_argument('--batchsize', '-b', type=int, default=8192,

@@ -126,7 +126,7 @@ def parse_args(argv=None):
         'momentum-lars (the per-layer step relative to the weight norm, '
         'scaled with the square root of the batch size); a given --lr is '
         'used as it is. The rate rises linearly for --warmup-epochs, then '
-        'decays to 0 as (1 - progress)^2.'.format(
+        'decays to 0 as (1 - progress)^decay_power.'.format(
             single.MOMENTUM_LR_PER_256, single.REFERENCE_BATCHSIZE,
             single.LARS_STEP_PER_256, single.REFERENCE_BATCHSIZE))
     parser.add_argument('--batchsize', '-b', type=int, default=1024,
@@ -165,18 +165,19 @@ def parse_args(argv=None):
     parser.add_argument('--warmup-epochs', type=float,
                         default=defaults.warmup_epochs,
                         help='Epochs of linear learning-rate warm-up')
+    parser.add_argument('--decay-power', type=float,
+                        default=defaults.decay_power,
+                        help='Power of the learning-rate decay after the '
+                        'warm-up')
     parser.add_argument('--momentum', type=float, default=0.9,
                         help='Momentum')
     parser.add_argument('--weight-decay', type=float,
                         default=defaults.weight_decay,
                         help='Weight decay (not applied to biases)')
     parser.add_argument('--trust-coefficient', type=float,
-                        help='LARS trust coefficient (default: that of '
-                        'the single-process example, {} for lars, {} for '
-                        'momentum-lars)'.format(
-                            defaults.trust_coefficient,
-                            single.parse_args(['--optimizer', 'momentum-lars'])
-                            .trust_coefficient))
+                        default=defaults.trust_coefficient,
+                        help='LARS trust coefficient, for lars and '
+                        'momentum-lars')
     parser.add_argument('--unit', '-u', type=int, default=1000,
                         help='Number of units')
     parser.add_argument('--seed', type=int, default=0,
@@ -191,9 +192,6 @@ def parse_args(argv=None):
     if args.batchsize < 1:
         parser.error('--batchsize must be positive, got {}'.format(
             args.batchsize))
-    if args.trust_coefficient is None:
-        args.trust_coefficient = single.parse_args(
-            ['--optimizer', args.optimizer]).trust_coefficient
     return args
 
 
@@ -261,7 +259,8 @@ def main(argv=None):
     iterations = math.ceil(args.epoch * iterations_per_epoch)
     warmup = min(round(args.warmup_epochs * iterations_per_epoch), iterations)
     trainer.extend(chainer_lars.WarmupPolynomialShift(
-        'lr', warmup_count=warmup, max_count=iterations, init=args.lr))
+        'lr', warmup_count=warmup, max_count=iterations, init=args.lr,
+        power=args.decay_power))
 
     evaluator = single.Evaluator(test_iter, model, device=device)
     trainer.extend(chainermn.create_multi_node_evaluator(evaluator, comm),
