@@ -168,48 +168,34 @@ def test_evaluator_weights_each_batch_by_its_size(request, name):
     assert plain['main/accuracy'] == pytest.approx(2 / 3)
 
 
-def test_mnist_images_are_standardized_by_the_training_set(
-        mnist, dataset_root):
+@pytest.mark.parametrize('name,dataset', [
+    ('mnist', 'mnist'), ('cifar', 'cifar10'), ('cifar', 'cifar100')])
+def test_images_are_standardized_by_the_training_set(
+        request, dataset_root, name, dataset):
+    """MNIST over all pixels, CIFAR per channel; test images alike."""
     chainer.dataset.set_dataset_root(dataset_root)
-    raw_train, raw_test = chainer.datasets.get_mnist()
-    train, test = mnist.load_mnist()
-    raw_x, raw_t = chainer.dataset.concat_examples(raw_train)
-    x, t = chainer.dataset.concat_examples(train)
+    raw = getattr(chainer.datasets, 'get_' + dataset)()
+    if name == 'mnist':
+        got = request.getfixturevalue(name).load_mnist()
+        axis = None
+    else:
+        got = request.getfixturevalue(name).load_cifar(dataset)
+        axis = (0, 2, 3)
+    (raw_x, raw_t), (x, t) = [chainer.dataset.concat_examples(pair[0])
+                              for pair in (raw, got)]
     assert x.dtype == numpy.float32 and x.shape == raw_x.shape
-    numpy.testing.assert_array_equal(t, raw_t)
-    assert abs(x.mean(dtype=numpy.float64)) < 1e-6
-    assert x.std(dtype=numpy.float64) == pytest.approx(1, rel=1e-6)
-    # The test images use the training set's mean and deviation.
-    mean, std = raw_x.mean(dtype=numpy.float64), raw_x.std(dtype=numpy.float64)
-    test_x, test_t = chainer.dataset.concat_examples(test)
-    raw_test_x, raw_test_t = chainer.dataset.concat_examples(raw_test)
-    numpy.testing.assert_allclose(test_x, (raw_test_x - mean) / std,
-                                  rtol=1e-6, atol=1e-6)
-    numpy.testing.assert_array_equal(test_t, raw_test_t)
-
-
-@pytest.mark.parametrize('dataset', ['cifar10', 'cifar100'])
-def test_cifar_images_are_standardized_per_channel(
-        cifar, dataset_root, dataset):
-    chainer.dataset.set_dataset_root(dataset_root)
-    loader = getattr(chainer.datasets, 'get_' + dataset)
-    raw_train, raw_test = loader()
-    train, test = cifar.load_cifar(dataset)
-    raw_x, raw_t = chainer.dataset.concat_examples(raw_train)
-    x, t = chainer.dataset.concat_examples(train)
-    assert x.dtype == numpy.float32 and x.shape == raw_x.shape
-    numpy.testing.assert_array_equal(t, raw_t)
     numpy.testing.assert_allclose(
-        x.mean(axis=(0, 2, 3), dtype=numpy.float64), 0, atol=1e-6)
+        x.mean(axis=axis, dtype=numpy.float64), 0, atol=1e-6)
     numpy.testing.assert_allclose(
-        x.std(axis=(0, 2, 3), dtype=numpy.float64), 1, rtol=1e-6)
-    mean = raw_x.mean(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None]
-    std = raw_x.std(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None]
-    raw_test_x, raw_test_t = chainer.dataset.concat_examples(raw_test)
-    test_x, test_t = chainer.dataset.concat_examples(test)
-    numpy.testing.assert_allclose(test_x, (raw_test_x - mean) / std,
-                                  rtol=1e-6, atol=1e-6)
-    numpy.testing.assert_array_equal(test_t, raw_test_t)
+        x.std(axis=axis, dtype=numpy.float64), 1, rtol=1e-6)
+    mean = raw_x.mean(axis=axis, dtype=numpy.float64, keepdims=True)[0]
+    std = raw_x.std(axis=axis, dtype=numpy.float64, keepdims=True)[0]
+    for (raw_x, raw_t), (x, t) in [
+            [chainer.dataset.concat_examples(pair[i]) for pair in (raw, got)]
+            for i in (0, 1)]:
+        numpy.testing.assert_allclose(x, (raw_x - mean) / std,
+                                      rtol=1e-6, atol=1e-6)
+        numpy.testing.assert_array_equal(t, raw_t)
 
 
 @pytest.mark.parametrize('name', ['mnist', 'cifar'])
