@@ -344,3 +344,41 @@ def test_chainermn_defaults_are_the_single_process_ones(mnist):
         assert getattr(multi, name) == getattr(single, name), name
     multi = chainermn_example.parse_args(['--decay-power', '1'])
     assert multi.decay_power == 1
+
+
+@pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn'])
+@pytest.mark.parametrize('flag,value,message', [
+    ('--batchsize', '0', 'positive'),
+    ('--epoch', '-1', 'positive'),
+    ('--lr', '0', 'positive'),
+    ('--lr', 'nan', 'positive'),
+    ('--lr', 'inf', 'positive'),
+    ('--decay-power', '0', 'positive'),
+    ('--trust-coefficient', '-0.02', 'positive'),
+    ('--warmup-epochs', '-1', 'at least 0'),
+    ('--momentum', '-0.9', 'at least 0'),
+    ('--weight-decay', '-1e-4', 'at least 0'),
+])
+def test_flags_out_of_range_are_usage_errors(mnist, cifar, capsys, name,
+                                             flag, value, message):
+    """A usage error (exit status 2) naming the flag, not a traceback."""
+    if name == 'chainermn':
+        example = examples_util.load_example(
+            os.path.join('chainermn', 'mnist'), 'train_mnist.py')
+    else:
+        example = {'mnist': mnist, 'cifar': cifar}[name]
+    with pytest.raises(SystemExit) as exc:
+        example.parse_args(['{}={}'.format(flag, value)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert '{} must be'.format(flag) in err and message in err
+    assert 'got {}'.format(value) in err or (
+        'got {}'.format(float(value)) in err)
+
+
+@pytest.mark.parametrize('depth', ['21', '2', '-4'])
+def test_cifar_depth_must_be_6n_plus_2(cifar, capsys, depth):
+    with pytest.raises(SystemExit) as exc:
+        cifar.parse_args(['--depth', depth])
+    assert exc.value.code == 2
+    assert '--depth must be 6n + 2' in capsys.readouterr().err

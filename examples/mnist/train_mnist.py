@@ -202,6 +202,21 @@ def end_of_epoch(trainer):
     return trainer.updater.is_new_epoch
 
 
+def check_args(parser, args):
+    """Stops with a usage error that names the first flag out of range."""
+    for names, valid, what in (
+            (('batchsize', 'epoch', 'unit', 'lr', 'decay_power',
+              'trust_coefficient'), lambda v: 0 < v < math.inf,
+             'positive and finite'),
+            (('warmup_epochs', 'momentum', 'weight_decay'),
+             lambda v: 0 <= v < math.inf, 'finite and at least 0')):
+        for name in names:
+            value = getattr(args, name, None)
+            if value is not None and not valid(value):
+                parser.error('--{} must be {}, got {}'.format(
+                    name.replace('_', '-'), what, value))
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description='chainer-lars example: large-batch MNIST',
@@ -267,6 +282,7 @@ def parse_args(argv=None):
     parser.add_argument('--noplot', dest='plot', action='store_false',
                         help='Disable PlotReport extension')
     args = parser.parse_args(argv)
+    check_args(parser, args)
     if args.lr is None:
         args.lr = default_lr(args.optimizer, args.batchsize,
                              args.trust_coefficient)

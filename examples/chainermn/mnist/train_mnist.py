@@ -189,9 +189,7 @@ def parse_args(argv=None):
     parser.add_argument('--noplot', dest='plot', action='store_false',
                         help='Disable PlotReport extension')
     args = parser.parse_args(argv)
-    if args.batchsize < 1:
-        parser.error('--batchsize must be positive, got {}'.format(
-            args.batchsize))
+    single.check_args(parser, args)
     return args
 
 
