@@ -5,8 +5,10 @@
 #   bash dev.sh chainermn [-n N] [ARGS...]
 #                                        the ChainerMN MNIST example on N
 #                                        processes (default 2) of this machine
-#   bash dev.sh venv                     only make .venv (then
-#                                        'source .venv/bin/activate')
+#   bash dev.sh venv [EXTRAS]            only make .venv, with the examples'
+#                                        packages and the extras named (e.g.
+#                                        test,mpi); then 'source
+#                                        .venv/bin/activate'
 #   bash dev.sh test [TOX ARGS...]       the whole test suite, through tox
 #
 # mnist and chainermn run in the caller's directory, so relative paths in
@@ -116,9 +118,29 @@ default_dataset_root() {
     fi
 }
 
+# Open MPI's mpiexec, and mpicc to build mpi4py: installed where we may.
+ensure_mpi() {
+    if ! command -v mpiexec >/dev/null || ! command -v mpicc >/dev/null; then
+        apt_install openmpi-bin libopenmpi-dev || true
+    fi
+    command -v mpiexec >/dev/null \
+        || die "no mpiexec: install Open MPI (on Debian, as root: apt-get install openmpi-bin libopenmpi-dev)"
+    command -v mpicc >/dev/null \
+        || say "warning: no mpicc, which building mpi4py needs (on Debian: libopenmpi-dev)"
+}
+
 cmd_venv() {
-    ensure_venv examples
-    say "ready: 'source $venv/bin/activate' makes its python the one on PATH,"
+    local extras=examples${1:+,$1} extra
+    [ $# -le 1 ] || die "usage: bash dev.sh venv [EXTRA,...]"
+    for extra in ${extras//,/ }; do
+        case $extra in
+            test|examples|mpi|cuda12|lint) ;;
+            *) die "unknown extra '$extra' (test, examples, mpi, cuda12, lint)" ;;
+        esac
+    done
+    case ,$extras, in *,mpi,*) ensure_mpi ;; esac
+    ensure_venv "$extras"
+    say "ready: 'source $venv/bin/activate' puts its python (and pip) first on PATH;"
     say "or run $venv/bin/python directly"
 }
 
@@ -139,14 +161,7 @@ cmd_chainermn() {
         shift 2
     fi
     [[ $n =~ ^[1-9][0-9]*$ ]] || die "-n must be a number of processes (1 or more), got '$n'"
-    # mpiexec to run, mpicc to build mpi4py.
-    if ! command -v mpiexec >/dev/null || ! command -v mpicc >/dev/null; then
-        apt_install openmpi-bin libopenmpi-dev || true
-    fi
-    command -v mpiexec >/dev/null \
-        || die "no mpiexec: install Open MPI (on Debian, as root: apt-get install openmpi-bin libopenmpi-dev)"
-    command -v mpicc >/dev/null \
-        || say "warning: no mpicc, which building mpi4py needs (on Debian: libopenmpi-dev)"
+    ensure_mpi
     ensure_venv examples,mpi
     default_dataset_root
     case $(mpiexec --version 2>&1) in
@@ -209,6 +224,6 @@ case ${1:-} in
     venv) shift; cmd_venv "$@" ;;
     test) shift; cmd_test "$@" ;;
     *) say "usage: bash dev.sh mnist [ARGS...] | bash dev.sh chainermn [-n N] [ARGS...]"
-       say "       | bash dev.sh venv | bash dev.sh test [TOX ARGS...]"
+       say "       | bash dev.sh venv [EXTRAS] | bash dev.sh test [TOX ARGS...]"
        exit 2 ;;
 esac

@@ -94,6 +94,8 @@ def dev_sh(checkout, *args, env=None):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         universal_newlines=True)
     assert result.returncode == 0, result.stderr
+    if not checkout['record'].exists():
+        return [], result
     with open(str(checkout['record'])) as f:
         return [json.loads(line) for line in f], result
 
@@ -171,3 +173,30 @@ def test_chainermn_refuses_a_bad_number_of_processes(checkout, args):
     assert result.returncode == 1
     assert '-n' in result.stderr
     assert not checkout['record'].exists()
+
+
+@pytest.mark.parametrize('args,extras', [([], 'examples,mpi'),
+                                         (['mpi'], 'examples,mpi'),
+                                         (['test,mpi'], 'examples,mpi,test')])
+def test_venv_installs_only_what_is_missing(checkout, args, extras):
+    calls, result = dev_sh(checkout, 'venv', *args)
+    installs = [call for call in calls if call['argv'][:2] == ['-m', 'pip']]
+    if extras == 'examples,mpi':
+        assert not installs
+    else:
+        assert len(installs) == 1
+        assert installs[0]['argv'][-1] == '{}[{}]'.format(checkout['repo'],
+                                                          extras)
+    assert 'source {}/.venv/bin/activate'.format(
+        checkout['repo']) in result.stderr
+    assert (checkout['repo'] / '.venv/.installed').read_text().endswith(
+        extras + '\n')
+
+
+def test_venv_refuses_an_unknown_extra(checkout):
+    result = subprocess.run(
+        ['bash', str(checkout['repo'] / 'dev.sh'), 'venv', 'tests'],
+        cwd=str(checkout['caller']), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True)
+    assert result.returncode == 1
+    assert "unknown extra 'tests'" in result.stderr
