@@ -18,14 +18,17 @@ that is uploaded once and cached while the arrays stay where they are
 Storage and compute types: float16 arrays are read and written as raw
 16-bit values with the hardware conversion instructions and computed in
 float32; float32 in float32; float64 in float64.
+
+Every function takes the array module ``xp`` of the device it runs on (what
+``param.device.xp`` is: CuPy on a GPU) and reaches CuPy only through it:
+``xp.RawModule``, ``xp.empty``, ``xp.cuda``. So the code above the kernels
+runs unchanged on :mod:`chainer_lars.testing.emulated_cupy`, which executes
+the same kernel sources on the CPU.
 """
 
 import collections
 
-import cupyx
 import numpy
-
-from chainer.backends import cuda
 
 from chainer_lars import ratio as _ratio
 
@@ -40,10 +43,14 @@ MAX_PARTS = 128
 #: At most this many blocks in a per-array elementwise launch.
 MAX_BLOCKS = 2048
 
+#: dtype -> (C storage type, C compute type, NumPy compute dtype)
 _TYPES = {
-    numpy.dtype(numpy.float16): ('unsigned short', 'float'),
-    numpy.dtype(numpy.float32): ('float', 'float'),
-    numpy.dtype(numpy.float64): ('double', 'double'),
+    numpy.dtype(numpy.float16): ('unsigned short', 'float',
+                                 numpy.dtype(numpy.float32)),
+    numpy.dtype(numpy.float32): ('float', 'float',
+                                 numpy.dtype(numpy.float32)),
+    numpy.dtype(numpy.float64): ('double', 'double',
+                                 numpy.dtype(numpy.float64)),
 }
 
 _LOAD_STORE = {
@@ -245,24 +252,30 @@ _modules = {}
 
 def source(dtype):
     """The CUDA source of the kernels for arrays of ``dtype``."""
-    storage, compute = _TYPES[numpy.dtype(dtype)]
+    storage, compute, _ = _TYPES[numpy.dtype(dtype)]
     return _SOURCE.format(
         storage=storage, compute=compute, threads=THREADS, chunk=CHUNK,
         load_store=_LOAD_STORE[storage], trust_ratio=_ratio.CUDA_TRUST_RATIO)
 
 
-def _kernel(dtype, name):
-    """The kernel ``name`` for arrays of ``dtype`` (compiled once)."""
+def _kernel(xp, dtype, name):
+    """The kernel ``name`` for arrays of ``dtype`` (compiled once a device).
+
+    CuPy loads a module on the device current when a function is first
+    taken from it, so modules are kept per device.
+
+    """
     dtype = numpy.dtype(dtype)
-    module = _modules.get(dtype)
+    key = (xp, xp.cuda.Device().id, dtype)
+    module = _modules.get(key)
     if module is None:
-        module = _modules[dtype] = cuda.cupy.RawModule(code=source(dtype))
+        module = _modules[key] = xp.RawModule(code=source(dtype))
     return module.get_function(name)
 
 
 def compute_dtype(dtype):
     """The dtype the kernels compute in for arrays of ``dtype``."""
-    return numpy.dtype(_TYPES[numpy.dtype(dtype)][1])
+    return _TYPES[numpy.dtype(dtype)][2]
 
 
 def supports(*arrays):
@@ -276,24 +289,25 @@ def _blocks(n, per_block, limit):
     return max(1, min(limit, -(-n // per_block)))
 
 
-def sqnorm_partials(w, g):
+def sqnorm_partials(xp, w, g):
     """Partial sums of ``||w||^2`` and ``||g||^2`` (one launch).
 
     Returns:
-        cupy.ndarray: Shape ``(2 * k,)``: ``k`` pairs whose sum is the pair
-        of squared norms, in the compute dtype.
+        ndarray: Shape ``(2 * k,)``: ``k`` pairs whose sum is the pair of
+        squared norms, in the compute dtype.
 
     """
     n = w.size
     nparts = _blocks(n, THREADS * 4, MAX_PARTS)
-    partial = cuda.cupy.empty(2 * nparts, compute_dtype(w.dtype))
-    _kernel(w.dtype, 'chainer_lars_sqnorms')(
+    partial = xp.empty(2 * nparts, compute_dtype(w.dtype))
+    _kernel(xp, w.dtype, 'chainer_lars_sqnorms')(
         (nparts,), (THREADS,), (w, g, numpy.int64(n), partial))
     return partial
 
 
-def scale_add_by_ratio(w, g, partial, weight_decay, eps, trust_coefficient,
-                       threshold, clip_lr, loss_scale, adapt):
+def scale_add_by_ratio(xp, w, g, partial, weight_decay, eps,
+                       trust_coefficient, threshold, clip_lr, loss_scale,
+                       adapt):
     """``g <- r (g + S wd w)`` with the ratio computed on the device.
 
     ``partial`` comes from :func:`sqnorm_partials`; ``loss_scale`` is the
@@ -302,7 +316,7 @@ def scale_add_by_ratio(w, g, partial, weight_decay, eps, trust_coefficient,
     """
     n = w.size
     c = compute_dtype(w.dtype).type
-    _kernel(w.dtype, 'chainer_lars_scale_add')(
+    _kernel(xp, w.dtype, 'chainer_lars_scale_add')(
         (_blocks(n, THREADS, MAX_BLOCKS),), (THREADS,),
         (w, g, numpy.int64(n), partial, numpy.int32(partial.size // 2),
          c(weight_decay), c(eps), c(trust_coefficient), c(threshold),
@@ -310,7 +324,7 @@ def scale_add_by_ratio(w, g, partial, weight_decay, eps, trust_coefficient,
          c(loss_scale)))
 
 
-def lars_momentum_step(w, g, v, partial, lr, momentum, weight_decay,
+def lars_momentum_step(xp, w, g, v, partial, lr, momentum, weight_decay,
                        trust_coefficient, eps, nesterov):
     """One LARS momentum step (one launch); ``partial=None``: ``r = 1``."""
     n = w.size
@@ -318,12 +332,20 @@ def lars_momentum_step(w, g, v, partial, lr, momentum, weight_decay,
         return
     c = compute_dtype(w.dtype).type
     if partial is None:
-        partial = cuda.cupy.empty(0, c)
-    _kernel(w.dtype, 'chainer_lars_momentum')(
+        partial = xp.empty(0, c)
+    _kernel(xp, w.dtype, 'chainer_lars_momentum')(
         (_blocks(n, THREADS, MAX_BLOCKS),), (THREADS,),
         (w, g, v, numpy.int64(n), partial, numpy.int32(partial.size // 2),
          c(lr), c(momentum), c(weight_decay), c(trust_coefficient), c(eps),
          numpy.int32(bool(nesterov))))
+
+
+def empty_pinned(xp, shape, dtype):
+    """A host array in page-locked memory, as :func:`cupyx.empty_pinned`."""
+    dtype = numpy.dtype(dtype)
+    count = int(numpy.prod(shape, dtype=numpy.int64))
+    memory = xp.cuda.alloc_pinned_memory(count * dtype.itemsize)
+    return numpy.frombuffer(memory, dtype, count).reshape(shape)
 
 
 class MultiTensorTables(object):
@@ -336,13 +358,17 @@ class MultiTensorTables(object):
     Args:
         capacity (int): How many tables to keep (least recently used go).
 
+    Attributes:
+        builds (int): How many tables were built, for tests and benchmarks.
+
     """
 
     def __init__(self, capacity=8):
         self.capacity = capacity
+        self.builds = 0
         self._tables = collections.OrderedDict()
 
-    def get(self, dtype, items):
+    def get(self, xp, dtype, items):
         """The table for ``items`` (a list of ``(w, g, uses_wd, adapt)``).
 
         Returns:
@@ -350,14 +376,15 @@ class MultiTensorTables(object):
             a host list of each array's first block, and ``nblocks`` last.
 
         """
-        key = (numpy.dtype(dtype), cuda.cupy.cuda.Device().id,
+        key = (xp, numpy.dtype(dtype), xp.cuda.Device().id,
                tuple((w.data.ptr, g.data.ptr, w.size, uses_wd, adapt)
                      for w, g, uses_wd, adapt in items))
         entry = self._tables.get(key)
         if entry is not None:
             self._tables.move_to_end(key)
             return entry[:3]
-        entry = self._build(items)
+        entry = self._build(xp, items)
+        self.builds += 1
         self._tables[key] = entry
         while len(self._tables) > self.capacity:
             _, old = self._tables.popitem(last=False)
@@ -365,7 +392,7 @@ class MultiTensorTables(object):
         return entry[:3]
 
     @staticmethod
-    def _build(items):
+    def _build(xp, items):
         ntensors = len(items)
         sizes = [w.size for w, _, _, _ in items]
         counts = [-(-n // CHUNK) for n in sizes]
@@ -374,7 +401,7 @@ class MultiTensorTables(object):
             first.append(first[-1] + count)
         nblocks = first[-1]
         words = 5 * ntensors + 1 + 2 * nblocks
-        host = cupyx.empty_pinned((words,), numpy.int64)
+        host = empty_pinned(xp, (words,), numpy.int64)
         host[:ntensors] = [w.data.ptr for w, _, _, _ in items]
         host[ntensors:2 * ntensors] = [g.data.ptr for _, g, _, _ in items]
         host[2 * ntensors:3 * ntensors] = sizes
@@ -387,17 +414,18 @@ class MultiTensorTables(object):
         host[base + nblocks:base + 2 * nblocks] = block_start
         host[base + 2 * nblocks:] = [
             int(uses_wd) | 2 * int(adapt) for _, _, uses_wd, adapt in items]
-        table = cuda.cupy.empty(words, numpy.int64)
-        stream = cuda.cupy.cuda.get_current_stream()
+        table = xp.empty(words, numpy.int64)
+        stream = xp.cuda.get_current_stream()
         table.set(host, stream)
         return table, nblocks, first, host, stream.record()
 
 
-def multi_scale_add(tables, items, weight_decay, eps, trust_coefficient,
+def multi_scale_add(xp, tables, items, weight_decay, eps, trust_coefficient,
                     threshold, clip_lr, loss_scale):
     """The hook's rescaling of many arrays of one dtype, in two launches.
 
     Args:
+        xp: The array module of the device (CuPy).
         tables (MultiTensorTables): The table cache to use.
         items (list): ``(w, g, uses_weight_decay, uses_adaptation)`` per
             array, all contiguous, non-empty, of one dtype, on the current
@@ -409,14 +437,14 @@ def multi_scale_add(tables, items, weight_decay, eps, trust_coefficient,
 
     """
     dtype = items[0][0].dtype
-    table, nblocks, first = tables.get(dtype, items)
+    table, nblocks, first = tables.get(xp, dtype, items)
     c = compute_dtype(dtype).type
-    partial = cuda.cupy.empty(2 * nblocks, c)
+    partial = xp.empty(2 * nblocks, compute_dtype(dtype))
     ntensors = numpy.int32(len(items))
-    _kernel(dtype, 'chainer_lars_multi_sqnorms')(
+    _kernel(xp, dtype, 'chainer_lars_multi_sqnorms')(
         (nblocks,), (THREADS,), (table, ntensors, numpy.int32(nblocks),
                                  partial))
-    _kernel(dtype, 'chainer_lars_multi_scale_add')(
+    _kernel(xp, dtype, 'chainer_lars_multi_scale_add')(
         (nblocks,), (THREADS,),
         (table, ntensors, numpy.int32(nblocks), partial, c(weight_decay),
          c(eps), c(trust_coefficient), c(threshold),

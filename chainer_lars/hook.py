@@ -174,8 +174,6 @@ class GradientLARS(_ratio.ExclusionProperties):
                 multi_tensor))
         self._multi_tensor = multi_tensor
         self._tables = None
-        if multi_tensor and cuda.available:
-            self._tables = _cuda_kernels().MultiTensorTables()
 
     threshold = property(
         lambda self: self._threshold,
@@ -265,9 +263,11 @@ class GradientLARS(_ratio.ExclusionProperties):
 
     def _rescale_many(self, device, items, loss_scale, clip_lr):
         """Rescales many CuPy arrays of one dtype in two kernel launches."""
+        if self._tables is None:
+            self._tables = _cuda_kernels().MultiTensorTables()
         with chainer.using_device(device):
             partials = _cuda_kernels().multi_scale_add(
-                self._tables, [item[1:] for item in items],
+                device.xp, self._tables, [item[1:] for item in items],
                 self._weight_decay, self._eps, self._trust_coefficient,
                 self._threshold, clip_lr, loss_scale)
         for (path, _, _, uses_wd, adapt), sqnorms in zip(items, partials):
@@ -323,9 +323,9 @@ class GradientLARS(_ratio.ExclusionProperties):
                 sqnorms = kernels.rescale(g, w, loss_scale * wd, ratio)
             elif xp is cuda.cupy and _cuda_kernels().supports(w, g):
                 cuda_kernels = _cuda_kernels()
-                sqnorms = cuda_kernels.sqnorm_partials(w, g)
+                sqnorms = cuda_kernels.sqnorm_partials(xp, w, g)
                 cuda_kernels.scale_add_by_ratio(
-                    w, g, sqnorms, wd, self._eps, self._trust_coefficient,
+                    xp, w, g, sqnorms, wd, self._eps, self._trust_coefficient,
                     self._threshold, clip_lr, loss_scale, adapt)
             else:
                 sqnorms = kernels.sqnorms_generic(xp, w, g)

@@ -182,10 +182,10 @@ class LARSRule(optimizer.UpdateRule):
         hp, wd = self._step_args()
         partials = None
         if self.uses_adaptation:
-            partials = cuda_kernels.sqnorm_partials(w, g)
+            partials = cuda_kernels.sqnorm_partials(param.device.xp, w, g)
         self._observation = partials
         cuda_kernels.lars_momentum_step(
-            w, g, v, partials, hp.lr, hp.momentum, wd,
+            param.device.xp, w, g, v, partials, hp.lr, hp.momentum, wd,
             hp.trust_coefficient, hp.eps, hp.nesterov)
 
     def observation(self):
