@@ -13,6 +13,7 @@
 //   divergent __syncthreads) is reported as an error of the launch, not a
 //   hang; so is a launch still running after EMU_TIMEOUT_MS.
 // - threadIdx and blockIdx are per thread; blockDim and gridDim per launch.
+// - atomicAdd on unsigned int, and __threadfence() as a full fence.
 // - The float16 conversions of the PTX instructions cvt.f32.f16 and
 //   cvt.rn.f16.f32 (exact widening; narrowing rounded to nearest-even, with
 //   subnormals, overflow to inf and NaN as the hardware does). The
@@ -105,6 +106,15 @@ static emu_barrier emu_block_barrier;
 
 __device__ __forceinline__ void __syncthreads() {
     emu_block_barrier.arrive(false);
+}
+
+__device__ __forceinline__ unsigned int atomicAdd(unsigned int* address,
+                                                  unsigned int value) {
+    return std::atomic_ref<unsigned int>(*address).fetch_add(value);
+}
+
+__device__ __forceinline__ void __threadfence() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 __device__ __forceinline__ float emu_cvt_f32_f16(unsigned short h) {
