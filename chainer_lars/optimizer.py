@@ -181,6 +181,11 @@ class LARSRule(optimizer.UpdateRule):
                 '{}, {}, {} for {}'.format(w.dtype, g.dtype, v.dtype,
                                            param.name))
         hp, wd = self._step_args()
+        if w.size == 0:
+            # Nothing to launch (a grid of no blocks is an error); as on
+            # the CPU, both norms are 0.
+            self._observation = (0.0, 0.0) if self.uses_adaptation else None
+            return
         xp = param.device.xp
         if self._tables is None:
             self._tables = cuda_kernels.TableCache(capacity=1)

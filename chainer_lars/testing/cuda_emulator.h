@@ -54,6 +54,10 @@ static thread_local emu_dim3 blockIdx;
 static emu_dim3 blockDim;
 static emu_dim3 gridDim;
 
+#ifndef EMU_SPINS
+#define EMU_SPINS 64
+#endif
+
 #ifndef EMU_TIMEOUT_MS
 #define EMU_TIMEOUT_MS 60000
 #endif
@@ -94,9 +98,16 @@ struct emu_barrier {
             phase.notify_all();
             return;
         }
+        // Yielding first is cheaper than sleeping when the other threads
+        // are about to arrive; then a futex wait. The watchdog of emu_run
+        // moves the phase on to free the waiters of a deadlocked launch.
+        for (int spin = 0; spin < EMU_SPINS; ++spin) {
+            if (phase.load(std::memory_order_acquire) != my_phase) {
+                return;
+            }
+            std::this_thread::yield();
+        }
         while (phase.load(std::memory_order_acquire) == my_phase) {
-            // A futex wait; the watchdog of emu_run moves the phase on to
-            // free the waiters of a launch that deadlocked.
             phase.wait(my_phase, std::memory_order_acquire);
         }
     }
@@ -180,23 +191,27 @@ extern "C" const char* emu_last_error() {
     return emu_error;
 }
 
-// Runs body() for every thread of every block of the grid; returns 0, or 1
-// with the reason in emu_last_error().
-static int emu_run(const unsigned int* grid, const unsigned int* block,
-                   const std::function<void()>& body) {
-    gridDim.x = grid[0];
-    gridDim.y = grid[1];
-    gridDim.z = grid[2];
-    blockDim.x = block[0];
-    blockDim.y = block[1];
-    blockDim.z = block[2];
-    const int nthreads = (int)(block[0] * block[1] * block[2]);
-    emu_block_barrier.reset(nthreads);
-    emu_error[0] = '\0';
+// The threads of blocks of one size, kept between launches: starting 256
+// threads costs more than most launches do.
+struct emu_pool {
+    int size;
     std::vector<std::thread> threads;
-    threads.reserve(nthreads);
-    for (int t = 0; t < nthreads; ++t) {
-        threads.emplace_back([t, &body]() {
+    std::atomic<long> generation{0};
+    std::atomic<int> finished{0};
+    const std::function<void()>* body = nullptr;
+
+    explicit emu_pool(int n) : size(n) {
+        for (int t = 0; t < n; ++t) {
+            // Detached: the pool lives as long as the process.
+            std::thread([this, t]() { work(t); }).detach();
+        }
+    }
+
+    void work(int t) {
+        long seen = 0;
+        for (;;) {
+            generation.wait(seen, std::memory_order_acquire);
+            seen = generation.load(std::memory_order_acquire);
             threadIdx.x = t % blockDim.x;
             threadIdx.y = (t / blockDim.x) % blockDim.y;
             threadIdx.z = t / (blockDim.x * blockDim.y);
@@ -206,17 +221,54 @@ static int emu_run(const unsigned int* grid, const unsigned int* block,
                         blockIdx.x = x;
                         blockIdx.y = y;
                         blockIdx.z = z;
-                        body();
+                        (*body)();
                         // No thread starts the next block (whose shared
                         // memory is the same) before all have left this one.
                         emu_block_barrier.arrive(true);
                         if (emu_block_barrier.failed.load()) {
-                            return;
+                            z = gridDim.z;
+                            y = gridDim.y;
+                            break;
                         }
                     }
                 }
             }
-        });
+            if (finished.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
+                finished.notify_all();
+            }
+        }
+    }
+
+    void run(const std::function<void()>& f) {
+        body = &f;
+        finished.store(0, std::memory_order_release);
+        generation.fetch_add(1, std::memory_order_acq_rel);
+        generation.notify_all();
+        int done;
+        while ((done = finished.load(std::memory_order_acquire)) != size) {
+            finished.wait(done, std::memory_order_acquire);
+        }
+    }
+};
+
+// Runs body() for every thread of every block of the grid; returns 0, or 1
+// with the reason in emu_last_error(). One launch at a time.
+static int emu_run(const unsigned int* grid, const unsigned int* block,
+                   const std::function<void()>& body) {
+    static std::mutex launch_mutex;
+    static emu_pool* pools[1025] = {};
+    std::lock_guard<std::mutex> launch_lock(launch_mutex);
+    gridDim.x = grid[0];
+    gridDim.y = grid[1];
+    gridDim.z = grid[2];
+    blockDim.x = block[0];
+    blockDim.y = block[1];
+    blockDim.z = block[2];
+    const int nthreads = (int)(block[0] * block[1] * block[2]);
+    emu_block_barrier.reset(nthreads);
+    emu_error[0] = '\0';
+    if (pools[nthreads] == nullptr) {
+        pools[nthreads] = new emu_pool(nthreads);
     }
     std::mutex mutex;
     std::condition_variable done_cv;
@@ -230,9 +282,7 @@ static int emu_run(const unsigned int* grid, const unsigned int* block,
             emu_block_barrier.phase.notify_all();
         }
     });
-    for (auto& thread : threads) {
-        thread.join();
-    }
+    pools[nthreads]->run(body);
     {
         std::lock_guard<std::mutex> lock(mutex);
         done = true;

@@ -33,6 +33,7 @@ hardware, and CuPy's own behaviour.
 
 import ctypes
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -239,8 +240,10 @@ def _compile(code):
 
 
 #: Source mutations applied by :class:`Module` before compiling, for
-#: tests that check a planted bug is caught: a list of ``(old, new)``.
-plants = []
+#: tests that check a planted bug is caught: a list of ``(old, new)``, also
+#: read from ``CHAINER_LARS_EMULATOR_PLANTS`` (JSON) by a child process.
+plants = [tuple(p) for p in json.loads(
+    os.environ.get('CHAINER_LARS_EMULATOR_PLANTS') or '[]')]
 
 
 class Module(object):

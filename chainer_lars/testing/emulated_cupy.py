@@ -557,7 +557,7 @@ class ElementwiseKernel(object):
                 values.append(numpy.asarray(a, dtype).view(storage)[()]
                               .item())
         stats.launches.append(self.name)
-        function(numpy.int64(shape and int(numpy.prod(shape)) or 1),
+        function(int(numpy.prod(shape, dtype=numpy.int64)),
                  *[numpy.uint64(v.value if isinstance(v, ctypes.c_void_p)
                                 else 0) if kind == 'array' else v
                    for v, kind in zip(values, kinds)])
