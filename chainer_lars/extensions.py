@@ -1,6 +1,5 @@
 """Trainer extensions for large-batch training with LARS."""
 
-import numbers
 import re
 
 import numpy
@@ -8,17 +7,7 @@ import numpy
 import chainer
 from chainer.training import extension
 
-from chainer_lars import ratio as _ratio
-
-
-def _check_count(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError('{} must be an int, not {!r} ({})'.format(
-            name, value, type(value).__name__))
-    if value < 0:
-        raise ValueError('{} must be at least 0, got {!r}'.format(
-            name, value))
-    return int(value)
+from chainer_lars import checks
 
 
 class WarmupPolynomialShift(extension.Extension):
@@ -83,17 +72,16 @@ class WarmupPolynomialShift(extension.Extension):
     def __init__(self, attr, warmup_count, max_count, power=2.0, init=None,
                  end=0.0, optimizer=None):
         self._attr = attr
-        self._warmup_count = _check_count('warmup_count', warmup_count)
-        self._max_count = _check_count('max_count', max_count)
+        self._warmup_count = checks.count('warmup_count', warmup_count)
+        self._max_count = checks.count('max_count', max_count)
         if self._max_count < self._warmup_count:
             raise ValueError(
                 'max_count must be at least warmup_count ({}), got {}'.format(
                     self._warmup_count, self._max_count))
-        self._power = _ratio.check_real('power', power, minimum=0.0,
-                                        exclusive=True)
-        self._init = (None if init is None
-                      else _ratio.check_real('init', init))
-        self._end = _ratio.check_real('end', end)
+        self._power = checks.real('power', power, minimum=0.0,
+                                  exclusive=True)
+        self._init = None if init is None else checks.real('init', init)
+        self._end = checks.real('end', end)
         self._optimizer = optimizer
         self._t = 0
 
@@ -175,10 +163,8 @@ class TrustRatioObserver(extension.Extension):
             raise TypeError(
                 'source must have an observe() method (a chainer_lars.LARS '
                 'or chainer_lars.GradientLARS), got {!r}'.format(source))
-        if not isinstance(prefix, str):
-            raise TypeError('prefix must be a str, not {!r}'.format(prefix))
         self._source = source
-        self._prefix = prefix
+        self._prefix = checks.string('prefix', prefix)
         self._pattern = None if pattern is None else re.compile(pattern)
 
     def key(self, quantity, path):

@@ -9,8 +9,10 @@ import numpy
 import chainer
 from chainer.backends import cuda
 
+from chainer_lars import checks
+from chainer_lars import exclusions
 from chainer_lars import kernels
-from chainer_lars import ratio as _ratio
+from chainer_lars import ratio
 
 
 def _cuda_kernels():
@@ -71,7 +73,7 @@ class _RuleDelegate(object):
             hook._rescale(rule, param, self.path, 1.0)
 
 
-class GradientLARS(_ratio.ExclusionProperties):
+class GradientLARS(exclusions.ExclusionProperties):
 
     """Layer-wise adaptive rate scaling of the gradients (LARS).
 
@@ -163,48 +165,23 @@ class GradientLARS(_ratio.ExclusionProperties):
         self.eps = eps
         self.trust_coefficient = trust_coefficient
         self.clip = clip
-        self._rules = _ratio.ExclusionRules(
+        self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
         self._delegates = weakref.WeakKeyDictionary()
         self._delegate_name = 'chainer_lars.GradientLARS@{:x}'.format(
             id(self))
         self._observations = {}
-        if not isinstance(multi_tensor, bool):
-            raise TypeError('multi_tensor must be a bool, not {!r}'.format(
-                multi_tensor))
-        self._multi_tensor = multi_tensor
+        self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         self._tables = None
         if multi_tensor and cuda.available:
             self._tables = _cuda_kernels().MultiTensorTables()
 
-    threshold = property(
-        lambda self: self._threshold,
-        lambda self, value: setattr(self, '_threshold', _ratio.check_real(
-            'threshold', value, minimum=0.0)))
-    weight_decay = property(
-        lambda self: self._weight_decay,
-        lambda self, value: setattr(self, '_weight_decay', _ratio.check_real(
-            'weight_decay', value, minimum=0.0)))
-    eps = property(
-        lambda self: self._eps,
-        lambda self, value: setattr(self, '_eps', _ratio.check_real(
-            'eps', value, minimum=0.0)))
-    trust_coefficient = property(
-        lambda self: self._trust_coefficient,
-        lambda self, value: setattr(
-            self, '_trust_coefficient', _ratio.check_real(
-                'trust_coefficient', value, minimum=0.0, exclusive=True)))
-
-    @property
-    def clip(self):
-        return self._clip
-
-    @clip.setter
-    def clip(self, value):
-        if not isinstance(value, (bool, numpy.bool_)):
-            raise TypeError('clip must be a bool, not {!r} ({})'.format(
-                value, type(value).__name__))
-        self._clip = bool(value)
+    threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
+    weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
+    eps = checks.CheckedAttribute(checks.real, minimum=0.0)
+    trust_coefficient = checks.CheckedAttribute(
+        checks.real, minimum=0.0, exclusive=True)
+    clip = checks.CheckedAttribute(checks.boolean)
 
     def __repr__(self):
         return ('GradientLARS(threshold={}, weight_decay={}, eps={}, '
@@ -293,7 +270,7 @@ class GradientLARS(_ratio.ExclusionProperties):
                 'GradientLARS(clip=True) divides the ratio by the update '
                 "rule's learning rate, but the rule of {} ({}) has no "
                 "hyperparameter 'lr'".format(path, type(rule).__name__))
-        return _ratio.check_real('lr of ' + path, lr, minimum=0.0)
+        return checks.real('lr of ' + path, lr, minimum=0.0)
 
     def _rescale(self, rule, param, path, loss_scale):
         """Rescales one parameter's gradient in place.
@@ -313,14 +290,14 @@ class GradientLARS(_ratio.ExclusionProperties):
         xp = param.device.xp
         with chainer.using_device(param.device):
             if xp is numpy:
-                def ratio(w_sq, g_sq):
+                def ratio_of(w_sq, g_sq):
                     if not adapt:
                         return 1.0
-                    return _ratio.trust_ratio(
+                    return ratio.trust_ratio(
                         math.sqrt(w_sq), math.sqrt(g_sq) / loss_scale, wd,
                         self._eps, self._trust_coefficient, self._threshold,
                         clip_lr=clip_lr)
-                sqnorms = kernels.rescale(g, w, loss_scale * wd, ratio)
+                sqnorms = kernels.rescale(g, w, loss_scale * wd, ratio_of)
             elif xp is cuda.cupy and _cuda_kernels().supports(w, g):
                 cuda_kernels = _cuda_kernels()
                 sqnorms = cuda_kernels.sqnorm_partials(w, g)
@@ -330,7 +307,7 @@ class GradientLARS(_ratio.ExclusionProperties):
             else:
                 sqnorms = kernels.sqnorms_generic(xp, w, g)
                 if adapt:
-                    r = _ratio.trust_ratio_xp(
+                    r = ratio.trust_ratio_xp(
                         xp, sqnorms[0], sqnorms[1], wd, self._eps,
                         self._trust_coefficient, self._threshold,
                         clip_lr=clip_lr, loss_scale=loss_scale)
@@ -372,7 +349,7 @@ def observation_to_host(o, eps, trust_coefficient, threshold, require_grad):
     g_norm = math.sqrt(g_sq) / o.loss_scale
     r = 1.0
     if o.adapt:
-        r = _ratio.trust_ratio(w_norm, g_norm, o.weight_decay, eps,
-                               trust_coefficient, threshold, require_grad,
-                               o.clip_lr)
+        r = ratio.trust_ratio(w_norm, g_norm, o.weight_decay, eps,
+                              trust_coefficient, threshold, require_grad,
+                              o.clip_lr)
     return r, w_norm, g_norm

@@ -422,6 +422,14 @@ def test_bad_arguments(kwargs, error, words):
         chainer_lars.GradientLARS(**kwargs)
 
 
+@pytest.mark.parametrize('name', ['clip', 'multi_tensor'])
+def test_flags_accept_numpy_bools(name):
+    hook = chainer_lars.GradientLARS(**{name: numpy.bool_(True)})
+    assert getattr(hook, '_' + name) is True
+    with pytest.raises(TypeError, match=name + r' must be a bool, not 1 '):
+        chainer_lars.GradientLARS(**{name: 1})
+
+
 def test_bad_assignment_is_refused_and_keeps_the_old_value():
     hook = chainer_lars.GradientLARS(weight_decay=1e-4)
     with pytest.raises(ValueError, match='weight_decay'):
