@@ -121,7 +121,11 @@ def string(name, value):
 
 
 def pattern(name, value):
-    """Compiles one regular expression.
+    """Compiles one regular expression on ``str``.
+
+    Parameter paths are ``str``; a ``bytes`` pattern, plain or compiled,
+    could never match one (:func:`re.search` would raise at the first
+    update), so it is refused here.
 
     Args:
         name (str): The name to report.
@@ -131,11 +135,17 @@ def pattern(name, value):
         re.Pattern: The compiled expression.
 
     Raises:
-        TypeError: ``value`` is neither a ``str`` nor a compiled pattern.
+        TypeError: ``value`` is neither a ``str`` nor a compiled ``str``
+            pattern.
         ValueError: ``value`` is not a valid regular expression.
 
     """
     if isinstance(value, re.Pattern):
+        if not isinstance(value.pattern, str):
+            raise TypeError(
+                '{} must be a regular expression on str, not the '
+                'compiled {} pattern {!r}'.format(
+                    name, type(value.pattern).__name__, value))
         return value
     if not isinstance(value, str):
         raise TypeError(
@@ -149,7 +159,7 @@ def pattern(name, value):
 
 
 def patterns(name, values):
-    """Compiles a list of regular expressions.
+    """Compiles a list of regular expressions on ``str``.
 
     A single ``str`` or compiled pattern is taken as a list of one.
 
@@ -158,7 +168,7 @@ def patterns(name, values):
 
     Raises:
         TypeError: ``values`` is not an iterable of ``str`` or compiled
-            patterns.
+            ``str`` patterns (``bytes`` is refused, not iterated).
         ValueError: one of them is not a valid regular expression.
 
     """
@@ -166,6 +176,12 @@ def patterns(name, values):
         return ()
     if isinstance(values, (str, re.Pattern)):
         values = (values,)
+    if isinstance(values, (bytes, bytearray)):
+        # Iterating bytes would give ints, and the error would name 47 for
+        # b'/b$'.
+        raise TypeError(
+            '{} must be a list of regular expressions (str), not '
+            '{}'.format(name, _describe(values)))
     try:
         items = tuple(values)
     except TypeError:

@@ -50,21 +50,26 @@ class ExclusionRules(object):
         return flags
 
     def patterns(self):
-        """The two lists as strings, e.g. for a configuration record."""
-        return ([p.pattern for p in self.exclude_from_weight_decay],
-                [p.pattern for p in self.exclude_from_layer_adaptation])
+        """The two lists as tuples of strings."""
+        return (tuple(p.pattern for p in self.exclude_from_weight_decay),
+                tuple(p.pattern for p in self.exclude_from_layer_adaptation))
 
 
 class ExclusionProperties(object):
 
-    """The two exclusion lists of an object that keeps them in ``_rules``."""
+    """The two exclusion lists of an object that keeps them in ``_rules``.
+
+    They are read-only tuples: the lists are compiled once, at construction,
+    and a list that could be appended to would suggest otherwise.
+
+    """
 
     @property
     def exclude_from_weight_decay(self):
-        """The weight-decay exclusion patterns, as strings."""
+        """tuple of str: The weight-decay exclusion patterns."""
         return self._rules.patterns()[0]
 
     @property
     def exclude_from_layer_adaptation(self):
-        """The layer-adaptation exclusion patterns, as strings."""
+        """tuple of str: The layer-adaptation exclusion patterns."""
         return self._rules.patterns()[1]

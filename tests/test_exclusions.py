@@ -50,7 +50,7 @@ def test_a_single_pattern_is_a_list_of_one():
     rules = exclusions.ExclusionRules(
         exclude_from_weight_decay='/b$',
         exclude_from_layer_adaptation=re.compile('gamma'))
-    assert rules.patterns() == (['/b$'], ['gamma'])
+    assert rules.patterns() == (('/b$',), ('gamma',))
 
 
 @pytest.mark.parametrize('kwargs,error,words', [
@@ -58,6 +58,15 @@ def test_a_single_pattern_is_a_list_of_one():
      r"exclude_from_weight_decay item 0 is not a valid .*'\('"),
     ({'exclude_from_layer_adaptation': 3}, TypeError,
      'exclude_from_layer_adaptation must be a list .*3 \\(int\\)'),
+    # Iterated, bytes would give ints: the error named 47 for b'/b$'.
+    ({'exclude_from_weight_decay': b'/b$'}, TypeError,
+     r"exclude_from_weight_decay must be a list .*b'/b\$' \(bytes\)"),
+    ({'exclude_from_weight_decay': [b'/b$']}, TypeError,
+     r"exclude_from_weight_decay item 0 .*b'/b\$' \(bytes\)"),
+    # A compiled bytes pattern cannot search a path: refused now, not at
+    # the first update.
+    ({'exclude_from_layer_adaptation': re.compile(b'gamma')}, TypeError,
+     r"exclude_from_layer_adaptation item 0 .*compiled bytes pattern"),
 ])
 def test_bad_lists_name_the_argument(kwargs, error, words):
     with pytest.raises(error, match=words):
@@ -70,8 +79,18 @@ class Owner(exclusions.ExclusionProperties):
         self._rules = exclusions.ExclusionRules(**kwargs)
 
 
-def test_properties_give_the_patterns_as_strings():
+def test_properties_give_the_patterns_as_tuples_of_strings():
     owner = Owner(exclude_from_weight_decay=['/b$'],
                   exclude_from_layer_adaptation=['gamma', 'beta'])
-    assert owner.exclude_from_weight_decay == ['/b$']
-    assert owner.exclude_from_layer_adaptation == ['gamma', 'beta']
+    assert owner.exclude_from_weight_decay == ('/b$',)
+    assert owner.exclude_from_layer_adaptation == ('gamma', 'beta')
+
+
+def test_the_lists_cannot_be_changed_in_place():
+    # Appending to a list that was a copy did nothing, silently.
+    owner = Owner(exclude_from_weight_decay=['/b$'])
+    with pytest.raises(AttributeError):
+        owner.exclude_from_weight_decay.append('gamma')
+    with pytest.raises(AttributeError):
+        owner.exclude_from_weight_decay = ['gamma']
+    assert owner.exclude_from_weight_decay == ('/b$',)

@@ -1,4 +1,5 @@
 import math
+import re
 
 import hypothesis
 from hypothesis import strategies as st
@@ -416,6 +417,10 @@ def test_observe_reports_ratios_and_unscaled_norms():
      'exclude_from_layer_adaptation.*3'),
     ({'exclude_from_layer_adaptation': 3}, TypeError,
      'exclude_from_layer_adaptation.*3'),
+    ({'exclude_from_weight_decay': b'/b$'}, TypeError,
+     r"exclude_from_weight_decay.*b'/b\$' \(bytes\)"),
+    ({'exclude_from_weight_decay': re.compile(b'/b$')}, TypeError,
+     'exclude_from_weight_decay.*compiled bytes pattern'),
 ])
 def test_bad_arguments(kwargs, error, words):
     with pytest.raises(error, match=words):
@@ -439,7 +444,7 @@ def test_bad_assignment_is_refused_and_keeps_the_old_value():
 
 def test_a_single_string_is_one_pattern():
     hook = chainer_lars.GradientLARS(exclude_from_weight_decay='/b$')
-    assert hook.exclude_from_weight_decay == ['/b$']
+    assert hook.exclude_from_weight_decay == ('/b$',)
 
 
 def test_needs_a_set_up_optimizer():

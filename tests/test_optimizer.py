@@ -97,7 +97,7 @@ def test_exclusion_lists_act_independently(nesterov):
             rules['/bn1/gamma'].uses_adaptation) == (False, False)
     assert (rules['/fc/W'].uses_weight_decay,
             rules['/fc/W'].uses_adaptation) == (True, True)
-    assert opt.exclude_from_layer_adaptation == ['/conv1/b$', 'gamma']
+    assert opt.exclude_from_layer_adaptation == ('/conv1/b$', 'gamma')
 
 
 def test_equals_momentum_sgd_with_hook():
@@ -363,6 +363,8 @@ def test_observe_reports_adapted_arrays():
      r'exclude_from_weight_decay.*\['),
     ({'exclude_from_layer_adaptation': [None]}, TypeError,
      'exclude_from_layer_adaptation.*None'),
+    ({'exclude_from_weight_decay': b'/b$'}, TypeError,
+     r"exclude_from_weight_decay.*b'/b\$' \(bytes\)"),
 ])
 def test_bad_arguments(kwargs, error, words):
     with pytest.raises(error, match=words):
