@@ -1,7 +1,5 @@
 """Trainer extensions for large-batch training with LARS."""
 
-import re
-
 import numpy
 
 import chainer
@@ -146,9 +144,10 @@ class TrustRatioObserver(extension.Extension):
             :class:`~chainer_lars.LARS`; pass the hook explicitly when it
             is a :class:`~chainer_lars.GradientLARS` on another optimizer.
         prefix (str): The first component of the reported names.
-        pattern (str): A regular expression; if given, only the paths it
-            matches (:func:`re.search`) are reported, e.g. ``'/W$'`` for
-            the weights only.
+        pattern (str): A regular expression (a ``str`` or a compiled
+            ``str`` pattern); if given, only the paths it matches
+            (:func:`re.search`) are reported, e.g. ``'/W$'`` for the
+            weights only.
 
     """
 
@@ -165,7 +164,8 @@ class TrustRatioObserver(extension.Extension):
                 'or chainer_lars.GradientLARS), got {!r}'.format(source))
         self._source = source
         self._prefix = checks.string('prefix', prefix)
-        self._pattern = None if pattern is None else re.compile(pattern)
+        self._pattern = (None if pattern is None
+                         else checks.pattern('pattern', pattern))
 
     def key(self, quantity, path):
         """The name under which a quantity of a parameter is reported.

@@ -1,4 +1,5 @@
 import math
+import re
 
 import numpy
 import pytest
@@ -190,6 +191,29 @@ def test_observer_prefix_pattern_and_key():
     assert observer.key('g_norm', '/l1/W') == 'x/g_norm/l1/W'
     with pytest.raises(ValueError):
         observer.key('lr', '/l1/W')
+
+
+@pytest.mark.parametrize('kwargs,error,words', [
+    ({'pattern': '('}, ValueError,
+     r"^pattern is not a valid regular expression: '\('"),
+    ({'pattern': 3}, TypeError, r'^pattern must be .*not 3 \(int\)$'),
+    # A bytes pattern could never search a str path.
+    ({'pattern': b'/W$'}, TypeError, r"^pattern must be .*b'/W\$' \(bytes"),
+    ({'pattern': re.compile(b'/W$')}, TypeError,
+     '^pattern must be .*compiled bytes pattern'),
+    ({'prefix': None}, TypeError, r'^prefix must be a str, not None'),
+])
+def test_observer_arguments_checked(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        chainer_lars.TrustRatioObserver(FakeSource({}), **kwargs)
+
+
+def test_observer_takes_a_compiled_pattern():
+    source = FakeSource({'/l1/W': (0.5, 2.0, 3.0), '/l1/b': (1.0, 0.0, 0.1)})
+    observer = chainer_lars.TrustRatioObserver(source,
+                                               pattern=re.compile('/b$'))
+    assert sorted(observe_once(observer)) == [
+        'lars/g_norm/l1/b', 'lars/ratio/l1/b', 'lars/w_norm/l1/b']
 
 
 def test_observer_checks_source():
