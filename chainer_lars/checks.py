@@ -252,3 +252,18 @@ class CheckedHyperparameter(CheckedAttribute):
 
     def __set__(self, obj, value):
         setattr(obj.hyperparam, self.name, self.check(value))
+
+
+def find_check(obj, attr):
+    """The check of ``obj``'s attribute ``attr``, or ``None``.
+
+    Returns:
+        callable or None: ``check(value)`` of the
+        :class:`CheckedAttribute` that defines ``attr`` on ``obj``'s class,
+        or ``None`` when the attribute is not a checked one.
+
+    """
+    descriptor = getattr(type(obj), attr, None)
+    if isinstance(descriptor, CheckedAttribute):
+        return descriptor.check
+    return None

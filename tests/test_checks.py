@@ -163,3 +163,13 @@ def test_checked_hyperparameter_lives_in_the_hyperparameter():
         holder.lr = -1
     assert holder.hyperparam.lr == 0.25
     assert HyperparamHolder.lr.__doc__ == 'Alias to ``self.hyperparam.lr``'
+
+
+def test_find_check():
+    holder = Holder()
+    assert checks.find_check(holder, 'positive')(3) == 3.0
+    assert checks.find_check(HyperparamHolder(), 'lr')(0) == 0.0
+    assert checks.find_check(holder, 'flag')(numpy.bool_(False)) is False
+    # Not a checked attribute, or no attribute at all.
+    assert checks.find_check(optimizer.Hyperparameter(), 'lr') is None
+    assert checks.find_check(holder, 'missing') is None

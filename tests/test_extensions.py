@@ -152,6 +152,87 @@ def test_schedule_arguments_checked(kwargs, error):
         chainer_lars.WarmupPolynomialShift('lr', **kwargs)
 
 
+@pytest.mark.parametrize('kwargs,error,words', [
+    ({'attr': None}, TypeError, r'^attr must be a str, not None'),
+    ({'optimizer': 'main'}, TypeError,
+     r"^optimizer must be an optimizer .*not 'main' \(str\)$"),
+    ({'optimizer': chainer_lars.GradientLARS()}, TypeError,
+     '^optimizer must be an optimizer'),
+    ({'attr': 'lrr', 'optimizer': optimizers.MomentumSGD()}, ValueError,
+     r"^attr 'lrr': the optimizer \(MomentumSGD\) has no attribute"),
+    ({'end': -0.01, 'init': 0.1}, ValueError,
+     r'^end must not be negative when init is non-negative \(0.1\).*'
+     r'end=-0.01$'),
+    ({'end': -0.01, 'init': 0.0}, ValueError, '^end must not be negative'),
+    ({'end': 0.5, 'init': -0.5}, ValueError,
+     r'^end must not be positive when init is negative \(-0.5\)'),
+    ({'attr': 'momentum', 'init': 0.9, 'end': 1.0,
+      'optimizer': chainer_lars.LARS()}, ValueError,
+     "^end=1.0 is not a valid value of the optimizer's momentum: "
+     'momentum must be less than 1.0'),
+    ({'attr': 'momentum', 'init': 1.5,
+      'optimizer': chainer_lars.LARS()}, ValueError,
+     "^init=1.5 is not a valid value of the optimizer's momentum"),
+])
+def test_schedule_refused_at_construction(kwargs, error, words):
+    kwargs = dict({'attr': 'lr', 'warmup_count': 2, 'max_count': 5},
+                  **kwargs)
+    optimizer = kwargs.get('optimizer')
+    before = dict(getattr(optimizer, '__dict__', {}))
+    with pytest.raises(error, match=words):
+        chainer_lars.WarmupPolynomialShift(**kwargs)
+    assert getattr(optimizer, '__dict__', {}) == before
+
+
+def test_schedule_may_keep_a_negative_sign():
+    shift = chainer_lars.WarmupPolynomialShift('x', 0, 2, init=-0.5)
+    assert [shift.value(t) for t in range(3)] == [-0.5, -0.125, 0.0]
+
+
+def run_refused(optimizer, attr, error=ValueError, **kwargs):
+    """Runs a trainer whose schedule is refused when training starts."""
+    trainer = make_trainer(lambda: optimizer, iterations=3)
+    trainer.extend(chainer_lars.WarmupPolynomialShift(attr, 1, 3, **kwargs))
+    before = dict(vars(optimizer.hyperparam))
+    with pytest.raises(error) as info:
+        trainer.run(show_loop_exception_msg=False)
+    # Refused before anything was set or updated.
+    assert optimizer.t == 0
+    assert dict(vars(optimizer.hyperparam)) == before
+    return str(info.value)
+
+
+def test_schedule_of_a_missing_attribute_is_refused_at_start():
+    # 'lrr' used to be created on the optimizer, leaving lr alone.
+    optimizer = optimizers.MomentumSGD(lr=0.1)
+    message = run_refused(optimizer, 'lrr', init=0.1)
+    assert message.startswith("attr 'lrr': the optimizer (MomentumSGD) has "
+                              'no attribute')
+    assert not hasattr(optimizer, 'lrr')
+
+
+def test_schedule_to_a_negative_end_is_refused_at_start():
+    message = run_refused(optimizers.MomentumSGD(lr=0.1), 'lr', end=-1e-3)
+    assert message.startswith(
+        'end must not be negative when init is non-negative (0.1)')
+
+
+def test_schedule_outside_a_checked_attribute_is_refused_at_start():
+    # The trust coefficient of LARS must stay positive: a decay to the
+    # default end of 0 would fail only at the last iteration.
+    message = run_refused(chainer_lars.LARS(), 'trust_coefficient')
+    assert message.startswith(
+        "end=0.0 is not a valid value of the optimizer's trust_coefficient")
+
+
+def test_schedule_of_a_non_number_is_refused_at_start():
+    optimizer = optimizers.MomentumSGD()
+    optimizer.tag = 'sgd'
+    message = run_refused(optimizer, 'tag', error=TypeError)
+    assert message.startswith("the optimizer's tag (read for init=None) "
+                              "must be a real number, not 'sgd' (str)")
+
+
 # -- TrustRatioObserver ----------------------------------------------------
 
 class FakeSource(object):
