@@ -51,26 +51,53 @@ class _RuleDelegate(object):
     folds the loss scale into its arithmetic; a float16 gradient cannot hold
     the rescaled result multiplied by the loss scale without overflowing, so
     it is rescaled here instead, after the rule has unscaled it and on the
-    master copy when there is one. The hook arms the delegate on every
-    update; a delegate that was not armed (its hook was removed) does
-    nothing.
+    master copy when there is one.
+
+    The hook arms the delegate for one update of one optimizer: the update
+    whose ``t`` follows the optimizer's ``t`` at the hook's call (Chainer's
+    optimizers call their pre-update hooks, then increment ``t``, then
+    update each parameter). A delegate called in any other update does
+    nothing, so an update that never reached the rule (dynamic loss scaling
+    skipped it) leaves nothing behind: once the hook is removed from the
+    optimizer, no further gradient is rescaled.
+
+    The delegate holds its hook, so that a copy or an unpickled optimizer
+    holds delegates of the copied hook. Arming is not copied.
+
+    Args:
+        hook (GradientLARS): The hook to run.
 
     """
 
     timing = 'pre'
 
-    def __init__(self, hook, path):
-        self._hook = weakref.ref(hook)
-        self.path = path
-        self.armed = False
+    def __init__(self, hook):
+        self.hook = hook
+        self._armed = None
+
+    def arm(self, optimizer, path):
+        """Makes the call in ``optimizer``'s next update rescale ``path``."""
+        self._armed = (weakref.ref(optimizer), optimizer.t + 1, path)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state['_armed'] = None
+        return state
 
     def __call__(self, rule, param):
-        if not self.armed:
+        armed, self._armed = self._armed, None
+        if armed is None:
             return
-        self.armed = False
-        hook = self._hook()
-        if hook is not None:
-            hook._rescale(rule, param, self.path, 1.0)
+        optimizer, t, path = armed
+        optimizer = optimizer()
+        if optimizer is not None and optimizer.t == t:
+            self.hook._rescale(rule, param, path, 1.0)
+
+
+#: Name under which a GradientLARS registers its delegate on an update rule;
+#: ``#2``, ``#3``, ... are appended while the name is taken (several hooks on
+#: one model).
+_DELEGATE_NAME = 'chainer_lars.GradientLARS'
 
 
 class GradientLARS(exclusions.ExclusionProperties):
@@ -115,6 +142,17 @@ class GradientLARS(exclusions.ExclusionProperties):
     runs after the rule has unscaled the gradient, but sees only the
     parameter, not its path, so the exclusion patterns are searched in
     ``'/' + param.name`` (``'/b'``, ``'/gamma'``) there.
+
+    Float16 gradients are rescaled inside their update rules, by a small
+    delegate the hook registers on each such rule; a call of the hook
+    rescales them in the optimizer update that follows it, and in no other,
+    so that once the hook is removed nothing more is rescaled, even after
+    an update that dynamic loss scaling skipped.
+
+    The hook, and an optimizer that holds it, can be pickled and deep
+    copied, also after float16 updates; the copy continues exactly like the
+    original. What :meth:`observe` reports is not copied: a copy reports
+    nothing until its first update.
 
     Args:
         threshold (float): The ratio is applied only to arrays with
@@ -167,14 +205,9 @@ class GradientLARS(exclusions.ExclusionProperties):
         self.clip = clip
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
-        self._delegates = weakref.WeakKeyDictionary()
-        self._delegate_name = 'chainer_lars.GradientLARS@{:x}'.format(
-            id(self))
         self._observations = {}
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         self._tables = None
-        if multi_tensor and cuda.available:
-            self._tables = _cuda_kernels().MultiTensorTables()
 
     threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
     weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
@@ -182,6 +215,26 @@ class GradientLARS(exclusions.ExclusionProperties):
     trust_coefficient = checks.CheckedAttribute(
         checks.real, minimum=0.0, exclusive=True)
     clip = checks.CheckedAttribute(checks.boolean)
+
+    def _multi_tensor_tables(self):
+        """The cache of multi-tensor GPU tables, made on first use.
+
+        It holds device memory, so it is not copied or pickled with the
+        hook; a copy makes its own when it first needs one.
+
+        """
+        if self._tables is None:
+            self._tables = _cuda_kernels().MultiTensorTables()
+        return self._tables
+
+    def __getstate__(self):
+        # The observations are those of the last update made by this object,
+        # and the GPU tables hold device memory: a copy or an unpickled hook
+        # starts without both, and makes them as it needs them.
+        state = self.__dict__.copy()
+        state['_observations'] = {}
+        state['_tables'] = None
+        return state
 
     def __repr__(self):
         return ('GradientLARS(threshold={}, weight_decay={}, eps={}, '
@@ -224,7 +277,7 @@ class GradientLARS(exclusions.ExclusionProperties):
             xp = param.device.xp
             if (g.dtype == numpy.float16 and rule is not None
                     and xp is not chainer.backend.chainerx):
-                self._arm_delegate(rule, path)
+                self._delegate(rule).arm(optimizer, path)
                 continue
             loss_scale = param._loss_scale
             loss_scale = 1.0 if loss_scale is None else float(loss_scale)
@@ -244,7 +297,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         """Rescales many CuPy arrays of one dtype in two kernel launches."""
         with chainer.using_device(device):
             partials = _cuda_kernels().multi_scale_add(
-                self._tables, [item[1:] for item in items],
+                self._multi_tensor_tables(), [item[1:] for item in items],
                 self._weight_decay, self._eps, self._trust_coefficient,
                 self._threshold, clip_lr, loss_scale)
         for (path, _, _, uses_wd, adapt), sqnorms in zip(items, partials):
@@ -252,14 +305,27 @@ class GradientLARS(exclusions.ExclusionProperties):
                 sqnorms, loss_scale, self._weight_decay if uses_wd else 0.0,
                 adapt, clip_lr if adapt else None)
 
-    def _arm_delegate(self, rule, path):
-        delegate = self._delegates.get(rule)
-        if delegate is None:
-            delegate = _RuleDelegate(self, path)
-            rule.add_hook(delegate, name=self._delegate_name, timing='pre')
-            self._delegates[rule] = delegate
-        delegate.path = path
-        delegate.armed = True
+    def _delegate(self, rule):
+        """This hook's delegate on ``rule``, registered there on first use.
+
+        It is looked up on the rule, not in a table of the hook's, so that
+        a deep copy or an unpickled optimizer finds the copied delegate on
+        each copied rule. Chainer offers no public way to list a rule's
+        hooks; ``_hookable`` is where Chainer 7.8.1 keeps them.
+
+        """
+        registry = rule._hookable
+        for hook in registry._pre_update_hooks.values():
+            if isinstance(hook, _RuleDelegate) and hook.hook is self:
+                return hook
+        name, n = _DELEGATE_NAME, 1
+        while (name in registry._pre_update_hooks
+               or name in registry._post_update_hooks):
+            n += 1
+            name = '{}#{}'.format(_DELEGATE_NAME, n)
+        delegate = _RuleDelegate(self)
+        rule.add_hook(delegate, name=name, timing='pre')
+        return delegate
 
     def _clip_lr(self, rule, path):
         if not self._clip:

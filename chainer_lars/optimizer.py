@@ -55,6 +55,13 @@ class LARSRule(optimizer.UpdateRule):
         self.uses_adaptation = uses_adaptation
         self._observation = None
 
+    def __getstate__(self):
+        # The observation is that of the last update this rule made (device
+        # memory on a GPU): a copy or an unpickled rule has made none yet.
+        state = self.__dict__.copy()
+        state['_observation'] = None
+        return state
+
     def init_state(self, param):
         with chainer.using_device(param.device):
             self.state['v'] = param.device.xp.zeros_like(param.array)

@@ -1,4 +1,6 @@
+import copy
 import math
+import pickle
 import re
 
 import hypothesis
@@ -286,6 +288,165 @@ def test_removed_hook_leaves_fp16_parameters_alone():
     link.p.grad = numpy.array([0.5, 0.5], numpy.float16)
     opt.update()
     testing.assert_allclose(link.p.array, w - 0.1 * 0.5, rtol=1e-3)
+
+
+def test_removing_the_hook_after_a_skipped_update_stops_it():
+    # Dynamic loss scaling skips an update with a non-finite gradient: the
+    # rules never run, and the float16 delegates were left armed, so the
+    # next update was rescaled once more after the hook was removed.
+    link = _fp16_link([1.0, 2.0], [numpy.inf, 0.5])
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(link)
+    opt.loss_scaling(interval=1)
+    hook = chainer_lars.GradientLARS(threshold=0.0)  # the user keeps it
+    opt.add_hook(hook)
+    with pytest.warns(UserWarning, match='Non finite'):
+        opt.update()
+    assert link.p.array.tolist() == [1.0, 2.0]  # skipped
+    opt.remove_hook('GradientLARS')
+    link.p.grad = numpy.array([0.5, 0.5], numpy.float16)
+    opt.update()
+    testing.assert_allclose(link.p.array, [1.0 - 0.05, 2.0 - 0.05],
+                            rtol=1e-3)
+
+
+def test_update_after_a_skipped_one_is_rescaled_once():
+    link = _fp16_link([1.0, 2.0], [numpy.inf, 0.5])
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(link)
+    opt.loss_scaling(interval=1)
+    opt.add_hook(chainer_lars.GradientLARS(threshold=0.0))
+    with pytest.warns(UserWarning, match='Non finite'):
+        opt.update()
+    g = numpy.array([0.5, 0.5])
+    link.p.grad = g.astype(numpy.float16)
+    opt.update()
+    # r = ||w|| / (eps + ||g||) = sqrt(5) / sqrt(0.5), applied once.
+    step = 0.1 * math.sqrt(5.0) / (1e-9 + math.sqrt(0.5)) * g
+    testing.assert_allclose(link.p.array, numpy.array([1.0, 2.0]) - step,
+                            rtol=1e-3)
+
+
+def test_a_direct_call_rescales_float16_in_the_next_update_too():
+    # hook(optimizer) rewrites the float32 gradients at once and defers the
+    # float16 ones into the update that follows, which rescales both.
+    model = ref.Net(numpy.float16)
+    ref.fill(model, 0)
+    with model.init_scope():
+        model.wide = chainer.Parameter(numpy.array([3.0, 4.0], numpy.float32))
+    model.wide.grad = numpy.array([1.0, 0.0], numpy.float32)
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(model)
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    chainer_lars.GradientLARS()(opt)
+    opt.update()
+    for path, param in model.namedparams():
+        expected = w[path] - 0.1 * ref.hook_gradient(w[path], g[path])
+        testing.assert_allclose(param.array, expected, rtol=2e-3, atol=2e-3)
+
+
+def test_hook_pickles():
+    hook = chainer_lars.GradientLARS(
+        threshold=0.1, weight_decay=1e-3, eps=0.0, trust_coefficient=0.5,
+        clip=True, exclude_from_weight_decay=['/b$'],
+        exclude_from_layer_adaptation=['gamma'], multi_tensor=False)
+    copied = pickle.loads(pickle.dumps(hook))
+    assert repr(copied) == repr(hook)
+    assert copied._multi_tensor is False
+
+
+def _copy(obj, how):
+    if how == 'pickle':
+        return pickle.loads(pickle.dumps(obj))
+    return copy.deepcopy(obj)
+
+
+def _delegates(model):
+    return [(path, h) for path, p in model.namedparams()
+            for h in p.update_rule._hookable._pre_update_hooks.values()]
+
+
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+@pytest.mark.parametrize('dtype,fp32_update', [
+    (numpy.float32, False), (numpy.float16, False), (numpy.float16, True)])
+def test_copied_optimizer_continues_like_the_original(how, dtype,
+                                                      fp32_update):
+    # As Chainer's TestOptimizerPickable: copy after an update, then update
+    # the original and the copy alike and compare.
+    hook = chainer_lars.GradientLARS(weight_decay=1e-3,
+                                     exclude_from_layer_adaptation=['/b$'])
+    model, opt = setup(hook, dtype)
+    if fp32_update:
+        opt.use_fp32_update()
+    opt.loss_scaling(interval=1)
+    x, t = ref.batch(0, dtype=dtype)
+    opt.update(ref.loss_fn(model, x, t))
+
+    other = _copy(opt, how)
+    other_hook = other._hookable._pre_update_hooks['GradientLARS']
+    assert other_hook is not hook and other.target is not model
+    # Each copied rule holds a delegate of the copied hook, and only that.
+    for path, delegate in _delegates(other.target):
+        assert delegate.hook is other_hook, path
+    if dtype == numpy.float16:
+        assert len(_delegates(other.target)) == len(PATHS)
+
+    # Independent: updating the copy leaves the original alone.
+    before = ref.snapshot(model)
+    x, t = ref.batch(1, dtype=dtype)
+    other.update(ref.loss_fn(other.target, x, t))
+    after = ref.snapshot(model)
+    assert all(before[p].tobytes() == after[p].tobytes() for p in PATHS)
+    opt.update(ref.loss_fn(model, x, t))
+    for step in range(2, 4):
+        x, t = ref.batch(step, dtype=dtype)
+        opt.update(ref.loss_fn(model, x, t))
+        other.update(ref.loss_fn(other.target, x, t))
+
+    assert other.t == opt.t == 4
+    assert other._loss_scale == opt._loss_scale
+    ours = dict(model.namedparams())
+    for path, param in other.target.namedparams():
+        assert param.array.tobytes() == ours[path].array.tobytes(), path
+        rule, our_rule = param.update_rule, ours[path].update_rule
+        assert (rule.state['v'].tobytes()
+                == our_rule.state['v'].tobytes()), path
+        if fp32_update:
+            assert (rule._fp32_param.array.tobytes()
+                    == our_rule._fp32_param.array.tobytes()), path
+    # One delegate per float16 rule still: none was added by the copy.
+    if dtype == numpy.float16:
+        assert len(_delegates(other.target)) == len(PATHS)
+    assert sorted(other_hook.observe()) == sorted(PATHS)
+    assert other_hook.observe() == hook.observe()
+
+
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+def test_copy_of_a_hook_starts_without_observations(how):
+    hook = chainer_lars.GradientLARS()
+    _, opt = setup(hook)
+    opt.update()
+    assert hook.observe()
+    assert _copy(hook, how).observe() == {}
+
+
+def test_two_hooks_on_one_model_keep_their_own_delegates():
+    link = _fp16_link([1.0, 2.0], [0.5, 0.5])
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(link)
+    first = chainer_lars.GradientLARS(threshold=0.0)
+    second = copy.deepcopy(first)
+    opt.add_hook(first)
+    opt.add_hook(second, name='second')
+    opt.update()
+    names = list(link.p.update_rule._hookable._pre_update_hooks)
+    assert names == ['chainer_lars.GradientLARS',
+                     'chainer_lars.GradientLARS#2']
+    # Both ran: ||r * g|| = ||w|| after the first, and the second's ratio
+    # of ||w|| / ||w|| = 1 keeps it.
+    step = 0.1 * math.sqrt(5.0) / math.sqrt(0.5) * 0.5
+    testing.assert_allclose(link.p.array, [1.0 - step, 2.0 - step],
+                            rtol=1e-3)
 
 
 def test_registered_on_a_single_update_rule():

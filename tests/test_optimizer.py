@@ -1,4 +1,6 @@
+import copy
 import io
+import pickle
 
 import numpy
 import pytest
@@ -208,6 +210,45 @@ def test_snapshot_without_master_copy_still_loads():
     serializers.load_npz(buf, other)
     assert all(p.update_rule._fp32_param is None
                for p in other.target.params())
+
+
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+@pytest.mark.parametrize('dtype,fp32_update', [
+    (numpy.float32, False), (numpy.float16, False), (numpy.float16, True)])
+def test_copied_optimizer_continues_like_the_original(how, dtype,
+                                                      fp32_update):
+    # As Chainer's TestOptimizerPickable: copy after an update, then update
+    # the original and the copy alike and compare.
+    model = ref.Net(dtype)
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS(lr=0.5, nesterov=True,
+                            exclude_from_weight_decay=['/b$']).setup(model)
+    if fp32_update:
+        opt.use_fp32_update()
+    x, t = ref.batch(0, dtype=dtype)
+    opt.update(ref.loss_fn(model, x, t))
+    if how == 'pickle':
+        other = pickle.loads(pickle.dumps(opt))
+    else:
+        other = copy.deepcopy(opt)
+    assert other.target is not model
+    assert other.exclude_from_weight_decay == ('/b$',)
+    assert other.observe() == {}  # no update made by the copy yet
+    for step in range(1, 4):
+        x, t = ref.batch(step, dtype=dtype)
+        opt.update(ref.loss_fn(model, x, t))
+        other.update(ref.loss_fn(other.target, x, t))
+    assert other.t == opt.t == 4
+    ours = dict(model.namedparams())
+    for path, param in other.target.namedparams():
+        assert param.array.tobytes() == ours[path].array.tobytes(), path
+        rule, our_rule = param.update_rule, ours[path].update_rule
+        assert (rule.state['v'].tobytes()
+                == our_rule.state['v'].tobytes()), path
+        if fp32_update:
+            assert (rule._fp32_param.array.tobytes()
+                    == our_rule._fp32_param.array.tobytes()), path
+    assert other.observe() == opt.observe()
 
 
 @pytest.mark.parametrize('dynamic', [False, True])
