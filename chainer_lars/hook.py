@@ -371,17 +371,9 @@ class GradientLARS(exclusions.ExclusionProperties):
                     w, g, sqnorms, wd, self._eps, self._trust_coefficient,
                     self._threshold, clip_lr, loss_scale, adapt)
             else:
-                sqnorms = kernels.sqnorms_generic(xp, w, g)
-                if adapt:
-                    r = ratio.trust_ratio_xp(
-                        xp, sqnorms[0], sqnorms[1], wd, self._eps,
-                        self._trust_coefficient, self._threshold,
-                        clip_lr=clip_lr, loss_scale=loss_scale)
-                    g *= r.astype(g.dtype)
-                    if wd:
-                        g += (r * (loss_scale * wd)).astype(g.dtype) * w
-                elif wd:
-                    g += w * (loss_scale * wd)
+                sqnorms = rescale_generic(
+                    xp, w, g, wd, self._eps, self._trust_coefficient,
+                    self._threshold, clip_lr, loss_scale, adapt)
         self._observations[path] = _Observation(
             sqnorms, loss_scale, wd, adapt, clip_lr)
 
@@ -399,6 +391,50 @@ class GradientLARS(exclusions.ExclusionProperties):
                                           self._trust_coefficient,
                                           self._threshold, False)
                 for path, o in self._observations.items()}
+
+
+def rescale_generic(xp, w, g, weight_decay, eps, trust_coefficient,
+                    threshold, clip_lr, loss_scale, adapt):
+    """Rescales ``g`` in place with the operations of the array module.
+
+    The hook's path for arrays that neither NumPy's passes nor the CUDA
+    kernels take: ChainerX arrays, and CuPy arrays that are not
+    C-contiguous or whose weight and gradient differ in dtype. The ratio is
+    a 0-dim array of ``xp`` (:func:`chainer_lars.ratio.trust_ratio_xp`), so
+    nothing leaves the device.
+
+    Args:
+        xp: The array module of ``w`` and ``g``.
+        w: The weight, read only.
+        g: The gradient, still multiplied by ``loss_scale``; overwritten
+            with ``r * (g + loss_scale * weight_decay * w)``.
+        weight_decay (float): The effective weight decay of this array.
+        eps (float): See :class:`GradientLARS`.
+        trust_coefficient (float): See :class:`GradientLARS`.
+        threshold (float): See :class:`GradientLARS`.
+        clip_lr (float or None): The learning rate to clip with, if any.
+        loss_scale (float): The factor by which ``g`` exceeds the true
+            gradient.
+        adapt (bool): ``False`` for an array excluded from layer
+            adaptation (``r = 1``).
+
+    Returns:
+        tuple: ``(||w||^2, ||g||^2)`` of the incoming arrays, as 0-dim
+        arrays of ``xp``.
+
+    """
+    sqnorms = kernels.sqnorms_generic(xp, w, g)
+    if adapt:
+        r = ratio.trust_ratio_xp(
+            xp, sqnorms[0], sqnorms[1], weight_decay, eps,
+            trust_coefficient, threshold, clip_lr=clip_lr,
+            loss_scale=loss_scale)
+        g *= r.astype(g.dtype)
+        if weight_decay:
+            g += (r * (loss_scale * weight_decay)).astype(g.dtype) * w
+    elif weight_decay:
+        g += w * (loss_scale * weight_decay)
+    return sqnorms
 
 
 def observation_to_host(o, eps, trust_coefficient, threshold, require_grad):

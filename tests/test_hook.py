@@ -667,6 +667,44 @@ def test_property_finite_and_matches_reference(case):
     assert link.p.array.tobytes() == w.tobytes()  # the weights are read only
 
 
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
+                                   numpy.float64])
+@pytest.mark.parametrize('kwargs', [
+    dict(),
+    dict(weight_decay=0.1, trust_coefficient=0.5),
+    dict(weight_decay=0.1, uses_adaptation=False),
+    dict(weight_decay=1e-3, trust_coefficient=0.02, clip_lr=0.05),
+    dict(weight_decay=0.1, threshold=1e3),  # below the threshold: r = 1
+    dict(eps=0.0, threshold=0.0),
+])
+@pytest.mark.parametrize('loss_scale', [1.0, 8.0])
+def test_generic_branch_with_numpy(dtype, kwargs, loss_scale):
+    # The branch for ChainerX arrays (and CuPy arrays the kernels do not
+    # take) is written against any array module; NumPy stands in for
+    # ChainerX, which the Chainer 7.8.1 wheel is built without.
+    from chainer_lars import hook as hook_module
+    rng = numpy.random.RandomState(3)
+    w = rng.standard_normal((5, 4)).astype(dtype)
+    g_true = rng.standard_normal((5, 4)).astype(dtype)
+    g = (g_true * loss_scale).astype(dtype)  # exact: a power of 2
+    full = dict(threshold=1e-2, weight_decay=0.0, eps=1e-9,
+                trust_coefficient=1.0, clip_lr=None, uses_adaptation=True)
+    full.update(kwargs)
+    sqnorms = hook_module.rescale_generic(
+        numpy, w, g, full['weight_decay'], full['eps'],
+        full['trust_coefficient'], full['threshold'], full['clip_lr'],
+        loss_scale, full['uses_adaptation'])
+    expected = ref.hook_gradient(w, g_true, **kwargs)
+    assert g.dtype == dtype
+    tol = {numpy.float16: 4e-3, numpy.float32: 1e-6,
+           numpy.float64: 1e-12}[dtype]
+    testing.assert_allclose(g / loss_scale, expected, rtol=tol, atol=tol)
+    w_sq, g_sq = (float(s) for s in sqnorms)
+    assert w_sq == pytest.approx(ref.norm64(w) ** 2, rel=1e-6)
+    assert g_sq == pytest.approx((loss_scale * ref.norm64(g_true)) ** 2,
+                                 rel=1e-6)
+
+
 def test_trust_ratio_xp_matches_the_host_version():
     from chainer_lars import ratio
     cases = [(w, g, wd, eps, thr, req, clip)
