@@ -55,15 +55,6 @@ def record(trainer, attr='lr'):
 
 # -- WarmupPolynomialShift -------------------------------------------------
 
-def expected_schedule(t, init, warmup, total, power, end=0.0):
-    """The schedule written out: value before update t + 1."""
-    if t < warmup:
-        return init * (t + 1) / warmup
-    if t >= total:
-        return end
-    return end + (init - end) * (1 - (t - warmup) / (total - warmup)) ** power
-
-
 def test_schedule_values_by_hand():
     shift = chainer_lars.WarmupPolynomialShift(
         'lr', warmup_count=4, max_count=10, init=2.0)
@@ -75,22 +66,35 @@ def test_schedule_values_by_hand():
     numpy.testing.assert_allclose(got, want, rtol=1e-15)
 
 
-@pytest.mark.parametrize('warmup,total,power,end', [
-    (3, 12, 2.0, 0.0),
-    (0, 7, 2.0, 0.0),  # no warm-up
-    (5, 5, 2.0, 0.0),  # warm-up only
-    (2, 9, 1.0, 0.01),
-    (4, 10, 0.5, 0.1),
-])
-def test_schedule_in_trainer(warmup, total, power, end):
+# The values each update uses, worked out by hand from the formula of
+# WarmupPolynomialShift's docstring for a peak of 0.3; each list runs past
+# max_count.
+SCHEDULES = [
+    # warm-up 3 of 6: 0.3 * (t + 1) / 3, then 0.3 * (1 - (t - 3) / 3) ** 2
+    ((3, 6, 2.0, 0.0),
+     [0.1, 0.2, 0.3, 0.3, 0.3 * 4 / 9, 0.3 / 9, 0.0, 0.0, 0.0]),
+    # no warm-up: 0.3 * (1 - t / 4) ** 2
+    ((0, 4, 2.0, 0.0), [0.3, 0.3 * 9 / 16, 0.3 / 4, 0.3 / 16, 0.0, 0.0]),
+    # warm-up only
+    ((4, 4, 2.0, 0.0), [0.075, 0.15, 0.225, 0.3, 0.0, 0.0]),
+    # linear decay to 0.1: 0.1 + 0.2 * (1 - (t - 2) / 4)
+    ((2, 6, 1.0, 0.1), [0.15, 0.3, 0.3, 0.25, 0.2, 0.15, 0.1, 0.1]),
+    # square root: 0.1 + 0.2 * sqrt(1 - (t - 1) / 4)
+    ((1, 5, 0.5, 0.1),
+     [0.3, 0.3, 0.1 + 0.1 * math.sqrt(3), 0.1 + 0.1 * math.sqrt(2), 0.2,
+      0.1, 0.1]),
+]
+
+
+@pytest.mark.parametrize('args,want', SCHEDULES)
+def test_schedule_in_trainer(args, want):
+    warmup, total, power, end = args
     trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.3),
-                           iterations=total + 3)
+                           iterations=len(want))
     trainer.extend(chainer_lars.WarmupPolynomialShift(
         'lr', warmup, total, power=power, end=end))
     used = record(trainer)
     trainer.run()
-    want = [expected_schedule(t, 0.3, warmup, total, power, end)
-            for t in range(total + 3)]
     numpy.testing.assert_allclose(used, want, rtol=1e-12)
     assert used[-1] == end
 
@@ -102,7 +106,8 @@ def test_schedule_any_attribute():
         'momentum', 2, 6, init=0.8))
     used = record(trainer, 'momentum')
     trainer.run()
-    want = [expected_schedule(t, 0.8, 2, 6, 2.0) for t in range(6)]
+    # 0.8 * (t + 1) / 2, then 0.8 * (1 - (t - 2) / 4) ** 2.
+    want = [0.4, 0.8, 0.8, 0.45, 0.2, 0.05]
     numpy.testing.assert_allclose(used, want, rtol=1e-12)
 
 
@@ -111,7 +116,8 @@ def test_schedule_drives_lars_lr():
     trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 3, 8))
     used = record(trainer)
     trainer.run()
-    want = [expected_schedule(t, 5.0, 3, 8, 2.0) for t in range(8)]
+    # 5 * (t + 1) / 3, then 5 * (1 - (t - 3) / 5) ** 2.
+    want = [5 / 3, 10 / 3, 5.0, 5.0, 3.2, 1.8, 0.8, 0.2]
     numpy.testing.assert_allclose(used, want, rtol=1e-12)
 
 
