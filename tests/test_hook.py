@@ -200,7 +200,9 @@ def test_loss_scaling_equals_unscaled_run(dynamic):
 
 
 def test_chainer_hook_is_wrong_under_loss_scaling():
-    # Documents the defect this package fixes (SPEC.md section 1).
+    # Documents the defect this package fixes: Chainer's hook runs before
+    # the rule divides the gradient by the loss scale S, so its ratio is
+    # ||w|| / (S ||g|| + ...) and its weight-decay term is off by S.
     plain, opt_plain = setup(optimizer_hooks.GradientLARS(weight_decay=0.1))
     scaled, opt_scaled = setup(optimizer_hooks.GradientLARS(weight_decay=0.1))
     opt_scaled.loss_scaling(scale=1024.0)
