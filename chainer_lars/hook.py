@@ -41,6 +41,30 @@ class _Observation(object):
         self.clip_lr = clip_lr
 
 
+class _DeviceObservation(object):
+
+    """Row ``row`` of the per-array ``stats`` a GPU update left on the device:
+    the ratio it applied and the squared norms (``g`` as stored, i.e.
+    times ``loss_scale``)."""
+
+    __slots__ = ('stats', 'row', 'loss_scale')
+
+    def __init__(self, stats, row, loss_scale):
+        self.stats = stats
+        self.row = row
+        self.loss_scale = loss_scale
+
+    def to_host(self, fetched):
+        """``(ratio, ||w||, ||g||)``; ``fetched`` caches host copies."""
+        host = fetched.get(id(self.stats))
+        if host is None:
+            host = fetched[id(self.stats)] = (
+                cuda.to_cpu(self.stats).astype(numpy.float64))
+        r, w_sq, g_sq = host[self.row]
+        return (float(r), math.sqrt(w_sq),
+                math.sqrt(g_sq) / self.loss_scale)
+
+
 class _RuleDelegate(object):
 
     """Runs a GradientLARS on one float16 parameter inside its update rule.
@@ -216,17 +240,6 @@ class GradientLARS(exclusions.ExclusionProperties):
         checks.real, minimum=0.0, exclusive=True)
     clip = checks.CheckedAttribute(checks.boolean)
 
-    def _multi_tensor_tables(self):
-        """The cache of multi-tensor GPU tables, made on first use.
-
-        It holds device memory, so it is not copied or pickled with the
-        hook; a copy makes its own when it first needs one.
-
-        """
-        if self._tables is None:
-            self._tables = _cuda_kernels().MultiTensorTables()
-        return self._tables
-
     def __getstate__(self):
         # The observations are those of the last update made by this object,
         # and the GPU tables hold device memory: a copy or an unpickled hook
@@ -281,29 +294,45 @@ class GradientLARS(exclusions.ExclusionProperties):
                 continue
             loss_scale = param._loss_scale
             loss_scale = 1.0 if loss_scale is None else float(loss_scale)
-            if self._multi_tensor and xp is cuda.cupy:
-                if _cuda_kernels().supports(w, g):
-                    uses_wd, adapt = self._rules.lookup(path)
-                    clip_lr = self._clip_lr(rule, path) if adapt else None
-                    key = (param.device.name, g.dtype, loss_scale, clip_lr)
-                    batches.setdefault(key, (param.device, []))[1].append(
-                        (path, w, g, uses_wd, adapt))
-                    continue
+            if xp is cuda.cupy and _cuda_kernels().supports(w, g):
+                uses_wd, adapt = self._rules.lookup(path)
+                clip_lr = self._clip_lr(rule, path) if adapt else None
+                key = (param.device.name, g.dtype, loss_scale, clip_lr)
+                if not self._multi_tensor:
+                    key += (path,)
+                batches.setdefault(key, (param.device, []))[1].append(
+                    (path, w, g, uses_wd, adapt))
+                continue
             self._rescale(rule, param, path, loss_scale)
-        for (_, _, loss_scale, clip_lr), (device, items) in batches.items():
-            self._rescale_many(device, items, loss_scale, clip_lr)
+        for (_, _, loss_scale, clip_lr), (device, items) in (
+                (key[:4], value) for key, value in batches.items()):
+            self._rescale_on_device(device, items, loss_scale, clip_lr)
 
-    def _rescale_many(self, device, items, loss_scale, clip_lr):
-        """Rescales many CuPy arrays of one dtype in two kernel launches."""
+    def _rescale_on_device(self, device, items, loss_scale, clip_lr):
+        """Rescales CuPy arrays of one dtype in two kernel launches.
+
+        Args:
+            items (list): ``(path, w, g, uses_weight_decay, adapt)`` each.
+
+        """
+        cuda_kernels = _cuda_kernels()
+        if self._tables is None:
+            self._tables = cuda_kernels.TableCache(capacity=1024)
+        xp = device.xp
+        dtype = items[0][1].dtype
         with chainer.using_device(device):
-            partials = _cuda_kernels().multi_scale_add(
-                self._multi_tensor_tables(), [item[1:] for item in items],
-                self._weight_decay, self._eps, self._trust_coefficient,
-                self._threshold, clip_lr, loss_scale)
-        for (path, _, _, uses_wd, adapt), sqnorms in zip(items, partials):
-            self._observations[path] = _Observation(
-                sqnorms, loss_scale, self._weight_decay if uses_wd else 0.0,
-                adapt, clip_lr if adapt else None)
+            table = self._tables.get(xp, dtype, [
+                (w, g, None, cuda_kernels.flags(uses_wd, adapt))
+                for _, w, g, uses_wd, adapt in items])
+            stats = cuda_kernels.norms(
+                xp, table, dtype, self._weight_decay, self._eps,
+                self._trust_coefficient, self._threshold, False, clip_lr,
+                loss_scale)
+            cuda_kernels.scale_add(xp, table, dtype, self._weight_decay,
+                                   loss_scale)
+        for row, item in enumerate(items):
+            self._observations[item[0]] = _DeviceObservation(
+                stats, row, loss_scale)
 
     def _delegate(self, rule):
         """This hook's delegate on ``rule``, registered there on first use.
@@ -365,11 +394,10 @@ class GradientLARS(exclusions.ExclusionProperties):
                         clip_lr=clip_lr)
                 sqnorms = kernels.rescale(g, w, loss_scale * wd, ratio_of)
             elif xp is cuda.cupy and _cuda_kernels().supports(w, g):
-                cuda_kernels = _cuda_kernels()
-                sqnorms = cuda_kernels.sqnorm_partials(w, g)
-                cuda_kernels.scale_add_by_ratio(
-                    w, g, sqnorms, wd, self._eps, self._trust_coefficient,
-                    self._threshold, clip_lr, loss_scale, adapt)
+                self._rescale_on_device(
+                    param.device, [(path, w, g, uses_wd, adapt)],
+                    loss_scale, clip_lr)
+                return
             else:
                 sqnorms = rescale_generic(
                     xp, w, g, wd, self._eps, self._trust_coefficient,
@@ -387,9 +415,11 @@ class GradientLARS(exclusions.ExclusionProperties):
             interval, not on every iteration.
 
         """
-        return {path: observation_to_host(o, self._eps,
-                                          self._trust_coefficient,
-                                          self._threshold, False)
+        fetched = {}
+        return {path: o.to_host(fetched) if isinstance(o, _DeviceObservation)
+                else observation_to_host(o, self._eps,
+                                         self._trust_coefficient,
+                                         self._threshold, False)
                 for path, o in self._observations.items()}
 
 

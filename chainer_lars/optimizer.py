@@ -54,12 +54,15 @@ class LARSRule(optimizer.UpdateRule):
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
         self._observation = None
+        self._tables = None
 
     def __getstate__(self):
-        # The observation is that of the last update this rule made (device
-        # memory on a GPU): a copy or an unpickled rule has made none yet.
+        # The observation is that of the last update this rule made, and the
+        # GPU table cache holds device memory: a copy or an unpickled rule
+        # starts without both, and makes the cache when it needs it.
         state = self.__dict__.copy()
         state['_observation'] = None
+        state['_tables'] = None
         return state
 
     def init_state(self, param):
@@ -137,13 +140,18 @@ class LARSRule(optimizer.UpdateRule):
                 '{}, {}, {} for {}'.format(w.dtype, g.dtype, v.dtype,
                                            param.name))
         hp, wd = self._step_args()
-        partials = None
-        if self.uses_adaptation:
-            partials = cuda_kernels.sqnorm_partials(w, g)
-        self._observation = partials
-        cuda_kernels.lars_momentum_step(
-            w, g, v, partials, hp.lr, hp.momentum, wd,
-            hp.trust_coefficient, hp.eps, hp.nesterov)
+        xp = param.device.xp
+        if self._tables is None:
+            self._tables = cuda_kernels.TableCache(capacity=1)
+        table = self._tables.get(xp, w.dtype, [
+            (w, g, v, cuda_kernels.flags(self.uses_weight_decay,
+                                         self.uses_adaptation))])
+        # The loss scale is already divided out (UpdateRule.update).
+        self._observation = cuda_kernels.norms(
+            xp, table, w.dtype, hp.weight_decay, hp.eps,
+            hp.trust_coefficient, 0.0, True, None, 1.0)
+        cuda_kernels.momentum_step(xp, table, w.dtype, hp.lr, hp.momentum,
+                                   hp.weight_decay, 1.0, hp.nesterov)
 
     def observation(self):
         """``(ratio, ||w||, ||g||)`` of the last update, on the host."""
@@ -151,11 +159,13 @@ class LARSRule(optimizer.UpdateRule):
         if self._observation is None:
             return None
         sq = self._observation
-        if isinstance(sq, tuple):
-            w_sq, g_sq = sq
-        else:
-            total = cuda.to_cpu(sq).astype(numpy.float64).reshape(-1, 2)
-            w_sq, g_sq = total.sum(0)
+        if not isinstance(sq, tuple):
+            # The stats of the GPU kernels: the ratio they applied.
+            r, w_sq, g_sq = cuda.to_cpu(sq).astype(numpy.float64)[0]
+            if not self.uses_adaptation:
+                return None
+            return float(r), math.sqrt(w_sq), math.sqrt(g_sq)
+        w_sq, g_sq = sq
         w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
         r = ratio.trust_ratio(w_norm, g_norm, wd, hp.eps,
                               hp.trust_coefficient, require_grad=True)
