@@ -423,6 +423,58 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
     assert other_hook.observe() == hook.observe()
 
 
+@pytest.fixture
+def emulated_gpu():
+    """The CPU emulation of a CUDA device, where a C++ compiler exists."""
+    from chainer_lars.testing import cuda_emulator
+    from chainer_lars.testing import emulated_cupy
+    try:
+        cuda_emulator.compiler()
+    except cuda_emulator.EmulatorError as e:
+        pytest.skip(str(e))
+    with emulated_cupy.installed() as xp:
+        yield xp
+
+
+def _set_grads(xp, model, step):
+    rng = numpy.random.RandomState(100 + step)
+    for _, param in sorted(model.namedparams()):
+        param.grad = xp.asarray(
+            rng.standard_normal(param.shape).astype(param.dtype))
+
+
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_copy_on_gpu_makes_its_own_tables(emulated_gpu, how, multi_tensor):
+    xp = emulated_gpu
+    model = ref.Net()
+    ref.fill(model, 0)
+    model.to_device('@cupy:0')
+    opt = optimizers.MomentumSGD(lr=0.1).setup(model)
+    hook = chainer_lars.GradientLARS(weight_decay=1e-3,
+                                     multi_tensor=multi_tensor)
+    opt.add_hook(hook)
+    _set_grads(xp, model, 0)
+    opt.update()
+    assert hook._tables is not None
+    other = _copy(opt, how)
+    other_hook = other._hookable._pre_update_hooks['GradientLARS']
+    assert other_hook._tables is None and other_hook.observe() == {}
+    for step in (1, 2):
+        _set_grads(xp, model, step)
+        opt.update()
+        _set_grads(xp, other.target, step)
+        other.update()
+    assert other_hook._tables is not None
+    assert other_hook._tables is not hook._tables
+    ours = dict(model.namedparams())
+    for path, param in other.target.namedparams():
+        assert isinstance(param.array, xp.ndarray)
+        assert (param.array.get().tobytes()
+                == ours[path].array.get().tobytes()), path
+    assert other_hook.observe() == hook.observe()
+
+
 @pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
 def test_copy_of_a_hook_starts_without_observations(how):
     hook = chainer_lars.GradientLARS()

@@ -251,6 +251,42 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
     assert other.observe() == opt.observe()
 
 
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+def test_copy_on_gpu_makes_its_own_tables(how):
+    from chainer_lars.testing import cuda_emulator
+    from chainer_lars.testing import emulated_cupy
+    try:
+        cuda_emulator.compiler()
+    except cuda_emulator.EmulatorError as e:
+        pytest.skip(str(e))
+    with emulated_cupy.installed() as xp:
+        model = ref.Net()
+        ref.fill(model, 0)
+        model.to_device('@cupy:0')
+        opt = chainer_lars.LARS(lr=0.5).setup(model)
+
+        def step(opt, k):
+            for path, g in _grads(opt.target, k).items():
+                dict(opt.target.namedparams())[path].grad = xp.asarray(g)
+            opt.update()
+
+        step(opt, 0)
+        other = (pickle.loads(pickle.dumps(opt)) if how == 'pickle'
+                 else copy.deepcopy(opt))
+        rules = [p.update_rule for p in other.target.params()]
+        assert all(r._tables is None and r._observation is None
+                   for r in rules)
+        for k in (1, 2):
+            step(opt, k)
+            step(other, k)
+        ours = dict(model.namedparams())
+        for path, param in other.target.namedparams():
+            assert param.update_rule._tables is not None
+            assert (param.array.get().tobytes()
+                    == ours[path].array.get().tobytes()), path
+        assert other.observe() == opt.observe()
+
+
 @pytest.mark.parametrize('dynamic', [False, True])
 def test_loss_scaling_equals_unscaled_run(dynamic):
     plain, scaled = ref.Net(), ref.Net()
