@@ -8,8 +8,10 @@ import chainer
 from chainer.backends import cuda
 from chainer import optimizer
 
+from chainer_lars import checks
+from chainer_lars import exclusions
 from chainer_lars import kernels
-from chainer_lars import ratio as _ratio
+from chainer_lars import ratio
 
 
 _default_hyperparam = optimizer.Hyperparameter()
@@ -19,58 +21,6 @@ _default_hyperparam.weight_decay = 1e-4
 _default_hyperparam.trust_coefficient = 1e-3
 _default_hyperparam.eps = 0.0
 _default_hyperparam.nesterov = False
-
-
-def _check_lr(value):
-    return _ratio.check_real('lr', value, minimum=0.0)
-
-
-def _check_momentum(value):
-    return _ratio.check_real('momentum', value, minimum=0.0, maximum=1.0)
-
-
-def _check_weight_decay(value):
-    return _ratio.check_real('weight_decay', value, minimum=0.0)
-
-
-def _check_trust_coefficient(value):
-    return _ratio.check_real('trust_coefficient', value, minimum=0.0,
-                             exclusive=True)
-
-
-def _check_eps(value):
-    return _ratio.check_real('eps', value, minimum=0.0)
-
-
-def _check_nesterov(value):
-    if not isinstance(value, (bool, numpy.bool_)):
-        raise TypeError('nesterov must be a bool, not {!r} ({})'.format(
-            value, type(value).__name__))
-    return bool(value)
-
-
-class _CheckedProxy(object):
-
-    """An optimizer attribute stored in its hyperparameter, checked on set.
-
-    Like :class:`chainer.optimizer.HyperparameterProxy`, so that Chainer's
-    trainer extensions (``ExponentialShift``, ``LinearShift``, ...) can drive
-    it, but a bad value is refused with an error that names it.
-
-    """
-
-    def __init__(self, name, check):
-        self._name = name
-        self._check = check
-        self.__doc__ = 'Alias to ``self.hyperparam.{}``'.format(name)
-
-    def __get__(self, obj, cls=None):
-        if obj is None:
-            return self
-        return getattr(obj.hyperparam, self._name)
-
-    def __set__(self, obj, value):
-        setattr(obj.hyperparam, self._name, self._check(value))
 
 
 class LARSRule(optimizer.UpdateRule):
@@ -105,6 +55,15 @@ class LARSRule(optimizer.UpdateRule):
         self.uses_adaptation = uses_adaptation
         self._observation = None
         self._tables = None
+
+    def __getstate__(self):
+        # The observation is that of the last update this rule made, and the
+        # GPU table cache holds device memory: a copy or an unpickled rule
+        # starts without both, and makes the cache when it needs it.
+        state = self.__dict__.copy()
+        state['_observation'] = None
+        state['_tables'] = None
+        return state
 
     def init_state(self, param):
         with chainer.using_device(param.device):
@@ -155,7 +114,7 @@ class LARSRule(optimizer.UpdateRule):
         if self.uses_adaptation:
             w_sq, g_sq = kernels.sqnorms(w, g)
             self._observation = (w_sq, g_sq)
-            r = _ratio.trust_ratio(
+            r = ratio.trust_ratio(
                 math.sqrt(w_sq), math.sqrt(g_sq), wd, hp.eps,
                 hp.trust_coefficient, require_grad=True)
         else:
@@ -213,12 +172,12 @@ class LARSRule(optimizer.UpdateRule):
             return float(r), math.sqrt(w_sq), math.sqrt(g_sq)
         w_sq, g_sq = sq
         w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
-        r = _ratio.trust_ratio(w_norm, g_norm, wd, hp.eps,
-                               hp.trust_coefficient, require_grad=True)
+        r = ratio.trust_ratio(w_norm, g_norm, wd, hp.eps,
+                              hp.trust_coefficient, require_grad=True)
         return r, w_norm, g_norm
 
 
-class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
+class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     """Momentum SGD with layer-wise adaptive rate scaling (LARS).
 
@@ -290,16 +249,17 @@ class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
         self.trust_coefficient = trust_coefficient
         self.eps = eps
         self.nesterov = nesterov
-        self._rules = _ratio.ExclusionRules(
+        self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
 
-    lr = _CheckedProxy('lr', _check_lr)
-    momentum = _CheckedProxy('momentum', _check_momentum)
-    weight_decay = _CheckedProxy('weight_decay', _check_weight_decay)
-    trust_coefficient = _CheckedProxy(
-        'trust_coefficient', _check_trust_coefficient)
-    eps = _CheckedProxy('eps', _check_eps)
-    nesterov = _CheckedProxy('nesterov', _check_nesterov)
+    lr = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    momentum = checks.CheckedHyperparameter(
+        checks.real, minimum=0.0, maximum=1.0)
+    weight_decay = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    trust_coefficient = checks.CheckedHyperparameter(
+        checks.real, minimum=0.0, exclusive=True)
+    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    nesterov = checks.CheckedHyperparameter(checks.boolean)
 
     def create_update_rule(self):
         return LARSRule(self.hyperparam)

@@ -666,9 +666,15 @@ def installed():
     its own array module.
 
     """
+    import chainer
     from chainer.backends import cuda as chainer_cuda
 
     module = sys.modules[__name__]
+    # Chainer computes its tuple of array types once, on first use, from
+    # cuda.available: made before the block, it would refuse this module's
+    # arrays as gradients; made inside, it would keep them after.
+    saved_array_types = chainer._array_types, chainer._cpu_array_types
+    chainer._array_types = chainer._cpu_array_types = None
     saved = {name: getattr(chainer_cuda, name) for name in
              ('available', 'cupy', 'ndarray', 'Device', 'Event', 'Stream')}
     # Defined by Chainer's import only where CuPy is usable: cuDNN is off.
@@ -688,6 +694,7 @@ def installed():
     try:
         yield module
     finally:
+        chainer._array_types, chainer._cpu_array_types = saved_array_types
         for name, value in saved.items():
             setattr(chainer_cuda, name, value)
         chainer_cuda.GpuDevice.xp = saved_xp
