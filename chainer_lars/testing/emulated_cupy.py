@@ -68,21 +68,41 @@ _allocations = weakref.WeakValueDictionary()
 
 class _Allocation(object):
 
+    """A block of emulated device memory, from the pool where possible.
+
+    As CuPy's memory pool does, a freed block of a size is handed to the
+    next request of that size, so that arrays allocated anew every
+    iteration (gradients after ``cleargrads()``) keep their addresses.
+
+    """
+
     __slots__ = ('buffer', 'start', 'nbytes', '__weakref__')
 
     def __init__(self, nbytes):
-        self.buffer = numpy.empty(nbytes + 2 * _GUARD + _ALIGN, numpy.uint8)
-        self.buffer.fill(_GUARD_BYTE)
-        address = self.buffer.ctypes.data + _GUARD
-        self.start = _GUARD + (-address) % _ALIGN
+        free = _pool.get(nbytes)
+        if free:
+            self.buffer, self.start = free.pop()
+            self.buffer.fill(_GUARD_BYTE)
+        else:
+            self.buffer = numpy.empty(nbytes + 2 * _GUARD + _ALIGN,
+                                      numpy.uint8)
+            self.buffer.fill(_GUARD_BYTE)
+            address = self.buffer.ctypes.data + _GUARD
+            self.start = _GUARD + (-address) % _ALIGN
         self.nbytes = nbytes
         self.buffer[self.start:self.start + nbytes] = 0xff
         _allocations[id(self)] = self
+
+    def __del__(self):
+        _pool.setdefault(self.nbytes, []).append((self.buffer, self.start))
 
     def intact(self):
         b = self.buffer
         return (bool((b[:self.start] == _GUARD_BYTE).all())
                 and bool((b[self.start + self.nbytes:] == _GUARD_BYTE).all()))
+
+
+_pool = {}
 
 
 def check_guards(kernel):
