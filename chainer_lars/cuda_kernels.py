@@ -458,3 +458,127 @@ def momentum_step(xp, table, dtype):
         (table.nblocks,), (THREADS,),
         (table.words, numpy.int64(table.ntensors), table.settings,
          table.stats))
+
+
+class CudaExecutor(object):
+
+    """The multi-tensor executor of CUDA devices (see ``multi_tensor``).
+
+    One :func:`norms` and one step launch per update and group, whatever
+    the number of arrays; per-array settings (a rule's own ``lr``, the
+    exclusions, the loss scale) travel in the table's settings row, so a
+    group is never split by them.
+
+    """
+
+    def supports(self, *arrays):
+        """Non-empty C-contiguous float16/32/64 arrays of one dtype.
+
+        A zero-size array has no block, so no block would write its stats;
+        it takes the per-array path, which leaves it alone.
+
+        """
+        return supports(*arrays) and arrays[0].size > 0
+
+    def prepare(self, group):
+        group.tables = _GroupTables()
+
+    def _select(self, group, grads):
+        keep, rejected = [], []
+        for k, (w, g) in enumerate(zip(group.weights, grads)):
+            if (g is not None and g.dtype == w.dtype and g.size == w.size
+                    and g.flags.c_contiguous):
+                keep.append(k)
+            else:
+                rejected.append(k)
+        return keep, rejected
+
+    def _launch(self, group, grads, settings, keep, form, states):
+        xp = group.device.xp
+        tables = group.tables
+        table = tables.cache.get(
+            xp, group.dtype, [group.weights[k] for k in keep],
+            [grads[k] for k in keep],
+            None if states is None else [states[k] for k in keep])
+        table.set_settings(settings)
+        norms(xp, table, group.dtype, form.threshold, form.require_grad)
+        tables.last = (table, keep, settings[:, LOSS_SCALE].copy(),
+                       len(group))
+        return xp, table
+
+    def lars_step(self, group, grads, hyper, form):
+        from chainer_lars import multi_tensor as mt
+
+        keep, rejected = self._select(group, grads)
+        if not keep:
+            return rejected
+        rows = hyper[keep]
+        settings = numpy.zeros((len(keep), SETTINGS))
+        settings[:, WEIGHT_DECAY] = rows[:, mt.LARS_WEIGHT_DECAY]
+        settings[:, EPS] = rows[:, mt.LARS_EPS]
+        settings[:, TRUST_COEFFICIENT] = rows[:, mt.LARS_TRUST_COEFFICIENT]
+        settings[:, CLIP_LR] = -1.0
+        settings[:, LOSS_SCALE] = rows[:, mt.LARS_LOSS_SCALE]
+        settings[:, ADAPT] = rows[:, mt.LARS_ADAPT]
+        settings[:, LR] = rows[:, mt.LARS_LR]
+        settings[:, MOMENTUM] = rows[:, mt.LARS_MOMENTUM]
+        settings[:, NESTEROV] = rows[:, mt.LARS_NESTEROV]
+        with group.device.create_context():
+            xp, table = self._launch(group, grads, settings, keep, form,
+                                     [s[0] for s in group.states])
+            momentum_step(xp, table, group.dtype)
+        return rejected
+
+    def hook_rescale(self, group, grads, hyper, form, eps,
+                     trust_coefficient):
+        from chainer_lars import multi_tensor as mt
+
+        keep, rejected = self._select(group, grads)
+        if not keep:
+            return rejected
+        rows = hyper[keep]
+        settings = numpy.zeros((len(keep), SETTINGS))
+        settings[:, WEIGHT_DECAY] = rows[:, mt.HOOK_WEIGHT_DECAY]
+        settings[:, EPS] = eps
+        settings[:, TRUST_COEFFICIENT] = trust_coefficient
+        settings[:, CLIP_LR] = rows[:, mt.HOOK_CLIP_LR]
+        settings[:, LOSS_SCALE] = rows[:, mt.HOOK_LOSS_SCALE]
+        settings[:, ADAPT] = rows[:, mt.HOOK_ADAPT]
+        with group.device.create_context():
+            xp, table = self._launch(group, grads, settings, keep, form,
+                                     None)
+            scale_add(xp, table, group.dtype)
+        return rejected
+
+    def observe(self, group):
+        """``(ratio, ||w||, ||g||)`` per array, NaN where none was taken.
+
+        One transfer from the device per call.
+
+        """
+        last = group.tables.last
+        out = numpy.full((len(group), 3), numpy.nan)
+        if last is None:
+            return out
+        table, keep, loss_scales, _ = last
+        stats = table.stats.get().astype(numpy.float64)
+        out[keep, 0] = stats[:, 0]
+        out[keep, 1] = numpy.sqrt(stats[:, 1])
+        out[keep, 2] = numpy.sqrt(stats[:, 2]) / loss_scales
+        return out
+
+
+class _GroupTables(object):
+
+    """What a :class:`CudaExecutor` keeps for a group: its tables, and the
+    table and rows of the last update (for ``observe``)."""
+
+    __slots__ = ('cache', 'last')
+
+    def __init__(self):
+        self.cache = TableCache(capacity=4)
+        self.last = None
+
+
+#: The one :class:`CudaExecutor` (it keeps nothing of its own).
+executor = CudaExecutor()

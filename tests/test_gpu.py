@@ -169,7 +169,8 @@ def _scale_grads(model, loss_scale):
 # Every option with static scaling; every scaling and the per-array path
 # with the option that touches most of the kernels' code.
 HOOK_RUNS = ([(kwargs, 'static', True) for kwargs in HOOK_CASES]
-             + [(HOOK_CASES[1], scaling, True) for scaling in (None, 'dynamic')]
+             + [(HOOK_CASES[1], scaling, True)
+                for scaling in (None, 'dynamic')]
              + [(kwargs, 'static', False) for kwargs in HOOK_CASES[1:3]])
 
 
