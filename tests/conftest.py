@@ -1,10 +1,9 @@
-"""Test set-up: the gpu and mpi markers, an mpiexec runner, tiny data sets.
+"""Test set-up: the gpu and mpi markers, tiny data sets.
 
 * ``@pytest.mark.gpu`` tests skip unless CuPy imports and sees a CUDA device.
 * ``@pytest.mark.mpi`` tests skip unless ``mpiexec`` is on ``PATH`` and
   mpi4py imports; with ``CHAINER_LARS_REQUIRE_MPI=1`` (set by CI) they fail
-  instead, so that a broken MPI install cannot pass as skipped tests.
-* The ``mpiexec`` fixture runs a command on N ranks.
+  instead (``tests/mpi_util.py``, which also runs the ranks).
 * The ``tiny_dataset_root`` fixture makes an offline MNIST, CIFAR-10 and
   CIFAR-100 for Chainer's own loaders.
 
@@ -12,14 +11,14 @@
 
 import functools
 import os
-import shutil
-import subprocess
 
 import numpy
 import pytest
 
 import chainer
 from chainer.backends import cuda
+
+from tests import mpi_util
 
 
 @functools.lru_cache()
@@ -35,57 +34,13 @@ def _why_no_cuda():
     return None if count else 'no CUDA device'
 
 
-@functools.lru_cache()
-def _why_no_mpi():
-    if shutil.which('mpiexec') is None:
-        return 'mpiexec is not on PATH'
-    try:
-        import mpi4py  # NOQA
-    except ImportError as e:
-        return 'mpi4py does not import: {}'.format(e)
-    return None
-
-
-def _skip_or_fail_without_mpi():
-    reason = _why_no_mpi()
-    if reason is None:
-        return
-    if os.environ.get('CHAINER_LARS_REQUIRE_MPI') == '1':
-        pytest.fail('{}, and CHAINER_LARS_REQUIRE_MPI=1'.format(reason),
-                    pytrace=False)
-    pytest.skip(reason)
-
-
 def pytest_runtest_setup(item):
     if item.get_closest_marker('gpu') is not None:
         reason = _why_no_cuda()
         if reason is not None:
             pytest.skip(reason)
     if item.get_closest_marker('mpi') is not None:
-        _skip_or_fail_without_mpi()
-
-
-@pytest.fixture
-def mpiexec():
-    """Runs ``mpiexec(n, *command, timeout=300)`` and returns its result.
-
-    The command runs on ``n`` ranks, more than there are cores if need be,
-    with its output captured as text in the returned
-    ``subprocess.CompletedProcess``; a non-zero exit does not raise.
-
-    """
-    _skip_or_fail_without_mpi()
-
-    def run(n, *command, timeout=300):
-        launcher = ['mpiexec', '-n', str(n), '--oversubscribe']
-        if os.geteuid() == 0:
-            launcher.append('--allow-run-as-root')
-        return subprocess.run(
-            launcher + [str(arg) for arg in command],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=timeout)
-
-    return run
+        mpi_util.require_mpi()
 
 
 def _classification(n_classes, n_features, sizes):
