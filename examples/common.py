@@ -9,7 +9,8 @@ see README.md in this folder). Its parts:
   about;
 * training: Chainer's trainer, assembled from the recipe and the reports,
   in one process or, with ChainerMN, in many;
-* the command line: the flags every trainer has and their checks;
+* the command line: the flags every trainer has and their checks, which
+  stop with a usage error before any work starts;
 * the data: MNIST and CIFAR through Chainer's loaders, standardized, the
   CIFAR augmentation, and an iterator whose shuffling resumes exactly;
 * the reports: an evaluator that weights each batch by its size, the log,
@@ -25,6 +26,7 @@ import sys
 import numpy
 
 import chainer
+from chainer.backends import cuda
 from chainer import training
 from chainer.training import extensions
 
@@ -145,6 +147,11 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
     """
     model = optimizer.target
     n_train = len(train_iter.dataset)
+    if comm is None:
+        check_batchsize(args, n_train, 'the training set')
+    else:
+        check_batchsize(args, n_train,
+                        "each process's shard of the training set")
     updater = training.updaters.StandardUpdater(
         train_iter, optimizer, device=device)
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
@@ -286,8 +293,10 @@ def parser(description, defaults, epilog=None, helps=None):
 def parse_args(parser, argv=None, positive=()):
     """Parses the flags, or stops with a usage error naming the first bad one.
 
-    Checks the ranges (the flags in ``positive`` must be positive too);
-    then points Chainer's dataset root at --dataset-root.
+    Checks the ranges (the flags in ``positive`` must be positive too),
+    the device, and that the snapshot to resume from exists, so that a
+    mistake stops the run before it loads any data; then points Chainer's
+    dataset root at --dataset-root.
     """
     args = parser.parse_args(argv)
     for names, valid, what in (
@@ -301,9 +310,37 @@ def parse_args(parser, argv=None, positive=()):
             if value is not None and not valid(value):
                 parser.error('--{} must be {}, got {}'.format(
                     name.replace('_', '-'), what, value))
+    check_device(parser, args.device)
+    if args.resume is not None and not os.path.isfile(args.resume):
+        parser.error('--resume {}: no such file'.format(args.resume))
     if args.dataset_root is not None:
         chainer.dataset.set_dataset_root(args.dataset_root)
     return args
+
+
+def check_device(parser, spec):
+    """The device ``spec`` names, or a usage error saying why it cannot be.
+
+    ``chainer.get_device`` accepts a GPU that the machine does not have,
+    and the first use of it fails with a CUDA error; so the GPUs are
+    counted here.
+    """
+    hint = ' (-1 or @numpy: the CPU; 0 or @cupy:0: the first GPU)'
+    try:
+        device = chainer.get_device(spec)
+    except (ValueError, RuntimeError) as e:
+        parser.error('--device {}: {}{}'.format(
+            spec, ' '.join(str(e).split()), hint))
+    if device.xp is cuda.cupy:
+        try:
+            count = cuda.cupy.cuda.runtime.getDeviceCount()
+        except cuda.cupy.cuda.runtime.CUDARuntimeError as e:
+            parser.error('--device {}: no usable GPU ({}){}'.format(
+                spec, e, hint))
+        if device.device.id >= count:
+            parser.error('--device {}: no such GPU, this machine has {}{}'
+                         .format(spec, count, hint))
+    return device
 
 
 def print_banner(args, *lines):
@@ -317,6 +354,24 @@ def print_banner(args, *lines):
               args.weight_decay, args.warmup_epochs))
     print('')
     sys.stdout.flush()
+
+
+def usage_error(message):
+    """Stops as a parser does on a bad flag, where the parser is not at hand.
+
+    For what is known only once the data is loaded; the exit status is 2,
+    argparse's.
+    """
+    sys.stderr.write('{}: error: {}\n'.format(
+        os.path.basename(sys.argv[0]), message))
+    sys.exit(2)
+
+
+def check_batchsize(args, n_train, what):
+    """Stops if a mini-batch would hold more than all the training data."""
+    if args.batchsize > n_train:
+        usage_error('--batchsize {} is larger than {} ({} examples)'.format(
+            args.batchsize, what, n_train))
 
 
 # -- The data --------------------------------------------------------------

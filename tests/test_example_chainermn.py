@@ -90,3 +90,40 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     assert result.returncode == 0
     assert [e['iteration'] for e in read_log(resumed)] == [
         0, ITERS_PER_EPOCH, 2 * ITERS_PER_EPOCH]
+
+
+def test_batch_larger_than_a_shard_is_a_usage_error(dataset_root, tmp_path):
+    result = run_example(tmp_path / 'out', '--batchsize', '33')
+    assert result.returncode == 2
+    assert ("--batchsize 33 is larger than each process's shard of the "
+            'training set (32 examples)') in result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not (tmp_path / 'out').exists()
+
+
+def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
+                                                          tmp_path):
+    """The CIFAR ResNet, its BatchNorm statistics per process or global.
+
+    Both runs start from the same weights and batches; the first forward
+    pass already gives rank 0 the statistics of its own 8 images in one
+    run and those of all 16 in the other, so its running means differ.
+    """
+    means = {}
+    for batchnorm in ('per-process', 'all-reduced'):
+        out = tmp_path / batchnorm
+        result = run_example(out, '--dataset', 'cifar10', '--depth', '8',
+                             '--epoch', '1', '--batchnorm', batchnorm)
+        assert result.returncode == 0
+        assert 'ResNet-8, BatchNorm statistics {}'.format(batchnorm) in (
+            result.stdout)
+        entry = read_log(out)[-1]
+        for key in ('main/loss', 'validation/main/accuracy',
+                    'lars/ratio/predictor/res3/0/conv1/W'):
+            assert math.isfinite(entry[key]), key
+        snapshot = 'snapshot_iter_{}'.format(32 // RANKS // BATCH_PER_RANK)
+        with numpy.load(str(out / snapshot)) as arrays:
+            means[batchnorm] = arrays[
+                'updater/model:main/predictor/bn1/avg_mean']
+    assert numpy.isfinite(means['all-reduced']).all()
+    assert not numpy.allclose(means['per-process'], means['all-reduced'])

@@ -378,3 +378,60 @@ def test_mlp_has_no_batchnorm_to_all_reduce(chainermn_example, capsys):
     assert exc.value.code == 2
     assert 'the MLP of --dataset mnist has no BatchNorm' in (
         capsys.readouterr().err)
+
+
+def usage_error(main, argv, capsys):
+    """The message of the usage error ``main(argv)`` stops with."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--device', 'foo'], '--device foo: '),
+    (['--device', '@nosuchmodule:0'], '--device @nosuchmodule:0: '),
+    (['--resume', 'nowhere/snapshot_iter_7'],
+     '--resume nowhere/snapshot_iter_7: no such file'),
+    pytest.param(['--device', '3'], '--device 3: ', marks=pytest.mark.skipif(
+        chainer.backends.cuda.available, reason='CuPy can use CUDA here')),
+    pytest.param(['--device', '@cupy:0'], '--device @cupy:0: ',
+                 marks=pytest.mark.skipif(chainer.backends.cuda.available,
+                                          reason='CuPy can use CUDA here')),
+])
+@pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])
+def test_bad_flags_stop_before_any_work(request, tmp_path, capsys, name,
+                                        flags, message):
+    """A usage error naming the flag, before the data is loaded.
+
+    The dataset root is empty: loading the data first would stop with the
+    missing dataset (exit status 1) instead.
+    """
+    main = request.getfixturevalue(name).main
+    out = tmp_path / 'out'
+    err = usage_error(main, flags + ['--dataset-root', str(tmp_path),
+                                     '--out', str(out)], capsys)
+    assert message in err and 'usage:' in err
+    assert 'Traceback' not in err
+    assert not out.exists()
+
+
+@pytest.mark.gpu
+def test_device_beyond_the_gpus_is_a_usage_error(mnist, tmp_path, capsys):
+    count = chainer.backends.cuda.cupy.cuda.runtime.getDeviceCount()
+    err = usage_error(mnist.main, ['--device', str(count), '--dataset-root',
+                                   str(tmp_path)], capsys)
+    assert '--device {}: no such GPU, this machine has {}'.format(
+        count, count) in err
+
+
+@pytest.mark.parametrize('name,batchsize,n_train', [
+    ('mnist', 65, 64), ('cifar', 33, 32)])
+def test_batch_larger_than_the_training_set_is_a_usage_error(
+        request, dataset_root, tmp_path, capsys, name, batchsize, n_train):
+    out = tmp_path / 'out'
+    err = usage_error(request.getfixturevalue(name).main,
+                      ['-b', str(batchsize), '--out', str(out)], capsys)
+    assert '--batchsize {} is larger than the training set ({} examples)' \
+        .format(batchsize, n_train) in err
+    assert not out.exists()

@@ -119,6 +119,10 @@ def select_device(args, comm):
     device = chainer.get_device(args.device)
     if device.xp is numpy:
         return device
+    count = chainer.backends.cuda.cupy.cuda.runtime.getDeviceCount()
+    if comm.intra_rank >= count:
+        common.usage_error('{} processes on a machine with {} GPUs: one '
+                           'process per GPU'.format(comm.intra_size, count))
     return chainer.get_device('@cupy:{}'.format(comm.intra_rank))
 
 
