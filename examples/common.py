@@ -180,7 +180,8 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
     if comm is None or comm.rank == 0:
         ratio_keys = observe_trust_ratios(trainer, lars, model,
                                           iterations_per_epoch)
-        report(trainer, args, ratio_keys)
+        report(trainer, args, ratio_keys,
+               **({} if comm is None else {'processes': comm.size}))
 
     if args.resume is not None:
         chainer.serializers.load_npz(args.resume, trainer)
@@ -216,7 +217,8 @@ HELP = {
               'device id are used. If negative integer, NumPy arrays are '
               'used',
     'out': 'Directory to output the result',
-    'resume': 'Resume the training from snapshot',
+    'resume': 'Resume the training from snapshot, with the same --epoch, '
+              '--batchsize, --lr, --warmup-epochs and --decay-power',
     'lr': 'Peak learning rate (default: from the batch size, see below)',
     'warmup_epochs': 'Epochs of linear learning-rate warm-up',
     'decay_power': 'After the warm-up, the learning rate decays to 0 as the '
@@ -372,6 +374,74 @@ def check_batchsize(args, n_train, what):
     if args.batchsize > n_train:
         usage_error('--batchsize {} is larger than {} ({} examples)'.format(
             args.batchsize, what, n_train))
+
+
+# The flags that set the learning-rate schedule; a snapshot records them,
+# and --resume refuses a run that changes one (see check_resume).
+SCHEDULE_FLAGS = ('epoch', 'batchsize', 'lr', 'warmup_epochs', 'decay_power')
+
+
+def check_resume(args, **settings):
+    """Stops unless the snapshot of --resume continues this run's schedule.
+
+    The schedule (warm-up, then decay to 0 at the last epoch) is computed
+    from ``SCHEDULE_FLAGS``, and the snapshot holds only how far it has
+    gone; resumed with another ``--epoch``, the rate would jump to another
+    curve (from about 0 at the end of a run back to the middle of a longer
+    one). ``settings`` are further values the schedule depends on (the
+    number of processes, for ChainerMN); a snapshot records them all
+    (``RunSettings``). They are compared first: the default --lr follows
+    from the number of processes.
+    """
+    if args.resume is None:
+        return
+    settings = dict(settings, **run_settings(args))
+    try:
+        with numpy.load(args.resume) as snapshot:
+            saved = {name: snapshot.get(RunSettings.prefix + name)
+                     for name in settings}
+    except (OSError, ValueError) as e:
+        usage_error('--resume {}: not a snapshot ({})'.format(args.resume, e))
+    for name, value in settings.items():
+        if saved[name] is None:
+            usage_error('--resume {}: not a snapshot of these examples, or '
+                        'one written before they recorded their settings '
+                        '(it has no {})'.format(args.resume, name))
+        if saved[name] != value:
+            flag = ('the number of processes' if name == 'processes'
+                    else '--' + name.replace('_', '-'))
+            usage_error(
+                '--resume {}: the snapshot was written with {} {}, this run '
+                'has {}. The learning-rate schedule follows from --epoch, '
+                '--batchsize, --lr, --warmup-epochs and --decay-power (and, '
+                'with ChainerMN, the number of processes), so a resumed run '
+                'keeps them; to train longer, start a new run.'.format(
+                    args.resume, flag, saved[name].item(), value))
+
+
+def run_settings(args):
+    return {name: getattr(args, name) for name in SCHEDULE_FLAGS}
+
+
+class RunSettings(training.Extension):
+
+    """Records in snapshots the settings that ``check_resume`` compares.
+
+    It does nothing during the run; it is there to be serialized.
+    """
+
+    prefix = 'extensions/RunSettings/'
+    trigger = 1, 'epoch'
+
+    def __init__(self, settings):
+        self._settings = settings
+
+    def __call__(self, trainer):
+        pass
+
+    def serialize(self, serializer):
+        for name, value in self._settings.items():
+            self._settings[name] = serializer(name, value)
 
 
 # -- The data --------------------------------------------------------------
@@ -533,12 +603,15 @@ def end_of_epoch(trainer):
     return trainer.updater.is_new_epoch
 
 
-def report(trainer, args, ratio_keys):
+def report(trainer, args, ratio_keys, **settings):
     """Adds the snapshots, the log, the plots and the printed report.
 
-    ``ratio_keys`` are the trust ratios to draw (``observe_trust_ratios``).
+    ``ratio_keys`` are the trust ratios to draw (``observe_trust_ratios``);
+    ``settings`` go into the snapshots with the flags ``check_resume``
+    compares.
     """
     trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
+    trainer.extend(RunSettings(dict(run_settings(args), **settings)))
     trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
                    call_before_training=True)
     trainer.extend(extensions.LogReport(), call_before_training=True)

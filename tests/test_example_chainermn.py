@@ -24,12 +24,12 @@ RANKS = 2
 ITERS_PER_EPOCH = 64 // RANKS // BATCH_PER_RANK
 
 
-def run_example(out, *extra):
+def run_example(out, *extra, ranks=RANKS):
     args = ['-m', MODULE, '--communicator', 'naive', '--device', '-1',
             '--epoch', '2', '--batchsize', str(BATCH_PER_RANK),
             '--unit', '16', '--warmup-epochs', '0.5', '--noplot',
             '--out', str(out)] + list(extra)
-    return mpi_util.run_mpi(RANKS, args, timeout=240)
+    return mpi_util.run_mpi(ranks, args, timeout=240)
 
 
 def read_log(out):
@@ -76,6 +76,7 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
         weights = snapshot['updater/model:main/predictor/l1/W']
         assert weights.shape == (16, 784)
         assert numpy.isfinite(weights).all()
+        assert snapshot['extensions/RunSettings/processes'] == RANKS
         if optimizer == 'lars':
             # The momentum buffer of the LARS rule is saved.
             assert snapshot[
@@ -90,6 +91,14 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     assert result.returncode == 0
     assert [e['iteration'] for e in read_log(resumed)] == [
         0, ITERS_PER_EPOCH, 2 * ITERS_PER_EPOCH]
+
+    # Another number of processes is another global batch, and so another
+    # schedule.
+    result = run_example(tmp_path / 'one', '--optimizer', optimizer,
+                         '--resume', str(out / snapshots[0]), ranks=1)
+    assert result.returncode == 2
+    assert 'the number of processes {}, this run has 1'.format(RANKS) in (
+        result.stderr)
 
 
 def test_batch_larger_than_a_shard_is_a_usage_error(dataset_root, tmp_path):

@@ -435,3 +435,37 @@ def test_batch_larger_than_the_training_set_is_a_usage_error(
     assert '--batchsize {} is larger than the training set ({} examples)' \
         .format(batchsize, n_train) in err
     assert not out.exists()
+
+
+def test_resume_refuses_another_schedule(mnist, dataset_root, tmp_path,
+                                         capsys):
+    """The snapshot records the flags of the schedule; --resume keeps them.
+
+    With another --epoch the schedule would be another curve: at the end
+    of a 2-epoch run the rate is about 0, where a 3-epoch run is still at
+    about a third of its peak.
+    """
+    args = ['-b', '32', '-u', '8', '--noplot', '--warmup-epochs', '1']
+    out = tmp_path / 'run'
+    mnist.main(args + ['-e', '2', '--out', str(out)])
+    snapshot = str(out / 'snapshot_iter_4')
+    capsys.readouterr()
+    for flags, message in [
+            (['-e', '3'], 'written with --epoch 2, this run has 3'),
+            (['-e', '2', '--warmup-epochs', '0.5'],
+             'written with --warmup-epochs 1.0, this run has 0.5'),
+            (['-e', '2', '--lr', '0.5'], 'written with --lr {}'.format(
+                0.005 * math.sqrt(32 / 256) / 0.02))]:
+        err = usage_error(mnist.main, args + flags + [
+            '--resume', snapshot, '--out', str(tmp_path / 'resumed')],
+            capsys)
+        assert message in err and 'start a new run' in err, err
+        assert not (tmp_path / 'resumed').exists()
+
+    (tmp_path / 'text').write_text('not a snapshot')
+    numpy.savez(str(tmp_path / 'other.npz'), x=numpy.zeros(1))
+    for path, message in [('text', 'not a snapshot'),
+                          ('other.npz', 'not a snapshot of these examples')]:
+        err = usage_error(mnist.main, ['--resume', str(tmp_path / path)],
+                          capsys)
+        assert message in err

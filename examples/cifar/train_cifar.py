@@ -104,6 +104,7 @@ def parse_args(argv=None):
     if args.lr is None:
         args.lr = common.default_lr(args.optimizer, args.batchsize,
                                     args.trust_coefficient)
+    common.check_resume(args)
     return args
 
 

@@ -53,7 +53,9 @@ HELP = dict(
     'the rank of the process on its machine (comm.intra_rank); the number '
     'given is not used',
     out='Directory to output the result (written by rank 0)',
-    resume='Resume the training from snapshot (read by every process)',
+    resume='Resume the training from snapshot (read by every process), with '
+    'the same --epoch, --batchsize, --lr, --warmup-epochs, --decay-power and '
+    'number of processes',
     lr='Peak learning rate (default: from the global batch size, see below)',
     dataset_root="Chainer's dataset root on the machine of rank 0, the folder "
     'that holds pfnet/chainer/<dataset> (default: CHAINER_DATASET_ROOT, or '
@@ -136,6 +138,7 @@ def main(argv=None):
     if args.lr is None:
         args.lr = common.default_lr(args.optimizer, global_batchsize,
                                     args.trust_coefficient)
+    common.check_resume(args, processes=comm.size)
 
     if comm.rank == 0:
         lines = [
