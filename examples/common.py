@@ -622,19 +622,18 @@ def report(trainer, args, ratio_keys, **settings):
         matplotlib.use('Agg')
         trainer.extend(extensions.PlotReport(
             ['main/loss', 'validation/main/loss'], 'epoch',
-            filename='loss.png', trigger=end_of_epoch),
+            filename='loss.png', trigger=end_of_epoch,
+            postprocess=_axes('loss (softmax cross entropy, log scale)',
+                              log=True)),
             call_before_training=True)
         trainer.extend(extensions.PlotReport(
             ['main/accuracy', 'validation/main/accuracy'], 'epoch',
-            filename='accuracy.png', trigger=end_of_epoch),
+            filename='accuracy.png', trigger=end_of_epoch,
+            postprocess=_axes('accuracy')),
             call_before_training=True)
-        trainer.extend(extensions.PlotReport(
-            ['lr'], 'epoch', filename='lr.png', trigger=end_of_epoch),
-            call_before_training=True)
+        trainer.extend(IterationPlot('lr', 'lr.png', 'learning rate'))
         if ratio_keys:
-            trainer.extend(extensions.PlotReport(
-                ratio_keys, 'epoch', filename='trust_ratio.png',
-                trigger=end_of_epoch, postprocess=_log_scale))
+            trainer.extend(TrustRatioHeatmap(ratio_keys), trigger=end_of_epoch)
 
     trainer.extend(extensions.PrintReport(
         ['epoch', 'main/loss', 'validation/main/loss',
@@ -643,5 +642,115 @@ def report(trainer, args, ratio_keys, **settings):
     trainer.extend(extensions.ProgressBar(update_interval=10))
 
 
-def _log_scale(figure, axes, summary):
-    axes.set_yscale('log')
+def _axes(ylabel, log=False):
+    """A PlotReport postprocess that labels the y axis (and makes it log)."""
+    def postprocess(figure, axes, summary):
+        axes.set_ylabel(ylabel)
+        if log:
+            axes.set_yscale('log')
+    return postprocess
+
+
+class IterationPlot(training.Extension):
+
+    """Draws a reported value at every iteration, against the epoch.
+
+    PlotReport and LogReport draw means over an interval, which for the
+    learning rate hide the warm-up and the peak. This one keeps the value
+    of every iteration (saved in snapshots, so that a resumed run draws
+    the whole run) and draws them at the end of each epoch.
+
+    Args:
+        key (str): The reported value, e.g. ``'lr'`` from ``observe_lr``
+            (which reports the rate the last update used).
+        filename (str): The picture, in the trainer's output directory.
+        ylabel (str): The label of the y axis.
+    """
+
+    def __init__(self, key, filename, ylabel):
+        self._key = key
+        self._filename = filename
+        self._ylabel = ylabel
+        # (epoch, value) after each update
+        self._points = []
+
+    def __call__(self, trainer):
+        self._points.append((trainer.updater.epoch_detail,
+                             float(trainer.observation[self._key])))
+        if not trainer.updater.is_new_epoch:
+            return
+        import matplotlib.pyplot as plt
+        figure, axes = plt.subplots()
+        epochs, values = zip(*self._points)
+        axes.plot(epochs, values)
+        axes.set_xlabel('epoch')
+        axes.set_ylabel(self._ylabel)
+        axes.set_xlim(0, None)
+        axes.set_ylim(0, None)
+        axes.grid(alpha=0.3)
+        figure.savefig(os.path.join(trainer.out, self._filename))
+        plt.close(figure)
+
+    def serialize(self, serializer):
+        if isinstance(serializer, chainer.serializer.Serializer):
+            serializer('points', numpy.array(
+                self._points, dtype=numpy.float64).reshape(-1, 2))
+        else:
+            self._points = [tuple(p) for p in serializer('points', None)]
+
+
+class TrustRatioHeatmap(training.Extension):
+
+    """Draws the trust ratio of every layer at every epoch as a heat map.
+
+    One row a layer, in the model's order, one column an epoch, the colour
+    the epoch's mean ratio on a log scale: lines, one a layer, cannot be
+    told apart beyond ten or so. It reads the LogReport's log, which
+    snapshots hold, so it keeps no state of its own.
+
+    Args:
+        keys (list of str): The reported ratios, from
+            ``observe_trust_ratios``.
+        filename (str): The picture, in the trainer's output directory.
+    """
+
+    # After the LogReport has added the epoch.
+    priority = training.PRIORITY_READER - 1
+
+    def __init__(self, keys, filename='trust_ratio.png'):
+        self._keys = keys
+        self._filename = filename
+
+    def __call__(self, trainer):
+        import matplotlib.colors
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+        log = [entry for entry in trainer.get_extension('LogReport').log
+               if self._keys[0] in entry]
+        ratios = numpy.array([[entry.get(key, numpy.nan) for entry in log]
+                              for key in self._keys])
+        ratios = numpy.ma.masked_where(~(ratios > 0), ratios)
+        low, high = ratios.min(), ratios.max()
+        if not high > low:  # one value: LogNorm needs a range
+            low, high = low / 2, high * 2
+        rows = len(self._keys)
+        figure, axes = plt.subplots(figsize=(7, 1.5 + 0.17 * rows))
+        image = axes.imshow(
+            ratios, aspect='auto', interpolation='nearest',
+            norm=matplotlib.colors.LogNorm(low, high),
+            extent=(log[0]['epoch'] - 0.5, log[-1]['epoch'] + 0.5,
+                    rows - 0.5, -0.5))
+        prefix = os.path.commonprefix(self._keys)
+        prefix = prefix[:prefix.rfind('/') + 1]
+        axes.set_yticks(range(rows))
+        axes.set_yticklabels([key[len(prefix):] for key in self._keys],
+                             fontsize=min(9, max(4, 400 // rows)))
+        axes.xaxis.set_major_locator(
+            matplotlib.ticker.MaxNLocator(integer=True))
+        axes.set_xlabel('epoch')
+        axes.set_title('trust ratio of each layer ({}...), epoch means'
+                       .format(prefix), fontsize=9)
+        figure.colorbar(image, ax=axes, label='trust ratio (log scale)')
+        figure.tight_layout()
+        figure.savefig(os.path.join(trainer.out, self._filename))
+        plt.close(figure)

@@ -469,3 +469,23 @@ def test_resume_refuses_another_schedule(mnist, dataset_root, tmp_path,
         err = usage_error(mnist.main, ['--resume', str(tmp_path / path)],
                           capsys)
         assert message in err
+
+
+def test_lr_plot_has_every_iteration(
+        mnist, dataset_root, tmp_path):
+    """3 epochs of 2 updates, warm-up over the first epoch.
+
+    The rate of update k (1-based) is v(k - 1): the warm-up gives v(0) =
+    peak/2 and v(1) = peak, then v(t) = peak (1 - (t - 2)/4)^2.
+    """
+    out = tmp_path / 'out'
+    mnist.main(['-b', '32', '-u', '8', '-e', '3', '--warmup-epochs', '1',
+                '--lr', '0.4', '--out', str(out)])
+    assert {'loss.png', 'accuracy.png', 'lr.png', 'trust_ratio.png'} <= set(
+        os.listdir(str(out)))
+    with numpy.load(str(out / 'snapshot_iter_6')) as snapshot:
+        points = snapshot['extensions/IterationPlot/points']
+    numpy.testing.assert_allclose(points[:, 0], [0.5, 1, 1.5, 2, 2.5, 3])
+    numpy.testing.assert_allclose(
+        points[:, 1], [0.2, 0.4, 0.4, 0.4 * 0.75 ** 2, 0.4 * 0.5 ** 2,
+                       0.4 * 0.25 ** 2], rtol=1e-12)
