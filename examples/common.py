@@ -219,6 +219,8 @@ HELP = {
     'out': 'Directory to output the result',
     'resume': 'Resume the training from snapshot, with the same --epoch, '
               '--batchsize, --lr, --warmup-epochs and --decay-power',
+    'snapshots': 'Number of snapshots to keep in --out, the latest ones (one '
+                 'is written each epoch); 0 writes none',
     'lr': 'Peak learning rate (default: from the batch size, see below)',
     'warmup_epochs': 'Epochs of linear learning-rate warm-up',
     'decay_power': 'After the warm-up, the learning rate decays to 0 as the '
@@ -272,6 +274,7 @@ def parser(description, defaults, epilog=None, helps=None):
     add('device', '-d', type=str, default='-1')
     add('out', '-o', default='result')
     add('resume', '-r', type=str)
+    add('snapshots', type=int, default=1)
     parser.add_argument('--optimizer',
                         choices=('lars', 'momentum-lars', 'momentum'),
                         default='lars',
@@ -305,7 +308,7 @@ def parse_args(parser, argv=None, positive=()):
             (('batchsize', 'epoch', 'lr', 'decay_power', 'trust_coefficient')
              + tuple(positive), lambda v: 0 < v < math.inf,
              'positive and finite'),
-            (('warmup_epochs', 'momentum', 'weight_decay'),
+            (('warmup_epochs', 'momentum', 'weight_decay', 'snapshots'),
              lambda v: 0 <= v < math.inf, 'finite and at least 0')):
         for name in names:
             value = getattr(args, name)
@@ -610,7 +613,9 @@ def report(trainer, args, ratio_keys, **settings):
     ``settings`` go into the snapshots with the flags ``check_resume``
     compares.
     """
-    trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
+    if args.snapshots:
+        trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
+        trainer.extend(keep_latest_snapshots(args.snapshots))
     trainer.extend(RunSettings(dict(run_settings(args), **settings)))
     trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
                    call_before_training=True)
@@ -640,6 +645,29 @@ def report(trainer, args, ratio_keys, **settings):
          'main/accuracy', 'validation/main/accuracy', 'lr',
          'elapsed_time']), call_before_training=True)
     trainer.extend(extensions.ProgressBar(update_interval=10))
+
+
+def keep_latest_snapshots(n):
+    """Removes all but the ``n`` latest snapshots in the output directory.
+
+    Chainer's own ``snapshot(n_retains=n)`` orders the files by their
+    modification times alone, which are equal for files written within one
+    clock tick, and then by name, where ``snapshot_iter_10`` comes before
+    ``snapshot_iter_9``; here the iteration breaks ties. Runs after the
+    snapshot (priority -100) of each epoch.
+    """
+    @training.make_extension(trigger=(1, 'epoch'), priority=-200)
+    def remove_older_snapshots(trainer):
+        found = []
+        for name in os.listdir(trainer.out):
+            match = re.match(r'snapshot_iter_(\d+)$', name)
+            if match:
+                path = os.path.join(trainer.out, name)
+                found.append((os.stat(path).st_mtime, int(match.group(1)),
+                              path))
+        for _, _, path in sorted(found)[:-n]:
+            os.remove(path)
+    return remove_older_snapshots
 
 
 def _axes(ylabel, log=False):

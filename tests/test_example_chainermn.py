@@ -40,7 +40,7 @@ def read_log(out):
 @pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars'])
 def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     out = tmp_path / 'result'
-    result = run_example(out, '--optimizer', optimizer)
+    result = run_example(out, '--optimizer', optimizer, '--snapshots', '2')
     assert result.returncode == 0
     assert 'Number of processes: {}'.format(RANKS) in result.stdout
     # Rank 0 alone prints the report (its header once).
@@ -91,6 +91,9 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     assert result.returncode == 0
     assert [e['iteration'] for e in read_log(resumed)] == [
         0, ITERS_PER_EPOCH, 2 * ITERS_PER_EPOCH]
+    # Only the latest snapshot is kept by default.
+    assert [p.name for p in resumed.iterdir()
+            if p.name.startswith('snapshot_')] == snapshots[-1:]
 
     # Another number of processes is another global batch, and so another
     # schedule.

@@ -63,7 +63,7 @@ def check_run_and_resume(main, args, out_dir, iterations_per_epoch,
     augmentations) from the restored random state.
     """
     first = str(out_dir / 'first')
-    main(args + ['--epoch', '3', '--out', first])
+    main(args + ['--epoch', '3', '--out', first, '--snapshots', '3'])
 
     log = read_log(first)
     assert [entry['epoch'] for entry in log] == [0, 1, 2, 3]
@@ -349,6 +349,7 @@ def test_chainermn_defaults_are_the_single_process_ones(
     ('--warmup-epochs', '-1', 'at least 0'),
     ('--momentum', '-0.9', 'at least 0'),
     ('--weight-decay', '-1e-4', 'at least 0'),
+    ('--snapshots', '-1', 'at least 0'),
 ])
 def test_flags_out_of_range_are_usage_errors(request, capsys, name, flag,
                                              value, message):
@@ -471,7 +472,7 @@ def test_resume_refuses_another_schedule(mnist, dataset_root, tmp_path,
         assert message in err
 
 
-def test_lr_plot_has_every_iteration(
+def test_lr_plot_has_every_iteration_and_one_snapshot_is_kept(
         mnist, dataset_root, tmp_path):
     """3 epochs of 2 updates, warm-up over the first epoch.
 
@@ -483,9 +484,21 @@ def test_lr_plot_has_every_iteration(
                 '--lr', '0.4', '--out', str(out)])
     assert {'loss.png', 'accuracy.png', 'lr.png', 'trust_ratio.png'} <= set(
         os.listdir(str(out)))
+    snapshots = [name for name in os.listdir(str(out))
+                 if name.startswith('snapshot_')]
+    assert snapshots == ['snapshot_iter_6']
     with numpy.load(str(out / 'snapshot_iter_6')) as snapshot:
         points = snapshot['extensions/IterationPlot/points']
     numpy.testing.assert_allclose(points[:, 0], [0.5, 1, 1.5, 2, 2.5, 3])
     numpy.testing.assert_allclose(
         points[:, 1], [0.2, 0.4, 0.4, 0.4 * 0.75 ** 2, 0.4 * 0.5 ** 2,
                        0.4 * 0.25 ** 2], rtol=1e-12)
+
+
+def test_no_snapshots(mnist, dataset_root, tmp_path):
+    out = tmp_path / 'out'
+    mnist.main(['-b', '32', '-u', '8', '-e', '2', '--noplot',
+                '--snapshots', '0', '--out', str(out)])
+    assert read_log(str(out))[-1]['epoch'] == 2
+    assert not [name for name in os.listdir(str(out))
+                if name.startswith('snapshot')]
