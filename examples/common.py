@@ -295,13 +295,17 @@ def parser(description, defaults, epilog=None, helps=None):
     return parser
 
 
-def parse_args(parser, argv=None, positive=()):
+def parse_args(parser, argv=None, positive=(), distributed=False):
     """Parses the flags, or stops with a usage error naming the first bad one.
 
     Checks the ranges (the flags in ``positive`` must be positive too),
     the device, and that the snapshot to resume from exists, so that a
     mistake stops the run before it loads any data; then points Chainer's
-    dataset root at --dataset-root.
+    dataset root at --dataset-root. In one process it also sets the
+    default --lr (``default_lr``) and checks the snapshot's schedule
+    (``check_resume``); both follow from the global batch, which a
+    ChainerMN trainer (``distributed``) knows once its communicator is up,
+    so it does them itself.
     """
     args = parser.parse_args(argv)
     for names, valid, what in (
@@ -320,6 +324,11 @@ def parse_args(parser, argv=None, positive=()):
         parser.error('--resume {}: no such file'.format(args.resume))
     if args.dataset_root is not None:
         chainer.dataset.set_dataset_root(args.dataset_root)
+    if not distributed:
+        if args.lr is None:
+            args.lr = default_lr(args.optimizer, args.batchsize,
+                                 args.trust_coefficient)
+        check_resume(args)
     return args
 
 

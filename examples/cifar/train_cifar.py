@@ -101,10 +101,6 @@ def parse_args(argv=None):
                         '(default: %(default)s)')
     args = common.parse_args(parser, argv)
     check_depth(parser, args.depth)
-    if args.lr is None:
-        args.lr = common.default_lr(args.optimizer, args.batchsize,
-                                    args.trust_coefficient)
-    common.check_resume(args)
     return args
 
 

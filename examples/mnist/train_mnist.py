@@ -43,12 +43,7 @@ def parse_args(argv=None):
                            DEFAULTS)
     parser.add_argument('--unit', '-u', type=int, default=1000,
                         help='Number of units (default: %(default)s)')
-    args = common.parse_args(parser, argv, positive=['unit'])
-    if args.lr is None:
-        args.lr = common.default_lr(args.optimizer, args.batchsize,
-                                    args.trust_coefficient)
-    common.check_resume(args)
-    return args
+    return common.parse_args(parser, argv, positive=['unit'])
 
 
 def main(argv=None):

@@ -91,7 +91,7 @@ def parse_args(argv=None):
                         help='ChainerMN communicator (default: naive on the '
                         'CPU, the only one there; pure_nccl on GPUs; flat '
                         'and non_cuda_aware also run on GPUs)')
-    args = common.parse_args(parser, argv, positive=['unit'])
+    args = common.parse_args(parser, argv, positive=['unit'], distributed=True)
     single = train_mnist if args.dataset == 'mnist' else train_cifar
     for name in ('epoch', 'warmup_epochs'):
         if getattr(args, name) is None:
