@@ -5,6 +5,7 @@ test images, CIFAR of 32 and 16.
 """
 
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -502,3 +503,21 @@ def test_no_snapshots(mnist, dataset_root, tmp_path):
     assert read_log(str(out))[-1]['epoch'] == 2
     assert not [name for name in os.listdir(str(out))
                 if name.startswith('snapshot')]
+
+
+def test_readme_example_needs_no_copy(dataset_root, tmp_path):
+    """The small CNN of examples/README.md, run as it stands there."""
+    with open(os.path.join(REPO_ROOT, 'examples', 'README.md')) as f:
+        code = f.read().split('```python\n', 1)[1].split('```', 1)[0]
+    path = tmp_path / 'train_mnist_cnn.py'
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location('train_mnist_cnn', path)
+    cnn = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cnn)
+    out = tmp_path / 'out'
+    cnn.main(['-b', '32', '-e', '2', '--out', str(out)])
+    log = read_log(str(out))
+    assert [entry['iteration'] for entry in log] == [0, 2, 4]
+    assert 'lars/ratio/predictor/conv2/W' in log[-1]
+    assert {'lr.png', 'trust_ratio.png', 'snapshot_iter_4'} <= set(
+        os.listdir(str(out)))
