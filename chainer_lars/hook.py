@@ -9,8 +9,10 @@ import numpy
 import chainer
 from chainer.backends import cuda
 
+from chainer_lars import checks
+from chainer_lars import exclusions
 from chainer_lars import kernels
-from chainer_lars import ratio as _ratio
+from chainer_lars import ratio
 
 
 def _cuda_kernels():
@@ -39,6 +41,30 @@ class _Observation(object):
         self.clip_lr = clip_lr
 
 
+class _DeviceObservation(object):
+
+    """Row ``row`` of the per-array ``stats`` a GPU update left on the device:
+    the ratio it applied and the squared norms (``g`` as stored, i.e.
+    times ``loss_scale``)."""
+
+    __slots__ = ('stats', 'row', 'loss_scale')
+
+    def __init__(self, stats, row, loss_scale):
+        self.stats = stats
+        self.row = row
+        self.loss_scale = loss_scale
+
+    def to_host(self, fetched):
+        """``(ratio, ||w||, ||g||)``; ``fetched`` caches host copies."""
+        host = fetched.get(id(self.stats))
+        if host is None:
+            host = fetched[id(self.stats)] = (
+                cuda.to_cpu(self.stats).astype(numpy.float64))
+        r, w_sq, g_sq = host[self.row]
+        return (float(r), math.sqrt(w_sq),
+                math.sqrt(g_sq) / self.loss_scale)
+
+
 class _RuleDelegate(object):
 
     """Runs a GradientLARS on one float16 parameter inside its update rule.
@@ -49,29 +75,56 @@ class _RuleDelegate(object):
     folds the loss scale into its arithmetic; a float16 gradient cannot hold
     the rescaled result multiplied by the loss scale without overflowing, so
     it is rescaled here instead, after the rule has unscaled it and on the
-    master copy when there is one. The hook arms the delegate on every
-    update; a delegate that was not armed (its hook was removed) does
-    nothing.
+    master copy when there is one.
+
+    The hook arms the delegate for one update of one optimizer: the update
+    whose ``t`` follows the optimizer's ``t`` at the hook's call (Chainer's
+    optimizers call their pre-update hooks, then increment ``t``, then
+    update each parameter). A delegate called in any other update does
+    nothing, so an update that never reached the rule (dynamic loss scaling
+    skipped it) leaves nothing behind: once the hook is removed from the
+    optimizer, no further gradient is rescaled.
+
+    The delegate holds its hook, so that a copy or an unpickled optimizer
+    holds delegates of the copied hook. Arming is not copied.
+
+    Args:
+        hook (GradientLARS): The hook to run.
 
     """
 
     timing = 'pre'
 
-    def __init__(self, hook, path):
-        self._hook = weakref.ref(hook)
-        self.path = path
-        self.armed = False
+    def __init__(self, hook):
+        self.hook = hook
+        self._armed = None
+
+    def arm(self, optimizer, path):
+        """Makes the call in ``optimizer``'s next update rescale ``path``."""
+        self._armed = (weakref.ref(optimizer), optimizer.t + 1, path)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state['_armed'] = None
+        return state
 
     def __call__(self, rule, param):
-        if not self.armed:
+        armed, self._armed = self._armed, None
+        if armed is None:
             return
-        self.armed = False
-        hook = self._hook()
-        if hook is not None:
-            hook._rescale(rule, param, self.path, 1.0)
+        optimizer, t, path = armed
+        optimizer = optimizer()
+        if optimizer is not None and optimizer.t == t:
+            self.hook._rescale(rule, param, path, 1.0)
 
 
-class GradientLARS(_ratio.ExclusionProperties):
+#: Name under which a GradientLARS registers its delegate on an update rule;
+#: ``#2``, ``#3``, ... are appended while the name is taken (several hooks on
+#: one model).
+_DELEGATE_NAME = 'chainer_lars.GradientLARS'
+
+
+class GradientLARS(exclusions.ExclusionProperties):
 
     """Layer-wise adaptive rate scaling of the gradients (LARS).
 
@@ -113,6 +166,17 @@ class GradientLARS(_ratio.ExclusionProperties):
     runs after the rule has unscaled the gradient, but sees only the
     parameter, not its path, so the exclusion patterns are searched in
     ``'/' + param.name`` (``'/b'``, ``'/gamma'``) there.
+
+    Float16 gradients are rescaled inside their update rules, by a small
+    delegate the hook registers on each such rule; a call of the hook
+    rescales them in the optimizer update that follows it, and in no other,
+    so that once the hook is removed nothing more is rescaled, even after
+    an update that dynamic loss scaling skipped.
+
+    The hook, and an optimizer that holds it, can be pickled and deep
+    copied, also after float16 updates; the copy continues exactly like the
+    original. What :meth:`observe` reports is not copied: a copy reports
+    nothing until its first update.
 
     Args:
         threshold (float): The ratio is applied only to arrays with
@@ -163,48 +227,27 @@ class GradientLARS(_ratio.ExclusionProperties):
         self.eps = eps
         self.trust_coefficient = trust_coefficient
         self.clip = clip
-        self._rules = _ratio.ExclusionRules(
+        self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
-        self._delegates = weakref.WeakKeyDictionary()
-        self._delegate_name = 'chainer_lars.GradientLARS@{:x}'.format(
-            id(self))
         self._observations = {}
-        if not isinstance(multi_tensor, bool):
-            raise TypeError('multi_tensor must be a bool, not {!r}'.format(
-                multi_tensor))
-        self._multi_tensor = multi_tensor
+        self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         self._tables = None
-        if multi_tensor and cuda.available:
-            self._tables = _cuda_kernels().MultiTensorTables()
 
-    threshold = property(
-        lambda self: self._threshold,
-        lambda self, value: setattr(self, '_threshold', _ratio.check_real(
-            'threshold', value, minimum=0.0)))
-    weight_decay = property(
-        lambda self: self._weight_decay,
-        lambda self, value: setattr(self, '_weight_decay', _ratio.check_real(
-            'weight_decay', value, minimum=0.0)))
-    eps = property(
-        lambda self: self._eps,
-        lambda self, value: setattr(self, '_eps', _ratio.check_real(
-            'eps', value, minimum=0.0)))
-    trust_coefficient = property(
-        lambda self: self._trust_coefficient,
-        lambda self, value: setattr(
-            self, '_trust_coefficient', _ratio.check_real(
-                'trust_coefficient', value, minimum=0.0, exclusive=True)))
+    threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
+    weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
+    eps = checks.CheckedAttribute(checks.real, minimum=0.0)
+    trust_coefficient = checks.CheckedAttribute(
+        checks.real, minimum=0.0, exclusive=True)
+    clip = checks.CheckedAttribute(checks.boolean)
 
-    @property
-    def clip(self):
-        return self._clip
-
-    @clip.setter
-    def clip(self, value):
-        if not isinstance(value, (bool, numpy.bool_)):
-            raise TypeError('clip must be a bool, not {!r} ({})'.format(
-                value, type(value).__name__))
-        self._clip = bool(value)
+    def __getstate__(self):
+        # The observations are those of the last update made by this object,
+        # and the GPU tables hold device memory: a copy or an unpickled hook
+        # starts without both, and makes them as it needs them.
+        state = self.__dict__.copy()
+        state['_observations'] = {}
+        state['_tables'] = None
+        return state
 
     def __repr__(self):
         return ('GradientLARS(threshold={}, weight_decay={}, eps={}, '
@@ -247,42 +290,79 @@ class GradientLARS(_ratio.ExclusionProperties):
             xp = param.device.xp
             if (g.dtype == numpy.float16 and rule is not None
                     and xp is not chainer.backend.chainerx):
-                self._arm_delegate(rule, path)
+                self._delegate(rule).arm(optimizer, path)
                 continue
             loss_scale = param._loss_scale
             loss_scale = 1.0 if loss_scale is None else float(loss_scale)
-            if self._multi_tensor and xp is cuda.cupy:
-                if _cuda_kernels().supports(w, g):
-                    uses_wd, adapt = self._rules.lookup(path)
-                    clip_lr = self._clip_lr(rule, path) if adapt else None
-                    key = (param.device.name, g.dtype, loss_scale, clip_lr)
-                    batches.setdefault(key, (param.device, []))[1].append(
-                        (path, w, g, uses_wd, adapt))
-                    continue
+            if xp is cuda.cupy and _cuda_kernels().supports(w, g):
+                uses_wd, adapt = self._rules.lookup(path)
+                clip_lr = self._clip_lr(rule, path) if adapt else None
+                key = (param.device.name, g.dtype, loss_scale, clip_lr)
+                if not self._multi_tensor:
+                    key += (path,)
+                batches.setdefault(key, (param.device, []))[1].append(
+                    (path, w, g, uses_wd, adapt))
+                continue
             self._rescale(rule, param, path, loss_scale)
-        for (_, _, loss_scale, clip_lr), (device, items) in batches.items():
-            self._rescale_many(device, items, loss_scale, clip_lr)
+        for (_, _, loss_scale, clip_lr), (device, items) in (
+                (key[:4], value) for key, value in batches.items()):
+            self._rescale_on_device(device, items, loss_scale, clip_lr)
 
-    def _rescale_many(self, device, items, loss_scale, clip_lr):
-        """Rescales many CuPy arrays of one dtype in two kernel launches."""
+    def _rescale_on_device(self, device, items, loss_scale, clip_lr):
+        """Rescales CuPy arrays of one dtype in two kernel launches.
+
+        Args:
+            items (list): ``(path, w, g, uses_weight_decay, adapt)`` each.
+
+        """
+        cuda_kernels = _cuda_kernels()
+        if self._tables is None:
+            self._tables = cuda_kernels.TableCache(capacity=1024)
+        xp = device.xp
+        dtype = items[0][1].dtype
+        settings = numpy.zeros((len(items), cuda_kernels.SETTINGS))
+        settings[:, cuda_kernels.WEIGHT_DECAY] = [
+            self._weight_decay if uses_wd else 0.0
+            for _, _, _, uses_wd, _ in items]
+        settings[:, cuda_kernels.EPS] = self._eps
+        settings[:, cuda_kernels.TRUST_COEFFICIENT] = self._trust_coefficient
+        settings[:, cuda_kernels.CLIP_LR] = (
+            -1.0 if clip_lr is None else clip_lr)
+        settings[:, cuda_kernels.LOSS_SCALE] = loss_scale
+        settings[:, cuda_kernels.ADAPT] = [
+            adapt for _, _, _, _, adapt in items]
         with chainer.using_device(device):
-            partials = _cuda_kernels().multi_scale_add(
-                self._tables, [item[1:] for item in items],
-                self._weight_decay, self._eps, self._trust_coefficient,
-                self._threshold, clip_lr, loss_scale)
-        for (path, _, _, uses_wd, adapt), sqnorms in zip(items, partials):
-            self._observations[path] = _Observation(
-                sqnorms, loss_scale, self._weight_decay if uses_wd else 0.0,
-                adapt, clip_lr if adapt else None)
+            table = self._tables.get(xp, dtype, [item[1] for item in items],
+                                     [item[2] for item in items])
+            table.set_settings(settings)
+            stats = cuda_kernels.norms(xp, table, dtype, self._threshold,
+                                       False)
+            cuda_kernels.scale_add(xp, table, dtype)
+        for row, item in enumerate(items):
+            self._observations[item[0]] = _DeviceObservation(
+                stats, row, loss_scale)
 
-    def _arm_delegate(self, rule, path):
-        delegate = self._delegates.get(rule)
-        if delegate is None:
-            delegate = _RuleDelegate(self, path)
-            rule.add_hook(delegate, name=self._delegate_name, timing='pre')
-            self._delegates[rule] = delegate
-        delegate.path = path
-        delegate.armed = True
+    def _delegate(self, rule):
+        """This hook's delegate on ``rule``, registered there on first use.
+
+        It is looked up on the rule, not in a table of the hook's, so that
+        a deep copy or an unpickled optimizer finds the copied delegate on
+        each copied rule. Chainer offers no public way to list a rule's
+        hooks; ``_hookable`` is where Chainer 7.8.1 keeps them.
+
+        """
+        registry = rule._hookable
+        for hook in registry._pre_update_hooks.values():
+            if isinstance(hook, _RuleDelegate) and hook.hook is self:
+                return hook
+        name, n = _DELEGATE_NAME, 1
+        while (name in registry._pre_update_hooks
+               or name in registry._post_update_hooks):
+            n += 1
+            name = '{}#{}'.format(_DELEGATE_NAME, n)
+        delegate = _RuleDelegate(self)
+        rule.add_hook(delegate, name=name, timing='pre')
+        return delegate
 
     def _clip_lr(self, rule, path):
         if not self._clip:
@@ -293,7 +373,7 @@ class GradientLARS(_ratio.ExclusionProperties):
                 'GradientLARS(clip=True) divides the ratio by the update '
                 "rule's learning rate, but the rule of {} ({}) has no "
                 "hyperparameter 'lr'".format(path, type(rule).__name__))
-        return _ratio.check_real('lr of ' + path, lr, minimum=0.0)
+        return checks.real('lr of ' + path, lr, minimum=0.0)
 
     def _rescale(self, rule, param, path, loss_scale):
         """Rescales one parameter's gradient in place.
@@ -313,32 +393,23 @@ class GradientLARS(_ratio.ExclusionProperties):
         xp = param.device.xp
         with chainer.using_device(param.device):
             if xp is numpy:
-                def ratio(w_sq, g_sq):
+                def ratio_of(w_sq, g_sq):
                     if not adapt:
                         return 1.0
-                    return _ratio.trust_ratio(
+                    return ratio.trust_ratio(
                         math.sqrt(w_sq), math.sqrt(g_sq) / loss_scale, wd,
                         self._eps, self._trust_coefficient, self._threshold,
                         clip_lr=clip_lr)
-                sqnorms = kernels.rescale(g, w, loss_scale * wd, ratio)
+                sqnorms = kernels.rescale(g, w, loss_scale * wd, ratio_of)
             elif xp is cuda.cupy and _cuda_kernels().supports(w, g):
-                cuda_kernels = _cuda_kernels()
-                sqnorms = cuda_kernels.sqnorm_partials(w, g)
-                cuda_kernels.scale_add_by_ratio(
-                    w, g, sqnorms, wd, self._eps, self._trust_coefficient,
-                    self._threshold, clip_lr, loss_scale, adapt)
+                self._rescale_on_device(
+                    param.device, [(path, w, g, uses_wd, adapt)],
+                    loss_scale, clip_lr)
+                return
             else:
-                sqnorms = kernels.sqnorms_generic(xp, w, g)
-                if adapt:
-                    r = _ratio.trust_ratio_xp(
-                        xp, sqnorms[0], sqnorms[1], wd, self._eps,
-                        self._trust_coefficient, self._threshold,
-                        clip_lr=clip_lr, loss_scale=loss_scale)
-                    g *= r.astype(g.dtype)
-                    if wd:
-                        g += (r * (loss_scale * wd)).astype(g.dtype) * w
-                elif wd:
-                    g += w * (loss_scale * wd)
+                sqnorms = rescale_generic(
+                    xp, w, g, wd, self._eps, self._trust_coefficient,
+                    self._threshold, clip_lr, loss_scale, adapt)
         self._observations[path] = _Observation(
             sqnorms, loss_scale, wd, adapt, clip_lr)
 
@@ -352,10 +423,56 @@ class GradientLARS(_ratio.ExclusionProperties):
             interval, not on every iteration.
 
         """
-        return {path: observation_to_host(o, self._eps,
-                                          self._trust_coefficient,
-                                          self._threshold, False)
+        fetched = {}
+        return {path: o.to_host(fetched) if isinstance(o, _DeviceObservation)
+                else observation_to_host(o, self._eps,
+                                         self._trust_coefficient,
+                                         self._threshold, False)
                 for path, o in self._observations.items()}
+
+
+def rescale_generic(xp, w, g, weight_decay, eps, trust_coefficient,
+                    threshold, clip_lr, loss_scale, adapt):
+    """Rescales ``g`` in place with the operations of the array module.
+
+    The hook's path for arrays that neither NumPy's passes nor the CUDA
+    kernels take: ChainerX arrays, and CuPy arrays that are not
+    C-contiguous or whose weight and gradient differ in dtype. The ratio is
+    a 0-dim array of ``xp`` (:func:`chainer_lars.ratio.trust_ratio_xp`), so
+    nothing leaves the device.
+
+    Args:
+        xp: The array module of ``w`` and ``g``.
+        w: The weight, read only.
+        g: The gradient, still multiplied by ``loss_scale``; overwritten
+            with ``r * (g + loss_scale * weight_decay * w)``.
+        weight_decay (float): The effective weight decay of this array.
+        eps (float): See :class:`GradientLARS`.
+        trust_coefficient (float): See :class:`GradientLARS`.
+        threshold (float): See :class:`GradientLARS`.
+        clip_lr (float or None): The learning rate to clip with, if any.
+        loss_scale (float): The factor by which ``g`` exceeds the true
+            gradient.
+        adapt (bool): ``False`` for an array excluded from layer
+            adaptation (``r = 1``).
+
+    Returns:
+        tuple: ``(||w||^2, ||g||^2)`` of the incoming arrays, as 0-dim
+        arrays of ``xp``.
+
+    """
+    sqnorms = kernels.sqnorms_generic(xp, w, g)
+    if adapt:
+        r = ratio.trust_ratio_xp(
+            xp, sqnorms[0], sqnorms[1], weight_decay, eps,
+            trust_coefficient, threshold, clip_lr=clip_lr,
+            loss_scale=loss_scale)
+        g *= r.astype(g.dtype)
+        if weight_decay:
+            g += (r * (loss_scale * weight_decay)).astype(g.dtype) * w
+    elif weight_decay:
+        g += w * (loss_scale * weight_decay)
+    return sqnorms
 
 
 def observation_to_host(o, eps, trust_coefficient, threshold, require_grad):
@@ -372,7 +489,7 @@ def observation_to_host(o, eps, trust_coefficient, threshold, require_grad):
     g_norm = math.sqrt(g_sq) / o.loss_scale
     r = 1.0
     if o.adapt:
-        r = _ratio.trust_ratio(w_norm, g_norm, o.weight_decay, eps,
-                               trust_coefficient, threshold, require_grad,
-                               o.clip_lr)
+        r = ratio.trust_ratio(w_norm, g_norm, o.weight_decay, eps,
+                              trust_coefficient, threshold, require_grad,
+                              o.clip_lr)
     return r, w_norm, g_norm

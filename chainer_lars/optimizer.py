@@ -8,8 +8,10 @@ import chainer
 from chainer.backends import cuda
 from chainer import optimizer
 
+from chainer_lars import checks
+from chainer_lars import exclusions
 from chainer_lars import kernels
-from chainer_lars import ratio as _ratio
+from chainer_lars import ratio
 
 
 _default_hyperparam = optimizer.Hyperparameter()
@@ -19,58 +21,6 @@ _default_hyperparam.weight_decay = 1e-4
 _default_hyperparam.trust_coefficient = 1e-3
 _default_hyperparam.eps = 0.0
 _default_hyperparam.nesterov = False
-
-
-def _check_lr(value):
-    return _ratio.check_real('lr', value, minimum=0.0)
-
-
-def _check_momentum(value):
-    return _ratio.check_real('momentum', value, minimum=0.0, maximum=1.0)
-
-
-def _check_weight_decay(value):
-    return _ratio.check_real('weight_decay', value, minimum=0.0)
-
-
-def _check_trust_coefficient(value):
-    return _ratio.check_real('trust_coefficient', value, minimum=0.0,
-                             exclusive=True)
-
-
-def _check_eps(value):
-    return _ratio.check_real('eps', value, minimum=0.0)
-
-
-def _check_nesterov(value):
-    if not isinstance(value, (bool, numpy.bool_)):
-        raise TypeError('nesterov must be a bool, not {!r} ({})'.format(
-            value, type(value).__name__))
-    return bool(value)
-
-
-class _CheckedProxy(object):
-
-    """An optimizer attribute stored in its hyperparameter, checked on set.
-
-    Like :class:`chainer.optimizer.HyperparameterProxy`, so that Chainer's
-    trainer extensions (``ExponentialShift``, ``LinearShift``, ...) can drive
-    it, but a bad value is refused with an error that names it.
-
-    """
-
-    def __init__(self, name, check):
-        self._name = name
-        self._check = check
-        self.__doc__ = 'Alias to ``self.hyperparam.{}``'.format(name)
-
-    def __get__(self, obj, cls=None):
-        if obj is None:
-            return self
-        return getattr(obj.hyperparam, self._name)
-
-    def __set__(self, obj, value):
-        setattr(obj.hyperparam, self._name, self._check(value))
 
 
 class LARSRule(optimizer.UpdateRule):
@@ -104,6 +54,16 @@ class LARSRule(optimizer.UpdateRule):
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
         self._observation = None
+        self._tables = None
+
+    def __getstate__(self):
+        # The observation is that of the last update this rule made, and the
+        # GPU table cache holds device memory: a copy or an unpickled rule
+        # starts without both, and makes the cache when it needs it.
+        state = self.__dict__.copy()
+        state['_observation'] = None
+        state['_tables'] = None
+        return state
 
     def init_state(self, param):
         with chainer.using_device(param.device):
@@ -154,7 +114,7 @@ class LARSRule(optimizer.UpdateRule):
         if self.uses_adaptation:
             w_sq, g_sq = kernels.sqnorms(w, g)
             self._observation = (w_sq, g_sq)
-            r = _ratio.trust_ratio(
+            r = ratio.trust_ratio(
                 math.sqrt(w_sq), math.sqrt(g_sq), wd, hp.eps,
                 hp.trust_coefficient, require_grad=True)
         else:
@@ -180,13 +140,30 @@ class LARSRule(optimizer.UpdateRule):
                 '{}, {}, {} for {}'.format(w.dtype, g.dtype, v.dtype,
                                            param.name))
         hp, wd = self._step_args()
-        partials = None
-        if self.uses_adaptation:
-            partials = cuda_kernels.sqnorm_partials(w, g)
-        self._observation = partials
-        cuda_kernels.lars_momentum_step(
-            w, g, v, partials, hp.lr, hp.momentum, wd,
-            hp.trust_coefficient, hp.eps, hp.nesterov)
+        if w.size == 0:
+            # Nothing to launch (a grid of no blocks is an error); as on
+            # the CPU, both norms are 0.
+            self._observation = (0.0, 0.0) if self.uses_adaptation else None
+            return
+        xp = param.device.xp
+        if self._tables is None:
+            self._tables = cuda_kernels.TableCache(capacity=1)
+        table = self._tables.get(xp, w.dtype, [w], [g], [v])
+        settings = numpy.zeros((1, cuda_kernels.SETTINGS))
+        s = settings[0]
+        s[cuda_kernels.WEIGHT_DECAY] = wd
+        s[cuda_kernels.EPS] = hp.eps
+        s[cuda_kernels.TRUST_COEFFICIENT] = hp.trust_coefficient
+        s[cuda_kernels.CLIP_LR] = -1.0
+        # The loss scale is already divided out (UpdateRule.update).
+        s[cuda_kernels.LOSS_SCALE] = 1.0
+        s[cuda_kernels.ADAPT] = self.uses_adaptation
+        s[cuda_kernels.LR] = hp.lr
+        s[cuda_kernels.MOMENTUM] = hp.momentum
+        s[cuda_kernels.NESTEROV] = hp.nesterov
+        table.set_settings(settings)
+        self._observation = cuda_kernels.norms(xp, table, w.dtype, 0.0, True)
+        cuda_kernels.momentum_step(xp, table, w.dtype)
 
     def observation(self):
         """``(ratio, ||w||, ||g||)`` of the last update, on the host."""
@@ -194,18 +171,20 @@ class LARSRule(optimizer.UpdateRule):
         if self._observation is None:
             return None
         sq = self._observation
-        if isinstance(sq, tuple):
-            w_sq, g_sq = sq
-        else:
-            total = cuda.to_cpu(sq).astype(numpy.float64).reshape(-1, 2)
-            w_sq, g_sq = total.sum(0)
+        if not isinstance(sq, tuple):
+            # The stats of the GPU kernels: the ratio they applied.
+            r, w_sq, g_sq = cuda.to_cpu(sq).astype(numpy.float64)[0]
+            if not self.uses_adaptation:
+                return None
+            return float(r), math.sqrt(w_sq), math.sqrt(g_sq)
+        w_sq, g_sq = sq
         w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
-        r = _ratio.trust_ratio(w_norm, g_norm, wd, hp.eps,
-                               hp.trust_coefficient, require_grad=True)
+        r = ratio.trust_ratio(w_norm, g_norm, wd, hp.eps,
+                              hp.trust_coefficient, require_grad=True)
         return r, w_norm, g_norm
 
 
-class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
+class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     """Momentum SGD with layer-wise adaptive rate scaling (LARS).
 
@@ -277,16 +256,17 @@ class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
         self.trust_coefficient = trust_coefficient
         self.eps = eps
         self.nesterov = nesterov
-        self._rules = _ratio.ExclusionRules(
+        self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
 
-    lr = _CheckedProxy('lr', _check_lr)
-    momentum = _CheckedProxy('momentum', _check_momentum)
-    weight_decay = _CheckedProxy('weight_decay', _check_weight_decay)
-    trust_coefficient = _CheckedProxy(
-        'trust_coefficient', _check_trust_coefficient)
-    eps = _CheckedProxy('eps', _check_eps)
-    nesterov = _CheckedProxy('nesterov', _check_nesterov)
+    lr = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    momentum = checks.CheckedHyperparameter(
+        checks.real, minimum=0.0, maximum=1.0)
+    weight_decay = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    trust_coefficient = checks.CheckedHyperparameter(
+        checks.real, minimum=0.0, exclusive=True)
+    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    nesterov = checks.CheckedHyperparameter(checks.boolean)
 
     def create_update_rule(self):
         return LARSRule(self.hyperparam)

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests import examples_util
+from tests import REPO_ROOT
 
 
 pytestmark = pytest.mark.skipif(shutil.which('bash') is None,
@@ -56,7 +56,7 @@ def checkout(tmp_path):
     for name in ('examples/mnist', 'examples/chainermn/mnist', '.venv/bin'):
         (repo / name).mkdir(parents=True)
     for name in ('dev.sh',) + PACKAGING:
-        shutil.copy(os.path.join(examples_util.REPOSITORY, name),
+        shutil.copy(os.path.join(REPO_ROOT, name),
                     str(repo / name))
     (repo / 'examples/mnist/train_mnist.py').write_text('')
     (repo / 'examples/chainermn/mnist/train_mnist.py').write_text('')

@@ -5,12 +5,13 @@ the table is made of.
 """
 
 import argparse
+import importlib
 import json
 import os
 
 import pytest
 
-from tests import examples_util
+from tests import REPO_ROOT
 
 
 OPTIMIZERS = ('momentum', 'momentum-lars', 'lars')
@@ -19,7 +20,7 @@ HEADER = ['batch size', 'momentum', 'momentum-lars', 'lars']
 
 @pytest.fixture(scope='module')
 def results():
-    return examples_util.load_example('mnist', 'results.py')
+    return importlib.import_module('examples.mnist.results')
 
 
 def write_runs(out, accuracies, epoch=1):
@@ -184,7 +185,7 @@ def test_the_readmes_have_a_table_that_check_can_read(results, path):
     """Each README's results table is one the parser finds, with a row per
     batch size of the sweep; whether the numbers are right is what
     ``results.py --check`` says, after the runs."""
-    path = os.path.join(examples_util.REPOSITORY, path)
+    path = os.path.join(REPO_ROOT, path)
     with open(path) as f:
         lines = f.read().splitlines()
     parse = (results.rst_tables if path.endswith('.rst')
