@@ -31,7 +31,8 @@ if [ "$1" = -c ]; then exec {python} "$@"; fi
 {python} -c 'import json, os, sys
 print(json.dumps({{"name": sys.argv[1], "cwd": os.getcwd(),
                   "argv": sys.argv[2:],
-                  "root": os.environ.get("CHAINER_DATASET_ROOT")}}))' \\
+                  "root": os.environ.get("CHAINER_DATASET_ROOT"),
+                  "path": os.environ.get("PYTHONPATH")}}))' \\
     "$0" "$@" >> {record}
 """
 
@@ -113,6 +114,8 @@ def test_mnist_runs_in_the_callers_directory(checkout):
     assert call['name'] == str(checkout['repo'] / '.venv/bin/python')
     assert call['argv'] == [
         str(checkout['repo'] / 'examples/mnist/train_mnist.py')] + ARGS
+    # The trainers import examples.common from the repository.
+    assert call['path'].split(os.pathsep)[0] == str(checkout['repo'])
 
 
 def test_mnist_dataset_root(checkout, tmp_path):
@@ -155,6 +158,7 @@ def test_chainermn_runs_mpiexec_with_the_venvs_python(checkout, args, n):
             ] + ARGS
     assert argv[-len(tail):] == tail
     flags = argv[2:-len(tail)]
+    assert call['path'].split(os.pathsep)[0] == str(checkout['repo'])
     assert ('--allow-run-as-root' in flags) == (os.geteuid() == 0)
     assert ('--oversubscribe' in flags) == (
         n > len(os.sched_getaffinity(0)))
@@ -200,3 +204,31 @@ def test_venv_refuses_an_unknown_extra(checkout):
         stderr=subprocess.PIPE, universal_newlines=True)
     assert result.returncode == 1
     assert "unknown extra 'tests'" in result.stderr
+
+
+def test_mnist_help_runs_for_real(tmp_path):
+    """dev.sh mnist --help runs the real trainer, from another directory
+    and with nothing on PYTHONPATH: it must find examples.common (and, in
+    this checkout without an install, chainer_lars) in the repository."""
+    repo = tmp_path / 'repo'
+    (repo / '.venv/bin').mkdir(parents=True)
+    for name in ('dev.sh',) + PACKAGING:
+        shutil.copy(os.path.join(REPO_ROOT, name), str(repo / name))
+    for name in ('examples', 'chainer_lars'):
+        os.symlink(os.path.join(REPO_ROOT, name), str(repo / name))
+    # A wrapper, not a link: a linked venv Python loses its site-packages.
+    write_script(str(repo / '.venv/bin/python'),
+                 '#!/bin/sh\nexec {} "$@"\n'.format(sys.executable))
+    stamp = subprocess.run(
+        'cat setup.cfg pyproject.toml constraints.txt | cksum', shell=True,
+        cwd=str(repo), check=True, stdout=subprocess.PIPE,
+        universal_newlines=True).stdout
+    (repo / '.venv/.installed').write_text(stamp + 'examples\n')
+    environment = dict(os.environ)
+    environment.pop('PYTHONPATH', None)
+    result = subprocess.run(
+        ['bash', str(repo / 'dev.sh'), 'mnist', '--help'],
+        cwd=str(tmp_path), env=environment, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True)
+    assert result.returncode == 0, result.stderr
+    assert '--batchsize' in result.stdout
