@@ -312,9 +312,9 @@ def test_mnist_results_table(dataset_root, tmp_path):
             for run in runs:
                 assert not [name for name in os.listdir(run)
                             if name.startswith('snapshot')]
-    for command in ('python examples/mnist/train_mnist.py --batchsize 32 '
+    for command in ('python -m examples.mnist.train_mnist --batchsize 32 '
                     '--optimizer lars --epoch 1\n',
-                    'python examples/mnist/train_mnist.py --batchsize 32 '
+                    'python -m examples.mnist.train_mnist --batchsize 32 '
                     '--optimizer lars --epoch 1 --seed 1\n'):
         assert command in md and command in rst
     assert os.path.getsize(os.path.join(out, 'error.png')) > 0

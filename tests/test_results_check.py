@@ -169,7 +169,7 @@ def test_check_needs_every_run_and_runs_nothing(results, runs, tmp_path,
     before = sorted(os.listdir(runs))
     assert results.main(argv(runs, path)) == 2
     err = capsys.readouterr().err
-    assert ('python examples/mnist/train_mnist.py --batchsize 8192 '
+    assert ('python -m examples.mnist.train_mnist --batchsize 8192 '
             '--optimizer lars --epoch 1 --seed 1') in err
     assert sorted(os.listdir(runs)) == before
     # A run with fewer epochs than asked for is missing too.

@@ -46,10 +46,14 @@ STYLES = {'momentum': {'marker': '.'},
           'lars': {'marker': '.', 'linestyle': ':'}}
 
 
+# How a run is shown: as the READMEs run the trainers, as a module from the
+# repository root (examples/README.md).
+TRAINER = ['python', '-m', 'examples.mnist.train_mnist']
+
+
 def command(batchsize, optimizer, seed, args):
-    cmd = ['python', 'examples/mnist/train_mnist.py',
-           '--batchsize', str(batchsize), '--optimizer', optimizer,
-           '--epoch', str(args.epoch)]
+    cmd = TRAINER + ['--batchsize', str(batchsize), '--optimizer', optimizer,
+                     '--epoch', str(args.epoch)]
     if seed != 0:
         cmd += ['--seed', str(seed)]
     if args.device != '-1':
@@ -93,7 +97,7 @@ def run(batchsize, optimizer, seed, args):
     with open(os.path.join(args.out, name + '.stdout'), 'w') as stdout:
         subprocess.check_call(
             [sys.executable, os.path.join(HERE, 'train_mnist.py')]
-            + cmd[2:] + extra, env=env, stdout=stdout,
+            + cmd[len(TRAINER):] + extra, env=env, stdout=stdout,
             stderr=subprocess.STDOUT)
     print('  done in {:.0f} s'.format(time.time() - start), flush=True)
     for name in os.listdir(out):
