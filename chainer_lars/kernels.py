@@ -6,100 +6,28 @@ nothing else, so that the hook and the optimizer cost the streaming floor
 (see ``benchmarks/bench_lars.py``). The CUDA kernels live in
 :mod:`chainer_lars.cuda_kernels`.
 
-CPU, in place, two implementations of the same functions:
+CPU, in place, one compute layer:
 
-- With Numba (a dependency of the package), float32 and
-  float64 arrays go to :mod:`chainer_lars.jit_kernels`: one compiled loop
-  per pass, which reaches the streaming floor.
-- Otherwise, and for float16, mixed or non-contiguous arrays, NumPy. NumPy
-  evaluates ``r * g + c * w`` as separate passes with an array-sized
-  temporary; the passes here walk the arrays in chunks of :data:`CHUNK`
-  elements with a reused scratch buffer, so each chunk is read from memory
-  once and the remaining arithmetic runs in cache. That keeps the traffic
-  at the floor, but not the time: NumPy has no fused multiply-add, and on
-  CPUs whose cores are not much faster than their memory (the 2-core EPYC
-  VM of ``benchmarks/README.md``) every ufunc call costs about as much as
-  a pass, so these passes are arranged for the fewest ufunc calls. The
-  norms use BLAS ``dot``, which streams at memory speed. float16 arrays are
-  processed in float32 chunks: the norms are accumulated in float32 or
-  wider, never in float16.
-
-numexpr, BLAS ``saxpby`` (through ctypes) and two threads were measured
-and were slower than chunked NumPy (``benchmarks/README.md``).
+- float32 and float64 arrays go to the loops Numba compiles
+  (:mod:`chainer_lars.jit_kernels`; Numba is a dependency of the package):
+  per array for the per-array paths, and through :class:`CpuExecutor` for
+  all the arrays of a multi-tensor group at once. Arrays in a non-native
+  byte order or not C-contiguous are copied into native contiguous ones
+  for the loops and the results copied back, so that their result is the
+  native one's, bit for bit.
+- float16 and mixed-dtype arrays, and every array when Numba is unavailable
+  (not importable, or ``CHAINER_LARS_NUMBA=0``), take one plain NumPy
+  fallback. It computes in float32 or wider (float16 in float32) and
+  accumulates norms in float64, as the compiled loops do, with whole-array
+  temporaries: it is the correct path, not the fast one.
 """
 
 import os
-import threading
 import warnings
 
 import numpy
 
-
-#: Elements per chunk of the NumPy passes: 128 Ki elements, 512 KiB of
-#: float32 per operand, so the chunks of ``w``, ``g``, a momentum buffer and
-#: two scratch buffers (2.5 MiB) stay in the last-level cache. Smaller
-#: chunks that fit L2 were slower where measured: each chunk costs three to
-#: six ufunc calls of 1-2 us overhead (ResNet-50 hook, CPU time: 31.5 ms at
-#: 32 Ki, 27.7 ms at 128 Ki, 27.4 ms at 256 Ki).
-CHUNK = 1 << 17
-
-_local = threading.local()
-
-
-def _scratch(index, dtype):
-    """A reused buffer of :data:`CHUNK` elements (one per thread)."""
-    bufs = getattr(_local, 'bufs', None)
-    if bufs is None:
-        bufs = _local.bufs = {}
-    key = (index, numpy.dtype(dtype))
-    buf = bufs.get(key)
-    if buf is None:
-        buf = bufs[key] = numpy.empty(CHUNK, dtype=dtype)
-    return buf
-
-
-if hasattr(numpy, 'geterrobj'):
-    # NumPy 1.x: numpy.errstate costs about 5 us per use (Python-level
-    # geterr/seterr), which is as much as a whole small array's pass and is
-    # paid for each of ResNet-50's 162 arrays; setting the error mask
-    # directly costs under 1 us. NumPy 2 removed these functions and made
-    # errstate a cheap context variable.
-    from numpy.core import umath as _umath
-
-    _QUIET_MASK = ~((7 << _umath.SHIFT_OVERFLOW)
-                    | (7 << _umath.SHIFT_INVALID))
-
-    class _Quiet(object):
-
-        __slots__ = ('saved',)
-
-        def __enter__(self):
-            self.saved = numpy.geterrobj()
-            quiet = list(self.saved)
-            quiet[1] &= _QUIET_MASK
-            numpy.seterrobj(quiet)
-
-        def __exit__(self, *exc_info):
-            numpy.seterrobj(self.saved)
-
-    def _quiet():
-        """Ignores overflow and invalid values in the ufuncs inside.
-
-        Non-finite gradients are expected under dynamic loss scaling, which
-        detects them and skips the update; they must pass through silently
-        and stay confined to their own array.
-
-        """
-        return _Quiet()
-else:
-    def _quiet():
-        return numpy.errstate(over='ignore', invalid='ignore')
-
-
-def _is_fast(*arrays):
-    """Whether the in-place chunked passes apply to these arrays."""
-    dtype = arrays[0].dtype
-    return all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+from chainer_lars import multi_tensor as _mt
 
 
 _UNRESOLVED = object()
@@ -145,49 +73,75 @@ def backend():
     return 'numpy' if _jit() is None else 'numba'
 
 
-def _jit_for(*arrays):
-    """The compiled passes if they apply to these arrays, else ``None``."""
+def _compiled(*arrays):
+    """The compiled loops for these arrays, and the arrays to give them.
+
+    Returns:
+        tuple: ``(jit, flats, copied)``: the module, 1-D native
+        C-contiguous versions of ``arrays`` (views where possible), and
+        whether each is a copy that the caller must write back; ``jit`` is
+        ``None`` where the loops do not apply.
+
+    """
     jit = _jit()
-    if jit is None:
-        return None
     first = arrays[0]
-    if first.dtype.char not in 'fd':
-        return None
+    dtype = first.dtype
+    if jit is None or dtype.char not in 'fd':
+        return None, None, None
     size = first.size
     for a in arrays:
-        if (a.dtype != first.dtype or a.size != size
-                or not a.flags.c_contiguous):
-            return None
-    return jit
+        if a.dtype != dtype or a.size != size:
+            return None, None, None
+    flats = []
+    copied = []
+    for a in arrays:
+        if a.flags.c_contiguous and dtype.isnative:
+            flats.append(a.reshape(-1))
+            copied.append(False)
+        else:
+            # Numba refuses a non-native byte order, and a strided view
+            # would make it compile another loop; a native copy gives the
+            # native result.
+            flats.append(numpy.array(a, dtype=dtype.newbyteorder('='),
+                                     order='C').reshape(-1))
+            copied.append(True)
+    return jit, flats, copied
+
+
+def _write_back(arrays, flats, copied):
+    for a, flat, c in zip(arrays, flats, copied):
+        if c:
+            a[...] = flat.reshape(a.shape)
+
+
+def _compute_dtype(*arrays):
+    """float32 for float16 arrays, else the widest of theirs."""
+    return numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
 
 
 def _sqnorm(a):
-    """``||a||^2`` as a Python float, accumulated in float32 or wider.
+    """``||a||^2`` accumulated in float64, whatever ``a``'s dtype.
 
-    BLAS ``dot`` neither raises nor warns on overflow or NaN (it is not a
-    ufunc), so no error state is needed here.
+    The array is made native and contiguous first (a copy only where it is
+    not), since ``einsum`` sums a strided or byte-swapped array in another
+    order, which would make the result depend on the layout.
 
     """
-    if a.size == 0:
-        return 0.0
-    flat = a.reshape(-1)
-    if a.dtype != numpy.float16:
-        return float(numpy.dot(flat, flat))
-    buf = _scratch(0, numpy.float32)
-    total = 0.0
-    for start in range(0, flat.size, CHUNK):
-        chunk = flat[start:start + CHUNK]
-        b = buf[:chunk.size]
-        numpy.copyto(b, chunk)
-        total += float(numpy.dot(b, b))
-    return total
+    flat = numpy.ascontiguousarray(
+        a, dtype=a.dtype.newbyteorder('=')).reshape(-1)
+    return float(numpy.einsum('i,i->', flat, flat, dtype=numpy.float64))
 
 
 def sqnorms(w, g):
-    """Returns ``(||w||^2, ||g||^2)`` of two NumPy arrays as floats."""
-    jit = _jit_for(w, g)
+    """Returns ``(||w||^2, ||g||^2)`` of two NumPy arrays as floats.
+
+    Accumulated in float64 on every path: a float32 sum of squares would
+    overflow for norms above about 1.8e19.
+
+    """
+    jit, flats, _ = _compiled(w, g)
     if jit is not None:
-        return jit.sqnorms(w.reshape(-1), g.reshape(-1))
+        return jit.sqnorms(*flats)
     return _sqnorm(w), _sqnorm(g)
 
 
@@ -198,110 +152,28 @@ def scale_add(g, r, w, c):
         g (numpy.ndarray): The gradient, overwritten.
         r (float): Its factor.
         w (numpy.ndarray): The weight, read only.
-        c (float): Its factor.
+        c (float): Its factor; with 0, ``w`` is not read.
 
     """
     if g.size == 0 or (c == 0 and r == 1):
         return
-    jit = _jit_for(g, w) if c != 0 else None
+    operands = (g, w) if c != 0 else (g,)
+    jit, flats, copied = _compiled(*operands)
     if jit is not None:
-        t = g.dtype.type
-        jit.scale_add(g.reshape(-1), t(r), w.reshape(-1), t(c))
-        return
-    with _quiet():
-        if not _is_fast(g, w):
-            g[...] = r * g.astype(numpy.float64) + c * w.astype(numpy.float64)
-        elif g.dtype == numpy.float16:
-            _scale_add_upcast(g.reshape(-1), r, w.reshape(-1), c)
-        elif c == 0:
-            numpy.multiply(g, g.dtype.type(r), out=g)
-        else:
-            _scale_add_chunks(g.reshape(-1), g.dtype.type(r),
-                              w.reshape(-1), g.dtype.type(c))
-
-
-def _scale_add_chunks(gf, r, wf, c):
-    # NumPy has no fused multiply-add, so this is three ufunc calls per
-    # chunk; only the first two touch memory, the sum runs in cache.
-    multiply, add = numpy.multiply, numpy.add
-    buf = _scratch(0, gf.dtype)
-    size = gf.size
-    for start in range(0, size, CHUNK):
-        stop = min(start + CHUNK, size)
-        gs = gf[start:stop]
-        b = buf[:stop - start]
-        multiply(wf[start:stop], c, out=b)
-        multiply(gs, r, out=gs)
-        add(gs, b, out=gs)
-
-
-def _scale_add_upcast(gf, r, wf, c):
-    """:func:`scale_add` for float16 arrays, computed in float32."""
-    bg = _scratch(0, numpy.float32)
-    bw = _scratch(1, numpy.float32)
-    for start in range(0, gf.size, CHUNK):
-        gs = gf[start:start + CHUNK]
-        n = gs.size
-        numpy.copyto(bg[:n], gs)
-        numpy.multiply(bg[:n], r, out=bg[:n])
+        t = flats[0].dtype.type
         if c != 0:
-            numpy.copyto(bw[:n], wf[start:start + n])
-            numpy.multiply(bw[:n], c, out=bw[:n])
-            numpy.add(bg[:n], bw[:n], out=bg[:n])
-        numpy.copyto(gs, bg[:n], casting='unsafe')
-
-
-def rescale(g, w, c, ratio):
-    """``g <- r * (g + c * w)`` in place, with ``r`` from the norms.
-
-    ``r = ratio(||w||^2, ||g||^2)`` is computed from the incoming ``g``.
-    This is :func:`sqnorms` followed by :func:`scale_add` with ``(r, r * c)``,
-    but cheaper for float32 and float64: the norm pass also adds ``c * w``
-    to each chunk while it is in cache, and the second pass is a single
-    in-place multiply, five ufunc calls per element instead of six (on
-    ResNet-50's arrays the hook's CPU time drops by about 15 %). float16
-    keeps the two-call path, which rounds to float16 once, not twice.
-
-    Args:
-        g (numpy.ndarray): The gradient, overwritten.
-        w (numpy.ndarray): The weight, read only.
-        c (float): The factor of ``w`` (weight decay times loss scale).
-        ratio (callable): ``ratio(w_sq, g_sq)`` returns ``r`` as a float.
-
-    Returns:
-        tuple of float: ``(||w||^2, ||g||^2)`` of the incoming arrays.
-
-    """
-    if (g.size == 0 or g.dtype == numpy.float16 or c == 0
-            or not _is_fast(g, w) or _jit_for(g, w) is not None):
-        # With Numba, sqnorms and scale_add are one pass each already.
-        w_sq, g_sq = sqnorms(w, g)
-        r = ratio(w_sq, g_sq)
-        scale_add(g, r, w, r * c)
-        return w_sq, g_sq
-    gf, wf = g.reshape(-1), w.reshape(-1)
-    with _quiet():
-        w_sq, g_sq = _sqnorms_add_chunks(gf, wf, g.dtype.type(c))
-        r = ratio(w_sq, g_sq)
-        if r != 1:
-            numpy.multiply(gf, g.dtype.type(r), out=gf)
-    return w_sq, g_sq
-
-
-def _sqnorms_add_chunks(gf, wf, c):
-    dot, multiply, add = numpy.dot, numpy.multiply, numpy.add
-    buf = _scratch(0, gf.dtype)
-    size = gf.size
-    w_sq = g_sq = 0.0
-    for start in range(0, size, CHUNK):
-        stop = min(start + CHUNK, size)
-        gs, ws = gf[start:stop], wf[start:stop]
-        b = buf[:stop - start]
-        w_sq += float(dot(ws, ws))
-        g_sq += float(dot(gs, gs))
-        multiply(ws, c, out=b)
-        add(gs, b, out=gs)
-    return w_sq, g_sq
+            jit.scale_add(flats[0], t(r), flats[1], t(c))
+        else:
+            jit.scale(flats[0], t(r))
+        _write_back((g,), flats[:1], copied[:1])
+        return
+    ct = _compute_dtype(*operands).type
+    with numpy.errstate(over='ignore', invalid='ignore'):
+        u = g.astype(ct)
+        u *= ct(r)
+        if c != 0:
+            u += ct(c) * w.astype(ct, copy=False)
+        g[...] = u
 
 
 def momentum_step(w, g, v, a, b, momentum, nesterov):
@@ -313,84 +185,151 @@ def momentum_step(w, g, v, a, b, momentum, nesterov):
         w <- w - v                      (classic)
         w <- w - (u + momentum * v)     (Nesterov)
 
-    The caller folds the learning rate, the trust ratio, the weight decay and
-    the loss scale into ``a`` and ``b``. ``g`` is only read.
+    The caller folds the learning rate, the trust ratio and the weight
+    decay into ``a`` and ``b``. ``g`` is only read.
 
     """
     if w.size == 0:
         return
-    jit = _jit_for(w, g, v)
+    jit, flats, copied = _compiled(w, g, v)
     if jit is not None:
-        t = w.dtype.type
+        t = flats[0].dtype.type
         step = jit.nesterov_step if nesterov else jit.momentum_step
-        step(w.reshape(-1), g.reshape(-1), v.reshape(-1), t(a), t(b),
-             t(momentum))
+        step(flats[0], flats[1], flats[2], t(a), t(b), t(momentum))
+        _write_back((w, g, v), flats, (copied[0], False, copied[2]))
         return
-    with _quiet():
-        if not _is_fast(w, g, v):
-            u = a * g.astype(numpy.float64) + b * w.astype(numpy.float64)
-            v_new = momentum * v + u
-            v[...] = v_new
-            w[...] = w - (u + momentum * v_new if nesterov else v_new)
-        elif w.dtype == numpy.float16:
-            _momentum_step_upcast(w.reshape(-1), g.reshape(-1),
-                                  v.reshape(-1), a, b, momentum, nesterov)
-        else:
-            t = w.dtype.type
-            _momentum_step_chunks(w.reshape(-1), g.reshape(-1),
-                                  v.reshape(-1), t(a), t(b), t(momentum),
-                                  nesterov)
-
-
-def _momentum_step_chunks(wf, gf, vf, a, b, momentum, nesterov):
-    # Six ufunc calls per chunk (four without weight decay); the first
-    # touches of g, w and v read memory, the rest runs in cache.
-    multiply, add, subtract = numpy.multiply, numpy.add, numpy.subtract
-    bu = _scratch(0, wf.dtype)
-    bt = _scratch(1, wf.dtype)
-    size = wf.size
-    for start in range(0, size, CHUNK):
-        stop = min(start + CHUNK, size)
-        n = stop - start
-        ws, gs, vs = wf[start:stop], gf[start:stop], vf[start:stop]
-        u, t = bu[:n], bt[:n]
-        multiply(gs, a, out=u)
-        if b:
-            multiply(ws, b, out=t)
-            add(u, t, out=u)
-        multiply(vs, momentum, out=vs)
-        add(vs, u, out=vs)
+    ct = _compute_dtype(w, g, v).type
+    a, b, momentum = ct(a), ct(b), ct(momentum)
+    with numpy.errstate(over='ignore', invalid='ignore'):
+        wt = w.astype(ct)
+        u = a * g.astype(ct, copy=False)
+        if b != 0:
+            u += b * wt
+        vt = v.astype(ct)
+        vt *= momentum
+        vt += u
         if nesterov:
-            multiply(vs, momentum, out=t)
-            add(u, t, out=u)
-            subtract(ws, u, out=ws)
+            u += momentum * vt
+            wt -= u
         else:
-            subtract(ws, vs, out=ws)
+            wt -= vt
+        w[...] = wt
+        v[...] = vt
 
 
-def _momentum_step_upcast(wf, gf, vf, a, b, momentum, nesterov):
-    """:func:`momentum_step` for float16 arrays, computed in float32."""
-    bw = _scratch(0, numpy.float32)
-    bg = _scratch(1, numpy.float32)
-    bv = _scratch(2, numpy.float32)
-    for start in range(0, wf.size, CHUNK):
-        ws = wf[start:start + CHUNK]
-        n = ws.size
-        w32, g32, v32 = bw[:n], bg[:n], bv[:n]
-        numpy.copyto(w32, ws)
-        numpy.copyto(g32, gf[start:start + n])
-        numpy.copyto(v32, vf[start:start + n])
-        numpy.multiply(g32, a, out=g32)
-        g32 += b * w32
-        v32 *= momentum
-        v32 += g32
-        if nesterov:
-            g32 += momentum * v32
-            w32 -= g32
-        else:
-            w32 -= v32
-        numpy.copyto(ws, w32, casting='unsafe')
-        numpy.copyto(vf[start:start + n], v32, casting='unsafe')
+class _CpuTables(object):
+
+    """What :class:`CpuExecutor` keeps for one group (``group.tables``).
+
+    ``table`` has a row per array (columns ``W``, ``G``, ``V``, ``SIZE`` of
+    :mod:`chainer_lars.multi_tensor`); a row whose size is negative has no
+    gradient this update and is skipped. ``grads`` are the gradients whose
+    addresses the table holds, ``sizes`` the arrays' sizes.
+
+    """
+
+    __slots__ = ('table', 'sizes', 'grads', 'obs', 'like')
+
+    def __init__(self, table, sizes, dtype):
+        self.table = table
+        self.sizes = sizes
+        self.grads = [None] * len(sizes)
+        self.obs = numpy.full((len(sizes), 3), numpy.nan)
+        self.like = numpy.empty(0, dtype)
+
+
+class CpuExecutor(object):
+
+    """The multi-tensor passes on CPU, with the compiled loops.
+
+    Implements the executor interface of :mod:`chainer_lars.multi_tensor`:
+    one call of :func:`chainer_lars.jit_kernels.lars_multi_step` (or
+    ``hook_multi_rescale``) per update and group, which walks an int64 table
+    of the arrays' addresses and sizes built once per plan; only the
+    addresses of gradients that are new objects are written each update.
+
+    """
+
+    def __init__(self, jit):
+        self._jit = jit
+
+    def supports(self, *arrays):
+        """Native, C-contiguous float32 or float64 arrays of one dtype."""
+        dtype = arrays[0].dtype
+        if dtype.char not in 'fd' or not dtype.isnative:
+            return False
+        return all(a.dtype == dtype and a.flags.c_contiguous
+                   for a in arrays)
+
+    def prepare(self, group):
+        n = len(group)
+        table = numpy.zeros((n, _mt.TABLE_COLUMNS), numpy.int64)
+        address = self._jit.address
+        for k, (w, states) in enumerate(zip(group.weights, group.states)):
+            table[k, _mt.W] = address(w)
+            if states:
+                table[k, _mt.V] = address(states[0])
+        sizes = [w.size for w in group.weights]
+        table[:, _mt.SIZE] = -1  # no gradient until one is given
+        group.tables = _CpuTables(table, sizes, group.dtype)
+
+    def _set_grads(self, group, grads):
+        """Puts the gradients' addresses in the table; returns the indices
+        of those it cannot take (``None``, another dtype or size, not
+        contiguous), whose rows are skipped this update."""
+        tables = group.tables
+        table, sizes, cached = tables.table, tables.sizes, tables.grads
+        dtype = group.dtype
+        address = self._jit.address
+        rejected = []
+        for k, g in enumerate(grads):
+            if g is cached[k] and g is not None:
+                continue
+            if (g is not None and g.dtype == dtype and g.size == sizes[k]
+                    and g.flags.c_contiguous):
+                cached[k] = g
+                table[k, _mt.G] = address(g)
+                table[k, _mt.SIZE] = sizes[k]
+            else:
+                cached[k] = None
+                table[k, _mt.SIZE] = -1
+                rejected.append(k)
+        return rejected
+
+    def lars_step(self, group, grads, hyper, form):
+        tables = group.tables
+        rejected = self._set_grads(group, grads)
+        self._jit.lars_multi_step(tables.table, hyper, tables.obs,
+                                  tables.like, form.threshold,
+                                  form.require_grad)
+        return rejected
+
+    def hook_rescale(self, group, grads, hyper, form, eps,
+                     trust_coefficient):
+        tables = group.tables
+        rejected = self._set_grads(group, grads)
+        self._jit.hook_multi_rescale(tables.table, hyper, tables.obs,
+                                     tables.like, form.threshold,
+                                     form.require_grad, eps,
+                                     trust_coefficient)
+        return rejected
+
+    def observe(self, group):
+        return group.tables.obs
+
+
+def cpu_executor():
+    """The :class:`CpuExecutor`, or ``None`` when Numba is unavailable."""
+    jit = _jit()
+    if jit is None:
+        return None
+    executor = _executors.get(jit)
+    if executor is None:
+        executor = _executors[jit] = CpuExecutor(jit)
+    return executor
+
+
+_executors = {}
 
 
 def sqnorms_generic(xp, w, g):

@@ -389,3 +389,19 @@ def test_non_finite_gradient_stays_in_its_array():
         expected, _ = ref.lars_step(w[path], g[path], 0.0, **DEFAULTS)
         testing.assert_allclose(dict(model.namedparams())[path].array,
                                 expected, rtol=1e-6, atol=1e-7)
+
+
+def test_non_native_byte_order_equals_native():
+    results = []
+    for byteorder in ('=', 'S'):
+        model = ref.Net()
+        ref.fill(model, 0)
+        for p in model.params():
+            dtype = p.dtype.newbyteorder(byteorder)
+            p.array, p.grad = p.array.astype(dtype), p.grad.astype(dtype)
+        opt = chainer_lars.LARS(**DEFAULTS).setup(model)
+        for step in range(3):
+            opt.update()
+        results.append({path: p.array.astype(numpy.float32).tobytes()
+                        for path, p in model.namedparams()})
+    assert results[0] == results[1]
