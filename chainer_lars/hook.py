@@ -21,11 +21,14 @@ def _cuda_kernels():
     return cuda_kernels
 
 
+_UNSET = object()
+
+
 class _Batch(object):
 
     """A multi-tensor group of the hook, with its settings table."""
 
-    __slots__ = ('group', 'hyper', 'uses_wd', 'adapt')
+    __slots__ = ('group', 'hyper', 'uses_wd', 'adapt', '_inputs')
 
     def __init__(self, group, uses_wd, adapt):
         self.group = group
@@ -33,6 +36,27 @@ class _Batch(object):
         self.hyper[:, _mt.HOOK_ADAPT] = adapt
         self.uses_wd = numpy.array(uses_wd, dtype=numpy.float64)
         self.adapt = adapt
+        self._inputs = (_UNSET, _UNSET, _UNSET)
+
+    def settings(self, weight_decay, scales, clips):
+        """The settings table for this update.
+
+        Columns are rewritten only when their inputs changed: converting
+        the lists costs more than comparing them, and they rarely change.
+
+        """
+        hyper = self.hyper
+        last_wd, last_scales, last_clips = self._inputs
+        if weight_decay != last_wd:
+            hyper[:, _mt.HOOK_WEIGHT_DECAY] = weight_decay * self.uses_wd
+        if scales != last_scales:
+            hyper[:, _mt.HOOK_LOSS_SCALE] = [
+                1.0 if scale is None else scale for scale in scales]
+        if clips != last_clips:
+            hyper[:, _mt.HOOK_CLIP_LR] = -1.0 if clips is None else [
+                -1.0 if clip_lr is None else clip_lr for clip_lr in clips]
+        self._inputs = (weight_decay, scales, clips)
+        return hyper
 
 
 class _Plan(object):
@@ -58,8 +82,8 @@ class _Plan(object):
                  'cupy', 'singles')
 
     def __init__(self, params, batches, float16, cupy, singles):
-        rules = [p.update_rule for p in params]
-        arrays = [p.array for p in params]
+        rules = list(map(_mt.UPDATE_RULE, params))
+        arrays = list(map(_mt.ARRAY, params))
         # Holding the objects keeps their ids from being reused.
         self._objects = (params, rules, arrays)
         self._ids = _ids(params, rules, arrays)
@@ -70,8 +94,8 @@ class _Plan(object):
         self.singles = singles
 
     def matches(self, params):
-        rules = [p.update_rule for p in params]
-        return (self._ids == _ids(params, rules, [p.array for p in params])
+        rules = list(map(_mt.UPDATE_RULE, params))
+        return (self._ids == _ids(params, rules, map(_mt.ARRAY, params))
                 and self._disabled == _disabled(rules))
 
 
@@ -294,8 +318,8 @@ class GradientLARS(_ratio.ExclusionProperties):
         batched = []
         for batch in plan.batches:
             group = batch.group
-            grads = [p.grad for p in group.params]
-            scales = [p._loss_scale for p in group.params]
+            grads = list(map(_mt.GRAD, group.params))
+            scales = list(map(_mt.LOSS_SCALE, group.params))
             clips = None
             if clip:
                 clips = [
@@ -336,13 +360,8 @@ class GradientLARS(_ratio.ExclusionProperties):
             self._arm_delegate(rule, path)
         form = self._form()
         for batch, grads, scales, clips in batched:
-            group, hyper = batch.group, batch.hyper
-            hyper[:, _mt.HOOK_WEIGHT_DECAY] = (
-                self._weight_decay * batch.uses_wd)
-            hyper[:, _mt.HOOK_LOSS_SCALE] = [
-                1.0 if scale is None else scale for scale in scales]
-            hyper[:, _mt.HOOK_CLIP_LR] = -1.0 if clips is None else [
-                -1.0 if clip_lr is None else clip_lr for clip_lr in clips]
+            group = batch.group
+            hyper = batch.settings(self._weight_decay, scales, clips)
             rejected = group.executor.hook_rescale(
                 group, grads, hyper, form, self._eps,
                 self._trust_coefficient)

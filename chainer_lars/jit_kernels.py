@@ -107,6 +107,22 @@ def address(a):
     return a.ctypes.data
 
 
+@numba.njit(nogil=True, cache=True)
+def put_grad(table, k, g, size):
+    """Puts gradient ``g`` in row ``k`` of an address table, if it fits.
+
+    Returns:
+        bool: Whether ``g`` is C-contiguous with ``size`` elements; if not,
+        the table is left alone.
+
+    """
+    if g.size != size or not g.flags.c_contiguous:
+        return False
+    table[k, _mt.G] = g.ctypes.data
+    table[k, _mt.SIZE] = size
+    return True
+
+
 @intrinsic
 def _void_pointer(typingctx, addr):
     """An int64 address as a ``void *``, for :func:`numba.carray`."""

@@ -224,16 +224,18 @@ class _CpuTables(object):
     ``table`` has a row per array (columns ``W``, ``G``, ``V``, ``SIZE`` of
     :mod:`chainer_lars.multi_tensor`); a row whose size is negative has no
     gradient this update and is skipped. ``grads`` are the gradients whose
-    addresses the table holds, ``sizes`` the arrays' sizes.
+    addresses the table holds, ``ids`` their ids when it holds all of them,
+    ``sizes`` the arrays' sizes.
 
     """
 
-    __slots__ = ('table', 'sizes', 'grads', 'obs', 'like')
+    __slots__ = ('table', 'sizes', 'grads', 'ids', 'obs', 'like')
 
     def __init__(self, table, sizes, dtype):
         self.table = table
         self.sizes = sizes
         self.grads = [None] * len(sizes)
+        self.ids = None
         self.obs = numpy.full((len(sizes), 3), numpy.nan)
         self.like = numpy.empty(0, dtype)
 
@@ -278,22 +280,27 @@ class CpuExecutor(object):
         of those it cannot take (``None``, another dtype or size, not
         contiguous), whose rows are skipped this update."""
         tables = group.tables
+        ids = list(map(id, grads))
+        if ids == tables.ids:
+            # The same arrays as last time (held in tables.grads, so their
+            # ids are not reused), e.g. gradients kept across updates.
+            return []
         table, sizes, cached = tables.table, tables.sizes, tables.grads
         dtype = group.dtype
-        address = self._jit.address
+        put = self._jit.put_grad
         rejected = []
         for k, g in enumerate(grads):
             if g is cached[k] and g is not None:
                 continue
-            if (g is not None and g.dtype == dtype and g.size == sizes[k]
-                    and g.flags.c_contiguous):
+            # The dtype is checked here: Numba cannot type a non-native one.
+            if (g is not None and g.dtype == dtype
+                    and put(table, k, g, sizes[k])):
                 cached[k] = g
-                table[k, _mt.G] = address(g)
-                table[k, _mt.SIZE] = sizes[k]
             else:
                 cached[k] = None
                 table[k, _mt.SIZE] = -1
                 rejected.append(k)
+        tables.ids = None if rejected else ids
         return rejected
 
     def lars_step(self, group, grads, hyper, form):

@@ -49,8 +49,18 @@ The CPU executor is :class:`chainer_lars.kernels.CpuExecutor`. CuPy
 parameters have none yet and take the per-array path.
 """
 
+import operator
+
 import numpy
 
+
+#: Attribute readers for lists of parameters: ``list(map(ARRAY, params))``
+#: costs half what a list comprehension does, which counts here, since it
+#: runs over every parameter on every update.
+ARRAY = operator.attrgetter('array')
+GRAD = operator.attrgetter('grad')
+LOSS_SCALE = operator.attrgetter('_loss_scale')
+UPDATE_RULE = operator.attrgetter('update_rule')
 
 # Columns of an address table (int64, one row per array).
 W = 0

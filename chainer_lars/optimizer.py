@@ -229,8 +229,8 @@ class _Plan(object):
 
 def _structure(params):
     """The parameters, their rules, arrays and momentum buffers."""
-    rules = [p.update_rule for p in params]
-    arrays = [p.array for p in params]
+    rules = list(map(_mt.UPDATE_RULE, params))
+    arrays = list(map(_mt.ARRAY, params))
     states = [None if r is None or r.state is None else r.state.get('v')
               for r in rules]
     return params, rules, arrays, states
@@ -434,7 +434,7 @@ class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
         defaults = (hp.lr, hp.momentum, hp.weight_decay, hp.trust_coefficient,
                     hp.eps, float(hp.nesterov))
         for group, static in plan.groups:
-            grads = [param.grad for param in group.params]
+            grads = list(map(_mt.GRAD, group.params))
             hyper = self._settings(group, static, defaults)
             rejected = group.executor.lars_step(
                 group, grads, hyper, _ratio.OPTIMIZER_FORM)
@@ -452,10 +452,11 @@ class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
         """The group's settings table (``LARS_*`` columns) for this update."""
         hyper, uses_wd = static
         hyper[:, :_mt.LARS_NESTEROV + 1] = defaults
+        hyper[:, _mt.LARS_LOSS_SCALE] = [
+            1.0 if scale is None else scale
+            for scale in map(_mt.LOSS_SCALE, group.params)]
         base = self.hyperparam
-        for k, (param, rule) in enumerate(zip(group.params, group.rules)):
-            scale = param._loss_scale
-            hyper[k, _mt.LARS_LOSS_SCALE] = 1.0 if scale is None else scale
+        for k, rule in enumerate(group.rules):
             hp = rule.hyperparam
             if hp._parent is not base or len(hp.__dict__) != 1:
                 # Set on this rule (or on another parent): its own values.
