@@ -1,24 +1,11 @@
 """Trainer extensions for large-batch training with LARS."""
 
-import numbers
-import re
-
 import numpy
 
 import chainer
 from chainer.training import extension
 
-from chainer_lars import ratio as _ratio
-
-
-def _check_count(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError('{} must be an int, not {!r} ({})'.format(
-            name, value, type(value).__name__))
-    if value < 0:
-        raise ValueError('{} must be at least 0, got {!r}'.format(
-            name, value))
-    return int(value)
+from chainer_lars import checks
 
 
 class WarmupPolynomialShift(extension.Extension):
@@ -62,6 +49,27 @@ class WarmupPolynomialShift(extension.Extension):
     :func:`~chainer.training.extensions.observe_lr`, see the value that the
     update just made has used.
 
+    **What is checked, and when.** The arguments are checked at
+    construction. The values the schedule sets lie between ``init`` and
+    ``end`` (the warm-up's between ``init / T_w`` and ``init``), so these two
+    bound them all; before the attribute is first changed, it is checked
+    that
+
+    * the optimizer has the attribute: a misspelt name would otherwise
+      create a new attribute and leave the intended one alone;
+    * the schedule keeps the sign of the attribute: with a non-negative
+      ``init``, ``end`` must not be negative, and with a negative ``init``,
+      ``end`` must not be positive. A non-negative peak is taken to mean a
+      quantity that cannot be negative (a learning rate, a momentum, a weight
+      decay), which past 0 would reverse the update;
+    * where the optimizer checks the attribute (:class:`~chainer_lars.LARS`
+      does, for all its hyperparameters), ``init`` and ``end`` pass that
+      check, e.g. a momentum below 1.
+
+    Each of these is made at construction when what it needs (the
+    optimizer, ``init``) is given, and otherwise when training starts, with
+    ``init`` then read from the optimizer.
+
     Args:
         attr (str): Name of the optimizer attribute to adjust, e.g.
             ``'lr'``.
@@ -73,8 +81,9 @@ class WarmupPolynomialShift(extension.Extension):
         init (float): :math:`v_0`, the peak value. If ``None``, the value
             of the attribute when training starts.
         end (float): :math:`v_e`, the final value.
-        optimizer (~chainer.Optimizer): The optimizer to adjust. If
-            ``None``, the updater's main optimizer.
+        optimizer (~chainer.Optimizer): The optimizer to adjust (an object
+            with an ``update()`` method, such as a ChainerMN multi-node
+            optimizer). If ``None``, the updater's main optimizer.
 
     """
 
@@ -82,18 +91,29 @@ class WarmupPolynomialShift(extension.Extension):
 
     def __init__(self, attr, warmup_count, max_count, power=2.0, init=None,
                  end=0.0, optimizer=None):
-        self._attr = attr
-        self._warmup_count = _check_count('warmup_count', warmup_count)
-        self._max_count = _check_count('max_count', max_count)
+        self._attr = checks.string('attr', attr)
+        self._warmup_count = checks.count('warmup_count', warmup_count)
+        self._max_count = checks.count('max_count', max_count)
         if self._max_count < self._warmup_count:
             raise ValueError(
                 'max_count must be at least warmup_count ({}), got {}'.format(
                     self._warmup_count, self._max_count))
-        self._power = _ratio.check_real('power', power, minimum=0.0,
-                                        exclusive=True)
-        self._init = (None if init is None
-                      else _ratio.check_real('init', init))
-        self._end = _ratio.check_real('end', end)
+        self._power = checks.real('power', power, minimum=0.0,
+                                  exclusive=True)
+        self._init = None if init is None else checks.real('init', init)
+        self._end = checks.real('end', end)
+        if self._init is not None:
+            self._check_sign(self._init)
+        if optimizer is not None:
+            if not callable(getattr(optimizer, 'update', None)):
+                raise TypeError(
+                    'optimizer must be an optimizer (with an update() '
+                    'method) or None for the updater\'s main optimizer, '
+                    'not {!r} ({})'.format(optimizer,
+                                           type(optimizer).__name__))
+            self._check_attr(optimizer)
+            if self._init is not None:
+                self._check_values(optimizer, self._init)
         self._optimizer = optimizer
         self._t = 0
 
@@ -109,9 +129,43 @@ class WarmupPolynomialShift(extension.Extension):
 
     def initialize(self, trainer):
         optimizer = self._get_optimizer(trainer)
-        if self._init is None:
-            self._init = float(getattr(optimizer, self._attr))
+        self._check_attr(optimizer)
+        init = self._init
+        if init is None:
+            init = checks.real(
+                "the optimizer's {} (read for init=None)".format(self._attr),
+                getattr(optimizer, self._attr))
+        self._check_sign(init)
+        self._check_values(optimizer, init)
+        self._init = init
         setattr(optimizer, self._attr, self.value(self._t))
+
+    def _check_attr(self, optimizer):
+        if not hasattr(optimizer, self._attr):
+            raise ValueError(
+                'attr {!r}: the optimizer ({}) has no attribute of that '
+                'name'.format(self._attr, type(optimizer).__name__))
+
+    def _check_sign(self, init):
+        if (init >= 0) != (self._end >= 0) and self._end != 0:
+            raise ValueError(
+                'end must not be {} when init is {} ({!r}): the schedule '
+                'would take {} through 0; got end={!r}'.format(
+                    'negative' if init >= 0 else 'positive',
+                    'non-negative' if init >= 0 else 'negative', init,
+                    self._attr, self._end))
+
+    def _check_values(self, optimizer, init):
+        check = checks.find_check(optimizer, self._attr)
+        if check is None:
+            return
+        for name, value in (('init', init), ('end', self._end)):
+            try:
+                check(value)
+            except (TypeError, ValueError) as e:
+                raise ValueError(
+                    '{}={!r} is not a valid value of the optimizer\'s {}: '
+                    '{}'.format(name, value, self._attr, e)) from None
 
     def __call__(self, trainer):
         self._t += 1
@@ -125,7 +179,9 @@ class WarmupPolynomialShift(extension.Extension):
         self._init = None if numpy.isnan(init) else float(init)
 
     def _get_optimizer(self, trainer):
-        return self._optimizer or trainer.updater.get_optimizer('main')
+        if self._optimizer is not None:
+            return self._optimizer
+        return trainer.updater.get_optimizer('main')
 
 
 class TrustRatioObserver(extension.Extension):
@@ -158,9 +214,10 @@ class TrustRatioObserver(extension.Extension):
             :class:`~chainer_lars.LARS`; pass the hook explicitly when it
             is a :class:`~chainer_lars.GradientLARS` on another optimizer.
         prefix (str): The first component of the reported names.
-        pattern (str): A regular expression; if given, only the paths it
-            matches (:func:`re.search`) are reported, e.g. ``'/W$'`` for
-            the weights only.
+        pattern (str): A regular expression (a ``str`` or a compiled
+            ``str`` pattern); if given, only the paths it matches
+            (:func:`re.search`) are reported, e.g. ``'/W$'`` for the
+            weights only.
 
     """
 
@@ -175,11 +232,10 @@ class TrustRatioObserver(extension.Extension):
             raise TypeError(
                 'source must have an observe() method (a chainer_lars.LARS '
                 'or chainer_lars.GradientLARS), got {!r}'.format(source))
-        if not isinstance(prefix, str):
-            raise TypeError('prefix must be a str, not {!r}'.format(prefix))
         self._source = source
-        self._prefix = prefix
-        self._pattern = None if pattern is None else re.compile(pattern)
+        self._prefix = checks.string('prefix', prefix)
+        self._pattern = (None if pattern is None
+                         else checks.pattern('pattern', pattern))
 
     def key(self, quantity, path):
         """The name under which a quantity of a parameter is reported.

@@ -9,10 +9,12 @@ import numpy
 import chainer
 from chainer.backends import cuda
 
+from chainer_lars import checks
+from chainer_lars import exclusions
 from chainer_lars import kernels
 from chainer_lars import multi_tensor as _mt
 from chainer_lars import observations as _observations
-from chainer_lars import ratio as _ratio
+from chainer_lars import ratio
 
 
 def _cuda_kernels():
@@ -117,29 +119,56 @@ class _RuleDelegate(object):
     folds the loss scale into its arithmetic; a float16 gradient cannot hold
     the rescaled result multiplied by the loss scale without overflowing, so
     it is rescaled here instead, after the rule has unscaled it and on the
-    master copy when there is one. The hook arms the delegate on every
-    update; a delegate that was not armed (its hook was removed) does
-    nothing.
+    master copy when there is one.
+
+    The hook arms the delegate for one update of one optimizer: the update
+    whose ``t`` follows the optimizer's ``t`` at the hook's call (Chainer's
+    optimizers call their pre-update hooks, then increment ``t``, then
+    update each parameter). A delegate called in any other update does
+    nothing, so an update that never reached the rule (dynamic loss scaling
+    skipped it) leaves nothing behind: once the hook is removed from the
+    optimizer, no further gradient is rescaled.
+
+    The delegate holds its hook, so that a copy or an unpickled optimizer
+    holds delegates of the copied hook. Arming is not copied.
+
+    Args:
+        hook (GradientLARS): The hook to run.
 
     """
 
     timing = 'pre'
 
-    def __init__(self, hook, path):
-        self._hook = weakref.ref(hook)
-        self.path = path
-        self.armed = False
+    def __init__(self, hook):
+        self.hook = hook
+        self._armed = None
+
+    def arm(self, optimizer, path):
+        """Makes the call in ``optimizer``'s next update rescale ``path``."""
+        self._armed = (weakref.ref(optimizer), optimizer.t + 1, path)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state['_armed'] = None
+        return state
 
     def __call__(self, rule, param):
-        if not self.armed:
+        armed, self._armed = self._armed, None
+        if armed is None:
             return
-        self.armed = False
-        hook = self._hook()
-        if hook is not None:
-            hook._rescale(rule, param, self.path, 1.0)
+        optimizer, t, path = armed
+        optimizer = optimizer()
+        if optimizer is not None and optimizer.t == t:
+            self.hook._rescale(rule, param, path, 1.0)
 
 
-class GradientLARS(_ratio.ExclusionProperties):
+#: Name under which a GradientLARS registers its delegate on an update rule;
+#: ``#2``, ``#3``, ... are appended while the name is taken (several hooks on
+#: one model).
+_DELEGATE_NAME = 'chainer_lars.GradientLARS'
+
+
+class GradientLARS(exclusions.ExclusionProperties):
 
     """Layer-wise adaptive rate scaling of the gradients (LARS).
 
@@ -181,6 +210,17 @@ class GradientLARS(_ratio.ExclusionProperties):
     runs after the rule has unscaled the gradient, but sees only the
     parameter, not its path, so the exclusion patterns are searched in
     ``'/' + param.name`` (``'/b'``, ``'/gamma'``) there.
+
+    Float16 gradients are rescaled inside their update rules, by a small
+    delegate the hook registers on each such rule; a call of the hook
+    rescales them in the optimizer update that follows it, and in no other,
+    so that once the hook is removed nothing more is rescaled, even after
+    an update that dynamic loss scaling skipped.
+
+    The hook, and an optimizer that holds it, can be pickled and deep
+    copied, also after float16 updates; the copy continues exactly like the
+    original. What :meth:`observe` reports is not copied: a copy reports
+    nothing until its first update.
 
     Args:
         threshold (float): The ratio is applied only to arrays with
@@ -234,50 +274,30 @@ class GradientLARS(_ratio.ExclusionProperties):
         self.eps = eps
         self.trust_coefficient = trust_coefficient
         self.clip = clip
-        self._rules = _ratio.ExclusionRules(
+        self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
-        self._delegates = weakref.WeakKeyDictionary()
-        self._delegate_name = 'chainer_lars.GradientLARS@{:x}'.format(
-            id(self))
         self._observations = {}
         self._observed_tables = []
         self._plans = _mt.PlanCache()
-        if not isinstance(multi_tensor, bool):
-            raise TypeError('multi_tensor must be a bool, not {!r}'.format(
-                multi_tensor))
-        self._multi_tensor = multi_tensor
+        self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         self._tables = None
-        if multi_tensor and cuda.available:
-            self._tables = _cuda_kernels().MultiTensorTables()
 
-    threshold = property(
-        lambda self: self._threshold,
-        lambda self, value: setattr(self, '_threshold', _ratio.check_real(
-            'threshold', value, minimum=0.0)))
-    weight_decay = property(
-        lambda self: self._weight_decay,
-        lambda self, value: setattr(self, '_weight_decay', _ratio.check_real(
-            'weight_decay', value, minimum=0.0)))
-    eps = property(
-        lambda self: self._eps,
-        lambda self, value: setattr(self, '_eps', _ratio.check_real(
-            'eps', value, minimum=0.0)))
-    trust_coefficient = property(
-        lambda self: self._trust_coefficient,
-        lambda self, value: setattr(
-            self, '_trust_coefficient', _ratio.check_real(
-                'trust_coefficient', value, minimum=0.0, exclusive=True)))
+    threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
+    weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
+    eps = checks.CheckedAttribute(checks.real, minimum=0.0)
+    trust_coefficient = checks.CheckedAttribute(
+        checks.real, minimum=0.0, exclusive=True)
+    clip = checks.CheckedAttribute(checks.boolean)
 
-    @property
-    def clip(self):
-        return self._clip
-
-    @clip.setter
-    def clip(self, value):
-        if not isinstance(value, (bool, numpy.bool_)):
-            raise TypeError('clip must be a bool, not {!r} ({})'.format(
-                value, type(value).__name__))
-        self._clip = bool(value)
+    def __getstate__(self):
+        # The observations are those of the last update made by this object,
+        # and the GPU tables hold device memory: a copy or an unpickled hook
+        # starts without both, and makes them as it needs them.
+        state = self.__dict__.copy()
+        state['_observations'] = {}
+        state['_observed_tables'] = []
+        state['_tables'] = None
+        return state
 
     def __repr__(self):
         return ('GradientLARS(threshold={}, weight_decay={}, eps={}, '
@@ -351,13 +371,15 @@ class GradientLARS(_ratio.ExclusionProperties):
                 continue
             _, _, loss_scale, _, _, clip_lr = job
             key = (param.device.name, g.dtype, loss_scale, clip_lr)
+            if not self._multi_tensor:
+                key += (path,)
             cupy_batches.setdefault(key, (param.device, []))[1].append(
                 (path, w, g, uses_wd, adapt))
 
         self._observations.clear()
         self._observed_tables = []
         for rule, path in delegates:
-            self._arm_delegate(rule, path)
+            self._delegate(rule).arm(optimizer, path)
         form = self._form()
         for batch, grads, scales, clips in batched:
             group = batch.group
@@ -376,9 +398,8 @@ class GradientLARS(_ratio.ExclusionProperties):
                         None if clips is None else clips[k]))
             self._observed_tables.append(
                 (group.paths, group.executor.observe(group)))
-        for (_, _, loss_scale, clip_lr), (device, items) in (
-                cupy_batches.items()):
-            self._rescale_many(device, items, loss_scale, clip_lr)
+        for key, (device, items) in cupy_batches.items():
+            self._rescale_on_device(device, items, key[2], key[3])
         for job in singles:
             self._rescale_with(*job)
 
@@ -415,9 +436,11 @@ class GradientLARS(_ratio.ExclusionProperties):
                 if group is not None:
                     group.add(path, param, rule, w)
                     continue
-                if xp is cuda.cupy:
-                    cupy.append((param, rule, path, uses_wd, adapt))
-                    continue
+            if xp is cuda.cupy:
+                # The CUDA kernels' tables, per update (one array per table
+                # with multi_tensor=False).
+                cupy.append((param, rule, path, uses_wd, adapt))
+                continue
             singles.append((param, rule, path, uses_wd, adapt))
         batches = []
         for group in grouper.groups():
@@ -427,30 +450,55 @@ class GradientLARS(_ratio.ExclusionProperties):
         return _Plan(params, batches, float16, cupy, singles)
 
     def _form(self):
-        return _ratio.hook_form(self._threshold)
+        return ratio.hook_form(self._threshold)
 
-    def _rescale_many(self, device, items, loss_scale, clip_lr):
-        """Rescales many CuPy arrays of one dtype in two kernel launches."""
+    def _rescale_on_device(self, device, items, loss_scale, clip_lr):
+        """Rescales CuPy arrays of one dtype in two kernel launches.
+
+        Args:
+            items (list): ``(path, w, g, uses_weight_decay, adapt)`` each.
+
+        """
+        cuda_kernels = _cuda_kernels()
+        if self._tables is None:
+            self._tables = cuda_kernels.TableCache(capacity=1024)
+        xp = device.xp
+        dtype = items[0][1].dtype
         with chainer.using_device(device):
-            partials = _cuda_kernels().multi_scale_add(
-                self._tables, [item[1:] for item in items],
-                self._weight_decay, self._eps, self._trust_coefficient,
-                self._threshold, clip_lr, loss_scale)
-        form = self._form()
-        for (path, _, _, uses_wd, adapt), sqnorms in zip(items, partials):
-            self._observations[path] = _observations.CudaPartials(
-                sqnorms, form, self._weight_decay if uses_wd else 0.0,
-                self._eps, self._trust_coefficient,
-                clip_lr if adapt else None, loss_scale, adapt)
+            table = self._tables.get(xp, dtype, [
+                (w, g, None, cuda_kernels.flags(uses_wd, adapt))
+                for _, w, g, uses_wd, adapt in items])
+            stats = cuda_kernels.norms(
+                xp, table, dtype, self._weight_decay, self._eps,
+                self._trust_coefficient, self._threshold, False, clip_lr,
+                loss_scale)
+            cuda_kernels.scale_add(xp, table, dtype, self._weight_decay,
+                                   loss_scale)
+        for row, item in enumerate(items):
+            self._observations[item[0]] = _observations.DeviceObservation(
+                stats, row, loss_scale)
 
-    def _arm_delegate(self, rule, path):
-        delegate = self._delegates.get(rule)
-        if delegate is None:
-            delegate = _RuleDelegate(self, path)
-            rule.add_hook(delegate, name=self._delegate_name, timing='pre')
-            self._delegates[rule] = delegate
-        delegate.path = path
-        delegate.armed = True
+    def _delegate(self, rule):
+        """This hook's delegate on ``rule``, registered there on first use.
+
+        It is looked up on the rule, not in a table of the hook's, so that
+        a deep copy or an unpickled optimizer finds the copied delegate on
+        each copied rule. Chainer offers no public way to list a rule's
+        hooks; ``_hookable`` is where Chainer 7.8.1 keeps them.
+
+        """
+        registry = rule._hookable
+        for hook in registry._pre_update_hooks.values():
+            if isinstance(hook, _RuleDelegate) and hook.hook is self:
+                return hook
+        name, n = _DELEGATE_NAME, 1
+        while (name in registry._pre_update_hooks
+               or name in registry._post_update_hooks):
+            n += 1
+            name = '{}#{}'.format(_DELEGATE_NAME, n)
+        delegate = _RuleDelegate(self)
+        rule.add_hook(delegate, name=name, timing='pre')
+        return delegate
 
     def _clip_lr(self, rule, path):
         if not self._clip:
@@ -461,7 +509,7 @@ class GradientLARS(_ratio.ExclusionProperties):
                 'GradientLARS(clip=True) divides the ratio by the update '
                 "rule's learning rate, but the rule of {} ({}) has no "
                 "hyperparameter 'lr'".format(path, type(rule).__name__))
-        return _ratio.check_real('lr of ' + path, lr, minimum=0.0)
+        return checks.real('lr of ' + path, lr, minimum=0.0)
 
     def _rescale(self, rule, param, path, loss_scale):
         """Rescales one parameter's gradient in place.
@@ -485,7 +533,6 @@ class GradientLARS(_ratio.ExclusionProperties):
         w = param.array
         g = param.grad
         wd = self._weight_decay if uses_wd else 0.0
-        form = self._form()
         xp = param.device.xp
         with chainer.using_device(param.device):
             if xp is numpy:
@@ -494,34 +541,19 @@ class GradientLARS(_ratio.ExclusionProperties):
                 g_norm = math.sqrt(g_sq) / loss_scale
                 r = 1.0
                 if adapt:
-                    r = form.ratio(w_norm, g_norm, wd, self._eps,
-                                   self._trust_coefficient, clip_lr)
+                    r = self._form().ratio(w_norm, g_norm, wd, self._eps,
+                                           self._trust_coefficient, clip_lr)
                 kernels.scale_add(g, r, w, r * (loss_scale * wd))
                 record = (r, w_norm, g_norm)
             elif xp is cuda.cupy and _cuda_kernels().supports(w, g):
-                cuda_kernels = _cuda_kernels()
-                sqnorms = cuda_kernels.sqnorm_partials(w, g)
-                cuda_kernels.scale_add_by_ratio(
-                    w, g, sqnorms, wd, self._eps, self._trust_coefficient,
-                    self._threshold, clip_lr, loss_scale, adapt)
-                record = _observations.CudaPartials(
-                    sqnorms, form, wd, self._eps, self._trust_coefficient,
-                    clip_lr, loss_scale, adapt)
+                self._rescale_on_device(
+                    param.device, [(path, w, g, uses_wd, adapt)],
+                    loss_scale, clip_lr)
+                return
             else:
-                sqnorms = kernels.sqnorms_generic(xp, w, g)
-                r = 1.0
-                if adapt:
-                    r = _ratio.trust_ratio_xp(
-                        xp, sqnorms[0], sqnorms[1], wd, self._eps,
-                        self._trust_coefficient, self._threshold,
-                        clip_lr=clip_lr, loss_scale=loss_scale)
-                    g *= r.astype(g.dtype)
-                    if wd:
-                        g += (r * (loss_scale * wd)).astype(g.dtype) * w
-                elif wd:
-                    g += w * (loss_scale * wd)
-                record = (r, xp.sqrt(sqnorms[0]),
-                          xp.sqrt(sqnorms[1]) / loss_scale)
+                record = rescale_generic(
+                    xp, w, g, wd, self._eps, self._trust_coefficient,
+                    self._threshold, clip_lr, loss_scale, adapt)
         self._observations[path] = record
 
     def observe(self):
@@ -535,10 +567,55 @@ class GradientLARS(_ratio.ExclusionProperties):
             interval, not on every iteration.
 
         """
-        result = {path: _observations.to_host(record)
+        fetched = {}
+        result = {path: _observations.to_host(record, fetched)
                   for path, record in self._observations.items()}
         for paths, table in self._observed_tables:
             for path, row in zip(paths, table.tolist()):
                 if row[0] == row[0]:  # NaN: not in the last update
                     result[path] = tuple(row)
         return result
+
+
+def rescale_generic(xp, w, g, weight_decay, eps, trust_coefficient,
+                    threshold, clip_lr, loss_scale, adapt):
+    """Rescales ``g`` in place with the operations of the array module.
+
+    The hook's path for arrays that neither NumPy's passes nor the CUDA
+    kernels take: ChainerX arrays, and CuPy arrays that are not
+    C-contiguous or whose weight and gradient differ in dtype. The ratio is
+    a 0-dim array of ``xp`` (:func:`chainer_lars.ratio.trust_ratio_xp`), so
+    nothing leaves the device.
+
+    Args:
+        xp: The array module of ``w`` and ``g``.
+        w: The weight, read only.
+        g: The gradient, still multiplied by ``loss_scale``; overwritten
+            with ``r * (g + loss_scale * weight_decay * w)``.
+        weight_decay (float): The effective weight decay of this array.
+        eps (float): See :class:`GradientLARS`.
+        trust_coefficient (float): See :class:`GradientLARS`.
+        threshold (float): See :class:`GradientLARS`.
+        clip_lr (float or None): The learning rate to clip with, if any.
+        loss_scale (float): The factor by which ``g`` exceeds the true
+            gradient.
+        adapt (bool): ``False`` for an array excluded from layer
+            adaptation (``r = 1``).
+
+    Returns:
+        tuple: ``(ratio, ||w||, ||g||)`` as applied (``g`` unscaled), as
+        0-dim arrays of ``xp`` (the ratio a float 1 where not adapted).
+
+    """
+    w_sq, g_sq = kernels.sqnorms_generic(xp, w, g)
+    r = 1.0
+    if adapt:
+        r = ratio.trust_ratio_xp(
+            xp, w_sq, g_sq, weight_decay, eps, trust_coefficient, threshold,
+            clip_lr=clip_lr, loss_scale=loss_scale)
+        g *= r.astype(g.dtype)
+        if weight_decay:
+            g += (r * (loss_scale * weight_decay)).astype(g.dtype) * w
+    elif weight_decay:
+        g += w * (loss_scale * weight_decay)
+    return r, xp.sqrt(w_sq), xp.sqrt(g_sq) / loss_scale

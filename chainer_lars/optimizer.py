@@ -7,10 +7,12 @@ import numpy
 import chainer
 from chainer import optimizer
 
+from chainer_lars import checks
+from chainer_lars import exclusions
 from chainer_lars import kernels
 from chainer_lars import multi_tensor as _mt
 from chainer_lars import observations as _observations
-from chainer_lars import ratio as _ratio
+from chainer_lars import ratio
 
 
 _default_hyperparam = optimizer.Hyperparameter()
@@ -20,58 +22,6 @@ _default_hyperparam.weight_decay = 1e-4
 _default_hyperparam.trust_coefficient = 1e-3
 _default_hyperparam.eps = 0.0
 _default_hyperparam.nesterov = False
-
-
-def _check_lr(value):
-    return _ratio.check_real('lr', value, minimum=0.0)
-
-
-def _check_momentum(value):
-    return _ratio.check_real('momentum', value, minimum=0.0, maximum=1.0)
-
-
-def _check_weight_decay(value):
-    return _ratio.check_real('weight_decay', value, minimum=0.0)
-
-
-def _check_trust_coefficient(value):
-    return _ratio.check_real('trust_coefficient', value, minimum=0.0,
-                             exclusive=True)
-
-
-def _check_eps(value):
-    return _ratio.check_real('eps', value, minimum=0.0)
-
-
-def _check_nesterov(value):
-    if not isinstance(value, (bool, numpy.bool_)):
-        raise TypeError('nesterov must be a bool, not {!r} ({})'.format(
-            value, type(value).__name__))
-    return bool(value)
-
-
-class _CheckedProxy(object):
-
-    """An optimizer attribute stored in its hyperparameter, checked on set.
-
-    Like :class:`chainer.optimizer.HyperparameterProxy`, so that Chainer's
-    trainer extensions (``ExponentialShift``, ``LinearShift``, ...) can drive
-    it, but a bad value is refused with an error that names it.
-
-    """
-
-    def __init__(self, name, check):
-        self._name = name
-        self._check = check
-        self.__doc__ = 'Alias to ``self.hyperparam.{}``'.format(name)
-
-    def __get__(self, obj, cls=None):
-        if obj is None:
-            return self
-        return getattr(obj.hyperparam, self._name)
-
-    def __set__(self, obj, value):
-        setattr(obj.hyperparam, self._name, self._check(value))
 
 
 class LARSRule(optimizer.UpdateRule):
@@ -105,6 +55,16 @@ class LARSRule(optimizer.UpdateRule):
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
         self._observation = None
+        self._tables = None
+
+    def __getstate__(self):
+        # The observation is that of the last update this rule made, and the
+        # GPU table cache holds device memory: a copy or an unpickled rule
+        # starts without both, and makes the cache when it needs it.
+        state = self.__dict__.copy()
+        state['_observation'] = None
+        state['_tables'] = None
+        return state
 
     def init_state(self, param):
         with chainer.using_device(param.device):
@@ -156,8 +116,8 @@ class LARSRule(optimizer.UpdateRule):
         if self.uses_adaptation:
             w_sq, g_sq = kernels.sqnorms(w, g)
             w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
-            r = _ratio.OPTIMIZER_FORM.ratio(w_norm, g_norm, wd, hp.eps,
-                                            hp.trust_coefficient)
+            r = ratio.OPTIMIZER_FORM.ratio(w_norm, g_norm, wd, hp.eps,
+                                           hp.trust_coefficient)
             self._observation = (r, w_norm, g_norm)
         a = hp.lr * r
         kernels.momentum_step(w, g, self.state['v'], a, a * wd,
@@ -180,16 +140,27 @@ class LARSRule(optimizer.UpdateRule):
                 '{}, {}, {} for {}'.format(w.dtype, g.dtype, v.dtype,
                                            param.name))
         hp, wd = self._step_args()
-        partials = None
-        self._observation = None
-        if self.uses_adaptation:
-            partials = cuda_kernels.sqnorm_partials(w, g)
-            self._observation = _observations.CudaPartials(
-                partials, _ratio.OPTIMIZER_FORM, wd, hp.eps,
-                hp.trust_coefficient)
-        cuda_kernels.lars_momentum_step(
-            w, g, v, partials, hp.lr, hp.momentum, wd,
-            hp.trust_coefficient, hp.eps, hp.nesterov)
+        if w.size == 0:
+            # Nothing to launch (a grid of no blocks is an error); as on
+            # the CPU, both norms are 0.
+            self._observation = ((1.0, 0.0, 0.0) if self.uses_adaptation
+                                 else None)
+            return
+        xp = param.device.xp
+        if self._tables is None:
+            self._tables = cuda_kernels.TableCache(capacity=1)
+        table = self._tables.get(xp, w.dtype, [
+            (w, g, v, cuda_kernels.flags(self.uses_weight_decay,
+                                         self.uses_adaptation))])
+        # The loss scale is already divided out (UpdateRule.update).
+        stats = cuda_kernels.norms(
+            xp, table, w.dtype, hp.weight_decay, hp.eps,
+            hp.trust_coefficient, 0.0, True, None, 1.0)
+        # The stats hold the ratio the step applies.
+        self._observation = (_observations.DeviceObservation(stats, 0, 1.0)
+                             if self.uses_adaptation else None)
+        cuda_kernels.momentum_step(xp, table, w.dtype, hp.lr, hp.momentum,
+                                   hp.weight_decay, 1.0, hp.nesterov)
 
 
 class _Plan(object):
@@ -273,7 +244,7 @@ def _per_rule_reason(param, rule):
     return None
 
 
-class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
+class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     """Momentum SGD with layer-wise adaptive rate scaling (LARS).
 
@@ -355,11 +326,7 @@ class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
                  exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=(), multi_tensor=True):
         super(LARS, self).__init__()
-        if not isinstance(multi_tensor, (bool, numpy.bool_)):
-            raise TypeError(
-                'multi_tensor must be a bool, not {!r} ({})'.format(
-                    multi_tensor, type(multi_tensor).__name__))
-        self._multi_tensor = bool(multi_tensor)
+        self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         self._plans = _mt.PlanCache()
         self.lr = lr
         self.momentum = momentum
@@ -367,16 +334,17 @@ class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
         self.trust_coefficient = trust_coefficient
         self.eps = eps
         self.nesterov = nesterov
-        self._rules = _ratio.ExclusionRules(
+        self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
 
-    lr = _CheckedProxy('lr', _check_lr)
-    momentum = _CheckedProxy('momentum', _check_momentum)
-    weight_decay = _CheckedProxy('weight_decay', _check_weight_decay)
-    trust_coefficient = _CheckedProxy(
-        'trust_coefficient', _check_trust_coefficient)
-    eps = _CheckedProxy('eps', _check_eps)
-    nesterov = _CheckedProxy('nesterov', _check_nesterov)
+    lr = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    momentum = checks.CheckedHyperparameter(
+        checks.real, minimum=0.0, maximum=1.0)
+    weight_decay = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    trust_coefficient = checks.CheckedHyperparameter(
+        checks.real, minimum=0.0, exclusive=True)
+    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    nesterov = checks.CheckedHyperparameter(checks.boolean)
 
     def create_update_rule(self):
         return LARSRule(self.hyperparam)
@@ -437,7 +405,7 @@ class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
             grads = list(map(_mt.GRAD, group.params))
             hyper = self._settings(group, static, defaults)
             rejected = group.executor.lars_step(
-                group, grads, hyper, _ratio.OPTIMIZER_FORM)
+                group, grads, hyper, ratio.OPTIMIZER_FORM)
             for k, rule in enumerate(group.rules):
                 if rejected and k in rejected:
                     # A gradient the executor cannot take (none, or another
@@ -503,12 +471,14 @@ class LARS(_ratio.ExclusionProperties, optimizer.GradientMethod):
 
         """
         result = {}
+        fetched = {}
         for path, param in self.target.namedparams():
             rule = getattr(param, 'update_rule', None)
             # A disabled rule made no step in the last update.
             if (isinstance(rule, LARSRule) and rule.enabled
                     and rule._observation is not None):
-                result[path] = _observations.to_host(rule._observation)
+                result[path] = _observations.to_host(rule._observation,
+                                                     fetched)
         plan = self._plans.plan
         for group, (hyper, _) in () if plan is None else plan.groups:
             table = group.executor.observe(group).tolist()

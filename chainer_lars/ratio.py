@@ -1,170 +1,32 @@
-"""The LARS trust ratio, its arguments and the exclusion rules.
+"""The LARS trust ratio: the one place where the math lives.
 
-This is the one place where the math lives, once per language:
-:func:`trust_ratio` for the host, which the CPU kernels also compile with
-Numba (:mod:`chainer_lars.jit_kernels` calls this very function), and
-:data:`CUDA_TRUST_RATIO`, the same function written for the device. A change
-to how the ratio is computed is made here, in both, and nowhere else.
+Once per language: :func:`trust_ratio` for the host, which the CPU kernels
+also compile with Numba (:mod:`chainer_lars.jit_kernels` calls this very
+function), and :data:`CUDA_TRUST_RATIO`, the same function written for the
+device; :func:`trust_ratio_xp` is the same again on 0-dim arrays of any
+array module (ChainerX). A change to how the ratio is computed is made
+here, in all three, and nowhere else.
 
-Both forms of LARS (see ``SPEC.md`` sections 1 and 2) are the one formula
+Both forms of LARS, the pre-update hook (Chainer's
+:class:`chainer.optimizer_hooks.GradientLARS`, arXiv:1708.03888 and
+arXiv:1801.03137) and the momentum optimizer (the TensorFlow LARS
+optimizer), are the one formula
 
 .. math::
 
     r = \\eta \\frac{\\|w\\|}{\\epsilon + \\|d\\| + \\lambda \\|w\\|}
 
-applied only when ``||w|| > threshold`` and, if the form requires it, when
-``||d|| > 0``, and when the denominator is positive; otherwise ``r = 1``. A
-ratio that is applied can be clipped the LARC way, ``r <- min(r / lr, 1)``.
-``d`` is the array whose step the ratio scales: the gradient, for both forms
-here. What differs between the forms is named once, in a
-:class:`RatioForm`: :data:`OPTIMIZER_FORM` and :func:`hook_form`.
+applied only when ``||w|| > threshold`` (the hook form; the optimizer form
+uses ``threshold = 0`` and also requires ``||d|| > 0``) and when the
+denominator is positive; otherwise ``r = 1``. The threshold keeps
+zero-initialised or tiny arrays (biases, BatchNorm beta) from being frozen by
+a ratio near 0. A ratio that is applied can be clipped the LARC way,
+``r <- min(r / lr, 1)``. ``d`` is the array whose step the ratio scales: the
+gradient, for both forms here. What differs between the forms is named
+once, in a :class:`RatioForm`: :data:`OPTIMIZER_FORM` and :func:`hook_form`.
 """
 
 import collections
-import math
-import numbers
-import re
-
-import six
-
-
-def check_real(name, value, minimum=None, exclusive=False, maximum=None,
-               maximum_exclusive=True):
-    """Checks that ``value`` is a finite real number within bounds.
-
-    Raises:
-        TypeError: ``value`` is not a real number (``bool`` is not one).
-        ValueError: ``value`` is not finite or is out of bounds.
-
-    Returns:
-        float: ``value`` as a Python float.
-
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError('{} must be a real number, not {!r} ({})'.format(
-            name, value, type(value).__name__))
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError('{} must be finite, got {!r}'.format(name, value))
-    if minimum is not None:
-        if exclusive and not value > minimum:
-            raise ValueError('{} must be greater than {}, got {!r}'.format(
-                name, minimum, value))
-        if not exclusive and not value >= minimum:
-            raise ValueError('{} must be at least {}, got {!r}'.format(
-                name, minimum, value))
-    if maximum is not None:
-        if maximum_exclusive and not value < maximum:
-            raise ValueError('{} must be less than {}, got {!r}'.format(
-                name, maximum, value))
-        if not maximum_exclusive and not value <= maximum:
-            raise ValueError('{} must be at most {}, got {!r}'.format(
-                name, maximum, value))
-    return value
-
-
-def compile_patterns(name, patterns):
-    """Compiles a list of regular expressions given as ``name``.
-
-    A single string is taken as a list of one pattern.
-
-    Raises:
-        TypeError: ``patterns`` is not an iterable of strings or compiled
-            patterns.
-        ValueError: one of the strings is not a valid regular expression.
-
-    """
-    if patterns is None:
-        return ()
-    if isinstance(patterns, (six.string_types, re.Pattern)):
-        patterns = (patterns,)
-    try:
-        items = tuple(patterns)
-    except TypeError:
-        raise TypeError(
-            '{} must be a list of regular expressions, not {!r} ({})'.format(
-                name, patterns, type(patterns).__name__))
-    compiled = []
-    for item in items:
-        if isinstance(item, re.Pattern):
-            compiled.append(item)
-            continue
-        if not isinstance(item, six.string_types):
-            raise TypeError(
-                '{} must contain only strings (regular expressions), '
-                'got {!r} ({})'.format(name, item, type(item).__name__))
-        try:
-            compiled.append(re.compile(item))
-        except re.error as e:
-            raise ValueError(
-                '{} contains an invalid regular expression {!r}: {}'.format(
-                    name, item, e))
-    return tuple(compiled)
-
-
-class ExclusionRules(object):
-
-    """Which parameters get weight decay and which get layer adaptation.
-
-    The two lists act independently: a parameter excluded from layer
-    adaptation keeps its weight decay, and one excluded from weight decay is
-    still adapted (with a weight decay of zero in both the gradient and the
-    ratio's denominator).
-
-    Args:
-        exclude_from_weight_decay (list of str): Regular expressions
-            searched (:func:`re.search`) in the parameter's path as
-            :meth:`chainer.Link.namedparams` spells it, e.g.
-            ``'/predictor/conv1/b'``.
-        exclude_from_layer_adaptation (list of str): Likewise, for the
-            parameters whose ratio is fixed at 1.
-
-    """
-
-    def __init__(self, exclude_from_weight_decay=(),
-                 exclude_from_layer_adaptation=()):
-        self.exclude_from_weight_decay = compile_patterns(
-            'exclude_from_weight_decay', exclude_from_weight_decay)
-        self.exclude_from_layer_adaptation = compile_patterns(
-            'exclude_from_layer_adaptation', exclude_from_layer_adaptation)
-        self._cache = {}
-
-    def __bool__(self):
-        return bool(self.exclude_from_weight_decay
-                    or self.exclude_from_layer_adaptation)
-
-    def lookup(self, path):
-        """Returns ``(uses_weight_decay, uses_adaptation)`` for ``path``."""
-        try:
-            return self._cache[path]
-        except KeyError:
-            pass
-        flags = (
-            not any(p.search(path) for p in self.exclude_from_weight_decay),
-            not any(p.search(path)
-                    for p in self.exclude_from_layer_adaptation))
-        self._cache[path] = flags
-        return flags
-
-    def patterns(self):
-        """The two lists as strings, e.g. for a configuration record."""
-        return ([p.pattern for p in self.exclude_from_weight_decay],
-                [p.pattern for p in self.exclude_from_layer_adaptation])
-
-
-class ExclusionProperties(object):
-
-    """The two exclusion lists of an object that keeps them in ``_rules``."""
-
-    @property
-    def exclude_from_weight_decay(self):
-        """The weight-decay exclusion patterns, as strings."""
-        return self._rules.patterns()[0]
-
-    @property
-    def exclude_from_layer_adaptation(self):
-        """The layer-adaptation exclusion patterns, as strings."""
-        return self._rules.patterns()[1]
 
 
 def trust_ratio(w_norm, d_norm, weight_decay, eps, trust_coefficient,

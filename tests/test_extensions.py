@@ -1,4 +1,5 @@
 import math
+import re
 
 import numpy
 import pytest
@@ -54,15 +55,6 @@ def record(trainer, attr='lr'):
 
 # -- WarmupPolynomialShift -------------------------------------------------
 
-def expected_schedule(t, init, warmup, total, power, end=0.0):
-    """The schedule written out: value before update t + 1."""
-    if t < warmup:
-        return init * (t + 1) / warmup
-    if t >= total:
-        return end
-    return end + (init - end) * (1 - (t - warmup) / (total - warmup)) ** power
-
-
 def test_schedule_values_by_hand():
     shift = chainer_lars.WarmupPolynomialShift(
         'lr', warmup_count=4, max_count=10, init=2.0)
@@ -74,22 +66,35 @@ def test_schedule_values_by_hand():
     numpy.testing.assert_allclose(got, want, rtol=1e-15)
 
 
-@pytest.mark.parametrize('warmup,total,power,end', [
-    (3, 12, 2.0, 0.0),
-    (0, 7, 2.0, 0.0),  # no warm-up
-    (5, 5, 2.0, 0.0),  # warm-up only
-    (2, 9, 1.0, 0.01),
-    (4, 10, 0.5, 0.1),
-])
-def test_schedule_in_trainer(warmup, total, power, end):
+# The values each update uses, worked out by hand from the formula of
+# WarmupPolynomialShift's docstring for a peak of 0.3; each list runs past
+# max_count.
+SCHEDULES = [
+    # warm-up 3 of 6: 0.3 * (t + 1) / 3, then 0.3 * (1 - (t - 3) / 3) ** 2
+    ((3, 6, 2.0, 0.0),
+     [0.1, 0.2, 0.3, 0.3, 0.3 * 4 / 9, 0.3 / 9, 0.0, 0.0, 0.0]),
+    # no warm-up: 0.3 * (1 - t / 4) ** 2
+    ((0, 4, 2.0, 0.0), [0.3, 0.3 * 9 / 16, 0.3 / 4, 0.3 / 16, 0.0, 0.0]),
+    # warm-up only
+    ((4, 4, 2.0, 0.0), [0.075, 0.15, 0.225, 0.3, 0.0, 0.0]),
+    # linear decay to 0.1: 0.1 + 0.2 * (1 - (t - 2) / 4)
+    ((2, 6, 1.0, 0.1), [0.15, 0.3, 0.3, 0.25, 0.2, 0.15, 0.1, 0.1]),
+    # square root: 0.1 + 0.2 * sqrt(1 - (t - 1) / 4)
+    ((1, 5, 0.5, 0.1),
+     [0.3, 0.3, 0.1 + 0.1 * math.sqrt(3), 0.1 + 0.1 * math.sqrt(2), 0.2,
+      0.1, 0.1]),
+]
+
+
+@pytest.mark.parametrize('args,want', SCHEDULES)
+def test_schedule_in_trainer(args, want):
+    warmup, total, power, end = args
     trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.3),
-                           iterations=total + 3)
+                           iterations=len(want))
     trainer.extend(chainer_lars.WarmupPolynomialShift(
         'lr', warmup, total, power=power, end=end))
     used = record(trainer)
     trainer.run()
-    want = [expected_schedule(t, 0.3, warmup, total, power, end)
-            for t in range(total + 3)]
     numpy.testing.assert_allclose(used, want, rtol=1e-12)
     assert used[-1] == end
 
@@ -101,7 +106,8 @@ def test_schedule_any_attribute():
         'momentum', 2, 6, init=0.8))
     used = record(trainer, 'momentum')
     trainer.run()
-    want = [expected_schedule(t, 0.8, 2, 6, 2.0) for t in range(6)]
+    # 0.8 * (t + 1) / 2, then 0.8 * (1 - (t - 2) / 4) ** 2.
+    want = [0.4, 0.8, 0.8, 0.45, 0.2, 0.05]
     numpy.testing.assert_allclose(used, want, rtol=1e-12)
 
 
@@ -110,7 +116,8 @@ def test_schedule_drives_lars_lr():
     trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 3, 8))
     used = record(trainer)
     trainer.run()
-    want = [expected_schedule(t, 5.0, 3, 8, 2.0) for t in range(8)]
+    # 5 * (t + 1) / 3, then 5 * (1 - (t - 3) / 5) ** 2.
+    want = [5 / 3, 10 / 3, 5.0, 5.0, 3.2, 1.8, 0.8, 0.2]
     numpy.testing.assert_allclose(used, want, rtol=1e-12)
 
 
@@ -149,6 +156,87 @@ def test_schedule_resumes_from_snapshot(tmp_path):
 def test_schedule_arguments_checked(kwargs, error):
     with pytest.raises(error):
         chainer_lars.WarmupPolynomialShift('lr', **kwargs)
+
+
+@pytest.mark.parametrize('kwargs,error,words', [
+    ({'attr': None}, TypeError, r'^attr must be a str, not None'),
+    ({'optimizer': 'main'}, TypeError,
+     r"^optimizer must be an optimizer .*not 'main' \(str\)$"),
+    ({'optimizer': chainer_lars.GradientLARS()}, TypeError,
+     '^optimizer must be an optimizer'),
+    ({'attr': 'lrr', 'optimizer': optimizers.MomentumSGD()}, ValueError,
+     r"^attr 'lrr': the optimizer \(MomentumSGD\) has no attribute"),
+    ({'end': -0.01, 'init': 0.1}, ValueError,
+     r'^end must not be negative when init is non-negative \(0.1\).*'
+     r'end=-0.01$'),
+    ({'end': -0.01, 'init': 0.0}, ValueError, '^end must not be negative'),
+    ({'end': 0.5, 'init': -0.5}, ValueError,
+     r'^end must not be positive when init is negative \(-0.5\)'),
+    ({'attr': 'momentum', 'init': 0.9, 'end': 1.0,
+      'optimizer': chainer_lars.LARS()}, ValueError,
+     "^end=1.0 is not a valid value of the optimizer's momentum: "
+     'momentum must be less than 1.0'),
+    ({'attr': 'momentum', 'init': 1.5,
+      'optimizer': chainer_lars.LARS()}, ValueError,
+     "^init=1.5 is not a valid value of the optimizer's momentum"),
+])
+def test_schedule_refused_at_construction(kwargs, error, words):
+    kwargs = dict({'attr': 'lr', 'warmup_count': 2, 'max_count': 5},
+                  **kwargs)
+    optimizer = kwargs.get('optimizer')
+    before = dict(getattr(optimizer, '__dict__', {}))
+    with pytest.raises(error, match=words):
+        chainer_lars.WarmupPolynomialShift(**kwargs)
+    assert getattr(optimizer, '__dict__', {}) == before
+
+
+def test_schedule_may_keep_a_negative_sign():
+    shift = chainer_lars.WarmupPolynomialShift('x', 0, 2, init=-0.5)
+    assert [shift.value(t) for t in range(3)] == [-0.5, -0.125, 0.0]
+
+
+def run_refused(optimizer, attr, error=ValueError, **kwargs):
+    """Runs a trainer whose schedule is refused when training starts."""
+    trainer = make_trainer(lambda: optimizer, iterations=3)
+    trainer.extend(chainer_lars.WarmupPolynomialShift(attr, 1, 3, **kwargs))
+    before = dict(vars(optimizer.hyperparam))
+    with pytest.raises(error) as info:
+        trainer.run(show_loop_exception_msg=False)
+    # Refused before anything was set or updated.
+    assert optimizer.t == 0
+    assert dict(vars(optimizer.hyperparam)) == before
+    return str(info.value)
+
+
+def test_schedule_of_a_missing_attribute_is_refused_at_start():
+    # 'lrr' used to be created on the optimizer, leaving lr alone.
+    optimizer = optimizers.MomentumSGD(lr=0.1)
+    message = run_refused(optimizer, 'lrr', init=0.1)
+    assert message.startswith("attr 'lrr': the optimizer (MomentumSGD) has "
+                              'no attribute')
+    assert not hasattr(optimizer, 'lrr')
+
+
+def test_schedule_to_a_negative_end_is_refused_at_start():
+    message = run_refused(optimizers.MomentumSGD(lr=0.1), 'lr', end=-1e-3)
+    assert message.startswith(
+        'end must not be negative when init is non-negative (0.1)')
+
+
+def test_schedule_outside_a_checked_attribute_is_refused_at_start():
+    # The trust coefficient of LARS must stay positive: a decay to the
+    # default end of 0 would fail only at the last iteration.
+    message = run_refused(chainer_lars.LARS(), 'trust_coefficient')
+    assert message.startswith(
+        "end=0.0 is not a valid value of the optimizer's trust_coefficient")
+
+
+def test_schedule_of_a_non_number_is_refused_at_start():
+    optimizer = optimizers.MomentumSGD()
+    optimizer.tag = 'sgd'
+    message = run_refused(optimizer, 'tag', error=TypeError)
+    assert message.startswith("the optimizer's tag (read for init=None) "
+                              "must be a real number, not 'sgd' (str)")
 
 
 # -- TrustRatioObserver ----------------------------------------------------
@@ -190,6 +278,29 @@ def test_observer_prefix_pattern_and_key():
     assert observer.key('g_norm', '/l1/W') == 'x/g_norm/l1/W'
     with pytest.raises(ValueError):
         observer.key('lr', '/l1/W')
+
+
+@pytest.mark.parametrize('kwargs,error,words', [
+    ({'pattern': '('}, ValueError,
+     r"^pattern is not a valid regular expression: '\('"),
+    ({'pattern': 3}, TypeError, r'^pattern must be .*not 3 \(int\)$'),
+    # A bytes pattern could never search a str path.
+    ({'pattern': b'/W$'}, TypeError, r"^pattern must be .*b'/W\$' \(bytes"),
+    ({'pattern': re.compile(b'/W$')}, TypeError,
+     '^pattern must be .*compiled bytes pattern'),
+    ({'prefix': None}, TypeError, r'^prefix must be a str, not None'),
+])
+def test_observer_arguments_checked(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        chainer_lars.TrustRatioObserver(FakeSource({}), **kwargs)
+
+
+def test_observer_takes_a_compiled_pattern():
+    source = FakeSource({'/l1/W': (0.5, 2.0, 3.0), '/l1/b': (1.0, 0.0, 0.1)})
+    observer = chainer_lars.TrustRatioObserver(source,
+                                               pattern=re.compile('/b$'))
+    assert sorted(observe_once(observer)) == [
+        'lars/g_norm/l1/b', 'lars/ratio/l1/b', 'lars/w_norm/l1/b']
 
 
 def test_observer_checks_source():

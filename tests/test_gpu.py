@@ -1,173 +1,362 @@
-"""GPU tests: the CUDA kernels against the CPU path, launches, no host sync.
+"""The GPU path against the CPU path: kernels, launch code, update rules.
 
-Skipped where no GPU is usable; ``benchmarks/gpu_check.sh`` runs them on a
-machine with a GPU.
+Every test runs twice: on the emulated device (the kernels' CUDA source
+compiled for the CPU by :mod:`chainer_lars.testing.cuda_emulator`, with
+Chainer taking :mod:`chainer_lars.testing.emulated_cupy` for CuPy), in the
+default suite; and on a real GPU (marked ``gpu``, skipped without one; run
+by ``benchmarks/gpu_check.sh``). The CPU path is checked against float64
+NumPy written out by hand in the other test modules; here the GPU path must
+equal it within the rounding of each dtype.
 """
 
 import numpy
 import pytest
 
+import chainer
 from chainer.backends import cuda
 from chainer import optimizers
 from chainer import testing
 
 import chainer_lars
+from chainer_lars import cuda_kernels
+from chainer_lars.testing import emulated_cupy
 from tests import lars_reference as ref
 
 
-# conftest.py skips these where no GPU is usable.
-pytestmark = pytest.mark.gpu
+THREADS, CHUNK = cuda_kernels.THREADS, cuda_kernels.CHUNK
+#: Sizes at the edges of a block's threads and of a block's chunk, and an
+#: array of many chunks (past 128 blocks of 4 elements a thread).
+SIZES = [0, 1, THREADS - 1, THREADS, THREADS + 1, CHUNK - 1, CHUNK,
+         CHUNK + 1, 128 * THREADS * 4 + 1]
+#: Many arrays of mixed sizes, for the tests of every option (the large
+#: arrays of SIZES cost seconds in the emulator).
+MIXED = [0, 1, THREADS + 1, CHUNK + 1] + list(
+    numpy.random.RandomState(0).randint(1, 3 * THREADS, 24))
+#: The relative tolerance of each dtype's rounding, for one update.
+RTOL = {numpy.float16: 4e-3, numpy.float32: 2e-6, numpy.float64: 1e-13}
+DTYPES = [numpy.float16, numpy.float32, numpy.float64]
 
-PATHS = ['/conv1/W', '/conv1/b', '/bn1/gamma', '/bn1/beta', '/fc/W', '/fc/b']
-TOL = {numpy.float16: 5e-3, numpy.float32: 1e-5, numpy.float64: 1e-12}
+
+@pytest.fixture(params=['emulated',
+                        pytest.param('cuda', marks=pytest.mark.gpu)])
+def gpu(request, monkeypatch):
+    """The device under test; records our kernels' launches by name."""
+    # Chainer caches its elementwise kernels on the update rule classes.
+    monkeypatch.setattr(optimizers.momentum_sgd.MomentumSGDRule, '_kernel',
+                        None)
+    launches = []
+    original = cuda_kernels._kernel
+
+    def counting(xp, dtype, name):
+        kernel = original(xp, dtype, name)
+
+        def launch(*args, **kwargs):
+            launches.append(name)
+            return kernel(*args, **kwargs)
+        return launch
+    monkeypatch.setattr(cuda_kernels, '_kernel', counting)
+    if request.param == 'emulated':
+        with emulated_cupy.installed():
+            emulated_cupy.stats.reset()
+            yield _Gpu(emulated_cupy, launches)
+    else:
+        yield _Gpu(cuda.cupy, launches)
+
+
+class _Gpu(object):
+
+    def __init__(self, xp, launches):
+        self.xp = xp
+        self.launches = launches
+        self.emulated = xp is emulated_cupy
+
+    def send(self, link):
+        return link.to_device('@cupy:0')
+
+
+class Params(chainer.Chain):
+
+    """Parameters ``/l<i>/W`` of the given sizes, and ``/l<i>/b`` of 3."""
+
+    def __init__(self, sizes, dtype, seed=0, g_scale=1.0, biases=True):
+        super(Params, self).__init__()
+        rng = numpy.random.RandomState(seed)
+        with self.init_scope():
+            for i, n in enumerate(sizes):
+                link = chainer.Link()
+                with link.init_scope():
+                    link.W = chainer.Parameter(
+                        rng.standard_normal(n).astype(dtype))
+                    if biases:
+                        link.b = chainer.Parameter(
+                            (rng.standard_normal(3) * 1e-3).astype(dtype))
+                setattr(self, 'l{}'.format(i), link)
+        self.refill_grads(seed + 1, g_scale)
+
+    def refill_grads(self, seed, g_scale=1.0):
+        rng = numpy.random.RandomState(seed)
+        for _, param in sorted(self.namedparams()):
+            xp = param.device.xp
+            g = (rng.standard_normal(param.shape) * g_scale).astype(
+                param.dtype)
+            param.grad = g if xp is numpy else xp.asarray(g)
+
+
+def _pair(gpu, sizes, dtype, **kwargs):
+    cpu = Params(sizes, dtype, **kwargs)
+    dev = Params(sizes, dtype, **kwargs)
+    gpu.send(dev)
+    return cpu, dev
+
+
+def _host(link, attr='array'):
+    return {path: numpy.asarray(cuda.to_cpu(getattr(p, attr)),
+                                numpy.float64)
+            for path, p in link.namedparams()}
+
+
+def _assert_close(actual, expected, dtype, factor=1.0):
+    rtol = RTOL[dtype] * factor
+    for path in expected:
+        a, e = actual[path], expected[path]
+        scale = numpy.abs(e).max() if e.size else 0.0
+        numpy.testing.assert_allclose(
+            a, e, rtol=rtol, atol=rtol * scale, err_msg=path)
+
 
 HOOK_CASES = [
     dict(),
     dict(weight_decay=1e-3, trust_coefficient=0.5, eps=0.0,
-         exclude_from_weight_decay=['/b$', 'bn1'],
-         exclude_from_layer_adaptation=['/conv1/b', 'gamma']),
+         exclude_from_weight_decay=['/b$', 'l2/'],
+         exclude_from_layer_adaptation=['l1/', 'l3/W']),
     dict(clip=True, trust_coefficient=1e-3, weight_decay=1e-4),
     dict(threshold=0.0, weight_decay=0.1),
 ]
+SCALINGS = [None, 'static', 'dynamic']
 
 
-def _pair(dtype, seed=0):
-    cpu, gpu = ref.Net(dtype), ref.Net(dtype)
-    ref.fill(cpu, seed)
-    ref.fill(gpu, seed)
-    gpu.to_gpu()
-    return cpu, gpu
+def _run(model, optimizer, hook, scaling, fp32_update=False, steps=2,
+         g_scale=1.0):
+    optimizer.setup(model)
+    if fp32_update:
+        optimizer.use_fp32_update()
+    if scaling == 'static':
+        optimizer.loss_scaling(scale=2.0 ** 10)
+    elif scaling == 'dynamic':
+        optimizer.loss_scaling(interval=1000, scale=2.0 ** 10)
+    if hook is not None:
+        optimizer.add_hook(hook)
+    for step in range(steps):
+        model.refill_grads(100 + step, g_scale)
+        _scale_grads(model, optimizer._loss_scale)
+        optimizer.update()
+    return optimizer
 
 
-class _LaunchCounter(object):
-
-    def __init__(self, monkeypatch):
-        from chainer_lars import cuda_kernels
-        self.names = []
-        original = cuda_kernels._kernel
-
-        def counting(dtype, name):
-            kernel = original(dtype, name)
-
-            def launch(*args, **kwargs):
-                self.names.append(name)
-                return kernel(*args, **kwargs)
-            return launch
-        monkeypatch.setattr(cuda_kernels, '_kernel', counting)
+def _scale_grads(model, loss_scale):
+    # What backward(loss_scale=S) leaves: S times the gradient, and S on
+    # every parameter.
+    for param in model.params():
+        if loss_scale is not None:
+            param.grad *= loss_scale
+        param._loss_scale = loss_scale
 
 
-@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('multi_tensor', [True, False])
 @pytest.mark.parametrize('kwargs', HOOK_CASES)
-@pytest.mark.parametrize('loss_scale', [None, 2.0 ** 10])
-def test_hook_agrees_with_cpu(dtype, multi_tensor, kwargs, loss_scale):
-    cpu, gpu = _pair(dtype)
-    results = []
-    for model in (cpu, gpu):
-        opt = optimizers.MomentumSGD(lr=0.05)
-        opt.setup(model)
+@pytest.mark.parametrize('scaling', SCALINGS)
+def test_hook_agrees_with_cpu(gpu, dtype, multi_tensor, kwargs, scaling):
+    _check_hook(gpu, dtype, multi_tensor, kwargs, scaling, MIXED)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_hook_agrees_with_cpu_at_every_size(gpu, dtype, multi_tensor):
+    _check_hook(gpu, dtype, multi_tensor, HOOK_CASES[1], 'static', SIZES)
+
+
+def _check_hook(gpu, dtype, multi_tensor, kwargs, scaling, sizes):
+    g_scale = 1e-2 if dtype == numpy.float16 else 1.0
+    cpu, dev = _pair(gpu, sizes, dtype)
+    hooks = []
+    for model in (cpu, dev):
         hook = chainer_lars.GradientLARS(multi_tensor=multi_tensor, **kwargs)
-        if loss_scale:
-            for p in model.params():
-                p.grad *= loss_scale
-                p._loss_scale = loss_scale
-        hook(opt)
-        results.append((ref.snapshot(model, 'grad'), hook.observe()))
-    (g_cpu, o_cpu), (g_gpu, o_gpu) = results
-    tol = TOL[dtype]
-    for path in PATHS:
-        testing.assert_allclose(g_gpu[path], g_cpu[path], rtol=tol, atol=tol)
-        testing.assert_allclose(o_gpu[path], o_cpu[path], rtol=tol)
+        _run(model, optimizers.MomentumSGD(lr=0.05), hook, scaling,
+             g_scale=g_scale)
+        hooks.append(hook)
+    _assert_close(_host(dev), _host(cpu), dtype)
+    observed_cpu, observed_gpu = (h.observe() for h in hooks)
+    assert sorted(observed_gpu) == sorted(observed_cpu)
+    for path, expected in observed_cpu.items():
+        numpy.testing.assert_allclose(observed_gpu[path], expected,
+                                      rtol=RTOL[dtype] * 10, err_msg=path)
 
 
-@pytest.mark.parametrize('fp32_update', [False, True])
-def test_hook_fp16_agrees_with_cpu(fp32_update):
-    cpu, gpu = _pair(numpy.float16)
-    for model in (cpu, gpu):
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_hook_fp32_update_agrees_with_cpu(gpu, dtype):
+    cpu, dev = _pair(gpu, MIXED, dtype)
+    for model in (cpu, dev):
+        _run(model, optimizers.MomentumSGD(lr=0.05),
+             chainer_lars.GradientLARS(weight_decay=1e-3), 'static',
+             fp32_update=True, g_scale=1e-2)
+    _assert_close(_host(dev), _host(cpu), dtype)
+
+
+def test_hook_skipped_update_agrees_with_cpu(gpu):
+    # Dynamic loss scaling skips an update with an inf in a gradient: the
+    # hook still runs, the inf stays in its own array, no weight moves.
+    cpu, dev = _pair(gpu, [5, CHUNK + 3], numpy.float32)
+    results = []
+    for model in (cpu, dev):
         opt = optimizers.MomentumSGD(lr=0.05)
         opt.setup(model)
-        if fp32_update:
-            opt.use_fp32_update()
-        opt.loss_scaling(scale=256.0)
+        opt.loss_scaling(interval=1000, scale=2.0 ** 10)
         opt.add_hook(chainer_lars.GradientLARS(weight_decay=1e-3))
-        for step in range(3):
-            x, t = ref.batch(step, dtype=numpy.float16)
-            if model is gpu:
-                x, t = cuda.to_gpu(x), cuda.to_gpu(t)
-            opt.update(ref.loss_fn(model, x, t))
-    a, b = ref.snapshot(cpu), ref.snapshot(gpu)
-    for path in PATHS:
-        testing.assert_allclose(b[path], a[path], rtol=1e-2, atol=1e-2)
+        before = _host(model)
+        model.l1.W.grad[7] = numpy.inf
+        _scale_grads(model, opt._loss_scale)
+        with pytest.warns(UserWarning, match='Non finite'):
+            opt.update()
+        results.append((before, _host(model), _host(model, 'grad'),
+                        opt._loss_scale))
+    (b0, w0, g0, s0), (b1, w1, g1, s1) = results
+    assert s0 == s1 == 2.0 ** 9
+    for path in b0:
+        numpy.testing.assert_array_equal(w1[path], b1[path])
+        numpy.testing.assert_array_equal(w0[path], b0[path])
+        assert (numpy.isfinite(g1[path]) == numpy.isfinite(g0[path])).all()
+    assert not numpy.isfinite(g1['/l1/W']).all()
+    assert numpy.isfinite(g1['/l0/W']).all()
+    _assert_close({'/l0/W': g1['/l0/W']}, {'/l0/W': g0['/l0/W']},
+                  numpy.float32)
 
 
-def test_hook_multi_tensor_uses_two_launches(monkeypatch):
-    counter = _LaunchCounter(monkeypatch)
-    _, gpu = _pair(numpy.float32)
+LARS_CASES = [
+    dict(),
+    dict(nesterov=True, weight_decay=1e-3),
+    dict(exclude_from_weight_decay=['/b$', 'l2/'],
+         exclude_from_layer_adaptation=['l1/', 'l3/W'], eps=1e-9),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('kwargs', LARS_CASES)
+@pytest.mark.parametrize('scaling', SCALINGS)
+def test_lars_agrees_with_cpu(gpu, dtype, kwargs, scaling):
+    _check_lars(gpu, dtype, kwargs, scaling, MIXED)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_lars_agrees_with_cpu_at_every_size(gpu, dtype):
+    _check_lars(gpu, dtype, LARS_CASES[2], 'static', SIZES)
+
+
+def _check_lars(gpu, dtype, kwargs, scaling, sizes):
+    cpu, dev = _pair(gpu, sizes, dtype)
+    opts = []
+    for model in (cpu, dev):
+        opts.append(_run(model, chainer_lars.LARS(lr=2.0, **kwargs), None,
+                         scaling, g_scale=1e-2))
+    _assert_close(_host(dev), _host(cpu), dtype, factor=4)
+    observed_cpu, observed_gpu = (o.observe() for o in opts)
+    assert sorted(observed_gpu) == sorted(observed_cpu)
+    for path, expected in observed_cpu.items():
+        numpy.testing.assert_allclose(observed_gpu[path], expected,
+                                      rtol=RTOL[dtype] * 10, err_msg=path)
+
+
+def test_lars_fp32_update_agrees_with_cpu(gpu):
+    cpu, dev = _pair(gpu, MIXED, numpy.float16)
+    for model in (cpu, dev):
+        _run(model, chainer_lars.LARS(lr=2.0, weight_decay=1e-3), None,
+             'dynamic', fp32_update=True, g_scale=1e-2)
+    _assert_close(_host(dev), _host(cpu), numpy.float16)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_hook_launches_twice_per_dtype(gpu, dtype):
+    _, dev = _pair(gpu, MIXED, dtype)
     opt = optimizers.MomentumSGD(lr=0.05)
-    opt.setup(gpu)
-    chainer_lars.GradientLARS(weight_decay=1e-4)(opt)
-    assert counter.names == ['chainer_lars_multi_sqnorms',
-                             'chainer_lars_multi_scale_add']
+    hook = chainer_lars.GradientLARS(weight_decay=1e-4)
+    opt.setup(dev)
+    hook(opt)
+    per_update = ['chainer_lars_multi_norms', 'chainer_lars_multi_scale_add']
+    if dtype == numpy.float16:
+        # float16 gradients are rescaled inside their update rules.
+        assert gpu.launches == []
+    else:
+        assert gpu.launches == per_update
 
 
-def test_hook_per_array_uses_two_launches_each(monkeypatch):
-    counter = _LaunchCounter(monkeypatch)
-    _, gpu = _pair(numpy.float32)
+def test_hook_launches_per_dtype_in_a_mixed_model(gpu):
+    model = chainer.Chain()
+    with model.init_scope():
+        model.a = Params([CHUNK + 1, 7], numpy.float32)
+        model.b = Params([9], numpy.float64)
+    gpu.send(model)
     opt = optimizers.MomentumSGD(lr=0.05)
-    opt.setup(gpu)
-    chainer_lars.GradientLARS(weight_decay=1e-4, multi_tensor=False)(opt)
-    assert counter.names == ['chainer_lars_sqnorms',
-                             'chainer_lars_scale_add'] * len(PATHS)
+    opt.setup(model)
+    chainer_lars.GradientLARS()(opt)
+    assert gpu.launches == ['chainer_lars_multi_norms',
+                            'chainer_lars_multi_scale_add'] * 2
 
 
-@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
-@pytest.mark.parametrize('nesterov', [False, True])
-def test_lars_agrees_with_cpu(dtype, nesterov):
-    kwargs = dict(lr=0.5, weight_decay=1e-3, nesterov=nesterov,
-                  exclude_from_weight_decay=['/b$'],
-                  exclude_from_layer_adaptation=['bn1'])
-    cpu, gpu = _pair(dtype)
-    for model in (cpu, gpu):
-        opt = chainer_lars.LARS(**kwargs)
-        opt.setup(model)
-        for step in range(4):
-            x, t = ref.batch(step, dtype=dtype)
-            if model is gpu:
-                x, t = cuda.to_gpu(x), cuda.to_gpu(t)
-            opt.update(ref.loss_fn(model, x, t))
-    a, b = ref.snapshot(cpu), ref.snapshot(gpu)
-    tol = TOL[dtype] * 10
-    for path in PATHS:
-        testing.assert_allclose(b[path], a[path], rtol=tol, atol=tol)
+def test_hook_per_array_launches_twice_per_array(gpu):
+    _, dev = _pair(gpu, MIXED, numpy.float32)
+    opt = optimizers.MomentumSGD(lr=0.05)
+    opt.setup(dev)
+    chainer_lars.GradientLARS(multi_tensor=False)(opt)
+    arrays = sum(1 for p in dev.params() if p.size)
+    assert gpu.launches == ['chainer_lars_multi_norms',
+                            'chainer_lars_multi_scale_add'] * arrays
 
 
-@pytest.mark.parametrize('fp32_update', [False, True])
-def test_lars_fp16_agrees_with_cpu(fp32_update):
-    cpu, gpu = _pair(numpy.float16)
-    for model in (cpu, gpu):
-        opt = chainer_lars.LARS(lr=1.0, weight_decay=1e-3)
-        opt.setup(model)
-        if fp32_update:
-            opt.use_fp32_update()
-        for step in range(3):
-            x, t = ref.batch(step, dtype=numpy.float16)
-            if model is gpu:
-                x, t = cuda.to_gpu(x), cuda.to_gpu(t)
-            opt.update(ref.loss_fn(model, x, t))
-    a, b = ref.snapshot(cpu), ref.snapshot(gpu)
-    for path in PATHS:
-        testing.assert_allclose(b[path], a[path], rtol=1e-2, atol=1e-2)
-
-
-def test_lars_uses_two_launches_per_adapted_array(monkeypatch):
-    counter = _LaunchCounter(monkeypatch)
-    _, gpu = _pair(numpy.float32)
-    opt = chainer_lars.LARS(exclude_from_layer_adaptation=['/b$'])
-    opt.setup(gpu)
+def test_lars_launches_twice_per_array(gpu):
+    _, dev = _pair(gpu, MIXED, numpy.float32)
+    opt = chainer_lars.LARS()
+    opt.setup(dev)
     opt.update()
-    adapted = [p for p in PATHS if not p.endswith('/b')]
-    assert counter.names.count('chainer_lars_sqnorms') == len(adapted)
-    assert counter.names.count('chainer_lars_momentum') == len(PATHS)
+    arrays = sum(1 for p in dev.params() if p.size)
+    assert gpu.launches == ['chainer_lars_multi_norms',
+                            'chainer_lars_multi_momentum'] * arrays
+
+
+@pytest.mark.parametrize('make', [
+    lambda: (optimizers.MomentumSGD(lr=0.1),
+             chainer_lars.GradientLARS(weight_decay=1e-4)),
+    lambda: (optimizers.MomentumSGD(lr=0.1),
+             chainer_lars.GradientLARS(weight_decay=1e-4,
+                                       multi_tensor=False, clip=True)),
+    lambda: (chainer_lars.LARS(), None),
+])
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_no_transfer_to_the_host_in_an_update(gpu, make, dtype):
+    if not gpu.emulated:
+        pytest.skip('counted by the emulator; on a GPU, '
+                    'test_no_host_synchronisation')
+    _, dev = _pair(gpu, MIXED, dtype)
+    opt, hook = make()
+    _run(dev, opt, hook, 'static', steps=1, g_scale=1e-2)
+    emulated_cupy.stats.reset()
+    dev.refill_grads(7, 1e-2)
+    _scale_grads(dev, opt._loss_scale)
+    opt.update()
+    assert emulated_cupy.stats.to_host == 0
+    assert emulated_cupy.stats.launches  # the update did run on the device
+
+
+def test_table_is_reused_until_a_pointer_changes(gpu):
+    _, dev = _pair(gpu, MIXED, numpy.float32)
+    opt = optimizers.MomentumSGD(lr=0.05)
+    hook = chainer_lars.GradientLARS()
+    _run(dev, opt, hook, None, steps=3)
+    assert hook._tables.builds == 1
+    dev.l2.W.grad = gpu.xp.zeros_like(dev.l2.W.array)  # a new pointer
+    opt.update()
+    assert hook._tables.builds == 2
+    opt.update()
+    assert hook._tables.builds == 2
 
 
 _SPIN = r'''
@@ -186,16 +375,16 @@ extern "C" __global__ void chainer_lars_test_spin(long long cycles) {
                                        multi_tensor=False)),
     lambda: (chainer_lars.LARS(), None),
 ])
-def test_no_host_synchronisation(make):
+def test_no_host_synchronisation(gpu, make):
     # A kernel that keeps the device busy for about a second is queued
     # first; an update that waited for the device would return after it.
-    cupy = cuda.cupy
-    _, gpu = _pair(numpy.float32)
+    if gpu.emulated:
+        pytest.skip('launches are synchronous in the emulator; transfers '
+                    'are counted by test_no_transfer_to_the_host_in_an_update')
+    cupy = gpu.xp
+    _, dev = _pair(gpu, MIXED, numpy.float32)
     opt, hook = make()
-    opt.setup(gpu)
-    if hook is not None:
-        opt.add_hook(hook)
-    opt.update()  # compile the kernels, build the tables
+    _run(dev, opt, hook, None, steps=1)
     cupy.cuda.Device().synchronize()
     spin = cupy.RawKernel(_SPIN, 'chainer_lars_test_spin')
     rate = cupy.cuda.runtime.deviceGetAttribute(
@@ -206,3 +395,20 @@ def test_no_host_synchronisation(make):
     still_spinning = not spun.done
     cupy.cuda.Device().synchronize()
     assert still_spinning, 'the update waited for the device'
+
+
+def test_fp16_model_matches_reference_net(gpu):
+    # The model of the CPU tests, through forward-free updates, in float16
+    # with loss scaling: the delegate path of the hook on the device.
+    cpu, dev = ref.Net(numpy.float16), ref.Net(numpy.float16)
+    ref.fill(cpu, 0, g_scale=1e-2)
+    ref.fill(dev, 0, g_scale=1e-2)
+    gpu.send(dev)
+    for model in (cpu, dev):
+        opt = optimizers.MomentumSGD(lr=0.05)
+        opt.setup(model)
+        opt.add_hook(chainer_lars.GradientLARS(weight_decay=1e-3))
+        opt.update()
+    a, b = ref.snapshot(cpu), _host(dev)
+    for path in a:
+        testing.assert_allclose(b[path], a[path], rtol=1e-2, atol=1e-3)

@@ -1,4 +1,7 @@
+import copy
 import math
+import pickle
+import re
 
 import hypothesis
 from hypothesis import strategies as st
@@ -197,7 +200,9 @@ def test_loss_scaling_equals_unscaled_run(dynamic):
 
 
 def test_chainer_hook_is_wrong_under_loss_scaling():
-    # Documents the defect this package fixes (SPEC.md section 1).
+    # Documents the defect this package fixes: Chainer's hook runs before
+    # the rule divides the gradient by the loss scale S, so its ratio is
+    # ||w|| / (S ||g|| + ...) and its weight-decay term is off by S.
     plain, opt_plain = setup(optimizer_hooks.GradientLARS(weight_decay=0.1))
     scaled, opt_scaled = setup(optimizer_hooks.GradientLARS(weight_decay=0.1))
     opt_scaled.loss_scaling(scale=1024.0)
@@ -285,6 +290,217 @@ def test_removed_hook_leaves_fp16_parameters_alone():
     link.p.grad = numpy.array([0.5, 0.5], numpy.float16)
     opt.update()
     testing.assert_allclose(link.p.array, w - 0.1 * 0.5, rtol=1e-3)
+
+
+def test_removing_the_hook_after_a_skipped_update_stops_it():
+    # Dynamic loss scaling skips an update with a non-finite gradient: the
+    # rules never run, and the float16 delegates were left armed, so the
+    # next update was rescaled once more after the hook was removed.
+    link = _fp16_link([1.0, 2.0], [numpy.inf, 0.5])
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(link)
+    opt.loss_scaling(interval=1)
+    hook = chainer_lars.GradientLARS(threshold=0.0)  # the user keeps it
+    opt.add_hook(hook)
+    with pytest.warns(UserWarning, match='Non finite'):
+        opt.update()
+    assert link.p.array.tolist() == [1.0, 2.0]  # skipped
+    opt.remove_hook('GradientLARS')
+    link.p.grad = numpy.array([0.5, 0.5], numpy.float16)
+    opt.update()
+    testing.assert_allclose(link.p.array, [1.0 - 0.05, 2.0 - 0.05],
+                            rtol=1e-3)
+
+
+def test_update_after_a_skipped_one_is_rescaled_once():
+    link = _fp16_link([1.0, 2.0], [numpy.inf, 0.5])
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(link)
+    opt.loss_scaling(interval=1)
+    opt.add_hook(chainer_lars.GradientLARS(threshold=0.0))
+    with pytest.warns(UserWarning, match='Non finite'):
+        opt.update()
+    g = numpy.array([0.5, 0.5])
+    link.p.grad = g.astype(numpy.float16)
+    opt.update()
+    # r = ||w|| / (eps + ||g||) = sqrt(5) / sqrt(0.5), applied once.
+    step = 0.1 * math.sqrt(5.0) / (1e-9 + math.sqrt(0.5)) * g
+    testing.assert_allclose(link.p.array, numpy.array([1.0, 2.0]) - step,
+                            rtol=1e-3)
+
+
+def test_a_direct_call_rescales_float16_in_the_next_update_too():
+    # hook(optimizer) rewrites the float32 gradients at once and defers the
+    # float16 ones into the update that follows, which rescales both.
+    model = ref.Net(numpy.float16)
+    ref.fill(model, 0)
+    with model.init_scope():
+        model.wide = chainer.Parameter(numpy.array([3.0, 4.0], numpy.float32))
+    model.wide.grad = numpy.array([1.0, 0.0], numpy.float32)
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(model)
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    chainer_lars.GradientLARS()(opt)
+    opt.update()
+    for path, param in model.namedparams():
+        expected = w[path] - 0.1 * ref.hook_gradient(w[path], g[path])
+        testing.assert_allclose(param.array, expected, rtol=2e-3, atol=2e-3)
+
+
+def test_hook_pickles():
+    hook = chainer_lars.GradientLARS(
+        threshold=0.1, weight_decay=1e-3, eps=0.0, trust_coefficient=0.5,
+        clip=True, exclude_from_weight_decay=['/b$'],
+        exclude_from_layer_adaptation=['gamma'], multi_tensor=False)
+    copied = pickle.loads(pickle.dumps(hook))
+    assert repr(copied) == repr(hook)
+    assert copied._multi_tensor is False
+
+
+def _copy(obj, how):
+    if how == 'pickle':
+        return pickle.loads(pickle.dumps(obj))
+    return copy.deepcopy(obj)
+
+
+def _delegates(model):
+    return [(path, h) for path, p in model.namedparams()
+            for h in p.update_rule._hookable._pre_update_hooks.values()]
+
+
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+@pytest.mark.parametrize('dtype,fp32_update', [
+    (numpy.float32, False), (numpy.float16, False), (numpy.float16, True)])
+def test_copied_optimizer_continues_like_the_original(how, dtype,
+                                                      fp32_update):
+    # As Chainer's TestOptimizerPickable: copy after an update, then update
+    # the original and the copy alike and compare.
+    hook = chainer_lars.GradientLARS(weight_decay=1e-3,
+                                     exclude_from_layer_adaptation=['/b$'])
+    model, opt = setup(hook, dtype)
+    if fp32_update:
+        opt.use_fp32_update()
+    opt.loss_scaling(interval=1)
+    x, t = ref.batch(0, dtype=dtype)
+    opt.update(ref.loss_fn(model, x, t))
+
+    other = _copy(opt, how)
+    other_hook = other._hookable._pre_update_hooks['GradientLARS']
+    assert other_hook is not hook and other.target is not model
+    # Each copied rule holds a delegate of the copied hook, and only that.
+    for path, delegate in _delegates(other.target):
+        assert delegate.hook is other_hook, path
+    if dtype == numpy.float16:
+        assert len(_delegates(other.target)) == len(PATHS)
+
+    # Independent: updating the copy leaves the original alone.
+    before = ref.snapshot(model)
+    x, t = ref.batch(1, dtype=dtype)
+    other.update(ref.loss_fn(other.target, x, t))
+    after = ref.snapshot(model)
+    assert all(before[p].tobytes() == after[p].tobytes() for p in PATHS)
+    opt.update(ref.loss_fn(model, x, t))
+    for step in range(2, 4):
+        x, t = ref.batch(step, dtype=dtype)
+        opt.update(ref.loss_fn(model, x, t))
+        other.update(ref.loss_fn(other.target, x, t))
+
+    assert other.t == opt.t == 4
+    assert other._loss_scale == opt._loss_scale
+    ours = dict(model.namedparams())
+    for path, param in other.target.namedparams():
+        assert param.array.tobytes() == ours[path].array.tobytes(), path
+        rule, our_rule = param.update_rule, ours[path].update_rule
+        assert (rule.state['v'].tobytes()
+                == our_rule.state['v'].tobytes()), path
+        if fp32_update:
+            assert (rule._fp32_param.array.tobytes()
+                    == our_rule._fp32_param.array.tobytes()), path
+    # One delegate per float16 rule still: none was added by the copy.
+    if dtype == numpy.float16:
+        assert len(_delegates(other.target)) == len(PATHS)
+    assert sorted(other_hook.observe()) == sorted(PATHS)
+    assert other_hook.observe() == hook.observe()
+
+
+@pytest.fixture
+def emulated_gpu():
+    """The CPU emulation of a CUDA device, where a C++ compiler exists."""
+    from chainer_lars.testing import cuda_emulator
+    from chainer_lars.testing import emulated_cupy
+    try:
+        cuda_emulator.compiler()
+    except cuda_emulator.EmulatorError as e:
+        pytest.skip(str(e))
+    with emulated_cupy.installed() as xp:
+        yield xp
+
+
+def _set_grads(xp, model, step):
+    rng = numpy.random.RandomState(100 + step)
+    for _, param in sorted(model.namedparams()):
+        param.grad = xp.asarray(
+            rng.standard_normal(param.shape).astype(param.dtype))
+
+
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_copy_on_gpu_makes_its_own_tables(emulated_gpu, how, multi_tensor):
+    xp = emulated_gpu
+    model = ref.Net()
+    ref.fill(model, 0)
+    model.to_device('@cupy:0')
+    opt = optimizers.MomentumSGD(lr=0.1).setup(model)
+    hook = chainer_lars.GradientLARS(weight_decay=1e-3,
+                                     multi_tensor=multi_tensor)
+    opt.add_hook(hook)
+    _set_grads(xp, model, 0)
+    opt.update()
+    assert hook._tables is not None
+    other = _copy(opt, how)
+    other_hook = other._hookable._pre_update_hooks['GradientLARS']
+    assert other_hook._tables is None and other_hook.observe() == {}
+    for step in (1, 2):
+        _set_grads(xp, model, step)
+        opt.update()
+        _set_grads(xp, other.target, step)
+        other.update()
+    assert other_hook._tables is not None
+    assert other_hook._tables is not hook._tables
+    ours = dict(model.namedparams())
+    for path, param in other.target.namedparams():
+        assert isinstance(param.array, xp.ndarray)
+        assert (param.array.get().tobytes()
+                == ours[path].array.get().tobytes()), path
+    assert other_hook.observe() == hook.observe()
+
+
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+def test_copy_of_a_hook_starts_without_observations(how):
+    hook = chainer_lars.GradientLARS()
+    _, opt = setup(hook)
+    opt.update()
+    assert hook.observe()
+    assert _copy(hook, how).observe() == {}
+
+
+def test_two_hooks_on_one_model_keep_their_own_delegates():
+    link = _fp16_link([1.0, 2.0], [0.5, 0.5])
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(link)
+    first = chainer_lars.GradientLARS(threshold=0.0)
+    second = copy.deepcopy(first)
+    opt.add_hook(first)
+    opt.add_hook(second, name='second')
+    opt.update()
+    names = list(link.p.update_rule._hookable._pre_update_hooks)
+    assert names == ['chainer_lars.GradientLARS',
+                     'chainer_lars.GradientLARS#2']
+    # Both ran: ||r * g|| = ||w|| after the first, and the second's ratio
+    # of ||w|| / ||w|| = 1 keeps it.
+    step = 0.1 * math.sqrt(5.0) / math.sqrt(0.5) * 0.5
+    testing.assert_allclose(link.p.array, [1.0 - step, 2.0 - step],
+                            rtol=1e-3)
 
 
 def test_registered_on_a_single_update_rule():
@@ -416,10 +632,22 @@ def test_observe_reports_ratios_and_unscaled_norms():
      'exclude_from_layer_adaptation.*3'),
     ({'exclude_from_layer_adaptation': 3}, TypeError,
      'exclude_from_layer_adaptation.*3'),
+    ({'exclude_from_weight_decay': b'/b$'}, TypeError,
+     r"exclude_from_weight_decay.*b'/b\$' \(bytes\)"),
+    ({'exclude_from_weight_decay': re.compile(b'/b$')}, TypeError,
+     'exclude_from_weight_decay.*compiled bytes pattern'),
 ])
 def test_bad_arguments(kwargs, error, words):
     with pytest.raises(error, match=words):
         chainer_lars.GradientLARS(**kwargs)
+
+
+@pytest.mark.parametrize('name', ['clip', 'multi_tensor'])
+def test_flags_accept_numpy_bools(name):
+    hook = chainer_lars.GradientLARS(**{name: numpy.bool_(True)})
+    assert getattr(hook, '_' + name) is True
+    with pytest.raises(TypeError, match=name + r' must be a bool, not 1 '):
+        chainer_lars.GradientLARS(**{name: 1})
 
 
 def test_bad_assignment_is_refused_and_keeps_the_old_value():
@@ -431,7 +659,7 @@ def test_bad_assignment_is_refused_and_keeps_the_old_value():
 
 def test_a_single_string_is_one_pattern():
     hook = chainer_lars.GradientLARS(exclude_from_weight_decay='/b$')
-    assert hook.exclude_from_weight_decay == ['/b$']
+    assert hook.exclude_from_weight_decay == ('/b$',)
 
 
 def test_needs_a_set_up_optimizer():
@@ -491,23 +719,6 @@ def test_property_finite_and_matches_reference(case):
     tiny = float(numpy.finfo(w.dtype).smallest_subnormal)
     testing.assert_allclose(out, expected, rtol=tol, atol=tol * scale + tiny)
     assert link.p.array.tobytes() == w.tobytes()  # the weights are read only
-
-
-def test_trust_ratio_xp_matches_the_host_version():
-    from chainer_lars import ratio
-    cases = [(w, g, wd, eps, thr, req, clip)
-             for w in [0.0, 1e-3, 2.0] for g in [0.0, 1e-4, 3.0]
-             for wd in [0.0, 0.1] for eps in [0.0, 1e-9]
-             for thr in [0.0, 1e-2] for req in [False, True]
-             for clip in [None, 0.0, 0.05, 10.0]]
-    for w, g, wd, eps, thr, req, clip in cases:
-        host = ratio.trust_ratio(w, g, wd, eps, 0.5, thr, req, clip)
-        dev = ratio.trust_ratio_xp(numpy, numpy.float64(w * w),
-                                   numpy.float64((2 * g) ** 2), wd, eps,
-                                   0.5, thr, req, clip, loss_scale=2.0)
-        assert math.isfinite(host)
-        assert float(dev) == pytest.approx(host, rel=1e-12), (
-            w, g, wd, eps, thr, req, clip)
 
 
 class _HalfFirst(chainer.Chain):
@@ -616,3 +827,44 @@ def test_huge_gradients_do_not_overflow_the_norm(monkeypatch, numba):
     expected = ref.hook_gradient(numpy.ones(100), numpy.full(100, 3e20))
     testing.assert_allclose(link.p.grad, expected, rtol=1e-6)
     assert numpy.all(link.p.grad > 0)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
+                                   numpy.float64])
+@pytest.mark.parametrize('kwargs', [
+    dict(),
+    dict(weight_decay=0.1, trust_coefficient=0.5),
+    dict(weight_decay=0.1, uses_adaptation=False),
+    dict(weight_decay=1e-3, trust_coefficient=0.02, clip_lr=0.05),
+    dict(weight_decay=0.1, threshold=1e3),  # below the threshold: r = 1
+    dict(eps=0.0, threshold=0.0),
+])
+@pytest.mark.parametrize('loss_scale', [1.0, 8.0])
+def test_generic_branch_with_numpy(dtype, kwargs, loss_scale):
+    # The branch for ChainerX arrays (and CuPy arrays the kernels do not
+    # take) is written against any array module; NumPy stands in for
+    # ChainerX, which the Chainer 7.8.1 wheel is built without.
+    from chainer_lars import hook as hook_module
+    rng = numpy.random.RandomState(3)
+    w = rng.standard_normal((5, 4)).astype(dtype)
+    g_true = rng.standard_normal((5, 4)).astype(dtype)
+    g = (g_true * loss_scale).astype(dtype)  # exact: a power of 2
+    full = dict(threshold=1e-2, weight_decay=0.0, eps=1e-9,
+                trust_coefficient=1.0, clip_lr=None, uses_adaptation=True)
+    full.update(kwargs)
+    r, w_norm, g_norm = hook_module.rescale_generic(
+        numpy, w, g, full['weight_decay'], full['eps'],
+        full['trust_coefficient'], full['threshold'], full['clip_lr'],
+        loss_scale, full['uses_adaptation'])
+    expected = ref.hook_gradient(w, g_true, **kwargs)
+    assert g.dtype == dtype
+    tol = {numpy.float16: 4e-3, numpy.float32: 1e-6,
+           numpy.float64: 1e-12}[dtype]
+    testing.assert_allclose(g / loss_scale, expected, rtol=tol, atol=tol)
+    # What it returns is what it applied: g = r * (g_true + wd * w).
+    assert float(w_norm) == pytest.approx(ref.norm64(w), rel=1e-6)
+    assert float(g_norm) == pytest.approx(ref.norm64(g_true), rel=1e-6)
+    wd = full['weight_decay']
+    testing.assert_allclose(
+        g / loss_scale, float(r) * (g_true + wd * w.astype(numpy.float64)),
+        rtol=tol, atol=tol)

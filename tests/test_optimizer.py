@@ -1,4 +1,6 @@
+import copy
 import io
+import pickle
 
 import numpy
 import pytest
@@ -97,7 +99,7 @@ def test_exclusion_lists_act_independently(nesterov):
             rules['/bn1/gamma'].uses_adaptation) == (False, False)
     assert (rules['/fc/W'].uses_weight_decay,
             rules['/fc/W'].uses_adaptation) == (True, True)
-    assert opt.exclude_from_layer_adaptation == ['/conv1/b$', 'gamma']
+    assert opt.exclude_from_layer_adaptation == ('/conv1/b$', 'gamma')
 
 
 def test_equals_momentum_sgd_with_hook():
@@ -208,6 +210,81 @@ def test_snapshot_without_master_copy_still_loads():
     serializers.load_npz(buf, other)
     assert all(p.update_rule._fp32_param is None
                for p in other.target.params())
+
+
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+@pytest.mark.parametrize('dtype,fp32_update', [
+    (numpy.float32, False), (numpy.float16, False), (numpy.float16, True)])
+def test_copied_optimizer_continues_like_the_original(how, dtype,
+                                                      fp32_update):
+    # As Chainer's TestOptimizerPickable: copy after an update, then update
+    # the original and the copy alike and compare.
+    model = ref.Net(dtype)
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS(lr=0.5, nesterov=True,
+                            exclude_from_weight_decay=['/b$']).setup(model)
+    if fp32_update:
+        opt.use_fp32_update()
+    x, t = ref.batch(0, dtype=dtype)
+    opt.update(ref.loss_fn(model, x, t))
+    if how == 'pickle':
+        other = pickle.loads(pickle.dumps(opt))
+    else:
+        other = copy.deepcopy(opt)
+    assert other.target is not model
+    assert other.exclude_from_weight_decay == ('/b$',)
+    assert other.observe() == {}  # no update made by the copy yet
+    for step in range(1, 4):
+        x, t = ref.batch(step, dtype=dtype)
+        opt.update(ref.loss_fn(model, x, t))
+        other.update(ref.loss_fn(other.target, x, t))
+    assert other.t == opt.t == 4
+    ours = dict(model.namedparams())
+    for path, param in other.target.namedparams():
+        assert param.array.tobytes() == ours[path].array.tobytes(), path
+        rule, our_rule = param.update_rule, ours[path].update_rule
+        assert (rule.state['v'].tobytes()
+                == our_rule.state['v'].tobytes()), path
+        if fp32_update:
+            assert (rule._fp32_param.array.tobytes()
+                    == our_rule._fp32_param.array.tobytes()), path
+    assert other.observe() == opt.observe()
+
+
+@pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
+def test_copy_on_gpu_makes_its_own_tables(how):
+    from chainer_lars.testing import cuda_emulator
+    from chainer_lars.testing import emulated_cupy
+    try:
+        cuda_emulator.compiler()
+    except cuda_emulator.EmulatorError as e:
+        pytest.skip(str(e))
+    with emulated_cupy.installed() as xp:
+        model = ref.Net()
+        ref.fill(model, 0)
+        model.to_device('@cupy:0')
+        opt = chainer_lars.LARS(lr=0.5).setup(model)
+
+        def step(opt, k):
+            for path, g in _grads(opt.target, k).items():
+                dict(opt.target.namedparams())[path].grad = xp.asarray(g)
+            opt.update()
+
+        step(opt, 0)
+        other = (pickle.loads(pickle.dumps(opt)) if how == 'pickle'
+                 else copy.deepcopy(opt))
+        rules = [p.update_rule for p in other.target.params()]
+        assert all(r._tables is None and r._observation is None
+                   for r in rules)
+        for k in (1, 2):
+            step(opt, k)
+            step(other, k)
+        ours = dict(model.namedparams())
+        for path, param in other.target.namedparams():
+            assert param.update_rule._tables is not None
+            assert (param.array.get().tobytes()
+                    == ours[path].array.get().tobytes()), path
+        assert other.observe() == opt.observe()
 
 
 @pytest.mark.parametrize('dynamic', [False, True])
@@ -363,6 +440,8 @@ def test_observe_reports_adapted_arrays():
      r'exclude_from_weight_decay.*\['),
     ({'exclude_from_layer_adaptation': [None]}, TypeError,
      'exclude_from_layer_adaptation.*None'),
+    ({'exclude_from_weight_decay': b'/b$'}, TypeError,
+     r"exclude_from_weight_decay.*b'/b\$' \(bytes\)"),
 ])
 def test_bad_arguments(kwargs, error, words):
     with pytest.raises(error, match=words):

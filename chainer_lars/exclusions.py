@@ -1,0 +1,75 @@
+"""Which parameters get weight decay and which get layer adaptation."""
+
+from chainer_lars import checks
+
+
+class ExclusionRules(object):
+
+    """The two exclusion lists of the hook or the optimizer.
+
+    The two lists act independently: a parameter excluded from layer
+    adaptation keeps its weight decay, and one excluded from weight decay is
+    still adapted (with a weight decay of zero in both the gradient and the
+    ratio's denominator). The TensorFlow LARS optimizer that these lists
+    come from also drops the weight decay of a parameter excluded from
+    adaptation; that coupling is not kept here.
+
+    Args:
+        exclude_from_weight_decay (list of str): Regular expressions
+            searched (:func:`re.search`) in the parameter's path as
+            :meth:`chainer.Link.namedparams` spells it, e.g.
+            ``'/predictor/conv1/b'``. A single ``str`` is a list of one.
+        exclude_from_layer_adaptation (list of str): Likewise, for the
+            parameters whose ratio is fixed at 1.
+
+    """
+
+    def __init__(self, exclude_from_weight_decay=(),
+                 exclude_from_layer_adaptation=()):
+        self.exclude_from_weight_decay = checks.patterns(
+            'exclude_from_weight_decay', exclude_from_weight_decay)
+        self.exclude_from_layer_adaptation = checks.patterns(
+            'exclude_from_layer_adaptation', exclude_from_layer_adaptation)
+        self._cache = {}
+
+    def __bool__(self):
+        return bool(self.exclude_from_weight_decay
+                    or self.exclude_from_layer_adaptation)
+
+    def lookup(self, path):
+        """Returns ``(uses_weight_decay, uses_adaptation)`` for ``path``."""
+        try:
+            return self._cache[path]
+        except KeyError:
+            pass
+        flags = (
+            not any(p.search(path) for p in self.exclude_from_weight_decay),
+            not any(p.search(path)
+                    for p in self.exclude_from_layer_adaptation))
+        self._cache[path] = flags
+        return flags
+
+    def patterns(self):
+        """The two lists as tuples of strings."""
+        return (tuple(p.pattern for p in self.exclude_from_weight_decay),
+                tuple(p.pattern for p in self.exclude_from_layer_adaptation))
+
+
+class ExclusionProperties(object):
+
+    """The two exclusion lists of an object that keeps them in ``_rules``.
+
+    They are read-only tuples: the lists are compiled once, at construction,
+    and a list that could be appended to would suggest otherwise.
+
+    """
+
+    @property
+    def exclude_from_weight_decay(self):
+        """tuple of str: The weight-decay exclusion patterns."""
+        return self._rules.patterns()[0]
+
+    @property
+    def exclude_from_layer_adaptation(self):
+        """tuple of str: The layer-adaptation exclusion patterns."""
+        return self._rules.patterns()[1]

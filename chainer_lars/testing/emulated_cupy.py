@@ -1,0 +1,705 @@
+"""An emulated CUDA device for Chainer: the part of CuPy that LARS uses.
+
+:func:`installed` makes Chainer see this module as CuPy, so that arrays
+created here (:class:`ndarray`) live on ``@cupy:0`` as far as Chainer knows:
+``param.device.xp`` is this module, Chainer's update rules call
+``update_core_gpu``, and chainer-lars's GPU branches run unchanged, with
+their kernels compiled by :mod:`chainer_lars.testing.cuda_emulator`.
+
+What is emulated:
+
+* device memory: every array owns a host buffer with guard bytes on both
+  sides (checked after every kernel launch) and starts filled with ``0xff``
+  bytes (NaN for floats), as uninitialised device memory might be, so that
+  a kernel that reads what nobody wrote gives NaN, not a plausible number;
+  ``data.ptr`` is the buffer's address, so kernels and pointer tables use
+  it directly;
+* arithmetic on arrays, and the NumPy-like functions Chainer calls
+  (``zeros_like``, ``isfinite``, ...), computed with NumPy on the buffers;
+* :class:`RawModule` (through the emulator) and :class:`ElementwiseKernel`
+  (the operation compiled as a C++ loop), so Chainer's own
+  ``MomentumSGD`` and ``SGD`` run on the device too;
+* streams, events and pinned memory, as synchronous stand-ins;
+* :data:`stats`: kernel launches by name, and transfers in each direction.
+  Every way a value can leave the device counts as a device-to-host
+  transfer: ``get()``, ``float()``, ``int()``, ``bool()``, ``item()``,
+  ``numpy.asarray()``, printing.
+"""
+
+import contextlib
+import ctypes
+import sys
+import types
+import weakref
+
+import numpy
+
+from chainer_lars.testing import cuda_emulator
+
+
+_GUARD = 64
+_GUARD_BYTE = 0xa5
+_ALIGN = 256  # cudaMalloc's alignment
+
+
+class Stats(object):
+
+    """What happened on the emulated device since the last :meth:`reset`."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        #: list of str: the name of every kernel launched, in order.
+        self.launches = []
+        #: int: device-to-host transfers (any value read on the host).
+        self.to_host = 0
+        #: int: host-to-device transfers.
+        self.to_device = 0
+        #: int: elementwise (non-kernel) operations computed on the device.
+        self.operations = 0
+
+
+#: The statistics of this process's emulated device.
+stats = Stats()
+
+_allocations = weakref.WeakValueDictionary()
+
+
+class _Allocation(object):
+
+    __slots__ = ('buffer', 'start', 'nbytes', '__weakref__')
+
+    def __init__(self, nbytes):
+        self.buffer = numpy.empty(nbytes + 2 * _GUARD + _ALIGN, numpy.uint8)
+        self.buffer.fill(_GUARD_BYTE)
+        address = self.buffer.ctypes.data + _GUARD
+        self.start = _GUARD + (-address) % _ALIGN
+        self.nbytes = nbytes
+        self.buffer[self.start:self.start + nbytes] = 0xff
+        _allocations[id(self)] = self
+
+    def intact(self):
+        b = self.buffer
+        return (bool((b[:self.start] == _GUARD_BYTE).all())
+                and bool((b[self.start + self.nbytes:] == _GUARD_BYTE).all()))
+
+
+def check_guards(kernel):
+    """Raises if a launch wrote outside some device array."""
+    for allocation in list(_allocations.values()):
+        if not allocation.intact():
+            raise cuda_emulator.EmulatorError(
+                '{} wrote outside a device array of {} bytes'.format(
+                    kernel, allocation.nbytes))
+
+
+class _Pointer(object):
+
+    __slots__ = ('ptr', 'mem')
+
+    def __init__(self, ptr, mem):
+        self.ptr = ptr
+        self.mem = mem
+
+
+class Device(object):
+
+    """The emulated device ``0`` (a context manager, like CuPy's)."""
+
+    def __init__(self, device=None):
+        device = 0 if device is None else int(device)
+        if device != 0:
+            raise RuntimeError(
+                'the emulated machine has one CUDA device (0), not '
+                '{}'.format(device))
+        self.id = device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        pass
+
+    def use(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and other.id == self.id
+
+    def __hash__(self):
+        return hash(self.id)
+
+    def __repr__(self):
+        return '<emulated CUDA Device {}>'.format(self.id)
+
+
+class Event(object):
+
+    """A recorded event; launches are synchronous, so it is always done."""
+
+    done = True
+
+    def synchronize(self):
+        pass
+
+
+class Stream(object):
+
+    """A stand-in for :class:`cupy.cuda.Stream`: launches run at once."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        pass
+
+    def record(self, event=None):
+        return Event()
+
+    def synchronize(self):
+        pass
+
+
+_current_stream = Stream()
+
+
+def alloc_pinned_memory(size):
+    """Host memory for :func:`numpy.frombuffer`, as CuPy's pinned memory."""
+    return memoryview(bytearray(max(0, int(size))))
+
+
+def _unwrap(value):
+    if isinstance(value, ndarray):
+        return value._a
+    if isinstance(value, numpy.ndarray):
+        raise TypeError(
+            'a NumPy array on the host cannot be mixed with a device array '
+            '(send it with chainer.backends.cuda.to_gpu first)')
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap(v) for v in value)
+    return value
+
+
+def _wrap(value):
+    if isinstance(value, numpy.ndarray):
+        return ndarray._from_host(value)
+    if isinstance(value, numpy.generic):
+        return ndarray._from_host(numpy.asarray(value))
+    if isinstance(value, tuple):
+        return tuple(_wrap(v) for v in value)
+    return value
+
+
+class _Flags(object):
+
+    def __init__(self, a):
+        self.c_contiguous = a.flags.c_contiguous
+        self.f_contiguous = a.flags.f_contiguous
+        self.owndata = False
+
+
+class ndarray(object):
+
+    """An array in emulated device memory (a view of its host buffer)."""
+
+    __array_priority__ = 1000
+
+    def __init__(self, shape, dtype=float, memptr=None, strides=None,
+                 order='C'):
+        dtype = numpy.dtype(dtype)
+        shape = (shape,) if numpy.isscalar(shape) else tuple(shape)
+        nbytes = int(numpy.prod(shape, dtype=numpy.int64)) * dtype.itemsize
+        self._alloc = _Allocation(nbytes)
+        raw = self._alloc.buffer[self._alloc.start:
+                                 self._alloc.start + nbytes]
+        self._a = raw.view(dtype).reshape(shape, order=order)
+
+    @classmethod
+    def _view(cls, alloc, a):
+        self = cls.__new__(cls)
+        self._alloc = alloc
+        self._a = a
+        return self
+
+    @classmethod
+    def _from_host(cls, a):
+        a = numpy.asarray(a)
+        out = cls(a.shape, a.dtype)
+        out._a[...] = a
+        return out
+
+    # --- properties --------------------------------------------------
+    shape = property(lambda self: self._a.shape)
+    dtype = property(lambda self: self._a.dtype)
+    size = property(lambda self: self._a.size)
+    ndim = property(lambda self: self._a.ndim)
+    itemsize = property(lambda self: self._a.itemsize)
+    nbytes = property(lambda self: self._a.nbytes)
+    strides = property(lambda self: self._a.strides)
+    flags = property(lambda self: _Flags(self._a))
+    device = property(lambda self: Device(0))
+    data = property(lambda self: _Pointer(self._a.ctypes.data, self._alloc))
+    T = property(lambda self: self._view(self._alloc, self._a.T))
+    base = None
+
+    def __len__(self):
+        return len(self._a)
+
+    # --- leaving the device ------------------------------------------
+    def get(self, stream=None, order='C', out=None):
+        stats.to_host += 1
+        if out is not None:
+            out[...] = self._a
+            return out
+        return self._a.copy()
+
+    def set(self, arr, stream=None):
+        stats.to_device += 1
+        self._a[...] = numpy.asarray(arr)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.get() if dtype is None else self.get().astype(dtype)
+
+    def item(self):
+        return self.get().item()
+
+    def tolist(self):
+        return self.get().tolist()
+
+    def __float__(self):
+        return float(self.get())
+
+    def __int__(self):
+        return int(self.get())
+
+    def __index__(self):
+        return int(self.get())
+
+    def __bool__(self):
+        return bool(self.get())
+
+    def __repr__(self):
+        return 'emulated_cupy.' + repr(self.get())
+
+    __str__ = __repr__
+
+    # --- on the device -----------------------------------------------
+    def _op(self, function, *args, **kwargs):
+        stats.operations += 1
+        return _wrap(function(*_unwrap(args), **kwargs))
+
+    def _iop(self, function, other):
+        stats.operations += 1
+        function(self._a, _unwrap(other), out=self._a, casting='same_kind')
+        return self
+
+    def astype(self, dtype, order='K', casting=None, subok=None, copy=True):
+        if not copy and numpy.dtype(dtype) == self.dtype:
+            return self
+        return self._op(lambda a: a.astype(dtype), self)
+
+    def copy(self, order='C'):
+        return self._op(numpy.array, self)
+
+    def fill(self, value):
+        stats.operations += 1
+        self._a.fill(value)
+
+    def reshape(self, *shape, **kwargs):
+        return self._view(self._alloc, self._a.reshape(*shape, **kwargs))
+
+    def ravel(self):
+        return self.reshape(-1)
+
+    def view(self, dtype=None):
+        return self._view(self._alloc, self._a.view(dtype))
+
+    def __getitem__(self, key):
+        result = self._a[_unwrap(key)]
+        if isinstance(result, numpy.ndarray) and (
+                result.base is not None or result is self._a):
+            if numpy.shares_memory(result, self._a):
+                return self._view(self._alloc, result)
+        return _wrap(result)
+
+    def __setitem__(self, key, value):
+        stats.operations += 1
+        self._a[_unwrap(key)] = _unwrap(value)
+
+    def sum(self, axis=None, dtype=None, keepdims=False):
+        return self._op(numpy.sum, self, axis=axis, dtype=dtype,
+                        keepdims=keepdims)
+
+    def dot(self, other):
+        return self._op(numpy.dot, self, other)
+
+    def __neg__(self):
+        return self._op(numpy.negative, self)
+
+    def __abs__(self):
+        return self._op(numpy.abs, self)
+
+
+def _binary(function, reflected=False):
+    if reflected:
+        return lambda self, other: self._op(function, other, self)
+    return lambda self, other: self._op(function, self, other)
+
+
+for _name, _function in [
+        ('add', numpy.add), ('sub', numpy.subtract),
+        ('mul', numpy.multiply), ('truediv', numpy.true_divide),
+        ('floordiv', numpy.floor_divide), ('pow', numpy.power),
+        ('mod', numpy.mod), ('matmul', numpy.matmul),
+        ('and', numpy.logical_and), ('or', numpy.logical_or)]:
+    setattr(ndarray, '__{}__'.format(_name), _binary(_function))
+    setattr(ndarray, '__r{}__'.format(_name), _binary(_function, True))
+    setattr(ndarray, '__i{}__'.format(_name),
+            lambda self, other, f=_function: self._iop(f, other))
+for _name, _function in [
+        ('lt', numpy.less), ('le', numpy.less_equal),
+        ('gt', numpy.greater), ('ge', numpy.greater_equal),
+        ('eq', numpy.equal), ('ne', numpy.not_equal)]:
+    setattr(ndarray, '__{}__'.format(_name), _binary(_function))
+ndarray.__hash__ = None
+
+
+# --- the module's functions ------------------------------------------------
+
+def empty(shape, dtype=float, order='C'):
+    return ndarray(shape, dtype, order=order)
+
+
+def empty_like(a, dtype=None, order='K', subok=None, shape=None):
+    return empty(a.shape if shape is None else shape,
+                 a.dtype if dtype is None else dtype)
+
+
+def zeros(shape, dtype=float, order='C'):
+    a = empty(shape, dtype, order)
+    a._a[...] = 0
+    return a
+
+
+def zeros_like(a, dtype=None, order='K', subok=None, shape=None):
+    out = empty_like(a, dtype, shape=shape)
+    out._a[...] = 0
+    return out
+
+
+def full(shape, fill_value, dtype=None):
+    a = empty(shape, numpy.result_type(fill_value) if dtype is None
+              else dtype)
+    a._a[...] = fill_value
+    return a
+
+
+def full_like(a, fill_value, dtype=None):
+    return full(a.shape, fill_value, a.dtype if dtype is None else dtype)
+
+
+def ones_like(a, dtype=None):
+    return full_like(a, 1, dtype)
+
+
+def ones(shape, dtype=float):
+    return full(shape, 1, dtype)
+
+
+def asarray(a, dtype=None, order=None):
+    if isinstance(a, ndarray):
+        return a if dtype is None else a.astype(dtype, copy=False)
+    stats.to_device += 1
+    return ndarray._from_host(numpy.asarray(a, dtype=dtype))
+
+
+def array(a, dtype=None, copy=True, order='K', ndmin=0):
+    if isinstance(a, ndarray):
+        return a.astype(a.dtype if dtype is None else dtype)
+    return asarray(a, dtype)
+
+
+def get_array_module(*args):
+    for arg in args:
+        if isinstance(arg, ndarray):
+            return sys.modules[__name__]
+    return numpy
+
+
+def _numpy_function(name):
+    function = getattr(numpy, name)
+
+    def run(*args, **kwargs):
+        stats.operations += 1
+        return _wrap(function(*_unwrap(args), **{
+            k: _unwrap(v) for k, v in kwargs.items()}))
+    run.__name__ = name
+    return run
+
+
+for _name in ['sqrt', 'square', 'isfinite', 'isnan', 'isinf', 'all', 'any',
+              'where', 'sum', 'abs', 'maximum', 'minimum', 'multiply',
+              'add', 'subtract', 'divide', 'true_divide', 'negative',
+              'power', 'exp', 'log', 'dot', 'copyto', 'clip', 'sign',
+              'logical_and', 'logical_or', 'logical_not', 'concatenate',
+              'stack', 'arange']:
+    globals()[_name] = _numpy_function(_name)
+
+for _name in ['float16', 'float32', 'float64', 'int8', 'int16', 'int32',
+              'int64', 'uint8', 'uint16', 'uint32', 'uint64', 'bool_',
+              'dtype', 'result_type', 'can_cast', 'isscalar', 'ndim',
+              'inf', 'nan', 'pi', 'e', 'newaxis', 'integer', 'floating',
+              'number', 'generic', 'finfo', 'iinfo']:
+    globals()[_name] = getattr(numpy, _name)
+
+
+def RawModule(code=None, options=(), **kwargs):  # NOQA: CuPy's name
+    """A :class:`cuda_emulator.Module` (compiled once per source)."""
+    module = _raw_modules.get(code)
+    if module is None or cuda_emulator.plants:
+        module = _raw_modules[code] = cuda_emulator.Module(code, options)
+    return module
+
+
+_raw_modules = {}
+
+
+def RawKernel(code, name, options=(), **kwargs):  # NOQA: CuPy's name
+    return RawModule(code=code, options=options).get_function(name)
+
+
+class ElementwiseKernel(object):
+
+    """CuPy's elementwise kernel, its operation compiled as a C++ loop.
+
+    Parameters are ``'T x, float32 y, raw T z'`` as in CuPy; a type
+    placeholder is bound from the first argument that has it. Every array
+    argument must have the output's shape (no broadcasting), which is how
+    Chainer's update rules use these kernels; scalars are passed by value.
+    float16 is computed as ``float`` and rounded back with the emulator's
+    conversions, as CuPy's ``float16`` type does.
+
+    """
+
+    def __init__(self, in_params, out_params, operation, name='kernel',
+                 **kwargs):
+        self.name = name
+        self.operation = operation
+        self.in_params = self._parse(in_params)
+        self.out_params = self._parse(out_params)
+        self._modules = {}
+
+    @staticmethod
+    def _parse(params):
+        parsed = []
+        for p in params.split(','):
+            words = p.split()
+            if not words:
+                continue
+            raw = words[0] == 'raw'
+            if raw:
+                words = words[1:]
+            parsed.append((words[0], words[1], raw))
+        return parsed
+
+    def __call__(self, *args, **kwargs):
+        params = self.in_params + self.out_params
+        nin = len(self.in_params)
+        args = list(args)
+        if len(args) != len(params):
+            raise TypeError('{} takes {} arguments, got {}'.format(
+                self.name, len(params), len(args)))
+        types = {}
+        for (ctype, _, _), a in zip(params, args):
+            if ctype not in _ELEMENT_TYPES and ctype not in types and (
+                    isinstance(a, (ndarray, numpy.generic))):
+                types[ctype] = numpy.dtype(a.dtype)
+        shape = None
+        for (ctype, name, raw), a in zip(params[nin:], args[nin:]):
+            if not isinstance(a, ndarray):
+                raise TypeError('output {} of {} must be a device array'
+                                .format(name, self.name))
+            shape = a.shape
+        kinds = []
+        for (ctype, name, raw), a in zip(params, args):
+            dtype = _ELEMENT_TYPES.get(ctype) or types.get(ctype)
+            if dtype is None:
+                dtype = numpy.result_type(a)
+                types[ctype] = dtype
+            if isinstance(a, ndarray):
+                if a.shape != shape or not a.flags.c_contiguous:
+                    raise TypeError(
+                        '{} of {}: the emulated ElementwiseKernel takes '
+                        'contiguous arrays of one shape, got {} and {}'
+                        .format(name, self.name, a.shape, shape))
+                if a.dtype != dtype:
+                    raise TypeError('{} of {} must be {}, got {}'.format(
+                        name, self.name, dtype, a.dtype))
+                kinds.append('array')
+            else:
+                kinds.append('scalar')
+        key = (tuple(sorted((k, str(v)) for k, v in types.items())),
+               tuple(kinds))
+        function = self._modules.get(key)
+        if function is None:
+            function = self._modules[key] = self._build(types, kinds)
+        values = []
+        for (ctype, name, raw), a, kind in zip(params, args, kinds):
+            dtype = _ELEMENT_TYPES.get(ctype) or types[ctype]
+            if kind == 'array':
+                values.append(ctypes.c_void_p(a.data.ptr))
+            else:
+                storage = _storage(dtype)
+                values.append(numpy.asarray(a, dtype).view(storage)[()]
+                              .item())
+        stats.launches.append(self.name)
+        function(int(numpy.prod(shape, dtype=numpy.int64)),
+                 *[numpy.uint64(v.value if isinstance(v, ctypes.c_void_p)
+                                else 0) if kind == 'array' else v
+                   for v, kind in zip(values, kinds)])
+        check_guards(self.name)
+        return args[nin] if len(self.out_params) == 1 else tuple(args[nin:])
+
+    def _build(self, types, kinds):
+        params = self.in_params + self.out_params
+        nin = len(self.in_params)
+        decls, body, ctypes_args = [], [], [ctypes.c_int64]
+        typedefs = ''.join('typedef {} {};\n'.format(_c_name(v), k)
+                           for k, v in sorted(types.items()))
+        for i, ((ctype, name, raw), kind) in enumerate(zip(params, kinds)):
+            dtype = _ELEMENT_TYPES.get(ctype) or types[ctype]
+            c = _c_name(dtype)
+            if kind == 'array':
+                decls.append('unsigned long long p{}'.format(i))
+                ctypes_args.append(ctypes.c_uint64)
+                ref = '' if i < nin else '&'
+                const = 'const ' if i < nin else ''
+                body.append('{}{}{} {} = (({}*)p{})[i];'.format(
+                    const, c, ref, name, c, i))
+            else:
+                storage = _storage(dtype)
+                decls.append('{} s{}'.format(_c_name(storage), i))
+                ctypes_args.append(_CTYPES[storage])
+                body.append('const {} {} = emu_from_bits<{}>(s{});'.format(
+                    c, name, c, i))
+        code = (typedefs + 'extern "C" void emu_elementwise(long long n, '
+                + ', '.join(decls) + ') {\n'
+                + '    for (long long i = 0; i < n; ++i) {\n        '
+                + '\n        '.join(body) + '\n        '
+                + self.operation + '\n    }\n}\n')
+        lib = cuda_emulator._compile(_ELEMENTWISE_PRELUDE + code)
+        function = lib.emu_elementwise
+        function.argtypes = ctypes_args
+        return function
+
+
+_ELEMENT_TYPES = {
+    'float16': numpy.dtype(numpy.float16),
+    'float32': numpy.dtype(numpy.float32),
+    'float64': numpy.dtype(numpy.float64),
+    'int32': numpy.dtype(numpy.int32), 'int64': numpy.dtype(numpy.int64),
+    'bool': numpy.dtype(numpy.bool_),
+}
+
+
+def _c_name(dtype):
+    return {'float16': 'float16', 'float32': 'float', 'float64': 'double',
+            'int32': 'int', 'int64': 'long long', 'bool': 'bool',
+            'uint16': 'unsigned short', 'uint32': 'unsigned int',
+            'uint64': 'unsigned long long'}[numpy.dtype(dtype).name]
+
+
+def _storage(dtype):
+    return numpy.dtype(numpy.uint16) if dtype == numpy.float16 else dtype
+
+
+_CTYPES = {
+    numpy.dtype(numpy.uint16): ctypes.c_uint16,
+    numpy.dtype(numpy.float32): ctypes.c_float,
+    numpy.dtype(numpy.float64): ctypes.c_double,
+    numpy.dtype(numpy.int32): ctypes.c_int32,
+    numpy.dtype(numpy.int64): ctypes.c_int64,
+    numpy.dtype(numpy.bool_): ctypes.c_bool,
+}
+
+_ELEMENTWISE_PRELUDE = r'''
+// CuPy's float16: stored as 16 bits, computed as float.
+struct float16 {
+    unsigned short bits;
+    float16() : bits(0) {}
+    float16(float f) : bits(emu_cvt_rn_f16_f32(f)) {}
+    operator float() const { return emu_cvt_f32_f16(bits); }
+    float16& operator+=(float x) { return *this = float16(float(*this) + x); }
+    float16& operator-=(float x) { return *this = float16(float(*this) - x); }
+    float16& operator*=(float x) { return *this = float16(float(*this) * x); }
+    float16& operator/=(float x) { return *this = float16(float(*this) / x); }
+};
+template <typename T, typename B> T emu_from_bits(B b) { return (T)b; }
+template <> float16 emu_from_bits<float16, unsigned short>(unsigned short b) {
+    float16 h; h.bits = b; return h;
+}
+'''
+
+
+# --- the cuda submodule and the Chainer hook-up ---------------------------
+
+cuda = types.SimpleNamespace(
+    Device=Device, Event=Event, Stream=Stream,
+    get_current_stream=lambda: _current_stream,
+    alloc_pinned_memory=alloc_pinned_memory,
+    runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
+)
+cuda.Stream.null = _current_stream
+
+
+@contextlib.contextmanager
+def installed():
+    """Makes Chainer take this module for CuPy, within the block.
+
+    ``chainer.backends.cuda`` then reports CUDA as available with one
+    device, ``@cupy:0``, whose arrays are this module's. Kernel caches that
+    chainer-lars keeps per array module need nothing cleared: this module is
+    its own array module.
+
+    """
+    import chainer
+    from chainer.backends import cuda as chainer_cuda
+
+    module = sys.modules[__name__]
+    # Chainer computes its tuple of array types once, on first use, from
+    # cuda.available: made before the block, it would refuse this module's
+    # arrays as gradients; made inside, it would keep them after.
+    saved_array_types = chainer._array_types, chainer._cpu_array_types
+    chainer._array_types = chainer._cpu_array_types = None
+    saved = {name: getattr(chainer_cuda, name) for name in
+             ('available', 'cupy', 'ndarray', 'Device', 'Event', 'Stream')}
+    # Defined by Chainer's import only where CuPy is usable: cuDNN is off.
+    had_cudnn_flag = hasattr(chainer_cuda, '_cudnn_disabled_by_user')
+    cudnn_flag = getattr(chainer_cuda, '_cudnn_disabled_by_user', True)
+    chainer_cuda._cudnn_disabled_by_user = True
+    saved_xp = chainer_cuda.GpuDevice.xp
+    saved_types = chainer_cuda.GpuDevice.supported_array_types
+    chainer_cuda.available = True
+    chainer_cuda.cupy = module
+    chainer_cuda.ndarray = ndarray
+    chainer_cuda.Device = Device
+    chainer_cuda.Event = Event
+    chainer_cuda.Stream = Stream
+    chainer_cuda.GpuDevice.xp = module
+    chainer_cuda.GpuDevice.supported_array_types = (ndarray,)
+    try:
+        yield module
+    finally:
+        chainer._array_types, chainer._cpu_array_types = saved_array_types
+        for name, value in saved.items():
+            setattr(chainer_cuda, name, value)
+        chainer_cuda.GpuDevice.xp = saved_xp
+        chainer_cuda.GpuDevice.supported_array_types = saved_types
+        if had_cudnn_flag:
+            chainer_cuda._cudnn_disabled_by_user = cudnn_flag
+        else:
+            del chainer_cuda._cudnn_disabled_by_user

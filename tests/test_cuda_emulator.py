@@ -1,0 +1,261 @@
+"""The CUDA emulator itself: conversions, launch checks, barriers, memory.
+
+If the emulator were wrong, the emulated GPU tests (test_gpu.py) could pass
+on broken kernels; these tests hold it to what the hardware does.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy
+import pytest
+
+from chainer_lars import cuda_kernels
+from chainer_lars.testing import cuda_emulator
+from chainer_lars.testing import emulated_cupy as xp
+
+
+_CONVERT = r'''
+extern "C" __global__ void widen(const unsigned short* h, float* f,
+                                 long long n) {
+    for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        float x;
+        asm("{ cvt.f32.f16 %0, %1; }" : "=f"(x) : "h"(h[i]));
+        f[i] = x;
+    }
+}
+extern "C" __global__ void narrow(const float* f, unsigned short* h,
+                                  long long n) {
+    for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        unsigned short y;
+        asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(y) : "f"(f[i]));
+        h[i] = y;
+    }
+}
+'''
+
+
+@pytest.fixture(scope='module')
+def convert():
+    return cuda_emulator.Module(_CONVERT)
+
+
+def _same_bits_or_both_nan(actual, expected):
+    nan = numpy.isnan(expected)
+    numpy.testing.assert_array_equal(numpy.isnan(actual), nan)
+    numpy.testing.assert_array_equal(
+        actual[~nan].view(numpy.uint32 if actual.itemsize == 4
+                          else numpy.uint16),
+        expected[~nan].view(numpy.uint32 if actual.itemsize == 4
+                            else numpy.uint16))
+
+
+def test_float16_widening_is_exact_for_every_value(convert):
+    bits = numpy.arange(1 << 16, dtype=numpy.uint16)
+    h = xp.asarray(bits)
+    f = xp.empty(bits.size, numpy.float32)
+    convert.get_function('widen')((8,), (256,),
+                                  (h, f, numpy.int64(bits.size)))
+    _same_bits_or_both_nan(f.get(), bits.view(numpy.float16).astype(
+        numpy.float32))
+
+
+def test_float16_narrowing_rounds_to_nearest_even(convert):
+    rng = numpy.random.RandomState(0)
+    bits = numpy.concatenate([
+        rng.randint(0, 1 << 32, 1 << 20, dtype=numpy.uint64),
+        # every float from the subnormal halves to the smallest normal,
+        # and around the largest finite half (65504) and inf
+        numpy.arange(0x33000000, 0x38800000, 61),
+        numpy.arange(0x477fe000 - 4096, 0x47800000 + 4096),
+        numpy.array([0, 0x7f800000, 0x7fc00000, 0x7f800001, 0x33000000,
+                     0x33000001, 0x387fffff, 0x38800000]),
+    ]).astype(numpy.uint32)
+    bits = numpy.concatenate([bits, bits | 0x80000000])
+    values = bits.view(numpy.float32)
+    f = xp.asarray(values)
+    h = xp.empty(values.size, numpy.uint16)
+    convert.get_function('narrow')((8,), (256,),
+                                   (f, h, numpy.int64(values.size)))
+    with numpy.errstate(over='ignore', invalid='ignore'):
+        expected = values.astype(numpy.float16)
+    _same_bits_or_both_nan(h.get().view(numpy.float16), expected)
+
+
+@pytest.fixture(scope='module')
+def kernels():
+    return cuda_emulator.Module(cuda_kernels.source(numpy.float32))
+
+
+def _table(n=5):
+    w = xp.asarray(numpy.ones(n, numpy.float32))
+    g = xp.asarray(numpy.ones(n, numpy.float32))
+    return cuda_kernels.Table(xp, numpy.float32, [(w, g, None, 3)]), w, g
+
+
+def _scale_add_args(table, **change):
+    args = dict(words=table.words, ntensors=numpy.int64(table.ntensors),
+                stats=table.stats, weight_decay=numpy.float32(0),
+                loss_scale=numpy.float32(1))
+    args.update(change)
+    return tuple(args.values())
+
+
+@pytest.mark.parametrize('change, message', [
+    (dict(ntensors=numpy.int32(1)), r'long long .* numpy.int32|int32'),
+    (dict(ntensors=1), 'NumPy scalar'),
+    (dict(weight_decay=numpy.float64(0)), 'float32'),
+    (dict(weight_decay=0.0), 'NumPy scalar'),
+    (dict(stats=numpy.zeros(3, numpy.float32)), 'device array'),
+    (dict(stats=xp.zeros(3, numpy.float64)), 'points to float'),
+    (dict(words=xp.zeros(4, numpy.int32)), 'points to long long'),
+])
+def test_arguments_must_match_the_signature(kernels, change, message):
+    table, _, _ = _table()
+    kernel = kernels.get_function('chainer_lars_multi_scale_add')
+    with pytest.raises(cuda_emulator.LaunchError, match=message):
+        kernel((1,), (256,), _scale_add_args(table, **change))
+    kernel((1,), (256,), _scale_add_args(table))  # the right ones work
+
+
+@pytest.mark.parametrize('grid, block', [
+    ((0,), (256,)), ((1,), (0,)), ((1,), (2048,)), ((1,), (32, 32, 2)),
+    ((2 ** 31,), (256,)), ((1, 65536), (256,)), ([1], (256,)),
+    ((1.0,), (256,)), ((1, 1, 1, 1), (256,)),
+])
+def test_illegal_configurations_are_refused(kernels, grid, block):
+    table, _, _ = _table()
+    kernel = kernels.get_function('chainer_lars_multi_scale_add')
+    with pytest.raises(cuda_emulator.LaunchError):
+        kernel(grid, block, _scale_add_args(table))
+
+
+def test_argument_count_is_checked(kernels):
+    table, _, _ = _table()
+    kernel = kernels.get_function('chainer_lars_multi_scale_add')
+    with pytest.raises(cuda_emulator.LaunchError, match='takes 5'):
+        kernel((1,), (256,), _scale_add_args(table)[:4])
+
+
+def test_divergent_barrier_is_an_error():
+    module = cuda_emulator.Module(r'''
+extern "C" __global__ void diverge(float* x) {
+    if (threadIdx.x == 3) {
+        return;
+    }
+    __syncthreads();
+    x[threadIdx.x] = 1;
+}
+''')
+    x = xp.zeros(64, numpy.float32)
+    with pytest.raises(cuda_emulator.EmulatorError, match='divergent'):
+        module.get_function('diverge')((2,), (64,), (x,))
+
+
+def test_threads_of_a_block_run_concurrently():
+    # Thread 0 waits for the last thread of its block, which only works
+    # if they run at the same time, as on a GPU.
+    module = cuda_emulator.Module(r'''
+extern "C" __global__ void wait_for_last(int* out) {
+    __shared__ volatile int flag;
+    if (threadIdx.x == 0) {
+        flag = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) {
+        flag = 1;
+    }
+    while (!flag) {
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = blockIdx.x;
+}
+''')
+    out = xp.zeros(3 * 128, numpy.int32)
+    module.get_function('wait_for_last')((3,), (128,), (out,))
+    numpy.testing.assert_array_equal(out.get(), numpy.repeat(range(3), 128))
+
+
+def test_a_write_past_an_array_is_caught():
+    module = cuda_emulator.Module(r'''
+extern "C" __global__ void overrun(float* x, long long n) {
+    x[n + threadIdx.x] = 1;
+}
+''')
+    x = xp.zeros(10, numpy.float32)
+    with pytest.raises(cuda_emulator.EmulatorError, match='wrote outside'):
+        module.get_function('overrun')((1,), (2,), (x, numpy.int64(10)))
+
+
+def test_fresh_device_memory_reads_as_nan():
+    # A kernel that reads what no one wrote then gives NaN, not a number
+    # that may look right.
+    assert numpy.isnan(xp.empty(4, numpy.float32).get()).all()
+    assert numpy.isnan(xp.empty(4, numpy.float16).get()).all()
+
+
+def test_other_inline_asm_is_refused():
+    with pytest.raises(cuda_emulator.EmulatorError, match='inline asm'):
+        cuda_emulator.Module(r'''
+extern "C" __global__ void k(float* x) {
+    asm volatile("membar.gl;");
+}
+''')
+
+
+def test_device_values_read_on_the_host_are_counted():
+    a = xp.asarray(numpy.arange(4, dtype=numpy.float32))
+    xp.stats.reset()
+    total = (a * 2).sum()
+    assert xp.stats.to_host == 0
+    float(total)
+    bool(total > 0)
+    a.get()
+    numpy.asarray(a)
+    assert xp.stats.to_host == 4
+
+
+#: Bugs planted one at a time in the kernel source, with the tests that
+#: must then fail. Each must name text that is in the source.
+PLANTS = {
+    'a reduction step dropped': (
+        's > 0; s >>= 1', 's > 1; s >>= 1'),
+    'a table offset off by one': (
+        't = table[6 * T + 1 + blockIdx.x];',
+        't = table[6 * T + blockIdx.x];'),
+    'the flag bits swapped': (
+        'stats[3 * t] = (flags & 2) ?', 'stats[3 * t] = (flags & 1) ?'),
+    'the loss scale ignored': (
+        'sqrt(a), sqrt(b) / loss_scale,', 'sqrt(a), sqrt(b),'),
+    'the last block miscounted': (
+        'is_last = ticket == (unsigned int)(last - first - 1);',
+        'is_last = ticket == (unsigned int)(last - first);'),
+    'the partial of a block written to the wrong slot': (
+        'partial[2 * blockIdx.x + 1] = sg;',
+        'partial[2 * blockIdx.x + 1] = sw;'),
+}
+
+
+@pytest.mark.parametrize('plant', sorted(PLANTS))
+def test_a_planted_bug_fails_the_gpu_tests(plant):
+    old, new = PLANTS[plant]
+    for dtype in (numpy.float16, numpy.float32, numpy.float64):
+        assert old in cuda_kernels.source(dtype)
+    env = dict(os.environ,
+               CHAINER_LARS_EMULATOR_PLANTS=json.dumps([[old, new]]))
+    tests = os.path.join(os.path.dirname(__file__), 'test_gpu.py')
+    # A planted bug may crash the process (a pointer read from the wrong
+    # word): that is caught too, so it runs in a child process.
+    result = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider',
+         tests, '-m', 'not gpu', '-k', '({}) and not fp32'.format(' or '.join(
+             ['every_size', 'hook_agrees_with_cpu and static and kwargs1',
+              'lars_agrees_with_cpu and static and kwargs2']))],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True, timeout=900)
+    # 5 would mean that no test was selected.
+    assert result.returncode not in (0, 5), (
+        'planted bug "{}" went unnoticed:\n{}'.format(plant, result.stdout))

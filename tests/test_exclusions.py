@@ -1,0 +1,96 @@
+import re
+
+import pytest
+
+from chainer_lars import exclusions
+
+
+PATHS = ['/conv1/W', '/conv1/b', '/bn1/gamma', '/bn1/beta', '/fc/W', '/fc/b']
+
+
+def test_no_lists_exclude_nothing():
+    rules = exclusions.ExclusionRules()
+    assert not rules
+    assert all(rules.lookup(path) == (True, True) for path in PATHS)
+
+
+def test_the_two_lists_act_independently():
+    rules = exclusions.ExclusionRules(
+        exclude_from_weight_decay=['/b$', r'/bn\d+/'],
+        exclude_from_layer_adaptation=['/conv1/b$', 'gamma'])
+    assert rules
+    flags = {path: rules.lookup(path) for path in PATHS}
+    # (uses weight decay, uses adaptation), worked out from the patterns.
+    assert flags == {
+        '/conv1/W': (True, True),
+        '/conv1/b': (False, False),
+        '/bn1/gamma': (False, False),
+        '/bn1/beta': (False, True),
+        '/fc/W': (True, True),
+        '/fc/b': (False, True),
+    }
+
+
+def test_patterns_are_searched_not_matched():
+    rules = exclusions.ExclusionRules(exclude_from_layer_adaptation=['bn'])
+    assert rules.lookup('/predictor/bn1/gamma') == (True, False)
+    anchored = exclusions.ExclusionRules(
+        exclude_from_layer_adaptation=['^bn'])
+    assert anchored.lookup('/predictor/bn1/gamma') == (True, True)
+
+
+def test_lookup_is_remembered():
+    rules = exclusions.ExclusionRules(exclude_from_weight_decay='/b$')
+    assert rules.lookup('/fc/b') == (False, True)
+    assert rules._cache == {'/fc/b': (False, True)}
+    assert rules.lookup('/fc/b') == (False, True)
+
+
+def test_a_single_pattern_is_a_list_of_one():
+    rules = exclusions.ExclusionRules(
+        exclude_from_weight_decay='/b$',
+        exclude_from_layer_adaptation=re.compile('gamma'))
+    assert rules.patterns() == (('/b$',), ('gamma',))
+
+
+@pytest.mark.parametrize('kwargs,error,words', [
+    ({'exclude_from_weight_decay': ['(']}, ValueError,
+     r"exclude_from_weight_decay item 0 is not a valid .*'\('"),
+    ({'exclude_from_layer_adaptation': 3}, TypeError,
+     'exclude_from_layer_adaptation must be a list .*3 \\(int\\)'),
+    # Iterated, bytes would give ints: the error named 47 for b'/b$'.
+    ({'exclude_from_weight_decay': b'/b$'}, TypeError,
+     r"exclude_from_weight_decay must be a list .*b'/b\$' \(bytes\)"),
+    ({'exclude_from_weight_decay': [b'/b$']}, TypeError,
+     r"exclude_from_weight_decay item 0 .*b'/b\$' \(bytes\)"),
+    # A compiled bytes pattern cannot search a path: refused now, not at
+    # the first update.
+    ({'exclude_from_layer_adaptation': re.compile(b'gamma')}, TypeError,
+     r"exclude_from_layer_adaptation item 0 .*compiled bytes pattern"),
+])
+def test_bad_lists_name_the_argument(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        exclusions.ExclusionRules(**kwargs)
+
+
+class Owner(exclusions.ExclusionProperties):
+
+    def __init__(self, **kwargs):
+        self._rules = exclusions.ExclusionRules(**kwargs)
+
+
+def test_properties_give_the_patterns_as_tuples_of_strings():
+    owner = Owner(exclude_from_weight_decay=['/b$'],
+                  exclude_from_layer_adaptation=['gamma', 'beta'])
+    assert owner.exclude_from_weight_decay == ('/b$',)
+    assert owner.exclude_from_layer_adaptation == ('gamma', 'beta')
+
+
+def test_the_lists_cannot_be_changed_in_place():
+    # Appending to a list that was a copy did nothing, silently.
+    owner = Owner(exclude_from_weight_decay=['/b$'])
+    with pytest.raises(AttributeError):
+        owner.exclude_from_weight_decay.append('gamma')
+    with pytest.raises(AttributeError):
+        owner.exclude_from_weight_decay = ['gamma']
+    assert owner.exclude_from_weight_decay == ('/b$',)

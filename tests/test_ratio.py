@@ -1,0 +1,87 @@
+import math
+
+import numpy
+import pytest
+
+from chainer_lars import ratio
+
+
+# (w_norm, g_norm, keyword arguments, the ratio worked out by hand)
+CASES = [
+    # eta * ||w|| / (eps + ||g|| + wd * ||w||)
+    (3.0, 4.0, dict(), 0.75),
+    (3.0, 4.0, dict(eps=1.0), 0.6),
+    (2.0, 1.0, dict(weight_decay=0.5), 1.0),
+    (2.0, 1.0, dict(weight_decay=0.5, trust_coefficient=0.5), 0.5),
+    (5.0, 2.0, dict(weight_decay=0.1, trust_coefficient=0.01), 0.02),
+    # ||w|| must exceed the threshold strictly.
+    (5.0, 0.5, dict(threshold=5.0), 1.0),
+    (5.0, 0.5, dict(threshold=4.9), 10.0),
+    (0.0, 4.0, dict(), 1.0),
+    # A zero denominator gives 1, not a division by 0.
+    (2.0, 0.0, dict(), 1.0),
+    # The optimizer form also needs ||g|| > 0.
+    (3.0, 0.0, dict(eps=1.0), 3.0),
+    (3.0, 0.0, dict(eps=1.0, require_grad=True), 1.0),
+    # LARC clipping: min(r / lr, 1).
+    (3.0, 4.0, dict(clip_lr=0.5), 1.0),
+    (3.0, 4.0, dict(clip_lr=0.75), 1.0),
+    (3.0, 4.0, dict(clip_lr=1.5), 0.5),
+    (3.0, 4.0, dict(clip_lr=0.0), 1.0),
+    # Clipping applies only to a ratio that is applied.
+    (3.0, 4.0, dict(threshold=3.0, clip_lr=1.5), 1.0),
+]
+
+
+def _full(kwargs):
+    full = dict(weight_decay=0.0, eps=0.0, trust_coefficient=1.0,
+                threshold=0.0, require_grad=False, clip_lr=None)
+    full.update(kwargs)
+    return full
+
+
+@pytest.mark.parametrize('w_norm,g_norm,kwargs,expected', CASES)
+def test_trust_ratio_by_hand(w_norm, g_norm, kwargs, expected):
+    full = _full(kwargs)
+    got = ratio.trust_ratio(
+        w_norm, g_norm, full['weight_decay'], full['eps'],
+        full['trust_coefficient'], full['threshold'], full['require_grad'],
+        full['clip_lr'])
+    assert got == pytest.approx(expected, rel=1e-15)
+
+
+@pytest.mark.parametrize('w_norm,g_norm,kwargs,expected', CASES)
+@pytest.mark.parametrize('loss_scale', [1.0, 1024.0])
+def test_trust_ratio_xp_by_hand(w_norm, g_norm, kwargs, expected,
+                                loss_scale):
+    # Squared norms in, the gradient's still multiplied by the loss scale.
+    full = _full(kwargs)
+    got = ratio.trust_ratio_xp(
+        numpy, numpy.float64(w_norm ** 2),
+        numpy.float64((loss_scale * g_norm) ** 2), full['weight_decay'],
+        full['eps'], full['trust_coefficient'], full['threshold'],
+        full['require_grad'], full['clip_lr'], loss_scale=loss_scale)
+    assert isinstance(got, numpy.ndarray) and got.shape == ()
+    assert float(got) == pytest.approx(expected, rel=1e-15)
+
+
+def test_trust_ratio_xp_in_float32():
+    got = ratio.trust_ratio_xp(numpy, numpy.float32(9.0),
+                               numpy.float32(16.0), 0.0, 0.0, 1.0)
+    assert float(got) == pytest.approx(0.75, rel=1e-7)
+
+
+def test_trust_ratio_xp_matches_the_host_version():
+    cases = [(w, g, wd, eps, thr, req, clip)
+             for w in [0.0, 1e-3, 2.0] for g in [0.0, 1e-4, 3.0]
+             for wd in [0.0, 0.1] for eps in [0.0, 1e-9]
+             for thr in [0.0, 1e-2] for req in [False, True]
+             for clip in [None, 0.0, 0.05, 10.0]]
+    for w, g, wd, eps, thr, req, clip in cases:
+        host = ratio.trust_ratio(w, g, wd, eps, 0.5, thr, req, clip)
+        dev = ratio.trust_ratio_xp(numpy, numpy.float64(w * w),
+                                   numpy.float64((2 * g) ** 2), wd, eps,
+                                   0.5, thr, req, clip, loss_scale=2.0)
+        assert math.isfinite(host)
+        assert float(dev) == pytest.approx(host, rel=1e-12), (
+            w, g, wd, eps, thr, req, clip)
