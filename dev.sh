@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
-# The two commands a developer needs, on a fresh Debian machine or any other:
+# The commands a developer needs, on a fresh Debian machine or any other:
 #
-#   bash dev.sh mnist [ARGS...]   train the MNIST example in .venv
-#   bash dev.sh test [TOX ARGS]   the whole test suite, through tox
+#   bash dev.sh mnist [ARGS...]          train the MNIST example in .venv
+#   bash dev.sh chainermn [-n N] [ARGS...]
+#                                        the ChainerMN MNIST example on N
+#                                        processes (default 2) of this machine
+#   bash dev.sh venv [EXTRAS]            only make .venv, with the examples'
+#                                        packages and the extras named (e.g.
+#                                        test,mpi); then 'source
+#                                        .venv/bin/activate'
+#   bash dev.sh test [TOX ARGS...]       the whole test suite, through tox
+#
+# mnist and chainermn run in the caller's directory, so relative paths in
+# ARGS (-o, --resume, --dataset-root) are the caller's, as when the script
+# is run directly; test runs tox in the repository.
 #
 # Chainer 7.8.1 imports on Python 3.9 to 3.11 only; the Pythons are looked
 # for on PATH (python3.11, ...), then among pyenv's versions, then python3.
@@ -10,13 +21,14 @@
 # Environment:
 #   CHAINER_LARS_LATEST_PIP=1   the newest pip from PyPI in every venv, tox's
 #                               included, instead of the one each comes with
-#   CHAINER_DATASET_ROOT        where Chainer caches data sets; for mnist it
-#                               defaults to ../shared/datasets when that
-#                               folder holds MNIST
+#   CHAINER_DATASET_ROOT        where Chainer caches data sets; for mnist and
+#                               chainermn it defaults to ../shared/datasets
+#                               next to the checkout when that folder holds
+#                               MNIST
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cd "$root"
+venv=$root/.venv
 
 # Both names: pip 26 reads build constraints only from PIP_BUILD_CONSTRAINT,
 # older pips apply PIP_CONSTRAINT to builds too. Either one also replaces a
@@ -76,30 +88,108 @@ make_venv() {
     fi
 }
 
-cmd_mnist() {
-    local script=examples/mnist/train_mnist.py python stamp shared_data
-    [ -f "$script" ] || die "$script does not exist (yet) in $root"
+# Makes .venv and installs chainer-lars into it, editable, with the extras
+# $1 (comma-separated) and those installed before; only a change of the
+# packaging files needs another install.
+ensure_venv() {
+    local want=$1 python stamp have="" extras
     python=$(best_python)
-    make_venv .venv "$python"
-    # An editable install: only a change of the packaging files needs another.
-    stamp=$(cat setup.cfg pyproject.toml constraints.txt | cksum)
-    if [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
-        say "installing chainer-lars[examples] into .venv (the first time takes minutes)"
-        .venv/bin/python -m pip install -q -e '.[examples]'
-        echo "$stamp" > .venv/.installed
+    make_venv "$venv" "$python"
+    stamp=$(cat "$root/setup.cfg" "$root/pyproject.toml" "$root/constraints.txt" | cksum)
+    if [ "$(sed -n 1p "$venv/.installed" 2>/dev/null)" = "$stamp" ]; then
+        have=$(sed -n 2p "$venv/.installed")
     fi
-    shared_data="$root/../shared/datasets"
+    extras=$(printf '%s\n' ${have//,/ } ${want//,/ } | sort -u | paste -sd, -)
+    if [ "$extras" != "$have" ]; then
+        say "installing chainer-lars[$extras] into $venv (the first time takes minutes)"
+        "$venv/bin/python" -m pip install -q -e "$root[$extras]"
+        printf '%s\n%s\n' "$stamp" "$extras" > "$venv/.installed"
+    fi
+}
+
+# The trainers import examples.common: the repository must be on the path
+# (examples/README.md), wherever they are run from.
+export_pythonpath() {
+    export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+}
+
+# CHAINER_DATASET_ROOT, unless set: the MNIST copy next to the checkout.
+default_dataset_root() {
+    local shared_data="$root/../shared/datasets"
     if [ -z "${CHAINER_DATASET_ROOT:-}" ] \
             && [ -f "$shared_data/pfnet/chainer/mnist/train.npz" ]; then
         export CHAINER_DATASET_ROOT
         CHAINER_DATASET_ROOT=$(cd "$shared_data" && pwd)
         say "using the MNIST copy in $CHAINER_DATASET_ROOT"
     fi
-    exec .venv/bin/python "$script" "$@"
+}
+
+# Open MPI's mpiexec, and mpicc to build mpi4py: installed where we may.
+ensure_mpi() {
+    if ! command -v mpiexec >/dev/null || ! command -v mpicc >/dev/null; then
+        apt_install openmpi-bin libopenmpi-dev || true
+    fi
+    command -v mpiexec >/dev/null \
+        || die "no mpiexec: install Open MPI (on Debian, as root: apt-get install openmpi-bin libopenmpi-dev)"
+    command -v mpicc >/dev/null \
+        || say "warning: no mpicc, which building mpi4py needs (on Debian: libopenmpi-dev)"
+}
+
+cmd_venv() {
+    local extras=examples${1:+,$1} extra
+    [ $# -le 1 ] || die "usage: bash dev.sh venv [EXTRA,...]"
+    for extra in ${extras//,/ }; do
+        case $extra in
+            test|examples|mpi|cuda12|lint) ;;
+            *) die "unknown extra '$extra' (test, examples, mpi, cuda12, lint)" ;;
+        esac
+    done
+    case ,$extras, in *,mpi,*) ensure_mpi ;; esac
+    ensure_venv "$extras"
+    say "ready: 'source $venv/bin/activate' puts its python (and pip) first on PATH;"
+    say "or run $venv/bin/python directly"
+}
+
+cmd_mnist() {
+    local script=$root/examples/mnist/train_mnist.py
+    [ -f "$script" ] || die "$script does not exist (yet)"
+    ensure_venv examples
+    default_dataset_root
+    export_pythonpath
+    exec "$venv/bin/python" "$script" "$@"
+}
+
+cmd_chainermn() {
+    local script=$root/examples/chainermn/mnist/train_mnist.py n=2 flags=()
+    [ -f "$script" ] || die "$script does not exist (yet)"
+    if [ "${1:-}" = -n ]; then
+        [ $# -ge 2 ] || die "-n needs a number of processes"
+        n=$2
+        shift 2
+    fi
+    [[ $n =~ ^[1-9][0-9]*$ ]] || die "-n must be a number of processes (1 or more), got '$n'"
+    ensure_mpi
+    ensure_venv examples,mpi
+    default_dataset_root
+    export_pythonpath
+    case $(mpiexec --version 2>&1) in
+        *'Open MPI'*|*OpenRTE*)
+            # Open MPI refuses to run as root, and to start more processes
+            # than there are cores, unless told.
+            if [ "$(id -u)" = 0 ]; then
+                flags+=(--allow-run-as-root)
+            fi
+            if [ "$n" -gt "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" ]; then
+                flags+=(--oversubscribe)
+            fi
+            ;;
+    esac
+    exec mpiexec -n "$n" ${flags[@]+"${flags[@]}"} "$venv/bin/python" "$script" "$@"
 }
 
 cmd_test() {
     local version python newest="" path="" envs=() arg
+    cd "$root"
     for version in 3.11 3.10 3.9; do
         if python=$(python_for "$version"); then
             say "Python $version: $python"
@@ -114,6 +204,11 @@ cmd_test() {
     if ! command -v mpiexec >/dev/null; then
         apt_install openmpi-bin libopenmpi-dev \
             || say "warning: no mpiexec and cannot install Open MPI: MPI tests will skip"
+    fi
+    # The emulated GPU tests compile the CUDA kernels with a C++20 compiler.
+    if ! command -v "${CXX:-g++}" >/dev/null && ! command -v c++ >/dev/null; then
+        apt_install g++ \
+            || say "warning: no C++ compiler and cannot install g++: the emulated GPU tests will fail"
     fi
 
     make_venv .tox/.bootstrap "$newest"
@@ -138,6 +233,10 @@ cmd_test() {
 
 case ${1:-} in
     mnist) shift; cmd_mnist "$@" ;;
+    chainermn) shift; cmd_chainermn "$@" ;;
+    venv) shift; cmd_venv "$@" ;;
     test) shift; cmd_test "$@" ;;
-    *) say "usage: bash dev.sh mnist [ARGS...] | bash dev.sh test [TOX ARGS...]"; exit 2 ;;
+    *) say "usage: bash dev.sh mnist [ARGS...] | bash dev.sh chainermn [-n N] [ARGS...]"
+       say "       | bash dev.sh venv [EXTRAS] | bash dev.sh test [TOX ARGS...]"
+       exit 2 ;;
 esac

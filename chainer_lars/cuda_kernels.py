@@ -35,7 +35,7 @@ import collections
 
 import numpy
 
-from chainer_lars import ratio as _ratio
+from chainer_lars import ratio
 
 
 #: Threads per block, a power of two (the block reductions rely on it).
@@ -43,6 +43,11 @@ THREADS = 256
 #: Elements per block: each thread handles 16, enough to hide the latency
 #: of the loads while keeping a ResNet-50 update at a few thousand blocks.
 CHUNK = 16 * THREADS
+
+#: Columns of the per-array settings the kernels read (see the source).
+WEIGHT_DECAY, EPS, TRUST_COEFFICIENT, CLIP_LR, LOSS_SCALE, ADAPT, LR, \
+    MOMENTUM, NESTEROV = range(9)
+SETTINGS = 9
 
 #: dtype -> (C storage type, C compute type, NumPy compute dtype)
 _TYPES = {
@@ -112,16 +117,30 @@ __device__ __forceinline__ void lars_block_sum2(C& a, C& b) {{
 //   [2T, 3T)          momentum buffers (the optimizer; 0 for the hook)
 //   [3T, 4T)          sizes
 //   [4T, 5T]          first block of each array, then B
-//   [5T+1, 6T+1)      flags: 1 uses weight decay, 2 uses adaptation
-//   [6T+1, 6T+1+B)    array of each block
+//   [5T+1, 5T+1+B)    array of each block
 #define LARS_FIRST(T, t) table[4 * (T) + (t)]
-#define LARS_FLAGS(T, t) table[5 * (T) + 1 + (t)]
+
+// The settings of array t (one row of LARS_SETTINGS values, uploaded for
+// every update): weight decay (0 where the array is excluded from it),
+// eps, trust coefficient, the LARC clipping rate (negative: none), the
+// loss scale, whether the array is adapted (0 or 1), and for the
+// optimizer the learning rate, the momentum and Nesterov (0 or 1).
+#define LARS_SETTINGS {settings}
+#define LARS_WEIGHT_DECAY 0
+#define LARS_EPS 1
+#define LARS_TRUST_COEFFICIENT 2
+#define LARS_CLIP_LR 3
+#define LARS_LOSS_SCALE 4
+#define LARS_ADAPT 5
+#define LARS_LR 6
+#define LARS_MOMENTUM 7
+#define LARS_NESTEROV 8
 
 // The array of this block and the range of its elements.
 __device__ __forceinline__ void lars_block_range(
         const long long* table, long long T, long long& t,
         long long& begin, long long& end) {{
-    t = table[6 * T + 1 + blockIdx.x];
+    t = table[5 * T + 1 + blockIdx.x];
     begin = ((long long)blockIdx.x - LARS_FIRST(T, t)) * LARS_CHUNK;
     const long long size = table[3 * T + t];
     end = begin + LARS_CHUNK < size ? begin + LARS_CHUNK : size;
@@ -130,12 +149,12 @@ __device__ __forceinline__ void lars_block_range(
 // stats[3t] = the ratio r of array t, stats[3t+1] = ||w||^2 and
 // stats[3t+2] = ||g||^2 of g as stored (loss_scale times the gradient).
 // done[] counts finished blocks per array; it must be 0 before the launch
-// and is 0 again after it.
+// and is 0 again after it. threshold and require_grad are those of the
+// form of LARS (the hook's or the optimizer's).
 extern "C" __global__ void chainer_lars_multi_norms(
-        const long long* table, long long ntensors, C* partial,
-        unsigned int* done, C* stats, C weight_decay, C eps,
-        C trust_coefficient, C threshold, int require_grad, C clip_lr,
-        C loss_scale) {{
+        const long long* table, long long ntensors, const C* settings,
+        C* partial, unsigned int* done, C* stats, C threshold,
+        int require_grad) {{
     const long long T = ntensors;
     long long t, begin, end;
     lars_block_range(table, T, t, begin, end);
@@ -172,11 +191,11 @@ extern "C" __global__ void chainer_lars_multi_norms(
     }}
     lars_block_sum2(a, b);
     if (threadIdx.x == 0) {{
-        const long long flags = LARS_FLAGS(T, t);
-        const C wd = (flags & 1) ? weight_decay : (C)0;
-        stats[3 * t] = (flags & 2) ? chainer_lars_trust_ratio<C>(
-            sqrt(a), sqrt(b) / loss_scale, wd, eps, trust_coefficient,
-            threshold, require_grad, clip_lr) : (C)1;
+        const C* s = settings + LARS_SETTINGS * t;
+        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
+            sqrt(a), sqrt(b) / s[LARS_LOSS_SCALE], s[LARS_WEIGHT_DECAY],
+            s[LARS_EPS], s[LARS_TRUST_COEFFICIENT], threshold, require_grad,
+            s[LARS_CLIP_LR]) : (C)1;
         stats[3 * t + 1] = a;
         stats[3 * t + 2] = b;
         done[t] = 0;
@@ -186,14 +205,14 @@ extern "C" __global__ void chainer_lars_multi_norms(
 // The hook: g <- r * g + r * loss_scale * weight_decay * w, which is the
 // rescaled gradient still multiplied by the loss scale.
 extern "C" __global__ void chainer_lars_multi_scale_add(
-        const long long* table, long long ntensors, const C* stats,
-        C weight_decay, C loss_scale) {{
+        const long long* table, long long ntensors, const C* settings,
+        const C* stats) {{
     const long long T = ntensors;
     long long t, begin, end;
     lars_block_range(table, T, t, begin, end);
+    const C* s = settings + LARS_SETTINGS * t;
     const C r = stats[3 * t];
-    const C c = (LARS_FLAGS(T, t) & 1) ? r * loss_scale * weight_decay
-                                       : (C)0;
+    const C c = r * s[LARS_LOSS_SCALE] * s[LARS_WEIGHT_DECAY];
     const S* w = (const S*)table[t];
     S* g = (S*)table[T + t];
     for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {{
@@ -205,13 +224,17 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
 // gradient is divided by the loss scale in place first, as Chainer's
 // update rules do, and used as stored (rounded to S).
 extern "C" __global__ void chainer_lars_multi_momentum(
-        const long long* table, long long ntensors, const C* stats, C lr,
-        C momentum, C weight_decay, C loss_scale, int nesterov) {{
+        const long long* table, long long ntensors, const C* settings,
+        const C* stats) {{
     const long long T = ntensors;
     long long t, begin, end;
     lars_block_range(table, T, t, begin, end);
-    const C a = lr * stats[3 * t];
-    const C b = (LARS_FLAGS(T, t) & 1) ? a * weight_decay : (C)0;
+    const C* s = settings + LARS_SETTINGS * t;
+    const C a = s[LARS_LR] * stats[3 * t];
+    const C b = a * s[LARS_WEIGHT_DECAY];
+    const C loss_scale = s[LARS_LOSS_SCALE];
+    const C momentum = s[LARS_MOMENTUM];
+    const bool nesterov = s[LARS_NESTEROV] != (C)0;
     S* w = (S*)table[t];
     S* g = (S*)table[T + t];
     S* v = (S*)table[2 * T + t];
@@ -237,7 +260,8 @@ def source(dtype):
     storage, compute, _ = _TYPES[numpy.dtype(dtype)]
     return _SOURCE.format(
         storage=storage, compute=compute, threads=THREADS, chunk=CHUNK,
-        load_store=_LOAD_STORE[storage], trust_ratio=_ratio.CUDA_TRUST_RATIO)
+        settings=SETTINGS,
+        load_store=_LOAD_STORE[storage], trust_ratio=ratio.CUDA_TRUST_RATIO)
 
 
 def _kernel(xp, dtype, name):
@@ -279,65 +303,88 @@ class Table(object):
 
     """The device table of one set of arrays, and its work buffers.
 
+    Args:
+        xp: The array module of the device.
+        dtype: The arrays' dtype.
+        weights, grads (list): The arrays (contiguous, non-empty).
+        states (list): The momentum buffers, or ``None`` (the hook).
+
     Attributes:
         ntensors (int): How many arrays.
         nblocks (int): How many blocks each launch has.
         words: The table on the device (int64).
-        partial: Per-block partial sums (compute dtype, ``2 * nblocks``).
-        done: Per-array block counters (uint32, zero between launches).
+        settings: Per array, the :data:`SETTINGS` values of the current
+            update (compute dtype, shape ``(ntensors, SETTINGS)``), written
+            by :meth:`set_settings`.
         stats: Per array, ``(r, ||w||^2, ||g||^2)`` of the last launch of
             :func:`norms` (compute dtype, shape ``(ntensors, 3)``).
 
     """
 
-    def __init__(self, xp, dtype, items):
-        ntensors = len(items)
-        sizes = [w.size for w, _, _, _ in items]
+    #: Pinned buffers the settings are uploaded from, used in turn: one is
+    #: written again only after its copy is done, which it is unless the
+    #: device is this many updates behind.
+    RING = 4
+
+    def __init__(self, xp, dtype, weights, grads, states=None):
+        ntensors = len(weights)
+        sizes = [w.size for w in weights]
         counts = [-(-n // CHUNK) for n in sizes]
         first = numpy.zeros(ntensors + 1, numpy.int64)
         numpy.cumsum(counts, out=first[1:])
         nblocks = int(first[-1])
-        host = empty_pinned(xp, (6 * ntensors + 1 + nblocks,), numpy.int64)
-        host[:ntensors] = [w.data.ptr for w, _, _, _ in items]
-        host[ntensors:2 * ntensors] = [g.data.ptr for _, g, _, _ in items]
-        host[2 * ntensors:3 * ntensors] = [
-            0 if v is None else v.data.ptr for _, _, v, _ in items]
+        host = empty_pinned(xp, (5 * ntensors + 1 + nblocks,), numpy.int64)
+        host[:ntensors] = [w.data.ptr for w in weights]
+        host[ntensors:2 * ntensors] = [g.data.ptr for g in grads]
+        host[2 * ntensors:3 * ntensors] = (
+            0 if states is None else [v.data.ptr for v in states])
         host[3 * ntensors:4 * ntensors] = sizes
         host[4 * ntensors:5 * ntensors + 1] = first
-        host[5 * ntensors + 1:6 * ntensors + 1] = [
-            flags for _, _, _, flags in items]
-        host[6 * ntensors + 1:] = numpy.repeat(
-            numpy.arange(ntensors), counts)
+        host[5 * ntensors + 1:] = numpy.repeat(numpy.arange(ntensors), counts)
         self.ntensors = ntensors
         self.nblocks = nblocks
+        self.compute_dtype = compute_dtype(dtype)
         self.words = xp.empty(host.size, numpy.int64)
         stream = xp.cuda.get_current_stream()
         self.words.set(host, stream)
-        # The pinned source must outlive the asynchronous copy.
-        self._host = host
-        self._uploaded = stream.record()
-        c = compute_dtype(dtype)
-        self.partial = xp.empty(2 * nblocks, c)
+        # Each pinned source must outlive its asynchronous copy.
+        self._uploads = [(host, stream.record())]
+        self._ring = [
+            [empty_pinned(xp, (ntensors, SETTINGS), self.compute_dtype),
+             None] for _ in range(self.RING)]
+        self._next = 0
+        self.settings = xp.empty((ntensors, SETTINGS), self.compute_dtype)
+        self.partial = xp.empty(2 * nblocks, self.compute_dtype)
         self.done = xp.zeros(ntensors, numpy.uint32)
-        self.stats = xp.empty((ntensors, 3), c)
+        self.stats = xp.empty((ntensors, 3), self.compute_dtype)
+        self._xp = xp
+
+    def set_settings(self, rows):
+        """Uploads this update's settings (host rows, ``SETTINGS`` each)."""
+        slot = self._ring[self._next]
+        self._next = (self._next + 1) % self.RING
+        if slot[1] is not None:
+            slot[1].synchronize()
+        slot[0][...] = rows
+        stream = self._xp.cuda.get_current_stream()
+        self.settings.set(slot[0], stream)
+        slot[1] = stream.record()
 
     def release(self):
-        """Waits until the table's upload no longer needs its host copy."""
-        self._uploaded.synchronize()
-
-
-def flags(uses_weight_decay, uses_adaptation):
-    """The table's flag word of an array."""
-    return int(bool(uses_weight_decay)) | 2 * int(bool(uses_adaptation))
+        """Waits until no upload needs the table's host buffers."""
+        for _, event in self._uploads + self._ring:
+            if event is not None:
+                event.synchronize()
 
 
 class TableCache(object):
 
     """Tables of the sets of arrays seen lately, reused while they repeat.
 
-    The key is every array's address and size and its flags, so a table is
-    rebuilt exactly when one of them changes: one host-side tuple
-    comparison per update while the model's memory stays where it is.
+    The key is every array's address and size, so a table is rebuilt
+    exactly when one of them changes: one host-side tuple comparison per
+    update while the model's memory stays where it is (CuPy's memory pool
+    hands a backward pass's gradients the same blocks every iteration).
 
     Args:
         capacity (int): How many tables to keep (least recently used go).
@@ -352,22 +399,18 @@ class TableCache(object):
         self.builds = 0
         self._tables = collections.OrderedDict()
 
-    def get(self, xp, dtype, items):
-        """The table of ``items``: ``(w, g, v or None, flags)`` per array.
-
-        All arrays are contiguous, non-empty, of ``dtype`` and on the
-        current device.
-
-        """
+    def get(self, xp, dtype, weights, grads, states=None):
+        """The table of these arrays (see :class:`Table`)."""
         key = (xp, numpy.dtype(dtype), xp.cuda.Device().id,
-               tuple((w.data.ptr, g.data.ptr,
-                      0 if v is None else v.data.ptr, w.size, f)
-                     for w, g, v, f in items))
+               tuple(w.data.ptr for w in weights),
+               tuple(g.data.ptr for g in grads),
+               None if states is None else tuple(v.data.ptr for v in states),
+               tuple(w.size for w in weights))
         table = self._tables.get(key)
         if table is not None:
             self._tables.move_to_end(key)
             return table
-        table = Table(xp, dtype, items)
+        table = Table(xp, dtype, weights, grads, states)
         self.builds += 1
         self._tables[key] = table
         while len(self._tables) > self.capacity:
@@ -376,7 +419,7 @@ class TableCache(object):
 
     def __getstate__(self):
         # Device tables are not state: a copy builds its own.
-        return {'capacity': self.capacity, 'builds': 0}
+        return {'capacity': self.capacity}
 
     def __setstate__(self, state):
         self.__init__(state['capacity'])
@@ -385,39 +428,157 @@ class TableCache(object):
         return TableCache(self.capacity)
 
 
-def norms(xp, table, dtype, weight_decay, eps, trust_coefficient, threshold,
-          require_grad, clip_lr, loss_scale):
+def norms(xp, table, dtype, threshold, require_grad):
     """Launches the norms and ratios of a table's arrays into its stats.
 
-    ``clip_lr`` is ``None`` for no clipping; ``loss_scale`` is the factor by
-    which the stored gradients exceed the true ones.
+    Reads the table's settings; ``threshold`` and ``require_grad`` are
+    those of the form of LARS (see :func:`chainer_lars.ratio.trust_ratio`).
 
     """
-    c = compute_dtype(dtype).type
+    c = table.compute_dtype.type
     _kernel(xp, dtype, 'chainer_lars_multi_norms')(
         (table.nblocks,), (THREADS,),
-        (table.words, numpy.int64(table.ntensors), table.partial,
-         table.done, table.stats, c(weight_decay), c(eps),
-         c(trust_coefficient), c(threshold), numpy.int32(bool(require_grad)),
-         c(-1.0 if clip_lr is None else clip_lr), c(loss_scale)))
+        (table.words, numpy.int64(table.ntensors), table.settings,
+         table.partial, table.done, table.stats, c(threshold),
+         numpy.int32(bool(require_grad))))
     return table.stats
 
 
-def scale_add(xp, table, dtype, weight_decay, loss_scale):
+def scale_add(xp, table, dtype):
     """The hook's rescaling, with the ratios of the last :func:`norms`."""
-    c = compute_dtype(dtype).type
     _kernel(xp, dtype, 'chainer_lars_multi_scale_add')(
         (table.nblocks,), (THREADS,),
-        (table.words, numpy.int64(table.ntensors), table.stats,
-         c(weight_decay), c(loss_scale)))
+        (table.words, numpy.int64(table.ntensors), table.settings,
+         table.stats))
 
 
-def momentum_step(xp, table, dtype, lr, momentum, weight_decay, loss_scale,
-                  nesterov):
+def momentum_step(xp, table, dtype):
     """The optimizer's step, with the ratios of the last :func:`norms`."""
-    c = compute_dtype(dtype).type
     _kernel(xp, dtype, 'chainer_lars_multi_momentum')(
         (table.nblocks,), (THREADS,),
-        (table.words, numpy.int64(table.ntensors), table.stats, c(lr),
-         c(momentum), c(weight_decay), c(loss_scale),
-         numpy.int32(bool(nesterov))))
+        (table.words, numpy.int64(table.ntensors), table.settings,
+         table.stats))
+
+
+class CudaExecutor(object):
+
+    """The multi-tensor executor of CUDA devices (see ``multi_tensor``).
+
+    One :func:`norms` and one step launch per update and group, whatever
+    the number of arrays; per-array settings (a rule's own ``lr``, the
+    exclusions, the loss scale) travel in the table's settings row, so a
+    group is never split by them.
+
+    """
+
+    def supports(self, *arrays):
+        """Non-empty C-contiguous float16/32/64 arrays of one dtype.
+
+        A zero-size array has no block, so no block would write its stats;
+        it takes the per-array path, which leaves it alone.
+
+        """
+        return supports(*arrays) and arrays[0].size > 0
+
+    def prepare(self, group):
+        group.tables = _GroupTables()
+
+    def _select(self, group, grads):
+        keep, rejected = [], []
+        for k, (w, g) in enumerate(zip(group.weights, grads)):
+            if (g is not None and g.dtype == w.dtype and g.size == w.size
+                    and g.flags.c_contiguous):
+                keep.append(k)
+            else:
+                rejected.append(k)
+        return keep, rejected
+
+    def _launch(self, group, grads, settings, keep, form, states):
+        xp = group.device.xp
+        tables = group.tables
+        table = tables.cache.get(
+            xp, group.dtype, [group.weights[k] for k in keep],
+            [grads[k] for k in keep],
+            None if states is None else [states[k] for k in keep])
+        table.set_settings(settings)
+        norms(xp, table, group.dtype, form.threshold, form.require_grad)
+        tables.last = (table, keep, settings[:, LOSS_SCALE].copy(),
+                       len(group))
+        return xp, table
+
+    def lars_step(self, group, grads, hyper, form):
+        from chainer_lars import multi_tensor as mt
+
+        keep, rejected = self._select(group, grads)
+        if not keep:
+            return rejected
+        rows = hyper[keep]
+        settings = numpy.zeros((len(keep), SETTINGS))
+        settings[:, WEIGHT_DECAY] = rows[:, mt.LARS_WEIGHT_DECAY]
+        settings[:, EPS] = rows[:, mt.LARS_EPS]
+        settings[:, TRUST_COEFFICIENT] = rows[:, mt.LARS_TRUST_COEFFICIENT]
+        settings[:, CLIP_LR] = -1.0
+        settings[:, LOSS_SCALE] = rows[:, mt.LARS_LOSS_SCALE]
+        settings[:, ADAPT] = rows[:, mt.LARS_ADAPT]
+        settings[:, LR] = rows[:, mt.LARS_LR]
+        settings[:, MOMENTUM] = rows[:, mt.LARS_MOMENTUM]
+        settings[:, NESTEROV] = rows[:, mt.LARS_NESTEROV]
+        with group.device.create_context():
+            xp, table = self._launch(group, grads, settings, keep, form,
+                                     [s[0] for s in group.states])
+            momentum_step(xp, table, group.dtype)
+        return rejected
+
+    def hook_rescale(self, group, grads, hyper, form, eps,
+                     trust_coefficient):
+        from chainer_lars import multi_tensor as mt
+
+        keep, rejected = self._select(group, grads)
+        if not keep:
+            return rejected
+        rows = hyper[keep]
+        settings = numpy.zeros((len(keep), SETTINGS))
+        settings[:, WEIGHT_DECAY] = rows[:, mt.HOOK_WEIGHT_DECAY]
+        settings[:, EPS] = eps
+        settings[:, TRUST_COEFFICIENT] = trust_coefficient
+        settings[:, CLIP_LR] = rows[:, mt.HOOK_CLIP_LR]
+        settings[:, LOSS_SCALE] = rows[:, mt.HOOK_LOSS_SCALE]
+        settings[:, ADAPT] = rows[:, mt.HOOK_ADAPT]
+        with group.device.create_context():
+            xp, table = self._launch(group, grads, settings, keep, form,
+                                     None)
+            scale_add(xp, table, group.dtype)
+        return rejected
+
+    def observe(self, group):
+        """``(ratio, ||w||, ||g||)`` per array, NaN where none was taken.
+
+        One transfer from the device per call.
+
+        """
+        last = group.tables.last
+        out = numpy.full((len(group), 3), numpy.nan)
+        if last is None:
+            return out
+        table, keep, loss_scales, _ = last
+        stats = table.stats.get().astype(numpy.float64)
+        out[keep, 0] = stats[:, 0]
+        out[keep, 1] = numpy.sqrt(stats[:, 1])
+        out[keep, 2] = numpy.sqrt(stats[:, 2]) / loss_scales
+        return out
+
+
+class _GroupTables(object):
+
+    """What a :class:`CudaExecutor` keeps for a group: its tables, and the
+    table and rows of the last update (for ``observe``)."""
+
+    __slots__ = ('cache', 'last')
+
+    def __init__(self):
+        self.cache = TableCache(capacity=4)
+        self.last = None
+
+
+#: The one :class:`CudaExecutor` (it keeps nothing of its own).
+executor = CudaExecutor()

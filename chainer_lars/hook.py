@@ -464,16 +464,24 @@ class GradientLARS(exclusions.ExclusionProperties):
             self._tables = cuda_kernels.TableCache(capacity=1024)
         xp = device.xp
         dtype = items[0][1].dtype
+        settings = numpy.zeros((len(items), cuda_kernels.SETTINGS))
+        settings[:, cuda_kernels.WEIGHT_DECAY] = [
+            self._weight_decay if uses_wd else 0.0
+            for _, _, _, uses_wd, _ in items]
+        settings[:, cuda_kernels.EPS] = self._eps
+        settings[:, cuda_kernels.TRUST_COEFFICIENT] = self._trust_coefficient
+        settings[:, cuda_kernels.CLIP_LR] = (
+            -1.0 if clip_lr is None else clip_lr)
+        settings[:, cuda_kernels.LOSS_SCALE] = loss_scale
+        settings[:, cuda_kernels.ADAPT] = [
+            adapt for _, _, _, _, adapt in items]
         with chainer.using_device(device):
-            table = self._tables.get(xp, dtype, [
-                (w, g, None, cuda_kernels.flags(uses_wd, adapt))
-                for _, w, g, uses_wd, adapt in items])
-            stats = cuda_kernels.norms(
-                xp, table, dtype, self._weight_decay, self._eps,
-                self._trust_coefficient, self._threshold, False, clip_lr,
-                loss_scale)
-            cuda_kernels.scale_add(xp, table, dtype, self._weight_decay,
-                                   loss_scale)
+            table = self._tables.get(xp, dtype, [item[1] for item in items],
+                                     [item[2] for item in items])
+            table.set_settings(settings)
+            stats = cuda_kernels.norms(xp, table, dtype, self._threshold,
+                                       False)
+            cuda_kernels.scale_add(xp, table, dtype)
         for row, item in enumerate(items):
             self._observations[item[0]] = _observations.DeviceObservation(
                 stats, row, loss_scale)

@@ -149,18 +149,25 @@ class LARSRule(optimizer.UpdateRule):
         xp = param.device.xp
         if self._tables is None:
             self._tables = cuda_kernels.TableCache(capacity=1)
-        table = self._tables.get(xp, w.dtype, [
-            (w, g, v, cuda_kernels.flags(self.uses_weight_decay,
-                                         self.uses_adaptation))])
+        table = self._tables.get(xp, w.dtype, [w], [g], [v])
+        settings = numpy.zeros((1, cuda_kernels.SETTINGS))
+        s = settings[0]
+        s[cuda_kernels.WEIGHT_DECAY] = wd
+        s[cuda_kernels.EPS] = hp.eps
+        s[cuda_kernels.TRUST_COEFFICIENT] = hp.trust_coefficient
+        s[cuda_kernels.CLIP_LR] = -1.0
         # The loss scale is already divided out (UpdateRule.update).
-        stats = cuda_kernels.norms(
-            xp, table, w.dtype, hp.weight_decay, hp.eps,
-            hp.trust_coefficient, 0.0, True, None, 1.0)
+        s[cuda_kernels.LOSS_SCALE] = 1.0
+        s[cuda_kernels.ADAPT] = self.uses_adaptation
+        s[cuda_kernels.LR] = hp.lr
+        s[cuda_kernels.MOMENTUM] = hp.momentum
+        s[cuda_kernels.NESTEROV] = hp.nesterov
+        table.set_settings(settings)
+        stats = cuda_kernels.norms(xp, table, w.dtype, 0.0, True)
         # The stats hold the ratio the step applies.
         self._observation = (_observations.DeviceObservation(stats, 0, 1.0)
                              if self.uses_adaptation else None)
-        cuda_kernels.momentum_step(xp, table, w.dtype, hp.lr, hp.momentum,
-                                   hp.weight_decay, 1.0, hp.nesterov)
+        cuda_kernels.momentum_step(xp, table, w.dtype)
 
 
 class _Plan(object):

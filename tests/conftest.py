@@ -1,25 +1,29 @@
-"""Test set-up: the gpu and mpi markers, an mpiexec runner, tiny data sets.
+"""Test set-up: the gpu and mpi markers, and a tiny offline dataset root.
 
 * ``@pytest.mark.gpu`` tests skip unless CuPy imports and sees a CUDA device.
 * ``@pytest.mark.mpi`` tests skip unless ``mpiexec`` is on ``PATH`` and
   mpi4py imports; with ``CHAINER_LARS_REQUIRE_MPI=1`` (set by CI) they fail
-  instead, so that a broken MPI install cannot pass as skipped tests.
-* The ``mpiexec`` fixture runs a command on N ranks.
-* The ``tiny_dataset_root`` fixture makes an offline MNIST, CIFAR-10 and
-  CIFAR-100 for Chainer's own loaders.
+  instead (``tests/mpi_util.py``, which also runs the ranks).
+* The ``dataset_root`` fixture makes a tiny MNIST, CIFAR-10 and CIFAR-100
+  for Chainer's own loaders.
 
 """
 
 import functools
 import os
-import shutil
-import subprocess
 
 import numpy
 import pytest
 
 import chainer
 from chainer.backends import cuda
+
+from tests import mpi_util
+
+
+# The sizes of the tiny datasets: (train, test) examples.
+MNIST_SIZES = (64, 32)
+CIFAR_SIZES = (32, 16)
 
 
 @functools.lru_cache()
@@ -35,57 +39,13 @@ def _why_no_cuda():
     return None if count else 'no CUDA device'
 
 
-@functools.lru_cache()
-def _why_no_mpi():
-    if shutil.which('mpiexec') is None:
-        return 'mpiexec is not on PATH'
-    try:
-        import mpi4py  # NOQA
-    except ImportError as e:
-        return 'mpi4py does not import: {}'.format(e)
-    return None
-
-
-def _skip_or_fail_without_mpi():
-    reason = _why_no_mpi()
-    if reason is None:
-        return
-    if os.environ.get('CHAINER_LARS_REQUIRE_MPI') == '1':
-        pytest.fail('{}, and CHAINER_LARS_REQUIRE_MPI=1'.format(reason),
-                    pytrace=False)
-    pytest.skip(reason)
-
-
 def pytest_runtest_setup(item):
     if item.get_closest_marker('gpu') is not None:
         reason = _why_no_cuda()
         if reason is not None:
             pytest.skip(reason)
     if item.get_closest_marker('mpi') is not None:
-        _skip_or_fail_without_mpi()
-
-
-@pytest.fixture
-def mpiexec():
-    """Runs ``mpiexec(n, *command, timeout=300)`` and returns its result.
-
-    The command runs on ``n`` ranks, more than there are cores if need be,
-    with its output captured as text in the returned
-    ``subprocess.CompletedProcess``; a non-zero exit does not raise.
-
-    """
-    _skip_or_fail_without_mpi()
-
-    def run(n, *command, timeout=300):
-        launcher = ['mpiexec', '-n', str(n), '--oversubscribe']
-        if os.geteuid() == 0:
-            launcher.append('--allow-run-as-root')
-        return subprocess.run(
-            launcher + [str(arg) for arg in command],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=timeout)
-
-    return run
+        mpi_util.require_mpi()
 
 
 def _classification(n_classes, n_features, sizes):
@@ -107,40 +67,41 @@ def _classification(n_classes, n_features, sizes):
     return splits
 
 
-def _write_mnist(root, n_train, n_test):
+def _write_mnist(root):
     folder = os.path.join(root, 'pfnet', 'chainer', 'mnist')
     os.makedirs(folder)
-    splits = _classification(10, 784, (n_train, n_test))
+    splits = _classification(10, 784, MNIST_SIZES)
     for name, (x, y) in zip(('train', 'test'), splits):
         numpy.savez_compressed(os.path.join(folder, name + '.npz'), x=x, y=y)
 
 
-def _write_cifar(root, n_classes, n_train, n_test):
+def _write_cifar(root, n_classes):
     folder = os.path.join(root, 'pfnet', 'chainer', 'cifar')
     os.makedirs(folder, exist_ok=True)
     (train_x, train_y), (test_x, test_y) = _classification(
-        n_classes, 3072, (n_train, n_test))
+        n_classes, 3072, CIFAR_SIZES)
     numpy.savez_compressed(
         os.path.join(folder, 'cifar-{}.npz'.format(n_classes)),
         train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y)
 
 
 @pytest.fixture
-def tiny_dataset_root(tmp_path, monkeypatch):
+def dataset_root(tmp_path, monkeypatch):
     """A dataset root holding a tiny MNIST, CIFAR-10 and CIFAR-100.
 
-    The files have the layout of Chainer's download cache (MNIST 256 train
-    and 64 test examples, each CIFAR 256 and 64), so that
-    ``chainer.datasets.get_mnist()``, ``get_cifar10()`` and
-    ``get_cifar100()`` load them without a network. For the test's duration
-    Chainer's dataset root points there, and so does ``CHAINER_DATASET_ROOT``
-    for subprocesses such as example scripts. Returns the root as a string.
+    The files have the layout of Chainer's download cache (``MNIST_SIZES``
+    and ``CIFAR_SIZES`` examples), so that ``chainer.datasets.get_mnist()``,
+    ``get_cifar10()`` and ``get_cifar100()`` load them without a network.
+    For the test's duration Chainer's dataset root points there (the
+    examples' ``--dataset-root`` changes it too), and so does
+    ``CHAINER_DATASET_ROOT`` for subprocesses such as example scripts.
+    Returns the root as a string.
 
     """
     root = str(tmp_path / 'datasets')
-    _write_mnist(root, 256, 64)
-    _write_cifar(root, 10, 256, 64)
-    _write_cifar(root, 100, 256, 64)
+    _write_mnist(root)
+    _write_cifar(root, 10)
+    _write_cifar(root, 100)
     monkeypatch.setenv('CHAINER_DATASET_ROOT', root)
     previous = chainer.dataset.get_dataset_root()
     chainer.dataset.set_dataset_root(root)

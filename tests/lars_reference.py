@@ -51,6 +51,10 @@ def lars_step(w, g, v, lr, momentum, weight_decay, trust_coefficient, eps,
     return w - v, v
 
 
+# The paths of Net's parameters, as namedparams() gives them.
+PATHS = ['/conv1/W', '/conv1/b', '/bn1/gamma', '/bn1/beta', '/fc/W', '/fc/b']
+
+
 class Net(chainer.Chain):
 
     """A small model with the parameter kinds LARS treats differently."""

@@ -1,9 +1,10 @@
 """Helpers for tests that run ranks under ``mpiexec``.
 
 The tests drive the ranks as a subprocess, so that a plain ``pytest`` run
-exercises them. They are skipped where ``mpiexec`` or ``mpi4py`` is missing,
-unless ``CHAINER_LARS_REQUIRE_MPI=1`` (set by CI, which installs both): there
-a missing MPI is a failure, not a silent skip.
+exercises them. Tests marked ``mpi`` are skipped where ``mpiexec`` or
+``mpi4py`` is missing (conftest.py calls ``require_mpi``), unless
+``CHAINER_LARS_REQUIRE_MPI=1`` (set by CI, which installs both): there a
+missing MPI is a failure, not a silent skip.
 
 """
 
@@ -15,8 +16,7 @@ import sys
 
 import pytest
 
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import REPO_ROOT
 
 
 def mpi_required():

@@ -47,7 +47,6 @@ def equivalence(tmp_path_factory):
 @pytest.mark.parametrize('case', CASES)
 @pytest.mark.parametrize('n', RANKS)
 def test_ranks_equal_one_process(n, case, equivalence):
-    mpi_util.require_mpi()
     measured = equivalence(n)
     assert measured['size'] == n
     found = measured['cases'][case]
@@ -79,21 +78,3 @@ def test_ranks_equal_one_process(n, case, equivalence):
             # could not hold had LARS run before the all-reduce.
             assert norm_err <= TOLERANCE, at
             assert gap > 1e3 * TOLERANCE, at
-
-
-def test_mpiexec_command_flags():
-    command = mpi_util.mpiexec_command(
-        (os.cpu_count() or 1) + 1, ['script.py', '--flag'])
-    assert command[:3] == ['mpiexec', '-n', str((os.cpu_count() or 1) + 1)]
-    assert '--oversubscribe' in command
-    assert command[-2:] == ['script.py', '--flag']
-    assert ('--allow-run-as-root' in command) == (os.geteuid() == 0)
-    assert '--oversubscribe' not in mpi_util.mpiexec_command(1, ['s.py'])
-
-
-def test_mpi_env_puts_repo_first(monkeypatch):
-    monkeypatch.setenv('PYTHONPATH', '/elsewhere')
-    env = mpi_util.mpi_env({'EXTRA': '1'})
-    assert env['PYTHONPATH'].split(os.pathsep) == [
-        mpi_util.REPO_ROOT, '/elsewhere']
-    assert env['EXTRA'] == '1'

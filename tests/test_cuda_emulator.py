@@ -94,32 +94,36 @@ def kernels():
 def _table(n=5):
     w = xp.asarray(numpy.ones(n, numpy.float32))
     g = xp.asarray(numpy.ones(n, numpy.float32))
-    return cuda_kernels.Table(xp, numpy.float32, [(w, g, None, 3)]), w, g
+    return cuda_kernels.Table(xp, numpy.float32, [w], [g])
 
 
-def _scale_add_args(table, **change):
+def _norms_args(table, **change):
     args = dict(words=table.words, ntensors=numpy.int64(table.ntensors),
-                stats=table.stats, weight_decay=numpy.float32(0),
-                loss_scale=numpy.float32(1))
+                settings=table.settings, partial=table.partial,
+                done=table.done, stats=table.stats,
+                threshold=numpy.float32(0), require_grad=numpy.int32(0))
     args.update(change)
     return tuple(args.values())
 
 
 @pytest.mark.parametrize('change, message', [
-    (dict(ntensors=numpy.int32(1)), r'long long .* numpy.int32|int32'),
+    (dict(ntensors=numpy.int32(1)), 'long long'),
     (dict(ntensors=1), 'NumPy scalar'),
-    (dict(weight_decay=numpy.float64(0)), 'float32'),
-    (dict(weight_decay=0.0), 'NumPy scalar'),
+    (dict(threshold=numpy.float64(0)), 'float32'),
+    (dict(threshold=0.0), 'NumPy scalar'),
+    (dict(require_grad=numpy.int64(0)), 'int32'),
+    (dict(require_grad=True), 'NumPy scalar'),
     (dict(stats=numpy.zeros(3, numpy.float32)), 'device array'),
     (dict(stats=xp.zeros(3, numpy.float64)), 'points to float'),
+    (dict(done=xp.zeros(1, numpy.int64)), 'points to unsigned int'),
     (dict(words=xp.zeros(4, numpy.int32)), 'points to long long'),
 ])
 def test_arguments_must_match_the_signature(kernels, change, message):
-    table, _, _ = _table()
-    kernel = kernels.get_function('chainer_lars_multi_scale_add')
+    table = _table()
+    kernel = kernels.get_function('chainer_lars_multi_norms')
     with pytest.raises(cuda_emulator.LaunchError, match=message):
-        kernel((1,), (256,), _scale_add_args(table, **change))
-    kernel((1,), (256,), _scale_add_args(table))  # the right ones work
+        kernel((1,), (256,), _norms_args(table, **change))
+    kernel((1,), (256,), _norms_args(table))  # the right ones work
 
 
 @pytest.mark.parametrize('grid, block', [
@@ -128,17 +132,17 @@ def test_arguments_must_match_the_signature(kernels, change, message):
     ((1.0,), (256,)), ((1, 1, 1, 1), (256,)),
 ])
 def test_illegal_configurations_are_refused(kernels, grid, block):
-    table, _, _ = _table()
-    kernel = kernels.get_function('chainer_lars_multi_scale_add')
+    table = _table()
+    kernel = kernels.get_function('chainer_lars_multi_norms')
     with pytest.raises(cuda_emulator.LaunchError):
-        kernel(grid, block, _scale_add_args(table))
+        kernel(grid, block, _norms_args(table))
 
 
 def test_argument_count_is_checked(kernels):
-    table, _, _ = _table()
-    kernel = kernels.get_function('chainer_lars_multi_scale_add')
-    with pytest.raises(cuda_emulator.LaunchError, match='takes 5'):
-        kernel((1,), (256,), _scale_add_args(table)[:4])
+    table = _table()
+    kernel = kernels.get_function('chainer_lars_multi_norms')
+    with pytest.raises(cuda_emulator.LaunchError, match='takes 8'):
+        kernel((1,), (256,), _norms_args(table)[:7])
 
 
 def test_divergent_barrier_is_an_error():
@@ -224,12 +228,13 @@ PLANTS = {
     'a reduction step dropped': (
         's > 0; s >>= 1', 's > 1; s >>= 1'),
     'a table offset off by one': (
-        't = table[6 * T + 1 + blockIdx.x];',
-        't = table[6 * T + blockIdx.x];'),
-    'the flag bits swapped': (
-        'stats[3 * t] = (flags & 2) ?', 'stats[3 * t] = (flags & 1) ?'),
-    'the loss scale ignored': (
-        'sqrt(a), sqrt(b) / loss_scale,', 'sqrt(a), sqrt(b),'),
+        't = table[5 * T + 1 + blockIdx.x];',
+        't = table[5 * T + blockIdx.x];'),
+    'the adaptation flag read from the weight-decay column': (
+        's[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio',
+        's[LARS_WEIGHT_DECAY] != (C)0 ? chainer_lars_trust_ratio'),
+    'the loss scale ignored in the ratio': (
+        'sqrt(b) / s[LARS_LOSS_SCALE],', 'sqrt(b),'),
     'the last block miscounted': (
         'is_last = ticket == (unsigned int)(last - first - 1);',
         'is_last = ticket == (unsigned int)(last - first);'),
@@ -252,8 +257,8 @@ def test_a_planted_bug_fails_the_gpu_tests(plant):
     result = subprocess.run(
         [sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider',
          tests, '-m', 'not gpu', '-k', '({}) and not fp32'.format(' or '.join(
-             ['every_size', 'hook_agrees_with_cpu and static and kwargs1',
-              'lars_agrees_with_cpu and static and kwargs2']))],
+             ['every_size', 'hook_agrees_with_cpu and static-True',
+              'lars_agrees_with_cpu and static']))],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         universal_newlines=True, timeout=900)
     # 5 would mean that no test was selected.

@@ -1,14 +1,14 @@
-"""End-to-end: the ChainerMN MNIST example on 2 ranks, on tiny generated data.
+"""End-to-end: the ChainerMN example on 2 ranks, on tiny generated data.
 
-Runs the real script under ``mpiexec -n 2`` for two short epochs on a tiny
-MNIST cache written here, checks the log and the snapshots rank 0 writes,
-then resumes from the first snapshot on 2 ranks.
+Runs the real script under ``mpiexec -n 2`` for two short epochs on
+conftest.py's tiny MNIST (64 training images, so 32 a rank) and CIFAR (32,
+so 16 a rank), checks the log and the snapshots rank 0 writes, then resumes
+from the first snapshot on 2 ranks.
 
 """
 
 import json
 import math
-import os
 
 import numpy
 import pytest
@@ -16,52 +16,31 @@ import pytest
 from tests import mpi_util
 
 
-SCRIPT = os.path.join(mpi_util.REPO_ROOT, 'examples', 'chainermn', 'mnist',
-                      'train_mnist.py')
-N_TRAIN, N_TEST = 120, 40
-BATCH_PER_RANK = 10
+pytestmark = [pytest.mark.mpi, pytest.mark.example]
+
+MODULE = 'examples.chainermn.mnist.train_mnist'
+BATCH_PER_RANK = 8
 RANKS = 2
-ITERS_PER_EPOCH = N_TRAIN // RANKS // BATCH_PER_RANK
+ITERS_PER_EPOCH = 64 // RANKS // BATCH_PER_RANK
 
 
-def write_tiny_mnist(root, seed=0):
-    """Writes the cache ``chainer.datasets.get_mnist()`` reads, in little.
-
-    Each digit class lights its own band of pixels, so the data can be
-    learnt, but nothing here depends on how well.
-
-    """
-    rng = numpy.random.RandomState(seed)
-    directory = os.path.join(str(root), 'pfnet', 'chainer', 'mnist')
-    os.makedirs(directory)
-    for name, n in (('train', N_TRAIN), ('test', N_TEST)):
-        y = (numpy.arange(n) % 10).astype(numpy.uint8)
-        x = rng.randint(0, 64, size=(n, 784)).astype(numpy.uint8)
-        for label in range(10):
-            x[y == label, label * 78:(label + 1) * 78] = 255
-        numpy.savez_compressed(os.path.join(directory, name + '.npz'),
-                               x=x, y=y)
-
-
-def run_example(dataset_root, out, *extra):
-    args = [SCRIPT, '--communicator', 'naive', '--device', '-1',
+def run_example(out, *extra, ranks=RANKS):
+    args = ['-m', MODULE, '--communicator', 'naive', '--device', '-1',
             '--epoch', '2', '--batchsize', str(BATCH_PER_RANK),
             '--unit', '16', '--warmup-epochs', '0.5', '--noplot',
             '--out', str(out)] + list(extra)
-    return mpi_util.run_mpi(
-        RANKS, args, timeout=240,
-        env={'CHAINER_DATASET_ROOT': str(dataset_root)})
+    return mpi_util.run_mpi(ranks, args, timeout=240)
 
 
-@pytest.mark.mpi
-@pytest.mark.example
+def read_log(out):
+    with open(str(out / 'log')) as f:
+        return json.load(f)
+
+
 @pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars'])
-def test_example_trains_logs_and_resumes(optimizer, tmp_path):
-    mpi_util.require_mpi()
-    write_tiny_mnist(tmp_path / 'data')
-
+def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     out = tmp_path / 'result'
-    result = run_example(tmp_path / 'data', out, '--optimizer', optimizer)
+    result = run_example(out, '--optimizer', optimizer, '--snapshots', '2')
     assert result.returncode == 0
     assert 'Number of processes: {}'.format(RANKS) in result.stdout
     # Rank 0 alone prints the report (its header once).
@@ -69,8 +48,7 @@ def test_example_trains_logs_and_resumes(optimizer, tmp_path):
     assert '# Minibatch-size: {} per process, {} global'.format(
         BATCH_PER_RANK, BATCH_PER_RANK * RANKS) in result.stdout
 
-    with open(str(out / 'log')) as f:
-        log = json.load(f)
+    log = read_log(out)
     # An entry before training (the evaluation of the initial weights),
     # then one per epoch.
     assert [e['epoch'] for e in log] == [0, 1, 2]
@@ -98,6 +76,7 @@ def test_example_trains_logs_and_resumes(optimizer, tmp_path):
         weights = snapshot['updater/model:main/predictor/l1/W']
         assert weights.shape == (16, 784)
         assert numpy.isfinite(weights).all()
+        assert snapshot['extensions/RunSettings/processes'] == RANKS
         if optimizer == 'lars':
             # The momentum buffer of the LARS rule is saved.
             assert snapshot[
@@ -107,11 +86,56 @@ def test_example_trains_logs_and_resumes(optimizer, tmp_path):
         return
     # Every rank reads rank 0's snapshot and training continues from it.
     resumed = tmp_path / 'resumed'
-    result = run_example(tmp_path / 'data', resumed, '--optimizer', optimizer,
+    result = run_example(resumed, '--optimizer', optimizer,
                          '--resume', str(out / snapshots[0]))
     assert result.returncode == 0
-    with open(str(resumed / 'log')) as f:
-        log = json.load(f)
-    assert [e['iteration'] for e in log] == [
+    assert [e['iteration'] for e in read_log(resumed)] == [
         0, ITERS_PER_EPOCH, 2 * ITERS_PER_EPOCH]
-    assert (resumed / snapshots[-1]).exists()
+    # Only the latest snapshot is kept by default.
+    assert [p.name for p in resumed.iterdir()
+            if p.name.startswith('snapshot_')] == snapshots[-1:]
+
+    # Another number of processes is another global batch, and so another
+    # schedule.
+    result = run_example(tmp_path / 'one', '--optimizer', optimizer,
+                         '--resume', str(out / snapshots[0]), ranks=1)
+    assert result.returncode == 2
+    assert 'the number of processes {}, this run has 1'.format(RANKS) in (
+        result.stderr)
+
+
+def test_batch_larger_than_a_shard_is_a_usage_error(dataset_root, tmp_path):
+    result = run_example(tmp_path / 'out', '--batchsize', '33')
+    assert result.returncode == 2
+    assert ("--batchsize 33 is larger than each process's shard of the "
+            'training set (32 examples)') in result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not (tmp_path / 'out').exists()
+
+
+def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
+                                                          tmp_path):
+    """The CIFAR ResNet, its BatchNorm statistics per process or global.
+
+    Both runs start from the same weights and batches; the first forward
+    pass already gives rank 0 the statistics of its own 8 images in one
+    run and those of all 16 in the other, so its running means differ.
+    """
+    means = {}
+    for batchnorm in ('per-process', 'all-reduced'):
+        out = tmp_path / batchnorm
+        result = run_example(out, '--dataset', 'cifar10', '--depth', '8',
+                             '--epoch', '1', '--batchnorm', batchnorm)
+        assert result.returncode == 0
+        assert 'ResNet-8, BatchNorm statistics {}'.format(batchnorm) in (
+            result.stdout)
+        entry = read_log(out)[-1]
+        for key in ('main/loss', 'validation/main/accuracy',
+                    'lars/ratio/predictor/res3/0/conv1/W'):
+            assert math.isfinite(entry[key]), key
+        snapshot = 'snapshot_iter_{}'.format(32 // RANKS // BATCH_PER_RANK)
+        with numpy.load(str(out / snapshot)) as arrays:
+            means[batchnorm] = arrays[
+                'updater/model:main/predictor/bn1/avg_mean']
+    assert numpy.isfinite(means['all-reduced']).all()
+    assert not numpy.allclose(means['per-process'], means['all-reduced'])

@@ -1,5 +1,11 @@
-"""The example trainers, run end to end on tiny generated datasets."""
+"""The example trainers, run end to end on tiny generated datasets.
 
+The datasets are conftest.py's ``dataset_root``: MNIST of 64 training and 32
+test images, CIFAR of 32 and 16.
+"""
+
+import importlib
+import importlib.util
 import json
 import math
 import os
@@ -11,36 +17,26 @@ import pytest
 
 import chainer
 
-from tests import examples_util
+from examples import common
+from tests import REPO_ROOT
 
 
 pytestmark = pytest.mark.example
 
 
-@pytest.fixture
-def dataset_root(tmp_path):
-    """A dataset root holding tiny MNIST, CIFAR-10 and CIFAR-100 caches.
-
-    Chainer's dataset root is a process-wide setting that the examples'
-    ``--dataset-root`` changes; it is restored afterwards.
-    """
-    root = str(tmp_path / 'datasets')
-    examples_util.write_tiny_mnist(root)
-    examples_util.write_tiny_cifar(root, 10)
-    examples_util.write_tiny_cifar(root, 100)
-    saved = chainer.dataset.get_dataset_root()
-    yield root
-    chainer.dataset.set_dataset_root(saved)
-
-
 @pytest.fixture(scope='module')
 def mnist():
-    return examples_util.load_example('mnist', 'train_mnist.py')
+    return importlib.import_module('examples.mnist.train_mnist')
 
 
 @pytest.fixture(scope='module')
 def cifar():
-    return examples_util.load_example('cifar', 'train_cifar.py')
+    return importlib.import_module('examples.cifar.train_cifar')
+
+
+@pytest.fixture(scope='module')
+def chainermn_example():
+    return importlib.import_module('examples.chainermn.mnist.train_mnist')
 
 
 def read_log(out):
@@ -68,7 +64,7 @@ def check_run_and_resume(main, args, out_dir, iterations_per_epoch,
     augmentations) from the restored random state.
     """
     first = str(out_dir / 'first')
-    main(args + ['--epoch', '3', '--out', first])
+    main(args + ['--epoch', '3', '--out', first, '--snapshots', '3'])
 
     log = read_log(first)
     assert [entry['epoch'] for entry in log] == [0, 1, 2, 3]
@@ -136,15 +132,13 @@ def test_cifar_excludes_batchnorm_and_biases_from_ratios(
     assert not {'loss.png', 'accuracy.png'} & set(os.listdir(out))
 
 
-@pytest.mark.parametrize('name', ['mnist', 'cifar'])
-def test_evaluator_weights_each_batch_by_its_size(request, name):
+def test_evaluator_weights_each_batch_by_its_size():
     """The test accuracy and loss are those of the whole test set.
 
     10 examples in batches of 4, 4 and 2; the labels agree with the model's
     predictions on examples 0-3, 8 and 9 only, so the accuracy is 0.6, where
     the plain mean of the batches (Chainer's Evaluator) would give 2/3.
     """
-    example = request.getfixturevalue(name)
     numpy.random.seed(0)
     model = chainer.links.Classifier(
         chainer.links.Linear(5, 3, initialW=numpy.random.randn(3, 5)))
@@ -159,7 +153,7 @@ def test_evaluator_weights_each_batch_by_its_size(request, name):
     reporter = chainer.Reporter()  # the trainer's, during evaluation
     reporter.add_observer('main', model)
     with reporter:
-        result = example.Evaluator(iterator, model).evaluate()
+        result = common.Evaluator(iterator, model).evaluate()
         plain = chainer.training.extensions.Evaluator(iterator, model)
         plain = plain.evaluate()
     assert result['main/accuracy'] == pytest.approx(0.6, rel=1e-6)
@@ -168,18 +162,15 @@ def test_evaluator_weights_each_batch_by_its_size(request, name):
     assert plain['main/accuracy'] == pytest.approx(2 / 3)
 
 
-@pytest.mark.parametrize('name,dataset', [
-    ('mnist', 'mnist'), ('cifar', 'cifar10'), ('cifar', 'cifar100')])
-def test_images_are_standardized_by_the_training_set(
-        request, dataset_root, name, dataset):
+@pytest.mark.parametrize('dataset', ['mnist', 'cifar10', 'cifar100'])
+def test_images_are_standardized_by_the_training_set(dataset_root, dataset):
     """MNIST over all pixels, CIFAR per channel; test images alike."""
-    chainer.dataset.set_dataset_root(dataset_root)
     raw = getattr(chainer.datasets, 'get_' + dataset)()
-    if name == 'mnist':
-        got = request.getfixturevalue(name).load_mnist()
+    if dataset == 'mnist':
+        got = common.load_mnist()
         axis = None
     else:
-        got = request.getfixturevalue(name).load_cifar(dataset)
+        got = common.load_cifar(dataset)
         axis = (0, 2, 3)
     (raw_x, raw_t), (x, t) = [chainer.dataset.concat_examples(pair[0])
                               for pair in (raw, got)]
@@ -246,11 +237,10 @@ def test_default_lr_rule(mnist, cifar, optimizer, batchsize, lr):
             assert math.isclose(args.lr * 0.5, lr * 0.02, rel_tol=1e-12)
 
 
-def run_script(task, script, args, root):
+def run_script(module, args, root):
+    """Runs an example as the READMEs do, from the repository root."""
     env = dict(os.environ)
     env['CHAINER_DATASET_ROOT'] = root
-    env['PYTHONPATH'] = os.pathsep.join(
-        [examples_util.REPOSITORY] + [p for p in [env.get('PYTHONPATH')] if p])
     # A download, if the loader tries one, fails at once and never leaves
     # the machine: the proxy is a closed local port.
     for name in ('http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY'):
@@ -258,34 +248,33 @@ def run_script(task, script, args, root):
     env.pop('no_proxy', None)
     env.pop('NO_PROXY', None)
     return subprocess.run(
-        [sys.executable, examples_util.example_path(task, script)] + args,
+        [sys.executable, '-m', module] + args, cwd=REPO_ROOT,
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         universal_newlines=True, timeout=120)
 
 
 def test_mnist_script_reads_chainer_dataset_root(dataset_root, tmp_path):
     out = str(tmp_path / 'out')
-    result = run_script('mnist', 'train_mnist.py',
+    result = run_script('examples.mnist.train_mnist',
                         ['-b', '32', '-e', '1', '-u', '8', '--noplot',
                          '-o', out], dataset_root)
     assert result.returncode == 0, result.stderr
     assert read_log(out)[-1]['epoch'] == 1
 
 
-@pytest.mark.parametrize('task,script,args,expected', [
-    ('mnist', 'train_mnist.py', [],
+@pytest.mark.parametrize('module,args,expected', [
+    ('examples.mnist.train_mnist', [],
      [os.path.join('pfnet', 'chainer', 'mnist', 'train.npz'),
       os.path.join('pfnet', 'chainer', 'mnist', 'test.npz')]),
-    ('cifar', 'train_cifar.py', [],
+    ('examples.cifar.train_cifar', [],
      [os.path.join('pfnet', 'chainer', 'cifar', 'cifar-10.npz')]),
-    ('cifar', 'train_cifar.py', ['--dataset', 'cifar100'],
+    ('examples.cifar.train_cifar', ['--dataset', 'cifar100'],
      [os.path.join('pfnet', 'chainer', 'cifar', 'cifar-100.npz')]),
 ])
-def test_missing_dataset_gives_clear_message(tmp_path, task, script, args,
+def test_missing_dataset_gives_clear_message(tmp_path, module, args,
                                              expected):
     root = str(tmp_path / 'empty')
-    result = run_script(task, script, args + ['-o', str(tmp_path / 'out')],
-                        root)
+    result = run_script(module, args + ['-o', str(tmp_path / 'out')], root)
     assert result.returncode == 1
     assert 'Traceback' not in result.stderr
     assert 'CHAINER_DATASET_ROOT' in result.stderr
@@ -294,7 +283,7 @@ def test_missing_dataset_gives_clear_message(tmp_path, task, script, args,
 
 
 def test_mnist_results_table(dataset_root, tmp_path):
-    results = examples_util.load_example('mnist', 'results.py')
+    results = importlib.import_module('examples.mnist.results')
     out = str(tmp_path / 'results')
     argv = ['--batchsizes', '32', '--optimizers', 'momentum', 'lars',
             '--seeds', '0', '1', '--epoch', '1', '--out', out,
@@ -323,9 +312,9 @@ def test_mnist_results_table(dataset_root, tmp_path):
             for run in runs:
                 assert not [name for name in os.listdir(run)
                             if name.startswith('snapshot')]
-    for command in ('python examples/mnist/train_mnist.py --batchsize 32 '
+    for command in ('python -m examples.mnist.train_mnist --batchsize 32 '
                     '--optimizer lars --epoch 1\n',
-                    'python examples/mnist/train_mnist.py --batchsize 32 '
+                    'python -m examples.mnist.train_mnist --batchsize 32 '
                     '--optimizer lars --epoch 1 --seed 1\n'):
         assert command in md and command in rst
     assert os.path.getsize(os.path.join(out, 'error.png')) > 0
@@ -335,15 +324,18 @@ def test_mnist_results_table(dataset_root, tmp_path):
     assert os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log')) == stamp
 
 
-def test_chainermn_defaults_are_the_single_process_ones(mnist):
-    chainermn_example = examples_util.load_example(
-        os.path.join('chainermn', 'mnist'), 'train_mnist.py')
+def test_chainermn_defaults_are_the_single_process_ones(
+        mnist, cifar, chainermn_example):
     multi, single = chainermn_example.parse_args([]), mnist.parse_args([])
     for name in ('warmup_epochs', 'decay_power', 'momentum', 'weight_decay',
                  'trust_coefficient', 'unit', 'epoch'):
         assert getattr(multi, name) == getattr(single, name), name
     multi = chainermn_example.parse_args(['--decay-power', '1'])
     assert multi.decay_power == 1
+    multi = chainermn_example.parse_args(['--dataset', 'cifar100'])
+    single = cifar.parse_args(['--dataset', 'cifar100'])
+    for name in ('warmup_epochs', 'epoch', 'depth'):
+        assert getattr(multi, name) == getattr(single, name), name
 
 
 @pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn'])
@@ -358,15 +350,13 @@ def test_chainermn_defaults_are_the_single_process_ones(mnist):
     ('--warmup-epochs', '-1', 'at least 0'),
     ('--momentum', '-0.9', 'at least 0'),
     ('--weight-decay', '-1e-4', 'at least 0'),
+    ('--snapshots', '-1', 'at least 0'),
 ])
-def test_flags_out_of_range_are_usage_errors(mnist, cifar, capsys, name,
-                                             flag, value, message):
+def test_flags_out_of_range_are_usage_errors(request, capsys, name, flag,
+                                             value, message):
     """A usage error (exit status 2) naming the flag, not a traceback."""
-    if name == 'chainermn':
-        example = examples_util.load_example(
-            os.path.join('chainermn', 'mnist'), 'train_mnist.py')
-    else:
-        example = {'mnist': mnist, 'cifar': cifar}[name]
+    example = request.getfixturevalue(
+        'chainermn_example' if name == 'chainermn' else name)
     with pytest.raises(SystemExit) as exc:
         example.parse_args(['{}={}'.format(flag, value)])
     assert exc.value.code == 2
@@ -382,3 +372,152 @@ def test_cifar_depth_must_be_6n_plus_2(cifar, capsys, depth):
         cifar.parse_args(['--depth', depth])
     assert exc.value.code == 2
     assert '--depth must be 6n + 2' in capsys.readouterr().err
+
+
+def test_mlp_has_no_batchnorm_to_all_reduce(chainermn_example, capsys):
+    with pytest.raises(SystemExit) as exc:
+        chainermn_example.parse_args(['--batchnorm', 'all-reduced'])
+    assert exc.value.code == 2
+    assert 'the MLP of --dataset mnist has no BatchNorm' in (
+        capsys.readouterr().err)
+
+
+def usage_error(main, argv, capsys):
+    """The message of the usage error ``main(argv)`` stops with."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--device', 'foo'], '--device foo: '),
+    (['--device', '@nosuchmodule:0'], '--device @nosuchmodule:0: '),
+    (['--resume', 'nowhere/snapshot_iter_7'],
+     '--resume nowhere/snapshot_iter_7: no such file'),
+    pytest.param(['--device', '3'], '--device 3: ', marks=pytest.mark.skipif(
+        chainer.backends.cuda.available, reason='CuPy can use CUDA here')),
+    pytest.param(['--device', '@cupy:0'], '--device @cupy:0: ',
+                 marks=pytest.mark.skipif(chainer.backends.cuda.available,
+                                          reason='CuPy can use CUDA here')),
+])
+@pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])
+def test_bad_flags_stop_before_any_work(request, tmp_path, capsys, name,
+                                        flags, message):
+    """A usage error naming the flag, before the data is loaded.
+
+    The dataset root is empty: loading the data first would stop with the
+    missing dataset (exit status 1) instead.
+    """
+    main = request.getfixturevalue(name).main
+    out = tmp_path / 'out'
+    err = usage_error(main, flags + ['--dataset-root', str(tmp_path),
+                                     '--out', str(out)], capsys)
+    assert message in err and 'usage:' in err
+    assert 'Traceback' not in err
+    assert not out.exists()
+
+
+@pytest.mark.gpu
+def test_device_beyond_the_gpus_is_a_usage_error(mnist, tmp_path, capsys):
+    count = chainer.backends.cuda.cupy.cuda.runtime.getDeviceCount()
+    err = usage_error(mnist.main, ['--device', str(count), '--dataset-root',
+                                   str(tmp_path)], capsys)
+    assert '--device {}: no such GPU, this machine has {}'.format(
+        count, count) in err
+
+
+@pytest.mark.parametrize('name,batchsize,n_train', [
+    ('mnist', 65, 64), ('cifar', 33, 32)])
+def test_batch_larger_than_the_training_set_is_a_usage_error(
+        request, dataset_root, tmp_path, capsys, name, batchsize, n_train):
+    out = tmp_path / 'out'
+    err = usage_error(request.getfixturevalue(name).main,
+                      ['-b', str(batchsize), '--out', str(out)], capsys)
+    assert '--batchsize {} is larger than the training set ({} examples)' \
+        .format(batchsize, n_train) in err
+    assert not out.exists()
+
+
+def test_resume_refuses_another_schedule(mnist, dataset_root, tmp_path,
+                                         capsys):
+    """The snapshot records the flags of the schedule; --resume keeps them.
+
+    With another --epoch the schedule would be another curve: at the end
+    of a 2-epoch run the rate is about 0, where a 3-epoch run is still at
+    about a third of its peak.
+    """
+    args = ['-b', '32', '-u', '8', '--noplot', '--warmup-epochs', '1']
+    out = tmp_path / 'run'
+    mnist.main(args + ['-e', '2', '--out', str(out)])
+    snapshot = str(out / 'snapshot_iter_4')
+    capsys.readouterr()
+    for flags, message in [
+            (['-e', '3'], 'written with --epoch 2, this run has 3'),
+            (['-e', '2', '--warmup-epochs', '0.5'],
+             'written with --warmup-epochs 1.0, this run has 0.5'),
+            (['-e', '2', '--lr', '0.5'], 'written with --lr {}'.format(
+                0.005 * math.sqrt(32 / 256) / 0.02))]:
+        err = usage_error(mnist.main, args + flags + [
+            '--resume', snapshot, '--out', str(tmp_path / 'resumed')],
+            capsys)
+        assert message in err and 'start a new run' in err, err
+        assert not (tmp_path / 'resumed').exists()
+
+    (tmp_path / 'text').write_text('not a snapshot')
+    numpy.savez(str(tmp_path / 'other.npz'), x=numpy.zeros(1))
+    for path, message in [('text', 'not a snapshot'),
+                          ('other.npz', 'not a snapshot of these examples')]:
+        err = usage_error(mnist.main, ['--resume', str(tmp_path / path)],
+                          capsys)
+        assert message in err
+
+
+def test_lr_plot_has_every_iteration_and_one_snapshot_is_kept(
+        mnist, dataset_root, tmp_path):
+    """3 epochs of 2 updates, warm-up over the first epoch.
+
+    The rate of update k (1-based) is v(k - 1): the warm-up gives v(0) =
+    peak/2 and v(1) = peak, then v(t) = peak (1 - (t - 2)/4)^2.
+    """
+    out = tmp_path / 'out'
+    mnist.main(['-b', '32', '-u', '8', '-e', '3', '--warmup-epochs', '1',
+                '--lr', '0.4', '--out', str(out)])
+    assert {'loss.png', 'accuracy.png', 'lr.png', 'trust_ratio.png'} <= set(
+        os.listdir(str(out)))
+    snapshots = [name for name in os.listdir(str(out))
+                 if name.startswith('snapshot_')]
+    assert snapshots == ['snapshot_iter_6']
+    with numpy.load(str(out / 'snapshot_iter_6')) as snapshot:
+        points = snapshot['extensions/IterationPlot/points']
+    numpy.testing.assert_allclose(points[:, 0], [0.5, 1, 1.5, 2, 2.5, 3])
+    numpy.testing.assert_allclose(
+        points[:, 1], [0.2, 0.4, 0.4, 0.4 * 0.75 ** 2, 0.4 * 0.5 ** 2,
+                       0.4 * 0.25 ** 2], rtol=1e-12)
+
+
+def test_no_snapshots(mnist, dataset_root, tmp_path):
+    out = tmp_path / 'out'
+    mnist.main(['-b', '32', '-u', '8', '-e', '2', '--noplot',
+                '--snapshots', '0', '--out', str(out)])
+    assert read_log(str(out))[-1]['epoch'] == 2
+    assert not [name for name in os.listdir(str(out))
+                if name.startswith('snapshot')]
+
+
+def test_readme_example_needs_no_copy(dataset_root, tmp_path):
+    """The small CNN of examples/README.md, run as it stands there."""
+    with open(os.path.join(REPO_ROOT, 'examples', 'README.md')) as f:
+        code = f.read().split('```python\n', 1)[1].split('```', 1)[0]
+    path = tmp_path / 'train_mnist_cnn.py'
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location('train_mnist_cnn', path)
+    cnn = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cnn)
+    out = tmp_path / 'out'
+    cnn.main(['-b', '32', '-e', '2', '--out', str(out)])
+    log = read_log(str(out))
+    assert [entry['iteration'] for entry in log] == [0, 2, 4]
+    assert 'lars/ratio/predictor/conv2/W' in log[-1]
+    assert {'lr.png', 'trust_ratio.png', 'snapshot_iter_4'} <= set(
+        os.listdir(str(out)))

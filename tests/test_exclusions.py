@@ -3,9 +3,7 @@ import re
 import pytest
 
 from chainer_lars import exclusions
-
-
-PATHS = ['/conv1/W', '/conv1/b', '/bn1/gamma', '/bn1/beta', '/fc/W', '/fc/b']
+from tests.lars_reference import PATHS
 
 
 def test_no_lists_exclude_nothing():

@@ -16,9 +16,7 @@ from chainer import testing
 
 import chainer_lars
 from tests import lars_reference as ref
-
-
-PATHS = ['/conv1/W', '/conv1/b', '/bn1/gamma', '/bn1/beta', '/fc/W', '/fc/b']
+from tests.lars_reference import PATHS
 
 
 def setup(hook, dtype=numpy.float32, optimizer=None, seed=0, **fill_kw):

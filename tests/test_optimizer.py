@@ -13,9 +13,7 @@ from chainer import training
 
 import chainer_lars
 from tests import lars_reference as ref
-
-
-PATHS = ['/conv1/W', '/conv1/b', '/bn1/gamma', '/bn1/beta', '/fc/W', '/fc/b']
+from tests.lars_reference import PATHS
 
 
 def run_reference(model_seed, steps, kwargs, flags=None, dtype=numpy.float32):

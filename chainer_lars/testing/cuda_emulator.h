@@ -55,7 +55,7 @@ static emu_dim3 blockDim;
 static emu_dim3 gridDim;
 
 #ifndef EMU_SPINS
-#define EMU_SPINS 64
+#define EMU_SPINS 0
 #endif
 
 #ifndef EMU_TIMEOUT_MS

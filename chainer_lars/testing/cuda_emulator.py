@@ -330,6 +330,8 @@ class Kernel(object):
               for v in packed])
         dims = ctypes.c_uint * 3
         emulated_cupy.stats.launches.append(self.name)
+        if not emulated_cupy.execute:
+            return
         if self._entry(dims(*grid), dims(*block), pointers):
             raise EmulatorError('{}: {}'.format(
                 self.name, self._lib.emu_last_error().decode()))

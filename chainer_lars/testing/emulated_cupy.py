@@ -68,21 +68,41 @@ _allocations = weakref.WeakValueDictionary()
 
 class _Allocation(object):
 
+    """A block of emulated device memory, from the pool where possible.
+
+    As CuPy's memory pool does, a freed block of a size is handed to the
+    next request of that size, so that arrays allocated anew every
+    iteration (gradients after ``cleargrads()``) keep their addresses.
+
+    """
+
     __slots__ = ('buffer', 'start', 'nbytes', '__weakref__')
 
     def __init__(self, nbytes):
-        self.buffer = numpy.empty(nbytes + 2 * _GUARD + _ALIGN, numpy.uint8)
-        self.buffer.fill(_GUARD_BYTE)
-        address = self.buffer.ctypes.data + _GUARD
-        self.start = _GUARD + (-address) % _ALIGN
+        free = _pool.get(nbytes)
+        if free:
+            self.buffer, self.start = free.pop()
+            self.buffer.fill(_GUARD_BYTE)
+        else:
+            self.buffer = numpy.empty(nbytes + 2 * _GUARD + _ALIGN,
+                                      numpy.uint8)
+            self.buffer.fill(_GUARD_BYTE)
+            address = self.buffer.ctypes.data + _GUARD
+            self.start = _GUARD + (-address) % _ALIGN
         self.nbytes = nbytes
         self.buffer[self.start:self.start + nbytes] = 0xff
         _allocations[id(self)] = self
+
+    def __del__(self):
+        _pool.setdefault(self.nbytes, []).append((self.buffer, self.start))
 
     def intact(self):
         b = self.buffer
         return (bool((b[:self.start] == _GUARD_BYTE).all())
                 and bool((b[self.start + self.nbytes:] == _GUARD_BYTE).all()))
+
+
+_pool = {}
 
 
 def check_guards(kernel):
@@ -557,6 +577,9 @@ class ElementwiseKernel(object):
                 values.append(numpy.asarray(a, dtype).view(storage)[()]
                               .item())
         stats.launches.append(self.name)
+        if not execute:
+            return args[nin] if len(self.out_params) == 1 else tuple(
+                args[nin:])
         function(int(numpy.prod(shape, dtype=numpy.int64)),
                  *[numpy.uint64(v.value if isinstance(v, ctypes.c_void_p)
                                 else 0) if kind == 'array' else v
@@ -656,9 +679,18 @@ cuda = types.SimpleNamespace(
 cuda.Stream.null = _current_stream
 
 
+#: Whether launches run; :func:`installed` with ``execute=False`` checks
+#: and counts them but skips the work (to time the host code alone).
+execute = True
+
+
 @contextlib.contextmanager
-def installed():
+def installed(execute=True):
     """Makes Chainer take this module for CuPy, within the block.
+
+    With ``execute=False`` every kernel launch is checked and counted but
+    does nothing, so that what the block costs is the host code of the
+    GPU path alone (``benchmarks/bench_lars.py --gpu-host``).
 
     ``chainer.backends.cuda`` then reports CUDA as available with one
     device, ``@cupy:0``, whose arrays are this module's. Kernel caches that
@@ -670,6 +702,8 @@ def installed():
     from chainer.backends import cuda as chainer_cuda
 
     module = sys.modules[__name__]
+    saved_execute = module.execute
+    module.execute = execute
     # Chainer computes its tuple of array types once, on first use, from
     # cuda.available: made before the block, it would refuse this module's
     # arrays as gradients; made inside, it would keep them after.
@@ -695,6 +729,7 @@ def installed():
         yield module
     finally:
         chainer._array_types, chainer._cpu_array_types = saved_array_types
+        module.execute = saved_execute
         for name, value in saved.items():
             setattr(chainer_cuda, name, value)
         chainer_cuda.GpuDevice.xp = saved_xp

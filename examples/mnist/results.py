@@ -12,11 +12,22 @@ error along the runs into ``<out>/error.png``.
 
     python examples/mnist/results.py --dataset-root ../shared/datasets \
         --seeds 0 1 2
+
+``--check`` runs nothing and writes nothing: it builds the table from the
+runs already in ``<out>`` and checks that the READMEs (``README.rst`` and
+``examples/mnist/README.md`` unless files are named) hold it, cell for
+cell. It prints a diff and exits with 1 where a file's table of the same
+header differs or is missing, and with 2 when a run is missing:
+
+    python examples/mnist/results.py --dataset-root ../shared/datasets \
+        --seeds 0 1 2 --check
 """
 
 import argparse
+import difflib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -24,6 +35,10 @@ import time
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPOSITORY = os.path.dirname(os.path.dirname(HERE))
+# The files that --check reads when none is named.
+READMES = (os.path.join(REPOSITORY, 'README.rst'),
+           os.path.join(HERE, 'README.md'))
 OPTIMIZERS = ('momentum', 'momentum-lars', 'lars')
 # The two LARS variants compute the same update: dashes let both show.
 STYLES = {'momentum': {'marker': '.'},
@@ -31,10 +46,14 @@ STYLES = {'momentum': {'marker': '.'},
           'lars': {'marker': '.', 'linestyle': ':'}}
 
 
+# How a run is shown: as the READMEs run the trainers, as a module from the
+# repository root (examples/README.md).
+TRAINER = ['python', '-m', 'examples.mnist.train_mnist']
+
+
 def command(batchsize, optimizer, seed, args):
-    cmd = ['python', 'examples/mnist/train_mnist.py',
-           '--batchsize', str(batchsize), '--optimizer', optimizer,
-           '--epoch', str(args.epoch)]
+    cmd = TRAINER + ['--batchsize', str(batchsize), '--optimizer', optimizer,
+                     '--epoch', str(args.epoch)]
     if seed != 0:
         cmd += ['--seed', str(seed)]
     if args.device != '-1':
@@ -50,12 +69,20 @@ def read_log(out):
         return None
 
 
+def run_name(batchsize, optimizer, seed):
+    return 'b{}-{}-s{}'.format(batchsize, optimizer, seed)
+
+
+def done(log, args):
+    return bool(log) and log[-1]['epoch'] >= args.epoch
+
+
 def run(batchsize, optimizer, seed, args):
     """Runs one configuration unless its log is complete; returns the log."""
-    name = 'b{}-{}-s{}'.format(batchsize, optimizer, seed)
+    name = run_name(batchsize, optimizer, seed)
     out = os.path.join(args.out, name)
     log = read_log(out)
-    if log and log[-1]['epoch'] >= args.epoch and not args.rerun:
+    if done(log, args) and not args.rerun:
         return log
     cmd = command(batchsize, optimizer, seed, args)
     print('$ ' + ' '.join(cmd), flush=True)
@@ -70,7 +97,7 @@ def run(batchsize, optimizer, seed, args):
     with open(os.path.join(args.out, name + '.stdout'), 'w') as stdout:
         subprocess.check_call(
             [sys.executable, os.path.join(HERE, 'train_mnist.py')]
-            + cmd[2:] + extra, env=env, stdout=stdout,
+            + cmd[len(TRAINER):] + extra, env=env, stdout=stdout,
             stderr=subprocess.STDOUT)
     print('  done in {:.0f} s'.format(time.time() - start), flush=True)
     for name in os.listdir(out):
@@ -88,8 +115,8 @@ def cell(logs):
     return text
 
 
-def tables(results, args):
-    """The results as a Markdown table and an RST table, with commands."""
+def table(results, args):
+    """The header and the rows of the table, as lists of cells."""
     header = ['batch size'] + list(args.optimizers)
     rows = []
     for batchsize in args.batchsizes:
@@ -98,6 +125,30 @@ def tables(results, args):
             row.append(cell([results[batchsize, optimizer, seed]
                              for seed in args.seeds]))
         rows.append(row)
+    return header, rows
+
+
+def markdown_table(header, rows):
+    lines = ['| ' + ' | '.join(header) + ' |',
+             '|' + '|'.join('---:' for _ in header) + '|']
+    return lines + ['| ' + ' | '.join(row) + ' |' for row in rows]
+
+
+def rst_table(header, rows):
+    widths = [max(len(r[i]) for r in [header] + rows)
+              for i in range(len(header))]
+
+    def rst_row(row):
+        return '  '.join(c.rjust(w) for c, w in zip(row, widths))
+
+    rule = '  '.join('=' * w for w in widths)
+    return ([rule, rst_row(header), rule] + [rst_row(row) for row in rows]
+            + [rule])
+
+
+def tables(results, args):
+    """The results as a Markdown table and an RST table, with commands."""
+    header, rows = table(results, args)
     caption = ('Test accuracy (%) of the MNIST MLP after {} epochs, '
                'each optimizer on its defaults'.format(args.epoch))
     if len(args.seeds) > 1:
@@ -108,26 +159,128 @@ def tables(results, args):
                 for b in args.batchsizes for o in args.optimizers
                 for s in args.seeds]
 
-    md = [caption, '', '| ' + ' | '.join(header) + ' |',
-          '|' + '|'.join('---:' for _ in header) + '|']
-    md += ['| ' + ' | '.join(row) + ' |' for row in rows]
+    md = [caption, ''] + markdown_table(header, rows)
     md += ['', 'Commands (with `CHAINER_DATASET_ROOT` pointing at the '
            'MNIST cache):', '', '```']
     md += commands + ['```', '']
 
-    widths = [max(len(r[i]) for r in [header] + rows)
-              for i in range(len(header))]
-
-    def rst_row(row):
-        return '  '.join(c.rjust(w) for c, w in zip(row, widths))
-
-    rule = '  '.join('=' * w for w in widths)
-    rst = [caption, '', rule, rst_row(header), rule]
-    rst += [rst_row(row) for row in rows]
-    rst += [rule, '', 'Commands (with ``CHAINER_DATASET_ROOT`` pointing at '
+    rst = [caption, ''] + rst_table(header, rows)
+    rst += ['', 'Commands (with ``CHAINER_DATASET_ROOT`` pointing at '
             'the MNIST cache)::', '']
     rst += ['    ' + c for c in commands] + ['']
     return '\n'.join(md), '\n'.join(rst)
+
+
+_MD_SEPARATOR = re.compile(r'^:?-+:?$')
+_RST_RULE = re.compile(r'^\s*=+(\s+=+)*\s*$')
+
+
+def markdown_tables(lines):
+    """The Markdown tables in ``lines``: ``(first, last, cells)`` each.
+
+    ``cells`` holds the header and the rows, the separator left out;
+    ``lines[first:last]`` is the whole table.
+    """
+    i = 0
+    while i < len(lines):
+        if not lines[i].lstrip().startswith('|'):
+            i += 1
+            continue
+        first = i
+        while i < len(lines) and lines[i].lstrip().startswith('|'):
+            i += 1
+        cells = [[c.strip() for c in line.strip().strip('|').split('|')]
+                 for line in lines[first:i]]
+        cells = [row for row in cells
+                 if not all(_MD_SEPARATOR.match(c) for c in row)]
+        yield first, i, cells
+
+
+def rst_tables(lines):
+    """The RST simple tables with a header in ``lines``, as above.
+
+    Columns are cut where the rule above the header puts them.
+    """
+    i = 0
+    while i + 2 < len(lines):
+        if not (_RST_RULE.match(lines[i]) and _RST_RULE.match(lines[i + 2])
+                and lines[i].strip()):
+            i += 1
+            continue
+        starts = [m.start() for m in re.finditer('=+', lines[i])]
+
+        def cut(line):
+            bounds = starts[1:] + [None]
+            return [line[a:b].strip() for a, b in zip(starts, bounds)]
+
+        first, j = i, i + 3
+        while j < len(lines) and not _RST_RULE.match(lines[j]):
+            j += 1
+        if j == len(lines):
+            return
+        yield first, j + 1, [cut(line) for line in
+                             [lines[i + 1]] + lines[i + 3:j]]
+        i = j + 1
+
+
+def check_file(path, header, rows):
+    """Whether ``path`` holds the table; ``(ok, message)``.
+
+    The file's tables (RST simple tables in ``.rst`` files, Markdown
+    tables otherwise) whose header is ``header`` are compared cell by cell
+    with ``rows``; the message of a mismatch is a diff against the first.
+    """
+    with open(path) as f:
+        lines = f.read().splitlines()
+    if path.endswith('.rst'):
+        found, expected = rst_tables(lines), rst_table(header, rows)
+    else:
+        found, expected = markdown_tables(lines), markdown_table(header, rows)
+    candidates = [(first, last, cells) for first, last, cells in found
+                  if cells and cells[0] == header]
+    for _, _, cells in candidates:
+        if cells == [header] + rows:
+            return True, '{}: the table matches'.format(path)
+    if not candidates:
+        return False, '\n'.join(
+            ['{}: no table with the header {}; expected:'.format(
+                path, ' | '.join(header))] + expected)
+    first, last, _ = candidates[0]
+    diff = difflib.unified_diff(
+        lines[first:last], expected, lineterm='',
+        fromfile='{} (line {})'.format(path, first + 1),
+        tofile='results.py')
+    return False, '\n'.join(['{}: the table differs'.format(path)]
+                            + list(diff))
+
+
+def check(args):
+    """``--check``: compares the READMEs with the runs; the exit status."""
+    results, missing = {}, []
+    for batchsize in args.batchsizes:
+        for optimizer in args.optimizers:
+            for seed in args.seeds:
+                log = read_log(os.path.join(
+                    args.out, run_name(batchsize, optimizer, seed)))
+                if done(log, args):
+                    results[batchsize, optimizer, seed] = log
+                else:
+                    missing.append(command(batchsize, optimizer, seed, args))
+    if missing:
+        print('results.py --check: {} of the runs are not (all) in {}; run '
+              'results.py without --check first. Missing:'.format(
+                  len(missing), args.out), file=sys.stderr)
+        for cmd in missing:
+            print('  ' + ' '.join(shlex.quote(c) for c in cmd),
+                  file=sys.stderr)
+        return 2
+    header, rows = table(results, args)
+    status = 0
+    for path in args.check or READMES:
+        ok, message = check_file(path, header, rows)
+        print(message)
+        status = status or (0 if ok else 1)
+    return status
 
 
 def plot(results, args, path):
@@ -187,7 +340,14 @@ def main(argv=None):
     parser.add_argument('--keep-snapshots', action='store_true',
                         help='Keep the snapshots of each run (by default '
                         'they are deleted once it ends)')
+    parser.add_argument('--check', nargs='*', metavar='FILE',
+                        help='Run nothing: check that each FILE (default: '
+                        'README.rst and examples/mnist/README.md) has the '
+                        'table of the runs in --out; print a diff and exit '
+                        'with 1 where one does not')
     args = parser.parse_args(argv)
+    if args.check is not None:
+        return check(args)
 
     os.makedirs(args.out, exist_ok=True)
     results = {}
@@ -203,7 +363,8 @@ def main(argv=None):
     if args.plot:
         plot(results, args, os.path.join(args.out, 'error.png'))
     print(md)
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -4,52 +4,21 @@
 The model and the trainer follow Chainer's own MNIST example; the optimizer
 follows the large-batch recipe: LARS, momentum 0.9, linear warm-up then a
 polynomial decay of power 2, and biases excluded from weight decay and from
-layer adaptation.
-"""
+layer adaptation. Run it from the repository root:
 
-import argparse
-import math
-import os
-import re
-import sys
+    python -m examples.mnist.train_mnist --help
+"""
 
 import numpy
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
-from chainer import training
-from chainer.training import extensions
 
-import chainer_lars
+from examples import common  # python -m examples.mnist.train_mnist
 
 
-# Parameters matched by these regular expressions (biases; BatchNorm's beta
-# and gamma, for models that have them) get neither weight decay nor layer
-# adaptation, as in the large-batch recipes.
-EXCLUDE = ('/b$', '/beta$', '/gamma$')
-
-# The learning-rate rules (see --help and README.md).
-MOMENTUM_LR_PER_256 = 0.1
-LARS_STEP_PER_256 = 0.005
-REFERENCE_BATCHSIZE = 256
-
-
-def default_lr(optimizer, batchsize, trust_coefficient):
-    """The peak learning rate for a batch size, when --lr is not given.
-
-    MomentumSGD scales linearly with the batch size (Goyal et al., 2017).
-    With LARS, each adapted layer moves by ``lr * trust_coefficient`` times
-    its weight norm, whatever the scale of its gradient; that product, the
-    relative step, is scaled with the square root of the batch size
-    (Krizhevsky, 2014; Hoffer et al., 2017), and ``lr`` follows from the
-    trust coefficient. ``lr`` itself is the rate of the parameters excluded
-    from adaptation (biases, BatchNorm's beta and gamma).
-    """
-    scale = batchsize / REFERENCE_BATCHSIZE
-    if optimizer == 'momentum':
-        return MOMENTUM_LR_PER_256 * scale
-    return LARS_STEP_PER_256 * math.sqrt(scale) / trust_coefficient
+DEFAULTS = dict(batchsize=8192, epoch=10, warmup_epochs=0.5)
 
 
 class MLP(chainer.Chain):
@@ -69,311 +38,31 @@ class MLP(chainer.Chain):
         return self.l3(h2)
 
 
-class ShuffledIterator(chainer.iterators.SerialIterator):
-
-    """A shuffling SerialIterator whose random state is saved in snapshots.
-
-    SerialIterator draws the order of each epoch from NumPy's global random
-    state, which snapshots do not hold; this one draws it from its own
-    ``random_state`` and saves that state, so that a run continued with
-    ``--resume`` sees the same batches as an uninterrupted one.
-    """
-
-    def __init__(self, dataset, batch_size, random_state):
-        self._random = random_state
-        super(ShuffledIterator, self).__init__(
-            dataset, batch_size,
-            order_sampler=chainer.iterators.ShuffleOrderSampler(
-                random_state))
-
-    def serialize(self, serializer):
-        super(ShuffledIterator, self).serialize(serializer)
-        name, keys, pos, has_gauss, gauss = self._random.get_state()
-        keys = serializer('random_keys', keys)
-        pos = serializer('random_pos', pos)
-        has_gauss = serializer('random_has_gauss', has_gauss)
-        gauss = serializer('random_gauss', gauss)
-        self._random.set_state((name, keys, pos, has_gauss, gauss))
-
-
-class Evaluator(extensions.Evaluator):
-
-    """Chainer's Evaluator, with each batch weighted by its size.
-
-    Chainer's Evaluator takes the plain mean of the values reported for each
-    batch, so that a short last batch counts as much as a full one: with
-    10,000 test images in batches of 8192, the last 1808 images would make
-    half of the result. This one weights what the model reports for a batch
-    by the number of its examples, so that ``validation/main/accuracy`` is
-    the accuracy on the whole test set.
-    """
-
-    def __init__(self, iterator, target, **kwargs):
-        super(Evaluator, self).__init__(iterator, target, **kwargs)
-        self.eval_func = self._weighted
-
-    def _weighted(self, *in_arrays, **in_dict):
-        # Evaluator.evaluate gives each batch a fresh observation.
-        observation = chainer.reporter.get_current_reporter().observation
-        self._targets['main'](*in_arrays, **in_dict)
-        first = in_arrays[0] if in_arrays else next(iter(in_dict.values()))
-        for key, value in observation.items():
-            observation[key] = (value, len(first))
-
-
-def make_optimizer(args, model):
-    """Sets up the optimizer chosen by --optimizer on the model."""
-    if args.optimizer == 'lars':
-        optimizer = chainer_lars.LARS(
-            lr=args.lr, momentum=args.momentum,
-            weight_decay=args.weight_decay,
-            trust_coefficient=args.trust_coefficient,
-            exclude_from_weight_decay=EXCLUDE,
-            exclude_from_layer_adaptation=EXCLUDE)
-        optimizer.setup(model)
-        return optimizer, optimizer
-    optimizer = chainer.optimizers.MomentumSGD(
-        lr=args.lr, momentum=args.momentum)
-    optimizer.setup(model)
-    if args.optimizer == 'momentum-lars':
-        hook = chainer_lars.GradientLARS(
-            weight_decay=args.weight_decay,
-            trust_coefficient=args.trust_coefficient,
-            exclude_from_weight_decay=EXCLUDE,
-            exclude_from_layer_adaptation=EXCLUDE)
-        optimizer.add_hook(hook)
-        return optimizer, hook
-    # The baseline: weight decay on the weights only, through per-parameter
-    # hooks since Chainer's WeightDecay has no exclusion list.
-    for path, param in model.namedparams():
-        if not any(re.search(pattern, path) for pattern in EXCLUDE):
-            param.update_rule.add_hook(
-                chainer.optimizer_hooks.WeightDecay(args.weight_decay))
-    return optimizer, None
-
-
-def load_mnist():
-    """MNIST through Chainer's loader, or exit with what is missing.
-
-    The images are standardized: shifted and scaled by the mean and the
-    standard deviation of all the training pixels (about 0.13 and 0.31),
-    the usual preprocessing for MNIST. The model then starts well
-    conditioned, which large batches, with few updates, need most.
-    """
-    try:
-        train, test = chainer.datasets.get_mnist()
-    except (OSError, RuntimeError) as e:
-        directory = chainer.dataset.get_dataset_directory(
-            os.path.join('pfnet', 'chainer', 'mnist'),
-            create_directory=False)
-        sys.exit(
-            'Error: MNIST is not cached and could not be downloaded ({}).\n'
-            'Chainer reads it from the cache files\n'
-            '    {}\n'
-            '    {}\n'
-            'under the dataset root {}.\n'
-            'Point --dataset-root or the CHAINER_DATASET_ROOT environment '
-            'variable at a folder that holds pfnet/chainer/mnist/train.npz '
-            'and test.npz.'.format(
-                e, os.path.join(directory, 'train.npz'),
-                os.path.join(directory, 'test.npz'),
-                chainer.dataset.get_dataset_root()))
-    x, t = chainer.dataset.concat_examples(train)
-    mean, std = x.mean(dtype=numpy.float64), x.std(dtype=numpy.float64)
-
-    def standardize(x):
-        return ((x - mean) / std).astype(numpy.float32)
-
-    test_x, test_t = chainer.dataset.concat_examples(test)
-    return (chainer.datasets.TupleDataset(standardize(x), t),
-            chainer.datasets.TupleDataset(standardize(test_x), test_t))
-
-
-def log_scale(figure, axes, summary):
-    axes.set_yscale('log')
-
-
-def end_of_epoch(trainer):
-    """PlotReport's trigger, stateless so that --resume continues it exactly.
-
-    PlotReport's default IntervalTrigger is not saved in snapshots, and a
-    resumed one fires at once, adding a point in the middle of an epoch.
-    """
-    return trainer.updater.is_new_epoch
-
-
-def check_args(parser, args):
-    """Stops with a usage error that names the first flag out of range."""
-    for names, valid, what in (
-            (('batchsize', 'epoch', 'unit', 'lr', 'decay_power',
-              'trust_coefficient'), lambda v: 0 < v < math.inf,
-             'positive and finite'),
-            (('warmup_epochs', 'momentum', 'weight_decay'),
-             lambda v: 0 <= v < math.inf, 'finite and at least 0')):
-        for name in names:
-            value = getattr(args, name, None)
-            if value is not None and not valid(value):
-                parser.error('--{} must be {}, got {}'.format(
-                    name.replace('_', '-'), what, value))
-
-
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description='chainer-lars example: large-batch MNIST',
-        epilog='Learning rate: when --lr is not given, the peak rate '
-        'follows the batch size B: lr = {} * B / {} for momentum '
-        '(linear scaling), and lr * trust_coefficient = {} * sqrt(B / {}) '
-        'for lars and momentum-lars (the step of each layer relative to its '
-        'weight norm, scaled with the square root of the batch size). The '
-        'rate rises linearly for --warmup-epochs, then decays to 0 as the '
-        'fraction of the run left to the power --decay-power.'.format(
-            MOMENTUM_LR_PER_256, REFERENCE_BATCHSIZE, LARS_STEP_PER_256,
-            REFERENCE_BATCHSIZE))
-    parser.add_argument('--batchsize', '-b', type=int, default=8192,
-                        help='Number of images in each mini-batch '
-                        '(default: %(default)s)')
-    parser.add_argument('--epoch', '-e', type=int, default=10,
-                        help='Number of sweeps over the dataset to train '
-                        '(default: %(default)s)')
-    parser.add_argument('--device', '-d', type=str, default='-1',
-                        help='Device specifier. Either ChainerX device '
-                        'specifier or an integer. If non-negative integer, '
-                        'CuPy arrays with specified device id are used. If '
-                        'negative integer, NumPy arrays are used (default: '
-                        '%(default)s)')
-    parser.add_argument('--out', '-o', default='result',
-                        help='Directory to output the result (default: '
-                        '%(default)s)')
-    parser.add_argument('--resume', '-r', type=str,
-                        help='Resume the training from snapshot')
-    parser.add_argument('--optimizer',
-                        choices=('lars', 'momentum-lars', 'momentum'),
-                        default='lars',
-                        help='lars: chainer_lars.LARS; momentum-lars: '
-                        'MomentumSGD with the chainer_lars.GradientLARS '
-                        'hook; momentum: MomentumSGD with WeightDecay (the '
-                        'baseline). Default: %(default)s')
-    parser.add_argument('--lr', type=float,
-                        help='Peak learning rate (default: from the batch '
-                        'size, see below)')
-    parser.add_argument('--warmup-epochs', type=float, default=0.5,
-                        help='Epochs of linear learning-rate warm-up '
-                        '(default: %(default)s)')
-    parser.add_argument('--decay-power', type=float, default=2.0,
-                        help='After the warm-up, the learning rate decays to '
-                        '0 as the fraction of the run left to this power '
-                        '(default: %(default)s)')
-    parser.add_argument('--momentum', type=float, default=0.9,
-                        help='Momentum (default: %(default)s)')
-    parser.add_argument('--weight-decay', type=float, default=1e-4,
-                        help='Weight decay, not applied to biases (default: '
-                        '%(default)s)')
-    parser.add_argument('--trust-coefficient', type=float, default=0.02,
-                        help='LARS trust coefficient, for lars and '
-                        'momentum-lars (default: %(default)s)')
+    parser = common.parser('chainer-lars example: large-batch MNIST',
+                           DEFAULTS)
     parser.add_argument('--unit', '-u', type=int, default=1000,
                         help='Number of units (default: %(default)s)')
-    parser.add_argument('--seed', type=int, default=0,
-                        help='Seed of the weights and of the shuffling '
-                        '(default: %(default)s)')
-    parser.add_argument('--dataset-root',
-                        help='Folder that holds pfnet/chainer/mnist (default: '
-                        "Chainer's dataset root, CHAINER_DATASET_ROOT)")
-    parser.add_argument('--noplot', dest='plot', action='store_false',
-                        help='Disable PlotReport extension')
-    args = parser.parse_args(argv)
-    check_args(parser, args)
-    if args.lr is None:
-        args.lr = default_lr(args.optimizer, args.batchsize,
-                             args.trust_coefficient)
-    return args
+    return common.parse_args(parser, argv, positive=['unit'])
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.dataset_root is not None:
-        chainer.dataset.set_dataset_root(args.dataset_root)
-
     device = chainer.get_device(args.device)
-    print('Device: {}'.format(device))
-    print('# Minibatch-size: {}'.format(args.batchsize))
-    print('# epoch: {}'.format(args.epoch))
-    print('# optimizer: {}, lr {:g}, trust coefficient {:g}, weight decay '
-          '{:g}, warm-up {:g} epochs'.format(
-              args.optimizer, args.lr, args.trust_coefficient,
-              args.weight_decay, args.warmup_epochs))
-    print('')
+    common.print_banner(args, 'Device: {}'.format(device),
+                        '# Minibatch-size: {}'.format(args.batchsize))
 
-    train, test = load_mnist()
+    train, test = common.load_mnist()
 
     numpy.random.seed(args.seed)  # the initial weights
     model = L.Classifier(MLP(784, args.unit, 10))
     model.to_device(device)
     device.use()
-    optimizer, lars = make_optimizer(args, model)
+    optimizer, lars = common.make_optimizer(args, model)
 
-    train_iter = ShuffledIterator(train, args.batchsize,
-                                  numpy.random.RandomState(args.seed))
-    test_iter = chainer.iterators.SerialIterator(test, args.batchsize,
-                                                 repeat=False, shuffle=False)
-    updater = training.updaters.StandardUpdater(
-        train_iter, optimizer, device=device)
-    trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
-
-    iterations_per_epoch = len(train) / args.batchsize
-    iterations = math.ceil(args.epoch * iterations_per_epoch)
-    warmup = min(round(args.warmup_epochs * iterations_per_epoch), iterations)
-    trainer.extend(chainer_lars.WarmupPolynomialShift(
-        'lr', warmup_count=warmup, max_count=iterations, init=args.lr,
-        power=args.decay_power))
-    trainer.extend(Evaluator(test_iter, model, device=device),
-                   call_before_training=True)
-    trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
-    trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
-                   call_before_training=True)
-    trainer.extend(extensions.LogReport(), call_before_training=True)
-
-    ratio_keys = []
-    if lars is not None:
-        # About ten observations per epoch: each one brings the norms from
-        # the GPU once.
-        observer = chainer_lars.TrustRatioObserver(lars, pattern='/W$')
-        trainer.extend(observer, trigger=(
-            max(1, int(iterations_per_epoch) // 10), 'iteration'))
-        ratio_keys = [observer.key('ratio', path)
-                      for path, _ in model.namedparams()
-                      if path.endswith('/W')]
-
-    if args.plot and extensions.PlotReport.available():
-        # Draw into files without a display.
-        import matplotlib
-        matplotlib.use('Agg')
-        trainer.extend(extensions.PlotReport(
-            ['main/loss', 'validation/main/loss'], 'epoch',
-            filename='loss.png', trigger=end_of_epoch),
-            call_before_training=True)
-        trainer.extend(extensions.PlotReport(
-            ['main/accuracy', 'validation/main/accuracy'], 'epoch',
-            filename='accuracy.png', trigger=end_of_epoch),
-            call_before_training=True)
-        trainer.extend(extensions.PlotReport(
-            ['lr'], 'epoch', filename='lr.png', trigger=end_of_epoch),
-            call_before_training=True)
-        if ratio_keys:
-            trainer.extend(extensions.PlotReport(
-                ratio_keys, 'epoch', filename='trust_ratio.png',
-                trigger=end_of_epoch, postprocess=log_scale))
-
-    trainer.extend(extensions.PrintReport(
-        ['epoch', 'main/loss', 'validation/main/loss',
-         'main/accuracy', 'validation/main/accuracy', 'lr',
-         'elapsed_time']), call_before_training=True)
-    trainer.extend(extensions.ProgressBar(update_interval=10))
-
-    if args.resume is not None:
-        chainer.serializers.load_npz(args.resume, trainer)
-
-    trainer.run()
+    train_iter = common.ShuffledIterator(train, args.batchsize,
+                                         numpy.random.RandomState(args.seed))
+    common.train(args, device, optimizer, lars, train_iter, test)
 
 
 if __name__ == '__main__':

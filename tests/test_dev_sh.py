@@ -1,0 +1,234 @@
+"""dev.sh's mnist and chainermn commands, with a stub venv and mpiexec.
+
+A copy of dev.sh runs in a fake checkout whose ``.venv/bin/python`` records
+how it was started (its directory, its arguments, the dataset root) instead
+of training, and whose install stamp says the packages are in, so nothing
+is installed. ``mpiexec`` and ``mpicc`` are stubs on ``PATH`` likewise.
+"""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from tests import REPO_ROOT
+
+
+pytestmark = pytest.mark.skipif(shutil.which('bash') is None,
+                                reason='dev.sh needs bash')
+
+PACKAGING = ('setup.cfg', 'pyproject.toml', 'constraints.txt')
+
+# Records a call as JSON lines: the working directory, the arguments and
+# CHAINER_DATASET_ROOT; a `python -c` (dev.sh's check that the venv works)
+# goes to the real Python.
+RECORDER = """#!/bin/sh
+if [ "$1" = -c ]; then exec {python} "$@"; fi
+{python} -c 'import json, os, sys
+print(json.dumps({{"name": sys.argv[1], "cwd": os.getcwd(),
+                  "argv": sys.argv[2:],
+                  "root": os.environ.get("CHAINER_DATASET_ROOT"),
+                  "path": os.environ.get("PYTHONPATH")}}))' \\
+    "$0" "$@" >> {record}
+"""
+
+MPIEXEC = """#!/bin/sh
+if [ "$1" = --version ]; then echo 'mpiexec (OpenRTE) 4.1.4'; exit 0; fi
+exec {recorder} "$@"
+"""
+
+
+def write_script(path, text):
+    with open(path, 'w') as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A fake checkout: dev.sh, the packaging files, the example scripts
+    (empty), a stub venv with everything "installed", stubs for mpiexec
+    and mpicc, and a caller's directory elsewhere."""
+    repo = tmp_path / 'work' / 'repo'
+    for name in ('examples/mnist', 'examples/chainermn/mnist', '.venv/bin'):
+        (repo / name).mkdir(parents=True)
+    for name in ('dev.sh',) + PACKAGING:
+        shutil.copy(os.path.join(REPO_ROOT, name),
+                    str(repo / name))
+    (repo / 'examples/mnist/train_mnist.py').write_text('')
+    (repo / 'examples/chainermn/mnist/train_mnist.py').write_text('')
+    record = tmp_path / 'record'
+    recorder = RECORDER.format(python=sys.executable, record=record)
+    write_script(str(repo / '.venv/bin/python'), recorder)
+    stamp = subprocess.run(
+        'cat setup.cfg pyproject.toml constraints.txt | cksum', shell=True,
+        cwd=str(repo), check=True, stdout=subprocess.PIPE,
+        universal_newlines=True).stdout
+    (repo / '.venv/.installed').write_text(stamp + 'examples,mpi\n')
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    write_script(str(bin_dir / 'mpiexec-recorder'), recorder)
+    write_script(str(bin_dir / 'mpiexec'), MPIEXEC.format(
+        recorder=bin_dir / 'mpiexec-recorder'))
+    write_script(str(bin_dir / 'mpicc'), '#!/bin/sh\nexit 0\n')
+    # dev.sh looks for a Python of 3.9 to 3.11 by name.
+    version = 'python{}.{}'.format(*sys.version_info[:2])
+    os.symlink(sys.executable, str(bin_dir / version))
+    caller = tmp_path / 'caller'
+    caller.mkdir()
+    return {'repo': repo, 'record': record, 'bin': bin_dir, 'caller': caller}
+
+
+def dev_sh(checkout, *args, env=None):
+    environment = dict(os.environ)
+    environment.pop('CHAINER_DATASET_ROOT', None)
+    environment['PATH'] = '{}{}{}'.format(checkout['bin'], os.pathsep,
+                                          environment['PATH'])
+    environment.update(env or {})
+    result = subprocess.run(
+        ['bash', str(checkout['repo'] / 'dev.sh')] + list(args),
+        cwd=str(checkout['caller']), env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True)
+    assert result.returncode == 0, result.stderr
+    if not checkout['record'].exists():
+        return [], result
+    with open(str(checkout['record'])) as f:
+        return [json.loads(line) for line in f], result
+
+
+ARGS = ['-o', 'out', '--resume', 'out/snapshot_iter_8',
+        '--dataset-root', 'data', '-b', '100']
+
+
+def test_mnist_runs_in_the_callers_directory(checkout):
+    """Relative -o, --resume and --dataset-root are the caller's."""
+    calls, _ = dev_sh(checkout, 'mnist', *ARGS)
+    assert len(calls) == 1
+    call = calls[0]
+    assert call['cwd'] == str(checkout['caller'])
+    assert call['name'] == str(checkout['repo'] / '.venv/bin/python')
+    assert call['argv'] == [
+        str(checkout['repo'] / 'examples/mnist/train_mnist.py')] + ARGS
+    # The trainers import examples.common from the repository.
+    assert call['path'].split(os.pathsep)[0] == str(checkout['repo'])
+
+
+def test_mnist_dataset_root(checkout, tmp_path):
+    # None next to the checkout: Chainer's own default stays.
+    calls, _ = dev_sh(checkout, 'mnist')
+    assert calls[-1]['root'] is None
+    # The copy next to the checkout, by its absolute path.
+    shared = tmp_path / 'work' / 'shared' / 'datasets'
+    (shared / 'pfnet/chainer/mnist').mkdir(parents=True)
+    (shared / 'pfnet/chainer/mnist/train.npz').write_text('')
+    calls, _ = dev_sh(checkout, 'mnist')
+    assert calls[-1]['root'] == str(shared)
+    # The caller's, relative to the caller's directory.
+    calls, _ = dev_sh(checkout, 'mnist',
+                      env={'CHAINER_DATASET_ROOT': 'mine'})
+    assert calls[-1]['root'] == 'mine'
+    assert calls[-1]['cwd'] == str(checkout['caller'])
+
+
+def test_mnist_installs_nothing_when_the_stamp_matches(checkout):
+    # The stamp lists more extras than mnist needs: nothing to install.
+    _, result = dev_sh(checkout, 'mnist')
+    assert 'installing' not in result.stderr
+    assert (checkout['repo'] / '.venv/.installed').read_text().endswith(
+        'examples,mpi\n')
+
+
+@pytest.mark.parametrize('args,n', [([], 2), (['-n', '3'], 3),
+                                    (['-n', '1000'], 1000)])
+def test_chainermn_runs_mpiexec_with_the_venvs_python(checkout, args, n):
+    calls, _ = dev_sh(checkout, 'chainermn', *(args + ARGS))
+    assert len(calls) == 1
+    call = calls[0]
+    assert call['name'].endswith('mpiexec-recorder')
+    assert call['cwd'] == str(checkout['caller'])
+    argv = call['argv']
+    assert argv[:2] == ['-n', str(n)]
+    tail = [str(checkout['repo'] / '.venv/bin/python'),
+            str(checkout['repo'] / 'examples/chainermn/mnist/train_mnist.py')
+            ] + ARGS
+    assert argv[-len(tail):] == tail
+    flags = argv[2:-len(tail)]
+    assert call['path'].split(os.pathsep)[0] == str(checkout['repo'])
+    assert ('--allow-run-as-root' in flags) == (os.geteuid() == 0)
+    assert ('--oversubscribe' in flags) == (
+        n > len(os.sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize('args', [['-n'], ['-n', '0'], ['-n', 'two']])
+def test_chainermn_refuses_a_bad_number_of_processes(checkout, args):
+    environment = dict(os.environ)
+    environment['PATH'] = '{}{}{}'.format(checkout['bin'], os.pathsep,
+                                          environment['PATH'])
+    result = subprocess.run(
+        ['bash', str(checkout['repo'] / 'dev.sh'), 'chainermn'] + args,
+        cwd=str(checkout['caller']), env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True)
+    assert result.returncode == 1
+    assert '-n' in result.stderr
+    assert not checkout['record'].exists()
+
+
+@pytest.mark.parametrize('args,extras', [([], 'examples,mpi'),
+                                         (['mpi'], 'examples,mpi'),
+                                         (['test,mpi'], 'examples,mpi,test')])
+def test_venv_installs_only_what_is_missing(checkout, args, extras):
+    calls, result = dev_sh(checkout, 'venv', *args)
+    installs = [call for call in calls if call['argv'][:2] == ['-m', 'pip']]
+    if extras == 'examples,mpi':
+        assert not installs
+    else:
+        assert len(installs) == 1
+        assert installs[0]['argv'][-1] == '{}[{}]'.format(checkout['repo'],
+                                                          extras)
+    assert 'source {}/.venv/bin/activate'.format(
+        checkout['repo']) in result.stderr
+    assert (checkout['repo'] / '.venv/.installed').read_text().endswith(
+        extras + '\n')
+
+
+def test_venv_refuses_an_unknown_extra(checkout):
+    result = subprocess.run(
+        ['bash', str(checkout['repo'] / 'dev.sh'), 'venv', 'tests'],
+        cwd=str(checkout['caller']), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True)
+    assert result.returncode == 1
+    assert "unknown extra 'tests'" in result.stderr
+
+
+def test_mnist_help_runs_for_real(tmp_path):
+    """dev.sh mnist --help runs the real trainer, from another directory
+    and with nothing on PYTHONPATH: it must find examples.common (and, in
+    this checkout without an install, chainer_lars) in the repository."""
+    repo = tmp_path / 'repo'
+    (repo / '.venv/bin').mkdir(parents=True)
+    for name in ('dev.sh',) + PACKAGING:
+        shutil.copy(os.path.join(REPO_ROOT, name), str(repo / name))
+    for name in ('examples', 'chainer_lars'):
+        os.symlink(os.path.join(REPO_ROOT, name), str(repo / name))
+    # A wrapper, not a link: a linked venv Python loses its site-packages.
+    write_script(str(repo / '.venv/bin/python'),
+                 '#!/bin/sh\nexec {} "$@"\n'.format(sys.executable))
+    stamp = subprocess.run(
+        'cat setup.cfg pyproject.toml constraints.txt | cksum', shell=True,
+        cwd=str(repo), check=True, stdout=subprocess.PIPE,
+        universal_newlines=True).stdout
+    (repo / '.venv/.installed').write_text(stamp + 'examples\n')
+    environment = dict(os.environ)
+    environment.pop('PYTHONPATH', None)
+    result = subprocess.run(
+        ['bash', str(repo / 'dev.sh'), 'mnist', '--help'],
+        cwd=str(tmp_path), env=environment, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True)
+    assert result.returncode == 0, result.stderr
+    assert '--batchsize' in result.stdout

@@ -1,0 +1,197 @@
+"""``examples/mnist/results.py --check``: the READMEs' tables against runs.
+
+The runs are fake: a log with the last epoch's test accuracy is all that
+the table is made of.
+"""
+
+import argparse
+import importlib
+import json
+import os
+
+import pytest
+
+from tests import REPO_ROOT
+
+
+OPTIMIZERS = ('momentum', 'momentum-lars', 'lars')
+HEADER = ['batch size', 'momentum', 'momentum-lars', 'lars']
+
+
+@pytest.fixture(scope='module')
+def results():
+    return importlib.import_module('examples.mnist.results')
+
+
+def write_runs(out, accuracies, epoch=1):
+    """Writes a log per run; ``accuracies[batchsize, optimizer, seed]``."""
+    for (batchsize, optimizer, seed), accuracy in accuracies.items():
+        run = os.path.join(out, 'b{}-{}-s{}'.format(batchsize, optimizer,
+                                                    seed))
+        os.makedirs(run, exist_ok=True)
+        log = [{'epoch': e, 'validation/main/accuracy': accuracy}
+               for e in range(1, epoch + 1)]
+        with open(os.path.join(run, 'log'), 'w') as f:
+            json.dump(log, f)
+
+
+ACCURACIES = {
+    (128, 'momentum', 0): 0.9844, (128, 'momentum', 1): 0.9838,
+    (128, 'momentum-lars', 0): 0.9871, (128, 'momentum-lars', 1): 0.9877,
+    (128, 'lars', 0): 0.9872, (128, 'lars', 1): 0.9868,
+    (8192, 'momentum', 0): 0.098, (8192, 'momentum', 1): 0.098,
+    (8192, 'momentum-lars', 0): 0.9802, (8192, 'momentum-lars', 1): 0.9818,
+    (8192, 'lars', 0): 0.9824, (8192, 'lars', 1): 0.9788,
+}
+
+ROWS = [
+    ['128', '98.41 (98.38-98.44)', '98.74 (98.71-98.77)',
+     '98.70 (98.68-98.72)'],
+    ['8192', '9.80 (9.80-9.80)', '98.10 (98.02-98.18)',
+     '98.06 (97.88-98.24)'],
+]
+
+MARKDOWN = """# Results
+
+Some text.
+
+| batch size | momentum | momentum-lars | lars |
+|---:|---:|---:|---:|
+| 128 | 98.41 (98.38-98.44) | 98.74 (98.71-98.77) | 98.70 (98.68-98.72) |
+| 8192 | 9.80 (9.80-9.80) | 98.10 (98.02-98.18) | 98.06 (97.88-98.24) |
+
+| other | table |
+|---|---|
+| a | b |
+"""
+
+RST = """Results
+=======
+
+Text::
+
+    a literal block
+
+==========  ===================  ===================  ===================
+batch size             momentum        momentum-lars                 lars
+==========  ===================  ===================  ===================
+       128  98.41 (98.38-98.44)  98.74 (98.71-98.77)  98.70 (98.68-98.72)
+      8192     9.80 (9.80-9.80)  98.10 (98.02-98.18)  98.06 (97.88-98.24)
+==========  ===================  ===================  ===================
+
+=======  ==
+variant  ms
+=======  ==
+floor    20
+=======  ==
+"""
+
+
+def argv(out, *files):
+    return ['--batchsizes', '128', '8192', '--seeds', '0', '1',
+            '--epoch', '1', '--out', out, '--check'] + list(files)
+
+
+@pytest.fixture
+def runs(tmp_path):
+    out = str(tmp_path / 'runs')
+    write_runs(out, ACCURACIES)
+    return out
+
+
+def write(tmp_path, name, text):
+    path = str(tmp_path / name)
+    with open(path, 'w') as f:
+        f.write(text)
+    return path
+
+
+def test_table_of_the_runs(results, runs):
+    args = argparse.Namespace(
+        batchsizes=[128, 8192], optimizers=list(OPTIMIZERS), seeds=[0, 1])
+    logs = {key: [{'epoch': 1, 'validation/main/accuracy': value}]
+            for key, value in ACCURACIES.items()}
+    assert results.table(logs, args) == (HEADER, ROWS)
+
+
+@pytest.mark.parametrize('name,text', [('README.md', MARKDOWN),
+                                       ('README.rst', RST)])
+def test_check_passes_on_the_same_table(results, runs, tmp_path, capsys,
+                                        name, text):
+    path = write(tmp_path, name, text)
+    assert results.main(argv(runs, path)) == 0
+    assert 'the table matches' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('name,text', [('README.md', MARKDOWN),
+                                       ('README.rst', RST)])
+def test_check_fails_on_a_changed_cell_and_prints_the_diff(
+        results, runs, tmp_path, capsys, name, text):
+    path = write(tmp_path, name, text.replace('98.06 (97.88-98.24)',
+                                              '97.99 (97.87-98.21)'))
+    assert results.main(argv(runs, path)) == 1
+    out = capsys.readouterr().out
+    assert 'the table differs' in out
+    diff = out.splitlines()
+    assert any(line.startswith('-') and '97.99 (97.87-98.21)' in line
+               for line in diff)
+    assert any(line.startswith('+') and '98.06 (97.88-98.24)' in line
+               for line in diff)
+
+
+def test_check_fails_when_one_of_the_files_differs(results, runs, tmp_path):
+    good = write(tmp_path, 'README.rst', RST)
+    bad = write(tmp_path, 'README.md', MARKDOWN.replace('| 128 |', '| 256 |'))
+    assert results.main(argv(runs, good, bad)) == 1
+    assert results.main(argv(runs, good)) == 0
+
+
+def test_check_fails_on_a_missing_row(results, runs, tmp_path, capsys):
+    lines = [line for line in MARKDOWN.splitlines()
+             if not line.startswith('| 8192 ')]
+    path = write(tmp_path, 'README.md', '\n'.join(lines))
+    assert results.main(argv(runs, path)) == 1
+    assert '+| 8192 | 9.80' in capsys.readouterr().out
+
+
+def test_check_fails_without_a_table(results, runs, tmp_path, capsys):
+    path = write(tmp_path, 'README.md', '# Results\n\nNo table yet.\n')
+    assert results.main(argv(runs, path)) == 1
+    out = capsys.readouterr().out
+    assert 'no table with the header' in out
+    assert '| 8192 | 9.80 (9.80-9.80) |' in out
+
+
+def test_check_needs_every_run_and_runs_nothing(results, runs, tmp_path,
+                                                capsys):
+    path = write(tmp_path, 'README.md', MARKDOWN)
+    os.remove(os.path.join(runs, 'b8192-lars-s1', 'log'))
+    before = sorted(os.listdir(runs))
+    assert results.main(argv(runs, path)) == 2
+    err = capsys.readouterr().err
+    assert ('python -m examples.mnist.train_mnist --batchsize 8192 '
+            '--optimizer lars --epoch 1 --seed 1') in err
+    assert sorted(os.listdir(runs)) == before
+    # A run with fewer epochs than asked for is missing too.
+    write_runs(runs, {(8192, 'lars', 1): 0.9788})
+    assert results.main(argv(runs, path)[:-1] + ['--epoch', '2', '--check',
+                                                 path]) == 2
+
+
+@pytest.mark.parametrize('path', ['README.rst',
+                                  os.path.join('examples', 'mnist',
+                                               'README.md')])
+def test_the_readmes_have_a_table_that_check_can_read(results, path):
+    """Each README's results table is one the parser finds, with a row per
+    batch size of the sweep; whether the numbers are right is what
+    ``results.py --check`` says, after the runs."""
+    path = os.path.join(REPO_ROOT, path)
+    with open(path) as f:
+        lines = f.read().splitlines()
+    parse = (results.rst_tables if path.endswith('.rst')
+             else results.markdown_tables)
+    tables = [cells for _, _, cells in parse(lines) if cells[0] == HEADER]
+    assert tables, path
+    assert [row[0] for row in tables[0][1:]] == ['128', '8192', '16384']
+    for row in tables[0][1:]:
+        assert len(row) == len(HEADER)
