@@ -396,8 +396,8 @@ class GradientLARS(exclusions.ExclusionProperties):
                         float(hyper[k, _mt.HOOK_LOSS_SCALE]),
                         bool(batch.uses_wd[k]), batch.adapt[k],
                         None if clips is None else clips[k]))
-            self._observed_tables.append(
-                (group.paths, group.executor.observe(group)))
+            # Read in observe(): on a GPU, that is a transfer.
+            self._observed_tables.append(group)
         for key, (device, items) in cupy_batches.items():
             self._rescale_on_device(device, items, key[2], key[3])
         for job in singles:
@@ -578,8 +578,9 @@ class GradientLARS(exclusions.ExclusionProperties):
         fetched = {}
         result = {path: _observations.to_host(record, fetched)
                   for path, record in self._observations.items()}
-        for paths, table in self._observed_tables:
-            for path, row in zip(paths, table.tolist()):
+        for group in self._observed_tables:
+            table = group.executor.observe(group)
+            for path, row in zip(group.paths, table.tolist()):
                 if row[0] == row[0]:  # NaN: not in the last update
                     result[path] = tuple(row)
         return result

@@ -45,8 +45,8 @@ every update.
     host, shape ``(len(group), 3)``; the ratio is the one the step
     applied, recorded where it was computed.
 
-The CPU executor is :class:`chainer_lars.kernels.CpuExecutor`. CuPy
-parameters have none yet and take the per-array path.
+The CPU executor is :class:`chainer_lars.kernels.CpuExecutor`, the CUDA
+one :class:`chainer_lars.cuda_kernels.CudaExecutor`.
 """
 
 import operator
@@ -161,14 +161,22 @@ class Grouper(object):
 def executor_for(device):
     """The executor of a device, or ``None`` (per-array path).
 
-    Only NumPy (CPU) has one, and only with Numba; CuPy and ChainerX
-    parameters take the per-array path.
+    NumPy (CPU) has one where Numba is available
+    (:class:`chainer_lars.kernels.CpuExecutor`), and CUDA devices have
+    :class:`chainer_lars.cuda_kernels.CudaExecutor`; ChainerX parameters
+    take the per-array path.
 
     """
-    if device.xp is not numpy:
-        return None
-    from chainer_lars import kernels
-    return kernels.cpu_executor()
+    from chainer.backends import cuda
+
+    xp = device.xp
+    if xp is numpy:
+        from chainer_lars import kernels
+        return kernels.cpu_executor()
+    if xp is cuda.cupy:
+        from chainer_lars import cuda_kernels
+        return cuda_kernels.executor
+    return None
 
 
 class PlanCache(object):

@@ -271,21 +271,23 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
     with :math:`\\gamma` the learning rate, :math:`\\mu` the momentum,
     :math:`\\lambda` the weight decay and :math:`\\eta` the trust
     coefficient. The ratio is fused into the momentum step: one pass over
-    memory for the two norms and one for the step, and on GPU one reduction
-    kernel and one elementwise kernel per array, with the ratio kept on the
-    device.
+    memory for the two norms and one for the step, with the ratio kept on
+    the device on GPU.
 
     **Multi-tensor update.** With ``multi_tensor=True`` (the default), the
-    float32 and float64 arrays on the CPU are updated together, one
-    compiled call per dtype and update (see
-    :mod:`chainer_lars.multi_tensor`), with the same result, bit for bit,
-    as the per-rule path, and the same effect on everything around it:
+    arrays of one device and dtype are updated together: on CPU the
+    float32 and float64 ones, one compiled call per dtype and update, with
+    the same result, bit for bit, as the per-rule path; on GPU float16,
+    float32 and float64, two kernel launches per dtype and update (see
+    :mod:`chainer_lars.multi_tensor`); and with the same effect on
+    everything around it:
     each rule's ``t`` and hyperparameters (a value set on one
     ``param.update_rule.hyperparam`` applies to that array), ``enabled``,
     loss scaling (the gradient is divided by the loss scale in place, as
     :meth:`chainer.UpdateRule.update` does) and snapshots. Arrays that
-    cannot be batched take the per-rule path: on GPU (for now), float16
-    ones, those with update-rule hooks, and any other rule than
+    cannot be batched take the per-rule path (two launches per array on
+    GPU): float16 ones on CPU, float16 ones with ``use_fp32_update()``,
+    those with update-rule hooks, and any other rule than
     :class:`LARSRule`.
 
     The two exclusion lists act independently (unlike the TensorFlow
