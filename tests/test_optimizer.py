@@ -250,7 +250,8 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
 
 
 @pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
-def test_copy_on_gpu_makes_its_own_tables(how):
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_copy_on_gpu_makes_its_own_tables(how, multi_tensor):
     from chainer_lars.testing import cuda_emulator
     from chainer_lars.testing import emulated_cupy
     try:
@@ -261,7 +262,8 @@ def test_copy_on_gpu_makes_its_own_tables(how):
         model = ref.Net()
         ref.fill(model, 0)
         model.to_device('@cupy:0')
-        opt = chainer_lars.LARS(lr=0.5).setup(model)
+        opt = chainer_lars.LARS(lr=0.5, multi_tensor=multi_tensor)
+        opt.setup(model)
 
         def step(opt, k):
             for path, g in _grads(opt.target, k).items():
@@ -274,12 +276,18 @@ def test_copy_on_gpu_makes_its_own_tables(how):
         rules = [p.update_rule for p in other.target.params()]
         assert all(r._tables is None and r._observation is None
                    for r in rules)
+        assert other._plans.plan is None
         for k in (1, 2):
             step(opt, k)
             step(other, k)
         ours = dict(model.namedparams())
+        if multi_tensor:
+            # The batched path keeps its tables in the plan's groups.
+            assert other._plans.plan is not None
+            assert other._plans.plan is not opt._plans.plan
         for path, param in other.target.namedparams():
-            assert param.update_rule._tables is not None
+            if not multi_tensor:
+                assert param.update_rule._tables is not None
             assert (param.array.get().tobytes()
                     == ours[path].array.get().tobytes()), path
         assert other.observe() == opt.observe()
