@@ -11,18 +11,23 @@ CPU, in place, one compute layer:
 - float32 and float64 arrays go to the loops Numba compiles
   (:mod:`chainer_lars.jit_kernels`; Numba is a dependency of the package):
   per array for the per-array paths, and through :class:`CpuExecutor` for
-  all the arrays of a multi-tensor group at once. Arrays in a non-native
-  byte order or not C-contiguous are copied into native contiguous ones
-  for the loops and the results copied back, so that their result is the
-  native one's, bit for bit.
+  all the arrays of a multi-tensor group at once.
 - float16 and mixed-dtype arrays, and every array when Numba is unavailable
-  (not importable, or ``CHAINER_LARS_NUMBA=0``), take one plain NumPy
-  fallback. It computes in float32 or wider (float16 in float32) and
-  accumulates norms in float64, as the compiled loops do, with whole-array
-  temporaries: it is the correct path, not the fast one.
+  (not importable, or ``CHAINER_LARS_NUMBA=0``), take one NumPy fallback.
+  It computes in float32 or wider (float16 in float32) and accumulates
+  norms in float64, as the compiled loops do, in chunks of :data:`CHUNK`
+  elements with reused scratch buffers, so that each chunk is read from
+  memory once and the remaining ufunc calls run in cache: whole-array
+  temporaries made it 1.2-1.3x slower on float16 and 1.3-2.2x on float32
+  (``benchmarks/README.md``).
+
+Arrays in a non-native byte order or not C-contiguous go through native
+contiguous copies on both paths, and the results are copied back, so that
+their result is the native one's, bit for bit.
 """
 
 import os
+import threading
 import warnings
 
 import numpy
@@ -73,39 +78,51 @@ def backend():
     return 'numpy' if _jit() is None else 'numba'
 
 
-def _compiled(*arrays):
-    """The compiled loops for these arrays, and the arrays to give them.
+#: Elements per chunk of the NumPy fallback: 128 Ki elements, so that the
+#: chunks of the operands and the scratch buffers (at most 5 MiB in
+#: float64) stay in the last-level cache while several ufuncs run over
+#: them. Smaller chunks that fit L2 were slower where measured: each chunk
+#: costs three to six ufunc calls of 1-2 us overhead.
+CHUNK = 1 << 17
+
+_local = threading.local()
+
+
+def _scratch(index, dtype):
+    """A reused buffer of :data:`CHUNK` elements (one set per thread)."""
+    bufs = getattr(_local, 'bufs', None)
+    if bufs is None:
+        bufs = _local.bufs = {}
+    key = (index, numpy.dtype(dtype), CHUNK)
+    buf = bufs.get(key)
+    if buf is None:
+        buf = bufs[key] = numpy.empty(CHUNK, dtype=dtype)
+    return buf
+
+
+def _flat(*arrays):
+    """1-D native C-contiguous versions of ``arrays``, views where possible.
 
     Returns:
-        tuple: ``(jit, flats, copied)``: the module, 1-D native
-        C-contiguous versions of ``arrays`` (views where possible), and
-        whether each is a copy that the caller must write back; ``jit`` is
-        ``None`` where the loops do not apply.
+        tuple: ``(flats, copied)``, ``copied`` telling for each whether it
+        is a copy that the caller must write back. Numba refuses a
+        non-native byte order and a strided view would make it compile
+        another loop; in the fallback, NumPy would sum a strided array in
+        another order. A native contiguous copy gives the native result,
+        bit for bit, on both paths.
 
     """
-    jit = _jit()
-    first = arrays[0]
-    dtype = first.dtype
-    if jit is None or dtype.char not in 'fd':
-        return None, None, None
-    size = first.size
-    for a in arrays:
-        if a.dtype != dtype or a.size != size:
-            return None, None, None
     flats = []
     copied = []
     for a in arrays:
-        if a.flags.c_contiguous and dtype.isnative:
+        if a.flags.c_contiguous and a.dtype.isnative:
             flats.append(a.reshape(-1))
             copied.append(False)
         else:
-            # Numba refuses a non-native byte order, and a strided view
-            # would make it compile another loop; a native copy gives the
-            # native result.
-            flats.append(numpy.array(a, dtype=dtype.newbyteorder('='),
+            flats.append(numpy.array(a, dtype=a.dtype.newbyteorder('='),
                                      order='C').reshape(-1))
             copied.append(True)
-    return jit, flats, copied
+    return flats, copied
 
 
 def _write_back(arrays, flats, copied):
@@ -114,22 +131,55 @@ def _write_back(arrays, flats, copied):
             a[...] = flat.reshape(a.shape)
 
 
+def _compiled(*arrays):
+    """The compiled loops if they take these arrays (float32 or float64,
+    one dtype and size), else ``None``."""
+    jit = _jit()
+    first = arrays[0]
+    if jit is None or first.dtype.char not in 'fd':
+        return None
+    for a in arrays:
+        if a.dtype != first.dtype or a.size != first.size:
+            return None
+    return jit
+
+
 def _compute_dtype(*arrays):
     """float32 for float16 arrays, else the widest of theirs."""
     return numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
 
 
-def _sqnorm(a):
-    """``||a||^2`` accumulated in float64, whatever ``a``'s dtype.
+def _chunk(flat, index, dtype, start, stop):
+    """``flat[start:stop]`` in ``dtype``: the slice itself where it has that
+    dtype (operations on it write ``flat``), else a scratch copy."""
+    piece = flat[start:stop]
+    if piece.dtype == dtype:
+        return piece
+    buf = _scratch(index, dtype)[:stop - start]
+    numpy.copyto(buf, piece)
+    return buf
 
-    The array is made native and contiguous first (a copy only where it is
-    not), since ``einsum`` sums a strided or byte-swapped array in another
-    order, which would make the result depend on the layout.
+
+def _store(flat, start, stop, piece):
+    """Writes back what :func:`_chunk` copied (another dtype than
+    ``flat``'s); a slice of ``flat`` is there already."""
+    if piece.dtype != flat.dtype:
+        numpy.copyto(flat[start:stop], piece, casting='unsafe')
+
+
+def _sqnorm(flat):
+    """``||a||^2`` of a native contiguous 1-D array, summed in float64.
+
+    BLAS ``dot`` on float64 chunks: it neither raises nor warns on
+    overflow or NaN (it is not a ufunc), so no error state is needed.
 
     """
-    flat = numpy.ascontiguousarray(
-        a, dtype=a.dtype.newbyteorder('=')).reshape(-1)
-    return float(numpy.einsum('i,i->', flat, flat, dtype=numpy.float64))
+    total = 0.0
+    for start in range(0, flat.size, CHUNK):
+        piece = _chunk(flat, 0, numpy.float64, start,
+                       min(start + CHUNK, flat.size))
+        total += float(numpy.dot(piece, piece))
+    return total
 
 
 def sqnorms(w, g):
@@ -139,10 +189,11 @@ def sqnorms(w, g):
     overflow for norms above about 1.8e19.
 
     """
-    jit, flats, _ = _compiled(w, g)
+    (wf, gf), _ = _flat(w, g)
+    jit = _compiled(w, g)
     if jit is not None:
-        return jit.sqnorms(*flats)
-    return _sqnorm(w), _sqnorm(g)
+        return jit.sqnorms(wf, gf)
+    return _sqnorm(wf), _sqnorm(gf)
 
 
 def scale_add(g, r, w, c):
@@ -158,22 +209,34 @@ def scale_add(g, r, w, c):
     if g.size == 0 or (c == 0 and r == 1):
         return
     operands = (g, w) if c != 0 else (g,)
-    jit, flats, copied = _compiled(*operands)
+    flats, copied = _flat(*operands)
+    gf = flats[0]
+    jit = _compiled(*operands)
     if jit is not None:
-        t = flats[0].dtype.type
+        t = gf.dtype.type
         if c != 0:
-            jit.scale_add(flats[0], t(r), flats[1], t(c))
+            jit.scale_add(gf, t(r), flats[1], t(c))
         else:
-            jit.scale(flats[0], t(r))
-        _write_back((g,), flats[:1], copied[:1])
-        return
-    ct = _compute_dtype(*operands).type
-    with numpy.errstate(over='ignore', invalid='ignore'):
-        u = g.astype(ct)
-        u *= ct(r)
-        if c != 0:
-            u += ct(c) * w.astype(ct, copy=False)
-        g[...] = u
+            jit.scale(gf, t(r))
+    else:
+        ct = _compute_dtype(*operands)
+        r, c = ct.type(r), ct.type(c)
+        # NumPy has no fused multiply-add: three ufunc calls per chunk,
+        # of which only the first touch of each operand reads memory.
+        with numpy.errstate(over='ignore', invalid='ignore'):
+            for start in range(0, gf.size, CHUNK):
+                stop = min(start + CHUNK, gf.size)
+                gs = _chunk(gf, 0, ct, start, stop)
+                if c != 0:
+                    t = _scratch(2, ct)[:stop - start]
+                    numpy.multiply(_chunk(flats[1], 1, ct, start, stop), c,
+                                   out=t)
+                    numpy.multiply(gs, r, out=gs)
+                    numpy.add(gs, t, out=gs)
+                else:
+                    numpy.multiply(gs, r, out=gs)
+                _store(gf, start, stop, gs)
+    _write_back((g,), flats[:1], copied[:1])
 
 
 def momentum_step(w, g, v, a, b, momentum, nesterov):
@@ -191,30 +254,45 @@ def momentum_step(w, g, v, a, b, momentum, nesterov):
     """
     if w.size == 0:
         return
-    jit, flats, copied = _compiled(w, g, v)
+    (wf, gf, vf), copied = _flat(w, g, v)
+    jit = _compiled(w, g, v)
     if jit is not None:
-        t = flats[0].dtype.type
+        t = wf.dtype.type
         step = jit.nesterov_step if nesterov else jit.momentum_step
-        step(flats[0], flats[1], flats[2], t(a), t(b), t(momentum))
-        _write_back((w, g, v), flats, (copied[0], False, copied[2]))
-        return
-    ct = _compute_dtype(w, g, v).type
-    a, b, momentum = ct(a), ct(b), ct(momentum)
-    with numpy.errstate(over='ignore', invalid='ignore'):
-        wt = w.astype(ct)
-        u = a * g.astype(ct, copy=False)
-        if b != 0:
-            u += b * wt
-        vt = v.astype(ct)
-        vt *= momentum
-        vt += u
-        if nesterov:
-            u += momentum * vt
-            wt -= u
-        else:
-            wt -= vt
-        w[...] = wt
-        v[...] = vt
+        step(wf, gf, vf, t(a), t(b), t(momentum))
+    else:
+        ct = _compute_dtype(w, g, v)
+        a, b, momentum = ct.type(a), ct.type(b), ct.type(momentum)
+        with numpy.errstate(over='ignore', invalid='ignore'):
+            for start in range(0, wf.size, CHUNK):
+                stop = min(start + CHUNK, wf.size)
+                _momentum_chunk(wf, gf, vf, start, stop, ct, a, b,
+                                momentum, nesterov)
+    _write_back((w, v), (wf, vf), (copied[0], copied[2]))
+
+
+def _momentum_chunk(wf, gf, vf, start, stop, ct, a, b, momentum, nesterov):
+    # Six ufunc calls (four without weight decay); the first touches of g,
+    # w and v read memory, the rest runs in cache.
+    multiply, add, subtract = numpy.multiply, numpy.add, numpy.subtract
+    ws = _chunk(wf, 0, ct, start, stop)
+    vs = _chunk(vf, 2, ct, start, stop)
+    u = _scratch(3, ct)[:stop - start]
+    t = _scratch(4, ct)[:stop - start]
+    multiply(_chunk(gf, 1, ct, start, stop), a, out=u)
+    if b != 0:
+        multiply(ws, b, out=t)
+        add(u, t, out=u)
+    multiply(vs, momentum, out=vs)
+    add(vs, u, out=vs)
+    if nesterov:
+        multiply(vs, momentum, out=t)
+        add(u, t, out=u)
+        subtract(ws, u, out=ws)
+    else:
+        subtract(ws, vs, out=ws)
+    _store(wf, start, stop, ws)
+    _store(vf, start, stop, vs)
 
 
 class _CpuTables(object):

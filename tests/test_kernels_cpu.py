@@ -1,8 +1,10 @@
 """The CPU passes of chainer_lars.kernels against float64 NumPy written out.
 
 Every test of the per-array passes runs with the NumPy fallback and, where
-Numba is installed, with the compiled loops. The multi-tensor executor is
-checked against the per-array passes, bit for bit.
+Numba is installed, with the compiled loops. The fallback's chunking is
+exercised with a small CHUNK, so that sizes below, at and above it, and not
+a multiple of it, all occur. The multi-tensor executor is checked against
+the per-array passes, bit for bit.
 """
 
 import builtins
@@ -33,6 +35,12 @@ def cpu_backend(request, monkeypatch):
         monkeypatch.setattr(kernels, '_jit_module', None)
     assert kernels.backend() == request.param
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    # The scratch buffers are keyed by CHUNK, so none is too short.
+    monkeypatch.setattr(kernels, 'CHUNK', 16)
 
 
 SIZES = [0, 1, 15, 16, 17, 48, 101, 4099]
