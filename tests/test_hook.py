@@ -405,15 +405,7 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
 
     assert other.t == opt.t == 4
     assert other._loss_scale == opt._loss_scale
-    ours = dict(model.namedparams())
-    for path, param in other.target.namedparams():
-        assert param.array.tobytes() == ours[path].array.tobytes(), path
-        rule, our_rule = param.update_rule, ours[path].update_rule
-        assert (rule.state['v'].tobytes()
-                == our_rule.state['v'].tobytes()), path
-        if fp32_update:
-            assert (rule._fp32_param.array.tobytes()
-                    == our_rule._fp32_param.array.tobytes()), path
+    ref.assert_same_momentum_state(other.target, model, fp32_update)
     # One delegate per float16 rule still: none was added by the copy.
     if dtype == numpy.float16:
         assert len(_delegates(other.target)) == len(PATHS)

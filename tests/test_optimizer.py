@@ -237,15 +237,7 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
         opt.update(ref.loss_fn(model, x, t))
         other.update(ref.loss_fn(other.target, x, t))
     assert other.t == opt.t == 4
-    ours = dict(model.namedparams())
-    for path, param in other.target.namedparams():
-        assert param.array.tobytes() == ours[path].array.tobytes(), path
-        rule, our_rule = param.update_rule, ours[path].update_rule
-        assert (rule.state['v'].tobytes()
-                == our_rule.state['v'].tobytes()), path
-        if fp32_update:
-            assert (rule._fp32_param.array.tobytes()
-                    == our_rule._fp32_param.array.tobytes()), path
+    ref.assert_same_momentum_state(other.target, model, fp32_update)
     assert other.observe() == opt.observe()
 
 
