@@ -81,8 +81,8 @@ def backend():
 #: Elements per chunk of the NumPy fallback: 128 Ki elements, so that the
 #: chunks of the operands and the scratch buffers (at most 5 MiB in
 #: float64) stay in the last-level cache while several ufuncs run over
-#: them. Smaller chunks that fit L2 were slower where measured: each chunk
-#: costs three to six ufunc calls of 1-2 us overhead.
+#: them; smaller chunks pay the fixed cost of each ufunc call more often
+#: (measurements in benchmarks/README.md).
 CHUNK = 1 << 17
 
 _local = threading.local()
