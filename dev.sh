@@ -205,6 +205,11 @@ cmd_test() {
         apt_install openmpi-bin libopenmpi-dev \
             || say "warning: no mpiexec and cannot install Open MPI: MPI tests will skip"
     fi
+    # The emulated GPU tests compile the CUDA kernels with a C++20 compiler.
+    if ! command -v "${CXX:-g++}" >/dev/null && ! command -v c++ >/dev/null; then
+        apt_install g++ \
+            || say "warning: no C++ compiler and cannot install g++: the emulated GPU tests will fail"
+    fi
 
     make_venv .tox/.bootstrap "$newest"
     .tox/.bootstrap/bin/python -m pip install -q tox

@@ -2,8 +2,9 @@
 """Per-update cost of LARS in Chainer, against the streaming floor.
 
 Times, on the parameter sets of three models (the MNIST MLP of Chainer's
-example, a CIFAR ResNet-20 and ResNet-50), in float32 and float16, with
-weight decay on and off:
+example, a CIFAR ResNet-20 and ResNet-50) and two linear-cost sets (one
+array of 32 Mi elements, ``one_32m``, and 1,000 arrays of 1 Ki elements,
+``many_1k``), in float32 and float16, with weight decay on and off:
 
 =========================  =================================================
 ``momentum_sgd``           Chainer's ``MomentumSGD.update()`` alone
@@ -18,6 +19,9 @@ weight decay on and off:
                            with the optimizer it only defers float16
                            gradients to their update rules)
 ``lars``                   ``chainer_lars.LARS.update()``
+``..._pa``                 the same with ``multi_tensor=False``: the
+                           per-array path (``momentum_sgd+hook_pa``,
+                           ``hook_pa``, ``lars_pa``)
 ``floor``                  the streaming floor (below)
 =========================  =================================================
 
@@ -41,6 +45,13 @@ one read fewer, and a LARS can beat it. The optimizers
 so their fraction of the floor is naturally lower. For float16 on CPU,
 NumPy's ``dot`` has no BLAS path; the floor is then what those same calls
 cost, not a memory bound.
+
+The targets of the CPU paths (issue 11) are printed under their cases
+with PASS or FAIL, from the float32 cases: on ResNet-20, ``lars`` at most
+0.6 of ``momentum_sgd`` and ``momentum_sgd+hook`` at most 1.25 of it; on
+ResNet-50, ``hook`` at least 0.9 of the floor and ``lars`` faster than
+``momentum_sgd``. For the linear-cost sets the time per element is
+printed, so that 1,000 small arrays can be compared with one large one.
 
 Reported: the median time per call over interleaved repetitions (the
 variants run in a rotating order within each repetition, all in one
@@ -97,15 +108,33 @@ except ImportError:
     import chainer_lars.kernels
 
 
-MODELS = ('mlp', 'cifar_resnet20', 'resnet50')
+MODELS = ('mlp', 'cifar_resnet20', 'resnet50', 'one_32m', 'many_1k')
+#: The parameter sets whose time per element is reported.
+LINEAR_COST = ('one_32m', 'many_1k')
 DTYPES = ('float32', 'float16')
 VARIANTS = ('floor', 'momentum_sgd', 'momentum_sgd+chainer',
-            'momentum_sgd+hook', 'chainer_hook', 'hook', 'lars')
+            'momentum_sgd+hook', 'momentum_sgd+hook_pa', 'chainer_hook',
+            'hook', 'hook_pa', 'lars', 'lars_pa')
 #: (name, faster variant, slower variant): reported as slower / faster.
 SPEEDUPS = (
     ('hook_vs_chainer_hook', 'hook', 'chainer_hook'),
     ('sgd+hook_vs_sgd+chainer', 'momentum_sgd+hook', 'momentum_sgd+chainer'),
     ('lars_vs_momentum_sgd', 'lars', 'momentum_sgd'),
+    ('hook_vs_per_array', 'hook', 'hook_pa'),
+    ('lars_vs_per_array', 'lars', 'lars_pa'),
+)
+#: (model, name, kind, variant, other, bound): the CPU targets, checked on
+#: the float32 cases. ``ratio``: median of variant / other must be at most
+#: bound; ``floor``: variant's fraction of the floor at least bound;
+#: ``below``: median of variant / other less than bound.
+TARGETS = (
+    ('cifar_resnet20', 'LARS / MomentumSGD', 'ratio', 'lars',
+     'momentum_sgd', 0.6),
+    ('cifar_resnet20', '(MomentumSGD + hook) / MomentumSGD', 'ratio',
+     'momentum_sgd+hook', 'momentum_sgd', 1.25),
+    ('resnet50', 'hook, fraction of the floor', 'floor', 'hook', None, 0.9),
+    ('resnet50', 'LARS / MomentumSGD', 'below', 'lars', 'momentum_sgd',
+     1.0),
 )
 
 # Hyperparameters only matter for the values, not the cost, except that
@@ -188,6 +217,18 @@ class CifarResNet20(chainer.Chain):
         return self.fc(F.average(h, axis=(2, 3)))
 
 
+class Arrays(chainer.Link):
+
+    """Bare parameters of the given sizes (the linear-cost sets)."""
+
+    def __init__(self, sizes):
+        super(Arrays, self).__init__()
+        with self.init_scope():
+            for k, n in enumerate(sizes):
+                setattr(self, 'p{:04d}'.format(k), chainer.Parameter(
+                    chainer.initializers.Normal(0.05), (n,)))
+
+
 def build_model(name, dtype):
     """The link of model ``name`` with its parameters initialised in ``dtype``.
 
@@ -201,6 +242,10 @@ def build_model(name, dtype):
             return CifarResNet20()
         if name == 'resnet50':
             return L.ResNet50Layers(pretrained_model=None)
+        if name == 'one_32m':
+            return Arrays([32 * 2 ** 20])
+        if name == 'many_1k':
+            return Arrays([2 ** 10] * 1000)
     raise ValueError('unknown model {!r}; choose from {}'.format(
         name, ', '.join(MODELS)))
 
@@ -274,6 +319,9 @@ def _make_variants(case, weight_decay):
         optimizer_hooks.GradientLARS(weight_decay=weight_decay))
     variants['momentum_sgd+hook'] = momentum_sgd(
         chainer_lars.GradientLARS(weight_decay=weight_decay))
+    variants['momentum_sgd+hook_pa'] = momentum_sgd(
+        chainer_lars.GradientLARS(weight_decay=weight_decay,
+                                  multi_tensor=False))
 
     target = case.share()
     opt = chainer.optimizers.MomentumSGD(lr=LR, momentum=MOMENTUM)
@@ -288,22 +336,32 @@ def _make_variants(case, weight_decay):
             chainer_hook(rule, param)
     variants['chainer_hook'] = chainer_hook_alone
 
-    hook = chainer_lars.GradientLARS(weight_decay=weight_decay)
-    if any(g.dtype == numpy.float16 for _, g in case.pairs):
+    fp16 = any(g.dtype == numpy.float16 for _, g in case.pairs)
+    for name, multi_tensor in (('hook', True), ('hook_pa', False)):
+        variants[name] = _hook_alone(
+            chainer_lars.GradientLARS(weight_decay=weight_decay,
+                                      multi_tensor=multi_tensor),
+            opt, rules_params, fp16)
+
+    for name, multi_tensor in (('lars', True), ('lars_pa', False)):
+        lars = chainer_lars.LARS(lr=LARS_LR, momentum=MOMENTUM,
+                                 weight_decay=weight_decay,
+                                 trust_coefficient=TRUST_COEFFICIENT,
+                                 multi_tensor=multi_tensor)
+        lars.setup(case.share())
+        variants[name] = lars.update
+    return variants
+
+
+def _hook_alone(hook, opt, rules_params, fp16):
+    if fp16:
         def hook_alone():
             for rule, param in rules_params:
                 hook(rule, param)
     else:
         def hook_alone():
             hook(opt)
-    variants['hook'] = hook_alone
-
-    lars = chainer_lars.LARS(lr=LARS_LR, momentum=MOMENTUM,
-                             weight_decay=weight_decay,
-                             trust_coefficient=TRUST_COEFFICIENT)
-    lars.setup(case.share())
-    variants['lars'] = lars.update
-    return variants
+    return hook_alone
 
 
 def _synchronizer(device):
@@ -373,14 +431,37 @@ def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0,
     speedups = {name: _median_ratio(basis[slow], basis[fast])
                 for name, fast, slow in SPEEDUPS
                 if fast in median and slow in median}
+    targets = []
+    if dtype == 'float32' and device.xp is numpy:
+        targets = _targets(model, basis, median, fraction)
     return {
         'model': model, 'dtype': dtype, 'weight_decay': weight_decay,
         'n_arrays': len(case.pairs), 'n_params': case.n_params,
         'bytes_per_array_set': case.n_bytes, 'reps': done,
         'median_s': median, 'floor_fraction': fraction,
-        'speedups': speedups, 'clock': clock, 'times_s': times,
-        'cpu_times_s': cpu_times, 'errors': errors,
+        'speedups': speedups, 'targets': targets, 'clock': clock,
+        'times_s': times, 'cpu_times_s': cpu_times, 'errors': errors,
     }
+
+
+def _targets(model, basis, median, fraction):
+    """The :data:`TARGETS` of ``model``, each with its value and verdict."""
+    out = []
+    for target_model, name, kind, variant, other, bound in TARGETS:
+        if target_model != model or variant not in median or (
+                other is not None and other not in median):
+            continue
+        if kind == 'floor':
+            value = fraction.get(variant)
+            ok = value is not None and value >= bound
+            op = '>='
+        else:
+            value = _median_ratio(basis[variant], basis[other])
+            ok = value <= bound if kind == 'ratio' else value < bound
+            op = '<=' if kind == 'ratio' else '<'
+        out.append({'name': name, 'value': value, 'op': op, 'bound': bound,
+                    'pass': bool(ok)})
+    return out
 
 
 def _cpu_model():
@@ -481,7 +562,9 @@ def run(models=MODELS, dtypes=DTYPES, weight_decays=(5e-4, 0.0),
 
 _SHORT = {'floor': 'floor', 'momentum_sgd': 'sgd',
           'momentum_sgd+chainer': 'sgd+ch', 'momentum_sgd+hook': 'sgd+ours',
-          'chainer_hook': 'ch_hook', 'hook': 'our_hook', 'lars': 'LARS'}
+          'momentum_sgd+hook_pa': 'sgd+o_pa', 'chainer_hook': 'ch_hook',
+          'hook': 'our_hook', 'hook_pa': 'hook_pa', 'lars': 'LARS',
+          'lars_pa': 'LARS_pa'}
 
 
 def format_tables(result, header=True):
@@ -494,7 +577,7 @@ def format_tables(result, header=True):
                          result.get('clock', 'wall')))
         lines.append('{:<30} {:>6} {:>4}      {} | {}'.format(
             'model dtype weight_decay', 'MiB', 'reps', cols,
-            'hook/ch sgd+hook/sgd+ch LARS/sgd'))
+            'hook/ch sgd+hook/sgd+ch LARS/sgd hook/pa LARS/pa'))
     for c in result['cases']:
         name = '{} {} {:g}'.format(c['model'], c['dtype'], c['weight_decay'])
         if 'error' in c:
@@ -513,9 +596,50 @@ def format_tables(result, header=True):
         lines.append('{:<30} {:6.1f} {:4d} ms   {} |'.format(
             name, c['bytes_per_array_set'] / 2.0 ** 20, c['reps'], ms))
         lines.append('{:<42} frac {} | {}'.format('', frac, sp))
+        if c['model'] in LINEAR_COST:
+            per = ' '.join(
+                '{:8.3f}'.format(1e9 * c['median_s'][v] / c['n_params'])
+                if v in c['median_s'] else '{:>8}'.format('-')
+                for v in VARIANTS)
+            lines.append('{:<42} ns/e {} |'.format('', per))
+        for t in c.get('targets', ()):
+            lines.append('    target {}: {:.3f} {} {:g}  {}'.format(
+                t['name'], t['value'], t['op'], t['bound'],
+                'PASS' if t['pass'] else 'FAIL'))
         for v, e in sorted(c['errors'].items()):
             lines.append('    {} failed: {}'.format(v, e))
     return '\n'.join(lines)
+
+
+def summary(result):
+    """The targets' verdicts and the linear-cost comparison, as lines."""
+    lines = []
+    cases = [c for c in result['cases'] if 'error' not in c]
+    targets = [(c, t) for c in cases for t in c.get('targets', ())]
+    if targets:
+        lines.append('\ntargets ({} clock, float32):'.format(
+            result.get('clock', 'wall')))
+        for c, t in targets:
+            lines.append('  {} wd={:g}: {} = {:.3f} {} {:g}  {}'.format(
+                c['model'], c['weight_decay'], t['name'], t['value'],
+                t['op'], t['bound'], 'PASS' if t['pass'] else 'FAIL'))
+    by_key = {(c['model'], c['dtype'], c['weight_decay']): c for c in cases}
+    pairs = [(c, by_key.get(('many_1k', c['dtype'], c['weight_decay'])))
+             for c in cases if c['model'] == 'one_32m']
+    pairs = [(one, many) for one, many in pairs if many is not None]
+    if pairs:
+        lines.append('\nlinear cost: time per element of 1,000 arrays of '
+                     '1 Ki / one array of 32 Mi')
+        for one, many in pairs:
+            ratios = ' '.join(
+                '{}={:.2f}'.format(_SHORT[v], (
+                    many['median_s'][v] / many['n_params'])
+                    / (one['median_s'][v] / one['n_params']))
+                for v in VARIANTS
+                if v in one['median_s'] and v in many['median_s'])
+            lines.append('  {} wd={:g}: {}'.format(
+                one['dtype'], one['weight_decay'], ratios))
+    return lines
 
 
 def _csv(kind):
@@ -572,6 +696,8 @@ def main(argv=None):
         print('load average (1, 5, 15 min) at start {}, at end {}'.format(
             *('{:.2f} {:.2f} {:.2f}'.format(*m[k]) for k in (
                 'loadavg_1_5_15', 'loadavg_1_5_15_at_end'))))
+    for line in summary(result):
+        print(line)
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(result, f, indent=1, sort_keys=True)

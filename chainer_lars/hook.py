@@ -12,6 +12,8 @@ from chainer.backends import cuda
 from chainer_lars import checks
 from chainer_lars import exclusions
 from chainer_lars import kernels
+from chainer_lars import multi_tensor as _mt
+from chainer_lars import observations as _observations
 from chainer_lars import ratio
 
 
@@ -21,48 +23,90 @@ def _cuda_kernels():
     return cuda_kernels
 
 
-class _Observation(object):
+_UNSET = object()
 
-    """What an update computed for one array, kept for the ratio observer.
 
-    ``sqnorms`` is either a ``(||w||^2, ||g||^2)`` pair of floats or an
-    array on the device (summed along its first axis on demand), so that
-    recording costs no host synchronisation.
+class _Batch(object):
+
+    """A multi-tensor group of the hook, with its settings table."""
+
+    __slots__ = ('group', 'hyper', 'uses_wd', 'adapt', '_inputs')
+
+    def __init__(self, group, uses_wd, adapt):
+        self.group = group
+        self.hyper = numpy.zeros((len(group), _mt.HOOK_COLUMNS))
+        self.hyper[:, _mt.HOOK_ADAPT] = adapt
+        self.uses_wd = numpy.array(uses_wd, dtype=numpy.float64)
+        self.adapt = adapt
+        self._inputs = (_UNSET, _UNSET, _UNSET)
+
+    def settings(self, weight_decay, scales, clips):
+        """The settings table for this update.
+
+        Columns are rewritten only when their inputs changed: converting
+        the lists costs more than comparing them, and they rarely change.
+
+        """
+        hyper = self.hyper
+        last_wd, last_scales, last_clips = self._inputs
+        if weight_decay != last_wd:
+            hyper[:, _mt.HOOK_WEIGHT_DECAY] = weight_decay * self.uses_wd
+        if scales != last_scales:
+            hyper[:, _mt.HOOK_LOSS_SCALE] = [
+                1.0 if scale is None else scale for scale in scales]
+        if clips != last_clips:
+            hyper[:, _mt.HOOK_CLIP_LR] = -1.0 if clips is None else [
+                -1.0 if clip_lr is None else clip_lr for clip_lr in clips]
+        self._inputs = (weight_decay, scales, clips)
+        return hyper
+
+
+class _Plan(object):
+
+    """How the hook visits the parameters while the model's structure holds.
+
+    Built from the target's parameters; :meth:`matches` tells whether they
+    are still the same objects, with the same update rules, ``enabled``
+    flags and arrays (compared by identity, each list in one go).
+
+    Attributes:
+        batches (list of _Batch): The multi-tensor groups.
+        float16 (list): ``(param, rule, path, adapt)`` of the float16
+            parameters, rescaled inside their rules by a delegate.
+        cupy (list): ``(param, rule, path, uses_wd, adapt)`` of the CuPy
+            parameters that the CUDA kernels batch per update.
+        singles (list): ``(param, rule, path, uses_wd, adapt)`` of the
+            rest, the per-array path.
 
     """
 
-    __slots__ = ('sqnorms', 'loss_scale', 'weight_decay', 'adapt', 'clip_lr')
+    __slots__ = ('_objects', '_ids', '_disabled', 'batches', 'float16',
+                 'cupy', 'singles')
 
-    def __init__(self, sqnorms, loss_scale, weight_decay, adapt, clip_lr):
-        self.sqnorms = sqnorms
-        self.loss_scale = loss_scale
-        self.weight_decay = weight_decay
-        self.adapt = adapt
-        self.clip_lr = clip_lr
+    def __init__(self, params, batches, float16, cupy, singles):
+        rules = list(map(_mt.UPDATE_RULE, params))
+        arrays = list(map(_mt.ARRAY, params))
+        # Holding the objects keeps their ids from being reused.
+        self._objects = (params, rules, arrays)
+        self._ids = _ids(params, rules, arrays)
+        self._disabled = _disabled(rules)
+        self.batches = batches
+        self.float16 = float16
+        self.cupy = cupy
+        self.singles = singles
+
+    def matches(self, params):
+        rules = list(map(_mt.UPDATE_RULE, params))
+        return (self._ids == _ids(params, rules, map(_mt.ARRAY, params))
+                and self._disabled == _disabled(rules))
 
 
-class _DeviceObservation(object):
+def _ids(*lists):
+    return [list(map(id, objects)) for objects in lists]
 
-    """Row ``row`` of the per-array ``stats`` a GPU update left on the device:
-    the ratio it applied and the squared norms (``g`` as stored, i.e.
-    times ``loss_scale``)."""
 
-    __slots__ = ('stats', 'row', 'loss_scale')
-
-    def __init__(self, stats, row, loss_scale):
-        self.stats = stats
-        self.row = row
-        self.loss_scale = loss_scale
-
-    def to_host(self, fetched):
-        """``(ratio, ||w||, ||g||)``; ``fetched`` caches host copies."""
-        host = fetched.get(id(self.stats))
-        if host is None:
-            host = fetched[id(self.stats)] = (
-                cuda.to_cpu(self.stats).astype(numpy.float64))
-        r, w_sq, g_sq = host[self.row]
-        return (float(r), math.sqrt(w_sq),
-                math.sqrt(g_sq) / self.loss_scale)
+def _disabled(rules):
+    return [rule is not None and not rule.enabled for rule in rules]
 
 
 class _RuleDelegate(object):
@@ -198,9 +242,12 @@ class GradientLARS(exclusions.ExclusionProperties):
             the denominator, but is still adapted.
         exclude_from_layer_adaptation (list of str): Regular expressions; a
             matching parameter gets ``r = 1`` but keeps its weight decay.
-        multi_tensor (bool): On GPU, rescale all float32 (or float64)
-            arrays of one device in two kernel launches per update, instead
-            of two per array. ``False`` keeps the per-array kernels.
+        multi_tensor (bool): Called with the optimizer, rescale all the
+            float32 (or float64) arrays of one device together: on CPU in
+            one compiled call per update and dtype (see
+            :mod:`chainer_lars.multi_tensor`), with the per-array path's
+            result bit for bit; on GPU in two kernel launches per update,
+            instead of two per array. ``False`` keeps the per-array passes.
 
     Attributes:
         ~GradientLARS.threshold (float): See above.
@@ -230,6 +277,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
         self._observations = {}
+        self._observed_tables = []
+        self._plans = _mt.PlanCache()
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         self._tables = None
 
@@ -246,6 +295,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         # starts without both, and makes them as it needs them.
         state = self.__dict__.copy()
         state['_observations'] = {}
+        state['_observed_tables'] = []
         state['_tables'] = None
         return state
 
@@ -277,36 +327,130 @@ class GradientLARS(exclusions.ExclusionProperties):
             raise TypeError(
                 'GradientLARS must be registered on a set-up optimizer '
                 '(optimizer.setup(link) first); got {!r}'.format(optimizer))
+        params = list(target.params())
+        plan = self._plans.plan
+        if plan is None or not plan.matches(params):
+            plan = self._plans.plan = self._build_plan(target, params)
+        # Everything is read and checked before anything changes, so that
+        # a configuration error (clip=True on a rule without 'lr') leaves
+        # every gradient, array and rule as it was.
+        clip = self._clip
+        batched = []
+        for batch in plan.batches:
+            group = batch.group
+            grads = list(map(_mt.GRAD, group.params))
+            scales = list(map(_mt.LOSS_SCALE, group.params))
+            clips = None
+            if clip:
+                clips = [
+                    self._clip_lr(rule, path) if adapt and g is not None
+                    and g.size else None
+                    for rule, path, adapt, g in zip(
+                        group.rules, group.paths, batch.adapt, grads)]
+            batched.append((batch, grads, scales, clips))
+        delegates = []
+        for param, rule, path, adapt in plan.float16:
+            g = param.grad
+            if g is not None and g.size:
+                if clip and adapt:
+                    self._clip_lr(rule, path)
+                delegates.append((rule, path))
+        singles = []
+        for param, rule, path, uses_wd, adapt in plan.singles:
+            job = self._job(param, rule, path, uses_wd, adapt)
+            if job is not None:
+                singles.append(job)
+        cupy_batches = collections.OrderedDict()
+        for param, rule, path, uses_wd, adapt in plan.cupy:
+            job = self._job(param, rule, path, uses_wd, adapt)
+            if job is None:
+                continue
+            w, g = param.array, param.grad
+            if not _cuda_kernels().supports(w, g):
+                singles.append(job)
+                continue
+            _, _, loss_scale, _, _, clip_lr = job
+            key = (param.device.name, g.dtype, loss_scale, clip_lr)
+            if not self._multi_tensor:
+                key += (path,)
+            cupy_batches.setdefault(key, (param.device, []))[1].append(
+                (path, w, g, uses_wd, adapt))
+
         self._observations.clear()
-        batches = collections.OrderedDict()
-        for path, param in target.namedparams():
-            rule = getattr(param, 'update_rule', None)
-            if rule is not None and not rule.enabled:
-                continue
+        self._observed_tables = []
+        for rule, path in delegates:
+            self._delegate(rule).arm(optimizer, path)
+        form = self._form()
+        for batch, grads, scales, clips in batched:
+            group = batch.group
+            hyper = batch.settings(self._weight_decay, scales, clips)
+            rejected = group.executor.hook_rescale(
+                group, grads, hyper, form, self._eps,
+                self._trust_coefficient)
+            for k in rejected:
+                # A gradient the executor cannot take (another dtype or
+                # layout this time) takes the per-array path.
+                if grads[k] is not None and grads[k].size:
+                    singles.append((
+                        group.params[k], group.paths[k],
+                        float(hyper[k, _mt.HOOK_LOSS_SCALE]),
+                        bool(batch.uses_wd[k]), batch.adapt[k],
+                        None if clips is None else clips[k]))
+            # Read in observe(): on a GPU, that is a transfer.
+            self._observed_tables.append(group)
+        for key, (device, items) in cupy_batches.items():
+            self._rescale_on_device(device, items, key[2], key[3])
+        for job in singles:
+            self._rescale_with(*job)
+
+    def _job(self, param, rule, path, uses_wd, adapt):
+        """The arguments of :meth:`_rescale_with`, or ``None`` (no grad)."""
+        g = param.grad
+        if g is None or g.size == 0:
+            return None
+        clip_lr = self._clip_lr(rule, path) if adapt else None
+        loss_scale = param._loss_scale
+        loss_scale = 1.0 if loss_scale is None else float(loss_scale)
+        return param, path, loss_scale, uses_wd, adapt, clip_lr
+
+    def _build_plan(self, target, params):
+        paths = {id(param): path for path, param in target.namedparams()}
+        grouper = _mt.Grouper()
+        float16, cupy, singles = [], [], []
+        for param in params:
+            rule = param.update_rule
             w = param.array
-            g = None if w is None else param.grad  # no grad before init
-            if g is None or g.size == 0:
+            if rule is None or not rule.enabled or w is None:
+                # Chainer's optimizers skip a parameter without an update
+                # rule (a link added after setup()) or with a disabled one.
                 continue
+            path = paths[id(param)]
+            uses_wd, adapt = self._rules.lookup(path)
             xp = param.device.xp
-            if (g.dtype == numpy.float16 and rule is not None
+            if (w.dtype == numpy.float16
                     and xp is not chainer.backend.chainerx):
-                self._delegate(rule).arm(optimizer, path)
+                float16.append((param, rule, path, adapt))
                 continue
-            loss_scale = param._loss_scale
-            loss_scale = 1.0 if loss_scale is None else float(loss_scale)
-            if xp is cuda.cupy and _cuda_kernels().supports(w, g):
-                uses_wd, adapt = self._rules.lookup(path)
-                clip_lr = self._clip_lr(rule, path) if adapt else None
-                key = (param.device.name, g.dtype, loss_scale, clip_lr)
-                if not self._multi_tensor:
-                    key += (path,)
-                batches.setdefault(key, (param.device, []))[1].append(
-                    (path, w, g, uses_wd, adapt))
+            if self._multi_tensor:
+                group = grouper.group_for(param.device, w.dtype, w)
+                if group is not None:
+                    group.add(path, param, rule, w)
+                    continue
+            if xp is cuda.cupy:
+                # The CUDA kernels' tables, per update (one array per table
+                # with multi_tensor=False).
+                cupy.append((param, rule, path, uses_wd, adapt))
                 continue
-            self._rescale(rule, param, path, loss_scale)
-        for (_, _, loss_scale, clip_lr), (device, items) in (
-                (key[:4], value) for key, value in batches.items()):
-            self._rescale_on_device(device, items, loss_scale, clip_lr)
+            singles.append((param, rule, path, uses_wd, adapt))
+        batches = []
+        for group in grouper.groups():
+            flags = [self._rules.lookup(path) for path in group.paths]
+            batches.append(_Batch(group, [f[0] for f in flags],
+                                  [f[1] for f in flags]))
+        return _Plan(params, batches, float16, cupy, singles)
+
+    def _form(self):
+        return ratio.hook_form(self._threshold)
 
     def _rescale_on_device(self, device, items, loss_scale, clip_lr):
         """Rescales CuPy arrays of one dtype in two kernel launches.
@@ -339,7 +483,7 @@ class GradientLARS(exclusions.ExclusionProperties):
                                        False)
             cuda_kernels.scale_add(xp, table, dtype)
         for row, item in enumerate(items):
-            self._observations[item[0]] = _DeviceObservation(
+            self._observations[item[0]] = _observations.DeviceObservation(
                 stats, row, loss_scale)
 
     def _delegate(self, rule):
@@ -388,47 +532,58 @@ class GradientLARS(exclusions.ExclusionProperties):
         if g is None or g.size == 0:
             return
         uses_wd, adapt = self._rules.lookup(path)
-        wd = self._weight_decay if uses_wd else 0.0
         clip_lr = self._clip_lr(rule, path) if adapt else None
+        self._rescale_with(param, path, loss_scale, uses_wd, adapt, clip_lr)
+
+    def _rescale_with(self, param, path, loss_scale, uses_wd, adapt,
+                      clip_lr):
+        """:meth:`_rescale` with the settings of the parameter given."""
+        w = param.array
+        g = param.grad
+        wd = self._weight_decay if uses_wd else 0.0
         xp = param.device.xp
         with chainer.using_device(param.device):
             if xp is numpy:
-                def ratio_of(w_sq, g_sq):
-                    if not adapt:
-                        return 1.0
-                    return ratio.trust_ratio(
-                        math.sqrt(w_sq), math.sqrt(g_sq) / loss_scale, wd,
-                        self._eps, self._trust_coefficient, self._threshold,
-                        clip_lr=clip_lr)
-                sqnorms = kernels.rescale(g, w, loss_scale * wd, ratio_of)
+                w_sq, g_sq = kernels.sqnorms(w, g)
+                w_norm = math.sqrt(w_sq)
+                g_norm = math.sqrt(g_sq) / loss_scale
+                r = 1.0
+                if adapt:
+                    r = self._form().ratio(w_norm, g_norm, wd, self._eps,
+                                           self._trust_coefficient, clip_lr)
+                kernels.scale_add(g, r, w, r * (loss_scale * wd))
+                record = (r, w_norm, g_norm)
             elif xp is cuda.cupy and _cuda_kernels().supports(w, g):
                 self._rescale_on_device(
                     param.device, [(path, w, g, uses_wd, adapt)],
                     loss_scale, clip_lr)
                 return
             else:
-                sqnorms = rescale_generic(
+                record = rescale_generic(
                     xp, w, g, wd, self._eps, self._trust_coefficient,
                     self._threshold, clip_lr, loss_scale, adapt)
-        self._observations[path] = _Observation(
-            sqnorms, loss_scale, wd, adapt, clip_lr)
+        self._observations[path] = record
 
     def observe(self):
         """The ratios and norms of the last update, per parameter path.
 
         Returns:
             dict: ``{path: (ratio, ||w||, ||g||)}`` as floats, with ``g``
-            the unscaled gradient before rescaling. Values on a GPU are
-            brought to the host here, once per call: call it at an
+            the unscaled gradient before rescaling, and the ratio the
+            update applied, recorded where it was computed. Values on a GPU
+            are brought to the host here, once per call: call it at an
             interval, not on every iteration.
 
         """
         fetched = {}
-        return {path: o.to_host(fetched) if isinstance(o, _DeviceObservation)
-                else observation_to_host(o, self._eps,
-                                         self._trust_coefficient,
-                                         self._threshold, False)
-                for path, o in self._observations.items()}
+        result = {path: _observations.to_host(record, fetched)
+                  for path, record in self._observations.items()}
+        for group in self._observed_tables:
+            table = group.executor.observe(group)
+            for path, row in zip(group.paths, table.tolist()):
+                if row[0] == row[0]:  # NaN: not in the last update
+                    result[path] = tuple(row)
+        return result
 
 
 def rescale_generic(xp, w, g, weight_decay, eps, trust_coefficient,
@@ -457,39 +612,19 @@ def rescale_generic(xp, w, g, weight_decay, eps, trust_coefficient,
             adaptation (``r = 1``).
 
     Returns:
-        tuple: ``(||w||^2, ||g||^2)`` of the incoming arrays, as 0-dim
-        arrays of ``xp``.
+        tuple: ``(ratio, ||w||, ||g||)`` as applied (``g`` unscaled), as
+        0-dim arrays of ``xp`` (the ratio a float 1 where not adapted).
 
     """
-    sqnorms = kernels.sqnorms_generic(xp, w, g)
+    w_sq, g_sq = kernels.sqnorms_generic(xp, w, g)
+    r = 1.0
     if adapt:
         r = ratio.trust_ratio_xp(
-            xp, sqnorms[0], sqnorms[1], weight_decay, eps,
-            trust_coefficient, threshold, clip_lr=clip_lr,
-            loss_scale=loss_scale)
+            xp, w_sq, g_sq, weight_decay, eps, trust_coefficient, threshold,
+            clip_lr=clip_lr, loss_scale=loss_scale)
         g *= r.astype(g.dtype)
         if weight_decay:
             g += (r * (loss_scale * weight_decay)).astype(g.dtype) * w
     elif weight_decay:
         g += w * (loss_scale * weight_decay)
-    return sqnorms
-
-
-def observation_to_host(o, eps, trust_coefficient, threshold, require_grad):
-    """Turns an :class:`_Observation` into ``(ratio, ||w||, ||g||)``."""
-    sq = o.sqnorms
-    if isinstance(sq, tuple) and not hasattr(sq[0], 'shape'):
-        w_sq, g_sq = sq
-    elif isinstance(sq, tuple):
-        w_sq, g_sq = (float(chainer.backend.CpuDevice().send(s)) for s in sq)
-    else:
-        total = cuda.to_cpu(sq).astype(numpy.float64).reshape(-1, 2).sum(0)
-        w_sq, g_sq = float(total[0]), float(total[1])
-    w_norm = math.sqrt(w_sq)
-    g_norm = math.sqrt(g_sq) / o.loss_scale
-    r = 1.0
-    if o.adapt:
-        r = ratio.trust_ratio(w_norm, g_norm, o.weight_decay, eps,
-                              trust_coefficient, threshold, require_grad,
-                              o.clip_lr)
-    return r, w_norm, g_norm
+    return r, xp.sqrt(w_sq), xp.sqrt(g_sq) / loss_scale

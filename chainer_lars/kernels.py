@@ -6,26 +6,24 @@ nothing else, so that the hook and the optimizer cost the streaming floor
 (see ``benchmarks/bench_lars.py``). The CUDA kernels live in
 :mod:`chainer_lars.cuda_kernels`.
 
-CPU, in place, two implementations of the same functions:
+CPU, in place, one compute layer:
 
-- With Numba (a dependency of the package), float32 and
-  float64 arrays go to :mod:`chainer_lars.jit_kernels`: one compiled loop
-  per pass, which reaches the streaming floor.
-- Otherwise, and for float16, mixed or non-contiguous arrays, NumPy. NumPy
-  evaluates ``r * g + c * w`` as separate passes with an array-sized
-  temporary; the passes here walk the arrays in chunks of :data:`CHUNK`
-  elements with a reused scratch buffer, so each chunk is read from memory
-  once and the remaining arithmetic runs in cache. That keeps the traffic
-  at the floor, but not the time: NumPy has no fused multiply-add, and on
-  CPUs whose cores are not much faster than their memory (the 2-core EPYC
-  VM of ``benchmarks/README.md``) every ufunc call costs about as much as
-  a pass, so these passes are arranged for the fewest ufunc calls. The
-  norms use BLAS ``dot``, which streams at memory speed. float16 arrays are
-  processed in float32 chunks: the norms are accumulated in float32 or
-  wider, never in float16.
+- float32 and float64 arrays go to the loops Numba compiles
+  (:mod:`chainer_lars.jit_kernels`; Numba is a dependency of the package):
+  per array for the per-array paths, and through :class:`CpuExecutor` for
+  all the arrays of a multi-tensor group at once.
+- float16 and mixed-dtype arrays, and every array when Numba is unavailable
+  (not importable, or ``CHAINER_LARS_NUMBA=0``), take one NumPy fallback.
+  It computes in float32 or wider (float16 in float32) and accumulates
+  norms in float64, as the compiled loops do, in chunks of :data:`CHUNK`
+  elements with reused scratch buffers, so that each chunk is read from
+  memory once and the remaining ufunc calls run in cache: whole-array
+  temporaries made it 1.2-1.3x slower on float16 and 1.3-2.2x on float32
+  (``benchmarks/README.md``).
 
-numexpr, BLAS ``saxpby`` (through ctypes) and two threads were measured
-and were slower than chunked NumPy (``benchmarks/README.md``).
+Arrays in a non-native byte order or not C-contiguous go through native
+contiguous copies on both paths, and the results are copied back, so that
+their result is the native one's, bit for bit.
 """
 
 import os
@@ -34,72 +32,7 @@ import warnings
 
 import numpy
 
-
-#: Elements per chunk of the NumPy passes: 128 Ki elements, 512 KiB of
-#: float32 per operand, so the chunks of ``w``, ``g``, a momentum buffer and
-#: two scratch buffers (2.5 MiB) stay in the last-level cache. Smaller
-#: chunks that fit L2 were slower where measured: each chunk costs three to
-#: six ufunc calls of 1-2 us overhead (ResNet-50 hook, CPU time: 31.5 ms at
-#: 32 Ki, 27.7 ms at 128 Ki, 27.4 ms at 256 Ki).
-CHUNK = 1 << 17
-
-_local = threading.local()
-
-
-def _scratch(index, dtype):
-    """A reused buffer of :data:`CHUNK` elements (one per thread)."""
-    bufs = getattr(_local, 'bufs', None)
-    if bufs is None:
-        bufs = _local.bufs = {}
-    key = (index, numpy.dtype(dtype))
-    buf = bufs.get(key)
-    if buf is None:
-        buf = bufs[key] = numpy.empty(CHUNK, dtype=dtype)
-    return buf
-
-
-if hasattr(numpy, 'geterrobj'):
-    # NumPy 1.x: numpy.errstate costs about 5 us per use (Python-level
-    # geterr/seterr), which is as much as a whole small array's pass and is
-    # paid for each of ResNet-50's 162 arrays; setting the error mask
-    # directly costs under 1 us. NumPy 2 removed these functions and made
-    # errstate a cheap context variable.
-    from numpy.core import umath as _umath
-
-    _QUIET_MASK = ~((7 << _umath.SHIFT_OVERFLOW)
-                    | (7 << _umath.SHIFT_INVALID))
-
-    class _Quiet(object):
-
-        __slots__ = ('saved',)
-
-        def __enter__(self):
-            self.saved = numpy.geterrobj()
-            quiet = list(self.saved)
-            quiet[1] &= _QUIET_MASK
-            numpy.seterrobj(quiet)
-
-        def __exit__(self, *exc_info):
-            numpy.seterrobj(self.saved)
-
-    def _quiet():
-        """Ignores overflow and invalid values in the ufuncs inside.
-
-        Non-finite gradients are expected under dynamic loss scaling, which
-        detects them and skips the update; they must pass through silently
-        and stay confined to their own array.
-
-        """
-        return _Quiet()
-else:
-    def _quiet():
-        return numpy.errstate(over='ignore', invalid='ignore')
-
-
-def _is_fast(*arrays):
-    """Whether the in-place chunked passes apply to these arrays."""
-    dtype = arrays[0].dtype
-    return all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+from chainer_lars import multi_tensor as _mt
 
 
 _UNRESOLVED = object()
@@ -145,50 +78,122 @@ def backend():
     return 'numpy' if _jit() is None else 'numba'
 
 
-def _jit_for(*arrays):
-    """The compiled passes if they apply to these arrays, else ``None``."""
-    jit = _jit()
-    if jit is None:
-        return None
-    first = arrays[0]
-    if first.dtype.char not in 'fd':
-        return None
-    size = first.size
+#: Elements per chunk of the NumPy fallback: 128 Ki elements, so that the
+#: chunks of the operands and the scratch buffers (at most 5 MiB in
+#: float64) stay in the last-level cache while several ufuncs run over
+#: them; smaller chunks pay the fixed cost of each ufunc call more often
+#: (measurements in benchmarks/README.md).
+CHUNK = 1 << 17
+
+_local = threading.local()
+
+
+def _scratch(index, dtype):
+    """A reused buffer of :data:`CHUNK` elements (one set per thread)."""
+    bufs = getattr(_local, 'bufs', None)
+    if bufs is None:
+        bufs = _local.bufs = {}
+    key = (index, numpy.dtype(dtype), CHUNK)
+    buf = bufs.get(key)
+    if buf is None:
+        buf = bufs[key] = numpy.empty(CHUNK, dtype=dtype)
+    return buf
+
+
+def _flat(*arrays):
+    """1-D native C-contiguous versions of ``arrays``, views where possible.
+
+    Returns:
+        tuple: ``(flats, copied)``, ``copied`` telling for each whether it
+        is a copy that the caller must write back. Numba refuses a
+        non-native byte order and a strided view would make it compile
+        another loop; in the fallback, NumPy would sum a strided array in
+        another order. A native contiguous copy gives the native result,
+        bit for bit, on both paths.
+
+    """
+    flats = []
+    copied = []
     for a in arrays:
-        if (a.dtype != first.dtype or a.size != size
-                or not a.flags.c_contiguous):
+        if a.flags.c_contiguous and a.dtype.isnative:
+            flats.append(a.reshape(-1))
+            copied.append(False)
+        else:
+            flats.append(numpy.array(a, dtype=a.dtype.newbyteorder('='),
+                                     order='C').reshape(-1))
+            copied.append(True)
+    return flats, copied
+
+
+def _write_back(arrays, flats, copied):
+    for a, flat, c in zip(arrays, flats, copied):
+        if c:
+            a[...] = flat.reshape(a.shape)
+
+
+def _compiled(*arrays):
+    """The compiled loops if they take these arrays (float32 or float64,
+    one dtype and size), else ``None``."""
+    jit = _jit()
+    first = arrays[0]
+    if jit is None or first.dtype.char not in 'fd':
+        return None
+    for a in arrays:
+        if a.dtype != first.dtype or a.size != first.size:
             return None
     return jit
 
 
-def _sqnorm(a):
-    """``||a||^2`` as a Python float, accumulated in float32 or wider.
+def _compute_dtype(*arrays):
+    """float32 for float16 arrays, else the widest of theirs."""
+    return numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
 
-    BLAS ``dot`` neither raises nor warns on overflow or NaN (it is not a
-    ufunc), so no error state is needed here.
+
+def _chunk(flat, index, dtype, start, stop):
+    """``flat[start:stop]`` in ``dtype``: the slice itself where it has that
+    dtype (operations on it write ``flat``), else a scratch copy."""
+    piece = flat[start:stop]
+    if piece.dtype == dtype:
+        return piece
+    buf = _scratch(index, dtype)[:stop - start]
+    numpy.copyto(buf, piece)
+    return buf
+
+
+def _store(flat, start, stop, piece):
+    """Writes back what :func:`_chunk` copied (another dtype than
+    ``flat``'s); a slice of ``flat`` is there already."""
+    if piece.dtype != flat.dtype:
+        numpy.copyto(flat[start:stop], piece, casting='unsafe')
+
+
+def _sqnorm(flat):
+    """``||a||^2`` of a native contiguous 1-D array, summed in float64.
+
+    BLAS ``dot`` on float64 chunks: it neither raises nor warns on
+    overflow or NaN (it is not a ufunc), so no error state is needed.
 
     """
-    if a.size == 0:
-        return 0.0
-    flat = a.reshape(-1)
-    if a.dtype != numpy.float16:
-        return float(numpy.dot(flat, flat))
-    buf = _scratch(0, numpy.float32)
     total = 0.0
     for start in range(0, flat.size, CHUNK):
-        chunk = flat[start:start + CHUNK]
-        b = buf[:chunk.size]
-        numpy.copyto(b, chunk)
-        total += float(numpy.dot(b, b))
+        piece = _chunk(flat, 0, numpy.float64, start,
+                       min(start + CHUNK, flat.size))
+        total += float(numpy.dot(piece, piece))
     return total
 
 
 def sqnorms(w, g):
-    """Returns ``(||w||^2, ||g||^2)`` of two NumPy arrays as floats."""
-    jit = _jit_for(w, g)
+    """Returns ``(||w||^2, ||g||^2)`` of two NumPy arrays as floats.
+
+    Accumulated in float64 on every path: a float32 sum of squares would
+    overflow for norms above about 1.8e19.
+
+    """
+    (wf, gf), _ = _flat(w, g)
+    jit = _compiled(w, g)
     if jit is not None:
-        return jit.sqnorms(w.reshape(-1), g.reshape(-1))
-    return _sqnorm(w), _sqnorm(g)
+        return jit.sqnorms(wf, gf)
+    return _sqnorm(wf), _sqnorm(gf)
 
 
 def scale_add(g, r, w, c):
@@ -198,110 +203,40 @@ def scale_add(g, r, w, c):
         g (numpy.ndarray): The gradient, overwritten.
         r (float): Its factor.
         w (numpy.ndarray): The weight, read only.
-        c (float): Its factor.
+        c (float): Its factor; with 0, ``w`` is not read.
 
     """
     if g.size == 0 or (c == 0 and r == 1):
         return
-    jit = _jit_for(g, w) if c != 0 else None
+    operands = (g, w) if c != 0 else (g,)
+    flats, copied = _flat(*operands)
+    gf = flats[0]
+    jit = _compiled(*operands)
     if jit is not None:
-        t = g.dtype.type
-        jit.scale_add(g.reshape(-1), t(r), w.reshape(-1), t(c))
-        return
-    with _quiet():
-        if not _is_fast(g, w):
-            g[...] = r * g.astype(numpy.float64) + c * w.astype(numpy.float64)
-        elif g.dtype == numpy.float16:
-            _scale_add_upcast(g.reshape(-1), r, w.reshape(-1), c)
-        elif c == 0:
-            numpy.multiply(g, g.dtype.type(r), out=g)
-        else:
-            _scale_add_chunks(g.reshape(-1), g.dtype.type(r),
-                              w.reshape(-1), g.dtype.type(c))
-
-
-def _scale_add_chunks(gf, r, wf, c):
-    # NumPy has no fused multiply-add, so this is three ufunc calls per
-    # chunk; only the first two touch memory, the sum runs in cache.
-    multiply, add = numpy.multiply, numpy.add
-    buf = _scratch(0, gf.dtype)
-    size = gf.size
-    for start in range(0, size, CHUNK):
-        stop = min(start + CHUNK, size)
-        gs = gf[start:stop]
-        b = buf[:stop - start]
-        multiply(wf[start:stop], c, out=b)
-        multiply(gs, r, out=gs)
-        add(gs, b, out=gs)
-
-
-def _scale_add_upcast(gf, r, wf, c):
-    """:func:`scale_add` for float16 arrays, computed in float32."""
-    bg = _scratch(0, numpy.float32)
-    bw = _scratch(1, numpy.float32)
-    for start in range(0, gf.size, CHUNK):
-        gs = gf[start:start + CHUNK]
-        n = gs.size
-        numpy.copyto(bg[:n], gs)
-        numpy.multiply(bg[:n], r, out=bg[:n])
+        t = gf.dtype.type
         if c != 0:
-            numpy.copyto(bw[:n], wf[start:start + n])
-            numpy.multiply(bw[:n], c, out=bw[:n])
-            numpy.add(bg[:n], bw[:n], out=bg[:n])
-        numpy.copyto(gs, bg[:n], casting='unsafe')
-
-
-def rescale(g, w, c, ratio):
-    """``g <- r * (g + c * w)`` in place, with ``r`` from the norms.
-
-    ``r = ratio(||w||^2, ||g||^2)`` is computed from the incoming ``g``.
-    This is :func:`sqnorms` followed by :func:`scale_add` with ``(r, r * c)``,
-    but cheaper for float32 and float64: the norm pass also adds ``c * w``
-    to each chunk while it is in cache, and the second pass is a single
-    in-place multiply, five ufunc calls per element instead of six (on
-    ResNet-50's arrays the hook's CPU time drops by about 15 %). float16
-    keeps the two-call path, which rounds to float16 once, not twice.
-
-    Args:
-        g (numpy.ndarray): The gradient, overwritten.
-        w (numpy.ndarray): The weight, read only.
-        c (float): The factor of ``w`` (weight decay times loss scale).
-        ratio (callable): ``ratio(w_sq, g_sq)`` returns ``r`` as a float.
-
-    Returns:
-        tuple of float: ``(||w||^2, ||g||^2)`` of the incoming arrays.
-
-    """
-    if (g.size == 0 or g.dtype == numpy.float16 or c == 0
-            or not _is_fast(g, w) or _jit_for(g, w) is not None):
-        # With Numba, sqnorms and scale_add are one pass each already.
-        w_sq, g_sq = sqnorms(w, g)
-        r = ratio(w_sq, g_sq)
-        scale_add(g, r, w, r * c)
-        return w_sq, g_sq
-    gf, wf = g.reshape(-1), w.reshape(-1)
-    with _quiet():
-        w_sq, g_sq = _sqnorms_add_chunks(gf, wf, g.dtype.type(c))
-        r = ratio(w_sq, g_sq)
-        if r != 1:
-            numpy.multiply(gf, g.dtype.type(r), out=gf)
-    return w_sq, g_sq
-
-
-def _sqnorms_add_chunks(gf, wf, c):
-    dot, multiply, add = numpy.dot, numpy.multiply, numpy.add
-    buf = _scratch(0, gf.dtype)
-    size = gf.size
-    w_sq = g_sq = 0.0
-    for start in range(0, size, CHUNK):
-        stop = min(start + CHUNK, size)
-        gs, ws = gf[start:stop], wf[start:stop]
-        b = buf[:stop - start]
-        w_sq += float(dot(ws, ws))
-        g_sq += float(dot(gs, gs))
-        multiply(ws, c, out=b)
-        add(gs, b, out=gs)
-    return w_sq, g_sq
+            jit.scale_add(gf, t(r), flats[1], t(c))
+        else:
+            jit.scale(gf, t(r))
+    else:
+        ct = _compute_dtype(*operands)
+        r, c = ct.type(r), ct.type(c)
+        # NumPy has no fused multiply-add: three ufunc calls per chunk,
+        # of which only the first touch of each operand reads memory.
+        with numpy.errstate(over='ignore', invalid='ignore'):
+            for start in range(0, gf.size, CHUNK):
+                stop = min(start + CHUNK, gf.size)
+                gs = _chunk(gf, 0, ct, start, stop)
+                if c != 0:
+                    t = _scratch(2, ct)[:stop - start]
+                    numpy.multiply(_chunk(flats[1], 1, ct, start, stop), c,
+                                   out=t)
+                    numpy.multiply(gs, r, out=gs)
+                    numpy.add(gs, t, out=gs)
+                else:
+                    numpy.multiply(gs, r, out=gs)
+                _store(gf, start, stop, gs)
+    _write_back((g,), flats[:1], copied[:1])
 
 
 def momentum_step(w, g, v, a, b, momentum, nesterov):
@@ -313,84 +248,173 @@ def momentum_step(w, g, v, a, b, momentum, nesterov):
         w <- w - v                      (classic)
         w <- w - (u + momentum * v)     (Nesterov)
 
-    The caller folds the learning rate, the trust ratio, the weight decay and
-    the loss scale into ``a`` and ``b``. ``g`` is only read.
+    The caller folds the learning rate, the trust ratio and the weight
+    decay into ``a`` and ``b``. ``g`` is only read.
 
     """
     if w.size == 0:
         return
-    jit = _jit_for(w, g, v)
+    (wf, gf, vf), copied = _flat(w, g, v)
+    jit = _compiled(w, g, v)
     if jit is not None:
-        t = w.dtype.type
+        t = wf.dtype.type
         step = jit.nesterov_step if nesterov else jit.momentum_step
-        step(w.reshape(-1), g.reshape(-1), v.reshape(-1), t(a), t(b),
-             t(momentum))
-        return
-    with _quiet():
-        if not _is_fast(w, g, v):
-            u = a * g.astype(numpy.float64) + b * w.astype(numpy.float64)
-            v_new = momentum * v + u
-            v[...] = v_new
-            w[...] = w - (u + momentum * v_new if nesterov else v_new)
-        elif w.dtype == numpy.float16:
-            _momentum_step_upcast(w.reshape(-1), g.reshape(-1),
-                                  v.reshape(-1), a, b, momentum, nesterov)
-        else:
-            t = w.dtype.type
-            _momentum_step_chunks(w.reshape(-1), g.reshape(-1),
-                                  v.reshape(-1), t(a), t(b), t(momentum),
-                                  nesterov)
+        step(wf, gf, vf, t(a), t(b), t(momentum))
+    else:
+        ct = _compute_dtype(w, g, v)
+        a, b, momentum = ct.type(a), ct.type(b), ct.type(momentum)
+        with numpy.errstate(over='ignore', invalid='ignore'):
+            for start in range(0, wf.size, CHUNK):
+                stop = min(start + CHUNK, wf.size)
+                _momentum_chunk(wf, gf, vf, start, stop, ct, a, b,
+                                momentum, nesterov)
+    _write_back((w, v), (wf, vf), (copied[0], copied[2]))
 
 
-def _momentum_step_chunks(wf, gf, vf, a, b, momentum, nesterov):
-    # Six ufunc calls per chunk (four without weight decay); the first
-    # touches of g, w and v read memory, the rest runs in cache.
+def _momentum_chunk(wf, gf, vf, start, stop, ct, a, b, momentum, nesterov):
+    # Six ufunc calls (four without weight decay); the first touches of g,
+    # w and v read memory, the rest runs in cache.
     multiply, add, subtract = numpy.multiply, numpy.add, numpy.subtract
-    bu = _scratch(0, wf.dtype)
-    bt = _scratch(1, wf.dtype)
-    size = wf.size
-    for start in range(0, size, CHUNK):
-        stop = min(start + CHUNK, size)
-        n = stop - start
-        ws, gs, vs = wf[start:stop], gf[start:stop], vf[start:stop]
-        u, t = bu[:n], bt[:n]
-        multiply(gs, a, out=u)
-        if b:
-            multiply(ws, b, out=t)
-            add(u, t, out=u)
-        multiply(vs, momentum, out=vs)
-        add(vs, u, out=vs)
-        if nesterov:
-            multiply(vs, momentum, out=t)
-            add(u, t, out=u)
-            subtract(ws, u, out=ws)
-        else:
-            subtract(ws, vs, out=ws)
+    ws = _chunk(wf, 0, ct, start, stop)
+    vs = _chunk(vf, 2, ct, start, stop)
+    u = _scratch(3, ct)[:stop - start]
+    t = _scratch(4, ct)[:stop - start]
+    multiply(_chunk(gf, 1, ct, start, stop), a, out=u)
+    if b != 0:
+        multiply(ws, b, out=t)
+        add(u, t, out=u)
+    multiply(vs, momentum, out=vs)
+    add(vs, u, out=vs)
+    if nesterov:
+        multiply(vs, momentum, out=t)
+        add(u, t, out=u)
+        subtract(ws, u, out=ws)
+    else:
+        subtract(ws, vs, out=ws)
+    _store(wf, start, stop, ws)
+    _store(vf, start, stop, vs)
 
 
-def _momentum_step_upcast(wf, gf, vf, a, b, momentum, nesterov):
-    """:func:`momentum_step` for float16 arrays, computed in float32."""
-    bw = _scratch(0, numpy.float32)
-    bg = _scratch(1, numpy.float32)
-    bv = _scratch(2, numpy.float32)
-    for start in range(0, wf.size, CHUNK):
-        ws = wf[start:start + CHUNK]
-        n = ws.size
-        w32, g32, v32 = bw[:n], bg[:n], bv[:n]
-        numpy.copyto(w32, ws)
-        numpy.copyto(g32, gf[start:start + n])
-        numpy.copyto(v32, vf[start:start + n])
-        numpy.multiply(g32, a, out=g32)
-        g32 += b * w32
-        v32 *= momentum
-        v32 += g32
-        if nesterov:
-            g32 += momentum * v32
-            w32 -= g32
-        else:
-            w32 -= v32
-        numpy.copyto(ws, w32, casting='unsafe')
-        numpy.copyto(vf[start:start + n], v32, casting='unsafe')
+class _CpuTables(object):
+
+    """What :class:`CpuExecutor` keeps for one group (``group.tables``).
+
+    ``table`` has a row per array (columns ``W``, ``G``, ``V``, ``SIZE`` of
+    :mod:`chainer_lars.multi_tensor`); a row whose size is negative has no
+    gradient this update and is skipped. ``grads`` are the gradients whose
+    addresses the table holds, ``ids`` their ids when it holds all of them,
+    ``sizes`` the arrays' sizes.
+
+    """
+
+    __slots__ = ('table', 'sizes', 'grads', 'ids', 'obs', 'like')
+
+    def __init__(self, table, sizes, dtype):
+        self.table = table
+        self.sizes = sizes
+        self.grads = [None] * len(sizes)
+        self.ids = None
+        self.obs = numpy.full((len(sizes), 3), numpy.nan)
+        self.like = numpy.empty(0, dtype)
+
+
+class CpuExecutor(object):
+
+    """The multi-tensor passes on CPU, with the compiled loops.
+
+    Implements the executor interface of :mod:`chainer_lars.multi_tensor`:
+    one call of :func:`chainer_lars.jit_kernels.lars_multi_step` (or
+    ``hook_multi_rescale``) per update and group, which walks an int64 table
+    of the arrays' addresses and sizes built once per plan; only the
+    addresses of gradients that are new objects are written each update.
+
+    """
+
+    def __init__(self, jit):
+        self._jit = jit
+
+    def supports(self, *arrays):
+        """Native, C-contiguous float32 or float64 arrays of one dtype."""
+        dtype = arrays[0].dtype
+        if dtype.char not in 'fd' or not dtype.isnative:
+            return False
+        return all(a.dtype == dtype and a.flags.c_contiguous
+                   for a in arrays)
+
+    def prepare(self, group):
+        n = len(group)
+        table = numpy.zeros((n, _mt.TABLE_COLUMNS), numpy.int64)
+        address = self._jit.address
+        for k, (w, states) in enumerate(zip(group.weights, group.states)):
+            table[k, _mt.W] = address(w)
+            if states:
+                table[k, _mt.V] = address(states[0])
+        sizes = [w.size for w in group.weights]
+        table[:, _mt.SIZE] = -1  # no gradient until one is given
+        group.tables = _CpuTables(table, sizes, group.dtype)
+
+    def _set_grads(self, group, grads):
+        """Puts the gradients' addresses in the table; returns the indices
+        of those it cannot take (``None``, another dtype or size, not
+        contiguous), whose rows are skipped this update."""
+        tables = group.tables
+        ids = list(map(id, grads))
+        if ids == tables.ids:
+            # The same arrays as last time (held in tables.grads, so their
+            # ids are not reused), e.g. gradients kept across updates.
+            return []
+        table, sizes, cached = tables.table, tables.sizes, tables.grads
+        dtype = group.dtype
+        put = self._jit.put_grad
+        rejected = []
+        for k, g in enumerate(grads):
+            if g is cached[k] and g is not None:
+                continue
+            # The dtype is checked here: Numba cannot type a non-native one.
+            if (g is not None and g.dtype == dtype
+                    and put(table, k, g, sizes[k])):
+                cached[k] = g
+            else:
+                cached[k] = None
+                table[k, _mt.SIZE] = -1
+                rejected.append(k)
+        tables.ids = None if rejected else ids
+        return rejected
+
+    def lars_step(self, group, grads, hyper, form):
+        tables = group.tables
+        rejected = self._set_grads(group, grads)
+        self._jit.lars_multi_step(tables.table, hyper, tables.obs,
+                                  tables.like, form.threshold,
+                                  form.require_grad)
+        return rejected
+
+    def hook_rescale(self, group, grads, hyper, form, eps,
+                     trust_coefficient):
+        tables = group.tables
+        rejected = self._set_grads(group, grads)
+        self._jit.hook_multi_rescale(tables.table, hyper, tables.obs,
+                                     tables.like, form.threshold,
+                                     form.require_grad, eps,
+                                     trust_coefficient)
+        return rejected
+
+    def observe(self, group):
+        return group.tables.obs
+
+
+def cpu_executor():
+    """The :class:`CpuExecutor`, or ``None`` when Numba is unavailable."""
+    jit = _jit()
+    if jit is None:
+        return None
+    executor = _executors.get(jit)
+    if executor is None:
+        executor = _executors[jit] = CpuExecutor(jit)
+    return executor
+
+
+_executors = {}
 
 
 def sqnorms_generic(xp, w, g):

@@ -5,12 +5,13 @@ import math
 import numpy
 
 import chainer
-from chainer.backends import cuda
 from chainer import optimizer
 
 from chainer_lars import checks
 from chainer_lars import exclusions
 from chainer_lars import kernels
+from chainer_lars import multi_tensor as _mt
+from chainer_lars import observations as _observations
 from chainer_lars import ratio
 
 
@@ -111,14 +112,13 @@ class LARSRule(optimizer.UpdateRule):
             return
         hp, wd = self._step_args()
         r = 1.0
+        self._observation = None
         if self.uses_adaptation:
             w_sq, g_sq = kernels.sqnorms(w, g)
-            self._observation = (w_sq, g_sq)
-            r = ratio.trust_ratio(
-                math.sqrt(w_sq), math.sqrt(g_sq), wd, hp.eps,
-                hp.trust_coefficient, require_grad=True)
-        else:
-            self._observation = None
+            w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
+            r = ratio.OPTIMIZER_FORM.ratio(w_norm, g_norm, wd, hp.eps,
+                                           hp.trust_coefficient)
+            self._observation = (r, w_norm, g_norm)
         a = hp.lr * r
         kernels.momentum_step(w, g, self.state['v'], a, a * wd,
                               hp.momentum, hp.nesterov)
@@ -143,7 +143,8 @@ class LARSRule(optimizer.UpdateRule):
         if w.size == 0:
             # Nothing to launch (a grid of no blocks is an error); as on
             # the CPU, both norms are 0.
-            self._observation = (0.0, 0.0) if self.uses_adaptation else None
+            self._observation = ((1.0, 0.0, 0.0) if self.uses_adaptation
+                                 else None)
             return
         xp = param.device.xp
         if self._tables is None:
@@ -162,26 +163,92 @@ class LARSRule(optimizer.UpdateRule):
         s[cuda_kernels.MOMENTUM] = hp.momentum
         s[cuda_kernels.NESTEROV] = hp.nesterov
         table.set_settings(settings)
-        self._observation = cuda_kernels.norms(xp, table, w.dtype, 0.0, True)
+        stats = cuda_kernels.norms(xp, table, w.dtype, 0.0, True)
+        # The stats hold the ratio the step applies.
+        self._observation = (_observations.DeviceObservation(stats, 0, 1.0)
+                             if self.uses_adaptation else None)
         cuda_kernels.momentum_step(xp, table, w.dtype)
 
-    def observation(self):
-        """``(ratio, ||w||, ||g||)`` of the last update, on the host."""
-        hp, wd = self._step_args()
-        if self._observation is None:
-            return None
-        sq = self._observation
-        if not isinstance(sq, tuple):
-            # The stats of the GPU kernels: the ratio they applied.
-            r, w_sq, g_sq = cuda.to_cpu(sq).astype(numpy.float64)[0]
-            if not self.uses_adaptation:
-                return None
-            return float(r), math.sqrt(w_sq), math.sqrt(g_sq)
-        w_sq, g_sq = sq
-        w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
-        r = ratio.trust_ratio(w_norm, g_norm, wd, hp.eps,
-                              hp.trust_coefficient, require_grad=True)
-        return r, w_norm, g_norm
+
+class _Plan(object):
+
+    """How :meth:`LARS.update` updates the parameters while they stay put.
+
+    Built from the target's parameters; :meth:`matches` tells whether they
+    are still the same objects with the same rules, arrays, momentum
+    buffers and flags (compared by identity, each list in one go). The
+    gradients are not compared: a backward pass allocates new ones on
+    every iteration.
+
+    Attributes:
+        groups (list): ``(group, (hyper, uses_wd))`` per batched
+            :class:`~chainer_lars.multi_tensor.Group`: its settings table
+            and the weight-decay column's mask.
+        per_rule (list): The parameters that take Chainer's per-rule path.
+
+    """
+
+    __slots__ = ('_objects', '_ids', '_flags', 'groups', 'per_rule')
+
+    def __init__(self, params, groups, per_rule):
+        objects = _structure(params)
+        # Holding the objects keeps their ids from being reused.
+        self._objects = objects
+        self._ids = [list(map(id, o)) for o in objects]
+        self._flags = _flags(objects[1])
+        self.groups = groups
+        self.per_rule = per_rule
+
+    def matches(self, params):
+        objects = _structure(params)
+        return (self._ids == [list(map(id, o)) for o in objects]
+                and self._flags == _flags(objects[1]))
+
+
+def _structure(params):
+    """The parameters, their rules, arrays and momentum buffers."""
+    rules = list(map(_mt.UPDATE_RULE, params))
+    arrays = list(map(_mt.ARRAY, params))
+    states = [None if r is None or r.state is None else r.state.get('v')
+              for r in rules]
+    return params, rules, arrays, states
+
+
+def _flags(rules):
+    """Per rule: enabled, has hooks, uses weight decay, uses adaptation."""
+    return [None if r is None else (
+        bool(r.enabled),
+        bool(r._hookable._pre_update_hooks
+             or r._hookable._post_update_hooks),
+        bool(getattr(r, 'uses_weight_decay', False)),
+        bool(getattr(r, 'uses_adaptation', False))) for r in rules]
+
+
+def _per_rule_reason(param, rule):
+    """Why ``param`` cannot be batched, or ``None`` if it can."""
+    if type(rule) is not LARSRule:
+        # No rule (a link added after setup(): Chainer skips it), another
+        # rule, or a subclass that may override the step: Chainer's path.
+        return 'not a LARSRule'
+    if not rule.enabled:
+        return 'disabled'
+    hooks = rule._hookable
+    if hooks._pre_update_hooks or hooks._post_update_hooks:
+        # Rule hooks run between the division by the loss scale and the
+        # step, and may read or rewrite the gradient.
+        return 'update-rule hooks'
+    if param.array is None:
+        return 'uninitialised'
+    if rule.state is None:
+        # The rule's own first update makes the momentum buffer.
+        return 'no state yet'
+    if param.layout is not None:
+        # Chainer refuses this for a rule that is not elementwise.
+        return 'non-standard layout'
+    if rule._use_fp32_update and param.dtype == numpy.float16:
+        # The rule makes the float32 master copy and writes it back.
+        return 'float32 master copy'
+    return None
 
 
 class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
@@ -204,9 +271,24 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
     with :math:`\\gamma` the learning rate, :math:`\\mu` the momentum,
     :math:`\\lambda` the weight decay and :math:`\\eta` the trust
     coefficient. The ratio is fused into the momentum step: one pass over
-    memory for the two norms and one for the step, and on GPU one reduction
-    kernel and one elementwise kernel per array, with the ratio kept on the
-    device.
+    memory for the two norms and one for the step, with the ratio kept on
+    the device on GPU.
+
+    **Multi-tensor update.** With ``multi_tensor=True`` (the default), the
+    arrays of one device and dtype are updated together: on CPU the
+    float32 and float64 ones, one compiled call per dtype and update, with
+    the same result, bit for bit, as the per-rule path; on GPU float16,
+    float32 and float64, two kernel launches per dtype and update (see
+    :mod:`chainer_lars.multi_tensor`); and with the same effect on
+    everything around it:
+    each rule's ``t`` and hyperparameters (a value set on one
+    ``param.update_rule.hyperparam`` applies to that array), ``enabled``,
+    loss scaling (the gradient is divided by the loss scale in place, as
+    :meth:`chainer.UpdateRule.update` does) and snapshots. Arrays that
+    cannot be batched take the per-rule path (two launches per array on
+    GPU): float16 ones on CPU, float16 ones with ``use_fp32_update()``,
+    those with update-rule hooks, and any other rule than
+    :class:`LARSRule`.
 
     The two exclusion lists act independently (unlike the TensorFlow
     optimizer this follows, where exclusion from adaptation also drops the
@@ -230,6 +312,9 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
             :meth:`chainer.Link.namedparams` spells it, e.g.
             ``'/predictor/conv1/b'``.
         exclude_from_layer_adaptation (list of str): Likewise.
+        multi_tensor (bool): Update the arrays of one device and dtype
+            together where possible (see above). ``False`` keeps Chainer's
+            per-rule loop.
 
     Attributes:
         lr (float): See above; settable, e.g. by a schedule extension.
@@ -248,8 +333,10 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
                  eps=_default_hyperparam.eps,
                  nesterov=_default_hyperparam.nesterov,
                  exclude_from_weight_decay=(),
-                 exclude_from_layer_adaptation=()):
+                 exclude_from_layer_adaptation=(), multi_tensor=True):
         super(LARS, self).__init__()
+        self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
+        self._plans = _mt.PlanCache()
         self.lr = lr
         self.momentum = momentum
         self.weight_decay = weight_decay
@@ -280,20 +367,133 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
                     self._rules.lookup(path))
         return self
 
+    def update(self, lossfun=None, *args, **kwds):
+        """Updates the parameters (see :meth:`chainer.GradientMethod.update`).
+
+        With ``multi_tensor=True`` this is Chainer 7.8.1's
+        ``GradientMethod.update`` step by step (loss, hooks, ``t``, loss
+        scaling), except that the loop calling ``param.update()`` for each
+        parameter is :meth:`_update_params`.
+
+        """
+        if not self._multi_tensor:
+            return super(LARS, self).update(lossfun, *args, **kwds)
+        if lossfun is not None:
+            use_cleargrads = getattr(self, '_use_cleargrads', True)
+            loss = lossfun(*args, **kwds)
+            if use_cleargrads:
+                self.target.cleargrads()
+            else:
+                self.target.zerograds()
+            loss.backward(loss_scale=self._loss_scale)
+            del loss
+
+        self.reallocate_cleared_grads()
+        self.check_nan_in_grads()
+        self.call_hooks('pre')
+
+        self.t += 1
+        if self.is_safe_to_update():
+            self._update_params()
+
+        self.reallocate_cleared_grads()
+
+        self.call_hooks('post')
+        self.update_loss_scale()
+
+    def _update_params(self):
+        """What ``param.update()`` for every parameter would do, batched."""
+        params = list(self.target.params())
+        plan = self._plans.plan
+        if plan is None or not plan.matches(params):
+            plan = self._plans.plan = self._build_plan(params)
+        hp = self.hyperparam
+        defaults = (hp.lr, hp.momentum, hp.weight_decay, hp.trust_coefficient,
+                    hp.eps, float(hp.nesterov))
+        for group, static in plan.groups:
+            grads = list(map(_mt.GRAD, group.params))
+            hyper = self._settings(group, static, defaults)
+            rejected = group.executor.lars_step(
+                group, grads, hyper, ratio.OPTIMIZER_FORM)
+            for k, rule in enumerate(group.rules):
+                if rejected and k in rejected:
+                    # A gradient the executor cannot take (none, or another
+                    # dtype or layout this time): the rule's own path.
+                    group.params[k].update()
+                else:
+                    rule.t += 1
+        for param in plan.per_rule:
+            param.update()
+
+    def _settings(self, group, static, defaults):
+        """The group's settings table (``LARS_*`` columns) for this update."""
+        hyper, uses_wd = static
+        hyper[:, :_mt.LARS_NESTEROV + 1] = defaults
+        hyper[:, _mt.LARS_LOSS_SCALE] = [
+            1.0 if scale is None else scale
+            for scale in map(_mt.LOSS_SCALE, group.params)]
+        base = self.hyperparam
+        for k, rule in enumerate(group.rules):
+            hp = rule.hyperparam
+            if hp._parent is not base or len(hp.__dict__) != 1:
+                # Set on this rule (or on another parent): its own values.
+                hyper[k, :_mt.LARS_NESTEROV + 1] = (
+                    hp.lr, hp.momentum, hp.weight_decay,
+                    hp.trust_coefficient, hp.eps, float(hp.nesterov))
+        hyper[:, _mt.LARS_WEIGHT_DECAY] *= uses_wd
+        return hyper
+
+    def _build_plan(self, params):
+        paths = {id(param): path for path, param in self.target.namedparams()}
+        grouper = _mt.Grouper()
+        per_rule = []
+        for param in params:
+            rule = param.update_rule
+            group = None
+            if _per_rule_reason(param, rule) is None:
+                w, v = param.array, rule.state['v']
+                group = grouper.group_for(param.device, w.dtype, w, v)
+            if group is None:
+                per_rule.append(param)
+                continue
+            group.add(paths[id(param)], param, rule, w, (v,))
+            # Its observation is the group's from now on.
+            rule._observation = None
+        groups = []
+        for group in grouper.groups():
+            hyper = numpy.zeros((len(group), _mt.LARS_COLUMNS))
+            hyper[:, _mt.LARS_ADAPT] = [r.uses_adaptation for r in group.rules]
+            uses_wd = numpy.array([float(r.uses_weight_decay)
+                                   for r in group.rules])
+            groups.append((group, (hyper, uses_wd)))
+        return _Plan(params, groups, per_rule)
+
     def observe(self):
         """The ratios and norms of the last update, per parameter path.
 
         Returns:
             dict: ``{path: (ratio, ||w||, ||g||)}`` as floats, for the
-            arrays that are adapted. Values on a GPU are brought to the host
-            here: call it at an interval, not on every iteration.
+            arrays that are adapted and enabled: the ratio the update
+            applied, recorded where it was computed. Values on a GPU are
+            brought to the host here: call it at an interval, not on every
+            iteration.
 
         """
         result = {}
+        fetched = {}
         for path, param in self.target.namedparams():
             rule = getattr(param, 'update_rule', None)
-            if isinstance(rule, LARSRule):
-                observed = rule.observation()
-                if observed is not None:
-                    result[path] = observed
+            # A disabled rule made no step in the last update.
+            if (isinstance(rule, LARSRule) and rule.enabled
+                    and rule._observation is not None):
+                result[path] = _observations.to_host(rule._observation,
+                                                     fetched)
+        plan = self._plans.plan
+        for group, (hyper, _) in () if plan is None else plan.groups:
+            table = group.executor.observe(group).tolist()
+            for path, adapt, row in zip(group.paths, hyper[:, _mt.LARS_ADAPT],
+                                        table):
+                # A NaN ratio: the array was not in the last step.
+                if adapt and row[0] == row[0]:
+                    result[path] = tuple(row)
         return result

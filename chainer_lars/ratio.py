@@ -1,10 +1,11 @@
 """The LARS trust ratio: the one place where the math lives.
 
-The CPU passes evaluate :func:`trust_ratio` on the host in float64; the CUDA
-kernels compile :data:`CUDA_TRUST_RATIO`, the same function written for the
+Once per language: :func:`trust_ratio` for the host, which the CPU kernels
+also compile with Numba (:mod:`chainer_lars.jit_kernels` calls this very
+function), and :data:`CUDA_TRUST_RATIO`, the same function written for the
 device; :func:`trust_ratio_xp` is the same again on 0-dim arrays of any
-array module. A change to how the ratio is computed is made here, in all
-three, and nowhere else.
+array module (ChainerX). A change to how the ratio is computed is made
+here, in all three, and nowhere else.
 
 Both forms of LARS, the pre-update hook (Chainer's
 :class:`chainer.optimizer_hooks.GradientLARS`, arXiv:1708.03888 and
@@ -13,48 +14,96 @@ optimizer), are the one formula
 
 .. math::
 
-    r = \\eta \\frac{\\|w\\|}{\\epsilon + \\|g\\| + \\lambda \\|w\\|}
+    r = \\eta \\frac{\\|w\\|}{\\epsilon + \\|d\\| + \\lambda \\|w\\|}
 
 applied only when ``||w|| > threshold`` (the hook form; the optimizer form
-uses ``threshold = 0`` and also requires ``||g|| > 0``) and when the
+uses ``threshold = 0`` and also requires ``||d|| > 0``) and when the
 denominator is positive; otherwise ``r = 1``. The threshold keeps
 zero-initialised or tiny arrays (biases, BatchNorm beta) from being frozen by
 a ratio near 0. A ratio that is applied can be clipped the LARC way,
-``r <- min(r / lr, 1)``.
+``r <- min(r / lr, 1)``. ``d`` is the array whose step the ratio scales: the
+gradient, for both forms here. What differs between the forms is named
+once, in a :class:`RatioForm`: :data:`OPTIMIZER_FORM` and :func:`hook_form`.
 """
 
+import collections
 
-def trust_ratio(w_norm, g_norm, weight_decay, eps, trust_coefficient,
+
+def trust_ratio(w_norm, d_norm, weight_decay, eps, trust_coefficient,
                 threshold=0.0, require_grad=False, clip_lr=None):
-    """The LARS ratio of one array, from its norms (host, float64).
+    """The LARS ratio of one array, from its norms (float64).
+
+    Plain arithmetic on floats, so that Numba compiles this same function
+    for the CPU kernels; :data:`CUDA_TRUST_RATIO` is its device twin.
 
     Args:
         w_norm (float): ``||w||``.
-        g_norm (float): ``||g||`` of the unscaled gradient.
+        d_norm (float): ``||d||``, the norm of the array the ratio scales:
+            the unscaled gradient for both forms of LARS. (A sibling such
+            as LAMB passes the norm of its own update here.)
         weight_decay (float): The effective weight decay of this array
             (0 when it is excluded from weight decay).
         eps (float): Added to the denominator.
         trust_coefficient (float): The paper's ``eta``.
         threshold (float): The ratio is applied only when
             ``w_norm > threshold``.
-        require_grad (bool): If ``True``, also only when ``g_norm > 0``
+        require_grad (bool): If ``True``, also only when ``d_norm > 0``
             (the optimizer form).
-        clip_lr (float or None): If given, the applied ratio becomes
-            ``min(r / clip_lr, 1)`` (LARC clipping).
+        clip_lr (float or None): If given and not negative, the applied
+            ratio becomes ``min(r / clip_lr, 1)`` (LARC clipping). A
+            negative value means no clipping, as in the device function, so
+            that compiled callers can pass it as a float.
 
     Returns:
         float: The ratio. Never NaN or infinite for finite norms: a zero
         denominator gives 1, since the rescaled gradient is then zero anyway.
 
     """
-    den = eps + g_norm + weight_decay * w_norm
+    den = eps + d_norm + weight_decay * w_norm
     if (not w_norm > threshold or not den > 0
-            or (require_grad and not g_norm > 0)):
+            or (require_grad and not d_norm > 0)):
         return 1.0
     r = trust_coefficient * w_norm / den
-    if clip_lr is not None:
+    if clip_lr is not None and clip_lr >= 0:
         r = 1.0 if r >= clip_lr else r / clip_lr
     return r
+
+
+class RatioForm(collections.namedtuple(
+        'RatioForm', ('threshold', 'require_grad'))):
+
+    """What one form of LARS fixes in :func:`trust_ratio`, named once.
+
+    The kernels take these two fields as arguments, and :meth:`ratio`
+    passes them on the host, so that no call site spells them out.
+
+    Attributes:
+        threshold (float): The ratio applies only when ``||w||`` exceeds it.
+        require_grad (bool): The ratio applies only when ``||d|| > 0``.
+
+    """
+
+    __slots__ = ()
+
+    def ratio(self, w_norm, d_norm, weight_decay, eps, trust_coefficient,
+              clip_lr=None):
+        """:func:`trust_ratio` with this form's settings."""
+        return trust_ratio(w_norm, d_norm, weight_decay, eps,
+                           trust_coefficient, self.threshold,
+                           self.require_grad, clip_lr)
+
+
+#: The optimizer form (``SPEC.md`` section 2): no threshold, and ``r = 1``
+#: unless both norms are positive; its ``eps``, trust coefficient and weight
+#: decay are each update rule's hyperparameters.
+OPTIMIZER_FORM = RatioForm(threshold=0.0, require_grad=True)
+
+
+def hook_form(threshold):
+    """The hook form (``SPEC.md`` section 1): ``r = 1`` unless
+    ``||w|| > threshold``; ``eps`` and the trust coefficient are the hook's.
+    """
+    return RatioForm(threshold=threshold, require_grad=False)
 
 
 #: :func:`trust_ratio` for the device, for a compute type ``C`` (float or

@@ -102,3 +102,16 @@ def loss_fn(model, x, t):
     def loss():
         return chainer.functions.softmax_cross_entropy(model(x), t)
     return loss
+
+
+def assert_same_momentum_state(link, expected, fp32_update=False):
+    """Weights, momentum buffers (and master copies) equal bit for bit."""
+    ours = dict(expected.namedparams())
+    for path, param in link.namedparams():
+        assert param.array.tobytes() == ours[path].array.tobytes(), path
+        rule, our_rule = param.update_rule, ours[path].update_rule
+        assert (rule.state['v'].tobytes()
+                == our_rule.state['v'].tobytes()), path
+        if fp32_update:
+            assert (rule._fp32_param.array.tobytes()
+                    == our_rule._fp32_param.array.tobytes()), path

@@ -73,3 +73,33 @@ def test_run_checks_its_arguments_first(bench):
         bench.run(models=('mlp',), dtypes=('int32',))
     with pytest.raises(ValueError, match='clock'):
         bench.run(models=('mlp',), clock='tsc')
+
+
+def test_linear_cost_sets_and_their_time_per_element(bench):
+    assert [p.size for p in bench.build_model('one_32m', 'float32').params()
+            ] == [32 * 2 ** 20]
+    many = list(bench.build_model('many_1k', 'float16').params())
+    assert [p.size for p in many] == [1024] * 1000
+    result = bench.run(models=('many_1k',), dtypes=('float32',),
+                       weight_decays=(0.0,), reps=1, warmup=0)
+    case, = result['cases']
+    assert case['errors'] == {} and case['targets'] == []
+    assert 'ns/e' in bench.format_tables(result)
+
+
+def test_targets_are_judged_from_the_ratios(bench):
+    basis = {'lars': [1.0, 1.0], 'momentum_sgd': [2.0, 1.0],
+             'momentum_sgd+hook': [2.4, 1.3], 'floor': [1.0, 1.0],
+             'hook': [1.0, 1.2]}
+    median = {k: 1.0 for k in basis}
+    got = bench._targets('cifar_resnet20', basis, median, {})
+    assert [(t['value'], t['pass']) for t in got] == [
+        (0.75, False), (1.25, True)]
+    got = bench._targets('resnet50', basis, median, {'hook': 0.95})
+    assert [(t['value'], t['pass']) for t in got] == [
+        (0.95, True), (0.75, True)]
+    lines = bench.summary({'clock': 'cpu', 'cases': [
+        {'model': 'resnet50', 'dtype': 'float32', 'weight_decay': 0.0,
+         'targets': got}]})
+    assert lines[0].strip() == 'targets (cpu clock, float32):'
+    assert lines[1].endswith('PASS')

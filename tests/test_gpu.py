@@ -251,14 +251,17 @@ LARS_CASES = [
 ]
 
 
-LARS_RUNS = ([(kwargs, 'static') for kwargs in LARS_CASES]
-             + [(LARS_CASES[2], scaling) for scaling in (None, 'dynamic')])
+LARS_RUNS = ([(kwargs, 'static', True) for kwargs in LARS_CASES]
+             + [(LARS_CASES[2], scaling, True)
+                for scaling in (None, 'dynamic')]
+             + [(kwargs, 'static', False) for kwargs in LARS_CASES[1:]])
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
-@pytest.mark.parametrize('kwargs, scaling', LARS_RUNS)
-def test_lars_agrees_with_cpu(gpu, dtype, kwargs, scaling):
-    _check_lars(gpu, dtype, kwargs, scaling, MIXED)
+@pytest.mark.parametrize('kwargs, scaling, multi_tensor', LARS_RUNS)
+def test_lars_agrees_with_cpu(gpu, dtype, kwargs, scaling, multi_tensor):
+    _check_lars(gpu, dtype, dict(kwargs, multi_tensor=multi_tensor),
+                scaling, MIXED)
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
@@ -326,9 +329,21 @@ def test_hook_per_array_launches_twice_per_array(gpu):
                             'chainer_lars_multi_scale_add'] * arrays
 
 
-def test_lars_launches_twice_per_array(gpu):
-    _, dev = _pair(gpu, MIXED, numpy.float32)
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_lars_launches_twice_per_dtype(gpu, dtype):
+    _, dev = _pair(gpu, MIXED, dtype)
     opt = chainer_lars.LARS()
+    opt.setup(dev)
+    opt.update()  # the first update of a rule makes its state: per rule
+    del gpu.launches[:]
+    opt.update()
+    assert gpu.launches == ['chainer_lars_multi_norms',
+                            'chainer_lars_multi_momentum']
+
+
+def test_lars_per_array_launches_twice_per_array(gpu):
+    _, dev = _pair(gpu, MIXED, numpy.float32)
+    opt = chainer_lars.LARS(multi_tensor=False)
     opt.setup(dev)
     opt.update()
     arrays = sum(1 for p in dev.params() if p.size)
@@ -360,17 +375,36 @@ def test_no_transfer_to_the_host_in_an_update(gpu, make, dtype):
     assert emulated_cupy.stats.launches  # the update did run on the device
 
 
-def test_table_is_reused_until_a_pointer_changes(gpu):
+@pytest.mark.parametrize('make', [
+    lambda: (optimizers.MomentumSGD(lr=0.05), chainer_lars.GradientLARS()),
+    lambda: (optimizers.MomentumSGD(lr=0.05),
+             chainer_lars.GradientLARS(multi_tensor=False)),
+    lambda: (chainer_lars.LARS(), None),
+])
+def test_table_is_reused_until_a_pointer_changes(gpu, make, monkeypatch):
+    builds = []
+    init = cuda_kernels.Table.__init__
+
+    def counting(self, *args, **kwargs):
+        builds.append(1)
+        init(self, *args, **kwargs)
+    monkeypatch.setattr(cuda_kernels.Table, '__init__', counting)
     _, dev = _pair(gpu, MIXED, numpy.float32)
-    opt = optimizers.MomentumSGD(lr=0.05)
-    hook = chainer_lars.GradientLARS()
-    _run(dev, opt, hook, None, steps=3)
-    assert hook._tables.builds == 1
-    dev.l2.W.grad = gpu.xp.zeros_like(dev.l2.W.array)  # a new pointer
+    opt, hook = make()
+    _run(dev, opt, hook, None, steps=2)
+    del builds[:]
+    opt.update()  # new gradient objects in the same memory: no new table
+    dev.refill_grads(3)
     opt.update()
-    assert hook._tables.builds == 2
+    assert builds == []
+    keep = dev.l2.W.grad
+    dev.l2.W.grad = gpu.xp.zeros_like(dev.l2.W.array)  # another address
     opt.update()
-    assert hook._tables.builds == 2
+    built = len(builds)
+    assert built >= 1
+    opt.update()
+    assert len(builds) == built
+    del keep
 
 
 _SPIN = r'''

@@ -405,15 +405,7 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
 
     assert other.t == opt.t == 4
     assert other._loss_scale == opt._loss_scale
-    ours = dict(model.namedparams())
-    for path, param in other.target.namedparams():
-        assert param.array.tobytes() == ours[path].array.tobytes(), path
-        rule, our_rule = param.update_rule, ours[path].update_rule
-        assert (rule.state['v'].tobytes()
-                == our_rule.state['v'].tobytes()), path
-        if fp32_update:
-            assert (rule._fp32_param.array.tobytes()
-                    == our_rule._fp32_param.array.tobytes()), path
+    ref.assert_same_momentum_state(other.target, model, fp32_update)
     # One delegate per float16 rule still: none was added by the copy.
     if dtype == numpy.float16:
         assert len(_delegates(other.target)) == len(PATHS)
@@ -454,17 +446,25 @@ def test_copy_on_gpu_makes_its_own_tables(emulated_gpu, how, multi_tensor):
     opt.add_hook(hook)
     _set_grads(xp, model, 0)
     opt.update()
-    assert hook._tables is not None
+
+    def tables(hook):
+        # The multi-tensor path keeps its tables in the plan's groups.
+        if not multi_tensor:
+            return hook._tables
+        plan = hook._plans.plan
+        return None if plan is None else plan.batches[0].group.tables
+
+    assert tables(hook) is not None
     other = _copy(opt, how)
     other_hook = other._hookable._pre_update_hooks['GradientLARS']
-    assert other_hook._tables is None and other_hook.observe() == {}
+    assert tables(other_hook) is None and other_hook.observe() == {}
     for step in (1, 2):
         _set_grads(xp, model, step)
         opt.update()
         _set_grads(xp, other.target, step)
         other.update()
-    assert other_hook._tables is not None
-    assert other_hook._tables is not hook._tables
+    assert tables(other_hook) is not None
+    assert tables(other_hook) is not tables(hook)
     ours = dict(model.namedparams())
     for path, param in other.target.namedparams():
         assert isinstance(param.array, xp.ndarray)
@@ -719,6 +719,114 @@ def test_property_finite_and_matches_reference(case):
     assert link.p.array.tobytes() == w.tobytes()  # the weights are read only
 
 
+class _HalfFirst(chainer.Chain):
+
+    """float16 parameters first in path order, then float32 ones."""
+
+    def __init__(self):
+        super(_HalfFirst, self).__init__()
+        with self.init_scope():
+            self.a = chainer.links.Linear(
+                6, 5, initialW=ref._init(numpy.float16),
+                initial_bias=ref._init(numpy.float16))
+            self.b = chainer.links.Linear(6, 5, initialW=ref._init(
+                numpy.float32))
+
+
+def _everything(model):
+    """Arrays, gradients, rule counters and states, as bytes."""
+    out = {}
+    for path, p in model.namedparams():
+        rule = p.update_rule
+        out[path] = (p.array.tobytes(), p.grad.tobytes(), rule.t,
+                     None if rule.state is None else sorted(
+                         (k, v.tobytes()) for k, v in rule.state.items()))
+    return out
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('make,excluded', [
+    # The float32 arrays are not adapted, so need no lr; the float16 ones
+    # are, and their check used to come only inside their rules, after
+    # the float32 arrays were updated.
+    (_HalfFirst, ['^/b/']),
+    # Arrays visited before the failing one used to be rewritten already.
+    (ref.Net, ['bn1', 'conv1']),
+])
+def test_configuration_error_changes_nothing(multi_tensor, make, excluded):
+    model = make()
+    ref.fill(model, 0)
+    opt = optimizers.Adam()  # no hyperparameter 'lr'
+    opt.setup(model)
+    opt.add_hook(chainer_lars.GradientLARS(
+        clip=True, weight_decay=1e-3, exclude_from_layer_adaptation=excluded,
+        multi_tensor=multi_tensor))
+    before = _everything(model)
+    with pytest.raises(TypeError, match="clip=True.*no hyperparameter 'lr'"):
+        opt.update()
+    assert _everything(model) == before
+    assert opt.t == 0
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('clip', [False, True])
+def test_link_added_after_setup_is_skipped(multi_tensor, clip):
+    model, opt = setup(chainer_lars.GradientLARS(
+        clip=clip, weight_decay=0.1, multi_tensor=multi_tensor))
+    with model.init_scope():
+        model.extra = chainer.links.Linear(3, 3)
+    model.extra.W.grad = numpy.ones((3, 3), numpy.float32)
+    model.extra.b.grad = numpy.ones(3, numpy.float32)
+    assert model.extra.W.update_rule is None  # as Chainer leaves it
+    opt.update()
+    numpy.testing.assert_array_equal(model.extra.W.grad, 1.0)
+    numpy.testing.assert_array_equal(model.extra.b.grad, 1.0)
+    assert '/extra/W' not in hook_paths(opt)
+
+
+def hook_paths(opt):
+    hook, = [h for name, h in opt._hookable._pre_update_hooks.items()
+             if isinstance(h, chainer_lars.GradientLARS)]
+    return hook.observe()
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('weight_decay', [0.0, 1e-3])
+def test_non_native_byte_order_equals_native(multi_tensor, weight_decay):
+    grads = []
+    for byteorder in ('=', 'S'):
+        model, opt = setup(None)
+        for p in model.params():
+            dtype = p.dtype.newbyteorder(byteorder)
+            p.array, p.grad = p.array.astype(dtype), p.grad.astype(dtype)
+        hook = chainer_lars.GradientLARS(weight_decay=weight_decay,
+                                         multi_tensor=multi_tensor)
+        hook(opt)
+        grads.append({path: p.grad.astype(numpy.float32).tobytes()
+                      for path, p in model.namedparams()})
+    assert grads[0] == grads[1]
+
+
+@pytest.mark.parametrize('numba', [False, True])
+def test_huge_gradients_do_not_overflow_the_norm(monkeypatch, numba):
+    from chainer_lars import kernels
+    if not numba:
+        monkeypatch.setattr(kernels, '_jit_module', None)
+    elif kernels.backend() != 'numba':
+        pytest.skip('Numba is not available')
+    # ||g|| = 3e20 * 10: its square overflows float32 (3.4e38).
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(numpy.ones(100, numpy.float32))
+    link.p.grad = numpy.full(100, 3e20, numpy.float32)
+    opt = optimizers.SGD(lr=1.0)
+    opt.setup(link)
+    chainer_lars.GradientLARS(weight_decay=0.0)(opt)
+    expected = ref.hook_gradient(numpy.ones(100), numpy.full(100, 3e20))
+    testing.assert_allclose(link.p.grad, expected, rtol=1e-6)
+    assert numpy.all(link.p.grad > 0)
+
+
 @pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
                                    numpy.float64])
 @pytest.mark.parametrize('kwargs', [
@@ -742,7 +850,7 @@ def test_generic_branch_with_numpy(dtype, kwargs, loss_scale):
     full = dict(threshold=1e-2, weight_decay=0.0, eps=1e-9,
                 trust_coefficient=1.0, clip_lr=None, uses_adaptation=True)
     full.update(kwargs)
-    sqnorms = hook_module.rescale_generic(
+    r, w_norm, g_norm = hook_module.rescale_generic(
         numpy, w, g, full['weight_decay'], full['eps'],
         full['trust_coefficient'], full['threshold'], full['clip_lr'],
         loss_scale, full['uses_adaptation'])
@@ -751,7 +859,10 @@ def test_generic_branch_with_numpy(dtype, kwargs, loss_scale):
     tol = {numpy.float16: 4e-3, numpy.float32: 1e-6,
            numpy.float64: 1e-12}[dtype]
     testing.assert_allclose(g / loss_scale, expected, rtol=tol, atol=tol)
-    w_sq, g_sq = (float(s) for s in sqnorms)
-    assert w_sq == pytest.approx(ref.norm64(w) ** 2, rel=1e-6)
-    assert g_sq == pytest.approx((loss_scale * ref.norm64(g_true)) ** 2,
-                                 rel=1e-6)
+    # What it returns is what it applied: g = r * (g_true + wd * w).
+    assert float(w_norm) == pytest.approx(ref.norm64(w), rel=1e-6)
+    assert float(g_norm) == pytest.approx(ref.norm64(g_true), rel=1e-6)
+    wd = full['weight_decay']
+    testing.assert_allclose(
+        g / loss_scale, float(r) * (g_true + wd * w.astype(numpy.float64)),
+        rtol=tol, atol=tol)

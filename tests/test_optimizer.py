@@ -237,20 +237,13 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
         opt.update(ref.loss_fn(model, x, t))
         other.update(ref.loss_fn(other.target, x, t))
     assert other.t == opt.t == 4
-    ours = dict(model.namedparams())
-    for path, param in other.target.namedparams():
-        assert param.array.tobytes() == ours[path].array.tobytes(), path
-        rule, our_rule = param.update_rule, ours[path].update_rule
-        assert (rule.state['v'].tobytes()
-                == our_rule.state['v'].tobytes()), path
-        if fp32_update:
-            assert (rule._fp32_param.array.tobytes()
-                    == our_rule._fp32_param.array.tobytes()), path
+    ref.assert_same_momentum_state(other.target, model, fp32_update)
     assert other.observe() == opt.observe()
 
 
 @pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
-def test_copy_on_gpu_makes_its_own_tables(how):
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_copy_on_gpu_makes_its_own_tables(how, multi_tensor):
     from chainer_lars.testing import cuda_emulator
     from chainer_lars.testing import emulated_cupy
     try:
@@ -261,7 +254,8 @@ def test_copy_on_gpu_makes_its_own_tables(how):
         model = ref.Net()
         ref.fill(model, 0)
         model.to_device('@cupy:0')
-        opt = chainer_lars.LARS(lr=0.5).setup(model)
+        opt = chainer_lars.LARS(lr=0.5, multi_tensor=multi_tensor)
+        opt.setup(model)
 
         def step(opt, k):
             for path, g in _grads(opt.target, k).items():
@@ -274,12 +268,18 @@ def test_copy_on_gpu_makes_its_own_tables(how):
         rules = [p.update_rule for p in other.target.params()]
         assert all(r._tables is None and r._observation is None
                    for r in rules)
+        assert other._plans.plan is None
         for k in (1, 2):
             step(opt, k)
             step(other, k)
         ours = dict(model.namedparams())
+        if multi_tensor:
+            # The batched path keeps its tables in the plan's groups.
+            assert other._plans.plan is not None
+            assert other._plans.plan is not opt._plans.plan
         for path, param in other.target.namedparams():
-            assert param.update_rule._tables is not None
+            if not multi_tensor:
+                assert param.update_rule._tables is not None
             assert (param.array.get().tobytes()
                     == ours[path].array.get().tobytes()), path
         assert other.observe() == opt.observe()
@@ -466,3 +466,19 @@ def test_non_finite_gradient_stays_in_its_array():
         expected, _ = ref.lars_step(w[path], g[path], 0.0, **DEFAULTS)
         testing.assert_allclose(dict(model.namedparams())[path].array,
                                 expected, rtol=1e-6, atol=1e-7)
+
+
+def test_non_native_byte_order_equals_native():
+    results = []
+    for byteorder in ('=', 'S'):
+        model = ref.Net()
+        ref.fill(model, 0)
+        for p in model.params():
+            dtype = p.dtype.newbyteorder(byteorder)
+            p.array, p.grad = p.array.astype(dtype), p.grad.astype(dtype)
+        opt = chainer_lars.LARS(**DEFAULTS).setup(model)
+        for step in range(3):
+            opt.update()
+        results.append({path: p.array.astype(numpy.float32).tobytes()
+                        for path, p in model.namedparams()})
+    assert results[0] == results[1]

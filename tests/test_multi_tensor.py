@@ -1,0 +1,517 @@
+"""The multi-tensor paths against the per-array ones and the reference.
+
+Each case runs the same training twice, with ``multi_tensor=True`` and
+``False``, and requires the two to agree bit for bit after every update:
+weights, gradients (which the update rewrites), momentum buffers, every
+rule's ``t``, the optimizer's ``t`` and ``epoch``, and what ``observe()``
+reports. Where the numbers are simple enough, they are also checked
+against the float64 reference of ``tests/lars_reference.py``.
+"""
+
+import copy
+import io
+import pickle
+
+import numpy
+import pytest
+
+import chainer
+import chainer.links as L
+from chainer import optimizers
+from chainer import serializers
+from chainer import testing
+
+import chainer_lars
+from chainer_lars import kernels
+from tests import lars_reference as ref
+
+
+pytestmark = pytest.mark.skipif(
+    kernels.backend() != 'numba',
+    reason='the CPU executor needs Numba (CHAINER_LARS_NUMBA=0 here)')
+
+
+class Mixed(chainer.Chain):
+
+    """float32 and float16 links side by side (fp16 takes the rule path)."""
+
+    def __init__(self):
+        super(Mixed, self).__init__()
+        with self.init_scope():
+            self.a = L.Linear(6, 5, initialW=ref._init(numpy.float32))
+            self.h = L.Linear(6, 5, initialW=ref._init(numpy.float16),
+                              initial_bias=ref._init(numpy.float16))
+
+    def forward(self, x):
+        half = self.h(chainer.functions.cast(x, numpy.float16))
+        return self.a(x) + chainer.functions.cast(half, numpy.float32)
+
+
+def state_of(model, opt):
+    """Everything an update may change, as bytes and ints."""
+    state = {'t': opt.t, 'epoch': opt.epoch}
+    for path, p in model.namedparams():
+        rule = p.update_rule
+        entry = [None if p.array is None else p.array.tobytes(),
+                 None if p.grad is None else p.grad.tobytes()]
+        if rule is not None:
+            entry.append(rule.t)
+            if rule.state:
+                entry.extend(sorted((k, v.tobytes())
+                                    for k, v in rule.state.items()))
+        state[path] = entry
+    return state
+
+
+def batched_paths(opt):
+    """The paths the optimizer's plan batches (multi_tensor=True)."""
+    plan = opt._plans.plan
+    return sorted(path for group, _ in plan.groups for path in group.paths)
+
+
+def run_both(make, steps, step_fn, **lars_kwargs):
+    """Runs ``steps`` updates with and without multi_tensor, comparing.
+
+    ``make()`` returns a fresh model; ``step_fn(model, opt, step)`` makes
+    one update. Returns the two (model, optimizer) pairs.
+
+    """
+    runs = []
+    for multi_tensor in (True, False):
+        model = make()
+        opt = chainer_lars.LARS(multi_tensor=multi_tensor, **lars_kwargs)
+        opt.setup(model)
+        runs.append((model, opt))
+    for step in range(steps):
+        states = []
+        for model, opt in runs:
+            step_fn(model, opt, step)
+            states.append((state_of(model, opt), opt.observe()))
+        where = 'after update {}'.format(step)
+        assert states[0][0] == states[1][0], where
+        assert states[0][1] == states[1][1], where
+    return runs
+
+
+def net(dtype=numpy.float32):
+    def make():
+        model = ref.Net(dtype)
+        ref.fill(model, 0)
+        return model
+    return make
+
+
+def train_step(dtype=numpy.float32):
+    def step_fn(model, opt, step):
+        x, t = ref.batch(step, dtype=dtype)
+        opt.update(ref.loss_fn(model, x, t))
+    return step_fn
+
+
+KWARGS = dict(lr=0.5, momentum=0.9, weight_decay=1e-3,
+              trust_coefficient=0.02, eps=1e-6)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('kwargs', [
+    KWARGS,
+    dict(KWARGS, nesterov=True),
+    dict(KWARGS, weight_decay=0.0, eps=0.0),
+    dict(KWARGS, exclude_from_weight_decay=['/b$', 'bn1'],
+         exclude_from_layer_adaptation=['/conv1/b', 'gamma']),
+])
+def test_training_equals_per_rule_path(dtype, kwargs):
+    (model, opt), _ = run_both(net(dtype), 5, train_step(dtype), **kwargs)
+    assert batched_paths(opt) == sorted(p for p, _ in model.namedparams())
+
+
+def set_grads(model, step):
+    """Gradients that depend only on the step, as the reference draws them.
+    """
+    rng = numpy.random.RandomState(100 + step)
+    for path, p in sorted(model.namedparams()):
+        p.grad = rng.standard_normal(p.shape).astype(p.dtype)
+
+
+def set_grads_step(model, opt, step):
+    set_grads(model, step)
+    opt.update()
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('nesterov', [False, True])
+def test_against_reference(dtype, nesterov):
+    kwargs = dict(KWARGS, nesterov=nesterov,
+                  exclude_from_weight_decay=['/b$'],
+                  exclude_from_layer_adaptation=['bn1'])
+    (model, opt), _ = run_both(net(dtype), 4, set_grads_step, **kwargs)
+    flags = {path: (not path.endswith('/b'), 'bn1' not in path)
+             for path, _ in model.namedparams()}
+    reference = ref.Net(dtype)
+    ref.fill(reference, 0)
+    w = ref.snapshot(reference)
+    v = {path: 0.0 for path in w}
+    for step in range(4):
+        rng = numpy.random.RandomState(100 + step)
+        for path, p in sorted(reference.namedparams()):
+            g = rng.standard_normal(p.shape).astype(dtype)
+            w[path], v[path] = ref.lars_step(
+                w[path], g, v[path], lr=0.5, momentum=0.9,
+                weight_decay=1e-3, trust_coefficient=0.02, eps=1e-6,
+                nesterov=nesterov, uses_weight_decay=flags[path][0],
+                uses_adaptation=flags[path][1])
+    tol = 1e-5 if dtype == numpy.float32 else 1e-12
+    for path, p in model.namedparams():
+        testing.assert_allclose(p.array, w[path], rtol=tol, atol=tol)
+
+
+def test_hyperparameters_set_on_one_rule():
+    def step_fn(model, opt, step):
+        if step == 1:
+            model.fc.W.update_rule.hyperparam.lr = 2.0
+            model.bn1.beta.update_rule.hyperparam.momentum = 0.5
+            model.conv1.W.update_rule.hyperparam.nesterov = True
+        if step == 3:
+            opt.lr = 0.1  # a schedule: the rules without their own follow
+            model.conv1.W.update_rule.hyperparam.weight_decay = 0.0
+        train_step()(model, opt, step)
+
+    (model, opt), _ = run_both(net(), 5, step_fn, **KWARGS)
+    assert model.fc.W.update_rule.hyperparam.lr == 2.0
+    assert model.fc.b.update_rule.hyperparam.lr == 0.1
+
+
+def test_reference_with_a_rule_of_its_own():
+    def step_fn(model, opt, step):
+        model.fc.W.update_rule.hyperparam.lr = 2.0
+        model.fc.W.update_rule.hyperparam.trust_coefficient = 0.1
+        set_grads_step(model, opt, step)
+
+    (model, _), _ = run_both(net(), 3, step_fn, **KWARGS)
+    start = ref.Net()
+    ref.fill(start, 0)
+    w, v = ref.snapshot(start)['/fc/W'], 0.0
+    shape = model.fc.W.shape
+    for step in range(3):
+        rng = numpy.random.RandomState(100 + step)
+        grads = {path: rng.standard_normal(p.shape).astype(numpy.float32)
+                 for path, p in sorted(start.namedparams())}
+        assert grads['/fc/W'].shape == shape
+        w, v = ref.lars_step(w, grads['/fc/W'], v, lr=2.0, momentum=0.9,
+                             weight_decay=1e-3, trust_coefficient=0.1,
+                             eps=1e-6)
+    testing.assert_allclose(model.fc.W.array, w, rtol=1e-5, atol=1e-6)
+
+
+def test_disabled_rule_is_left_alone():
+    def step_fn(model, opt, step):
+        model.fc.b.update_rule.enabled = step < 2 or step >= 4
+        train_step()(model, opt, step)
+
+    (model, opt), _ = run_both(net(), 6, step_fn, **KWARGS)
+    assert model.fc.b.update_rule.t == 4
+    assert model.fc.W.update_rule.t == 6
+
+
+def test_update_rule_hooks_take_the_rule_path():
+    calls = []
+
+    def halve(rule, param):
+        calls.append(param.name)
+        param.grad *= 0.5
+
+    def step_fn(model, opt, step):
+        if step == 1:
+            model.fc.W.update_rule.add_hook(halve, name='halve')
+        train_step()(model, opt, step)
+
+    (model, opt), _ = run_both(net(), 4, step_fn, **KWARGS)
+    assert calls == ['W'] * 6  # three updates, in both runs
+    assert '/fc/W' not in batched_paths(opt)
+    assert '/fc/b' in batched_paths(opt)
+
+
+@pytest.mark.parametrize('scale', [2.0 ** 10, 3.7])
+def test_static_loss_scaling(scale):
+    def step_fn(model, opt, step):
+        if step == 0:
+            opt.loss_scaling(scale=scale)
+        train_step()(model, opt, step)
+
+    # 3.7 is not a power of two: the division rounds, and must round as
+    # UpdateRule.update's `grad /= loss_scale` does.
+    run_both(net(), 4, step_fn, **KWARGS)
+
+
+def test_dynamic_loss_scaling_with_a_skipped_update():
+    def step_fn(model, opt, step):
+        if step == 0:
+            opt.loss_scaling(interval=2)
+        x, t = ref.batch(step)
+        if step != 2:
+            opt.update(ref.loss_fn(model, x, t))
+            return
+        model.cleargrads()
+        ref.loss_fn(model, x, t)().backward(loss_scale=opt._loss_scale)
+        model.fc.W.grad[0, 0] = numpy.inf
+        with pytest.warns(UserWarning, match='Non finite'):
+            opt.update()
+
+    (model, opt), _ = run_both(net(), 6, step_fn, **KWARGS)
+    assert opt.t == 6
+    assert model.fc.W.update_rule.t == 5  # the overflow skipped one
+    assert opt._loss_scale > 1.0
+
+
+def test_float16_master_copies_take_the_rule_path():
+    def make():
+        model = Mixed()
+        ref.fill(model, 0)
+        return model
+
+    def step_fn(model, opt, step):
+        if step == 0:
+            opt.use_fp32_update()
+            opt.loss_scaling(scale=64.0)
+        train_step()(model, opt, step)
+
+    (model, opt), _ = run_both(make, 4, step_fn, **KWARGS)
+    assert batched_paths(opt) == ['/a/W', '/a/b']
+    assert model.h.W.update_rule._fp32_param.array.dtype == numpy.float32
+
+
+def test_parameters_added_after_setup():
+    def make():
+        model = ref.Net()
+        ref.fill(model, 0)
+        with model.init_scope():
+            # Initialised by the first forward pass, after setup().
+            model.lazy = L.Linear(None, 3, initialW=0.25)
+        return model
+
+    def step_fn(model, opt, step):
+        if step == 1:
+            with model.init_scope():
+                model.extra = L.Linear(3, 3, initialW=0.5, initial_bias=0.1)
+        if step == 3:
+            # Only a rule makes Chainer update a parameter added late.
+            for p in model.extra.params():
+                p.update_rule = opt.create_update_rule()
+        x, t = ref.batch(step)
+
+        def loss():
+            h = model(x)
+            h = h + model.lazy(x)
+            if hasattr(model, 'extra'):
+                h = h + model.extra(h)
+            return chainer.functions.softmax_cross_entropy(h, t)
+        opt.update(loss)
+
+    (model, opt), _ = run_both(make, 5, step_fn, **KWARGS)
+    assert model.extra.W.update_rule.t == 2
+    assert model.lazy.W.update_rule.t == 5
+    assert '/extra/W' in batched_paths(opt)
+    assert '/lazy/W' in batched_paths(opt)
+
+
+def test_replaced_arrays_and_odd_gradients():
+    def step_fn(model, opt, step):
+        set_grads(model, step)
+        if step == 1:
+            model.fc.W.array = model.fc.W.array.copy()
+        if step == 2:
+            # Not contiguous: this gradient takes the rule path this time.
+            model.conv1.W.grad = numpy.asfortranarray(model.conv1.W.grad)
+        opt.update()
+
+    run_both(net(), 4, step_fn, **KWARGS)
+
+
+def test_non_native_byte_order_equals_native():
+    def make(byteorder):
+        def build():
+            model = ref.Net()
+            ref.fill(model, 0)
+            for p in model.params():
+                p.array = p.array.astype(p.dtype.newbyteorder(byteorder))
+            return model
+        return build
+
+    results = []
+    for byteorder in ('=', 'S'):
+        (model, _), _ = run_both(make(byteorder), 3, set_grads_step,
+                                 **KWARGS)
+        results.append({path: p.array.astype(numpy.float32).tobytes()
+                        for path, p in model.namedparams()})
+    assert results[0] == results[1]
+
+
+def test_snapshots_are_the_per_rule_paths_and_load_into_it():
+    (model, opt), (model2, opt2) = run_both(net(), 3, train_step(),
+                                            **KWARGS)
+    files = []
+    for o in (opt, opt2):
+        buf = io.BytesIO()
+        serializers.save_npz(buf, o)
+        files.append(dict(numpy.load(io.BytesIO(buf.getvalue()))))
+    assert sorted(files[0]) == sorted(files[1])
+    for key in files[0]:
+        assert files[0][key].tobytes() == files[1][key].tobytes(), key
+
+    # A batched run resumed by the per-rule path, and the other way round,
+    # continue exactly like the uninterrupted runs.
+    for source, target_multi in ((opt, False), (opt2, True)):
+        buf = io.BytesIO()
+        serializers.save_npz(buf, source)
+        model_buf = io.BytesIO()
+        serializers.save_npz(model_buf, source.target)
+        resumed = ref.Net()
+        opt3 = chainer_lars.LARS(multi_tensor=target_multi, **KWARGS)
+        opt3.setup(resumed)
+        buf.seek(0)
+        model_buf.seek(0)
+        serializers.load_npz(model_buf, resumed)
+        serializers.load_npz(buf, opt3)
+        for step in range(3, 5):
+            train_step()(resumed, opt3, step)
+            train_step()(source.target, source, step)
+        state = state_of(resumed, opt3)
+        expected = state_of(source.target, source)
+        assert state == expected
+
+
+@pytest.mark.parametrize('how', ['deepcopy', 'pickle'])
+def test_copies_continue_alone(how):
+    model = ref.Net()
+    ref.fill(model, 0)
+    opt = chainer_lars.LARS(**KWARGS).setup(model)
+    train_step()(model, opt, 0)
+    train_step()(model, opt, 1)
+    if how == 'deepcopy':
+        other = copy.deepcopy(opt)
+    else:
+        other = pickle.loads(pickle.dumps(opt))
+    before = state_of(model, opt)
+    train_step()(other.target, other, 2)
+    assert state_of(model, opt) == before  # the original is untouched
+    train_step()(model, opt, 2)
+    assert state_of(other.target, other) == state_of(model, opt)
+
+
+# -- the hook ----------------------------------------------------------------
+
+def run_hook_both(make, steps, step_fn, optimizer=None, **hook_kwargs):
+    runs = []
+    for multi_tensor in (True, False):
+        model = make()
+        opt = (optimizer or (lambda: optimizers.MomentumSGD(lr=0.05)))()
+        opt.setup(model)
+        hook = chainer_lars.GradientLARS(multi_tensor=multi_tensor,
+                                         **hook_kwargs)
+        opt.add_hook(hook)
+        runs.append((model, opt, hook))
+    for step in range(steps):
+        states = []
+        for model, opt, hook in runs:
+            step_fn(model, opt, step)
+            states.append((state_of(model, opt), hook.observe()))
+        where = 'after update {}'.format(step)
+        assert states[0][0] == states[1][0], where
+        assert states[0][1] == states[1][1], where
+    return runs
+
+
+HOOK_CASES = [
+    dict(),
+    dict(weight_decay=1e-3, trust_coefficient=0.5, eps=0.0,
+         exclude_from_weight_decay=['/b$', 'bn1'],
+         exclude_from_layer_adaptation=['/conv1/b', 'gamma']),
+    dict(clip=True, trust_coefficient=0.02, weight_decay=1e-4),
+    dict(threshold=0.0, weight_decay=0.1),
+]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('kwargs', HOOK_CASES)
+@pytest.mark.parametrize('scale', [None, 3.7])
+def test_hook_equals_per_array_path(dtype, kwargs, scale):
+    def step_fn(model, opt, step):
+        if step == 0 and scale:
+            opt.loss_scaling(scale=scale)
+        train_step(dtype)(model, opt, step)
+
+    (model, _, hook), _ = run_hook_both(net(dtype), 4, step_fn, **kwargs)
+    batched = sorted(p for b in hook._plans.plan.batches
+                     for p in b.group.paths)
+    assert batched == sorted(p for p, _ in model.namedparams())
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('kwargs', HOOK_CASES)
+def test_hook_against_reference(dtype, kwargs):
+    model = ref.Net(dtype)
+    ref.fill(model, 0)
+    opt = optimizers.MomentumSGD(lr=0.05).setup(model)
+    hook = chainer_lars.GradientLARS(**kwargs)
+    w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
+    for p in model.params():
+        p.grad *= p.dtype.type(8)
+        p._loss_scale = 8.0
+    hook(opt)
+    flags = {path: hook._rules.lookup(path) for path in w}
+    reference_kwargs = {k: v for k, v in kwargs.items()
+                        if not k.startswith('exclude') and k != 'clip'}
+    tol = 1e-6 if dtype == numpy.float32 else 1e-12
+    for path, p in model.namedparams():
+        expected = 8 * ref.hook_gradient(
+            w[path], g[path], clip_lr=0.05 if kwargs.get('clip') else None,
+            uses_weight_decay=flags[path][0], uses_adaptation=flags[path][1],
+            **reference_kwargs)
+        testing.assert_allclose(p.grad, expected, rtol=tol, atol=tol * 8)
+        ratio, w_norm, g_norm = hook.observe()[path]
+        assert w_norm == pytest.approx(ref.norm64(w[path]), rel=1e-6)
+        assert g_norm == pytest.approx(ref.norm64(g[path]), rel=1e-6)
+
+
+def test_hook_on_mixed_dtypes_and_a_link_added_after_setup():
+    def make():
+        model = Mixed()
+        ref.fill(model, 0)
+        return model
+
+    def step_fn(model, opt, step):
+        if step == 0:
+            opt.use_fp32_update()
+            opt.loss_scaling(scale=32.0)
+        if step == 1:
+            with model.init_scope():
+                model.extra = L.Linear(5, 5, initialW=0.5, initial_bias=0.1)
+        x, t = ref.batch(step)
+
+        def loss():
+            h = model(x)
+            if hasattr(model, 'extra'):
+                h = h + model.extra(h)
+            return chainer.functions.softmax_cross_entropy(h, t)
+        opt.update(loss)
+        if hasattr(model, 'extra'):
+            # No update rule: Chainer does not update it, nor do we rescale
+            # its gradient.
+            assert model.extra.W.update_rule is None
+
+    (model, opt, hook), _ = run_hook_both(
+        make, 4, step_fn, weight_decay=1e-3, clip=True,
+        trust_coefficient=0.02)
+    assert sorted(hook.observe()) == ['/a/W', '/a/b', '/h/W', '/h/b']
+
+
+def test_hook_observe_keeps_the_ratio_that_was_applied():
+    model = ref.Net()
+    ref.fill(model, 0)
+    opt = optimizers.MomentumSGD(lr=0.05).setup(model)
+    hook = chainer_lars.GradientLARS(clip=True, trust_coefficient=0.02)
+    opt.add_hook(hook)
+    opt.update()
+    before = hook.observe()
+    opt.lr = 1e-4  # a schedule that runs before the observer
+    assert hook.observe() == before
