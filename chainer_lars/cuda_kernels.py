@@ -460,6 +460,57 @@ def momentum_step(xp, table, dtype):
          table.stats))
 
 
+def settings(n, weight_decay, eps, trust_coefficient, loss_scale, adapt,
+             clip_lr=None, lr=0.0, momentum=0.0, nesterov=False):
+    """The :data:`SETTINGS` rows of ``n`` arrays, on the host.
+
+    Each value is a scalar for all the arrays or a sequence of one per
+    array; ``clip_lr`` is ``None`` (or negative) for no clipping, and
+    ``lr``, ``momentum`` and ``nesterov`` matter to the optimizer only.
+
+    """
+    rows = numpy.empty((n, SETTINGS))
+    rows[:, WEIGHT_DECAY] = weight_decay
+    rows[:, EPS] = eps
+    rows[:, TRUST_COEFFICIENT] = trust_coefficient
+    rows[:, CLIP_LR] = -1.0 if clip_lr is None else clip_lr
+    rows[:, LOSS_SCALE] = loss_scale
+    rows[:, ADAPT] = adapt
+    rows[:, LR] = lr
+    rows[:, MOMENTUM] = momentum
+    rows[:, NESTEROV] = nesterov
+    return rows
+
+
+def hook_update(xp, tables, dtype, weights, grads, rows, form):
+    """The hook's update of these arrays: two launches.
+
+    Args:
+        tables (TableCache): Where the arrays' table is kept.
+        rows: Their :func:`settings`.
+        form (~chainer_lars.ratio.RatioForm): The hook's form.
+
+    Returns:
+        Table: The table, whose ``stats`` hold what the update applied.
+
+    """
+    table = tables.get(xp, dtype, weights, grads)
+    table.set_settings(rows)
+    norms(xp, table, dtype, form.threshold, form.require_grad)
+    scale_add(xp, table, dtype)
+    return table
+
+
+def lars_update(xp, tables, dtype, weights, grads, states, rows, form):
+    """The optimizer's update of these arrays: two launches (see
+    :func:`hook_update`); ``states`` are the momentum buffers."""
+    table = tables.get(xp, dtype, weights, grads, states)
+    table.set_settings(rows)
+    norms(xp, table, dtype, form.threshold, form.require_grad)
+    momentum_step(xp, table, dtype)
+    return table
+
+
 class CudaExecutor(object):
 
     """The multi-tensor executor of CUDA devices (see ``multi_tensor``).
@@ -493,40 +544,25 @@ class CudaExecutor(object):
                 rejected.append(k)
         return keep, rejected
 
-    def _launch(self, group, grads, settings, keep, form, states):
-        xp = group.device.xp
-        tables = group.tables
-        table = tables.cache.get(
-            xp, group.dtype, [group.weights[k] for k in keep],
-            [grads[k] for k in keep],
-            None if states is None else [states[k] for k in keep])
-        table.set_settings(settings)
-        norms(xp, table, group.dtype, form.threshold, form.require_grad)
-        tables.last = (table, keep, settings[:, LOSS_SCALE].copy(),
-                       len(group))
-        return xp, table
-
     def lars_step(self, group, grads, hyper, form):
         from chainer_lars import multi_tensor as mt
 
         keep, rejected = self._select(group, grads)
-        if not keep:
-            return rejected
-        rows = hyper[keep]
-        settings = numpy.zeros((len(keep), SETTINGS))
-        settings[:, WEIGHT_DECAY] = rows[:, mt.LARS_WEIGHT_DECAY]
-        settings[:, EPS] = rows[:, mt.LARS_EPS]
-        settings[:, TRUST_COEFFICIENT] = rows[:, mt.LARS_TRUST_COEFFICIENT]
-        settings[:, CLIP_LR] = -1.0
-        settings[:, LOSS_SCALE] = rows[:, mt.LARS_LOSS_SCALE]
-        settings[:, ADAPT] = rows[:, mt.LARS_ADAPT]
-        settings[:, LR] = rows[:, mt.LARS_LR]
-        settings[:, MOMENTUM] = rows[:, mt.LARS_MOMENTUM]
-        settings[:, NESTEROV] = rows[:, mt.LARS_NESTEROV]
-        with group.device.create_context():
-            xp, table = self._launch(group, grads, settings, keep, form,
-                                     [s[0] for s in group.states])
-            momentum_step(xp, table, group.dtype)
+        if keep:
+            h = hyper[keep]
+            rows = settings(
+                len(keep), h[:, mt.LARS_WEIGHT_DECAY], h[:, mt.LARS_EPS],
+                h[:, mt.LARS_TRUST_COEFFICIENT], h[:, mt.LARS_LOSS_SCALE],
+                h[:, mt.LARS_ADAPT], lr=h[:, mt.LARS_LR],
+                momentum=h[:, mt.LARS_MOMENTUM],
+                nesterov=h[:, mt.LARS_NESTEROV])
+            with group.device.create_context():
+                table = lars_update(
+                    group.device.xp, group.tables.cache, group.dtype,
+                    [group.weights[k] for k in keep],
+                    [grads[k] for k in keep],
+                    [group.states[k][0] for k in keep], rows, form)
+            group.tables.last = (table, keep, rows[:, LOSS_SCALE])
         return rejected
 
     def hook_rescale(self, group, grads, hyper, form, eps,
@@ -534,20 +570,18 @@ class CudaExecutor(object):
         from chainer_lars import multi_tensor as mt
 
         keep, rejected = self._select(group, grads)
-        if not keep:
-            return rejected
-        rows = hyper[keep]
-        settings = numpy.zeros((len(keep), SETTINGS))
-        settings[:, WEIGHT_DECAY] = rows[:, mt.HOOK_WEIGHT_DECAY]
-        settings[:, EPS] = eps
-        settings[:, TRUST_COEFFICIENT] = trust_coefficient
-        settings[:, CLIP_LR] = rows[:, mt.HOOK_CLIP_LR]
-        settings[:, LOSS_SCALE] = rows[:, mt.HOOK_LOSS_SCALE]
-        settings[:, ADAPT] = rows[:, mt.HOOK_ADAPT]
-        with group.device.create_context():
-            xp, table = self._launch(group, grads, settings, keep, form,
-                                     None)
-            scale_add(xp, table, group.dtype)
+        if keep:
+            h = hyper[keep]
+            rows = settings(
+                len(keep), h[:, mt.HOOK_WEIGHT_DECAY], eps,
+                trust_coefficient, h[:, mt.HOOK_LOSS_SCALE],
+                h[:, mt.HOOK_ADAPT], clip_lr=h[:, mt.HOOK_CLIP_LR])
+            with group.device.create_context():
+                table = hook_update(
+                    group.device.xp, group.tables.cache, group.dtype,
+                    [group.weights[k] for k in keep],
+                    [grads[k] for k in keep], rows, form)
+            group.tables.last = (table, keep, rows[:, LOSS_SCALE])
         return rejected
 
     def observe(self, group):
@@ -560,7 +594,7 @@ class CudaExecutor(object):
         out = numpy.full((len(group), 3), numpy.nan)
         if last is None:
             return out
-        table, keep, loss_scales, _ = last
+        table, keep, loss_scales = last
         stats = table.stats.get().astype(numpy.float64)
         out[keep, 0] = stats[:, 0]
         out[keep, 1] = numpy.sqrt(stats[:, 1])

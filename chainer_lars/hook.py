@@ -462,26 +462,16 @@ class GradientLARS(exclusions.ExclusionProperties):
         cuda_kernels = _cuda_kernels()
         if self._tables is None:
             self._tables = cuda_kernels.TableCache(capacity=1024)
-        xp = device.xp
-        dtype = items[0][1].dtype
-        settings = numpy.zeros((len(items), cuda_kernels.SETTINGS))
-        settings[:, cuda_kernels.WEIGHT_DECAY] = [
-            self._weight_decay if uses_wd else 0.0
-            for _, _, _, uses_wd, _ in items]
-        settings[:, cuda_kernels.EPS] = self._eps
-        settings[:, cuda_kernels.TRUST_COEFFICIENT] = self._trust_coefficient
-        settings[:, cuda_kernels.CLIP_LR] = (
-            -1.0 if clip_lr is None else clip_lr)
-        settings[:, cuda_kernels.LOSS_SCALE] = loss_scale
-        settings[:, cuda_kernels.ADAPT] = [
-            adapt for _, _, _, _, adapt in items]
+        rows = cuda_kernels.settings(
+            len(items), [self._weight_decay if uses_wd else 0.0
+                         for _, _, _, uses_wd, _ in items],
+            self._eps, self._trust_coefficient, loss_scale,
+            [adapt for _, _, _, _, adapt in items], clip_lr=clip_lr)
         with chainer.using_device(device):
-            table = self._tables.get(xp, dtype, [item[1] for item in items],
-                                     [item[2] for item in items])
-            table.set_settings(settings)
-            stats = cuda_kernels.norms(xp, table, dtype, self._threshold,
-                                       False)
-            cuda_kernels.scale_add(xp, table, dtype)
+            stats = cuda_kernels.hook_update(
+                device.xp, self._tables, items[0][1].dtype,
+                [item[1] for item in items], [item[2] for item in items],
+                rows, self._form()).stats
         for row, item in enumerate(items):
             self._observations[item[0]] = _observations.DeviceObservation(
                 stats, row, loss_scale)

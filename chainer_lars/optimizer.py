@@ -149,25 +149,16 @@ class LARSRule(optimizer.UpdateRule):
         xp = param.device.xp
         if self._tables is None:
             self._tables = cuda_kernels.TableCache(capacity=1)
-        table = self._tables.get(xp, w.dtype, [w], [g], [v])
-        settings = numpy.zeros((1, cuda_kernels.SETTINGS))
-        s = settings[0]
-        s[cuda_kernels.WEIGHT_DECAY] = wd
-        s[cuda_kernels.EPS] = hp.eps
-        s[cuda_kernels.TRUST_COEFFICIENT] = hp.trust_coefficient
-        s[cuda_kernels.CLIP_LR] = -1.0
         # The loss scale is already divided out (UpdateRule.update).
-        s[cuda_kernels.LOSS_SCALE] = 1.0
-        s[cuda_kernels.ADAPT] = self.uses_adaptation
-        s[cuda_kernels.LR] = hp.lr
-        s[cuda_kernels.MOMENTUM] = hp.momentum
-        s[cuda_kernels.NESTEROV] = hp.nesterov
-        table.set_settings(settings)
-        stats = cuda_kernels.norms(xp, table, w.dtype, 0.0, True)
+        rows = cuda_kernels.settings(
+            1, wd, hp.eps, hp.trust_coefficient, 1.0, self.uses_adaptation,
+            lr=hp.lr, momentum=hp.momentum, nesterov=hp.nesterov)
+        stats = cuda_kernels.lars_update(
+            xp, self._tables, w.dtype, [w], [g], [v], rows,
+            ratio.OPTIMIZER_FORM).stats
         # The stats hold the ratio the step applies.
         self._observation = (_observations.DeviceObservation(stats, 0, 1.0)
                              if self.uses_adaptation else None)
-        cuda_kernels.momentum_step(xp, table, w.dtype)
 
 
 class _Plan(object):

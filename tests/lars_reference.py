@@ -115,3 +115,17 @@ def assert_same_momentum_state(link, expected, fp32_update=False):
         if fp32_update:
             assert (rule._fp32_param.array.tobytes()
                     == our_rule._fp32_param.array.tobytes()), path
+
+
+#: Exclusion lists for the parameters of :class:`Net`, and the
+#: ``(uses weight decay, uses adaptation)`` they give, worked out by hand.
+EXCLUDE_FROM_WEIGHT_DECAY = ['/b$', r'/bn\d+/']
+EXCLUDE_FROM_LAYER_ADAPTATION = ['/conv1/b$', 'gamma']
+EXCLUDED_FLAGS = {
+    '/conv1/W': (True, True),
+    '/conv1/b': (False, False),
+    '/bn1/gamma': (False, False),
+    '/bn1/beta': (False, True),
+    '/fc/W': (True, True),
+    '/fc/b': (False, True),
+}

@@ -99,21 +99,14 @@ def test_exclusion_lists_act_independently():
     kwargs = dict(threshold=0.0, weight_decay=0.1, eps=0.0,
                   trust_coefficient=0.5)
     hook = chainer_lars.GradientLARS(
-        exclude_from_weight_decay=['/b$', r'/bn\d+/'],
-        exclude_from_layer_adaptation=['/conv1/b$', 'gamma'], **kwargs)
+        exclude_from_weight_decay=ref.EXCLUDE_FROM_WEIGHT_DECAY,
+        exclude_from_layer_adaptation=ref.EXCLUDE_FROM_LAYER_ADAPTATION,
+        **kwargs)
     model, opt = setup(hook)
     w, g = ref.snapshot(model), ref.snapshot(model, 'grad')
     hook(opt)
     after = ref.snapshot(model, 'grad')
-    flags = {  # (uses weight decay, uses adaptation)
-        '/conv1/W': (True, True),
-        '/conv1/b': (False, False),
-        '/bn1/gamma': (False, False),
-        '/bn1/beta': (False, True),
-        '/fc/W': (True, True),
-        '/fc/b': (False, True),
-    }
-    for path, (uses_wd, adapt) in flags.items():
+    for path, (uses_wd, adapt) in ref.EXCLUDED_FLAGS.items():
         expected = ref.hook_gradient(
             w[path], g[path], uses_weight_decay=uses_wd,
             uses_adaptation=adapt, **kwargs)

@@ -340,10 +340,9 @@ class ndarray(object):
 
     def __getitem__(self, key):
         result = self._a[_unwrap(key)]
-        if isinstance(result, numpy.ndarray) and (
-                result.base is not None or result is self._a):
-            if numpy.shares_memory(result, self._a):
-                return self._view(self._alloc, result)
+        if (isinstance(result, numpy.ndarray)
+                and numpy.shares_memory(result, self._a)):
+            return self._view(self._alloc, result)  # basic indexing: a view
         return _wrap(result)
 
     def __setitem__(self, key, value):
