@@ -214,6 +214,11 @@ def _wrap(value):
     return value
 
 
+def _rebuild(a):
+    """An unpickled or copied device array (see ``ndarray.__reduce__``)."""
+    return ndarray._from_host(a)
+
+
 class _Flags(object):
 
     def __init__(self, a):
@@ -236,13 +241,29 @@ class ndarray(object):
         self._alloc = _Allocation(nbytes)
         raw = self._alloc.buffer[self._alloc.start:
                                  self._alloc.start + nbytes]
-        self._a = raw.view(dtype).reshape(shape, order=order)
+        self._bind(self._alloc, raw.view(dtype).reshape(shape, order=order))
+
+    def _bind(self, alloc, a):
+        self._alloc = alloc
+        self._a = a
+        # Plain attributes, read at C speed as CuPy's are, so that timing
+        # the host code on this module does not count Python properties.
+        self.shape = a.shape
+        self.dtype = a.dtype
+        self.size = a.size
+        self.ndim = a.ndim
+        self.itemsize = a.itemsize
+        self.nbytes = a.nbytes
+        self.strides = a.strides
+
+    def __reduce__(self):
+        # As CuPy's: through the host, into a new allocation.
+        return _rebuild, (numpy.array(self._a),)
 
     @classmethod
     def _view(cls, alloc, a):
         self = cls.__new__(cls)
-        self._alloc = alloc
-        self._a = a
+        self._bind(alloc, a)
         return self
 
     @classmethod
@@ -253,16 +274,17 @@ class ndarray(object):
         return out
 
     # --- properties --------------------------------------------------
-    shape = property(lambda self: self._a.shape)
-    dtype = property(lambda self: self._a.dtype)
-    size = property(lambda self: self._a.size)
-    ndim = property(lambda self: self._a.ndim)
-    itemsize = property(lambda self: self._a.itemsize)
-    nbytes = property(lambda self: self._a.nbytes)
-    strides = property(lambda self: self._a.strides)
     flags = property(lambda self: _Flags(self._a))
     device = property(lambda self: Device(0))
-    data = property(lambda self: _Pointer(self._a.ctypes.data, self._alloc))
+
+    @property
+    def data(self):
+        # An attribute of CuPy's arrays: made once, as there.
+        pointer = self.__dict__.get('_data')
+        if pointer is None:
+            pointer = self._data = _Pointer(self._a.ctypes.data, self._alloc)
+        return pointer
+
     T = property(lambda self: self._view(self._alloc, self._a.T))
     base = None
 
@@ -528,6 +550,10 @@ class ElementwiseKernel(object):
     def __call__(self, *args, **kwargs):
         params = self.in_params + self.out_params
         nin = len(self.in_params)
+        if not execute and not check:
+            stats.launches.append(self.name)
+            return args[nin] if len(self.out_params) == 1 else tuple(
+                args[nin:])
         args = list(args)
         if len(args) != len(params):
             raise TypeError('{} takes {} arguments, got {}'.format(
@@ -681,15 +707,18 @@ cuda.Stream.null = _current_stream
 #: Whether launches run; :func:`installed` with ``execute=False`` checks
 #: and counts them but skips the work (to time the host code alone).
 execute = True
+#: Whether a launch that does not run still checks its arguments.
+check = True
 
 
 @contextlib.contextmanager
-def installed(execute=True):
+def installed(execute=True, check=True):
     """Makes Chainer take this module for CuPy, within the block.
 
     With ``execute=False`` every kernel launch is checked and counted but
-    does nothing, so that what the block costs is the host code of the
-    GPU path alone (``benchmarks/bench_lars.py --gpu-host``).
+    does nothing; with ``check=False`` as well, a launch is only counted,
+    a no-op, so that what the block costs is the host code of the GPU path
+    alone (``benchmarks/bench_lars.py --gpu-host``).
 
     ``chainer.backends.cuda`` then reports CUDA as available with one
     device, ``@cupy:0``, whose arrays are this module's. Kernel caches that
@@ -701,8 +730,11 @@ def installed(execute=True):
     from chainer.backends import cuda as chainer_cuda
 
     module = sys.modules[__name__]
-    saved_execute = module.execute
-    module.execute = execute
+    if execute and not check:
+        raise ValueError('check=False needs execute=False: a launch that '
+                         'runs is always checked')
+    saved_execute, saved_check = module.execute, module.check
+    module.execute, module.check = execute, check
     # Chainer computes its tuple of array types once, on first use, from
     # cuda.available: made before the block, it would refuse this module's
     # arrays as gradients; made inside, it would keep them after.
@@ -728,7 +760,7 @@ def installed(execute=True):
         yield module
     finally:
         chainer._array_types, chainer._cpu_array_types = saved_array_types
-        module.execute = saved_execute
+        module.execute, module.check = saved_execute, saved_check
         for name, value in saved.items():
             setattr(chainer_cuda, name, value)
         chainer_cuda.GpuDevice.xp = saved_xp
