@@ -1,11 +1,13 @@
 """LARS: the layer-wise adaptive rate scaling momentum optimizer."""
 
 import math
+import operator
 
 import numpy
 
 import chainer
 from chainer import optimizer
+from chainer import variable
 
 from chainer_lars import checks
 from chainer_lars import exclusions
@@ -175,25 +177,57 @@ class _Plan(object):
         groups (list): ``(group, (hyper, uses_wd))`` per batched
             :class:`~chainer_lars.multi_tensor.Group`: its settings table
             and the weight-decay column's mask.
+        where (list): Per group, its parameters' positions in ``params``.
         per_rule (list): The parameters that take Chainer's per-rule path.
 
     """
 
-    __slots__ = ('_objects', '_ids', '_flags', 'groups', 'per_rule')
+    __slots__ = ('_objects', '_ids', '_flags', '_hooks', 'groups', 'where',
+                 'per_rule')
 
     def __init__(self, params, groups, per_rule):
         objects = _structure(params)
         # Holding the objects keeps their ids from being reused.
         self._objects = objects
         self._ids = [list(map(id, o)) for o in objects]
-        self._flags = _flags(objects[1])
+        # With every parameter batched (the usual case) every rule is a
+        # LARSRule with state, enabled and without hooks, and the check
+        # reads the flags with one C-level pass each.
+        if per_rule:
+            self._flags = _flags(objects[1])
+        else:
+            self._flags = list(map(_RULE_FLAGS, objects[1]))
+            # Rule hooks are added to these dicts of each rule (checked by
+            # identity) in place.
+            self._hooks = (list(map(_PRE_HOOKS, objects[1]))
+                           + list(map(_POST_HOOKS, objects[1])))
         self.groups = groups
+        position = {id(p): k for k, p in enumerate(params)}
+        self.where = [[position[id(p)] for p in group.params]
+                      for group, _ in groups]
         self.per_rule = per_rule
 
     def matches(self, params):
-        objects = _structure(params)
-        return (self._ids == [list(map(id, o)) for o in objects]
-                and self._flags == _flags(objects[1]))
+        if self.per_rule:
+            objects = _structure(params)
+            return (self._ids == [list(map(id, o)) for o in objects]
+                    and self._flags == _flags(objects[1]))
+        ids = self._ids
+        if list(map(id, params)) != ids[0]:
+            return False
+        rules = list(map(_mt.UPDATE_RULE, params))
+        if list(map(id, rules)) != ids[1]:
+            return False
+        try:
+            # The same rules, so LARSRules; an AttributeError: a state
+            # reset to None.
+            states = list(map(_MOMENTUM, map(_STATE, rules)))
+        except AttributeError:
+            return False
+        return (list(map(id, map(_mt.ARRAY, params))) == ids[2]
+                and list(map(id, states)) == ids[3]
+                and list(map(_RULE_FLAGS, rules)) == self._flags
+                and not any(map(len, self._hooks)))
 
 
 def _structure(params):
@@ -203,6 +237,17 @@ def _structure(params):
     states = [None if r is None or r.state is None else r.state.get('v')
               for r in rules]
     return params, rules, arrays, states
+
+
+# UpdateRule.state is a property returning _state: read at C speed.
+_STATE = operator.attrgetter('_state')
+_MOMENTUM = operator.methodcaller('get', 'v')
+_RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
+                                  'uses_adaptation')
+_PRE_HOOKS = operator.attrgetter('_hookable._pre_update_hooks')
+_POST_HOOKS = operator.attrgetter('_hookable._post_update_hooks')
+_HYPER_PARENT = operator.attrgetter('hyperparam._parent')
+_HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
 
 
 def _flags(rules):
@@ -379,52 +424,116 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
             loss.backward(loss_scale=self._loss_scale)
             del loss
 
-        self.reallocate_cleared_grads()
+        # One listing of the parameters serves the reallocation before the
+        # hooks, the update and the reallocation after it (Chainer lists
+        # them three times): nothing between them changes the model's
+        # structure, except hooks, after which it is listed again.
+        params = list(self.target.params())
+        grads = self._reallocate(params)
         self.check_nan_in_grads()
-        self.call_hooks('pre')
+        if self._hookable._pre_update_hooks:
+            self.call_hooks('pre')
+            # Hooks may replace gradients, too.
+            params, grads = list(self.target.params()), None
 
         self.t += 1
+        unbatched = params
         if self.is_safe_to_update():
-            self._update_params()
+            unbatched = self._update_params(params, grads)
 
-        self.reallocate_cleared_grads()
+        # The batched parameters had gradients and the update kept them.
+        self._reallocate(unbatched)
 
         self.call_hooks('post')
         self.update_loss_scale()
 
-    def _update_params(self):
-        """What ``param.update()`` for every parameter would do, batched."""
-        params = list(self.target.params())
+    def reallocate_cleared_grads(self):
+        """Chainer's, without building every parameter's path.
+
+        Called by Chainer after each optimizer hook as well.
+
+        """
+        self._reallocate(list(self.target.params()))
+
+    @staticmethod
+    def _reallocate(params):
+        """Zero gradients for the initialised ``params`` that have none.
+
+        Returns:
+            list: Every parameter's gradient after that.
+
+        """
+        with variable._AllowArrayAccessWithNonstandardLayout():
+            grads = list(map(_mt.GRAD, params))
+        for k in [k for k, g in enumerate(grads) if g is None]:
+            param = params[k]
+            # Chainer's listing leaves uninitialised parameters out.
+            if param.raw_array is None:
+                continue
+            device = param.device
+            with chainer.using_device(device):
+                param._set_grad(device.xp.zeros_like(param.raw_array),
+                                layout_check=False)
+            grads[k] = param.grad
+        return grads
+
+    def _update_params(self, params, grads=None):
+        """What ``param.update()`` for every parameter would do, batched.
+
+        Args:
+            params (list): The target's parameters, in its order.
+            grads (list): Their gradients, or ``None`` to read them here.
+
+        Returns:
+            list: The parameters that took the per-rule path.
+
+        """
         plan = self._plans.plan
         if plan is None or not plan.matches(params):
             plan = self._plans.plan = self._build_plan(params)
         hp = self.hyperparam
         defaults = (hp.lr, hp.momentum, hp.weight_decay, hp.trust_coefficient,
                     hp.eps, float(hp.nesterov))
-        for group, static in plan.groups:
-            grads = list(map(_mt.GRAD, group.params))
+        unbatched = list(plan.per_rule)
+        for (group, static), where in zip(plan.groups, plan.where):
+            if grads is None:
+                group_grads = list(map(_mt.GRAD, group.params))
+            else:
+                group_grads = list(map(grads.__getitem__, where))
             hyper = self._settings(group, static, defaults)
             rejected = group.executor.lars_step(
-                group, grads, hyper, ratio.OPTIMIZER_FORM)
-            for k, rule in enumerate(group.rules):
-                if rejected and k in rejected:
-                    # A gradient the executor cannot take (none, or another
-                    # dtype or layout this time): the rule's own path.
-                    group.params[k].update()
-                else:
-                    rule.t += 1
+                group, group_grads, hyper, ratio.OPTIMIZER_FORM)
+            for rule in group.rules:
+                rule.t += 1
+            for k in rejected:
+                # A gradient the executor cannot take (none, or another
+                # dtype or layout this time): the rule's own path, which
+                # counts t itself.
+                group.rules[k].t -= 1
+                group.params[k].update()
+                unbatched.append(group.params[k])
         for param in plan.per_rule:
             param.update()
+        return unbatched
 
     def _settings(self, group, static, defaults):
         """The group's settings table (``LARS_*`` columns) for this update."""
         hyper, uses_wd = static
         hyper[:, :_mt.LARS_NESTEROV + 1] = defaults
-        hyper[:, _mt.LARS_LOSS_SCALE] = [
-            1.0 if scale is None else scale
-            for scale in map(_mt.LOSS_SCALE, group.params)]
+        scales = list(map(_mt.LOSS_SCALE, group.params))
+        if scales.count(None) == len(scales):
+            hyper[:, _mt.LARS_LOSS_SCALE] = 1.0
+        else:
+            hyper[:, _mt.LARS_LOSS_SCALE] = [
+                1.0 if scale is None else scale for scale in scales]
         base = self.hyperparam
-        for k, rule in enumerate(group.rules):
+        rules = group.rules
+        if (list(map(_HYPER_PARENT, rules)).count(base) == len(rules)
+                and sum(map(len, map(_HYPER_OWN, rules))) == len(rules)):
+            # No rule has values of its own (a hyperparameter holds its
+            # parent and nothing else).
+            rules = ()
+        for k, rule in enumerate(rules):
             hp = rule.hyperparam
             if hp._parent is not base or len(hp.__dict__) != 1:
                 # Set on this rule (or on another parent): its own values.

@@ -327,6 +327,67 @@ def test_replaced_arrays_and_odd_gradients():
     run_both(net(), 4, step_fn, **KWARGS)
 
 
+def test_cleared_gradients_and_optimizer_hooks_as_chainer_does():
+    """Chainer's update gives a cleared gradient zeros before the hooks,
+    lists the parameters again after them, and keeps what they did: a
+    gradient replaced, a gradient cleared, a parameter added, a rule
+    disabled; the batched update (one listing when there are no hooks)
+    must do the same."""
+    seen = []
+
+    def hook(opt):
+        model = opt.target
+        seen.append(float(abs(model.fc.b.grad).sum()))
+        model.conv1.W.grad = model.conv1.W.grad * 0.5  # a new array
+        step = opt.t
+        model.fc.b.update_rule.enabled = step != 2
+        if step == 3:
+            model.conv1.b.cleargrad()  # the update skips it
+        if step == 4:
+            with model.init_scope():
+                model.late = L.Linear(2, 2, initialW=0.5, initial_bias=0.1)
+            # Not updated from now on: Chainer lists after the hooks.
+            removed.append(model.spare)
+            del model.spare
+
+    def make():
+        model = net()()
+        with model.init_scope():
+            model.spare = L.Linear(3, 2, initialW=0.25, initial_bias=0.5)
+        return model
+
+    removed = []
+
+    def step_fn(model, opt, step):
+        set_grads(model, step)
+        if step == 1:
+            model.fc.b.cleargrad()  # zeros before the hook sees it
+        if step == 2:
+            opt.add_hook(hook, name='replace')
+        if step == 5:
+            opt.remove_hook('replace')
+            model.fc.W.cleargrad()
+        opt.update()
+
+    (model, opt), _ = run_both(make, 7, step_fn, **KWARGS)
+    assert seen[0::2] == seen[1::2]  # both runs' hooks saw the same
+    assert model.late.W.grad is not None  # reallocated after the update
+    assert model.fc.b.update_rule.t == 6
+    assert [link.W.update_rule.t for link in removed] == [4, 4]
+    assert removed[0].W.array.tobytes() == removed[1].W.array.tobytes()
+
+
+def test_flags_changed_on_a_rule_rebuild_the_plan():
+    def step_fn(model, opt, step):
+        rule = model.fc.W.update_rule
+        rule.uses_weight_decay = step not in (1, 2)
+        rule.uses_adaptation = step != 3
+        set_grads_step(model, opt, step)
+
+    (model, opt), _ = run_both(net(), 5, step_fn, **KWARGS)
+    assert '/fc/W' in batched_paths(opt)
+
+
 def test_non_native_byte_order_equals_native():
     def make(byteorder):
         def build():
