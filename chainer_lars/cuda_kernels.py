@@ -32,6 +32,7 @@ the same kernel sources on the CPU.
 """
 
 import collections
+import operator
 
 import numpy
 
@@ -43,6 +44,11 @@ THREADS = 256
 #: Elements per block: each thread handles 16, enough to hide the latency
 #: of the loads while keeping a ResNet-50 update at a few thousand blocks.
 CHUNK = 16 * THREADS
+
+#: Readers of what a launch depends on: an array's dtype, shape and
+#: strides, and its device address.
+_SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')
+_POINTER = operator.attrgetter('data.ptr')
 
 #: Columns of the per-array settings the kernels read (see the source).
 WEIGHT_DECAY, EPS, TRUST_COEFFICIENT, CLIP_LR, LOSS_SCALE, ADAPT, LR, \
@@ -399,13 +405,19 @@ class TableCache(object):
         self.builds = 0
         self._tables = collections.OrderedDict()
 
-    def get(self, xp, dtype, weights, grads, states=None):
-        """The table of these arrays (see :class:`Table`)."""
-        key = (xp, numpy.dtype(dtype), xp.cuda.Device().id,
-               tuple(w.data.ptr for w in weights),
-               tuple(g.data.ptr for g in grads),
-               None if states is None else tuple(v.data.ptr for v in states),
-               tuple(w.size for w in weights))
+    def get(self, xp, dtype, weights, grads, states=None, key=None):
+        """The table of these arrays (see :class:`Table`).
+
+        A caller that knows the weights and states are the same arrays at
+        every call (a multi-tensor group) passes its own ``key``, which
+        must then change whenever a gradient's address does.
+
+        """
+        if key is None:
+            key = (xp, numpy.dtype(dtype), xp.cuda.Device().id,
+                   tuple(map(_POINTER, weights)), tuple(map(_POINTER, grads)),
+                   None if states is None else tuple(map(_POINTER, states)),
+                   tuple(w.size for w in weights))
         table = self._tables.get(key)
         if table is not None:
             self._tables.move_to_end(key)
@@ -482,29 +494,32 @@ def settings(n, weight_decay, eps, trust_coefficient, loss_scale, adapt,
     return rows
 
 
-def hook_update(xp, tables, dtype, weights, grads, rows, form):
+def hook_update(xp, tables, dtype, weights, grads, rows, form, key=None):
     """The hook's update of these arrays: two launches.
 
     Args:
         tables (TableCache): Where the arrays' table is kept.
         rows: Their :func:`settings`.
         form (~chainer_lars.ratio.RatioForm): The hook's form.
+        key: The table's key, if the caller keeps one (see
+            :meth:`TableCache.get`).
 
     Returns:
         Table: The table, whose ``stats`` hold what the update applied.
 
     """
-    table = tables.get(xp, dtype, weights, grads)
+    table = tables.get(xp, dtype, weights, grads, key=key)
     table.set_settings(rows)
     norms(xp, table, dtype, form.threshold, form.require_grad)
     scale_add(xp, table, dtype)
     return table
 
 
-def lars_update(xp, tables, dtype, weights, grads, states, rows, form):
+def lars_update(xp, tables, dtype, weights, grads, states, rows, form,
+                key=None):
     """The optimizer's update of these arrays: two launches (see
     :func:`hook_update`); ``states`` are the momentum buffers."""
-    table = tables.get(xp, dtype, weights, grads, states)
+    table = tables.get(xp, dtype, weights, grads, states, key=key)
     table.set_settings(rows)
     norms(xp, table, dtype, form.threshold, form.require_grad)
     momentum_step(xp, table, dtype)
@@ -532,9 +547,18 @@ class CudaExecutor(object):
         return supports(*arrays) and arrays[0].size > 0
 
     def prepare(self, group):
-        group.tables = _GroupTables()
+        group.tables = _GroupTables(group)
 
     def _select(self, group, grads):
+        """``(keep, rejected)``: the positions of the gradients the kernels
+        can take, ``None`` for all of them, and of those they cannot."""
+        try:
+            # Of the weight's dtype, shape and strides (C-contiguous, as the
+            # weight is): one comparison of lists in the usual case.
+            if list(map(_SIGNATURE, grads)) == group.tables.signature:
+                return None, []
+        except AttributeError:  # a gradient is None
+            pass
         keep, rejected = [], []
         for k, (w, g) in enumerate(zip(group.weights, grads)):
             if (g is not None and g.dtype == w.dtype and g.size == w.size
@@ -544,25 +568,39 @@ class CudaExecutor(object):
                 rejected.append(k)
         return keep, rejected
 
+    def _run(self, group, keep, grads, rows, update, form, states=None):
+        """One table update (:func:`lars_update` or :func:`hook_update`) of
+        the ``keep`` arrays of the group; the group's table cache is keyed
+        by the gradients' addresses, as the weights and states stay."""
+        weights = group.weights
+        if keep is not None:
+            weights = [weights[k] for k in keep]
+            grads = [grads[k] for k in keep]
+            states = None if states is None else [states[k] for k in keep]
+        key = (None if keep is None else tuple(keep),
+               tuple(map(_POINTER, grads)))
+        args = (weights, grads) if states is None else (
+            weights, grads, states)
+        with group.device.create_context():
+            table = update(group.device.xp, group.tables.cache, group.dtype,
+                           *args, rows=rows, form=form, key=key)
+        group.tables.last = (table, slice(None) if keep is None else keep,
+                             rows[:, LOSS_SCALE])
+
     def lars_step(self, group, grads, hyper, form):
         from chainer_lars import multi_tensor as mt
 
         keep, rejected = self._select(group, grads)
-        if keep:
-            h = hyper[keep]
+        if keep is None or keep:
+            h = hyper if keep is None else hyper[keep]
             rows = settings(
-                len(keep), h[:, mt.LARS_WEIGHT_DECAY], h[:, mt.LARS_EPS],
+                len(h), h[:, mt.LARS_WEIGHT_DECAY], h[:, mt.LARS_EPS],
                 h[:, mt.LARS_TRUST_COEFFICIENT], h[:, mt.LARS_LOSS_SCALE],
                 h[:, mt.LARS_ADAPT], lr=h[:, mt.LARS_LR],
                 momentum=h[:, mt.LARS_MOMENTUM],
                 nesterov=h[:, mt.LARS_NESTEROV])
-            with group.device.create_context():
-                table = lars_update(
-                    group.device.xp, group.tables.cache, group.dtype,
-                    [group.weights[k] for k in keep],
-                    [grads[k] for k in keep],
-                    [group.states[k][0] for k in keep], rows, form)
-            group.tables.last = (table, keep, rows[:, LOSS_SCALE])
+            self._run(group, keep, grads, rows, lars_update, form,
+                      group.tables.momentum)
         return rejected
 
     def hook_rescale(self, group, grads, hyper, form, eps,
@@ -570,18 +608,13 @@ class CudaExecutor(object):
         from chainer_lars import multi_tensor as mt
 
         keep, rejected = self._select(group, grads)
-        if keep:
-            h = hyper[keep]
+        if keep is None or keep:
+            h = hyper if keep is None else hyper[keep]
             rows = settings(
-                len(keep), h[:, mt.HOOK_WEIGHT_DECAY], eps,
+                len(h), h[:, mt.HOOK_WEIGHT_DECAY], eps,
                 trust_coefficient, h[:, mt.HOOK_LOSS_SCALE],
                 h[:, mt.HOOK_ADAPT], clip_lr=h[:, mt.HOOK_CLIP_LR])
-            with group.device.create_context():
-                table = hook_update(
-                    group.device.xp, group.tables.cache, group.dtype,
-                    [group.weights[k] for k in keep],
-                    [grads[k] for k in keep], rows, form)
-            group.tables.last = (table, keep, rows[:, LOSS_SCALE])
+            self._run(group, keep, grads, rows, hook_update, form)
         return rejected
 
     def observe(self, group):
@@ -604,13 +637,16 @@ class CudaExecutor(object):
 
 class _GroupTables(object):
 
-    """What a :class:`CudaExecutor` keeps for a group: its tables, and the
-    table and rows of the last update (for ``observe``)."""
+    """What a :class:`CudaExecutor` keeps for a group: its tables, the
+    weights' signatures and momentum buffers, and the table and rows of
+    the last update (for ``observe``)."""
 
-    __slots__ = ('cache', 'last')
+    __slots__ = ('cache', 'signature', 'momentum', 'last')
 
-    def __init__(self):
+    def __init__(self, group):
         self.cache = TableCache(capacity=4)
+        self.signature = list(map(_SIGNATURE, group.weights))
+        self.momentum = [s[0] if s else None for s in group.states]
         self.last = None
 
 

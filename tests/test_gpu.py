@@ -460,3 +460,69 @@ def test_fp16_model_matches_reference_net(gpu):
     a, b = ref.snapshot(cpu), _host(dev)
     for path in a:
         testing.assert_allclose(b[path], a[path], rtol=1e-2, atol=1e-3)
+
+
+def test_executor_takes_what_it_can_and_keys_tables_by_gradients(gpu):
+    """CudaExecutor.lars_step on odd gradients: those it cannot take are
+    left alone and reported; a contiguous one of another shape but the
+    same size is taken; its results equal the CPU executor's."""
+    from chainer_lars import multi_tensor as mt
+    from chainer_lars import ratio
+
+    dtype = numpy.float32
+    rng = numpy.random.RandomState(3)
+    sizes = [6, 6, 6, 6, THREADS + 3]
+    host = [rng.standard_normal(n).astype(dtype) for n in sizes]
+    host_g = [rng.standard_normal(n).astype(dtype) * 1e-2 for n in sizes]
+    hyper = numpy.zeros((len(sizes), mt.LARS_COLUMNS))
+    hyper[:, mt.LARS_LR] = 2.0
+    hyper[:, mt.LARS_MOMENTUM] = 0.9
+    hyper[:, mt.LARS_WEIGHT_DECAY] = 1e-3
+    hyper[:, mt.LARS_TRUST_COEFFICIENT] = 0.02
+    hyper[:, mt.LARS_EPS] = 1e-6
+    hyper[:, mt.LARS_ADAPT] = 1.0
+    hyper[:, mt.LARS_LOSS_SCALE] = 1.0
+    xp = gpu.xp
+
+    def group_of(device):
+        device = chainer.get_device(device)
+        group = mt.Group(mt.executor_for(device), device, dtype)
+        for k, w in enumerate(host):
+            group.add('/p{}'.format(k), None, None, device.send(w.copy()),
+                      (device.send(numpy.zeros_like(w)),))
+        group.executor.prepare(group)
+        return group
+
+    dev, cpu = group_of('@cupy:0'), group_of('@numpy')
+    dev_g = [xp.asarray(g) for g in host_g]
+    cpu_g = list(host_g)
+    dev_g[1] = cpu_g[1] = None
+    strided = xp.asarray(numpy.repeat(host_g[2], 2))[::2]
+    dev_g[2], cpu_g[2] = strided, numpy.repeat(host_g[2], 2)[::2]
+    dev_g[3] = xp.asarray(host_g[3].reshape(2, 3))  # taken: same size
+    cpu_g[3] = host_g[3].reshape(2, 3)
+    before = [cuda.to_cpu(w) for w in dev.weights]
+    assert dev.executor.lars_step(dev, dev_g, hyper.copy(),
+                                  ratio.OPTIMIZER_FORM) == [1, 2]
+    assert cpu.executor.lars_step(cpu, cpu_g, hyper.copy(),
+                                  ratio.OPTIMIZER_FORM) == [1, 2]
+    for k in (1, 2):
+        assert cuda.to_cpu(dev.weights[k]).tobytes() == before[k].tobytes()
+    for k in (0, 3, 4):
+        assert cuda.to_cpu(dev.weights[k]).tobytes() != before[k].tobytes()
+        numpy.testing.assert_allclose(cuda.to_cpu(dev.weights[k]),
+                                      cpu.weights[k], rtol=1e-5, atol=1e-7)
+    observed = dev.executor.observe(dev)
+    assert numpy.isnan(observed[[1, 2]]).all()
+    numpy.testing.assert_allclose(observed[[0, 3, 4]],
+                                  cpu.executor.observe(cpu)[[0, 3, 4]],
+                                  rtol=1e-5)
+    # All of them, then the partial set again: one table each, reused.
+    full = [xp.asarray(g) for g in host_g]
+    assert dev.executor.lars_step(dev, full, hyper.copy(),
+                                  ratio.OPTIMIZER_FORM) == []
+    assert dev.tables.cache.builds == 2
+    assert dev.executor.lars_step(dev, dev_g, hyper.copy(),
+                                  ratio.OPTIMIZER_FORM) == [1, 2]
+    assert dev.tables.cache.builds == 2
+    assert not numpy.isnan(dev.executor.observe(dev)[[0, 3, 4]]).any()
