@@ -71,11 +71,21 @@ time they converge to ``step / (1 - momentum)``, so values stay bounded.
 Small parameter sets (the MLP, ResNet-20) therefore start warm in the
 last-level cache, as after a backward pass; ResNet-50's do not fit.
 
+**The host cost of the GPU path** (``--gpu-host``): the GPU variants'
+host code on an emulated device whose kernel launches are no-ops, beside
+Chainer's ``MomentumSGD`` on CPU, interleaved in one run, as microseconds
+per update and per array (``benchmarks/gpu_host.py``). The target: the
+multi-tensor ``LARS`` and hook at most a quarter of ``MomentumSGD``'s CPU
+cost per array on the ResNet-20 set; the mode exits with 1 if one fails.
+The fraction of the H200 paper model that a GPU run reaches is printed
+by ``benchmarks/paper_model.py`` (``gpu_check.sh`` calls it).
+
 Usage::
 
     python benchmarks/bench_lars.py                        # CPU, everything
     python benchmarks/bench_lars.py --device 0 --json gpu.json
     python benchmarks/bench_lars.py --models mlp --reps 3
+    python benchmarks/bench_lars.py --gpu-host             # no GPU needed
 
 Importable: :func:`run` returns the result as a dict (what ``--json``
 writes) and :func:`format_tables` prints it. CuPy is imported only for a
@@ -642,6 +652,37 @@ def summary(result):
     return lines
 
 
+def _gpu_host(args, argv):
+    """The ``--gpu-host`` mode; exits 1 if a target fails."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import gpu_host
+
+    results, ok = [], True
+    for model in args.models:
+        result = gpu_host.run(build_model, model, args.reps,
+                              max(args.warmup, 1))
+        for line in gpu_host.format_result(result):
+            print(line, flush=True)
+        ok &= all(t['pass'] for t in result['targets'])
+        results.append(result)
+    m = machine_info(chainer.get_device('@numpy'))
+    print('\n{} ({} CPUs usable), python {}, numpy {}, chainer {}, git {}; '
+          'load average (1, 5, 15 min) at the end {}'.format(
+              m['cpu'], m.get('cpus_usable', m['cpu_count']), m['python'],
+              m['numpy'], m['chainer'], m['git'],
+              ' '.join('{:.2f}'.format(x)
+                       for x in m.get('loadavg_1_5_15', ()))))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'gpu_host': results, 'machine': m}, f, indent=1,
+                      sort_keys=True)
+    if not ok:
+        sys.exit(1)
+    return results
+
+
 def _csv(kind):
     return lambda s: tuple(kind(x) for x in s.split(',') if x)
 
@@ -652,15 +693,18 @@ def main(argv=None):
     parser.add_argument('--device', '-d', default='@numpy',
                         help='Chainer device specifier: @numpy, -1, '
                              '@cupy:0, 0')
-    parser.add_argument('--models', type=_csv(str), default=MODELS,
-                        help='comma-separated, from ' + ', '.join(MODELS))
+    parser.add_argument('--models', type=_csv(str), default=None,
+                        help='comma-separated, from ' + ', '.join(MODELS)
+                        + ' (default: all; with --gpu-host, '
+                        'cifar_resnet20)')
     parser.add_argument('--dtypes', type=_csv(str), default=DTYPES,
                         help='comma-separated, e.g. float32,float16')
     parser.add_argument('--weight-decays', type=_csv(float),
                         default=(5e-4, 0.0),
                         help='comma-separated; 0 is weight decay off')
-    parser.add_argument('--reps', type=int, default=15,
-                        help='timed repetitions of every variant')
+    parser.add_argument('--reps', type=int, default=None,
+                        help='timed repetitions of every variant (default '
+                             '15; with --gpu-host, 300)')
     parser.add_argument('--warmup', type=int, default=2,
                         help='untimed repetitions first (state, kernels)')
     parser.add_argument('--clock', choices=('wall', 'cpu'), default='wall',
@@ -674,9 +718,25 @@ def main(argv=None):
                              'repetitions (at least 3 are run)')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--json', help='also write the result here')
+    parser.add_argument('--gpu-host', action='store_true',
+                        help='time the host code of the GPU path instead, '
+                             'on an emulated device whose launches are '
+                             'no-ops, beside MomentumSGD on CPU (see '
+                             'benchmarks/gpu_host.py); exits 1 if a target '
+                             'fails')
     args = parser.parse_args(argv)
+    if args.reps is None:
+        args.reps = 300 if args.gpu_host else 15
+    if args.models is None:
+        args.models = ('cifar_resnet20',) if args.gpu_host else MODELS
     if args.reps < 1 or args.warmup < 0:
         parser.error('--reps must be >= 1 and --warmup >= 0')
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        parser.error('unknown model {}; choose from {}'.format(
+            ', '.join(map(repr, unknown)), ', '.join(MODELS)))
+    if args.gpu_host:
+        return _gpu_host(args, argv)
 
     print(format_tables({'cases': [], 'clock': args.clock}))
     result = run(args.models, args.dtypes, args.weight_decays, args.device,

@@ -19,6 +19,8 @@
 #
 # Environment: PYTHON (default python3), CHAINER_SITE, TEST_TIMEOUT (120 s),
 # BENCH_TIMEOUT (150 s), BENCH_ARGS (extra arguments for bench_lars.py).
+# After the benchmark, benchmarks/paper_model.py prints each variant's
+# measured time as a fraction of the H200 paper model (paper_model.txt).
 # Exit status: 0 when CUDA was available and the tests and the benchmark
 # passed, else 1 (see OUTDIR/summary.txt).
 
@@ -113,6 +115,11 @@ if grep -q ' failed: ' "$out/bench_gpu.txt"; then
     [ $bench_rc -eq 0 ] && bench_rc=1
 fi
 log "benchmark exit status $bench_rc"
+if [ -f "$out/bench_gpu.json" ]; then
+    "$py" benchmarks/paper_model.py "$out/bench_gpu.json" 2>&1 |
+        tee "$out/paper_model.txt"
+    log "fractions of the paper model: paper_model.txt"
+fi
 
 if [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]; then
     log "GPU check passed"

@@ -103,3 +103,79 @@ def test_targets_are_judged_from_the_ratios(bench):
          'targets': got}]})
     assert lines[0].strip() == 'targets (cpu clock, float32):'
     assert lines[1].endswith('PASS')
+
+
+def _module(name):
+    path = os.path.join(os.path.dirname(_PATH), name + '.py')
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_host_mode_counts_launches_and_judges_ratios(bench, tmp_path,
+                                                         capsys):
+    from chainer_lars.testing import cuda_emulator
+    try:
+        cuda_emulator.compiler()
+    except cuda_emulator.EmulatorError as e:
+        pytest.skip(str(e))
+    out = tmp_path / 'host.json'
+    try:
+        bench.main(['--gpu-host', '--reps', '3', '--json', str(out)])
+    except SystemExit as e:  # a target failed: timings prove nothing here
+        assert e.code == 1
+    printed = capsys.readouterr().out
+    assert 'GPU host code (emulated launches are no-ops)' in printed
+    result, = json.loads(out.read_text())['gpu_host']
+    assert result['model'] == 'cifar_resnet20' and result['reps'] == 3
+    n = result['n_arrays']
+    launches = {k: v['launches'] for k, v in result['variants'].items()}
+    # A constant number of launches for the multi-tensor paths.
+    assert launches == {
+        'momentum_sgd (CPU)': 0, 'lars (GPU host)': 2,
+        'lars per array (GPU host)': 2 * n, 'hook (GPU host)': 2,
+        'momentum_sgd (GPU host)': n}
+    for v in result['variants'].values():
+        assert v['us'] > 0 and v['us_per_array'] * n == pytest.approx(v['us'])
+    assert result['variants']['momentum_sgd (CPU)'][
+        'per_array_vs_baseline'] == 1.0
+    for t in result['targets']:
+        assert t['pass'] == (t['value'] <= 0.25)
+        assert ('PASS' if t['pass'] else 'FAIL') in printed
+
+
+def test_paper_model_of_resnet50_and_its_fractions(tmp_path, capsys):
+    paper = _module('paper_model')
+    n, arrays = 25557096, 162
+    hook = paper.model('hook', n, arrays, 'float32')
+    # Norms read w and g, the rescale reads both and writes g: 20 N bytes.
+    assert hook == {'bytes': 20 * n, 'launches': 2,
+                    'seconds': 20 * n / 4.8e12}
+    assert paper.model('lars', n, arrays, 'float16')['bytes'] == 14 * n
+    assert paper.model('lars_pa', n, arrays, 'float32')['launches'] == 324
+    assert paper.model('momentum_sgd+hook', n, arrays,
+                       'float32')['launches'] == 164
+    table = paper.model_table(n, arrays, 4.8e12)
+    assert '| `lars` | 28 N = 716 / 358 MB | 2 | 0.149 / 0.075 ms |' in table
+
+    result = {'cases': [
+        {'model': 'resnet50', 'dtype': 'float32', 'weight_decay': 5e-4,
+         'n_params': n, 'n_arrays': arrays,
+         'median_s': {'lars': 2 * 28 * n / 4.8e12, 'chainer_hook': 1.0}},
+        {'model': 'resnet50', 'dtype': 'float32', 'weight_decay': 0.0,
+         'n_params': n, 'n_arrays': arrays, 'median_s': {'lars': 1.0}}]}
+    rows = paper.fractions(result, 4.8e12)
+    # Only modelled variants, only with weight decay on.
+    assert [(r[0], r[1]) for r in rows] == [('resnet50 float32', 'lars')]
+    assert rows[0][4] == pytest.approx(0.5)
+    path = tmp_path / 'bench.json'
+    path.write_text(json.dumps(result))
+    assert paper.main([str(path)]) == 0
+    assert '0.500' in capsys.readouterr().out
+    path.write_text('{"gpu_host": []}')
+    with pytest.raises(SystemExit):
+        paper.main([str(path)])
+    assert 'no "cases"' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        paper.main([str(path), '--bandwidth', '0'])

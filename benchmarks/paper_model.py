@@ -1,0 +1,158 @@
+#!/usr/bin/env python
+"""A paper model of a GPU update: bytes moved, launches, time at a bandwidth.
+
+For each variant of ``bench_lars.py``, how many bytes one update must move
+(passes over memory times the parameters' size) and how many kernels it
+launches; divided by the memory bandwidth, the least time it can take.
+Launch costs are not in the time.
+
+Without a result file it prints the model of ResNet-50 (as
+``bench_lars.py`` builds it) in float32 and float16, the table of
+``benchmarks/README.md``::
+
+    python benchmarks/paper_model.py [--bandwidth 4.8e12]
+
+Given the JSON of a ``bench_lars.py`` run on a GPU, it prints what was
+measured beside the model, and the fraction of the model reached
+(``model time / measured time``: 1.0 is at the bandwidth limit), for every
+case with weight decay on; ``benchmarks/gpu_check.sh`` does this::
+
+    python benchmarks/paper_model.py OUT/bench_gpu.json
+"""
+
+import argparse
+import json
+import sys
+
+#: H200 HBM3e, bytes per second (NVIDIA's figure).
+H200_BANDWIDTH = 4.8e12
+
+#: variant -> (arrays read, arrays written) per element of the parameter
+#: set in one update, all passes together.
+PASSES = {
+    # read w, g (norms); read w, g, write g (rescale)
+    'floor': (4, 1),
+    'hook': (4, 1),
+    'hook_pa': (4, 1),
+    # read g, w, v; write w, v
+    'momentum_sgd': (3, 2),
+    'momentum_sgd+hook': (7, 3),
+    'momentum_sgd+hook_pa': (7, 3),
+    # read w, g (norms); read w, g, v, write w, v (step)
+    'lars': (5, 2),
+    'lars_pa': (5, 2),
+}
+#: variant -> launches per update, as pairs: ``'dtype', k`` is k per dtype
+#: (one dtype here), ``'array', k`` k per array.
+LAUNCHES = {
+    'floor': ('array', 3),
+    'hook': ('dtype', 2),
+    'hook_pa': ('array', 2),
+    'momentum_sgd': ('array', 1),
+    'momentum_sgd+hook': ('array', 1, 'dtype', 2),
+    'momentum_sgd+hook_pa': ('array', 3),
+    'lars': ('dtype', 2),
+    'lars_pa': ('array', 2),
+}
+ITEMSIZE = {'float32': 4, 'float16': 2, 'float64': 8}
+
+
+def model(variant, n_params, n_arrays, dtype, bandwidth=H200_BANDWIDTH):
+    """``{'bytes', 'launches', 'seconds'}`` of one update of ``variant``."""
+    reads, writes = PASSES[variant]
+    nbytes = (reads + writes) * n_params * ITEMSIZE[dtype]
+    spec = LAUNCHES[variant]
+    launches = 0
+    for kind, k in zip(spec[::2], spec[1::2]):
+        launches += k * (n_arrays if kind == 'array' else 1)
+    return {'bytes': nbytes, 'launches': launches,
+            'seconds': nbytes / bandwidth}
+
+
+def resnet50_size():
+    """(parameters, arrays) of ResNet-50 as ``bench_lars.py`` builds it."""
+    import numpy
+    import bench_lars
+    link = bench_lars.build_model('resnet50', numpy.float32)
+    params = list(link.params())
+    return sum(p.size for p in params), len(params)
+
+
+def model_table(n_params, n_arrays, bandwidth):
+    """The README's table: Markdown lines."""
+    lines = ['| variant | bytes moved, fp32 / fp16 | launches | time at '
+             '{:g} TB/s, fp32 / fp16 |'.format(bandwidth / 1e12),
+             '|---|---|---|---|']
+    for variant in PASSES:
+        if variant == 'floor':
+            continue
+        m32 = model(variant, n_params, n_arrays, 'float32', bandwidth)
+        m16 = model(variant, n_params, n_arrays, 'float16', bandwidth)
+        reads, writes = PASSES[variant]
+        lines.append('| `{}` | {} N = {:.0f} / {:.0f} MB | {} | {:.3f} / '
+                     '{:.3f} ms |'.format(
+                         variant, 4 * (reads + writes), m32['bytes'] / 1e6,
+                         m16['bytes'] / 1e6, m32['launches'],
+                         m32['seconds'] * 1e3, m16['seconds'] * 1e3))
+    return lines
+
+
+def fractions(result, bandwidth):
+    """Per measured case with weight decay on: ``(case name, variant,
+    model s, measured s, fraction)`` for every modelled variant."""
+    rows = []
+    for case in result['cases']:
+        if not case.get('weight_decay') or 'median_s' not in case:
+            continue
+        name = '{} {}'.format(case['model'], case['dtype'])
+        for variant, measured in case['median_s'].items():
+            if variant not in PASSES or case['dtype'] not in ITEMSIZE:
+                continue
+            m = model(variant, case['n_params'], case['n_arrays'],
+                      case['dtype'], bandwidth)
+            rows.append((name, variant, m['seconds'], measured,
+                         m['seconds'] / measured))
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('result', nargs='?',
+                        help='the JSON of a bench_lars.py run (--json)')
+    parser.add_argument('--bandwidth', type=float, default=H200_BANDWIDTH,
+                        help='bytes per second (default: an H200, 4.8e12)')
+    args = parser.parse_args(argv)
+    if args.bandwidth <= 0:
+        parser.error('--bandwidth must be positive, got {}'.format(
+            args.bandwidth))
+    if args.result is None:
+        n_params, n_arrays = resnet50_size()
+        print('ResNet-50: N = {:,} parameters in {} arrays'.format(
+            n_params, n_arrays))
+        for line in model_table(n_params, n_arrays, args.bandwidth):
+            print(line)
+        return 0
+    try:
+        with open(args.result) as f:
+            result = json.load(f)
+    except (OSError, ValueError) as e:
+        parser.error('cannot read the result {}: {}'.format(args.result, e))
+    if 'cases' not in result:
+        parser.error('{} is not the JSON of a bench_lars.py run (no '
+                     '"cases")'.format(args.result))
+    rows = fractions(result, args.bandwidth)
+    print('measured against the paper model at {:g} TB/s (fraction = model '
+          '/ measured; 1.0 is the bandwidth limit)'.format(
+              args.bandwidth / 1e12))
+    print('{:<24} {:<22} {:>10} {:>12} {:>9}'.format(
+        'case', 'variant', 'model ms', 'measured ms', 'fraction'))
+    for name, variant, m, measured, fraction in rows:
+        print('{:<24} {:<22} {:>10.3f} {:>12.3f} {:>9.3f}'.format(
+            name, variant, m * 1e3, measured * 1e3, fraction))
+    if not rows:
+        print('(no case with weight decay on in {})'.format(args.result))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
