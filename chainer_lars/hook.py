@@ -530,29 +530,46 @@ class GradientLARS(exclusions.ExclusionProperties):
         """:meth:`_rescale` with the settings of the parameter given."""
         w = param.array
         g = param.grad
-        wd = self._weight_decay if uses_wd else 0.0
-        xp = param.device.xp
-        with chainer.using_device(param.device):
-            if xp is numpy:
-                w_sq, g_sq = kernels.sqnorms(w, g)
-                w_norm = math.sqrt(w_sq)
-                g_norm = math.sqrt(g_sq) / loss_scale
-                r = 1.0
-                if adapt:
-                    r = self._form().ratio(w_norm, g_norm, wd, self._eps,
-                                           self._trust_coefficient, clip_lr)
-                kernels.scale_add(g, r, w, r * (loss_scale * wd))
-                record = (r, w_norm, g_norm)
-            elif xp is cuda.cupy and _cuda_kernels().supports(w, g):
+        device = param.device
+        if device.xp is chainer.backend.chainerx:
+            # As Chainer's update rules do: the NumPy or CuPy arrays that
+            # share a ChainerX array's memory, rewritten in place below.
+            w, g = chainer.backend.from_chx(w), chainer.backend.from_chx(g)
+            device = chainer.backend.get_device_from_array(w)
+        xp = device.xp
+        if xp is not numpy:
+            cuda_kernels = _cuda_kernels()
+            if cuda_kernels.supports(w, g):
                 self._rescale_on_device(
-                    param.device, [(path, w, g, uses_wd, adapt)],
-                    loss_scale, clip_lr)
+                    device, [(path, w, g, uses_wd, adapt)], loss_scale,
+                    clip_lr)
                 return
-            else:
-                record = rescale_generic(
-                    xp, w, g, wd, self._eps, self._trust_coefficient,
-                    self._threshold, clip_lr, loss_scale, adapt)
-        self._observations[path] = record
+            # Not C-contiguous: the kernels rescale a contiguous copy,
+            # which is then copied back.
+            with chainer.using_device(device):
+                w_copy = xp.ascontiguousarray(w)
+                copy = xp.ascontiguousarray(g)
+                if not cuda_kernels.supports(w_copy, copy):
+                    raise TypeError(
+                        'GradientLARS rescales float16, float32 and float64 '
+                        "gradients of their weight's dtype on GPU; {} has a "
+                        '{} weight and a {} gradient'.format(
+                            path, w.dtype, g.dtype))
+                self._rescale_on_device(
+                    device, [(path, w_copy, copy, uses_wd, adapt)],
+                    loss_scale, clip_lr)
+                g[...] = copy
+            return
+        wd = self._weight_decay if uses_wd else 0.0
+        w_sq, g_sq = kernels.sqnorms(w, g)
+        w_norm = math.sqrt(w_sq)
+        g_norm = math.sqrt(g_sq) / loss_scale
+        r = 1.0
+        if adapt:
+            r = self._form().ratio(w_norm, g_norm, wd, self._eps,
+                                   self._trust_coefficient, clip_lr)
+        kernels.scale_add(g, r, w, r * (loss_scale * wd))
+        self._observations[path] = (r, w_norm, g_norm)
 
     def observe(self):
         """The ratios and norms of the last update, per parameter path.
@@ -574,47 +591,3 @@ class GradientLARS(exclusions.ExclusionProperties):
                 if row[0] == row[0]:  # NaN: not in the last update
                     result[path] = tuple(row)
         return result
-
-
-def rescale_generic(xp, w, g, weight_decay, eps, trust_coefficient,
-                    threshold, clip_lr, loss_scale, adapt):
-    """Rescales ``g`` in place with the operations of the array module.
-
-    The hook's path for arrays that neither NumPy's passes nor the CUDA
-    kernels take: ChainerX arrays, and CuPy arrays that are not
-    C-contiguous or whose weight and gradient differ in dtype. The ratio is
-    a 0-dim array of ``xp`` (:func:`chainer_lars.ratio.trust_ratio_xp`), so
-    nothing leaves the device.
-
-    Args:
-        xp: The array module of ``w`` and ``g``.
-        w: The weight, read only.
-        g: The gradient, still multiplied by ``loss_scale``; overwritten
-            with ``r * (g + loss_scale * weight_decay * w)``.
-        weight_decay (float): The effective weight decay of this array.
-        eps (float): See :class:`GradientLARS`.
-        trust_coefficient (float): See :class:`GradientLARS`.
-        threshold (float): See :class:`GradientLARS`.
-        clip_lr (float or None): The learning rate to clip with, if any.
-        loss_scale (float): The factor by which ``g`` exceeds the true
-            gradient.
-        adapt (bool): ``False`` for an array excluded from layer
-            adaptation (``r = 1``).
-
-    Returns:
-        tuple: ``(ratio, ||w||, ||g||)`` as applied (``g`` unscaled), as
-        0-dim arrays of ``xp`` (the ratio a float 1 where not adapted).
-
-    """
-    w_sq, g_sq = kernels.sqnorms_generic(xp, w, g)
-    r = 1.0
-    if adapt:
-        r = ratio.trust_ratio_xp(
-            xp, w_sq, g_sq, weight_decay, eps, trust_coefficient, threshold,
-            clip_lr=clip_lr, loss_scale=loss_scale)
-        g *= r.astype(g.dtype)
-        if weight_decay:
-            g += (r * (loss_scale * weight_decay)).astype(g.dtype) * w
-    elif weight_decay:
-        g += w * (loss_scale * weight_decay)
-    return r, xp.sqrt(w_sq), xp.sqrt(g_sq) / loss_scale

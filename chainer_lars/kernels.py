@@ -1,4 +1,4 @@
-"""The passes over memory that LARS makes, on CPU and for generic arrays.
+"""The passes over memory that LARS makes on CPU.
 
 Every LARS update reads each weight and gradient once for the two norms and
 then once more to write the result; these functions do exactly that and
@@ -415,15 +415,3 @@ def cpu_executor():
 
 
 _executors = {}
-
-
-def sqnorms_generic(xp, w, g):
-    """``(||w||^2, ||g||^2)`` as 0-dim device arrays of any array module.
-
-    Used for ChainerX, where neither NumPy nor the CUDA kernels apply; the
-    result never leaves the device.
-
-    """
-    w32 = w.astype(numpy.float32) if w.dtype == numpy.float16 else w
-    g32 = g.astype(numpy.float32) if g.dtype == numpy.float16 else g
-    return xp.sum(w32 * w32), xp.sum(g32 * g32)

@@ -2,8 +2,8 @@
 
 An update records, for each array, the ratio it applied and the two norms,
 where it computed them: on CPU as Python floats (or a row of a
-multi-tensor group's table of them), for ChainerX as 0-dim arrays on the
-device, on a GPU as a row of the ``stats`` array the CUDA kernels leave
+multi-tensor group's table of them), on a GPU as a row of the ``stats``
+array the CUDA kernels leave
 (:class:`DeviceObservation`). :func:`to_host` turns a record into
 ``(ratio, ||w||, ||g||)`` floats when the observer asks, so that recording
 costs no host synchronisation. A record is never recomputed from settings

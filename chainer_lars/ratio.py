@@ -3,9 +3,9 @@
 Once per language: :func:`trust_ratio` for the host, which the CPU kernels
 also compile with Numba (:mod:`chainer_lars.jit_kernels` calls this very
 function), and :data:`CUDA_TRUST_RATIO`, the same function written for the
-device; :func:`trust_ratio_xp` is the same again on 0-dim arrays of any
-array module (ChainerX). A change to how the ratio is computed is made
-here, in all three, and nowhere else.
+device. A change to how the ratio is computed is made here, in both, and
+nowhere else. (ChainerX arrays are rescaled through the NumPy or CuPy
+arrays that share their memory, so they take one of these two.)
 
 Both forms of LARS, the pre-update hook (Chainer's
 :class:`chainer.optimizer_hooks.GradientLARS`, arXiv:1708.03888 and
@@ -126,27 +126,3 @@ __device__ __forceinline__ C chainer_lars_trust_ratio(
     return r;
 }
 '''
-
-
-def trust_ratio_xp(xp, w_sq, g_sq, weight_decay, eps, trust_coefficient,
-                   threshold=0.0, require_grad=False, clip_lr=None,
-                   loss_scale=1.0):
-    """:func:`trust_ratio` on 0-dim arrays of any array module.
-
-    Takes the squared norms (``g_sq`` of the gradient as stored, i.e. still
-    multiplied by ``loss_scale``) and returns the ratio as a 0-dim array, so
-    that nothing leaves the device (ChainerX).
-
-    """
-    w_norm = xp.sqrt(w_sq)
-    g_norm = xp.sqrt(g_sq) / loss_scale
-    den = eps + g_norm + weight_decay * w_norm
-    ok = (w_norm > threshold) & (den > 0)
-    if require_grad:
-        ok = ok & (g_norm > 0)
-    safe_den = xp.where(ok, den, xp.ones_like(den))
-    r = trust_coefficient * w_norm / safe_den
-    if clip_lr is not None:
-        # clip_lr == 0 always selects 1; dividing by it would only warn.
-        r = xp.where(r >= clip_lr, xp.ones_like(r), r / (clip_lr or 1.0))
-    return xp.where(ok, r, xp.ones_like(r))

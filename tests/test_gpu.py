@@ -526,3 +526,48 @@ def test_executor_takes_what_it_can_and_keys_tables_by_gradients(gpu):
                                   ratio.OPTIMIZER_FORM) == [1, 2]
     assert dev.tables.cache.builds == 2
     assert not numpy.isnan(dev.executor.observe(dev)[[0, 3, 4]]).any()
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_hook_rescales_strided_gradients_as_the_cpu(gpu, dtype, multi_tensor):
+    """A gradient that is not C-contiguous goes through the kernels as a
+    contiguous copy, written back into the strided array."""
+    sizes = [1, THREADS + 1, 40]
+    cpu, dev = _pair(gpu, sizes, dtype)
+    rng = numpy.random.RandomState(5)
+    hooks, parents = [], []
+    for model in (cpu, dev):
+        xp = model.l0.W.device.xp
+        opt = optimizers.MomentumSGD(lr=0.05)
+        opt.setup(model)
+        for i, n in enumerate(sizes):
+            g = (rng.standard_normal(n) * 1e-2).astype(dtype)
+            parent = xp.asarray(numpy.repeat(g, 2)) if xp is not numpy \
+                else numpy.repeat(g, 2)
+            getattr(model, 'l{}'.format(i)).W.grad = parent[::2]
+            parents.append(parent)
+        rng = numpy.random.RandomState(5)
+        before = _host(model, 'grad')
+        hook = chainer_lars.GradientLARS(weight_decay=1e-3,
+                                         multi_tensor=multi_tensor)
+        if dtype == numpy.float16:
+            # Called with the optimizer, the hook defers float16 to the
+            # rules' updates; called per parameter, it rescales.
+            for param in model.params():
+                hook(param.update_rule, param)
+        else:
+            hook(opt)
+        hooks.append(hook)
+    assert not dev.l1.W.grad.flags.c_contiguous
+    assert (_host(dev, 'grad')['/l1/W'] != before['/l1/W']).all()
+    _assert_close(_host(dev, 'grad'), _host(cpu, 'grad'), dtype)
+    # The other elements of the parent arrays are left as they were.
+    for cpu_parent, dev_parent in zip(parents[:3], parents[3:]):
+        numpy.testing.assert_array_equal(cuda.to_cpu(dev_parent)[1::2],
+                                         cpu_parent[1::2])
+    observed_cpu, observed_gpu = (h.observe() for h in hooks)
+    assert sorted(observed_gpu) == sorted(observed_cpu)
+    for path, expected in observed_cpu.items():
+        numpy.testing.assert_allclose(observed_gpu[path], expected,
+                                      rtol=RTOL[dtype] * 10, err_msg=path)

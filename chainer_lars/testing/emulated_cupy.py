@@ -464,6 +464,15 @@ def array(a, dtype=None, copy=True, order='K', ndmin=0):
     return asarray(a, dtype)
 
 
+def ascontiguousarray(a, dtype=None):
+    dtype = a.dtype if dtype is None else numpy.dtype(dtype)
+    if a.flags.c_contiguous and a.dtype == dtype:
+        return a
+    out = ndarray(a.shape, dtype)
+    out._a[...] = a._a
+    return out
+
+
 def get_array_module(*args):
     for arg in args:
         if isinstance(arg, ndarray):
