@@ -323,6 +323,25 @@ def test_mnist_results_table(dataset_root, tmp_path):
     results.main(argv)
     assert os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log')) == stamp
 
+    # --same-as: one run again elsewhere gives the same log, but the time.
+    again = str(tmp_path / 'again')
+    one = ['--batchsizes', '32', '--optimizers', 'lars', '--seeds', '1',
+           '--epoch', '1', '--dataset-root', dataset_root]
+    results.main(one + ['--out', again])
+    assert results.main(argv + ['--same-as', again]) == 0
+    log_path = os.path.join(again, 'b32-lars-s1', 'log')
+    with open(log_path) as f:
+        log = json.load(f)
+    log[-1]['elapsed_time'] += 1.0  # not compared
+    log[-1]['lr'] *= 1 + 1e-15
+    with open(log_path, 'w') as f:
+        json.dump(log, f)
+    assert results.main(argv + ['--same-as', again]) == 1
+    assert results.main(['--batchsizes', '64', '--out', out, '--same-as',
+                         again]) == 2
+    with pytest.raises(SystemExit):
+        results.main(argv + ['--same-as', str(tmp_path / 'none')])
+
 
 def test_chainermn_defaults_are_the_single_process_ones(
         mnist, cifar, chainermn_example):

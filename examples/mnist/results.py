@@ -283,6 +283,37 @@ def check(args):
     return status
 
 
+def same_as(args):
+    """``--same-as``: compares the runs of --out with those of another
+    folder, value for value; the exit status."""
+    compared, different = 0, []
+    for batchsize in args.batchsizes:
+        for optimizer in args.optimizers:
+            for seed in args.seeds:
+                name = run_name(batchsize, optimizer, seed)
+                ours = read_log(os.path.join(args.out, name))
+                theirs = read_log(os.path.join(args.same_as, name))
+                if not (done(ours, args) and done(theirs, args)):
+                    continue
+                compared += 1
+                # Every value of every epoch, but the time it took.
+                strip = [[{k: v for k, v in entry.items()
+                           if k != 'elapsed_time'} for entry in log]
+                         for log in (ours, theirs)]
+                if strip[0] != strip[1]:
+                    different.append(name)
+                print('{} {}'.format(
+                    'DIFFERENT' if name in different else 'same     ', name))
+    if not compared:
+        print('results.py --same-as: no run of these configurations is done '
+              'in both {} and {}'.format(args.out, args.same_as),
+              file=sys.stderr)
+        return 2
+    print('{} of {} runs the same, value for value, as in {}'.format(
+        compared - len(different), compared, args.same_as))
+    return 1 if different else 0
+
+
 def plot(results, args, path):
     """Test error per epoch, one panel per batch size, seeds averaged.
 
@@ -345,9 +376,20 @@ def main(argv=None):
                         'README.rst and examples/mnist/README.md) has the '
                         'table of the runs in --out; print a diff and exit '
                         'with 1 where one does not')
+    parser.add_argument('--same-as', metavar='DIR',
+                        help='Run nothing: compare each run done in --out '
+                        'and in DIR, every logged value of every epoch but '
+                        'elapsed_time; exit with 1 if one differs, 2 if no '
+                        'run is done in both')
     args = parser.parse_args(argv)
+    if args.check is not None and args.same_as is not None:
+        parser.error('--check and --same-as are two tasks: give one')
     if args.check is not None:
         return check(args)
+    if args.same_as is not None:
+        if not os.path.isdir(args.same_as):
+            parser.error('--same-as: no folder {}'.format(args.same_as))
+        return same_as(args)
 
     os.makedirs(args.out, exist_ok=True)
     results = {}
