@@ -135,12 +135,17 @@ class LARSRule(optimizer.UpdateRule):
         if g is None:
             return
         v = self.state['v']
+        xp = param.device.xp
+        arrays = (w, g, v)
         if not cuda_kernels.supports(w, g, v):
-            raise ValueError(
-                'LARS needs C-contiguous weight, gradient and momentum '
-                'arrays of one dtype (float16, float32 or float64); got '
-                '{}, {}, {} for {}'.format(w.dtype, g.dtype, v.dtype,
-                                           param.name))
+            # Not C-contiguous (a gradient from a transposing backward, say):
+            # the kernels update contiguous copies, written back.
+            arrays = tuple(xp.ascontiguousarray(a) for a in arrays)
+            if not cuda_kernels.supports(*arrays):
+                raise ValueError(
+                    'LARS needs weight, gradient and momentum arrays of one '
+                    'dtype (float16, float32 or float64); got {}, {}, {} '
+                    'for {}'.format(w.dtype, g.dtype, v.dtype, param.name))
         hp, wd = self._step_args()
         if w.size == 0:
             # Nothing to launch (a grid of no blocks is an error); as on
@@ -148,16 +153,19 @@ class LARSRule(optimizer.UpdateRule):
             self._observation = ((1.0, 0.0, 0.0) if self.uses_adaptation
                                  else None)
             return
-        xp = param.device.xp
         if self._tables is None:
             self._tables = cuda_kernels.TableCache(capacity=1)
         # The loss scale is already divided out (UpdateRule.update).
         rows = cuda_kernels.settings(
             1, wd, hp.eps, hp.trust_coefficient, 1.0, self.uses_adaptation,
             lr=hp.lr, momentum=hp.momentum, nesterov=hp.nesterov)
+        w_dev, g_dev, v_dev = arrays
         stats = cuda_kernels.lars_update(
-            xp, self._tables, w.dtype, [w], [g], [v], rows,
+            xp, self._tables, w.dtype, [w_dev], [g_dev], [v_dev], rows,
             ratio.OPTIMIZER_FORM).stats
+        for array, updated in ((w, w_dev), (v, v_dev)):
+            if updated is not array:
+                array[...] = updated
         # The stats hold the ratio the step applies.
         self._observation = (_observations.DeviceObservation(stats, 0, 1.0)
                              if self.uses_adaptation else None)

@@ -571,3 +571,49 @@ def test_hook_rescales_strided_gradients_as_the_cpu(gpu, dtype, multi_tensor):
     for path, expected in observed_cpu.items():
         numpy.testing.assert_allclose(observed_gpu[path], expected,
                                       rtol=RTOL[dtype] * 10, err_msg=path)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_lars_steps_with_strided_gradients_as_the_cpu(gpu, dtype,
+                                                      multi_tensor):
+    """A gradient that is not C-contiguous takes the per-rule path, whose
+    kernels update contiguous copies, written back."""
+    sizes = [1, THREADS + 1, 40]
+    cpu, dev = _pair(gpu, sizes, dtype)
+    opts = []
+    for model in (cpu, dev):
+        xp = model.l0.W.device.xp
+        # A strided weight, too.
+        w = model.l2.W.array
+        w0 = cuda.to_cpu(w).copy()
+        model.l2.W.array = xp.concatenate([w[:, None], w[:, None]],
+                                          axis=1)[:, 0]
+        opt = chainer_lars.LARS(lr=2.0, weight_decay=1e-3,
+                                multi_tensor=multi_tensor)
+        opt.setup(model)
+        for step in range(2):
+            rng = numpy.random.RandomState(7 + step)
+            for i, n in enumerate(sizes):
+                g = numpy.repeat(
+                    (rng.standard_normal(n) * 1e-2).astype(dtype), 2)
+                getattr(model, 'l{}'.format(i)).W.grad = (
+                    g if xp is numpy else xp.asarray(g))[::2]
+            opt.update()
+        opts.append(opt)
+    assert not dev.l1.W.grad.flags.c_contiguous
+    assert not dev.l2.W.array.flags.c_contiguous
+    # The step reached the strided weight (in float16 it is below the
+    # tolerance of the comparison that follows).
+    assert (cuda.to_cpu(dev.l2.W.array) != w0).mean() > 0.5
+    _assert_close(_host(dev), _host(cpu), dtype, factor=4)
+    for path, p in dev.namedparams():
+        numpy.testing.assert_allclose(
+            cuda.to_cpu(p.update_rule.state['v']),
+            dict(cpu.namedparams())[path].update_rule.state['v'],
+            rtol=RTOL[dtype] * 4, atol=1e-7, err_msg=path)
+    observed_cpu, observed_gpu = (o.observe() for o in opts)
+    assert sorted(observed_gpu) == sorted(observed_cpu)
+    for path, expected in observed_cpu.items():
+        numpy.testing.assert_allclose(observed_gpu[path], expected,
+                                      rtol=RTOL[dtype] * 10, err_msg=path)
