@@ -128,6 +128,16 @@ def _assert_close(actual, expected, dtype, factor=1.0):
             a, e, rtol=rtol, atol=rtol * scale, err_msg=path)
 
 
+def _assert_same_observations(observers, dtype):
+    """What ``observe()`` of the CPU and the GPU run (in this order)
+    report: the same paths, the same values within the dtype's rounding."""
+    observed_cpu, observed_gpu = (o.observe() for o in observers)
+    assert sorted(observed_gpu) == sorted(observed_cpu)
+    for path, expected in observed_cpu.items():
+        numpy.testing.assert_allclose(observed_gpu[path], expected,
+                                      rtol=RTOL[dtype] * 10, err_msg=path)
+
+
 HOOK_CASES = [
     dict(),
     dict(weight_decay=1e-3, trust_coefficient=0.5, eps=0.0,
@@ -196,11 +206,7 @@ def _check_hook(gpu, dtype, multi_tensor, kwargs, scaling, sizes):
              g_scale=g_scale)
         hooks.append(hook)
     _assert_close(_host(dev), _host(cpu), dtype)
-    observed_cpu, observed_gpu = (h.observe() for h in hooks)
-    assert sorted(observed_gpu) == sorted(observed_cpu)
-    for path, expected in observed_cpu.items():
-        numpy.testing.assert_allclose(observed_gpu[path], expected,
-                                      rtol=RTOL[dtype] * 10, err_msg=path)
+    _assert_same_observations(hooks, dtype)
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
@@ -276,11 +282,7 @@ def _check_lars(gpu, dtype, kwargs, scaling, sizes):
         opts.append(_run(model, chainer_lars.LARS(lr=2.0, **kwargs), None,
                          scaling, g_scale=1e-2))
     _assert_close(_host(dev), _host(cpu), dtype, factor=4)
-    observed_cpu, observed_gpu = (o.observe() for o in opts)
-    assert sorted(observed_gpu) == sorted(observed_cpu)
-    for path, expected in observed_cpu.items():
-        numpy.testing.assert_allclose(observed_gpu[path], expected,
-                                      rtol=RTOL[dtype] * 10, err_msg=path)
+    _assert_same_observations(opts, dtype)
 
 
 def test_lars_fp32_update_agrees_with_cpu(gpu):
@@ -566,11 +568,7 @@ def test_hook_rescales_strided_gradients_as_the_cpu(gpu, dtype, multi_tensor):
     for cpu_parent, dev_parent in zip(parents[:3], parents[3:]):
         numpy.testing.assert_array_equal(cuda.to_cpu(dev_parent)[1::2],
                                          cpu_parent[1::2])
-    observed_cpu, observed_gpu = (h.observe() for h in hooks)
-    assert sorted(observed_gpu) == sorted(observed_cpu)
-    for path, expected in observed_cpu.items():
-        numpy.testing.assert_allclose(observed_gpu[path], expected,
-                                      rtol=RTOL[dtype] * 10, err_msg=path)
+    _assert_same_observations(hooks, dtype)
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
@@ -612,8 +610,4 @@ def test_lars_steps_with_strided_gradients_as_the_cpu(gpu, dtype,
             cuda.to_cpu(p.update_rule.state['v']),
             dict(cpu.namedparams())[path].update_rule.state['v'],
             rtol=RTOL[dtype] * 4, atol=1e-7, err_msg=path)
-    observed_cpu, observed_gpu = (o.observe() for o in opts)
-    assert sorted(observed_gpu) == sorted(observed_cpu)
-    for path, expected in observed_cpu.items():
-        numpy.testing.assert_allclose(observed_gpu[path], expected,
-                                      rtol=RTOL[dtype] * 10, err_msg=path)
+    _assert_same_observations(opts, dtype)
