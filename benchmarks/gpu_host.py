@@ -43,9 +43,9 @@ VARIANTS = {
                      chainer_lars.GradientLARS(weight_decay=5e-4)),
     'momentum_sgd': lambda: (optimizers.MomentumSGD(lr=0.1), None),
 }
-#: Timed as hook(optimizer) alone: MomentumSGD's own launches go through
-#: the emulator's Python stand-in for CuPy's ElementwiseKernel, whose cost
-#: says nothing of CuPy's.
+#: Timed as hook(optimizer) alone, so that its row is the hook's host
+#: cost; the optimizer's own update is the ``momentum_sgd (GPU host)`` row
+#: (Chainer's host code, its elementwise launches counted no-ops).
 HOOK_ALONE = ('hook',)
 
 
