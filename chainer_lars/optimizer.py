@@ -1,7 +1,9 @@
 """LARS: the layer-wise adaptive rate scaling momentum optimizer."""
 
+import collections
 import math
 import operator
+import warnings
 
 import numpy
 
@@ -454,6 +456,49 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
         self.call_hooks('post')
         self.update_loss_scale()
+
+    def check_nan_in_grads(self):
+        """Chainer's, with one transfer per device instead of one per array.
+
+        With dynamic loss scaling, Chainer brings each gradient's "all
+        finite" to the host in turn, a synchronisation per array on a GPU.
+        Here the flags of a device's gradients are stacked on the device
+        and brought over once; the warnings are Chainer's, one per array
+        with a non-finite value. A parameter without a gradient (one not
+        initialised) is skipped. ``multi_tensor=False`` keeps Chainer's.
+
+        """
+        if not self._multi_tensor:
+            return super(LARS, self).check_nan_in_grads()
+        self._loss_scaling_isnan = False
+        if not self._loss_scaling_is_dynamic:
+            return
+        by_device = collections.OrderedDict()
+        for name, param in self.target.namedparams():
+            g = param.grad
+            if g is None:
+                continue
+            device = param.device
+            xp = device.xp
+            with chainer.using_device(device):
+                flag = xp.all(xp.isfinite(g))
+            by_device.setdefault(str(device), (device, []))[1].append(
+                (name, flag))
+        for device, flags in by_device.values():
+            xp = device.xp
+            if xp is numpy or xp is chainer.backend.chainerx:
+                finite = [bool(f) for _, f in flags]
+            else:
+                with chainer.using_device(device):
+                    finite = xp.stack([f for _, f in flags]).get().tolist()
+            for (name, _), ok in zip(flags, finite):
+                if not ok:
+                    self._loss_scaling_isnan = True
+                    self._loss_scaling_isnan_ever = True
+                    warnings.warn(
+                        'Non finite number found in param.grad of {}'
+                        ' (iteration: {}, loss_scale: {})'
+                        .format(name, self.t, self._loss_scale))
 
     def reallocate_cleared_grads(self):
         """Chainer's, without building every parameter's path.

@@ -611,3 +611,44 @@ def test_lars_steps_with_strided_gradients_as_the_cpu(gpu, dtype,
             dict(cpu.namedparams())[path].update_rule.state['v'],
             rtol=RTOL[dtype] * 4, atol=1e-7, err_msg=path)
     _assert_same_observations(opts, dtype)
+
+
+def test_dynamic_loss_scaling_checks_with_one_transfer(gpu):
+    """LARS's check of the gradients for dynamic loss scaling brings one
+    array of flags to the host, where Chainer's brings one per array; it
+    warns for the same arrays and skips the same update."""
+    if not gpu.emulated:
+        pytest.skip('counted by the emulator')
+    runs = []
+    for multi_tensor in (True, False):
+        _, dev = _pair(gpu, MIXED, numpy.float32)
+        opt = chainer_lars.LARS(lr=2.0, multi_tensor=multi_tensor)
+        _run(dev, opt, None, 'dynamic', steps=1, g_scale=1e-2)
+        dev.refill_grads(8, 1e-2)
+        _scale_grads(dev, opt._loss_scale)
+        emulated_cupy.stats.reset()
+        opt.update()
+        transfers = emulated_cupy.stats.to_host
+        dev.refill_grads(9, 1e-2)
+        _scale_grads(dev, opt._loss_scale)
+        for link in (dev.l2, dev.l5):
+            g = cuda.to_cpu(link.W.grad)
+            g[0] = numpy.inf
+            link.W.grad[...] = gpu.xp.asarray(g)
+        before = _bytes(dev)
+        with pytest.warns(UserWarning, match='Non finite') as caught:
+            opt.update()
+        messages = [str(w.message) for w in caught
+                    if 'Non finite' in str(w.message)]
+        assert _bytes(dev) == before  # skipped
+        runs.append((transfers, messages, opt._loss_scale, before))
+    (ours, messages, scale, weights), (chainers, theirs, their_scale,
+                                       their_weights) = runs
+    assert ours == 1 and chainers == len(list(dev.params()))
+    assert messages == theirs and len(messages) == 2
+    assert scale == their_scale
+    assert weights == their_weights
+
+
+def _bytes(link):
+    return {path: array.tobytes() for path, array in _host(link).items()}
