@@ -440,7 +440,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         # structure, except hooks, after which it is listed again.
         params = list(self.target.params())
         grads = self._reallocate(params)
-        self.check_nan_in_grads()
+        self._check_finite(params, grads)
         if self._hookable._pre_update_hooks:
             self.call_hooks('pre')
             # Hooks may replace gradients, too.
@@ -464,41 +464,55 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         finite" to the host in turn, a synchronisation per array on a GPU.
         Here the flags of a device's gradients are stacked on the device
         and brought over once; the warnings are Chainer's, one per array
-        with a non-finite value. A parameter without a gradient (one not
-        initialised) is skipped. ``multi_tensor=False`` keeps Chainer's.
+        with a non-finite value, in the same order. A parameter without a
+        gradient (one not initialised) is skipped. ``multi_tensor=False``
+        keeps Chainer's.
 
         """
         if not self._multi_tensor:
             return super(LARS, self).check_nan_in_grads()
+        params = list(self.target.params())
+        with variable._AllowArrayAccessWithNonstandardLayout():
+            grads = list(map(_mt.GRAD, params))
+        self._check_finite(params, grads)
+
+    def _check_finite(self, params, grads):
+        """:meth:`check_nan_in_grads` on a listing and its gradients."""
         self._loss_scaling_isnan = False
         if not self._loss_scaling_is_dynamic:
             return
         by_device = collections.OrderedDict()
-        for name, param in self.target.namedparams():
-            g = param.grad
+        for k, (param, g) in enumerate(zip(params, grads)):
             if g is None:
                 continue
             device = param.device
             xp = device.xp
             with chainer.using_device(device):
                 flag = xp.all(xp.isfinite(g))
-            by_device.setdefault(str(device), (device, []))[1].append(
-                (name, flag))
-        for device, flags in by_device.values():
+            by_device.setdefault(str(device), (device, [], []))
+            _, where, flags = by_device[str(device)]
+            where.append(k)
+            flags.append(flag)
+        bad = []
+        for device, where, flags in by_device.values():
             xp = device.xp
             if xp is numpy or xp is chainer.backend.chainerx:
-                finite = [bool(f) for _, f in flags]
+                finite = [bool(f) for f in flags]
             else:
                 with chainer.using_device(device):
-                    finite = xp.stack([f for _, f in flags]).get().tolist()
-            for (name, _), ok in zip(flags, finite):
-                if not ok:
-                    self._loss_scaling_isnan = True
-                    self._loss_scaling_isnan_ever = True
-                    warnings.warn(
-                        'Non finite number found in param.grad of {}'
-                        ' (iteration: {}, loss_scale: {})'
-                        .format(name, self.t, self._loss_scale))
+                    finite = xp.stack(flags).get().tolist()
+            bad.extend(k for k, ok in zip(where, finite) if not ok)
+        if not bad:
+            return
+        self._loss_scaling_isnan = True
+        self._loss_scaling_isnan_ever = True
+        # The paths are only needed for the warnings.
+        names = {id(param): name for name, param in self.target.namedparams()}
+        for k in sorted(bad):
+            warnings.warn(
+                'Non finite number found in param.grad of {}'
+                ' (iteration: {}, loss_scale: {})'.format(
+                    names[id(params[k])], self.t, self._loss_scale))
 
     def reallocate_cleared_grads(self):
         """Chainer's, without building every parameter's path.

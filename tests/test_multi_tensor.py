@@ -263,6 +263,30 @@ def test_dynamic_loss_scaling_with_a_skipped_update():
     assert opt._loss_scale > 1.0
 
 
+def test_check_nan_in_grads_called_alone_is_chainers():
+    """The public method, as Chainer's: the same warnings, in the same
+    order, and the same flags, on a model with two non-finite gradients."""
+    results = []
+    for multi_tensor in (True, False):
+        model = net()()
+        opt = chainer_lars.LARS(multi_tensor=multi_tensor, **KWARGS)
+        opt.setup(model)
+        opt.loss_scaling(interval=2)
+        set_grads(model, 0)
+        model.fc.W.grad[0, 0] = numpy.nan
+        model.conv1.W.grad.flat[3] = -numpy.inf
+        with pytest.warns(UserWarning) as caught:
+            opt.check_nan_in_grads()
+        results.append(([str(w.message) for w in caught],
+                        opt._loss_scaling_isnan,
+                        opt._loss_scaling_isnan_ever))
+        set_grads(model, 1)
+        opt.check_nan_in_grads()
+        assert not opt._loss_scaling_isnan
+    assert results[0] == results[1]
+    assert len(results[0][0]) == 2 and results[0][1:] == (True, True)
+
+
 def test_float16_master_copies_take_the_rule_path():
     def make():
         model = Mixed()
