@@ -343,6 +343,59 @@ def test_mnist_results_table(dataset_root, tmp_path):
         results.main(argv + ['--same-as', str(tmp_path / 'none')])
 
 
+@pytest.mark.parametrize('flags', [
+    '--batchsize 64', '--batch=64', '-b64', '--seed 1', '--epoch 2',
+    '-o elsewhere', '--dataset-root x', '--lr -1', '--no-such-flag',
+    '"--lr 0.5', '--optimizer momentum'])
+def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
+                                         flags):
+    results = importlib.import_module('examples.mnist.results')
+    out = tmp_path / 'results'
+    with pytest.raises(SystemExit) as e:
+        results.main(['--batchsizes', '32', '--epoch', '1', '--out',
+                      str(out), '--flags', flags])
+    assert e.value.code == 2
+    assert '--flags' in capsys.readouterr().err
+    assert not out.exists()  # refused before anything ran
+
+
+def test_mnist_results_with_flags(dataset_root, tmp_path, capsys):
+    results = importlib.import_module('examples.mnist.results')
+    plain, flagged = str(tmp_path / 'plain'), str(tmp_path / 'flagged')
+    argv = ['--batchsizes', '32', '--optimizers', 'lars', '--epoch', '1',
+            '--dataset-root', dataset_root, '--noplot']
+    assert results.main(argv + ['--out', plain]) == 0
+    assert results.main(argv + ['--out', flagged, '--flags',
+                                '--lr 0.5  --warmup-epochs 0']) == 0
+    with open(os.path.join(flagged, 'results.md')) as f:
+        md = f.read()
+    assert md.startswith('Test accuracy (%) of the MNIST MLP after 1 '
+                         'epochs, each optimizer with --lr 0.5 '
+                         '--warmup-epochs 0 (otherwise on its defaults).')
+    assert ('python -m examples.mnist.train_mnist --batchsize 32 '
+            '--optimizer lars --epoch 1 --lr 0.5 --warmup-epochs 0\n') in md
+    with open(os.path.join(flagged, 'b32-lars-s0.stdout')) as f:
+        assert 'lars, lr 0.5,' in f.read()
+    with open(os.path.join(flagged, 'flags')) as f:
+        assert f.read() == '--lr 0.5 --warmup-epochs 0\n'
+    assert read_log(os.path.join(flagged, 'b32-lars-s0')) != read_log(
+        os.path.join(plain, 'b32-lars-s0'))
+    # The runs of another set of flags are not taken for these.
+    capsys.readouterr()
+    for out, flags in ((plain, '--lr 0.5'), (flagged, '--lr 0.25'),
+                       (flagged, '')):
+        with pytest.raises(SystemExit):
+            results.main(argv + ['--out', out, '--flags', flags])
+        assert '--out {}: its runs were made with'.format(
+            out) in capsys.readouterr().err
+    # The same flags again: nothing runs.
+    log = os.path.join(flagged, 'b32-lars-s0', 'log')
+    stamp = os.path.getmtime(log)
+    assert results.main(argv + ['--out', flagged, '--flags',
+                                '--lr 0.5 --warmup-epochs 0']) == 0
+    assert os.path.getmtime(log) == stamp
+
+
 def test_chainermn_defaults_are_the_single_process_ones(
         mnist, cifar, chainermn_example):
     multi, single = chainermn_example.parse_args([]), mnist.parse_args([])

@@ -13,6 +13,11 @@ error along the runs into ``<out>/error.png``.
     python examples/mnist/results.py --dataset-root ../shared/datasets \
         --seeds 0 1 2
 
+``--flags`` adds train_mnist.py flags to every run (``--flags="--lr
+0.7071"``), into an ``--out`` of its own: the flags are recorded in
+``<out>/flags``, and an ``--out`` whose runs were made with other flags is
+refused.
+
 ``--check`` runs nothing and writes nothing: it builds the table from the
 runs already in ``<out>`` and checks that the READMEs (``README.rst`` and
 ``examples/mnist/README.md`` unless files are named) hold it, cell for
@@ -58,7 +63,7 @@ def command(batchsize, optimizer, seed, args):
         cmd += ['--seed', str(seed)]
     if args.device != '-1':
         cmd += ['--device', args.device]
-    return cmd
+    return cmd + args.flags
 
 
 def read_log(out):
@@ -149,8 +154,13 @@ def rst_table(header, rows):
 def tables(results, args):
     """The results as a Markdown table and an RST table, with commands."""
     header, rows = table(results, args)
-    caption = ('Test accuracy (%) of the MNIST MLP after {} epochs, '
-               'each optimizer on its defaults'.format(args.epoch))
+    caption = 'Test accuracy (%) of the MNIST MLP after {} epochs, '.format(
+        args.epoch)
+    if args.flags:
+        caption += 'each optimizer with {} (otherwise on its defaults)'.format(
+            ' '.join(shlex.quote(f) for f in args.flags))
+    else:
+        caption += 'each optimizer on its defaults'
     if len(args.seeds) > 1:
         caption += ('; the mean over seeds {} (range in '
                     'parentheses)'.format(', '.join(map(str, args.seeds))))
@@ -349,6 +359,74 @@ def plot(results, args, path):
     plt.close(figure)
 
 
+# The flags results.py gives each run itself; --flags may not repeat them.
+OWN_FLAGS = ('--batchsize', '--optimizer', '--seed', '--epoch', '--device',
+             '--out', '--dataset-root', '--resume')
+OWN_SHORT = ('-b', '-e', '-d', '-o', '-r')
+
+
+def own_flag(token):
+    """The option of results.py's own that ``token`` sets, or None.
+
+    argparse takes an unambiguous prefix of a long option (``--batch``)
+    and a short one with its value attached (``-b8192``).
+    """
+    name = token.split('=', 1)[0]
+    if name.startswith('--') and len(name) > 2:
+        return next((f for f in OWN_FLAGS if f.startswith(name)), None)
+    if name.startswith('-') and name[:2] in OWN_SHORT:
+        return name[:2]
+    return None
+
+
+def check_flags(parser, args):
+    """Splits --flags and checks them against train_mnist.py's parser."""
+    try:
+        flags = shlex.split(args.flags)
+    except ValueError as e:
+        parser.error('--flags {!r}: {}'.format(args.flags, e))
+    for token in flags:
+        if own_flag(token):
+            parser.error('--flags {!r}: {} ({}) is set by results.py '
+                         'itself; use its own option'.format(
+                             args.flags, token, own_flag(token)))
+    if flags:
+        sys.path.insert(0, REPOSITORY)
+        from examples.mnist import train_mnist
+        try:
+            train_mnist.parse_args(flags)
+        except SystemExit:
+            parser.error('--flags {!r}: train_mnist.py refuses them (its '
+                         'message is above)'.format(args.flags))
+    return flags
+
+
+def flags_file(out):
+    return os.path.join(out, 'flags')
+
+
+def check_out_flags(parser, args):
+    """Refuses an --out whose runs were made with other --flags."""
+    path = flags_file(args.out)
+    try:
+        with open(path) as f:
+            recorded = f.read().strip()
+    except OSError:
+        recorded = None
+    given = ' '.join(shlex.quote(f) for f in args.flags)
+    if recorded is None:
+        has_runs = os.path.isdir(args.out) and any(
+            re.match(r'^b\d+-', name) for name in os.listdir(args.out))
+        if given and has_runs:
+            parser.error('--out {}: its runs were made without --flags; '
+                         'give another --out for --flags {!r}'.format(
+                             args.out, args.flags))
+    elif recorded != given:
+        parser.error('--out {}: its runs were made with --flags {!r} ({}); '
+                     'give another --out, or the same flags'.format(
+                         args.out, recorded, path))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--batchsizes', type=int, nargs='+',
@@ -364,6 +442,12 @@ def main(argv=None):
                         help='Folder of the runs and the tables')
     parser.add_argument('--dataset-root',
                         help='Passed on to train_mnist.py')
+    parser.add_argument('--flags', default='',
+                        help='More train_mnist.py flags for every run, as '
+                        'one string (e.g. --flags="--lr 0.7071"); they go '
+                        'into the commands and the caption. An --out holds '
+                        'the runs of one set of flags (recorded in '
+                        '<out>/flags)')
     parser.add_argument('--rerun', action='store_true',
                         help='Run again the configurations already done')
     parser.add_argument('--noplot', dest='plot', action='store_false',
@@ -382,6 +466,7 @@ def main(argv=None):
                         'elapsed_time; exit with 1 if one differs, 2 if no '
                         'run is done in both')
     args = parser.parse_args(argv)
+    args.flags = check_flags(parser, args)
     if args.check is not None and args.same_as is not None:
         parser.error('--check and --same-as are two tasks: give one')
     if args.check is not None:
@@ -391,7 +476,11 @@ def main(argv=None):
             parser.error('--same-as: no folder {}'.format(args.same_as))
         return same_as(args)
 
+    check_out_flags(parser, args)
     os.makedirs(args.out, exist_ok=True)
+    if args.flags:
+        with open(flags_file(args.out), 'w') as f:
+            f.write(' '.join(shlex.quote(f) for f in args.flags) + '\n')
     results = {}
     for batchsize in args.batchsizes:
         for optimizer in args.optimizers:
