@@ -287,19 +287,25 @@ def test_check_nan_in_grads_called_alone_is_chainers():
     assert len(results[0][0]) == 2 and results[0][1:] == (True, True)
 
 
-def test_float16_master_copies_take_the_rule_path():
-    def make():
-        model = Mixed()
-        ref.fill(model, 0)
-        return model
+def make_mixed():
+    model = Mixed()
+    ref.fill(model, 0)
+    return model
 
+
+def fp32_update_at_first_step(opt, step, scale):
+    """Turns on float32 master copies and a static loss scale at step 0."""
+    if step == 0:
+        opt.use_fp32_update()
+        opt.loss_scaling(scale=scale)
+
+
+def test_float16_master_copies_take_the_rule_path():
     def step_fn(model, opt, step):
-        if step == 0:
-            opt.use_fp32_update()
-            opt.loss_scaling(scale=64.0)
+        fp32_update_at_first_step(opt, step, 64.0)
         train_step()(model, opt, step)
 
-    (model, opt), _ = run_both(make, 4, step_fn, **KWARGS)
+    (model, opt), _ = run_both(make_mixed, 4, step_fn, **KWARGS)
     assert batched_paths(opt) == ['/a/W', '/a/b']
     assert model.h.W.update_rule._fp32_param.array.dtype == numpy.float32
 
@@ -559,15 +565,8 @@ def test_hook_against_reference(dtype, kwargs):
 
 
 def test_hook_on_mixed_dtypes_and_a_link_added_after_setup():
-    def make():
-        model = Mixed()
-        ref.fill(model, 0)
-        return model
-
     def step_fn(model, opt, step):
-        if step == 0:
-            opt.use_fp32_update()
-            opt.loss_scaling(scale=32.0)
+        fp32_update_at_first_step(opt, step, 32.0)
         if step == 1:
             with model.init_scope():
                 model.extra = L.Linear(5, 5, initialW=0.5, initial_bias=0.1)
@@ -585,7 +584,7 @@ def test_hook_on_mixed_dtypes_and_a_link_added_after_setup():
             assert model.extra.W.update_rule is None
 
     (model, opt, hook), _ = run_hook_both(
-        make, 4, step_fn, weight_decay=1e-3, clip=True,
+        make_mixed, 4, step_fn, weight_decay=1e-3, clip=True,
         trust_coefficient=0.02)
     assert sorted(hook.observe()) == ['/a/W', '/a/b', '/h/W', '/h/b']
 
