@@ -353,9 +353,13 @@ def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
     out = tmp_path / 'results'
     with pytest.raises(SystemExit) as e:
         results.main(['--batchsizes', '32', '--epoch', '1', '--out',
-                      str(out), '--flags', flags])
+                      str(out), '--flags=' + flags])
     assert e.value.code == 2
-    assert '--flags' in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert '--flags {!r}'.format(flags) in err
+    assert err.count('usage:') == 1  # the trainer's is left out
+    if flags == '--lr -1':
+        assert 'refuses them: --lr must be positive and finite' in err
     assert not out.exists()  # refused before anything ran
 
 

@@ -29,7 +29,9 @@ header differs or is missing, and with 2 when a run is missing:
 """
 
 import argparse
+import contextlib
 import difflib
+import io
 import json
 import os
 import re
@@ -37,6 +39,7 @@ import shlex
 import subprocess
 import sys
 import time
+import warnings
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -392,12 +395,21 @@ def check_flags(parser, args):
                              args.flags, token, own_flag(token)))
     if flags:
         sys.path.insert(0, REPOSITORY)
-        from examples.mnist import train_mnist
+        with warnings.catch_warnings():
+            # CuPy's notes on missing libraries (NCCL) as Chainer imports
+            # it: the runs' own output keeps them.
+            warnings.simplefilter('ignore')
+            from examples.mnist import train_mnist
+        stderr = io.StringIO()
         try:
-            train_mnist.parse_args(flags)
+            with contextlib.redirect_stderr(stderr):
+                train_mnist.parse_args(flags)
         except SystemExit:
-            parser.error('--flags {!r}: train_mnist.py refuses them (its '
-                         'message is above)'.format(args.flags))
+            # The trainer's own message, without its usage.
+            message = stderr.getvalue().strip().splitlines()[-1]
+            parser.error('--flags {!r}: train_mnist.py refuses them: '
+                         '{}'.format(args.flags,
+                                     message.split('error: ', 1)[-1]))
     return flags
 
 
