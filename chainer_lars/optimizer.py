@@ -489,8 +489,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
             xp = device.xp
             with chainer.using_device(device):
                 flag = xp.all(xp.isfinite(g))
-            by_device.setdefault(str(device), (device, [], []))
-            _, where, flags = by_device[str(device)]
+            _, where, flags = by_device.setdefault(
+                str(device), (device, [], []))
             where.append(k)
             flags.append(flag)
         bad = []

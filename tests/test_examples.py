@@ -386,10 +386,13 @@ def test_mnist_results_with_flags(dataset_root, tmp_path, capsys):
         os.path.join(plain, 'b32-lars-s0'))
     # The runs of another set of flags are not taken for these.
     capsys.readouterr()
-    for out, flags in ((plain, '--lr 0.5'), (flagged, '--lr 0.25'),
-                       (flagged, '')):
+    for out, flags, task in ((plain, '--lr 0.5', []),
+                             (flagged, '--lr 0.25', []),
+                             (flagged, '', []),
+                             (flagged, '', ['--check']),
+                             (flagged, '', ['--same-as', plain])):
         with pytest.raises(SystemExit):
-            results.main(argv + ['--out', out, '--flags', flags])
+            results.main(argv + ['--out', out, '--flags', flags] + task)
         assert '--out {}: its runs were made with'.format(
             out) in capsys.readouterr().err
     # The same flags again: nothing runs.

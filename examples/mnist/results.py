@@ -161,7 +161,7 @@ def tables(results, args):
         args.epoch)
     if args.flags:
         caption += 'each optimizer with {} (otherwise on its defaults)'.format(
-            ' '.join(shlex.quote(f) for f in args.flags))
+            shlex.join(args.flags))
     else:
         caption += 'each optimizer on its defaults'
     if len(args.seeds) > 1:
@@ -394,7 +394,8 @@ def check_flags(parser, args):
                          'itself; use its own option'.format(
                              args.flags, token, own_flag(token)))
     if flags:
-        sys.path.insert(0, REPOSITORY)
+        if REPOSITORY not in sys.path:
+            sys.path.insert(0, REPOSITORY)
         with warnings.catch_warnings():
             # CuPy's notes on missing libraries (NCCL) as Chainer imports
             # it: the runs' own output keeps them.
@@ -425,7 +426,7 @@ def check_out_flags(parser, args):
             recorded = f.read().strip()
     except OSError:
         recorded = None
-    given = ' '.join(shlex.quote(f) for f in args.flags)
+    given = shlex.join(args.flags)
     if recorded is None:
         has_runs = os.path.isdir(args.out) and any(
             re.match(r'^b\d+-', name) for name in os.listdir(args.out))
@@ -481,6 +482,8 @@ def main(argv=None):
     args.flags = check_flags(parser, args)
     if args.check is not None and args.same_as is not None:
         parser.error('--check and --same-as are two tasks: give one')
+    # --check and --same-as read the runs of --out, too.
+    check_out_flags(parser, args)
     if args.check is not None:
         return check(args)
     if args.same_as is not None:
@@ -488,11 +491,10 @@ def main(argv=None):
             parser.error('--same-as: no folder {}'.format(args.same_as))
         return same_as(args)
 
-    check_out_flags(parser, args)
     os.makedirs(args.out, exist_ok=True)
     if args.flags:
         with open(flags_file(args.out), 'w') as f:
-            f.write(' '.join(shlex.quote(f) for f in args.flags) + '\n')
+            f.write(shlex.join(args.flags) + '\n')
     results = {}
     for batchsize in args.batchsizes:
         for optimizer in args.optimizers:
