@@ -109,13 +109,13 @@ from chainer import optimizer_hooks
 
 try:
     import chainer_lars
-    import chainer_lars.kernels
+    import chainer_lars.cpu
 except ImportError:
     # Run as a script from a source checkout without installing.
     sys.path.insert(0, os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
     import chainer_lars
-    import chainer_lars.kernels
+    import chainer_lars.cpu
 
 
 MODELS = ('mlp', 'cifar_resnet20', 'resnet50', 'one_32m', 'many_1k')
@@ -505,7 +505,7 @@ def machine_info(device):
         'chainer_lars': chainer_lars.__version__,
         'git': _git_commit(),
         # Numba-compiled or chunked NumPy passes for float32/float64.
-        'cpu_kernels': chainer_lars.kernels.backend(),
+        'cpu_kernels': chainer_lars.cpu.backend(),
         'cpu': _cpu_model(),
         'cpu_count': os.cpu_count(),
         'threads_env': {k: os.environ.get(k) for k in (

@@ -1,14 +1,9 @@
 """Argument checks, and the attribute descriptors that apply them.
 
-Every argument and settable attribute of the package is checked by one of
-the functions here, so that a bad value is refused at once, before anything
-the user had is changed, with an error that names the argument and the
-value. Each check takes the name to report and the value, and returns the
-value in canonical form (a Python ``float``, ``bool`` or ``int``).
-
-:class:`CheckedAttribute` and :class:`CheckedHyperparameter` run a check on
-every assignment, for the hook's attributes and the optimizer's
-hyperparameters alike.
+Every argument and settable attribute of the package is checked here, at
+once, before anything the user had is changed, with an error that names the
+argument and the value. Each check takes the name to report and the value,
+and returns the value in canonical form (``float``, ``bool`` or ``int``).
 """
 
 import math
@@ -24,24 +19,8 @@ def _describe(value):
 
 def real(name, value, minimum=None, exclusive=False, maximum=None,
          maximum_exclusive=True):
-    """Checks that ``value`` is a finite real number within bounds.
-
-    Args:
-        name (str): The name to report.
-        value: The value to check.
-        minimum (float or None): The lower bound, if any.
-        exclusive (bool): If ``True``, ``value`` must exceed ``minimum``.
-        maximum (float or None): The upper bound, if any.
-        maximum_exclusive (bool): If ``True``, ``value`` must be below
-            ``maximum``.
-
-    Returns:
-        float: ``value`` as a Python float.
-
-    Raises:
-        TypeError: ``value`` is not a real number (a ``bool`` is not one).
-        ValueError: ``value`` is not finite or is out of bounds.
-
+    """A finite real number (not a ``bool``) within the bounds given, as a
+    ``float``; ``exclusive`` and ``maximum_exclusive`` make them strict.
     """
     if (isinstance(value, (bool, numpy.bool_))
             or not isinstance(value, numbers.Real)):
@@ -68,18 +47,8 @@ def real(name, value, minimum=None, exclusive=False, maximum=None,
 
 
 def boolean(name, value):
-    """Checks that ``value`` is a ``bool`` or a ``numpy.bool_``.
-
-    Integers are refused: ``clip=1`` is more often a typo for a number
-    argument than a way to write ``True``.
-
-    Returns:
-        bool: ``value`` as a Python bool.
-
-    Raises:
-        TypeError: ``value`` is of another type.
-
-    """
+    """A ``bool`` or ``numpy.bool_``, as a ``bool``. Integers are refused:
+    ``clip=1`` is more often a typo for a number than ``True``."""
     if not isinstance(value, (bool, numpy.bool_)):
         raise TypeError('{} must be a bool, not {}'.format(
             name, _describe(value)))
@@ -87,16 +56,7 @@ def boolean(name, value):
 
 
 def count(name, value):
-    """Checks that ``value`` is a non-negative integer.
-
-    Returns:
-        int: ``value`` as a Python int.
-
-    Raises:
-        TypeError: ``value`` is not an integer (a ``bool`` is not one).
-        ValueError: ``value`` is negative.
-
-    """
+    """A non-negative integer (not a ``bool``), as an ``int``."""
     if (isinstance(value, (bool, numpy.bool_))
             or not isinstance(value, numbers.Integral)):
         raise TypeError('{} must be an int, not {}'.format(
@@ -108,12 +68,7 @@ def count(name, value):
 
 
 def string(name, value):
-    """Checks that ``value`` is a ``str``.
-
-    Raises:
-        TypeError: ``value`` is of another type.
-
-    """
+    """A ``str``."""
     if not isinstance(value, str):
         raise TypeError('{} must be a str, not {}'.format(
             name, _describe(value)))
@@ -121,25 +76,9 @@ def string(name, value):
 
 
 def pattern(name, value):
-    """Compiles one regular expression on ``str``.
-
-    Parameter paths are ``str``; a ``bytes`` pattern, plain or compiled,
-    could never match one (:func:`re.search` would raise at the first
-    update), so it is refused here.
-
-    Args:
-        name (str): The name to report.
-        value (str or re.Pattern): The expression.
-
-    Returns:
-        re.Pattern: The compiled expression.
-
-    Raises:
-        TypeError: ``value`` is neither a ``str`` nor a compiled ``str``
-            pattern.
-        ValueError: ``value`` is not a valid regular expression.
-
-    """
+    """One regular expression on ``str`` (plain or compiled), compiled. A
+    ``bytes`` pattern could never match a parameter path (``re.search``
+    would raise at the first update), so it is refused here."""
     if isinstance(value, re.Pattern):
         if not isinstance(value.pattern, str):
             raise TypeError(
@@ -159,19 +98,8 @@ def pattern(name, value):
 
 
 def patterns(name, values):
-    """Compiles a list of regular expressions on ``str``.
-
-    A single ``str`` or compiled pattern is taken as a list of one.
-
-    Returns:
-        tuple of re.Pattern: The compiled expressions.
-
-    Raises:
-        TypeError: ``values`` is not an iterable of ``str`` or compiled
-            ``str`` patterns (``bytes`` is refused, not iterated).
-        ValueError: one of them is not a valid regular expression.
-
-    """
+    """A list of :func:`pattern` s as a tuple; a single ``str`` or compiled
+    pattern is a list of one, ``bytes`` is refused (not iterated)."""
     if values is None:
         return ()
     if isinstance(values, (str, re.Pattern)):
@@ -194,18 +122,9 @@ def patterns(name, values):
 
 class CheckedAttribute(object):
 
-    """An instance attribute whose every assignment is checked.
-
-    The checked value is stored in the instance as ``_<name>``, where the
-    class's own code reads it without going through the descriptor.
-
-    Args:
-        check (callable): ``check(name, value, **options)``, one of the
-            functions of this module; it returns the value to store or
-            raises.
-        options: Passed to ``check``, e.g. ``minimum=0.0``.
-
-    """
+    """An instance attribute whose every assignment is checked by
+    ``check(name, value, **options)``, one of this module's functions; the
+    value is kept under its own name in the instance's ``__dict__``."""
 
     def __init__(self, check, **options):
         self._check = check
@@ -222,23 +141,18 @@ class CheckedAttribute(object):
     def __get__(self, obj, cls=None):
         if obj is None:
             return self
-        return getattr(obj, '_' + self.name)
+        return obj.__dict__[self.name]
 
     def __set__(self, obj, value):
         # Checked first: a refused value leaves the old one in place.
-        setattr(obj, '_' + self.name, self.check(value))
+        obj.__dict__[self.name] = self.check(value)
 
 
 class CheckedHyperparameter(CheckedAttribute):
 
-    """An optimizer attribute kept in its hyperparameter, checked on set.
-
-    Like :class:`chainer.optimizer.HyperparameterProxy`: the value lives in
-    ``optimizer.hyperparam``, where the update rules read it, so that
-    Chainer's trainer extensions (``ExponentialShift``, ``LinearShift``,
-    :class:`~chainer_lars.WarmupPolynomialShift`, ...) can drive it with
-    ``setattr``; but a bad value is refused with an error that names it.
-
+    """An optimizer attribute kept in ``optimizer.hyperparam``, where the
+    update rules read it (as :class:`chainer.optimizer.HyperparameterProxy`,
+    so that schedule extensions drive it with ``setattr``), checked on set.
     """
 
     def __set_name__(self, owner, name):
@@ -255,14 +169,8 @@ class CheckedHyperparameter(CheckedAttribute):
 
 
 def find_check(obj, attr):
-    """The check of ``obj``'s attribute ``attr``, or ``None``.
-
-    Returns:
-        callable or None: ``check(value)`` of the
-        :class:`CheckedAttribute` that defines ``attr`` on ``obj``'s class,
-        or ``None`` when the attribute is not a checked one.
-
-    """
+    """``check(value)`` of ``obj``'s checked attribute ``attr``, or
+    ``None`` when it is not a checked one."""
     descriptor = getattr(type(obj), attr, None)
     if isinstance(descriptor, CheckedAttribute):
         return descriptor.check

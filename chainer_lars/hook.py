@@ -1,139 +1,30 @@
-"""GradientLARS: the LARS pre-update hook."""
+"""GradientLARS: the LARS pre-update hook, a face of the engine."""
 
-import collections
-import math
 import weakref
 
 import numpy
 
 import chainer
-from chainer.backends import cuda
 
 from chainer_lars import checks
+from chainer_lars import engine
 from chainer_lars import exclusions
-from chainer_lars import kernels
-from chainer_lars import multi_tensor as _mt
-from chainer_lars import observations as _observations
-from chainer_lars import ratio
-
-
-def _cuda_kernels():
-    # Imported on first use: the module needs CuPy.
-    from chainer_lars import cuda_kernels
-    return cuda_kernels
-
-
-_UNSET = object()
-
-
-class _Batch(object):
-
-    """A multi-tensor group of the hook, with its settings table."""
-
-    __slots__ = ('group', 'hyper', 'uses_wd', 'adapt', '_inputs')
-
-    def __init__(self, group, uses_wd, adapt):
-        self.group = group
-        self.hyper = numpy.zeros((len(group), _mt.HOOK_COLUMNS))
-        self.hyper[:, _mt.HOOK_ADAPT] = adapt
-        self.uses_wd = numpy.array(uses_wd, dtype=numpy.float64)
-        self.adapt = adapt
-        self._inputs = (_UNSET, _UNSET, _UNSET)
-
-    def settings(self, weight_decay, scales, clips):
-        """The settings table for this update.
-
-        Columns are rewritten only when their inputs changed: converting
-        the lists costs more than comparing them, and they rarely change.
-
-        """
-        hyper = self.hyper
-        last_wd, last_scales, last_clips = self._inputs
-        if weight_decay != last_wd:
-            hyper[:, _mt.HOOK_WEIGHT_DECAY] = weight_decay * self.uses_wd
-        if scales != last_scales:
-            hyper[:, _mt.HOOK_LOSS_SCALE] = [
-                1.0 if scale is None else scale for scale in scales]
-        if clips != last_clips:
-            hyper[:, _mt.HOOK_CLIP_LR] = -1.0 if clips is None else [
-                -1.0 if clip_lr is None else clip_lr for clip_lr in clips]
-        self._inputs = (weight_decay, scales, clips)
-        return hyper
-
-
-class _Plan(object):
-
-    """How the hook visits the parameters while the model's structure holds.
-
-    Built from the target's parameters; :meth:`matches` tells whether they
-    are still the same objects, with the same update rules, ``enabled``
-    flags and arrays (compared by identity, each list in one go).
-
-    Attributes:
-        batches (list of _Batch): The multi-tensor groups.
-        float16 (list): ``(param, rule, path, adapt)`` of the float16
-            parameters, rescaled inside their rules by a delegate.
-        cupy (list): ``(param, rule, path, uses_wd, adapt)`` of the CuPy
-            parameters that the CUDA kernels batch per update.
-        singles (list): ``(param, rule, path, uses_wd, adapt)`` of the
-            rest, the per-array path.
-
-    """
-
-    __slots__ = ('_objects', '_ids', '_disabled', 'batches', 'float16',
-                 'cupy', 'singles')
-
-    def __init__(self, params, batches, float16, cupy, singles):
-        rules = list(map(_mt.UPDATE_RULE, params))
-        arrays = list(map(_mt.ARRAY, params))
-        # Holding the objects keeps their ids from being reused.
-        self._objects = (params, rules, arrays)
-        self._ids = _ids(params, rules, arrays)
-        self._disabled = _disabled(rules)
-        self.batches = batches
-        self.float16 = float16
-        self.cupy = cupy
-        self.singles = singles
-
-    def matches(self, params):
-        rules = list(map(_mt.UPDATE_RULE, params))
-        return (self._ids == _ids(params, rules, map(_mt.ARRAY, params))
-                and self._disabled == _disabled(rules))
-
-
-def _ids(*lists):
-    return [list(map(id, objects)) for objects in lists]
-
-
-def _disabled(rules):
-    return [rule is not None and not rule.enabled for rule in rules]
+from chainer_lars import layout as L
 
 
 class _RuleDelegate(object):
 
     """Runs a GradientLARS on one float16 parameter inside its update rule.
 
-    The optimizer calls its hooks before the update rule divides the
-    gradient by the loss scale and before it makes the float32 master copy
-    (``use_fp32_update()``). For float32 and float64 gradients the hook
-    folds the loss scale into its arithmetic; a float16 gradient cannot hold
-    the rescaled result multiplied by the loss scale without overflowing, so
-    it is rescaled here instead, after the rule has unscaled it and on the
-    master copy when there is one.
-
-    The hook arms the delegate for one update of one optimizer: the update
-    whose ``t`` follows the optimizer's ``t`` at the hook's call (Chainer's
-    optimizers call their pre-update hooks, then increment ``t``, then
-    update each parameter). A delegate called in any other update does
-    nothing, so an update that never reached the rule (dynamic loss scaling
-    skipped it) leaves nothing behind: once the hook is removed from the
-    optimizer, no further gradient is rescaled.
-
-    The delegate holds its hook, so that a copy or an unpickled optimizer
-    holds delegates of the copied hook. Arming is not copied.
-
-    Args:
-        hook (GradientLARS): The hook to run.
+    Chainer calls optimizer hooks before the rule divides out the loss scale
+    and makes the float32 master copy; a float16 gradient cannot hold the
+    rescaled result times the loss scale, so it is rescaled here instead,
+    after the division and on the master copy when there is one. The hook
+    arms the delegate for the update whose ``t`` follows the optimizer's
+    (hooks run, then ``t`` is incremented, then the rules); called in any
+    other update it does nothing, so a skipped update leaves nothing behind
+    and a removed hook rescales nothing more. It holds its hook, so that a
+    copied optimizer's delegates hold the copied hook; arming is not copied.
 
     """
 
@@ -172,98 +63,53 @@ class GradientLARS(exclusions.ExclusionProperties):
 
     """Layer-wise adaptive rate scaling of the gradients (LARS).
 
-    A pre-update hook that rescales each parameter's gradient in place. See
-    `Large Batch Training of Convolutional Networks
-    <https://arxiv.org/abs/1708.03888>`_ and, for ``threshold`` and ``eps``,
-    `Convergence Analysis of Gradient Descent Algorithms with Proportional
-    Updates <https://arxiv.org/abs/1801.03137>`_.
-
-    For each parameter array :math:`w` with gradient :math:`g`,
+    A pre-update hook that rescales each parameter's gradient in place (`You
+    et al. <https://arxiv.org/abs/1708.03888>`_; ``threshold`` and ``eps``
+    from `arXiv:1801.03137 <https://arxiv.org/abs/1801.03137>`_):
 
     .. math::
 
-        r &= \\eta \\frac{\\|w\\|}{\\epsilon + \\|g\\| + \\lambda \\|w\\|}
-             \\quad \\text{if } \\|w\\| > \\tau, \\quad 1 \\text{ otherwise},
-             \\\\
-        g &\\leftarrow r (g + \\lambda w),
+        r = \\eta \\frac{\\|w\\|}{\\epsilon + \\|g\\| + \\lambda \\|w\\|}
+            \\ \\text{if } \\|w\\| > \\tau \\text{, else } 1, \\qquad
+        g \\leftarrow r (g + \\lambda w).
 
-    with :math:`\\lambda` the weight decay, :math:`\\eta` the trust
-    coefficient and :math:`\\tau` the threshold. The optimizer (usually
-    :class:`~chainer.optimizers.MomentumSGD`) then applies ``g`` with its own
-    learning rate, which plays the part of the paper's global rate; with
-    the default ``trust_coefficient=1`` that rate is small (about 1e-2 to
-    1e-1), as with Chainer's own hook.
-
-    With default arguments this is a drop-in replacement for
-    :class:`chainer.optimizer_hooks.GradientLARS`, and unlike it, it is
-    correct under ``optimizer.loss_scaling()`` (the result equals the
-    unscaled run), takes norms of float16 arrays in float32 (and of the
-    float32 master copy under ``use_fp32_update()``), runs a fused CUDA
-    kernel on GPU with the ratio kept on the device, and offers the trust
-    coefficient, LARC clipping and exclusion lists.
-
-    **How it is called.** Registered with ``optimizer.add_hook(hook)``, it is
-    called once per update with the optimizer (``call_for_each_param`` is
-    ``False``) and visits every parameter itself, which gives it each
-    parameter's path for the exclusion lists. It can also be registered on
-    a single update rule (``param.update_rule.add_hook(hook)``); it then
-    runs after the rule has unscaled the gradient, but sees only the
-    parameter, not its path, so the exclusion patterns are searched in
-    ``'/' + param.name`` (``'/b'``, ``'/gamma'``) there.
-
-    Float16 gradients are rescaled inside their update rules, by a small
-    delegate the hook registers on each such rule; a call of the hook
-    rescales them in the optimizer update that follows it, and in no other,
-    so that once the hook is removed nothing more is rescaled, even after
-    an update that dynamic loss scaling skipped.
-
-    The hook, and an optimizer that holds it, can be pickled and deep
-    copied, also after float16 updates; the copy continues exactly like the
-    original. What :meth:`observe` reports is not copied: a copy reports
-    nothing until its first update.
+    With the defaults it is a drop-in for
+    :class:`chainer.optimizer_hooks.GradientLARS`, correct under loss
+    scaling and in float16 (the README's "Using the hook" says how).
+    Registered with ``optimizer.add_hook(hook)`` it is called once per
+    update and sees every parameter's path; on one update rule it searches
+    the exclusion patterns in ``'/' + param.name``.
 
     Args:
-        threshold (float): The ratio is applied only to arrays with
-            ``||w|| > threshold``; smaller ones (zero-initialised biases,
-            BatchNorm beta) keep ``r = 1``.
-        weight_decay (float): The weight decay :math:`\\lambda`, added to the
-            gradient and to the ratio's denominator.
-        eps (float): Added to the denominator for numerical stability.
-        trust_coefficient (float): The paper's :math:`\\eta`, a factor on
-            the ratio.
-        clip (bool): LARC clipping: the effective step is
-            ``min(r * lr, lr)``, i.e. the ratio is divided by the update
-            rule's ``lr`` and capped at 1. Needs an update rule that has a
-            hyperparameter ``lr``.
-        exclude_from_weight_decay (list of str): Regular expressions; a
-            parameter whose path (as :meth:`chainer.Link.namedparams`
-            spells it, e.g. ``'/predictor/conv1/b'``) matches one
-            (:func:`re.search`) gets no weight decay, in the gradient nor in
-            the denominator, but is still adapted.
-        exclude_from_layer_adaptation (list of str): Regular expressions; a
-            matching parameter gets ``r = 1`` but keeps its weight decay.
-        multi_tensor (bool): Called with the optimizer, rescale all the
-            float32 (or float64) arrays of one device together: on CPU in
-            one compiled call per update and dtype (see
-            :mod:`chainer_lars.multi_tensor`), with the per-array path's
-            result bit for bit; on GPU in two kernel launches per update,
-            instead of two per array. ``False`` keeps the per-array passes.
+        threshold (float): ``r = 1`` unless ``||w|| > threshold``.
+        weight_decay (float): :math:`\\lambda`.
+        eps (float): Added to the denominator.
+        trust_coefficient (float): :math:`\\eta`.
+        clip (bool): LARC clipping, ``r <- min(r / lr, 1)`` with the update
+            rule's ``lr``.
+        exclude_from_weight_decay (list of str): Regular expressions
+            searched in the parameter paths: no weight decay there.
+        exclude_from_layer_adaptation (list of str): Likewise: ``r = 1``.
+        multi_tensor (bool): Rescale the arrays of one device and dtype
+            together (one compiled call on CPU, two launches on GPU).
 
     Attributes:
-        ~GradientLARS.threshold (float): See above.
-        ~GradientLARS.weight_decay (float): See above.
-        ~GradientLARS.eps (float): See above.
-        ~GradientLARS.trust_coefficient (float): See above.
-        ~GradientLARS.clip (bool): See above.
-        ~GradientLARS.timing (str): ``'pre'``.
-        ~GradientLARS.call_for_each_param (bool): ``False``: called once per
-            update with the optimizer.
+        ~GradientLARS.threshold, ~GradientLARS.weight_decay,
+        ~GradientLARS.eps, ~GradientLARS.trust_coefficient,
+        ~GradientLARS.clip: As above; settable, checked on assignment.
 
     """
 
     name = 'GradientLARS'
     call_for_each_param = False
     timing = 'pre'
+
+    threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
+    weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
+    eps = checks.CheckedAttribute(checks.real, minimum=0.0)
+    trust_coefficient = checks.CheckedAttribute(
+        checks.real, minimum=0.0, exclusive=True)
+    clip = checks.CheckedAttribute(checks.boolean)
 
     def __init__(self, threshold=1e-2, weight_decay=0.0, eps=1e-9, *,
                  trust_coefficient=1.0, clip=False,
@@ -276,27 +122,19 @@ class GradientLARS(exclusions.ExclusionProperties):
         self.clip = clip
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
-        self._observations = {}
-        self._observed_tables = []
-        self._plans = _mt.PlanCache()
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
-        self._tables = None
-
-    threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
-    weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
-    eps = checks.CheckedAttribute(checks.real, minimum=0.0)
-    trust_coefficient = checks.CheckedAttribute(
-        checks.real, minimum=0.0, exclusive=True)
-    clip = checks.CheckedAttribute(checks.boolean)
+        self._plans = engine.PlanCache()
+        # Groups of one array (per-rule calls, float16 delegates), by
+        # parameter, and what the last update ran, for observe().
+        self._singles = {}
+        self._observed = {}
 
     def __getstate__(self):
-        # The observations are those of the last update made by this object,
-        # and the GPU tables hold device memory: a copy or an unpickled hook
-        # starts without both, and makes them as it needs them.
+        # Observations and GPU tables are the original's: a copy starts
+        # without them.
         state = self.__dict__.copy()
-        state['_observations'] = {}
-        state['_observed_tables'] = []
-        state['_tables'] = None
+        state['_singles'] = {}
+        state['_observed'] = {}
         return state
 
     def __repr__(self):
@@ -321,6 +159,13 @@ class GradientLARS(exclusions.ExclusionProperties):
                 'hook(update_rule, param), got {} arguments'.format(
                     len(args)))
 
+    def _fill(self, rows, uses_wd, adapt):
+        rows[:, L.WEIGHT_DECAY] = self.weight_decay * uses_wd
+        rows[:, L.EPS] = self.eps
+        rows[:, L.TRUST_COEFFICIENT] = self.trust_coefficient
+        rows[:, L.THRESHOLD] = self.threshold
+        rows[:, L.ADAPT] = adapt
+
     def _update_all(self, optimizer):
         target = getattr(optimizer, 'target', None)
         if target is None:
@@ -334,89 +179,47 @@ class GradientLARS(exclusions.ExclusionProperties):
         # Everything is read and checked before anything changes, so that
         # a configuration error (clip=True on a rule without 'lr') leaves
         # every gradient, array and rule as it was.
-        clip = self._clip
-        batched = []
-        for batch in plan.batches:
-            group = batch.group
-            grads = list(map(_mt.GRAD, group.params))
-            scales = list(map(_mt.LOSS_SCALE, group.params))
-            clips = None
-            if clip:
-                clips = [
-                    self._clip_lr(rule, path) if adapt and g is not None
-                    and g.size else None
-                    for rule, path, adapt, g in zip(
-                        group.rules, group.paths, batch.adapt, grads)]
-            batched.append((batch, grads, scales, clips))
-        delegates = []
-        for param, rule, path, adapt in plan.float16:
+        jobs = []
+        for group in plan.groups:
+            uses_wd, adapt = group.static
+            grads = list(map(engine.GRAD, group.params))
+            clips = [-1.0] * len(group)
+            if self.clip:
+                clips = [self._clip_lr(rule, path) if a and g is not None
+                         and g.size else -1.0 for rule, path, a, g in zip(
+                             group.rules, group.paths, adapt, grads)]
+            jobs.append((group, grads, clips, uses_wd, adapt))
+        others = []
+        for param, rule, path, adapt in plan.others:
             g = param.grad
             if g is not None and g.size:
-                if clip and adapt:
+                if self.clip and adapt:
                     self._clip_lr(rule, path)
-                delegates.append((rule, path))
-        singles = []
-        for param, rule, path, uses_wd, adapt in plan.singles:
-            job = self._job(param, rule, path, uses_wd, adapt)
-            if job is not None:
-                singles.append(job)
-        cupy_batches = collections.OrderedDict()
-        for param, rule, path, uses_wd, adapt in plan.cupy:
-            job = self._job(param, rule, path, uses_wd, adapt)
-            if job is None:
-                continue
-            w, g = param.array, param.grad
-            if not _cuda_kernels().supports(w, g):
-                singles.append(job)
-                continue
-            _, _, loss_scale, _, _, clip_lr = job
-            key = (param.device.name, g.dtype, loss_scale, clip_lr)
-            if not self._multi_tensor:
-                key += (path,)
-            cupy_batches.setdefault(key, (param.device, []))[1].append(
-                (path, w, g, uses_wd, adapt))
+                others.append((param, rule, path))
 
-        self._observations.clear()
-        self._observed_tables = []
-        for rule, path in delegates:
-            self._delegate(rule).arm(optimizer, path)
-        form = self._form()
-        for batch, grads, scales, clips in batched:
-            group = batch.group
-            hyper = batch.settings(self._weight_decay, scales, clips)
-            rejected = group.executor.hook_rescale(
-                group, grads, hyper, form, self._eps,
-                self._trust_coefficient)
-            for k in rejected:
-                # A gradient the executor cannot take (another dtype or
-                # layout this time) takes the per-array path.
-                if grads[k] is not None and grads[k].size:
-                    singles.append((
-                        group.params[k], group.paths[k],
-                        float(hyper[k, _mt.HOOK_LOSS_SCALE]),
-                        bool(batch.uses_wd[k]), batch.adapt[k],
-                        None if clips is None else clips[k]))
-            # Read in observe(): on a GPU, that is a transfer.
-            self._observed_tables.append(group)
-        for key, (device, items) in cupy_batches.items():
-            self._rescale_on_device(device, items, key[2], key[3])
-        for job in singles:
-            self._rescale_with(*job)
-
-    def _job(self, param, rule, path, uses_wd, adapt):
-        """The arguments of :meth:`_rescale_with`, or ``None`` (no grad)."""
-        g = param.grad
-        if g is None or g.size == 0:
-            return None
-        clip_lr = self._clip_lr(rule, path) if adapt else None
-        loss_scale = param._loss_scale
-        loss_scale = 1.0 if loss_scale is None else float(loss_scale)
-        return param, path, loss_scale, uses_wd, adapt, clip_lr
+        self._observed = {}
+        for param, rule, path in others:
+            if param.dtype == numpy.float16:
+                self._delegate(rule).arm(optimizer, path)
+        for group, grads, clips, uses_wd, adapt in jobs:
+            rows = group.rows
+            self._fill(rows, uses_wd, adapt)
+            rows[:, L.CLIP_LR] = clips
+            scales = list(map(engine.LOSS_SCALE, group.params))
+            rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
+            for k in engine.run(group, grads, L.RESCALE):
+                self._unsupported(group.paths[k], group.weights[k], grads[k])
+            self._observed[id(group)] = group
+        for param, rule, path in others:
+            if param.dtype != numpy.float16:  # ChainerX
+                scale = param._loss_scale
+                self._rescale(rule, param, path,
+                              1.0 if scale is None else scale)
 
     def _build_plan(self, target, params):
         paths = {id(param): path for path, param in target.namedparams()}
-        grouper = _mt.Grouper()
-        float16, cupy, singles = [], [], []
+        plan = engine.Plan(params, _enabled)
+        grouper = engine.Grouper()
         for param in params:
             rule = param.update_rule
             w = param.array
@@ -425,66 +228,33 @@ class GradientLARS(exclusions.ExclusionProperties):
                 # rule (a link added after setup()) or with a disabled one.
                 continue
             path = paths[id(param)]
-            uses_wd, adapt = self._rules.lookup(path)
-            xp = param.device.xp
             if (w.dtype == numpy.float16
-                    and xp is not chainer.backend.chainerx):
-                float16.append((param, rule, path, adapt))
-                continue
-            if self._multi_tensor:
-                group = grouper.group_for(param.device, w.dtype, w)
-                if group is not None:
-                    group.add(path, param, rule, w)
-                    continue
-            if xp is cuda.cupy:
-                # The CUDA kernels' tables, per update (one array per table
-                # with multi_tensor=False).
-                cupy.append((param, rule, path, uses_wd, adapt))
-                continue
-            singles.append((param, rule, path, uses_wd, adapt))
-        batches = []
-        for group in grouper.groups():
-            flags = [self._rules.lookup(path) for path in group.paths]
-            batches.append(_Batch(group, [f[0] for f in flags],
-                                  [f[1] for f in flags]))
-        return _Plan(params, batches, float16, cupy, singles)
+                    or engine.executor_for(param.device) is None):
+                # float16: rescaled inside its rule, after the loss scale
+                # is divided out (_RuleDelegate); ChainerX: one at a time.
+                plan.others.append((param, rule, path,
+                                    self._rules.lookup(path)[1]))
+            else:
+                grouper.add(None if self._multi_tensor else path,
+                            param.device, path, param, rule, w)
+        plan.groups = grouper.groups()
+        for group in plan.groups:
+            flags = numpy.array([self._rules.lookup(p) for p in group.paths],
+                                dtype=numpy.float64).reshape(-1, 2)
+            group.static = (flags[:, 0], flags[:, 1])
+        return plan
 
-    def _form(self):
-        return ratio.hook_form(self._threshold)
-
-    def _rescale_on_device(self, device, items, loss_scale, clip_lr):
-        """Rescales CuPy arrays of one dtype in two kernel launches.
-
-        Args:
-            items (list): ``(path, w, g, uses_weight_decay, adapt)`` each.
-
-        """
-        cuda_kernels = _cuda_kernels()
-        if self._tables is None:
-            self._tables = cuda_kernels.TableCache(capacity=1024)
-        rows = cuda_kernels.settings(
-            len(items), [self._weight_decay if uses_wd else 0.0
-                         for _, _, _, uses_wd, _ in items],
-            self._eps, self._trust_coefficient, loss_scale,
-            [adapt for _, _, _, _, adapt in items], clip_lr=clip_lr)
-        with chainer.using_device(device):
-            stats = cuda_kernels.hook_update(
-                device.xp, self._tables, items[0][1].dtype,
-                [item[1] for item in items], [item[2] for item in items],
-                rows, self._form()).stats
-        for row, item in enumerate(items):
-            self._observations[item[0]] = _observations.DeviceObservation(
-                stats, row, loss_scale)
+    def _unsupported(self, path, w, g):
+        if g is not None:
+            raise TypeError(
+                'GradientLARS rescales float16, float32 and float64 '
+                "gradients of their weight's dtype on GPU; {} has a "
+                '{} weight and a {} gradient'.format(path, w.dtype, g.dtype))
 
     def _delegate(self, rule):
-        """This hook's delegate on ``rule``, registered there on first use.
-
-        It is looked up on the rule, not in a table of the hook's, so that
-        a deep copy or an unpickled optimizer finds the copied delegate on
-        each copied rule. Chainer offers no public way to list a rule's
-        hooks; ``_hookable`` is where Chainer 7.8.1 keeps them.
-
-        """
+        """This hook's delegate on ``rule``, registered on first use; looked
+        up on the rule (Chainer 7.8.1 keeps its hooks in ``_hookable``), so
+        that a copied optimizer finds the copied delegate."""
         registry = rule._hookable
         for hook in registry._pre_update_hooks.values():
             if isinstance(hook, _RuleDelegate) and hook.hook is self:
@@ -499,8 +269,6 @@ class GradientLARS(exclusions.ExclusionProperties):
         return delegate
 
     def _clip_lr(self, rule, path):
-        if not self._clip:
-            return None
         lr = getattr(getattr(rule, 'hyperparam', None), 'lr', None)
         if lr is None:
             raise TypeError(
@@ -510,84 +278,50 @@ class GradientLARS(exclusions.ExclusionProperties):
         return checks.real('lr of ' + path, lr, minimum=0.0)
 
     def _rescale(self, rule, param, path, loss_scale):
-        """Rescales one parameter's gradient in place.
-
-        ``loss_scale`` is the factor by which the stored gradient still
-        exceeds the true one; the result is stored with the same factor, so
-        that the update rule's later division gives the right gradient.
-
-        """
+        """Rescales one parameter's gradient in place, through a group of
+        one; ``loss_scale`` is the factor by which the stored gradient still
+        exceeds the true one (the result keeps it)."""
         w = param.array
         g = None if w is None else param.grad
         if g is None or g.size == 0:
             return
         uses_wd, adapt = self._rules.lookup(path)
-        clip_lr = self._clip_lr(rule, path) if adapt else None
-        self._rescale_with(param, path, loss_scale, uses_wd, adapt, clip_lr)
-
-    def _rescale_with(self, param, path, loss_scale, uses_wd, adapt,
-                      clip_lr):
-        """:meth:`_rescale` with the settings of the parameter given."""
-        w = param.array
-        g = param.grad
+        clip_lr = self._clip_lr(rule, path) if adapt and self.clip else -1.0
         device = param.device
         if device.xp is chainer.backend.chainerx:
             # As Chainer's update rules do: the NumPy or CuPy arrays that
-            # share a ChainerX array's memory, rewritten in place below.
+            # share a ChainerX array's memory.
             w, g = chainer.backend.from_chx(w), chainer.backend.from_chx(g)
             device = chainer.backend.get_device_from_array(w)
-        xp = device.xp
-        if xp is not numpy:
-            cuda_kernels = _cuda_kernels()
-            if cuda_kernels.supports(w, g):
-                self._rescale_on_device(
-                    device, [(path, w, g, uses_wd, adapt)], loss_scale,
-                    clip_lr)
-                return
-            # Not C-contiguous: the kernels rescale a contiguous copy,
-            # which is then copied back.
-            with chainer.using_device(device):
-                w_copy = xp.ascontiguousarray(w)
-                copy = xp.ascontiguousarray(g)
-                if not cuda_kernels.supports(w_copy, copy):
-                    raise TypeError(
-                        'GradientLARS rescales float16, float32 and float64 '
-                        "gradients of their weight's dtype on GPU; {} has a "
-                        '{} weight and a {} gradient'.format(
-                            path, w.dtype, g.dtype))
-                self._rescale_on_device(
-                    device, [(path, w_copy, copy, uses_wd, adapt)],
-                    loss_scale, clip_lr)
-                g[...] = copy
-            return
-        wd = self._weight_decay if uses_wd else 0.0
-        w_sq, g_sq = kernels.sqnorms(w, g)
-        w_norm = math.sqrt(w_sq)
-        g_norm = math.sqrt(g_sq) / loss_scale
-        r = 1.0
-        if adapt:
-            r = self._form().ratio(w_norm, g_norm, wd, self._eps,
-                                   self._trust_coefficient, clip_lr)
-        kernels.scale_add(g, r, w, r * (loss_scale * wd))
-        self._observations[path] = (r, w_norm, g_norm)
+        if len(self._singles) > 4096:
+            self._singles.clear()
+        key = id(param)
+        cached = self._singles.get(key, (None, None))[1]
+        group = engine.group_of_one(cached, device, path, w)
+        self._singles[key] = (param, group)
+        rows = group.rows
+        self._fill(rows, uses_wd, adapt)
+        rows[:, L.CLIP_LR] = clip_lr
+        rows[:, L.LOSS_SCALE] = loss_scale
+        if engine.run(group, [g], L.RESCALE):
+            self._unsupported(path, w, g)
+        self._observed[path] = group
 
     def observe(self):
         """The ratios and norms of the last update, per parameter path.
 
         Returns:
-            dict: ``{path: (ratio, ||w||, ||g||)}`` as floats, with ``g``
-            the unscaled gradient before rescaling, and the ratio the
-            update applied, recorded where it was computed. Values on a GPU
-            are brought to the host here, once per call: call it at an
+            dict: ``{path: (ratio, ||w||, ||g||)}`` as floats, ``g`` the
+            unscaled gradient before rescaling, the ratio the update
+            applied. On a GPU this is one transfer per group: call it at an
             interval, not on every iteration.
 
         """
-        fetched = {}
-        result = {path: _observations.to_host(record, fetched)
-                  for path, record in self._observations.items()}
-        for group in self._observed_tables:
-            table = group.executor.observe(group)
-            for path, row in zip(group.paths, table.tolist()):
-                if row[0] == row[0]:  # NaN: not in the last update
-                    result[path] = tuple(row)
+        result = {}
+        for group in self._observed.values():
+            result.update(engine.observe(group))
         return result
+
+
+def _enabled(rules):
+    return [rule is not None and rule.enabled for rule in rules]

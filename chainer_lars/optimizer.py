@@ -1,7 +1,11 @@
-"""LARS: the layer-wise adaptive rate scaling momentum optimizer."""
+"""LARS: the layer-wise adaptive rate scaling momentum optimizer.
+
+A face of :mod:`chainer_lars.engine`: :class:`LARS` updates its arrays as
+groups (``multi_tensor=True``), :class:`LARSRule` one array as a group of
+one, through the same executors and the same settings rows.
+"""
 
 import collections
-import math
 import operator
 import warnings
 
@@ -12,11 +16,9 @@ from chainer import optimizer
 from chainer import variable
 
 from chainer_lars import checks
+from chainer_lars import engine
 from chainer_lars import exclusions
-from chainer_lars import kernels
-from chainer_lars import multi_tensor as _mt
-from chainer_lars import observations as _observations
-from chainer_lars import ratio
+from chainer_lars import layout as L
 
 
 _default_hyperparam = optimizer.Hyperparameter()
@@ -27,18 +29,62 @@ _default_hyperparam.trust_coefficient = 1e-3
 _default_hyperparam.eps = 0.0
 _default_hyperparam.nesterov = False
 
+#: The rule hyperparameters, in the order of the layout's first columns.
+_HYPER = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
+          'trust_coefficient')
+assert L.COLUMNS[:len(_HYPER)] == _HYPER
+_HYPER_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
+#: The checks of the constructor, applied again at update time to values
+#: set on a hyperparameter directly (``opt.hyperparam.lr = -1``).
+_CHECKS = {
+    'lr': dict(minimum=0.0), 'momentum': dict(minimum=0.0, maximum=1.0),
+    'weight_decay': dict(minimum=0.0), 'eps': dict(minimum=0.0),
+    'trust_coefficient': dict(minimum=0.0, exclusive=True)}
+
+
+def _check_rows(rows, checked, paths):
+    """Checks the hyperparameters in ``rows`` where they differ from
+    ``checked`` (the values last checked); returns those to keep."""
+    hyper = rows[:, :len(_HYPER)]
+    if checked is not None and numpy.array_equal(hyper, checked):
+        return checked
+    with numpy.errstate(invalid='ignore'):
+        ok = (numpy.isfinite(hyper).all(axis=1) & (rows[:, L.LR] >= 0)
+              & (rows[:, L.MOMENTUM] >= 0) & (rows[:, L.MOMENTUM] < 1)
+              & (rows[:, L.WEIGHT_DECAY] >= 0) & (rows[:, L.EPS] >= 0)
+              & (rows[:, L.TRUST_COEFFICIENT] > 0))
+    for k in numpy.flatnonzero(~ok)[:1]:
+        for name, options in _CHECKS.items():
+            checks.real('LARS hyperparameter {} of {}'.format(name, paths[k]),
+                        rows[k, L.COLUMNS.index(name)], **options)
+    return hyper.copy()
+
+
+def _check_dtype(path, array):
+    if array.dtype.kind != 'f':
+        raise TypeError(
+            'LARS updates floating-point parameters (float16, float32, '
+            'float64); {} is {}'.format(path, array.dtype))
+
+
+def _fill(rows, values, uses_wd, adapt):
+    """The optimizer's settings rows from rule hyperparameter values."""
+    rows[:, :len(_HYPER)] = values
+    rows[:, L.WEIGHT_DECAY] *= uses_wd
+    rows[:, L.THRESHOLD] = 0.0
+    rows[:, L.REQUIRE_GRAD] = 1.0
+    rows[:, L.ADAPT] = adapt
+
 
 class LARSRule(optimizer.UpdateRule):
 
     """Update rule of :class:`LARS` for one parameter array.
 
-    See :class:`LARS` for the math. The rule reads ``lr``, ``momentum``,
-    ``weight_decay``, ``trust_coefficient``, ``eps`` and ``nesterov`` from
-    its hyperparameter on every update, so schedules take effect at once.
+    Reads ``lr``, ``momentum``, ``weight_decay``, ``trust_coefficient``,
+    ``eps`` and ``nesterov`` from its hyperparameter on every update.
 
     Args:
-        parent_hyperparam (~chainer.optimizer.Hyperparameter): Hyperparameter
-            that provides the default values.
+        parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
         uses_weight_decay (bool): ``False`` for an array excluded from
             weight decay.
         uses_adaptation (bool): ``False`` for an array excluded from layer
@@ -58,16 +104,16 @@ class LARSRule(optimizer.UpdateRule):
             parent_hyperparam or _default_hyperparam)
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
-        self._observation = None
-        self._tables = None
+        # The group of one of the per-rule path, whether the last update
+        # took it (for observe()), and the hyperparameters last checked.
+        self._group = None
+        self._observed = False
+        self._checked = None
 
     def __getstate__(self):
-        # The observation is that of the last update this rule made, and the
-        # GPU table cache holds device memory: a copy or an unpickled rule
-        # starts without both, and makes the cache when it needs it.
         state = self.__dict__.copy()
-        state['_observation'] = None
-        state['_tables'] = None
+        state['_group'] = None
+        state['_observed'] = False
         return state
 
     def init_state(self, param):
@@ -75,14 +121,9 @@ class LARSRule(optimizer.UpdateRule):
             self.state['v'] = param.device.xp.zeros_like(param.array)
 
     def serialize(self, serializer):
-        """Serializes the state, and the float32 master copy if there is one.
-
-        Chainer does not save the master copy that ``use_fp32_update()``
-        keeps of a float16 parameter; a resumed run would then restart from
-        the rounded float16 weights and drift from the uninterrupted one.
-        A snapshot without the entry (an older one) loads as before.
-
-        """
+        """Serializes the state and the float32 master copy, which Chainer
+        leaves out (a resumed float16 run would restart from rounded
+        weights); a snapshot without it loads as before."""
         super(LARSRule, self).serialize(serializer)
         master = self._fp32_param
         current = None if master is None else master.array
@@ -105,153 +146,37 @@ class LARSRule(optimizer.UpdateRule):
             master.to_device(param.device)
         super(LARSRule, self).update(param)
 
-    def _step_args(self):
-        hp = self.hyperparam
-        wd = hp.weight_decay if self.uses_weight_decay else 0.0
-        return hp, wd
-
     def update_core_cpu(self, param):
-        w, g = param.array, param.grad
-        if g is None:
-            return
-        hp, wd = self._step_args()
-        r = 1.0
-        self._observation = None
-        if self.uses_adaptation:
-            w_sq, g_sq = kernels.sqnorms(w, g)
-            w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
-            r = ratio.OPTIMIZER_FORM.ratio(w_norm, g_norm, wd, hp.eps,
-                                           hp.trust_coefficient)
-            self._observation = (r, w_norm, g_norm)
-        a = hp.lr * r
-        kernels.momentum_step(w, g, self.state['v'], a, a * wd,
-                              hp.momentum, hp.nesterov)
+        self._step(param)
 
     # ChainerX arrays take UpdateRule's default path: memory-shared NumPy or
-    # CuPy views of them are passed to the methods below.
-
+    # CuPy views of them are passed here.
     def update_core_gpu(self, param):
-        from chainer_lars import cuda_kernels
+        self._step(param)
 
+    def _step(self, param):
         w, g = param.array, param.grad
         if g is None:
             return
         v = self.state['v']
-        xp = param.device.xp
-        arrays = (w, g, v)
-        if not cuda_kernels.supports(w, g, v):
-            # Not C-contiguous (a gradient from a transposing backward, say):
-            # the kernels update contiguous copies, written back.
-            arrays = tuple(xp.ascontiguousarray(a) for a in arrays)
-            if not cuda_kernels.supports(*arrays):
-                raise ValueError(
-                    'LARS needs weight, gradient and momentum arrays of one '
-                    'dtype (float16, float32 or float64); got {}, {}, {} '
-                    'for {}'.format(w.dtype, g.dtype, v.dtype, param.name))
-        hp, wd = self._step_args()
-        if w.size == 0:
-            # Nothing to launch (a grid of no blocks is an error); as on
-            # the CPU, both norms are 0.
-            self._observation = ((1.0, 0.0, 0.0) if self.uses_adaptation
-                                 else None)
-            return
-        if self._tables is None:
-            self._tables = cuda_kernels.TableCache(capacity=1)
+        group = self._group
+        if group is None or group.weights[0] is not w:
+            _check_dtype(param.name, w)
+        group = self._group = engine.group_of_one(
+            group, param.device, param.name, w, (v,))
+        rows = group.rows
         # The loss scale is already divided out (UpdateRule.update).
-        rows = cuda_kernels.settings(
-            1, wd, hp.eps, hp.trust_coefficient, 1.0, self.uses_adaptation,
-            lr=hp.lr, momentum=hp.momentum, nesterov=hp.nesterov)
-        w_dev, g_dev, v_dev = arrays
-        stats = cuda_kernels.lars_update(
-            xp, self._tables, w.dtype, [w_dev], [g_dev], [v_dev], rows,
-            ratio.OPTIMIZER_FORM).stats
-        for array, updated in ((w, w_dev), (v, v_dev)):
-            if updated is not array:
-                array[...] = updated
-        # The stats hold the ratio the step applies.
-        self._observation = (_observations.DeviceObservation(stats, 0, 1.0)
-                             if self.uses_adaptation else None)
+        _fill(rows, _HYPER_VALUES(self), self.uses_weight_decay,
+              self.uses_adaptation)
+        self._checked = _check_rows(rows, self._checked, [param.name])
+        if engine.run(group, [g], L.STEP):
+            raise ValueError(
+                'LARS needs weight, gradient and momentum arrays of one '
+                'dtype (float16, float32 or float64); got {}, {}, {} '
+                'for {}'.format(w.dtype, g.dtype, v.dtype, param.name))
+        self._observed = True
 
 
-class _Plan(object):
-
-    """How :meth:`LARS.update` updates the parameters while they stay put.
-
-    Built from the target's parameters; :meth:`matches` tells whether they
-    are still the same objects with the same rules, arrays, momentum
-    buffers and flags (compared by identity, each list in one go). The
-    gradients are not compared: a backward pass allocates new ones on
-    every iteration.
-
-    Attributes:
-        groups (list): ``(group, (hyper, uses_wd))`` per batched
-            :class:`~chainer_lars.multi_tensor.Group`: its settings table
-            and the weight-decay column's mask.
-        where (list): Per group, its parameters' positions in ``params``.
-        per_rule (list): The parameters that take Chainer's per-rule path.
-
-    """
-
-    __slots__ = ('_objects', '_ids', '_flags', '_hooks', 'groups', 'where',
-                 'per_rule')
-
-    def __init__(self, params, groups, per_rule):
-        objects = _structure(params)
-        # Holding the objects keeps their ids from being reused.
-        self._objects = objects
-        self._ids = [list(map(id, o)) for o in objects]
-        # With every parameter batched (the usual case) every rule is a
-        # LARSRule with state, enabled and without hooks, and the check
-        # reads the flags with one C-level pass each.
-        if per_rule:
-            self._flags = _flags(objects[1])
-        else:
-            self._flags = list(map(_RULE_FLAGS, objects[1]))
-            # Rule hooks are added to these dicts of each rule (checked by
-            # identity) in place.
-            self._hooks = (list(map(_PRE_HOOKS, objects[1]))
-                           + list(map(_POST_HOOKS, objects[1])))
-        self.groups = groups
-        position = {id(p): k for k, p in enumerate(params)}
-        self.where = [[position[id(p)] for p in group.params]
-                      for group, _ in groups]
-        self.per_rule = per_rule
-
-    def matches(self, params):
-        if self.per_rule:
-            objects = _structure(params)
-            return (self._ids == [list(map(id, o)) for o in objects]
-                    and self._flags == _flags(objects[1]))
-        ids = self._ids
-        if list(map(id, params)) != ids[0]:
-            return False
-        rules = list(map(_mt.UPDATE_RULE, params))
-        if list(map(id, rules)) != ids[1]:
-            return False
-        try:
-            # The same rules, so LARSRules; an AttributeError: a state
-            # reset to None.
-            states = list(map(_MOMENTUM, map(_STATE, rules)))
-        except AttributeError:
-            return False
-        return (list(map(id, map(_mt.ARRAY, params))) == ids[2]
-                and list(map(id, states)) == ids[3]
-                and list(map(_RULE_FLAGS, rules)) == self._flags
-                and not any(map(len, self._hooks)))
-
-
-def _structure(params):
-    """The parameters, their rules, arrays and momentum buffers."""
-    rules = list(map(_mt.UPDATE_RULE, params))
-    arrays = list(map(_mt.ARRAY, params))
-    states = [None if r is None or r.state is None else r.state.get('v')
-              for r in rules]
-    return params, rules, arrays, states
-
-
-# UpdateRule.state is a property returning _state: read at C speed.
-_STATE = operator.attrgetter('_state')
-_MOMENTUM = operator.methodcaller('get', 'v')
 _RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
                                   'uses_adaptation')
 _PRE_HOOKS = operator.attrgetter('_hookable._pre_update_hooks')
@@ -261,40 +186,33 @@ _HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
 
 
 def _flags(rules):
-    """Per rule: enabled, has hooks, uses weight decay, uses adaptation."""
-    return [None if r is None else (
-        bool(r.enabled),
-        bool(r._hookable._pre_update_hooks
-             or r._hookable._post_update_hooks),
-        bool(getattr(r, 'uses_weight_decay', False)),
-        bool(getattr(r, 'uses_adaptation', False))) for r in rules]
+    """What the plan depends on besides identities: per rule, enabled, the
+    exclusion flags and the number of rule hooks."""
+    try:
+        flags = list(map(_RULE_FLAGS, rules))
+        hooks = list(map(len, map(_PRE_HOOKS, rules)))
+        hooks += map(len, map(_POST_HOOKS, rules))
+    except AttributeError:  # no rule, or not a LARSRule
+        return [None if r is None else (
+            r.enabled, getattr(r, 'uses_weight_decay', None),
+            getattr(r, 'uses_adaptation', None),
+            len(r._hookable._pre_update_hooks),
+            len(r._hookable._post_update_hooks)) for r in rules]
+    return flags, hooks
 
 
-def _per_rule_reason(param, rule):
-    """Why ``param`` cannot be batched, or ``None`` if it can."""
-    if type(rule) is not LARSRule:
-        # No rule (a link added after setup(): Chainer skips it), another
-        # rule, or a subclass that may override the step: Chainer's path.
-        return 'not a LARSRule'
-    if not rule.enabled:
-        return 'disabled'
-    hooks = rule._hookable
-    if hooks._pre_update_hooks or hooks._post_update_hooks:
-        # Rule hooks run between the division by the loss scale and the
-        # step, and may read or rewrite the gradient.
-        return 'update-rule hooks'
-    if param.array is None:
-        return 'uninitialised'
-    if rule.state is None:
-        # The rule's own first update makes the momentum buffer.
-        return 'no state yet'
-    if param.layout is not None:
-        # Chainer refuses this for a rule that is not elementwise.
-        return 'non-standard layout'
-    if rule._use_fp32_update and param.dtype == numpy.float16:
-        # The rule makes the float32 master copy and writes it back.
-        return 'float32 master copy'
-    return None
+def _batchable(param, rule):
+    """Whether the batched step does what ``param.update()`` would: a plain
+    LARSRule (no rule: a link added after setup(), which Chainer skips),
+    enabled, with no rule hooks (they run between the division by the loss
+    scale and the step), its state made, Chainer's layout, and no float32
+    master copy to make."""
+    return (type(rule) is LARSRule and rule.enabled
+            and not rule._hookable._pre_update_hooks
+            and not rule._hookable._post_update_hooks
+            and param.array is not None and rule.state is not None
+            and param.layout is None
+            and not (rule._use_fp32_update and param.dtype == numpy.float16))
 
 
 class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
@@ -302,73 +220,39 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
     """Momentum SGD with layer-wise adaptive rate scaling (LARS).
 
     See `Large Batch Training of Convolutional Networks
-    <https://arxiv.org/abs/1708.03888>`_. For each parameter array :math:`w`
-    with gradient :math:`g` (after the loss scale is divided out),
+    <https://arxiv.org/abs/1708.03888>`_. Per array, with :math:`g` after the
+    loss scale is divided out,
 
     .. math::
 
         r &= \\eta \\frac{\\|w\\|}{\\|g\\| + \\lambda \\|w\\| + \\epsilon}
-             \\quad \\text{if } \\|w\\| > 0 \\text{ and } \\|g\\| > 0,
-             \\quad 1 \\text{ otherwise}, \\\\
-        v &\\leftarrow \\mu v + \\gamma r (g + \\lambda w), \\\\
-        w &\\leftarrow w - v \\quad \\text{or, with Nesterov,} \\quad
-        w \\leftarrow w - (\\gamma r (g + \\lambda w) + \\mu v),
+             \\ \\text{if } \\|w\\| > 0 \\text{ and } \\|g\\| > 0
+             \\text{, else } 1, \\\\
+        v &\\leftarrow \\mu v + \\gamma r (g + \\lambda w), \\qquad
+        w \\leftarrow w - v
+        \\quad (\\text{Nesterov: } w \\leftarrow w - \\gamma r (g + \\lambda w)
+        - \\mu v).
 
-    with :math:`\\gamma` the learning rate, :math:`\\mu` the momentum,
-    :math:`\\lambda` the weight decay and :math:`\\eta` the trust
-    coefficient. The ratio is fused into the momentum step: one pass over
-    memory for the two norms and one for the step, with the ratio kept on
-    the device on GPU.
-
-    **Multi-tensor update.** With ``multi_tensor=True`` (the default), the
-    arrays of one device and dtype are updated together: on CPU the
-    float32 and float64 ones, one compiled call per dtype and update, with
-    the same result, bit for bit, as the per-rule path; on GPU float16,
-    float32 and float64, two kernel launches per dtype and update (see
-    :mod:`chainer_lars.multi_tensor`); and with the same effect on
-    everything around it:
-    each rule's ``t`` and hyperparameters (a value set on one
-    ``param.update_rule.hyperparam`` applies to that array), ``enabled``,
-    loss scaling (the gradient is divided by the loss scale in place, as
-    :meth:`chainer.UpdateRule.update` does) and snapshots. Arrays that
-    cannot be batched take the per-rule path (two launches per array on
-    GPU): float16 ones on CPU, float16 ones with ``use_fp32_update()``,
-    those with update-rule hooks, and any other rule than
-    :class:`LARSRule`.
-
-    The two exclusion lists act independently (unlike the TensorFlow
-    optimizer this follows, where exclusion from adaptation also drops the
-    weight decay): an array excluded from weight decay is adapted with
-    :math:`\\lambda = 0`; an array excluded from layer adaptation gets
-    :math:`r = 1` and keeps its weight decay. The large-batch recipes
-    exclude biases and BatchNorm parameters from both, e.g.
-    ``exclude_from_weight_decay=['/b$', '/beta$', '/gamma$']``.
+    The two exclusion lists act independently. With ``multi_tensor=True``
+    the arrays of one device and dtype are updated together, with the
+    per-rule path's result (see the README's "The optimizer").
 
     Args:
-        lr (float): Learning rate :math:`\\gamma` (the paper's global rate).
+        lr (float): Learning rate :math:`\\gamma`.
         momentum (float): Momentum :math:`\\mu`, in ``[0, 1)``.
         weight_decay (float): Weight decay :math:`\\lambda`.
-        trust_coefficient (float): Trust coefficient :math:`\\eta` (called
-            ``eeta`` in TensorFlow).
-        eps (float): Added to the ratio's denominator. ``0`` is kept as 0;
-            the ratio is 1 whenever a norm is 0, so it never divides by 0.
+        trust_coefficient (float): :math:`\\eta` (TensorFlow's ``eeta``).
+        eps (float): Added to the denominator; ``0`` stays 0.
         nesterov (bool): Use Nesterov momentum.
-        exclude_from_weight_decay (list of str): Regular expressions searched
-            (:func:`re.search`) in each parameter's path as
-            :meth:`chainer.Link.namedparams` spells it, e.g.
-            ``'/predictor/conv1/b'``.
+        exclude_from_weight_decay (list of str): Regular expressions
+            searched in the parameter paths (e.g. ``'/b$'``).
         exclude_from_layer_adaptation (list of str): Likewise.
-        multi_tensor (bool): Update the arrays of one device and dtype
-            together where possible (see above). ``False`` keeps Chainer's
-            per-rule loop.
+        multi_tensor (bool): Update arrays of one device and dtype together;
+            ``False`` keeps Chainer's per-rule loop.
 
     Attributes:
-        lr (float): See above; settable, e.g. by a schedule extension.
-        momentum (float): See above; settable.
-        weight_decay (float): See above; settable.
-        trust_coefficient (float): See above; settable.
-        eps (float): See above; settable.
-        nesterov (bool): See above; settable.
+        lr, momentum, weight_decay, trust_coefficient, eps, nesterov: As
+            above; settable (e.g. by a schedule), checked on assignment.
 
     """
 
@@ -382,7 +266,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
                  exclude_from_layer_adaptation=(), multi_tensor=True):
         super(LARS, self).__init__()
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
-        self._plans = _mt.PlanCache()
+        self._plans = engine.PlanCache()
         self.lr = lr
         self.momentum = momentum
         self.weight_decay = weight_decay
@@ -392,14 +276,25 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
 
-    lr = checks.CheckedHyperparameter(checks.real, minimum=0.0)
-    momentum = checks.CheckedHyperparameter(
-        checks.real, minimum=0.0, maximum=1.0)
-    weight_decay = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    lr = checks.CheckedHyperparameter(checks.real, **_CHECKS['lr'])
+    momentum = checks.CheckedHyperparameter(checks.real,
+                                            **_CHECKS['momentum'])
+    weight_decay = checks.CheckedHyperparameter(checks.real,
+                                                **_CHECKS['weight_decay'])
     trust_coefficient = checks.CheckedHyperparameter(
-        checks.real, minimum=0.0, exclusive=True)
-    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+        checks.real, **_CHECKS['trust_coefficient'])
+    eps = checks.CheckedHyperparameter(checks.real, **_CHECKS['eps'])
     nesterov = checks.CheckedHyperparameter(checks.boolean)
+
+    def __repr__(self):
+        return ('LARS(lr={}, momentum={}, weight_decay={}, '
+                'trust_coefficient={}, eps={}, nesterov={}, '
+                'exclude_from_weight_decay={}, '
+                'exclude_from_layer_adaptation={}, multi_tensor={})'.format(
+                    self.lr, self.momentum, self.weight_decay,
+                    self.trust_coefficient, self.eps, self.nesterov,
+                    self.exclude_from_weight_decay,
+                    self.exclude_from_layer_adaptation, self._multi_tensor))
 
     def create_update_rule(self):
         return LARSRule(self.hyperparam)
@@ -416,10 +311,13 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
     def update(self, lossfun=None, *args, **kwds):
         """Updates the parameters (see :meth:`chainer.GradientMethod.update`).
 
-        With ``multi_tensor=True`` this is Chainer 7.8.1's
-        ``GradientMethod.update`` step by step (loss, hooks, ``t``, loss
-        scaling), except that the loop calling ``param.update()`` for each
-        parameter is :meth:`_update_params`.
+        FORK of Chainer 7.8.1's ``GradientMethod.update``, with its
+        ``check_nan_in_grads`` and ``reallocate_cleared_grads`` below: the
+        same steps (loss, hooks, ``t``, loss scaling) on one listing of the
+        parameters, with the loop calling ``param.update()`` replaced by
+        :meth:`_update_params`. It reads Chainer's private attributes
+        (``_loss_scale``, ``_hookable``, ``_loss_scaling_*``, ``_set_grad``);
+        ``tests/test_optimizer.py`` fails if the forked functions change.
 
         """
         if not self._multi_tensor:
@@ -458,22 +356,14 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         self.update_loss_scale()
 
     def check_nan_in_grads(self):
-        """Chainer's, with one transfer per device instead of one per array.
-
-        With dynamic loss scaling, Chainer brings each gradient's "all
-        finite" to the host in turn, a synchronisation per array on a GPU.
-        Here the flags of a device's gradients are stacked on the device
-        and brought over once; the warnings are Chainer's, one per array
-        with a non-finite value, in the same order. A parameter without a
-        gradient (one not initialised) is skipped. ``multi_tensor=False``
-        keeps Chainer's.
-
-        """
+        """Chainer's (warnings included, in its order), with the flags of a
+        device's gradients brought to the host in one transfer, not one per
+        array; ``multi_tensor=False`` keeps Chainer's."""
         if not self._multi_tensor:
             return super(LARS, self).check_nan_in_grads()
         params = list(self.target.params())
         with variable._AllowArrayAccessWithNonstandardLayout():
-            grads = list(map(_mt.GRAD, params))
+            grads = list(map(engine.GRAD, params))
         self._check_finite(params, grads)
 
     def _check_finite(self, params, grads):
@@ -515,23 +405,16 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
                     names[id(params[k])], self.t, self._loss_scale))
 
     def reallocate_cleared_grads(self):
-        """Chainer's, without building every parameter's path.
-
-        Called by Chainer after each optimizer hook as well.
-
-        """
+        """Chainer's (also called after each optimizer hook), without
+        building every parameter's path."""
         self._reallocate(list(self.target.params()))
 
     @staticmethod
     def _reallocate(params):
-        """Zero gradients for the initialised ``params`` that have none.
-
-        Returns:
-            list: Every parameter's gradient after that.
-
-        """
+        """Zero gradients for the initialised ``params`` that have none;
+        returns every parameter's gradient after that."""
         with variable._AllowArrayAccessWithNonstandardLayout():
-            grads = list(map(_mt.GRAD, params))
+            grads = list(map(engine.GRAD, params))
         for k in [k for k, g in enumerate(grads) if g is None]:
             param = params[k]
             # Chainer's listing leaves uninitialised parameters out.
@@ -558,109 +441,95 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         plan = self._plans.plan
         if plan is None or not plan.matches(params):
             plan = self._plans.plan = self._build_plan(params)
-        hp = self.hyperparam
-        defaults = (hp.lr, hp.momentum, hp.weight_decay, hp.trust_coefficient,
-                    hp.eps, float(hp.nesterov))
-        unbatched = list(plan.per_rule)
-        for (group, static), where in zip(plan.groups, plan.where):
+        jobs = []
+        # Every group's settings are filled and checked before any moves.
+        for group, where in zip(plan.groups, plan.where):
             if grads is None:
-                group_grads = list(map(_mt.GRAD, group.params))
+                group_grads = list(map(engine.GRAD, group.params))
             else:
                 group_grads = list(map(grads.__getitem__, where))
-            hyper = self._settings(group, static, defaults)
-            rejected = group.executor.lars_step(
-                group, group_grads, hyper, ratio.OPTIMIZER_FORM)
+            self._settings(group)
+            jobs.append((group, group_grads))
+        unbatched = list(plan.others)
+        for group, group_grads in jobs:
+            left = engine.run(group, group_grads, L.STEP)
             for rule in group.rules:
                 rule.t += 1
-            for k in rejected:
+            for k in left:
                 # A gradient the executor cannot take (none, or another
-                # dtype or layout this time): the rule's own path, which
-                # counts t itself.
+                # dtype): the rule's own path, which counts t itself.
                 group.rules[k].t -= 1
                 group.params[k].update()
                 unbatched.append(group.params[k])
-        for param in plan.per_rule:
+        for param in plan.others:
             param.update()
         return unbatched
 
-    def _settings(self, group, static, defaults):
-        """The group's settings table (``LARS_*`` columns) for this update."""
-        hyper, uses_wd = static
-        hyper[:, :_mt.LARS_NESTEROV + 1] = defaults
-        scales = list(map(_mt.LOSS_SCALE, group.params))
-        if scales.count(None) == len(scales):
-            hyper[:, _mt.LARS_LOSS_SCALE] = 1.0
-        else:
-            hyper[:, _mt.LARS_LOSS_SCALE] = [
-                1.0 if scale is None else scale for scale in scales]
-        base = self.hyperparam
+    def _settings(self, group):
+        """Fills the group's settings rows for this update."""
+        uses_wd, adapt, checked = group.static
         rules = group.rules
-        if (list(map(_HYPER_PARENT, rules)).count(base) == len(rules)
-                and sum(map(len, map(_HYPER_OWN, rules))) == len(rules)):
-            # No rule has values of its own (a hyperparameter holds its
-            # parent and nothing else).
-            rules = ()
-        for k, rule in enumerate(rules):
-            hp = rule.hyperparam
-            if hp._parent is not base or len(hp.__dict__) != 1:
-                # Set on this rule (or on another parent): its own values.
-                hyper[k, :_mt.LARS_NESTEROV + 1] = (
-                    hp.lr, hp.momentum, hp.weight_decay,
-                    hp.trust_coefficient, hp.eps, float(hp.nesterov))
-        hyper[:, _mt.LARS_WEIGHT_DECAY] *= uses_wd
-        return hyper
+        base = self.hyperparam
+        values = [getattr(base, name) for name in _HYPER]
+        if (list(map(_HYPER_PARENT, rules)).count(base) != len(rules)
+                or sum(map(len, map(_HYPER_OWN, rules))) != len(rules)):
+            # A rule has values of its own (a hyperparameter holds its
+            # parent and nothing else otherwise).
+            values = list(map(_HYPER_VALUES, rules))
+        rows = group.rows
+        _fill(rows, values, uses_wd, adapt)
+        scales = list(map(engine.LOSS_SCALE, group.params))
+        if scales.count(None) == len(scales):
+            rows[:, L.LOSS_SCALE] = 1.0
+        else:
+            rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
+        group.static = (uses_wd, adapt,
+                        _check_rows(rows, checked, group.paths))
 
     def _build_plan(self, params):
         paths = {id(param): path for path, param in self.target.namedparams()}
-        grouper = _mt.Grouper()
-        per_rule = []
+        plan = engine.Plan(params, _flags, states=True)
+        grouper = engine.Grouper()
         for param in params:
             rule = param.update_rule
-            group = None
-            if _per_rule_reason(param, rule) is None:
-                w, v = param.array, rule.state['v']
-                group = grouper.group_for(param.device, w.dtype, w, v)
-            if group is None:
-                per_rule.append(param)
-                continue
-            group.add(paths[id(param)], param, rule, w, (v,))
-            # Its observation is the group's from now on.
-            rule._observation = None
-        groups = []
-        for group in grouper.groups():
-            hyper = numpy.zeros((len(group), _mt.LARS_COLUMNS))
-            hyper[:, _mt.LARS_ADAPT] = [r.uses_adaptation for r in group.rules]
-            uses_wd = numpy.array([float(r.uses_weight_decay)
-                                   for r in group.rules])
-            groups.append((group, (hyper, uses_wd)))
-        return _Plan(params, groups, per_rule)
+            if (_batchable(param, rule)
+                    and engine.executor_for(param.device) is not None):
+                w = param.array
+                _check_dtype(paths[id(param)], w)
+                grouper.add(None, param.device, paths[id(param)], param,
+                            rule, w, (rule.state['v'],))
+                # Its observation is the group's from now on.
+                rule._observed = False
+            else:
+                plan.others.append(param)
+        plan.set_groups(params, grouper.groups())
+        for group in plan.groups:
+            group.static = (
+                numpy.array([r.uses_weight_decay for r in group.rules],
+                            numpy.float64),
+                numpy.array([r.uses_adaptation for r in group.rules],
+                            numpy.float64), None)
+        return plan
 
     def observe(self):
         """The ratios and norms of the last update, per parameter path.
 
         Returns:
             dict: ``{path: (ratio, ||w||, ||g||)}`` as floats, for the
-            arrays that are adapted and enabled: the ratio the update
-            applied, recorded where it was computed. Values on a GPU are
-            brought to the host here: call it at an interval, not on every
-            iteration.
+            adapted and enabled arrays: the ratio the update applied. On a
+            GPU, values are brought to the host here: call it at an
+            interval, not on every iteration.
 
         """
         result = {}
-        fetched = {}
         for path, param in self.target.namedparams():
             rule = getattr(param, 'update_rule', None)
             # A disabled rule made no step in the last update.
             if (isinstance(rule, LARSRule) and rule.enabled
-                    and rule._observation is not None):
-                result[path] = _observations.to_host(rule._observation,
-                                                     fetched)
+                    and rule._observed and rule.uses_adaptation):
+                for row in engine.observe(rule._group).values():
+                    result[path] = row
         plan = self._plans.plan
-        for group, (hyper, _) in () if plan is None else plan.groups:
-            table = group.executor.observe(group).tolist()
-            for path, adapt, row in zip(group.paths, hyper[:, _mt.LARS_ADAPT],
-                                        table):
-                # A NaN ratio: the array was not in the last step.
-                if adapt and row[0] == row[0]:
-                    result[path] = tuple(row)
+        for group in () if plan is None else plan.groups:
+            result.update(engine.observe(group, group.static[1]))
         return result

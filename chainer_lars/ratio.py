@@ -1,7 +1,7 @@
 """The LARS trust ratio: the one place where the math lives.
 
 Once per language: :func:`trust_ratio` for the host, which the CPU kernels
-also compile with Numba (:mod:`chainer_lars.jit_kernels` calls this very
+also compile with Numba (:mod:`chainer_lars._numba` compiles this very
 function), and :data:`CUDA_TRUST_RATIO`, the same function written for the
 device. A change to how the ratio is computed is made here, in both, and
 nowhere else. (ChainerX arrays are rescaled through the NumPy or CuPy
@@ -22,11 +22,10 @@ denominator is positive; otherwise ``r = 1``. The threshold keeps
 zero-initialised or tiny arrays (biases, BatchNorm beta) from being frozen by
 a ratio near 0. A ratio that is applied can be clipped the LARC way,
 ``r <- min(r / lr, 1)``. ``d`` is the array whose step the ratio scales: the
-gradient, for both forms here. What differs between the forms is named
-once, in a :class:`RatioForm`: :data:`OPTIMIZER_FORM` and :func:`hook_form`.
+gradient, for both forms here. What differs between the forms travels in
+the settings row of each array (``threshold`` and ``require_grad`` columns of
+:mod:`chainer_lars.layout`).
 """
-
-import collections
 
 
 def trust_ratio(w_norm, d_norm, weight_decay, eps, trust_coefficient,
@@ -67,43 +66,6 @@ def trust_ratio(w_norm, d_norm, weight_decay, eps, trust_coefficient,
     if clip_lr is not None and clip_lr >= 0:
         r = 1.0 if r >= clip_lr else r / clip_lr
     return r
-
-
-class RatioForm(collections.namedtuple(
-        'RatioForm', ('threshold', 'require_grad'))):
-
-    """What one form of LARS fixes in :func:`trust_ratio`, named once.
-
-    The kernels take these two fields as arguments, and :meth:`ratio`
-    passes them on the host, so that no call site spells them out.
-
-    Attributes:
-        threshold (float): The ratio applies only when ``||w||`` exceeds it.
-        require_grad (bool): The ratio applies only when ``||d|| > 0``.
-
-    """
-
-    __slots__ = ()
-
-    def ratio(self, w_norm, d_norm, weight_decay, eps, trust_coefficient,
-              clip_lr=None):
-        """:func:`trust_ratio` with this form's settings."""
-        return trust_ratio(w_norm, d_norm, weight_decay, eps,
-                           trust_coefficient, self.threshold,
-                           self.require_grad, clip_lr)
-
-
-#: The optimizer form (``SPEC.md`` section 2): no threshold, and ``r = 1``
-#: unless both norms are positive; its ``eps``, trust coefficient and weight
-#: decay are each update rule's hyperparameters.
-OPTIMIZER_FORM = RatioForm(threshold=0.0, require_grad=True)
-
-
-def hook_form(threshold):
-    """The hook form (``SPEC.md`` section 1): ``r = 1`` unless
-    ``||w|| > threshold``; ``eps`` and the trust coefficient are the hook's.
-    """
-    return RatioForm(threshold=threshold, require_grad=False)
 
 
 #: :func:`trust_ratio` for the device, for a compute type ``C`` (float or

@@ -12,7 +12,7 @@ import sys
 import numpy
 import pytest
 
-from chainer_lars import cuda_kernels
+from chainer_lars import cuda as cuda_kernels
 from chainer_lars.testing import cuda_emulator
 from chainer_lars.testing import emulated_cupy as xp
 
@@ -100,8 +100,7 @@ def _table(n=5):
 def _norms_args(table, **change):
     args = dict(words=table.words, ntensors=numpy.int64(table.ntensors),
                 settings=table.settings, partial=table.partial,
-                done=table.done, stats=table.stats,
-                threshold=numpy.float32(0), require_grad=numpy.int32(0))
+                done=table.done, stats=table.stats)
     args.update(change)
     return tuple(args.values())
 
@@ -109,10 +108,8 @@ def _norms_args(table, **change):
 @pytest.mark.parametrize('change, message', [
     (dict(ntensors=numpy.int32(1)), 'long long'),
     (dict(ntensors=1), 'NumPy scalar'),
-    (dict(threshold=numpy.float64(0)), 'float32'),
-    (dict(threshold=0.0), 'NumPy scalar'),
-    (dict(require_grad=numpy.int64(0)), 'int32'),
-    (dict(require_grad=True), 'NumPy scalar'),
+    (dict(ntensors=numpy.float64(1)), 'long long'),
+    (dict(partial=xp.zeros(2, numpy.float64)), 'points to float'),
     (dict(stats=numpy.zeros(3, numpy.float32)), 'device array'),
     (dict(stats=xp.zeros(3, numpy.float64)), 'points to float'),
     (dict(done=xp.zeros(1, numpy.int64)), 'points to unsigned int'),
@@ -141,8 +138,8 @@ def test_illegal_configurations_are_refused(kernels, grid, block):
 def test_argument_count_is_checked(kernels):
     table = _table()
     kernel = kernels.get_function('chainer_lars_multi_norms')
-    with pytest.raises(cuda_emulator.LaunchError, match='takes 8'):
-        kernel((1,), (256,), _norms_args(table)[:7])
+    with pytest.raises(cuda_emulator.LaunchError, match='takes 6'):
+        kernel((1,), (256,), _norms_args(table)[:5])
 
 
 def test_divergent_barrier_is_an_error():
@@ -238,6 +235,8 @@ PLANTS = {
     'the last block miscounted': (
         'is_last = ticket == (unsigned int)(last - first - 1);',
         'is_last = ticket == (unsigned int)(last - first);'),
+    'a zero weight array adapted (threshold compared with >=)': (
+        '!(w_norm > threshold)', '!(w_norm >= threshold)'),
     'the partial of a block written to the wrong slot': (
         'partial[2 * blockIdx.x + 1] = sg;',
         'partial[2 * blockIdx.x + 1] = sw;'),
@@ -257,7 +256,8 @@ def test_a_planted_bug_fails_the_gpu_tests(plant):
     result = subprocess.run(
         [sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider',
          tests, '-m', 'not gpu', '-k', '({}) and not fp32'.format(' or '.join(
-             ['every_size', 'hook_agrees_with_cpu and static-True',
+             ['every_size', 'zero_weight',
+              'hook_agrees_with_cpu and static-True',
               'lars_agrees_with_cpu and static']))],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         universal_newlines=True, timeout=900)

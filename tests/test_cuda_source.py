@@ -12,7 +12,7 @@ import os
 import numpy
 import pytest
 
-from chainer_lars import cuda_kernels
+from chainer_lars import cuda as cuda_kernels
 from chainer_lars.testing import cuda_emulator
 
 

@@ -18,7 +18,7 @@ from chainer import optimizers
 from chainer import testing
 
 import chainer_lars
-from chainer_lars import cuda_kernels
+from chainer_lars import cuda as cuda_kernels
 from chainer_lars.testing import emulated_cupy
 from tests import lars_reference as ref
 
@@ -293,6 +293,33 @@ def test_lars_fp32_update_agrees_with_cpu(gpu):
     _assert_close(_host(dev), _host(cpu), numpy.float16)
 
 
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_zero_weight_array_moves_as_on_the_cpu(gpu, multi_tensor):
+    # ||w|| = 0 is not above the threshold (0 for both forms here): r = 1,
+    # so a zero-initialised array that is adapted still moves.
+    dtype = numpy.float32
+    cpu, dev = _pair(gpu, [5, THREADS + 1], dtype)
+    for model in (cpu, dev):
+        model.l1.W.array[...] = 0
+    hooks, opts = [], []
+    for model in (cpu, dev):
+        hook = chainer_lars.GradientLARS(threshold=0.0, weight_decay=1e-3,
+                                         multi_tensor=multi_tensor)
+        _run(model, optimizers.MomentumSGD(lr=0.05), hook, None, steps=1)
+        hooks.append(hook)
+    assert (_host(dev)['/l1/W'] != 0).all()
+    _assert_close(_host(dev), _host(cpu), dtype)
+    _assert_same_observations(hooks, dtype)
+    cpu, dev = _pair(gpu, [5, THREADS + 1], dtype)
+    for model in (cpu, dev):
+        model.l1.W.array[...] = 0
+        opts.append(_run(model, chainer_lars.LARS(
+            lr=2.0, multi_tensor=multi_tensor), None, None, steps=1))
+    assert (_host(dev)['/l1/W'] != 0).all()
+    _assert_close(_host(dev), _host(cpu), dtype)
+    _assert_same_observations(opts, dtype)
+
+
 @pytest.mark.parametrize('dtype', DTYPES)
 def test_hook_launches_twice_per_dtype(gpu, dtype):
     _, dev = _pair(gpu, MIXED, dtype)
@@ -465,34 +492,35 @@ def test_fp16_model_matches_reference_net(gpu):
 
 
 def test_executor_takes_what_it_can_and_keys_tables_by_gradients(gpu):
-    """CudaExecutor.lars_step on odd gradients: those it cannot take are
-    left alone and reported; a contiguous one of another shape but the
-    same size is taken; its results equal the CPU executor's."""
-    from chainer_lars import multi_tensor as mt
-    from chainer_lars import ratio
+    """CudaExecutor.run on odd gradients: those it cannot take are left
+    alone and reported; a contiguous one of another shape but the same size
+    is taken; its results equal the CPU executor's. engine.run takes the
+    strided one through a contiguous copy."""
+    from chainer_lars import engine
+    from chainer_lars import layout as L
 
     dtype = numpy.float32
     rng = numpy.random.RandomState(3)
     sizes = [6, 6, 6, 6, THREADS + 3]
     host = [rng.standard_normal(n).astype(dtype) for n in sizes]
     host_g = [rng.standard_normal(n).astype(dtype) * 1e-2 for n in sizes]
-    hyper = numpy.zeros((len(sizes), mt.LARS_COLUMNS))
-    hyper[:, mt.LARS_LR] = 2.0
-    hyper[:, mt.LARS_MOMENTUM] = 0.9
-    hyper[:, mt.LARS_WEIGHT_DECAY] = 1e-3
-    hyper[:, mt.LARS_TRUST_COEFFICIENT] = 0.02
-    hyper[:, mt.LARS_EPS] = 1e-6
-    hyper[:, mt.LARS_ADAPT] = 1.0
-    hyper[:, mt.LARS_LOSS_SCALE] = 1.0
+    rows = L.rows(len(sizes))
+    rows[:, L.LR] = 2.0
+    rows[:, L.MOMENTUM] = 0.9
+    rows[:, L.WEIGHT_DECAY] = 1e-3
+    rows[:, L.TRUST_COEFFICIENT] = 0.02
+    rows[:, L.EPS] = 1e-6
+    rows[:, L.ADAPT] = 1.0
+    rows[:, L.REQUIRE_GRAD] = 1.0
     xp = gpu.xp
 
     def group_of(device):
         device = chainer.get_device(device)
-        group = mt.Group(mt.executor_for(device), device, dtype)
+        group = engine.Group(device, dtype)
         for k, w in enumerate(host):
             group.add('/p{}'.format(k), None, None, device.send(w.copy()),
                       (device.send(numpy.zeros_like(w)),))
-        group.executor.prepare(group)
+        group.prepare().rows[...] = rows
         return group
 
     dev, cpu = group_of('@cupy:0'), group_of('@numpy')
@@ -504,10 +532,8 @@ def test_executor_takes_what_it_can_and_keys_tables_by_gradients(gpu):
     dev_g[3] = xp.asarray(host_g[3].reshape(2, 3))  # taken: same size
     cpu_g[3] = host_g[3].reshape(2, 3)
     before = [cuda.to_cpu(w) for w in dev.weights]
-    assert dev.executor.lars_step(dev, dev_g, hyper.copy(),
-                                  ratio.OPTIMIZER_FORM) == [1, 2]
-    assert cpu.executor.lars_step(cpu, cpu_g, hyper.copy(),
-                                  ratio.OPTIMIZER_FORM) == [1, 2]
+    assert dev.executor.run(dev, dev_g, L.STEP) == [1, 2]
+    assert cpu.executor.run(cpu, cpu_g, L.STEP) == [1, 2]
     for k in (1, 2):
         assert cuda.to_cpu(dev.weights[k]).tobytes() == before[k].tobytes()
     for k in (0, 3, 4):
@@ -521,13 +547,19 @@ def test_executor_takes_what_it_can_and_keys_tables_by_gradients(gpu):
                                   rtol=1e-5)
     # All of them, then the partial set again: one table each, reused.
     full = [xp.asarray(g) for g in host_g]
-    assert dev.executor.lars_step(dev, full, hyper.copy(),
-                                  ratio.OPTIMIZER_FORM) == []
+    assert dev.executor.run(dev, full, L.STEP) == []
     assert dev.tables.cache.builds == 2
-    assert dev.executor.lars_step(dev, dev_g, hyper.copy(),
-                                  ratio.OPTIMIZER_FORM) == [1, 2]
+    assert dev.executor.run(dev, dev_g, L.STEP) == [1, 2]
     assert dev.tables.cache.builds == 2
     assert not numpy.isnan(dev.executor.observe(dev)[[0, 3, 4]]).any()
+    # The engine takes the strided gradient through a copy, as on the CPU.
+    dev, cpu = group_of('@cupy:0'), group_of('@numpy')
+    assert engine.run(dev, dev_g, L.STEP) == [1]
+    assert engine.run(cpu, cpu_g, L.STEP) == [1]
+    for k in (0, 2, 3, 4):
+        numpy.testing.assert_allclose(cuda.to_cpu(dev.weights[k]),
+                                      cpu.weights[k], rtol=1e-5, atol=1e-7)
+    assert sorted(engine.observe(dev)) == ['/p0', '/p2', '/p3', '/p4']
 
 
 @pytest.mark.parametrize('dtype', DTYPES)

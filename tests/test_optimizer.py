@@ -266,8 +266,7 @@ def test_copy_on_gpu_makes_its_own_tables(how, multi_tensor):
         other = (pickle.loads(pickle.dumps(opt)) if how == 'pickle'
                  else copy.deepcopy(opt))
         rules = [p.update_rule for p in other.target.params()]
-        assert all(r._tables is None and r._observation is None
-                   for r in rules)
+        assert all(r._group is None and not r._observed for r in rules)
         assert other._plans.plan is None
         for k in (1, 2):
             step(opt, k)
@@ -279,7 +278,7 @@ def test_copy_on_gpu_makes_its_own_tables(how, multi_tensor):
             assert other._plans.plan is not opt._plans.plan
         for path, param in other.target.namedparams():
             if not multi_tensor:
-                assert param.update_rule._tables is not None
+                assert param.update_rule._group.tables is not None
             assert (param.array.get().tobytes()
                     == ours[path].array.get().tobytes()), path
         assert other.observe() == opt.observe()
@@ -482,3 +481,78 @@ def test_non_native_byte_order_equals_native():
         results.append({path: p.array.astype(numpy.float32).tobytes()
                         for path, p in model.namedparams()})
     assert results[0] == results[1]
+
+
+#: What LARS.update forks (chainer_lars/optimizer.py says so where it
+#: starts): the source of each function in Chainer 7.8.1, hashed.
+FORKED = {
+    'GradientMethod.update': 'df931d703b8fb4b1',
+    'Optimizer.check_nan_in_grads': '2e45e45f9dfccf9c',
+    'GradientMethod.reallocate_cleared_grads': 'f107f1d08450b649',
+}
+
+
+@pytest.mark.parametrize('name', sorted(FORKED))
+def test_the_forked_chainer_functions_are_those_it_was_written_from(name):
+    import hashlib
+    import inspect
+
+    from chainer import optimizer
+    cls, attr = name.split('.')
+    source = inspect.getsource(getattr(getattr(optimizer, cls), attr))
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    assert digest == FORKED[name], (
+        'Chainer {} changed {}: LARS.update, check_nan_in_grads and '
+        'reallocate_cleared_grads fork it; compare them with the new '
+        'source and update FORKED'.format(chainer.__version__, name))
+
+
+def _link(dtype=numpy.float32):
+    link = chainer.Link()
+    with link.init_scope():
+        link.W = chainer.Parameter(numpy.arange(1, 7, dtype=dtype))
+    link.W.grad = numpy.ones(6, dtype)
+    return link
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_an_integer_parameter_is_refused_before_anything_moves(multi_tensor):
+    link = _link(numpy.int32)
+    opt = chainer_lars.LARS(lr=0.1, multi_tensor=multi_tensor).setup(link)
+    with pytest.raises(TypeError, match=r'floating-point.*W.* int32'):
+        opt.update()
+    numpy.testing.assert_array_equal(link.W.array, numpy.arange(1, 7))
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('where, name, value, words', [
+    ('optimizer', 'lr', -1.0, 'lr of .*W must be at least 0.0, got -1.0'),
+    ('rule', 'trust_coefficient', float('nan'),
+     'trust_coefficient of .*W must be finite'),
+    ('optimizer', 'momentum', 1.0, 'momentum of .*W must be less than 1.0'),
+    ('rule', 'weight_decay', -0.5, 'weight_decay of .*W must be at least'),
+])
+def test_hyperparameters_set_under_the_optimizer_are_checked(
+        multi_tensor, where, name, value, words):
+    link = _link()
+    opt = chainer_lars.LARS(lr=0.1, multi_tensor=multi_tensor).setup(link)
+    opt.update()  # checked once with good values
+    before = link.W.array.copy()
+    hyperparam = (opt.hyperparam if where == 'optimizer'
+                  else link.W.update_rule.hyperparam)
+    setattr(hyperparam, name, value)
+    link.W.grad = numpy.ones(6, numpy.float32)
+    with pytest.raises(ValueError, match='LARS hyperparameter ' + words):
+        opt.update()
+    numpy.testing.assert_array_equal(link.W.array, before)
+    setattr(hyperparam, name, getattr(chainer_lars.LARS(), name))
+    opt.update()  # a good value is taken again
+
+
+def test_repr_shows_the_settings():
+    opt = chainer_lars.LARS(lr=0.5, exclude_from_weight_decay=['/b$'])
+    assert repr(opt) == (
+        "LARS(lr=0.5, momentum=0.9, weight_decay=0.0001, "
+        "trust_coefficient=0.001, eps=0.0, nesterov=False, "
+        "exclude_from_weight_decay=('/b$',), "
+        "exclude_from_layer_adaptation=(), multi_tensor=True)")

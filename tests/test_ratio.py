@@ -52,14 +52,3 @@ def test_a_negative_clip_lr_means_no_clipping():
     # As in CUDA_TRUST_RATIO, so that compiled callers pass a float.
     assert ratio.trust_ratio(3.0, 4.0, 0.0, 0.0, 1.0, clip_lr=-1.0) == 0.75
     assert ratio.trust_ratio(3.0, 4.0, 0.0, 0.0, 1.0, clip_lr=1.5) == 0.5
-
-
-def test_forms_name_their_settings_once():
-    assert ratio.OPTIMIZER_FORM == (0.0, True)
-    assert ratio.hook_form(1e-2) == (1e-2, False)
-    # The optimizer form needs ||g|| > 0; the hook form only ||w|| > tau.
-    assert ratio.OPTIMIZER_FORM.ratio(3.0, 0.0, 0.0, 1.0, 1.0) == 1.0
-    assert ratio.hook_form(0.0).ratio(3.0, 0.0, 0.0, 1.0, 1.0) == 3.0
-    assert ratio.hook_form(5.0).ratio(5.0, 0.5, 0.0, 0.0, 1.0) == 1.0
-    assert ratio.hook_form(0.0).ratio(3.0, 4.0, 0.0, 0.0, 1.0,
-                                      clip_lr=1.5) == 0.5

@@ -1,0 +1,173 @@
+"""The CPU loops, compiled with Numba, for native float32 and float64 arrays.
+
+:func:`multi_update` updates every array of a group in one call, finding
+them through a table of addresses (columns ``W``, ``G``, ``V``, ``SIZE`` of
+:mod:`chainer_lars.layout`) and their settings in a float64 table of the
+layout's columns; ``op`` says whether it is the hook's rescaling or the
+optimizer's momentum step. A group of one array runs the same loop, so the
+batched and per-array paths agree bit for bit.
+
+Each pass is one loop over memory, which NumPy cannot express (it has no
+fused multiply-add). Norms accumulate in float64. ``fastmath`` allows only
+reassociation (to vectorise the sums) and contraction, never the
+no-NaN/no-inf assumptions, so non-finite values propagate as in NumPy. The
+ratio is :func:`chainer_lars.ratio.trust_ratio` itself, and the division by
+the loss scale is compiled without ``fastmath``, so that both round as on
+the host (``g /= loss_scale`` in Chainer's ``UpdateRule.update``).
+"""
+
+import math
+
+import numba
+from numba.core import cgutils
+from numba.core import types
+from numba.extending import intrinsic
+import numpy
+
+from chainer_lars import layout as L
+from chainer_lars import ratio
+
+
+_REDUCE = {'reassoc', 'contract'}
+_ELEMENTWISE = {'contract'}
+
+trust_ratio = numba.njit(nogil=True, cache=True)(ratio.trust_ratio)
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_REDUCE)
+def sqnorms(w, g):
+    """``(||w||^2, ||g||^2)`` in one pass that reads both arrays."""
+    sw = 0.0
+    sg = 0.0
+    for i in range(w.size):
+        x = numpy.float64(w[i])
+        y = numpy.float64(g[i])
+        sw += x * x
+        sg += y * y
+    return sw, sg
+
+
+@numba.njit(nogil=True, cache=True)
+def unscale(g, s):
+    for i in range(g.size):
+        g[i] = g[i] / s
+
+
+@numba.njit(nogil=True, cache=True)
+def scale(g, r):
+    for i in range(g.size):
+        g[i] = r * g[i]
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+def scale_add(g, r, w, c):
+    for i in range(g.size):
+        g[i] = r * g[i] + c * w[i]
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+def momentum_step(w, g, v, a, b, momentum):
+    """``v <- m v + (a g + b w); w <- w - v`` in one pass."""
+    for i in range(w.size):
+        vi = momentum * v[i] + (a * g[i] + b * w[i])
+        v[i] = vi
+        w[i] = w[i] - vi
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+def nesterov_step(w, g, v, a, b, momentum):
+    """The same with Nesterov momentum: ``w <- w - (u + m v)``."""
+    for i in range(w.size):
+        u = a * g[i] + b * w[i]
+        vi = momentum * v[i] + u
+        v[i] = vi
+        w[i] = w[i] - (u + momentum * vi)
+
+
+@numba.njit(nogil=True, cache=True)
+def address(a):
+    """The address of ``a``'s data."""
+    return a.ctypes.data
+
+
+@numba.njit(nogil=True, cache=True)
+def put_grad(table, k, g, size):
+    """Puts gradient ``g`` in row ``k`` if it is C-contiguous with ``size``
+    elements; returns whether it did."""
+    if g.size != size or not g.flags.c_contiguous:
+        return False
+    table[k, L.G] = g.ctypes.data
+    table[k, L.SIZE] = size
+    return True
+
+
+@intrinsic
+def _void_pointer(typingctx, addr):
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+    return types.voidptr(types.int64), codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def _array(table, k, column, like):
+    return numba.carray(_void_pointer(table[k, column]), table[k, L.SIZE],
+                        like.dtype)
+
+
+@numba.njit(nogil=True, cache=True)
+def multi_update(table, rows, obs, like, op):
+    """One update (``op``: ``RESCALE`` or ``STEP``) of every array of a table.
+
+    ``obs`` gets ``(ratio, ||w||, ||g||)`` per array (``g`` unscaled): all
+    NaN for a skipped row (no gradient; for the hook, also an empty array),
+    NaN norms where the optimizer does not adapt. One array's norms and its
+    step follow each other, so that the step finds the array in the cache
+    (6 to 20 % less time than all norms first; ``benchmarks/README.md``).
+
+    """
+    # Stores into this array round the float64 scalars to the arrays' dtype.
+    cast = numpy.empty(3, like.dtype)
+    for k in range(table.shape[0]):
+        size = table[k, L.SIZE]
+        if size < 0 or (op == L.RESCALE and size == 0):
+            obs[k, 0] = obs[k, 1] = obs[k, 2] = numpy.nan
+            continue
+        row = rows[k]
+        w = _array(table, k, L.W, like)
+        g = _array(table, k, L.G, like)
+        s = row[L.LOSS_SCALE]
+        if op == L.STEP and s != 1.0:
+            cast[0] = s
+            unscale(g, cast[0])
+            s = 1.0
+        r = 1.0
+        w_norm = g_norm = numpy.nan
+        if op == L.RESCALE or row[L.ADAPT] != 0.0:
+            w_sq, g_sq = sqnorms(w, g)
+            w_norm = math.sqrt(w_sq)
+            g_norm = math.sqrt(g_sq) / s
+        if row[L.ADAPT] != 0.0:
+            r = trust_ratio(w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
+                            row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
+                            row[L.REQUIRE_GRAD] != 0.0, row[L.CLIP_LR])
+        obs[k, 0] = r
+        obs[k, 1] = w_norm
+        obs[k, 2] = g_norm
+        if op == L.RESCALE:
+            c = r * (s * row[L.WEIGHT_DECAY])
+            cast[0] = r
+            cast[1] = c
+            if c != 0.0:
+                scale_add(g, cast[0], w, cast[1])
+            elif r != 1.0:
+                scale(g, cast[0])
+        else:
+            a = row[L.LR] * r
+            cast[0] = a
+            cast[1] = a * row[L.WEIGHT_DECAY]
+            cast[2] = row[L.MOMENTUM]
+            v = _array(table, k, L.V, like)
+            if row[L.NESTEROV] != 0.0:
+                nesterov_step(w, g, v, cast[0], cast[1], cast[2])
+            else:
+                momentum_step(w, g, v, cast[0], cast[1], cast[2])

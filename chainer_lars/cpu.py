@@ -1,0 +1,301 @@
+"""The CPU executor: the compiled loops, and the NumPy passes.
+
+Native float32 and float64 groups run :func:`chainer_lars._numba.
+multi_update`, one call per update, through a table of addresses built once
+per plan; only the addresses of gradients that are new objects are written
+each update. Everything else (float16, a gradient of another dtype than its
+weight, no Numba or ``CHAINER_LARS_NUMBA=0``) takes the NumPy passes, row
+by row: they compute in float32 or wider, accumulate norms in float64 as
+the compiled loops do, and work in chunks of :data:`CHUNK` elements with
+reused scratch buffers, so that each chunk is read from memory once
+(whole-array temporaries were 1.2-2.2x slower; ``benchmarks/README.md``).
+A compiled group leaves to the engine the rows it cannot take as they are
+(strided or non-native arrays: the engine runs native contiguous copies).
+"""
+
+import math
+import os
+import threading
+import warnings
+
+import numpy
+
+from chainer_lars import layout as L
+from chainer_lars import ratio
+
+
+_UNRESOLVED = object()
+_jit_module = _UNRESOLVED
+
+
+def _jit():
+    """:mod:`chainer_lars._numba`, or ``None`` (no Numba, or disabled).
+
+    Imported on first use: ``import chainer_lars`` does not import Numba.
+
+    """
+    global _jit_module
+    if _jit_module is _UNRESOLVED:
+        _jit_module = None
+        if os.environ.get('CHAINER_LARS_NUMBA', '1') != '0':
+            try:
+                from chainer_lars import _numba
+            except ImportError:
+                pass
+            except Exception as e:
+                # Numba is there but cannot set up (e.g. no writable cache
+                # directory): slower is better than failing the update.
+                warnings.warn(
+                    'chainer_lars: Numba is installed but its kernels are '
+                    'unavailable ({}: {}); using the NumPy passes. Set '
+                    'CHAINER_LARS_NUMBA=0 to silence this.'.format(
+                        type(e).__name__, e), RuntimeWarning)
+            else:
+                _jit_module = _numba
+    return _jit_module
+
+
+def backend():
+    """``'numba'`` when float32 and float64 arrays get the compiled loops
+    (Numba installed, ``CHAINER_LARS_NUMBA`` not ``0``), else ``'numpy'``.
+    """
+    return 'numpy' if _jit() is None else 'numba'
+
+
+#: Elements per chunk of the NumPy passes: the chunks of the operands and
+#: the scratch buffers (at most 5 MiB in float64) stay in the last-level
+#: cache while several ufuncs run over them.
+CHUNK = 1 << 17
+
+_local = threading.local()
+
+
+def _scratch(index, dtype):
+    """A reused buffer of :data:`CHUNK` elements (one set per thread)."""
+    bufs = _local.__dict__.setdefault('bufs', {})
+    key = (index, numpy.dtype(dtype), CHUNK)
+    buf = bufs.get(key)
+    if buf is None:
+        buf = bufs[key] = numpy.empty(CHUNK, dtype=dtype)
+    return buf
+
+
+def native(a):
+    """``a`` as a native C-contiguous array: itself, or a copy."""
+    if a.flags.c_contiguous and a.dtype.isnative:
+        return a
+    return numpy.array(a, dtype=a.dtype.newbyteorder('='), order='C')
+
+
+def _chunk(flat, index, dtype, start, stop):
+    """``flat[start:stop]`` in ``dtype``: the slice itself where it has that
+    dtype (operations on it write ``flat``), else a scratch copy."""
+    piece = flat[start:stop]
+    if piece.dtype == dtype:
+        return piece
+    buf = _scratch(index, dtype)[:stop - start]
+    numpy.copyto(buf, piece)
+    return buf
+
+
+def _store(flat, start, stop, piece):
+    if piece.dtype != flat.dtype:
+        numpy.copyto(flat[start:stop], piece, casting='unsafe')
+
+
+def _sqnorm(flat):
+    """``||a||^2`` summed in float64 with BLAS ``dot``, which neither warns
+    nor raises on overflow or NaN."""
+    total = 0.0
+    for start in range(0, flat.size, CHUNK):
+        piece = _chunk(flat, 0, numpy.float64, start,
+                       min(start + CHUNK, flat.size))
+        total += float(numpy.dot(piece, piece))
+    return total
+
+
+def _scale_add(gf, r, wf, c, ct):
+    """``g <- r g + c w`` in chunks (``w`` unread when ``c`` is 0)."""
+    r, c = ct.type(r), ct.type(c)
+    for start in range(0, gf.size, CHUNK):
+        stop = min(start + CHUNK, gf.size)
+        gs = _chunk(gf, 0, ct, start, stop)
+        numpy.multiply(gs, r, out=gs)
+        if c != 0:
+            t = _scratch(2, ct)[:stop - start]
+            numpy.multiply(_chunk(wf, 1, ct, start, stop), c, out=t)
+            numpy.add(gs, t, out=gs)
+        _store(gf, start, stop, gs)
+
+
+def _momentum(wf, gf, vf, a, b, momentum, nesterov, ct):
+    """The momentum step of :func:`chainer_lars._numba.momentum_step`."""
+    a, b, momentum = ct.type(a), ct.type(b), ct.type(momentum)
+    multiply, add, subtract = numpy.multiply, numpy.add, numpy.subtract
+    for start in range(0, wf.size, CHUNK):
+        stop = min(start + CHUNK, wf.size)
+        ws = _chunk(wf, 0, ct, start, stop)
+        vs = _chunk(vf, 2, ct, start, stop)
+        u = _scratch(3, ct)[:stop - start]
+        t = _scratch(4, ct)[:stop - start]
+        multiply(_chunk(gf, 1, ct, start, stop), a, out=u)
+        if b != 0:
+            multiply(ws, b, out=t)
+            add(u, t, out=u)
+        multiply(vs, momentum, out=vs)
+        add(vs, u, out=vs)
+        if nesterov:
+            multiply(vs, momentum, out=t)
+            add(u, t, out=u)
+            subtract(ws, u, out=ws)
+        else:
+            subtract(ws, vs, out=ws)
+        _store(wf, start, stop, ws)
+        _store(vf, start, stop, vs)
+
+
+def numpy_update(row, obs, op, w, g, v=None):
+    """One row of :func:`chainer_lars._numba.multi_update` in NumPy.
+
+    Any dtypes and layouts: arrays that are not native and C-contiguous are
+    updated through copies written back.
+
+    """
+    arrays = (w, g) if v is None else (w, g, v)
+    natives = [native(a) for a in arrays]
+    flats = [a.reshape(-1) for a in natives]
+    wf, gf = flats[0], flats[1]
+    obs[:] = numpy.nan
+    if op == L.RESCALE and gf.size == 0:
+        return
+    ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
+    s = row[L.LOSS_SCALE]
+    with numpy.errstate(over='ignore', invalid='ignore', divide='ignore'):
+        if op == L.STEP and s != 1.0:
+            gf /= s
+            s = 1.0
+        r = 1.0
+        if op == L.RESCALE or row[L.ADAPT]:
+            obs[1] = math.sqrt(_sqnorm(wf))
+            obs[2] = math.sqrt(_sqnorm(gf)) / s
+        if row[L.ADAPT]:
+            r = ratio.trust_ratio(
+                obs[1], obs[2], row[L.WEIGHT_DECAY], row[L.EPS],
+                row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
+                bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
+        obs[0] = r
+        if op == L.RESCALE:
+            c = r * (s * row[L.WEIGHT_DECAY])
+            if c != 0 or r != 1:
+                _scale_add(gf, r, wf, c, ct)
+        elif gf.size:
+            a = row[L.LR] * r
+            _momentum(wf, gf, flats[2], a, a * row[L.WEIGHT_DECAY],
+                      row[L.MOMENTUM], row[L.NESTEROV], ct)
+    for a, copy in zip(arrays, natives):
+        if copy is not a:
+            a[...] = copy
+
+
+class _Tables(object):
+
+    """What the executor keeps for a group: the address table (``None`` for
+    the NumPy passes), the gradients it holds and their ids, the sizes, the
+    rows it cannot take (``bad``) and the observations."""
+
+    __slots__ = ('table', 'sizes', 'grads', 'ids', 'bad', 'obs', 'like')
+
+    def __init__(self, group, jit):
+        n = len(group)
+        self.obs = numpy.full((n, 3), numpy.nan)
+        self.sizes = [w.size for w in group.weights]
+        self.grads = [None] * n
+        self.ids = None
+        self.like = numpy.empty(0, group.dtype.newbyteorder('='))
+        self.table = None
+        self.bad = []
+        dtype = numpy.dtype(group.dtype)
+        if jit is None or dtype.char not in 'fd':
+            return
+        self.table = table = numpy.zeros((n, 4), numpy.int64)
+        table[:, L.SIZE] = -1  # no gradient until one is given
+        for k, (w, states) in enumerate(zip(group.weights, group.states)):
+            arrays = (w,) + tuple(states)
+            if all(a.dtype == dtype and a.dtype.isnative
+                   and a.flags.c_contiguous for a in arrays):
+                table[k, L.W] = jit.address(w)
+                if states:
+                    table[k, L.V] = jit.address(states[0])
+            else:
+                self.bad.append(k)
+
+
+class CpuExecutor(object):
+
+    """The executor of NumPy devices (see :mod:`chainer_lars.engine`)."""
+
+    def prepare(self, group):
+        group.tables = _Tables(group, _jit())
+
+    def run(self, group, grads, op):
+        tables = group.tables
+        rows = group.rows
+        if tables.table is None:
+            rejected = []
+            for k, g in enumerate(grads):
+                if g is None:
+                    tables.obs[k] = numpy.nan
+                    rejected.append(k)
+                    continue
+                states = group.states[k] if op == L.STEP else ()
+                numpy_update(rows[k], tables.obs[k], op, group.weights[k], g,
+                             *states)
+            return rejected
+        others = self._set_grads(group, grads)
+        _jit().multi_update(tables.table, rows, tables.obs, tables.like, op)
+        rejected = []
+        for k in others:
+            g = grads[k]
+            if (g is not None and k not in tables.bad
+                    and g.dtype.newbyteorder('=') != group.dtype):
+                # Another dtype than the weight's: the NumPy passes.
+                states = group.states[k] if op == L.STEP else ()
+                numpy_update(rows[k], tables.obs[k], op, group.weights[k], g,
+                             *states)
+            else:
+                rejected.append(k)
+        return rejected
+
+    def _set_grads(self, group, grads):
+        """Puts the gradients' addresses in the table; returns the rows it
+        cannot take this update (skipped by the loop)."""
+        tables = group.tables
+        ids = list(map(id, grads))
+        if ids == tables.ids:
+            # The same arrays as last time (held in tables.grads, so their
+            # ids are not reused), e.g. gradients kept across updates.
+            return []
+        table, sizes, cached = tables.table, tables.sizes, tables.grads
+        put = _jit().put_grad
+        others = []
+        for k, g in enumerate(grads):
+            if g is cached[k] and g is not None:
+                continue
+            # Numba cannot type a non-native dtype: checked first.
+            if (g is not None and g.dtype == group.dtype
+                    and g.dtype.isnative and k not in tables.bad
+                    and put(table, k, g, sizes[k])):
+                cached[k] = g
+            else:
+                cached[k] = None
+                table[k, L.SIZE] = -1
+                others.append(k)
+        tables.ids = None if others else ids
+        return others
+
+    def observe(self, group):
+        return group.tables.obs
+
+
+#: The one :class:`CpuExecutor` (it keeps nothing of its own).
+executor = CpuExecutor()

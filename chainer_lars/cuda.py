@@ -1,0 +1,491 @@
+"""The CUDA executor: two launches per update for a group of any size.
+
+1. ``chainer_lars_multi_norms``: every block takes a chunk of :data:`CHUNK`
+   elements of one array and writes its partial sums of ``||w||^2`` and
+   ``||g||^2``; the last block of each array to finish (counted with an
+   atomic) sums that array's partials in a fixed order, so the result is
+   deterministic, and writes the ratio and squared norms to ``stats``.
+2. ``chainer_lars_multi_scale_add`` (the hook: ``g <- r g + r S wd w``) or
+   ``chainer_lars_multi_momentum`` (the optimizer's momentum step) over the
+   same chunks, reading each array's ratio from ``stats``.
+
+The arrays are found through a table of pointers (:class:`Table`), uploaded
+once and cached by the arrays' addresses (:class:`TableCache`; CuPy's pool
+hands gradients the same blocks every iteration); the settings rows (the
+columns of :mod:`chainer_lars.layout`) are uploaded from a ring of pinned
+buffers. Nothing synchronises: ``stats`` is read only by ``observe``.
+float16 is stored as raw 16 bits and computed in float32.
+
+The code reaches CuPy only through the device's array module ``xp``
+(``xp.RawModule``, ``xp.empty``, ``xp.cuda``), so it runs unchanged on
+:mod:`chainer_lars.testing.emulated_cupy`, which executes the same source
+on the CPU.
+"""
+
+import collections
+import operator
+
+import numpy
+
+from chainer_lars import layout as L
+from chainer_lars import ratio
+
+
+#: Threads per block, a power of two (the block reductions rely on it).
+THREADS = 256
+#: Elements per block: 16 a thread, enough to hide the loads' latency.
+CHUNK = 16 * THREADS
+
+_SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')
+_POINTER = operator.attrgetter('data.ptr')
+
+#: dtype -> (C storage type, C compute type, NumPy compute dtype)
+_TYPES = {
+    numpy.dtype(numpy.float16): ('unsigned short', 'float',
+                                 numpy.dtype(numpy.float32)),
+    numpy.dtype(numpy.float32): ('float', 'float',
+                                 numpy.dtype(numpy.float32)),
+    numpy.dtype(numpy.float64): ('double', 'double',
+                                 numpy.dtype(numpy.float64)),
+}
+
+_LOAD_STORE = {
+    'unsigned short': r'''
+__device__ __forceinline__ C lars_load(const S* p, long long i) {
+    float f;
+    asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(p[i]));
+    return f;
+}
+__device__ __forceinline__ void lars_store(S* p, long long i, C x) {
+    unsigned short h;
+    asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(x));
+    p[i] = h;
+}
+''',
+    'float': r'''
+__device__ __forceinline__ C lars_load(const S* p, long long i) {
+    return p[i];
+}
+__device__ __forceinline__ void lars_store(S* p, long long i, C x) {
+    p[i] = x;
+}
+''',
+}
+_LOAD_STORE['double'] = _LOAD_STORE['float']
+
+_SOURCE = r'''
+typedef {storage} S;
+typedef {compute} C;
+#define LARS_THREADS {threads}
+#define LARS_CHUNK {chunk}
+
+{load_store}
+
+{trust_ratio}
+
+// Sums a and b over the block in a fixed order; every thread gets the sums.
+__device__ __forceinline__ void lars_block_sum2(C& a, C& b) {{
+    __shared__ C sa[LARS_THREADS];
+    __shared__ C sb[LARS_THREADS];
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
+    __syncthreads();
+    for (int s = LARS_THREADS / 2; s > 0; s >>= 1) {{
+        if (threadIdx.x < s) {{
+            sa[threadIdx.x] += sa[threadIdx.x + s];
+            sb[threadIdx.x] += sb[threadIdx.x + s];
+        }}
+        __syncthreads();
+    }}
+    a = sa[0];
+    b = sb[0];
+    __syncthreads();
+}}
+
+// The table (int64 words) of T arrays split into B blocks:
+//   [0, T)            weights          [T, 2T)     gradients
+//   [2T, 3T)          momentum buffers (the optimizer; 0 for the hook)
+//   [3T, 4T)          sizes
+//   [4T, 5T]          first block of each array, then B
+//   [5T+1, 5T+1+B)    array of each block
+#define LARS_FIRST(T, t) table[4 * (T) + (t)]
+
+// The settings of array t: one row of LARS_COLUMNS values (the layout of
+// chainer_lars/layout.py), uploaded for every update.
+{defines}
+
+// The array of this block and the range of its elements.
+__device__ __forceinline__ void lars_block_range(
+        const long long* table, long long T, long long& t,
+        long long& begin, long long& end) {{
+    t = table[5 * T + 1 + blockIdx.x];
+    begin = ((long long)blockIdx.x - LARS_FIRST(T, t)) * LARS_CHUNK;
+    const long long size = table[3 * T + t];
+    end = begin + LARS_CHUNK < size ? begin + LARS_CHUNK : size;
+}}
+
+// stats[3t] = the ratio r of array t, stats[3t+1] = ||w||^2 and
+// stats[3t+2] = ||g||^2 of g as stored (loss_scale times the gradient).
+// done[] counts finished blocks per array; it must be 0 before the launch
+// and is 0 again after it.
+extern "C" __global__ void chainer_lars_multi_norms(
+        const long long* table, long long ntensors, const C* settings,
+        C* partial, unsigned int* done, C* stats) {{
+    const long long T = ntensors;
+    long long t, begin, end;
+    lars_block_range(table, T, t, begin, end);
+    const S* w = (const S*)table[t];
+    const S* g = (const S*)table[T + t];
+    C sw = 0, sg = 0;
+    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {{
+        C a = lars_load(w, i);
+        C b = lars_load(g, i);
+        sw += a * a;
+        sg += b * b;
+    }}
+    lars_block_sum2(sw, sg);
+    const long long first = LARS_FIRST(T, t);
+    const long long last = LARS_FIRST(T, t + 1);
+    __shared__ int is_last;
+    if (threadIdx.x == 0) {{
+        partial[2 * blockIdx.x] = sw;
+        partial[2 * blockIdx.x + 1] = sg;
+        // The partials must be visible to the block that counts last.
+        __threadfence();
+        const unsigned int ticket = atomicAdd(&done[t], 1u);
+        is_last = ticket == (unsigned int)(last - first - 1);
+    }}
+    __syncthreads();
+    if (!is_last) {{
+        return;
+    }}
+    const volatile C* p = partial;
+    C a = 0, b = 0;
+    for (long long k = first + threadIdx.x; k < last; k += LARS_THREADS) {{
+        a += p[2 * k];
+        b += p[2 * k + 1];
+    }}
+    lars_block_sum2(a, b);
+    if (threadIdx.x == 0) {{
+        const C* s = settings + LARS_COLUMNS * t;
+        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
+            sqrt(a), sqrt(b) / s[LARS_LOSS_SCALE], s[LARS_WEIGHT_DECAY],
+            s[LARS_EPS], s[LARS_TRUST_COEFFICIENT], s[LARS_THRESHOLD],
+            s[LARS_REQUIRE_GRAD] != (C)0, s[LARS_CLIP_LR]) : (C)1;
+        stats[3 * t + 1] = a;
+        stats[3 * t + 2] = b;
+        done[t] = 0;
+    }}
+}}
+
+// The arrays of a block of the step kernels: its range, weight, gradient
+// and settings, and the array's ratio.
+struct LarsStep {{
+    long long t, begin, end;
+    S* w;
+    S* g;
+    const C* s;
+    C r;
+}};
+
+__device__ __forceinline__ LarsStep lars_step(
+        const long long* table, long long T, const C* settings,
+        const C* stats) {{
+    LarsStep k;
+    lars_block_range(table, T, k.t, k.begin, k.end);
+    k.w = (S*)table[k.t];
+    k.g = (S*)table[T + k.t];
+    k.s = settings + LARS_COLUMNS * k.t;
+    k.r = stats[3 * k.t];
+    return k;
+}}
+
+// The hook: g <- r * g + r * loss_scale * weight_decay * w, which is the
+// rescaled gradient still multiplied by the loss scale.
+extern "C" __global__ void chainer_lars_multi_scale_add(
+        const long long* table, long long ntensors, const C* settings,
+        const C* stats) {{
+    const LarsStep k = lars_step(table, ntensors, settings, stats);
+    const C c = k.r * k.s[LARS_LOSS_SCALE] * k.s[LARS_WEIGHT_DECAY];
+    for (long long i = k.begin + threadIdx.x; i < k.end;
+            i += LARS_THREADS) {{
+        lars_store(k.g, i, k.r * lars_load(k.g, i) + c * lars_load(k.w, i));
+    }}
+}}
+
+// The optimizer: one LARS momentum step with the ratio r of stats. The
+// gradient is divided by the loss scale in place first, as Chainer's
+// update rules do, and used as stored (rounded to S).
+extern "C" __global__ void chainer_lars_multi_momentum(
+        const long long* table, long long ntensors, const C* settings,
+        const C* stats) {{
+    const LarsStep k = lars_step(table, ntensors, settings, stats);
+    const C a = k.s[LARS_LR] * k.r;
+    const C b = a * k.s[LARS_WEIGHT_DECAY];
+    const C loss_scale = k.s[LARS_LOSS_SCALE];
+    const C momentum = k.s[LARS_MOMENTUM];
+    const bool nesterov = k.s[LARS_NESTEROV] != (C)0;
+    S* v = (S*)table[2 * ntensors + k.t];
+    for (long long i = k.begin + threadIdx.x; i < k.end;
+            i += LARS_THREADS) {{
+        if (loss_scale != (C)1) {{
+            lars_store(k.g, i, lars_load(k.g, i) / loss_scale);
+        }}
+        const C gi = lars_load(k.g, i);
+        const C wi = lars_load(k.w, i);
+        const C u = a * gi + b * wi;
+        const C vi = momentum * lars_load(v, i) + u;
+        lars_store(v, i, vi);
+        lars_store(k.w, i, wi - (nesterov ? u + momentum * vi : vi));
+    }}
+}}
+'''
+
+_modules = {}
+
+
+def source(dtype):
+    """The CUDA source of the kernels for arrays of ``dtype``."""
+    storage, compute, _ = _TYPES[numpy.dtype(dtype)]
+    return _SOURCE.format(
+        storage=storage, compute=compute, threads=THREADS, chunk=CHUNK,
+        defines=L.cuda_defines(), load_store=_LOAD_STORE[storage],
+        trust_ratio=ratio.CUDA_TRUST_RATIO)
+
+
+def _kernel(xp, dtype, name):
+    """The kernel ``name`` for ``dtype``, compiled once per device (CuPy
+    loads a module on the device current when a function is taken)."""
+    dtype = numpy.dtype(dtype)
+    key = (xp, xp.cuda.Device().id, dtype)
+    module = _modules.get(key)
+    if module is None:
+        module = _modules[key] = xp.RawModule(code=source(dtype))
+    return module.get_function(name)
+
+
+def supports(*arrays):
+    """Whether these device arrays can go through the kernels as they are."""
+    dtype = arrays[0].dtype
+    return dtype in _TYPES and all(
+        a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+
+
+def empty_pinned(xp, shape, dtype):
+    """A host array in page-locked memory, as :func:`cupyx.empty_pinned`."""
+    dtype = numpy.dtype(dtype)
+    count = int(numpy.prod(shape, dtype=numpy.int64))
+    memory = xp.cuda.alloc_pinned_memory(count * dtype.itemsize)
+    return numpy.frombuffer(memory, dtype, count).reshape(shape)
+
+
+class Table(object):
+
+    """The device table of one set of arrays, and its work buffers.
+
+    The table (int64 words) of T arrays in B blocks holds the weights, the
+    gradients, the momentum buffers (0 for the hook), the sizes, the first
+    block of each array followed by B, and the array of each block.
+    ``settings`` holds the rows of the current update (compute dtype),
+    ``stats`` per array ``(r, ||w||^2, ||g||^2)`` of the last launch.
+
+    """
+
+    #: Pinned buffers the settings are uploaded from, in turn: one is
+    #: written again only after its copy is done.
+    RING = 4
+
+    def __init__(self, xp, dtype, weights, grads, states=None):
+        ntensors = len(weights)
+        sizes = [w.size for w in weights]
+        counts = [-(-n // CHUNK) for n in sizes]
+        first = numpy.zeros(ntensors + 1, numpy.int64)
+        numpy.cumsum(counts, out=first[1:])
+        nblocks = int(first[-1])
+        host = empty_pinned(xp, (5 * ntensors + 1 + nblocks,), numpy.int64)
+        host[:ntensors] = [w.data.ptr for w in weights]
+        host[ntensors:2 * ntensors] = [g.data.ptr for g in grads]
+        host[2 * ntensors:3 * ntensors] = (
+            0 if states is None else [v.data.ptr for v in states])
+        host[3 * ntensors:4 * ntensors] = sizes
+        host[4 * ntensors:5 * ntensors + 1] = first
+        host[5 * ntensors + 1:] = numpy.repeat(numpy.arange(ntensors), counts)
+        self.ntensors = ntensors
+        self.nblocks = nblocks
+        self.compute_dtype = _TYPES[numpy.dtype(dtype)][2]
+        self.words = xp.empty(host.size, numpy.int64)
+        stream = xp.cuda.get_current_stream()
+        self.words.set(host, stream)
+        # Each pinned source must outlive its asynchronous copy.
+        self._uploads = [(host, stream.record())]
+        shape = (ntensors, len(L.COLUMNS))
+        self._ring = [[empty_pinned(xp, shape, self.compute_dtype), None]
+                      for _ in range(self.RING)]
+        self._next = 0
+        self.settings = xp.empty(shape, self.compute_dtype)
+        self.partial = xp.empty(2 * nblocks, self.compute_dtype)
+        self.done = xp.zeros(ntensors, numpy.uint32)
+        self.stats = xp.empty((ntensors, 3), self.compute_dtype)
+        self._xp = xp
+
+    def set_settings(self, rows):
+        """Uploads this update's settings rows."""
+        slot = self._ring[self._next]
+        self._next = (self._next + 1) % self.RING
+        if slot[1] is not None:
+            slot[1].synchronize()
+        slot[0][...] = rows
+        stream = self._xp.cuda.get_current_stream()
+        self.settings.set(slot[0], stream)
+        slot[1] = stream.record()
+
+    def release(self):
+        """Waits until no upload needs the table's host buffers."""
+        for _, event in self._uploads + self._ring:
+            if event is not None:
+                event.synchronize()
+
+
+class TableCache(object):
+
+    """The tables of the last sets of arrays, by key (least recently used
+    go); copies and pickles come empty: device tables are not state.
+
+    Attributes:
+        builds (int): How many tables were built.
+
+    """
+
+    def __init__(self, capacity=8):
+        self.capacity = capacity
+        self.builds = 0
+        self._tables = collections.OrderedDict()
+
+    def get(self, key, xp, dtype, weights, grads, states=None):
+        """The table of these arrays; ``key`` must change whenever an
+        address does."""
+        table = self._tables.get(key)
+        if table is not None:
+            self._tables.move_to_end(key)
+            return table
+        table = Table(xp, dtype, weights, grads, states)
+        self.builds += 1
+        self._tables[key] = table
+        while len(self._tables) > self.capacity:
+            self._tables.popitem(last=False)[1].release()
+        return table
+
+    def __reduce__(self):
+        return TableCache, (self.capacity,)
+
+
+def launch(xp, table, dtype, op):
+    """The two launches of one update of a table's arrays."""
+    args = (table.words, numpy.int64(table.ntensors), table.settings)
+    _kernel(xp, dtype, 'chainer_lars_multi_norms')(
+        (table.nblocks,), (THREADS,),
+        args + (table.partial, table.done, table.stats))
+    step = ('chainer_lars_multi_scale_add' if op == L.RESCALE
+            else 'chainer_lars_multi_momentum')
+    _kernel(xp, dtype, step)((table.nblocks,), (THREADS,),
+                             args + (table.stats,))
+
+
+class _Tables(object):
+
+    """What the executor keeps for a group: its tables, the weights'
+    signatures, whether every row can go as it is, and the last update's
+    table, rows taken and loss scales (for ``observe``)."""
+
+    __slots__ = ('cache', 'signature', 'direct', 'last', 'empty')
+
+    def __init__(self, group):
+        self.cache = TableCache(capacity=4)
+        self.signature = list(map(_SIGNATURE, group.weights))
+        self.direct = all(
+            w.size and supports(w, *states)
+            for w, states in zip(group.weights, group.states))
+        self.last = None
+        self.empty = []
+
+
+class CudaExecutor(object):
+
+    """The executor of CUDA devices (see :mod:`chainer_lars.engine`)."""
+
+    def prepare(self, group):
+        group.tables = _Tables(group)
+
+    def _select(self, group, grads, op):
+        """``(keep, rejected, empty)``: the rows the kernels take (``None``
+        for all), those they cannot take as they are, and the empty ones
+        (no block would write their stats)."""
+        tables = group.tables
+        try:
+            # Gradients of the weights' dtype, shape and strides: one
+            # comparison of lists in the usual case.
+            if tables.direct and (list(map(_SIGNATURE, grads))
+                                  == tables.signature):
+                return None, [], []
+        except AttributeError:  # a gradient is None
+            pass
+        keep, rejected, empty = [], [], []
+        for k, (w, g) in enumerate(zip(group.weights, grads)):
+            states = group.states[k] if op == L.STEP else ()
+            if g is None or g.size != w.size or not supports(w, g, *states):
+                rejected.append(k)
+            elif w.size:
+                keep.append(k)
+            else:
+                empty.append(k)
+        return keep, rejected, empty
+
+    def run(self, group, grads, op):
+        keep, rejected, empty = self._select(group, grads, op)
+        tables = group.tables
+        tables.empty = empty
+        if keep is not None and not keep:
+            tables.last = None
+            return rejected
+        weights, rows = group.weights, group.rows
+        states = [s[0] for s in group.states] if op == L.STEP else None
+        if keep is not None:
+            weights = [weights[k] for k in keep]
+            grads = [grads[k] for k in keep]
+            states = None if states is None else [states[k] for k in keep]
+            rows = rows[keep]
+        xp = group.device.xp
+        key = (None if keep is None else tuple(keep),
+               tuple(map(_POINTER, grads)))
+        with group.device.create_context():
+            table = tables.cache.get(key, xp, group.dtype, weights, grads,
+                                     states)
+            table.set_settings(rows)
+            launch(xp, table, group.dtype, op)
+        tables.last = (table, slice(None) if keep is None else keep,
+                       rows[:, L.LOSS_SCALE].copy())
+        return rejected
+
+    def observe(self, group):
+        """``(ratio, ||w||, ||g||)`` per array, NaN where none was taken;
+        one transfer from the device."""
+        out = numpy.full((len(group), 3), numpy.nan)
+        for k in group.tables.empty:
+            # What the CPU loop records for an empty array.
+            if group.op == L.STEP:
+                out[k, 0] = 1.0
+                if group.rows[k, L.ADAPT]:
+                    out[k, 1:] = 0.0
+        last = group.tables.last
+        if last is None:
+            return out
+        table, keep, loss_scales = last
+        stats = table.stats.get().astype(numpy.float64)
+        out[keep, 0] = stats[:, 0]
+        out[keep, 1] = numpy.sqrt(stats[:, 1])
+        out[keep, 2] = numpy.sqrt(stats[:, 2]) / loss_scales
+        return out
+
+
+#: The one :class:`CudaExecutor` (it keeps nothing of its own).
+executor = CudaExecutor()

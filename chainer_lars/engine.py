@@ -1,0 +1,263 @@
+"""The engine under both faces: plans, groups, executors, observations.
+
+The hook (:class:`chainer_lars.GradientLARS`) and the optimizer
+(:class:`chainer_lars.LARS`) update their arrays the same way:
+
+1. A :class:`Plan` of the target's parameters, kept while the model's
+   structure holds (the same parameters, rules, arrays, momentum buffers
+   and flags, checked by identity once per update), sorts the arrays into
+   :class:`Group` objects of one device and dtype (one array each with
+   ``multi_tensor=False``).
+2. The face fills each group's settings rows (:mod:`chainer_lars.layout`)
+   and calls :func:`run` with the gradients and the operation: the hook's
+   rescaling or the optimizer's momentum step.
+3. The group's executor (:class:`chainer_lars.cpu.CpuExecutor` or
+   :class:`chainer_lars.cuda.CudaExecutor`) updates the arrays it can take
+   as they are; :func:`run` updates the rest through native contiguous
+   copies, written back, and returns the rows nobody could take.
+4. :func:`observe` reads what each array's update applied.
+
+An executor has ``prepare(group)`` (once per plan), ``run(group, grads,
+op)`` (returns the rows it left alone) and ``observe(group)`` (``(ratio,
+||w||, ||g||)`` per row, float64, NaN where nothing was applied).
+"""
+
+import operator
+
+import numpy
+
+import chainer
+from chainer.backends import cuda as _chainer_cuda
+
+from chainer_lars import cpu
+from chainer_lars import cuda
+from chainer_lars import layout as L
+
+
+#: Readers for lists of parameters: ``list(map(GRAD, params))`` costs half
+#: what a list comprehension does, on every update.
+ARRAY = operator.attrgetter('array')
+GRAD = operator.attrgetter('grad')
+LOSS_SCALE = operator.attrgetter('_loss_scale')
+UPDATE_RULE = operator.attrgetter('update_rule')
+_STATE = operator.attrgetter('_state')
+_MOMENTUM = operator.methodcaller('get', 'v')
+
+
+def executor_for(device):
+    """The executor of a device; ``None`` for ChainerX."""
+    xp = device.xp
+    if xp is numpy:
+        return cpu.executor
+    if xp is _chainer_cuda.cupy:
+        return cuda.executor
+    return None
+
+
+class Group(object):
+
+    """Arrays of one device and dtype that one executor updates at once.
+
+    Attributes:
+        executor, device, dtype: Its executor, the arrays' device and dtype.
+        paths, params, rules, weights (list): Per array.
+        states (list of tuple): The state buffers per array (``(v,)`` for
+            the optimizer, ``()`` for the hook).
+        rows (numpy.ndarray): The settings rows, filled by the face.
+        op: The operation of the last :func:`run`.
+        copies (dict): Row -> the group of one that updated it through
+            copies in the last :func:`run`.
+        tables: What the executor's ``prepare`` built.
+        static: What the face keeps per row while the plan holds.
+
+    """
+
+    __slots__ = ('executor', 'device', 'dtype', 'paths', 'params', 'rules',
+                 'weights', 'states', 'rows', 'op', 'copies', 'tables',
+                 'static')
+
+    def __init__(self, device, dtype):
+        self.executor = executor_for(device)
+        self.device = device
+        self.dtype = numpy.dtype(dtype)
+        self.paths, self.params, self.rules = [], [], []
+        self.weights, self.states = [], []
+        self.rows = self.tables = self.op = self.static = None
+        self.copies = {}
+
+    def __len__(self):
+        return len(self.weights)
+
+    def add(self, path, param, rule, weight, states=()):
+        self.paths.append(path)
+        self.params.append(param)
+        self.rules.append(rule)
+        self.weights.append(weight)
+        self.states.append(states)
+
+    def prepare(self):
+        self.rows = L.rows(len(self))
+        self.executor.prepare(self)
+        return self
+
+
+def group_of_one(cached, device, path, weight, states=()):
+    """``cached`` if it is the group of these very arrays, else a new one."""
+    if (cached is not None and cached.weights[0] is weight
+            and cached.device == device
+            and all(a is b for a, b in zip(cached.states[0], states))):
+        return cached
+    group = Group(device, weight.dtype)
+    group.add(path, None, None, weight, states)
+    return group.prepare()
+
+
+class Grouper(object):
+
+    """Sorts arrays into groups by device, dtype and an optional key."""
+
+    def __init__(self):
+        self._groups = {}
+
+    def add(self, key, device, path, param, rule, weight, states=()):
+        key = (str(device), weight.dtype, key)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = Group(device, weight.dtype)
+        group.add(path, param, rule, weight, states)
+
+    def groups(self):
+        return [group.prepare() for group in self._groups.values()]
+
+
+class Plan(object):
+
+    """A face's groups, valid while the parameters stay what they were.
+
+    Args:
+        params (list): The target's parameters, in its order.
+        flags (callable): ``flags(rules)``: what else of the rules the
+            plan depends on, compared with ``==`` each update.
+        states (bool): Whether the plan holds the rules' momentum buffers.
+
+    Attributes:
+        groups (list of Group): Filled by the face.
+        where (list): Per group, its parameters' positions in ``params``.
+        others (list): Whatever else the face keeps in the plan.
+
+    """
+
+    __slots__ = ('_objects', '_ids', '_flags', '_flag_fn', '_states',
+                 'groups', 'where', 'others')
+
+    def __init__(self, params, flags, states=False):
+        self._states = states
+        self._flag_fn = flags
+        objects = self._structure(params)
+        # Holding the objects keeps their ids from being reused.
+        self._objects = objects
+        self._ids = [list(map(id, o)) for o in objects]
+        self._flags = flags(objects[1])
+        self.groups = []
+        self.where = []
+        self.others = []
+
+    def _structure(self, params):
+        rules = list(map(UPDATE_RULE, params))
+        objects = (params, rules, list(map(ARRAY, params)))
+        if self._states:
+            try:
+                states = list(map(_MOMENTUM, map(_STATE, rules)))
+            except AttributeError:  # no rule, or no state yet
+                states = [None if r is None or r.state is None
+                          else r.state.get('v') for r in rules]
+            objects += (states,)
+        return objects
+
+    def matches(self, params):
+        if list(map(id, params)) != self._ids[0]:
+            return False
+        objects = self._structure(params)
+        return (all(list(map(id, o)) == ids
+                    for o, ids in zip(objects[1:], self._ids[1:]))
+                and self._flag_fn(objects[1]) == self._flags)
+
+    def set_groups(self, params, groups):
+        self.groups = groups
+        position = {id(p): k for k, p in enumerate(params)}
+        self.where = [[position[id(p)] for p in group.params]
+                      for group in groups]
+
+
+class PlanCache(object):
+
+    """Holds a face's plan; copies and pickles come empty, since a copy's
+    arrays would pass the plan's identity checks of the original's."""
+
+    __slots__ = ('plan',)
+
+    def __init__(self):
+        self.plan = None
+
+    def __reduce__(self):
+        return PlanCache, ()
+
+
+def _contiguous(device, a):
+    if device.xp is numpy:
+        return cpu.native(a)
+    with chainer.using_device(device):
+        return device.xp.ascontiguousarray(a)
+
+
+def run(group, grads, op):
+    """One update of a group's arrays with its rows (see the module).
+
+    Returns:
+        list: The rows left alone: no gradient, or arrays no executor takes
+        even as contiguous copies (on a GPU, a gradient whose dtype is not
+        its weight's).
+
+    """
+    group.op = op
+    group.copies.clear()
+    left = []
+    for k in group.executor.run(group, grads, op):
+        g = grads[k]
+        if g is None or g.size != group.weights[k].size:
+            left.append(k)
+            continue
+        arrays = (group.weights[k], g) + (
+            group.states[k] if op == L.STEP else ())
+        copies = [_contiguous(group.device, a) for a in arrays]
+        one = Group(group.device, copies[0].dtype)
+        one.add(group.paths[k], None, None, copies[0], tuple(copies[2:]))
+        one.prepare().rows[0] = group.rows[k]
+        if one.executor.run(one, copies[1:2], op):
+            left.append(k)
+            continue
+        one.op = op
+        group.copies[k] = one
+        for a, c in zip(arrays, copies):
+            if c is not a:
+                a[...] = c
+    return left
+
+
+def observed(group):
+    """``(ratio, ||w||, ||g||)`` per row of a group's last update (float64,
+    NaN where it applied nothing), the copies' rows included."""
+    table = group.executor.observe(group)
+    if group.copies:
+        table = table.copy()
+        for k, one in group.copies.items():
+            table[k] = one.executor.observe(one)[0]
+    return table
+
+
+def observe(group, report=None):
+    """``{path: (ratio, ||w||, ||g||)}`` of a group's last update, for the
+    rows that had one and where ``report`` (a sequence of flags) is true."""
+    return {path: tuple(row) for k, (path, row) in enumerate(
+        zip(group.paths, observed(group).tolist()))
+        if row[0] == row[0] and (report is None or report[k])}

@@ -1,0 +1,350 @@
+"""The CPU executor against float64 NumPy written out.
+
+Every test runs the engine on CPU groups, with the NumPy passes and, where
+Numba is installed, with the compiled loops. The NumPy passes' chunking is
+exercised with a small CHUNK, so that sizes below, at and above it, and not
+a multiple of it, all occur. A group of many arrays is checked against
+groups of one, bit for bit.
+"""
+
+import builtins
+import math
+import os
+import sys
+
+import numpy
+import pytest
+
+import chainer
+from chainer import testing
+
+import chainer_lars
+from chainer_lars import cpu
+from chainer_lars import engine
+from chainer_lars import layout as L
+from chainer_lars import ratio
+
+
+def _numba():
+    return pytest.importorskip('chainer_lars._numba')
+
+
+@pytest.fixture(params=['numpy', 'numba'])
+def cpu_backend(request, monkeypatch):
+    if request.param == 'numba':
+        monkeypatch.setattr(cpu, '_jit_module', _numba())
+    else:
+        monkeypatch.setattr(cpu, '_jit_module', None)
+    assert cpu.backend() == request.param
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    # The scratch buffers are keyed by CHUNK, so none is too short.
+    monkeypatch.setattr(cpu, 'CHUNK', 16)
+
+
+SIZES = [0, 1, 15, 16, 17, 48, 101, 4099]
+DTYPES = [numpy.float16, numpy.float32, numpy.float64]
+TOL = {numpy.float16: dict(atol=1e-3, rtol=1e-2),
+       numpy.float32: dict(atol=1e-6, rtol=1e-5),
+       numpy.float64: dict(atol=1e-12, rtol=1e-12)}
+CPU = chainer.get_device('@numpy')
+
+
+def _arrays(n, dtype, count, seed=0):
+    rng = numpy.random.RandomState(seed + n)
+    return [rng.uniform(-1, 1, n).astype(dtype) for _ in range(count)]
+
+
+def _row(**settings):
+    row = L.rows(1)[0]
+    for name, value in settings.items():
+        row[L.COLUMNS.index(name)] = value
+    return row
+
+
+def _group(weights, states=None, rows=None):
+    group = engine.Group(CPU, weights[0].dtype)
+    for k, w in enumerate(weights):
+        group.add('/p{}'.format(k), None, None, w,
+                  () if states is None else (states[k],))
+    group.prepare()
+    if rows is not None:
+        group.rows[...] = rows
+    return group
+
+
+def _run(op, row, w, g, v=None):
+    """One array through the engine; returns what it observed."""
+    group = _group([w], None if v is None else [v], row)
+    assert engine.run(group, [g], op) == []
+    return engine.observed(group)[0]
+
+
+def _norms(w, g, scale=1.0):
+    w64, g64 = w.astype(numpy.float64), g.astype(numpy.float64)
+    return math.sqrt((w64 * w64).sum()), math.sqrt((g64 * g64).sum()) / scale
+
+
+@pytest.mark.usefixtures('cpu_backend')
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('n', SIZES)
+@pytest.mark.parametrize('settings', [
+    dict(adapt=1, weight_decay=0.25, eps=1e-9, trust_coefficient=0.5),
+    dict(adapt=0, weight_decay=0.25, loss_scale=8.0),
+    dict(adapt=1, weight_decay=0.0, trust_coefficient=2.0, loss_scale=3.7,
+         threshold=1e3),
+    dict(adapt=1, trust_coefficient=1.0, clip_lr=0.05, eps=1e-9),
+])
+def test_rescale(dtype, n, settings):
+    w, g = _arrays(n, dtype, 2)
+    row = _row(**settings)
+    s, wd = row[L.LOSS_SCALE], row[L.WEIGHT_DECAY]
+    w_norm, g_norm = _norms(w, g, s)
+    r = 1.0
+    if row[L.ADAPT]:
+        r = ratio.trust_ratio(w_norm, g_norm, wd, row[L.EPS],
+                              row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
+                              False, row[L.CLIP_LR])
+    expected = r * g.astype(numpy.float64) + r * s * wd * w
+    w_before = w.copy()
+    obs = _run(L.RESCALE, row, w, g)
+    testing.assert_allclose(g, expected, **TOL[dtype])
+    numpy.testing.assert_array_equal(w, w_before)
+    if n == 0:
+        assert numpy.isnan(obs).all()  # the hook reports no empty array
+    else:
+        testing.assert_allclose(obs, [r, w_norm, g_norm], rtol=1e-12)
+
+
+@pytest.mark.usefixtures('cpu_backend')
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('n', SIZES)
+@pytest.mark.parametrize('wd', [0.0, 0.125])
+@pytest.mark.parametrize('nesterov', [False, True])
+@pytest.mark.parametrize('adapt', [0, 1])
+def test_momentum_step(dtype, n, wd, nesterov, adapt):
+    w, g, v = _arrays(n, dtype, 3)
+    row = _row(lr=0.5, momentum=0.9, nesterov=nesterov, weight_decay=wd,
+               trust_coefficient=0.02, eps=1e-6, require_grad=1,
+               adapt=adapt)
+    w64, g64, v64 = (x.astype(numpy.float64) for x in (w, g, v))
+    w_norm, g_norm = _norms(w, g)
+    r = ratio.trust_ratio(w_norm, g_norm, wd, 1e-6, 0.02, 0.0,
+                          True) if adapt else 1.0
+    u = 0.5 * r * (g64 + wd * w64)
+    v_new = 0.9 * v64 + u
+    w_new = w64 - (u + 0.9 * v_new if nesterov else v_new)
+    g_before = g.copy()
+    obs = _run(L.STEP, row, w, g, v)
+    testing.assert_allclose(v, v_new, **TOL[dtype])
+    testing.assert_allclose(w, w_new, **TOL[dtype])
+    numpy.testing.assert_array_equal(g, g_before)
+    expected = [r, w_norm, g_norm] if adapt else [1.0, math.nan, math.nan]
+    testing.assert_allclose(obs, expected, rtol=1e-12)
+
+
+@pytest.mark.usefixtures('cpu_backend')
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_step_divides_the_loss_scale_out_of_the_gradient(dtype):
+    w, g, v = _arrays(48, dtype, 3)
+    scaled = (g * dtype(8)).astype(dtype)
+    row = _row(lr=0.5, momentum=0.9, adapt=1, trust_coefficient=0.02,
+               require_grad=1, loss_scale=8.0)
+    _run(L.STEP, row, w, scaled, v)
+    numpy.testing.assert_array_equal(scaled, (g * dtype(8)) / dtype(8))
+
+
+@pytest.mark.usefixtures('cpu_backend')
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_norms_accumulate_in_float64(dtype):
+    # float16: the sum of squares 4e6 is far beyond 65504. float32 and
+    # float64: each square, 9e40, is beyond float32's 3.4e38.
+    value = 64.0 if dtype == numpy.float16 else 3e20
+    w = numpy.full(1000, value, dtype)
+    obs = _run(L.RESCALE, _row(), w, w.copy())
+    assert obs[1] == pytest.approx(float(dtype(value)) * 1000 ** 0.5,
+                                   rel=1e-12)
+
+
+def _odd_layouts(dtype):
+    """Makers of the same values in another byte order or layout."""
+    swapped = numpy.dtype(dtype).newbyteorder('S')
+    return {
+        'byte-swapped': lambda a: a.astype(swapped),
+        'strided': lambda a: numpy.repeat(a, 2)[::2],
+        'fortran': lambda a: numpy.asfortranarray(
+            numpy.stack([a, a], axis=1))[:, 0],
+    }
+
+
+@pytest.mark.usefixtures('cpu_backend')
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('layout', ['byte-swapped', 'strided', 'fortran'])
+@pytest.mark.parametrize('which', ['all', 'grad'])
+def test_other_layouts_give_the_native_result(dtype, layout, which):
+    odd = _odd_layouts(dtype)[layout]
+    w, g, v = _arrays(101, dtype, 3)
+    ow, og, ov = (odd(a) if which == 'all' or a is g else a.copy()
+                  for a in (w, g, v))
+    row = _row(lr=0.5, momentum=0.9, nesterov=1, weight_decay=0.25,
+               trust_coefficient=0.02, adapt=1, loss_scale=2.0)
+    for op in (L.RESCALE, L.STEP):
+        expected = _run(op, row, w, g, v if op == L.STEP else None)
+        got = _run(op, row, ow, og, ov if op == L.STEP else None)
+        numpy.testing.assert_array_equal(got, expected)
+        for a, o in ((w, ow), (g, og), (v, ov)):
+            assert o.astype(dtype).tobytes() == a.tobytes()
+
+
+@pytest.mark.usefixtures('cpu_backend')
+def test_mixed_dtypes_take_the_numpy_passes():
+    w = numpy.arange(40, dtype=numpy.float32).reshape(4, 10)[:, ::2]
+    g = numpy.ones((4, 5), numpy.float64)
+    _run(L.RESCALE, _row(weight_decay=2.0), w, g)
+    testing.assert_allclose(g, 1 + 2.0 * w)
+    g[...] = 1
+    v = numpy.zeros((4, 5), numpy.float32)
+    w2 = w.copy()
+    _run(L.STEP, _row(lr=1.0, momentum=0.9), w, g, v)
+    testing.assert_allclose(v, g)
+    testing.assert_allclose(w, w2 - g)
+
+
+@pytest.mark.usefixtures('cpu_backend')
+def test_non_finite_values_pass_silently_and_stay_in_their_array():
+    # Warnings are errors in this suite (setup.cfg).
+    bad = [numpy.inf, -numpy.inf, numpy.nan, 1.0] * 10
+    g = numpy.array(bad, numpy.float32)
+    w = numpy.ones_like(g)
+    other = numpy.ones_like(g)
+    group = _group([w, other.copy()], rows=numpy.stack(
+        [_row(adapt=1, trust_coefficient=1.0)] * 2))
+    engine.run(group, [g, other], L.RESCALE)
+    # ||g|| is NaN, so r = 1: the values stay where they are.
+    assert numpy.isnan(g[2::4]).all() and numpy.isinf(g[0::4]).all()
+    assert (other != 0).all() and numpy.isfinite(other).all()
+    g = numpy.array(bad, numpy.float32)
+    v = numpy.zeros_like(g)
+    _run(L.STEP, _row(lr=1.0, momentum=0.9), w, g, v)
+    assert numpy.isnan(v[2]) and numpy.isinf(v[0]) and v[3] == 1.0
+    assert numpy.geterr()['over'] == 'warn'
+
+
+# -- a group against groups of one ------------------------------------------
+
+GROUP_SIZES = [0, 1, 7, 64, 300, 4099]
+
+
+def _rows(n, op, clip=False):
+    rng = numpy.random.RandomState(1)
+    rows = L.rows(n)
+    rows[:, L.LR] = rng.uniform(0.1, 2.0, n)
+    rows[:, L.MOMENTUM] = 0.9
+    rows[:, L.NESTEROV] = numpy.arange(n) % 3 == 0
+    rows[:, L.WEIGHT_DECAY] = [0.0, 1e-3] * (n // 2) + [1e-3] * (n % 2)
+    rows[:, L.TRUST_COEFFICIENT] = 0.02
+    rows[:, L.EPS] = 1e-6
+    rows[:, L.ADAPT] = numpy.arange(n) % 4 != 1
+    rows[:, L.LOSS_SCALE] = [1.0, 3.7, 1.0, 2.0 ** 10, 3.7, 1.0][:n]
+    if op == L.STEP:
+        rows[:, L.REQUIRE_GRAD] = 1.0
+    else:
+        rows[:, L.THRESHOLD] = 1e-2
+        rows[:, L.CLIP_LR] = 0.05 if clip else -1.0
+    return rows
+
+
+@pytest.mark.usefixtures('cpu_backend')
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
+                                   numpy.float64])
+@pytest.mark.parametrize('op, clip', [(L.STEP, False), (L.RESCALE, False),
+                                      (L.RESCALE, True)])
+def test_a_group_equals_groups_of_one(dtype, op, clip):
+    rng = numpy.random.RandomState(0)
+    n = len(GROUP_SIZES)
+    arrays = [[rng.standard_normal(k).astype(dtype) for k in GROUP_SIZES]
+              for _ in range(3)]
+    copies = [[a.copy() for a in x] for x in arrays]
+    rows = _rows(n, op, clip)
+    states = arrays[2] if op == L.STEP else None
+    group = _group(arrays[0], states, rows)
+    assert engine.run(group, arrays[1], op) == []
+    obs = engine.observed(group)
+    for k in range(n):
+        one = _run(op, rows[k], copies[0][k], copies[1][k],
+                   copies[2][k] if op == L.STEP else None)
+        numpy.testing.assert_array_equal(obs[k], one)
+        for x, y in zip(arrays, copies):
+            assert x[k].tobytes() == y[k].tobytes(), k
+
+
+def test_the_executor_takes_what_it_can_and_the_engine_the_rest():
+    _numba()
+    rng = numpy.random.RandomState(0)
+    weights = [rng.standard_normal(6).astype(numpy.float32)
+               for _ in range(5)]
+    grads = [rng.standard_normal(6).astype(numpy.float32) for _ in range(5)]
+    group = _group(weights, [numpy.zeros(6, numpy.float32)] * 5,
+                   _rows(5, L.STEP))
+    before = [w.copy() for w in weights]
+    grads[1] = None
+    grads[2] = grads[2].astype(numpy.float64)  # the NumPy passes take it
+    grads[3] = numpy.repeat(grads[3], 2)[::2]  # strided: a copy is taken
+    grads[4] = grads[4][:5]  # another size: nobody takes it
+    assert group.executor.run(group, grads, L.STEP) == [1, 3, 4]
+    assert engine.run(group, grads, L.STEP) == [1, 4]
+    assert list(group.copies) == [3]
+    observed = engine.observe(group)
+    assert sorted(observed) == ['/p0', '/p2', '/p3']
+    for k in (1, 4):
+        assert weights[k].tobytes() == before[k].tobytes()
+    for k in (0, 2, 3):
+        assert weights[k].tobytes() != before[k].tobytes()
+
+
+def test_trust_ratio_is_compiled_from_the_host_function():
+    jit = _numba()
+    cases = [(w, g, wd, eps, thr, req, clip)
+             for w in [0.0, 1e-3, 2.0] for g in [0.0, 1e-4, 3.0]
+             for wd in [0.0, 0.1] for eps in [0.0, 1e-9]
+             for thr in [0.0, 1e-2] for req in [False, True]
+             for clip in [-1.0, 0.0, 0.05, 10.0]]
+    for case in cases:
+        assert jit.trust_ratio(*case) == ratio.trust_ratio(*case), case
+    assert jit.trust_ratio.py_func is ratio.trust_ratio
+
+
+# -- switching Numba off -------------------------------------------------
+
+def test_numba_can_be_switched_off(monkeypatch):
+    monkeypatch.setattr(cpu, '_jit_module', cpu._UNRESOLVED)
+    monkeypatch.setitem(os.environ, 'CHAINER_LARS_NUMBA', '0')
+    assert cpu.backend() == 'numpy'
+
+
+def test_missing_numba_means_numpy(monkeypatch):
+    monkeypatch.setattr(cpu, '_jit_module', cpu._UNRESOLVED)
+    monkeypatch.delenv('CHAINER_LARS_NUMBA', raising=False)
+    # None in sys.modules makes the import raise ImportError, once the
+    # package no longer holds the submodule from an earlier import.
+    monkeypatch.setitem(sys.modules, 'chainer_lars._numba', None)
+    monkeypatch.delattr(chainer_lars, '_numba', raising=False)
+    assert cpu.backend() == 'numpy'
+
+
+def test_broken_numba_warns_and_falls_back(monkeypatch):
+    monkeypatch.setattr(cpu, '_jit_module', cpu._UNRESOLVED)
+    monkeypatch.delenv('CHAINER_LARS_NUMBA', raising=False)
+    real_import = builtins.__import__
+
+    def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if fromlist and '_numba' in fromlist:
+            raise RuntimeError('cannot cache function')
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, '__import__', fake_import)
+    with pytest.warns(RuntimeWarning, match='cannot cache function'):
+        assert cpu.backend() == 'numpy'
