@@ -1,6 +1,9 @@
 """Test set-up: the gpu and mpi markers, and a tiny offline dataset root.
 
 * ``@pytest.mark.gpu`` tests skip unless CuPy imports and sees a CUDA device.
+* The tests of ``test_gpu.py`` and ``test_cuda_emulator.py`` are marked
+  ``emulated`` (they run the CUDA kernels on the CPU emulation); tox runs
+  them in one Python version only (``tox.ini``).
 * ``@pytest.mark.mpi`` tests skip unless ``mpiexec`` is on ``PATH`` and
   mpi4py imports; with ``CHAINER_LARS_REQUIRE_MPI=1`` (set by CI) they fail
   instead (``tests/mpi_util.py``, which also runs the ranks).
@@ -37,6 +40,16 @@ def _why_no_cuda():
     except Exception as e:  # no driver: CuPy raises one of several types
         return 'no CUDA device: {}'.format(e)
     return None if count else 'no CUDA device'
+
+
+#: The modules whose tests run the kernels on the emulated device.
+EMULATED = ('test_gpu.py', 'test_cuda_emulator.py')
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if os.path.basename(str(item.fspath)) in EMULATED:
+            item.add_marker(pytest.mark.emulated)
 
 
 def pytest_runtest_setup(item):
