@@ -1,0 +1,87 @@
+#!/usr/bin/env python
+"""Two versions of chainer-lars, benchmarked in one run, alternately.
+
+Runs each tree's own ``benchmarks/bench_lars.py`` (with that tree first on
+``PYTHONPATH``) in turn, ``--rounds`` times, passing it the same arguments,
+and prints for every case and variant the median time of each version and
+the median of the per-round ratios ``new / old``: below 1 is faster.
+Alternating the versions lets a shared machine's slow drifts hit both.
+Variants that are not ours (``momentum_sgd``, Chainer's hook, the floor)
+show what the noise is.
+
+Usage (a worktree of the previous commit beside this one)::
+
+    git worktree add /tmp/old HEAD~1
+    python benchmarks/compare.py /tmp/old . --rounds 3 -- \\
+        --models cifar_resnet20,resnet50 --clock cpu
+    python benchmarks/compare.py /tmp/old . --rounds 3 -- --gpu-host
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def _run(tree, args, out):
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+    subprocess.run(
+        [sys.executable, os.path.join(tree, 'benchmarks', 'bench_lars.py'),
+         '--json', out] + args, cwd=tree, env=env, check=True,
+        stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        return json.load(f)
+
+
+def _times(result):
+    """``{(case, variant): seconds}`` of one bench_lars.py result."""
+    times = {}
+    for case in result.get('cases', ()):
+        name = '{} {} wd={}'.format(case['model'], case['dtype'],
+                                    case['weight_decay'])
+        for variant, seconds in case['median_s'].items():
+            times[name, variant] = seconds
+    for case in result.get('gpu_host', ()):
+        for variant, row in case['variants'].items():
+            times[case['model'], variant] = row['us'] * 1e-6
+    return times
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('old', help='the tree of the old version')
+    parser.add_argument('new', help='the tree of the new version')
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('bench_args', nargs=argparse.REMAINDER,
+                        help='after --: arguments for bench_lars.py')
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error('--rounds must be at least 1, got {}'.format(
+            args.rounds))
+    bench_args = [a for a in args.bench_args if a != '--']
+    runs = {'old': [], 'new': []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.rounds):
+            for which in ('old', 'new'):
+                out = os.path.join(tmp, '{}{}.json'.format(which, k))
+                runs[which].append(_times(_run(getattr(args, which),
+                                               bench_args, out)))
+                print('round {}: {} done'.format(k + 1, which),
+                      file=sys.stderr)
+    keys = [key for key in runs['old'][0] if key in runs['new'][0]]
+    print('{:<34} {:<24} {:>11} {:>11} {:>9}'.format(
+        'case', 'variant', 'old ms', 'new ms', 'new/old'))
+    for key in keys:
+        old = [r[key] for r in runs['old']]
+        new = [r[key] for r in runs['new']]
+        ratio = statistics.median(n / o for n, o in zip(new, old))
+        print('{:<34} {:<24} {:>11.3f} {:>11.3f} {:>9.3f}'.format(
+            key[0], key[1], statistics.median(old) * 1e3,
+            statistics.median(new) * 1e3, ratio))
+
+
+if __name__ == '__main__':
+    main()
