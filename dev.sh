@@ -107,12 +107,6 @@ ensure_venv() {
     fi
 }
 
-# The trainers import examples.common: the repository must be on the path
-# (examples/README.md), wherever they are run from.
-export_pythonpath() {
-    export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-}
-
 # CHAINER_DATASET_ROOT, unless set: the MNIST copy next to the checkout.
 default_dataset_root() {
     local shared_data="$root/../shared/datasets"
@@ -155,7 +149,6 @@ cmd_mnist() {
     [ -f "$script" ] || die "$script does not exist (yet)"
     ensure_venv examples
     default_dataset_root
-    export_pythonpath
     exec "$venv/bin/python" "$script" "$@"
 }
 
@@ -171,7 +164,6 @@ cmd_chainermn() {
     ensure_mpi
     ensure_venv examples,mpi
     default_dataset_root
-    export_pythonpath
     case $(mpiexec --version 2>&1) in
         *'Open MPI'*|*OpenRTE*)
             # Open MPI refuses to run as root, and to start more processes
