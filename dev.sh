@@ -10,6 +10,7 @@
 #                                        test,mpi); then 'source
 #                                        .venv/bin/activate'
 #   bash dev.sh test [TOX ARGS...]       the whole test suite, through tox
+#   bash dev.sh docs [SPHINX ARGS...]    build the docs into docs/_build/html
 #
 # mnist and chainermn run in the caller's directory, so relative paths in
 # ARGS (-o, --resume, --dataset-root) are the caller's, as when the script
@@ -134,8 +135,8 @@ cmd_venv() {
     [ $# -le 1 ] || die "usage: bash dev.sh venv [EXTRA,...]"
     for extra in ${extras//,/ }; do
         case $extra in
-            test|examples|mpi|cuda12|lint) ;;
-            *) die "unknown extra '$extra' (test, examples, mpi, cuda12, lint)" ;;
+            test|examples|mpi|cuda12|lint|docs) ;;
+            *) die "unknown extra '$extra' (test, examples, mpi, cuda12, lint, docs)" ;;
         esac
     done
     case ,$extras, in *,mpi,*) ensure_mpi ;; esac
@@ -179,6 +180,15 @@ cmd_chainermn() {
     exec mpiexec -n "$n" ${flags[@]+"${flags[@]}"} "$venv/bin/python" "$script" "$@"
 }
 
+# Sphinx into .venv (the docs extra), then the HTML into docs/_build/html;
+# the arguments go to sphinx-build (-W: warnings as errors, as tox -e docs).
+cmd_docs() {
+    ensure_venv docs
+    cd "$root"
+    "$venv/bin/python" -m sphinx -b html "$@" docs docs/_build/html
+    say "built: open $root/docs/_build/html/index.html"
+}
+
 cmd_test() {
     local version python newest="" path="" envs=() arg
     cd "$root"
@@ -217,7 +227,7 @@ cmd_test() {
         esac
     done
     if [ ${#envs[@]} -gt 0 ]; then
-        set -- -e "$(IFS=,; echo "${envs[*]},lint")" "$@"
+        set -- -e "$(IFS=,; echo "${envs[*]},lint,docs")" "$@"
     fi
     # tox finds each env's Python by name (python3.9, ...) on PATH.
     PATH="$path$PATH" exec .tox/.bootstrap/bin/tox "$@"
@@ -228,7 +238,9 @@ case ${1:-} in
     chainermn) shift; cmd_chainermn "$@" ;;
     venv) shift; cmd_venv "$@" ;;
     test) shift; cmd_test "$@" ;;
+    docs) shift; cmd_docs "$@" ;;
     *) say "usage: bash dev.sh mnist [ARGS...] | bash dev.sh chainermn [-n N] [ARGS...]"
        say "       | bash dev.sh venv [EXTRAS] | bash dev.sh test [TOX ARGS...]"
+       say "       | bash dev.sh docs [SPHINX ARGS...]"
        exit 2 ;;
 esac

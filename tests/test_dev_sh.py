@@ -198,6 +198,16 @@ def test_venv_installs_only_what_is_missing(checkout, args, extras):
         extras + '\n')
 
 
+def test_docs_installs_sphinx_and_builds_in_the_repository(checkout):
+    calls, result = dev_sh(checkout, 'docs', '-W')
+    assert [call['argv'] for call in calls] == [
+        ['-m', 'pip', 'install', '-q', '-e',
+         '{}[docs,examples,mpi]'.format(checkout['repo'])],
+        ['-m', 'sphinx', '-b', 'html', '-W', 'docs', 'docs/_build/html']]
+    assert calls[-1]['cwd'] == str(checkout['repo'])
+    assert 'docs/_build/html/index.html' in result.stderr
+
+
 def test_venv_refuses_an_unknown_extra(checkout):
     result = subprocess.run(
         ['bash', str(checkout['repo'] / 'dev.sh'), 'venv', 'tests'],
