@@ -32,11 +32,16 @@ extensions = [
 ]
 
 exclude_patterns = ['_build']
+# Literal blocks are shell commands and formulas; the examples (testcode)
+# are highlighted as Python all the same.
+highlight_language = 'none'
 
 # The docstrings' "Attributes:" as fields of their class, so that they do
 # not describe the attributes a second time beside autodoc's members.
 napoleon_use_ivar = True
 napoleon_numpy_docstring = False
+# The public names and the methods each page lists: the modules behind
+# them are internal and change.
 autodoc_member_order = 'bysource'
 autodoc_typehints = 'none'
 
@@ -52,3 +57,17 @@ html_theme_options = {
     'fixed_sidebar': True,
 }
 html_static_path = []
+
+
+def _short_attribute_names(app, what, name, obj, options, lines):
+    # The docstrings name attributes as Chainer's do, "~Class.attr (type):",
+    # which a field list would print with the tilde: keep "attr" alone.
+    for i, line in enumerate(lines):
+        lines[i] = re.sub(r'^(\s*:(?:ivar|vartype) )~?[\w.]*\.(\w+):',
+                          r'\1\2:', line)
+
+
+def setup(app):
+    # After napoleon's handler has turned "Attributes:" into fields.
+    app.connect('autodoc-process-docstring', _short_attribute_names,
+                priority=600)
