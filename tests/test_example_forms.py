@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from tests import mpi_util
 from tests import REPO_ROOT
 
 
@@ -80,3 +81,20 @@ def test_results_imports_the_trainer_as_a_file(tmp_path, how):
                  cwd)
     assert result.returncode == 2, result.stderr
     assert 'train_mnist.py refuses them' in result.stderr
+
+
+@pytest.mark.mpi
+def test_chainermn_one_epoch_from_its_folder_on_2_ranks(dataset_root,
+                                                        tmp_path):
+    """Every rank finds examples.common by itself: no PYTHONPATH to pass
+    on, as mpiexec would have to on other machines."""
+    out = tmp_path / 'out'
+    args, cwd = form(TRAINERS[2], 'file from its folder')
+    result = mpi_util.run_mpi(
+        2, args + ['--communicator', 'naive', '--device', '-1',
+                   '--epoch', '1', '--batchsize', '8', '--unit', '16',
+                   '--noplot', '--out', str(out)],
+        timeout=240, env={'PYTHONPATH': ''}, cwd=cwd)
+    assert result.returncode == 0
+    with open(str(out / 'log')) as f:
+        assert [entry['epoch'] for entry in json.load(f)] == [0, 1]
