@@ -7,6 +7,7 @@ test neither downloads anything nor leaves a build folder in the checkout.
 
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -76,3 +77,9 @@ def test_changelog_names_the_version():
     assert titles[0] == 'Unreleased'
     assert chainer_lars.__version__ in [title.split()[0]
                                         for title in titles[1:]]
+
+
+def test_docs_read_the_same_version(monkeypatch):
+    monkeypatch.setattr(sys, 'path', list(sys.path))  # conf.py adds to it
+    conf = runpy.run_path(os.path.join(REPO_ROOT, 'docs', 'conf.py'))
+    assert conf['release'] == chainer_lars.__version__
