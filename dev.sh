@@ -10,6 +10,7 @@
 #                                        test,mpi); then 'source
 #                                        .venv/bin/activate'
 #   bash dev.sh test [TOX ARGS...]       the whole test suite, through tox
+#   bash dev.sh docs [SPHINX ARGS...]    build the docs into docs/_build/html
 #
 # mnist and chainermn run in the caller's directory, so relative paths in
 # ARGS (-o, --resume, --dataset-root) are the caller's, as when the script
@@ -107,12 +108,6 @@ ensure_venv() {
     fi
 }
 
-# The trainers import examples.common: the repository must be on the path
-# (examples/README.md), wherever they are run from.
-export_pythonpath() {
-    export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-}
-
 # CHAINER_DATASET_ROOT, unless set: the MNIST copy next to the checkout.
 default_dataset_root() {
     local shared_data="$root/../shared/datasets"
@@ -140,8 +135,8 @@ cmd_venv() {
     [ $# -le 1 ] || die "usage: bash dev.sh venv [EXTRA,...]"
     for extra in ${extras//,/ }; do
         case $extra in
-            test|examples|mpi|cuda12|lint) ;;
-            *) die "unknown extra '$extra' (test, examples, mpi, cuda12, lint)" ;;
+            test|examples|mpi|cuda12|lint|docs) ;;
+            *) die "unknown extra '$extra' (test, examples, mpi, cuda12, lint, docs)" ;;
         esac
     done
     case ,$extras, in *,mpi,*) ensure_mpi ;; esac
@@ -155,7 +150,6 @@ cmd_mnist() {
     [ -f "$script" ] || die "$script does not exist (yet)"
     ensure_venv examples
     default_dataset_root
-    export_pythonpath
     exec "$venv/bin/python" "$script" "$@"
 }
 
@@ -171,7 +165,6 @@ cmd_chainermn() {
     ensure_mpi
     ensure_venv examples,mpi
     default_dataset_root
-    export_pythonpath
     case $(mpiexec --version 2>&1) in
         *'Open MPI'*|*OpenRTE*)
             # Open MPI refuses to run as root, and to start more processes
@@ -185,6 +178,15 @@ cmd_chainermn() {
             ;;
     esac
     exec mpiexec -n "$n" ${flags[@]+"${flags[@]}"} "$venv/bin/python" "$script" "$@"
+}
+
+# Sphinx into .venv (the docs extra), then the HTML into docs/_build/html;
+# the arguments go to sphinx-build (-W: warnings as errors, as tox -e docs).
+cmd_docs() {
+    ensure_venv docs
+    cd "$root"
+    "$venv/bin/python" -m sphinx -b html "$@" docs docs/_build/html
+    say "built: open $root/docs/_build/html/index.html"
 }
 
 cmd_test() {
@@ -225,7 +227,7 @@ cmd_test() {
         esac
     done
     if [ ${#envs[@]} -gt 0 ]; then
-        set -- -e "$(IFS=,; echo "${envs[*]},lint")" "$@"
+        set -- -e "$(IFS=,; echo "${envs[*]},lint,docs")" "$@"
     fi
     # tox finds each env's Python by name (python3.9, ...) on PATH.
     PATH="$path$PATH" exec .tox/.bootstrap/bin/tox "$@"
@@ -236,7 +238,9 @@ case ${1:-} in
     chainermn) shift; cmd_chainermn "$@" ;;
     venv) shift; cmd_venv "$@" ;;
     test) shift; cmd_test "$@" ;;
+    docs) shift; cmd_docs "$@" ;;
     *) say "usage: bash dev.sh mnist [ARGS...] | bash dev.sh chainermn [-n N] [ARGS...]"
        say "       | bash dev.sh venv [EXTRAS] | bash dev.sh test [TOX ARGS...]"
+       say "       | bash dev.sh docs [SPHINX ARGS...]"
        exit 2 ;;
 esac

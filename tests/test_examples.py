@@ -584,10 +584,16 @@ def test_no_snapshots(mnist, dataset_root, tmp_path):
                 if name.startswith('snapshot')]
 
 
-def test_readme_example_needs_no_copy(dataset_root, tmp_path):
-    """The small CNN of examples/README.md, run as it stands there."""
+def test_readme_example_needs_no_copy(dataset_root, tmp_path, monkeypatch):
+    """The small CNN of examples/README.md, run as it stands there: loaded
+    outside any package, as a file is, from a folder with the link to
+    examples/_examples_path.py."""
     with open(os.path.join(REPO_ROOT, 'examples', 'README.md')) as f:
         code = f.read().split('```python\n', 1)[1].split('```', 1)[0]
+    os.symlink(os.path.join(REPO_ROOT, 'examples', '_examples_path.py'),
+               str(tmp_path / '_examples_path.py'))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, '_examples_path', raising=False)
     path = tmp_path / 'train_mnist_cnn.py'
     path.write_text(code)
     spec = importlib.util.spec_from_file_location('train_mnist_cnn', path)

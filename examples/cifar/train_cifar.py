@@ -5,8 +5,11 @@ The model is the ResNet of He et al. for CIFAR (depth 6n + 2, BatchNorm after
 every convolution); the trainer follows Chainer's own examples; the optimizer
 follows the large-batch recipe: LARS, momentum 0.9, linear warm-up then a
 polynomial decay of power 2, and biases and BatchNorm parameters excluded from
-weight decay and from layer adaptation. Run it from the repository root:
+weight decay and from layer adaptation. Run it as a file, from the repository
+root or from its own folder, or as a module from the root:
 
+    python examples/cifar/train_cifar.py --help
+    python train_cifar.py --help           # in examples/cifar
     python -m examples.cifar.train_cifar --help
 """
 
@@ -16,7 +19,9 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 
-from examples import common  # python -m examples.cifar.train_cifar
+if not __package__:  # run as a file: examples/README.md
+    import _examples_path  # NOQA
+from examples import common
 
 
 DEFAULTS = dict(batchsize=4096, epoch=100, warmup_epochs=5)

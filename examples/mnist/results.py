@@ -41,6 +41,9 @@ import sys
 import time
 import warnings
 
+if not __package__:  # run as a file: examples/README.md
+    import _examples_path  # NOQA
+
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPOSITORY = os.path.dirname(os.path.dirname(HERE))
@@ -94,10 +97,6 @@ def run(batchsize, optimizer, seed, args):
         return log
     cmd = command(batchsize, optimizer, seed, args)
     print('$ ' + ' '.join(cmd), flush=True)
-    env = dict(os.environ)
-    env['PYTHONPATH'] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(HERE))]
-        + [p for p in [env.get('PYTHONPATH')] if p])
     extra = ['--out', out]
     if args.dataset_root is not None:
         extra += ['--dataset-root', args.dataset_root]
@@ -105,7 +104,7 @@ def run(batchsize, optimizer, seed, args):
     with open(os.path.join(args.out, name + '.stdout'), 'w') as stdout:
         subprocess.check_call(
             [sys.executable, os.path.join(HERE, 'train_mnist.py')]
-            + cmd[len(TRAINER):] + extra, env=env, stdout=stdout,
+            + cmd[len(TRAINER):] + extra, stdout=stdout,
             stderr=subprocess.STDOUT)
     print('  done in {:.0f} s'.format(time.time() - start), flush=True)
     for name in os.listdir(out):
@@ -394,8 +393,6 @@ def check_flags(parser, args):
                          'itself; use its own option'.format(
                              args.flags, token, own_flag(token)))
     if flags:
-        if REPOSITORY not in sys.path:
-            sys.path.insert(0, REPOSITORY)
         with warnings.catch_warnings():
             # CuPy's notes on missing libraries (NCCL) as Chainer imports
             # it: the runs' own output keeps them.

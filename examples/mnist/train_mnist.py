@@ -4,8 +4,11 @@
 The model and the trainer follow Chainer's own MNIST example; the optimizer
 follows the large-batch recipe: LARS, momentum 0.9, linear warm-up then a
 polynomial decay of power 2, and biases excluded from weight decay and from
-layer adaptation. Run it from the repository root:
+layer adaptation. Run it as a file, from the repository root or from its own
+folder, or as a module from the root:
 
+    python examples/mnist/train_mnist.py --help
+    python train_mnist.py --help           # in examples/mnist
     python -m examples.mnist.train_mnist --help
 """
 
@@ -15,7 +18,9 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 
-from examples import common  # python -m examples.mnist.train_mnist
+if not __package__:  # run as a file: examples/README.md
+    import _examples_path  # NOQA
+from examples import common
 
 
 DEFAULTS = dict(batchsize=8192, epoch=10, warmup_epochs=0.5)

@@ -6,9 +6,11 @@ MNIST) and ``examples/cifar/train_cifar.py`` (the ResNet on CIFAR-10/100),
 with the same models, optimizers, schedule and reports, laid out like
 Chainer's own ChainerMN example: one process per device, the dataset read by
 rank 0 and scattered, a multi-node optimizer and evaluator, and reports and
-snapshots on rank 0. Launch it under MPI from the repository root, for
-example on the CPU:
+snapshots on rank 0. Launch it under MPI, as a file (from the repository root
+or from its own folder) or as a module from the root, for example on the CPU:
 
+    mpiexec -n 2 python examples/chainermn/mnist/train_mnist.py
+    mpiexec -n 2 python train_mnist.py      # in examples/chainermn/mnist
     mpiexec -n 2 python -m examples.chainermn.mnist.train_mnist
 
 or on a machine with 8 GPUs:
@@ -29,7 +31,9 @@ import chainer
 import chainer.links as L
 import chainermn
 
-from examples import common  # python -m examples.chainermn.mnist.train_mnist
+if not __package__:  # run as a file: examples/README.md
+    import _examples_path  # NOQA
+from examples import common
 from examples.cifar import train_cifar
 from examples.mnist import train_mnist
 

@@ -1,0 +1,1 @@
+../_examples_path.py
