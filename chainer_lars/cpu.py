@@ -87,58 +87,52 @@ def native(a):
     return numpy.array(a, dtype=a.dtype.newbyteorder('='), order='C')
 
 
-def _chunk(flat, index, dtype, start, stop):
-    """``flat[start:stop]`` in ``dtype``: the slice itself where it has that
-    dtype (operations on it write ``flat``), else a scratch copy."""
-    piece = flat[start:stop]
-    if piece.dtype == dtype:
-        return piece
-    buf = _scratch(index, dtype)[:stop - start]
-    numpy.copyto(buf, piece)
-    return buf
-
-
-def _store(flat, start, stop, piece):
-    if piece.dtype != flat.dtype:
-        numpy.copyto(flat[start:stop], piece, casting='unsafe')
+def _chunks(ct, flats, writes=(0,)):
+    """Yields ``(pieces, t, u)`` per chunk: the chunk of each flat array in
+    the compute dtype ``ct`` (the slice itself where it has it, else a
+    scratch copy) and two scratch buffers; the pieces of ``writes`` are
+    stored back after each chunk."""
+    size = flats[0].size
+    for start in range(0, size, CHUNK):
+        stop = min(start + CHUNK, size)
+        pieces = []
+        for k, flat in enumerate(flats):
+            piece = flat[start:stop]
+            if piece.dtype != ct:
+                piece = _scratch(k, ct)[:stop - start]
+                numpy.copyto(piece, flat[start:stop])
+            pieces.append(piece)
+        yield pieces, _scratch(5, ct)[:stop - start], _scratch(
+            6, ct)[:stop - start]
+        for k in writes:
+            if pieces[k].dtype != flats[k].dtype:
+                numpy.copyto(flats[k][start:stop], pieces[k],
+                             casting='unsafe')
 
 
 def _sqnorm(flat):
     """``||a||^2`` summed in float64 with BLAS ``dot``, which neither warns
     nor raises on overflow or NaN."""
-    total = 0.0
-    for start in range(0, flat.size, CHUNK):
-        piece = _chunk(flat, 0, numpy.float64, start,
-                       min(start + CHUNK, flat.size))
-        total += float(numpy.dot(piece, piece))
-    return total
+    return sum(float(numpy.dot(p, p)) for (p,), _, _ in _chunks(
+        numpy.dtype(numpy.float64), (flat,), ()))
 
 
 def _scale_add(gf, r, wf, c, ct):
     """``g <- r g + c w`` in chunks (``w`` unread when ``c`` is 0)."""
     r, c = ct.type(r), ct.type(c)
-    for start in range(0, gf.size, CHUNK):
-        stop = min(start + CHUNK, gf.size)
-        gs = _chunk(gf, 0, ct, start, stop)
-        numpy.multiply(gs, r, out=gs)
-        if c != 0:
-            t = _scratch(2, ct)[:stop - start]
-            numpy.multiply(_chunk(wf, 1, ct, start, stop), c, out=t)
-            numpy.add(gs, t, out=gs)
-        _store(gf, start, stop, gs)
+    for pieces, t, _ in _chunks(ct, (gf, wf) if c else (gf,)):
+        numpy.multiply(pieces[0], r, out=pieces[0])
+        if c:
+            numpy.multiply(pieces[1], c, out=t)
+            numpy.add(pieces[0], t, out=pieces[0])
 
 
 def _momentum(wf, gf, vf, a, b, momentum, nesterov, ct):
     """The momentum step of :func:`chainer_lars._numba.momentum_step`."""
     a, b, momentum = ct.type(a), ct.type(b), ct.type(momentum)
     multiply, add, subtract = numpy.multiply, numpy.add, numpy.subtract
-    for start in range(0, wf.size, CHUNK):
-        stop = min(start + CHUNK, wf.size)
-        ws = _chunk(wf, 0, ct, start, stop)
-        vs = _chunk(vf, 2, ct, start, stop)
-        u = _scratch(3, ct)[:stop - start]
-        t = _scratch(4, ct)[:stop - start]
-        multiply(_chunk(gf, 1, ct, start, stop), a, out=u)
+    for (ws, gs, vs), u, t in _chunks(ct, (wf, gf, vf), writes=(0, 2)):
+        multiply(gs, a, out=u)
         if b != 0:
             multiply(ws, b, out=t)
             add(u, t, out=u)
@@ -150,8 +144,6 @@ def _momentum(wf, gf, vf, a, b, momentum, nesterov, ct):
             subtract(ws, u, out=ws)
         else:
             subtract(ws, vs, out=ws)
-        _store(wf, start, stop, ws)
-        _store(vf, start, stop, vs)
 
 
 def numpy_update(row, obs, op, w, g, v=None):

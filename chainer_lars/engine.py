@@ -1,25 +1,15 @@
 """The engine under both faces: plans, groups, executors, observations.
 
-The hook (:class:`chainer_lars.GradientLARS`) and the optimizer
-(:class:`chainer_lars.LARS`) update their arrays the same way:
-
-1. A :class:`Plan` of the target's parameters, kept while the model's
-   structure holds (the same parameters, rules, arrays, momentum buffers
-   and flags, checked by identity once per update), sorts the arrays into
-   :class:`Group` objects of one device and dtype (one array each with
-   ``multi_tensor=False``).
-2. The face fills each group's settings rows (:mod:`chainer_lars.layout`)
-   and calls :func:`run` with the gradients and the operation: the hook's
-   rescaling or the optimizer's momentum step.
-3. The group's executor (:class:`chainer_lars.cpu.CpuExecutor` or
-   :class:`chainer_lars.cuda.CudaExecutor`) updates the arrays it can take
-   as they are; :func:`run` updates the rest through native contiguous
-   copies, written back, and returns the rows nobody could take.
-4. :func:`observe` reads what each array's update applied.
-
-An executor has ``prepare(group)`` (once per plan), ``run(group, grads,
-op)`` (returns the rows it left alone) and ``observe(group)`` (``(ratio,
-||w||, ||g||)`` per row, float64, NaN where nothing was applied).
+The hook and the optimizer keep a :class:`Plan` of the target's parameters
+while they stay put, with the arrays in :class:`Group` s of one device and
+dtype (one array each with ``multi_tensor=False``); they fill each group's
+settings rows (:mod:`chainer_lars.layout`) and call :func:`run` with the
+gradients and the operation (the hook's rescaling, the optimizer's step).
+The group's executor (:mod:`chainer_lars.cpu`, :mod:`chainer_lars.cuda`)
+has ``prepare(group)``, once per plan; ``run(group, grads, op)``, which
+updates the arrays it takes as they are and returns the other rows, which
+:func:`run` updates through contiguous copies; and ``observe(group)``,
+``(ratio, ||w||, ||g||)`` per row, NaN where nothing was applied.
 """
 
 import operator
@@ -56,21 +46,11 @@ def executor_for(device):
 
 class Group(object):
 
-    """Arrays of one device and dtype that one executor updates at once.
-
-    Attributes:
-        executor, device, dtype: Its executor, the arrays' device and dtype.
-        paths, params, rules, weights (list): Per array.
-        states (list of tuple): The state buffers per array (``(v,)`` for
-            the optimizer, ``()`` for the hook).
-        rows (numpy.ndarray): The settings rows, filled by the face.
-        op: The operation of the last :func:`run`.
-        copies (dict): Row -> the group of one that updated it through
-            copies in the last :func:`run`.
-        tables: What the executor's ``prepare`` built.
-        static: What the face keeps per row while the plan holds.
-
-    """
+    """Arrays of one device and dtype that one executor updates at once:
+    per array its path, parameter, rule, weight and state buffers (``(v,)``
+    or ``()``), and its settings row; ``op`` and ``copies`` (row -> group
+    of one) are those of the last :func:`run`, ``tables`` the executor's,
+    ``static`` what the face keeps per row while the plan holds."""
 
     __slots__ = ('executor', 'device', 'dtype', 'paths', 'params', 'rules',
                  'weights', 'states', 'rows', 'op', 'copies', 'tables',
@@ -132,20 +112,10 @@ class Grouper(object):
 
 class Plan(object):
 
-    """A face's groups, valid while the parameters stay what they were.
-
-    Args:
-        params (list): The target's parameters, in its order.
-        flags (callable): ``flags(rules)``: what else of the rules the
-            plan depends on, compared with ``==`` each update.
-        states (bool): Whether the plan holds the rules' momentum buffers.
-
-    Attributes:
-        groups (list of Group): Filled by the face.
-        where (list): Per group, its parameters' positions in ``params``.
-        others (list): Whatever else the face keeps in the plan.
-
-    """
+    """A face's groups, valid while ``params`` are the same objects with
+    the same rules, arrays, momentum buffers (``states=True``) and
+    ``flags(rules)``; ``where`` holds each group's positions in ``params``,
+    ``others`` what else the face keeps."""
 
     __slots__ = ('_objects', '_ids', '_flags', '_flag_fn', '_states',
                  'groups', 'where', 'others')
@@ -191,8 +161,8 @@ class Plan(object):
 
 class PlanCache(object):
 
-    """Holds a face's plan; copies and pickles come empty, since a copy's
-    arrays would pass the plan's identity checks of the original's."""
+    """Holds a face's plan; copies come empty (a copy's arrays would pass
+    the original plan's identity checks)."""
 
     __slots__ = ('plan',)
 
@@ -211,14 +181,9 @@ def _contiguous(device, a):
 
 
 def run(group, grads, op):
-    """One update of a group's arrays with its rows (see the module).
-
-    Returns:
-        list: The rows left alone: no gradient, or arrays no executor takes
-        even as contiguous copies (on a GPU, a gradient whose dtype is not
-        its weight's).
-
-    """
+    """One update of a group's arrays with its rows; returns the rows left
+    alone: no gradient, or one no executor takes even as a contiguous copy
+    (on a GPU, of another dtype than its weight)."""
     group.op = op
     group.copies.clear()
     left = []

@@ -75,7 +75,7 @@ class GradientLARS(exclusions.ExclusionProperties):
 
     With the defaults it is a drop-in for
     :class:`chainer.optimizer_hooks.GradientLARS`, correct under loss
-    scaling and in float16 (the README's "Using the hook" says how).
+    scaling and in float16 (the docs' page on the hook says how).
     Registered with ``optimizer.add_hook(hook)`` it is called once per
     update and sees every parameter's path; on one update rule it searches
     the exclusion patterns in ``'/' + param.name``.

@@ -235,7 +235,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     The two exclusion lists act independently. With ``multi_tensor=True``
     the arrays of one device and dtype are updated together, with the
-    per-rule path's result (see the README's "The optimizer").
+    per-rule path's result (the docs' page on the optimizer).
 
     Args:
         lr (float): Learning rate :math:`\\gamma`.

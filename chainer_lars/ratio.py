@@ -1,61 +1,44 @@
 """The LARS trust ratio: the one place where the math lives.
 
-Once per language: :func:`trust_ratio` for the host, which the CPU kernels
-also compile with Numba (:mod:`chainer_lars._numba` compiles this very
-function), and :data:`CUDA_TRUST_RATIO`, the same function written for the
-device. A change to how the ratio is computed is made here, in both, and
-nowhere else. (ChainerX arrays are rescaled through the NumPy or CuPy
-arrays that share their memory, so they take one of these two.)
-
-Both forms of LARS, the pre-update hook (Chainer's
-:class:`chainer.optimizer_hooks.GradientLARS`, arXiv:1708.03888 and
-arXiv:1801.03137) and the momentum optimizer (the TensorFlow LARS
-optimizer), are the one formula
+:func:`trust_ratio` on the host (the CPU loops compile this very function
+with Numba) and :data:`CUDA_TRUST_RATIO`, its twin for the device: a change
+to the ratio is made here, in both, and nowhere else. Both forms of LARS,
+the hook (Chainer's, arXiv:1708.03888 and arXiv:1801.03137) and the
+momentum optimizer (TensorFlow's), are the one formula
 
 .. math::
 
     r = \\eta \\frac{\\|w\\|}{\\epsilon + \\|d\\| + \\lambda \\|w\\|}
 
-applied only when ``||w|| > threshold`` (the hook form; the optimizer form
-uses ``threshold = 0`` and also requires ``||d|| > 0``) and when the
-denominator is positive; otherwise ``r = 1``. The threshold keeps
-zero-initialised or tiny arrays (biases, BatchNorm beta) from being frozen by
-a ratio near 0. A ratio that is applied can be clipped the LARC way,
-``r <- min(r / lr, 1)``. ``d`` is the array whose step the ratio scales: the
-gradient, for both forms here. What differs between the forms travels in
-the settings row of each array (``threshold`` and ``require_grad`` columns of
-:mod:`chainer_lars.layout`).
+applied only when ``||w|| > threshold`` and the denominator is positive
+(the optimizer form: ``threshold = 0``, and ``||d|| > 0`` required), else
+``r = 1``, so that zero-initialised or tiny arrays are not frozen by a
+ratio near 0; an applied ratio can be clipped the LARC way,
+``r <- min(r / lr, 1)``. The forms differ only in the ``threshold`` and
+``require_grad`` columns of each array's settings
+(:mod:`chainer_lars.layout`).
 """
 
 
 def trust_ratio(w_norm, d_norm, weight_decay, eps, trust_coefficient,
                 threshold=0.0, require_grad=False, clip_lr=None):
-    """The LARS ratio of one array, from its norms (float64).
-
-    Plain arithmetic on floats, so that Numba compiles this same function
-    for the CPU kernels; :data:`CUDA_TRUST_RATIO` is its device twin.
+    """The LARS ratio of one array from its norms, in float64.
 
     Args:
         w_norm (float): ``||w||``.
-        d_norm (float): ``||d||``, the norm of the array the ratio scales:
-            the unscaled gradient for both forms of LARS. (A sibling such
-            as LAMB passes the norm of its own update here.)
-        weight_decay (float): The effective weight decay of this array
-            (0 when it is excluded from weight decay).
+        d_norm (float): ``||d||``, the norm of what the ratio scales (the
+            unscaled gradient, for both forms).
+        weight_decay (float): This array's (0 where it is excluded).
         eps (float): Added to the denominator.
         trust_coefficient (float): The paper's ``eta``.
-        threshold (float): The ratio is applied only when
-            ``w_norm > threshold``.
-        require_grad (bool): If ``True``, also only when ``d_norm > 0``
-            (the optimizer form).
-        clip_lr (float or None): If given and not negative, the applied
-            ratio becomes ``min(r / clip_lr, 1)`` (LARC clipping). A
-            negative value means no clipping, as in the device function, so
-            that compiled callers can pass it as a float.
+        threshold (float): ``r = 1`` unless ``w_norm > threshold``.
+        require_grad (bool): ``r = 1`` unless ``d_norm > 0`` too.
+        clip_lr (float or None): LARC clipping, ``min(r / clip_lr, 1)``;
+            ``None`` or negative (as compiled callers pass it): none.
 
     Returns:
-        float: The ratio. Never NaN or infinite for finite norms: a zero
-        denominator gives 1, since the rescaled gradient is then zero anyway.
+        float: The ratio; 1 for a zero denominator, so never NaN or
+        infinite for finite norms.
 
     """
     den = eps + d_norm + weight_decay * w_norm
