@@ -545,11 +545,158 @@ def test_resume_refuses_another_schedule(mnist, dataset_root, tmp_path,
 
     (tmp_path / 'text').write_text('not a snapshot')
     numpy.savez(str(tmp_path / 'other.npz'), x=numpy.zeros(1))
-    for path, message in [('text', 'not a snapshot'),
+    # Cut short, as by a copy that did not finish.
+    with open(snapshot, 'rb') as f:
+        (tmp_path / 'truncated').write_bytes(
+            f.read(os.path.getsize(snapshot) // 2))
+    for path, message in [('text', 'not a snapshot, or a damaged one'),
+                          ('truncated', 'not a snapshot, or a damaged one'),
                           ('other.npz', 'not a snapshot of these examples')]:
         err = usage_error(mnist.main, ['--resume', str(tmp_path / path)],
                           capsys)
         assert message in err
+        assert 'Traceback' not in err and len(err.splitlines()) == 1, err
+
+
+@pytest.fixture
+def mnist_snapshot(mnist, dataset_root, tmp_path_factory):
+    """A snapshot of epoch 1 of a 2-epoch MNIST run, and the run's flags."""
+    args = ['-b', '32', '-u', '8', '--noplot', '--warmup-epochs', '1', '-e',
+            '2', '--optimizer', 'lars']
+    out = tmp_path_factory.mktemp('run')
+    mnist.main(args + ['--out', str(out), '--snapshots', '2'])
+    return str(out / 'snapshot_iter_2'), args
+
+
+@pytest.mark.parametrize('flags,message', [
+    # LARS and MomentumSGD both keep a buffer named v: the snapshot would
+    # load into the other optimizer. Named, not the --lr it changes.
+    (['--optimizer', 'momentum-lars'],
+     'written with --optimizer lars, this run has momentum-lars'),
+    (['--optimizer', 'momentum'],
+     'written with --optimizer lars, this run has momentum'),
+    (['--unit', '16'], 'written with --unit 8, this run has 16'),
+    (['--seed', '5'], 'written with --seed 0, this run has 5'),
+    (['--momentum', '0.8'], 'written with --momentum 0.9, this run has 0.8'),
+    (['--weight-decay', '0'],
+     'written with --weight-decay 0.0001, this run has 0.0'),
+    (['--trust-coefficient', '0.01'],
+     'written with --trust-coefficient 0.02, this run has 0.01'),
+    (['--decay-power', '1'],
+     'written with --decay-power 2.0, this run has 1.0'),
+    # The plots' state is in the snapshot.
+    (['--plot'], 'the snapshot was written with --noplot, this run without'),
+])
+def test_resume_refuses_another_run(mnist, mnist_snapshot, tmp_path,
+                                    capsys, flags, message):
+    """One usage line naming the flag and both values, before any work."""
+    snapshot, args = mnist_snapshot
+    if flags == ['--plot']:
+        args, flags = [a for a in args if a != '--noplot'], []
+    out = tmp_path / 'resumed'
+    err = usage_error(mnist.main, args + flags + [
+        '--resume', snapshot, '--out', str(out)], capsys)
+    assert len(err.splitlines()) == 1, err
+    assert message in err and 'start a new run' in err, err
+    assert '--lr' not in err.split('. ')[0]
+    assert not out.exists()
+
+
+def test_resume_refuses_another_precision_or_dataset(
+        mnist, mnist_snapshot, tmp_path, capsys):
+    snapshot, args = mnist_snapshot
+    out = tmp_path / 'resumed'
+    with chainer.using_config('dtype', numpy.float16):
+        err = usage_error(mnist.main, args + [
+            '--resume', snapshot, '--out', str(out)], capsys)
+    assert 'precision (chainer.config.dtype' in err
+    assert 'float32, this run has float16' in err
+    # Another MNIST: 96 training images.
+    root = tmp_path / 'other'
+    folder = root / 'pfnet' / 'chainer' / 'mnist'
+    folder.mkdir(parents=True)
+    for name, n in (('train', 96), ('test', 32)):
+        numpy.savez_compressed(
+            str(folder / (name + '.npz')),
+            x=numpy.arange(n * 784, dtype=numpy.uint8).reshape(n, 784),
+            y=numpy.arange(n, dtype=numpy.uint8) % 10)
+    err = usage_error(mnist.main, args + [
+        '--resume', snapshot, '--out', str(out), '--dataset-root',
+        str(root)], capsys)
+    assert 'the number of training examples 64, this run has 96' in err
+    assert not out.exists()
+
+
+def test_resume_refuses_old_and_other_snapshots(
+        mnist, cifar, mnist_snapshot, dataset_root, tmp_path, capsys):
+    """A snapshot of b8e13bc recorded the schedule only: refused, and why.
+
+    A CIFAR snapshot resumed by the MNIST trainer is refused too.
+    """
+    snapshot, args = mnist_snapshot
+    prefix = 'extensions/RunSettings/'
+    with numpy.load(snapshot) as npz:
+        arrays = {key: npz[key] for key in npz.files
+                  if not key.startswith(prefix) or key[len(prefix):] in (
+                      'epoch', 'batchsize', 'lr', 'warmup_epochs',
+                      'decay_power')}
+    old = str(tmp_path / 'old.npz')
+    numpy.savez_compressed(old, **arrays)
+    err = usage_error(mnist.main, args + ['--resume', old], capsys)
+    assert 'a snapshot of an older version of these examples' in err
+    assert 'start a new run' in err
+
+    out = tmp_path / 'cifar'
+    cifar.main(['-b', '16', '--depth', '8', '-e', '1', '--noplot', '--out',
+                str(out)])
+    err = usage_error(mnist.main, args + [
+        '--resume', str(out / 'snapshot_iter_2')], capsys)
+    assert 'it was written by another trainer' in err
+
+
+def test_a_kill_while_writing_leaves_no_snapshot_cut_short(
+        dataset_root, tmp_path):
+    """Chainer's writer saves into a temporary folder, then renames.
+
+    The trainer is killed (SIGKILL) halfway through writing the snapshot
+    of epoch 2: the snapshot of epoch 1 is whole and resumes, and no file
+    under a snapshot's name is cut short.
+    """
+    driver = tmp_path / 'driver.py'
+    driver.write_text(
+        'import os, signal, sys\n'
+        'import numpy\n'
+        'from examples.mnist import train_mnist\n'
+        'save = numpy.savez_compressed\n'
+        'calls = []\n'
+        'def dying(file, *args, **kwargs):\n'
+        '    calls.append(1)\n'
+        '    if len(calls) == 1:\n'
+        '        return save(file, *args, **kwargs)\n'
+        '    file.write(b"PK" + bytes(50000))\n'
+        '    file.flush()\n'
+        '    os.kill(os.getpid(), signal.SIGKILL)\n'
+        'numpy.savez_compressed = dying\n'
+        'train_mnist.main(sys.argv[1:])\n')
+    out = tmp_path / 'out'
+    args = ['-b', '32', '-u', '8', '-e', '3', '--noplot', '--snapshots', '3',
+            '--warmup-epochs', '1']
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, str(driver)] + args + ['--out', str(out)],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    assert result.returncode == -9, result.stderr
+    names = os.listdir(str(out))
+    assert 'snapshot_iter_2' in names and 'snapshot_iter_4' not in names
+    # The half-written file is in Chainer's temporary folder.
+    assert [name for name in names if name.startswith('tmpsnapshot_iter_4')]
+    resumed = tmp_path / 'resumed'
+    result = run_script('examples.mnist.train_mnist', args + [
+        '--resume', str(out / 'snapshot_iter_2'), '--out', str(resumed)],
+        dataset_root)
+    assert result.returncode == 0, result.stderr
+    assert read_log(str(resumed))[-1]['epoch'] == 3
 
 
 def test_lr_plot_has_every_iteration_and_one_snapshot_is_kept(
