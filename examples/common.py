@@ -1103,11 +1103,12 @@ def ratio_ticks(low, high):
     """
     for mantissas in ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7),
                       (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
-        ticks = [m * 10.0 ** e
+        ticks = [float('{:.6g}'.format(m * 10.0 ** e))
                  for e in range(math.floor(math.log10(low)) - 1,
                                 math.ceil(math.log10(high)) + 1)
                  for m in mantissas]
-        ticks = [t for t in ticks if low <= t <= high]
+        ticks = [t for t in ticks
+                 if low * (1 - 1e-9) <= t <= high * (1 + 1e-9)]
         if 4 <= len(ticks) <= 12:
             return ticks
     return list(numpy.geomspace(low, high, 5))
