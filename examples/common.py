@@ -474,9 +474,10 @@ def check_rank0_paths(args, comm):
     take its verdict, so that they stop with it rather than wait for it
     in the first collective.
     """
-    problem = path_problem(args) if comm.rank == 0 else None
+    problem = (path_problem(args) or '') if comm.rank == 0 else None
+    # bcast_obj refuses to send None.
     problem = comm.bcast_obj(problem, root=0)
-    if problem is not None:
+    if problem:
         usage_error(problem)
 
 
