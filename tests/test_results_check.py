@@ -8,6 +8,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 
 import pytest
 
@@ -261,3 +262,36 @@ def test_every_curve_shows_and_a_diverged_one_says_so(results):
     assert [t.get_text() for t in second.texts] == ['momentum: diverged']
     import matplotlib.pyplot as plt
     plt.close(figure)
+
+
+# A commit hash in prose: 7 to 40 hex digits, with a digit and a letter.
+_HASH = re.compile(r'\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b')
+
+
+@pytest.mark.parametrize('path', ['README.rst',
+                                  os.path.join('examples', 'mnist',
+                                               'README.md'),
+                                  os.path.join('examples', 'chainermn',
+                                               'README.md')])
+def test_readmes_keep_commit_hashes_to_one_line(path):
+    with open(os.path.join(REPO_ROOT, path)) as f:
+        lines = [line for line in f if _HASH.search(line)]
+    assert len(lines) <= 1, lines
+
+
+@pytest.mark.parametrize('path', ['README.rst',
+                                  os.path.join('examples', 'mnist',
+                                               'README.md')])
+def test_readmes_say_what_to_expect_on_another_machine(results, path):
+    """Next to the results table: the figures are not digits to match."""
+    path = os.path.join(REPO_ROOT, path)
+    with open(path) as f:
+        lines = f.read().splitlines()
+    parse = (results.rst_tables if path.endswith('.rst')
+             else results.markdown_tables)
+    last = [last for _, last, cells in parse(lines)
+            if cells[0] == HEADER][0]
+    after = ' '.join(' '.join(lines[last:last + 8]).split())
+    assert 'On another machine expect' in after.replace(
+        'machine, expect', 'machine expect')
+    assert 'within about 0.2 point' in after
