@@ -683,30 +683,114 @@ def _gpu_host(args, argv):
     return results
 
 
-def _csv(kind):
-    return lambda s: tuple(kind(x) for x in s.split(',') if x)
+class ListFlag(argparse.Action):
+
+    """A flag of one or more values, space- or comma-separated.
+
+    ``--dtypes float32 float16`` and ``--dtypes float32,float16`` are
+    the same, here and in ``examples/mnist/results.py``. ``type`` checks
+    each value (an ``argparse.ArgumentTypeError`` is a usage error).
+    """
+
+    def __init__(self, option_strings, dest, type=str, **kwargs):
+        self._kind = type
+        super(ListFlag, self).__init__(option_strings, dest, nargs='+',
+                                       **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parsed = []
+        for value in (v for token in values for v in token.split(',') if v):
+            try:
+                parsed.append(self._kind(value))
+            except (argparse.ArgumentTypeError, TypeError,
+                    ValueError) as e:
+                parser.error('{} {}: {}'.format(
+                    option_string, value,
+                    e if isinstance(e, argparse.ArgumentTypeError)
+                    else 'not a valid value'))
+        setattr(namespace, self.dest, tuple(parsed))
 
 
-def main(argv=None):
+def _model(name):
+    if name not in MODELS:
+        raise argparse.ArgumentTypeError(
+            'unknown model; choose from ' + ', '.join(MODELS))
+    return name
+
+
+def _float_dtype(name):
+    try:
+        kind = numpy.dtype(name).kind
+    except TypeError:
+        raise argparse.ArgumentTypeError('not a NumPy dtype')
+    if kind != 'f':
+        raise argparse.ArgumentTypeError(
+            'not a floating-point dtype (LARS updates float16, float32 '
+            'and float64 parameters)')
+    return name
+
+
+def _weight_decay(text):
+    value = float(text)
+    if not 0 <= value < float('inf'):
+        raise argparse.ArgumentTypeError('must be finite and at least 0')
+    return value
+
+
+def _check_device(parser, spec):
+    """The device ``spec`` names, or a usage error in one line."""
+    try:
+        device = chainer.get_device(spec)
+    except (ValueError, RuntimeError) as e:
+        if (not chainer.backends.cuda.available
+                and str(e).startswith('CUDA environment')):
+            # Chainer's message runs two sentences together.
+            e = 'CuPy cannot be used ({})'.format(' '.join(str(
+                chainer.backends.cuda._resolution_error).split()))
+        parser.error('--device {}: {}'.format(spec, ' '.join(
+            str(e).split())))
+    if device.xp is chainer.backend.chainerx:
+        parser.error('--device {}: ChainerX devices are not benchmarked; '
+                     'use @numpy or @cupy:N'.format(spec))
+    if device.xp is not numpy:
+        import cupy
+        try:
+            count = cupy.cuda.runtime.getDeviceCount()
+        except cupy.cuda.runtime.CUDARuntimeError as e:
+            parser.error('--device {}: no usable GPU ({})'.format(spec, e))
+        if device.device.id >= count:
+            parser.error('--device {}: no such GPU, this machine has {}'
+                         .format(spec, count))
+    return device
+
+
+def parse_args(argv=None):
+    """The flags, or a usage error (exit status 2) naming the bad one."""
     parser = argparse.ArgumentParser(
         description='Per-update cost of LARS against the streaming floor.')
     parser.add_argument('--device', '-d', default='@numpy',
                         help='Chainer device specifier: @numpy, -1, '
-                             '@cupy:0, 0')
-    parser.add_argument('--models', type=_csv(str), default=None,
-                        help='comma-separated, from ' + ', '.join(MODELS)
-                        + ' (default: all; with --gpu-host, '
-                        'cifar_resnet20)')
-    parser.add_argument('--dtypes', type=_csv(str), default=DTYPES,
-                        help='comma-separated, e.g. float32,float16')
-    parser.add_argument('--weight-decays', type=_csv(float),
-                        default=(5e-4, 0.0),
-                        help='comma-separated; 0 is weight decay off')
+                             '@cupy:0, 0 (default: %(default)s)')
+    parser.add_argument('--models', action=ListFlag, type=_model,
+                        default=None,
+                        help='one or more of ' + ', '.join(MODELS)
+                        + ', space- or comma-separated (default: all; '
+                        'with --gpu-host, cifar_resnet20)')
+    parser.add_argument('--dtypes', action=ListFlag, type=_float_dtype,
+                        default=DTYPES,
+                        help='one or more floating-point dtypes, space- or '
+                        'comma-separated (default: {})'.format(
+                            ' '.join(DTYPES)))
+    parser.add_argument('--weight-decays', action=ListFlag,
+                        type=_weight_decay, default=(5e-4, 0.0),
+                        help='one or more, space- or comma-separated; 0 is '
+                        'weight decay off (default: 0.0005 0)')
     parser.add_argument('--reps', type=int, default=None,
                         help='timed repetitions of every variant (default '
                              '15; with --gpu-host, 300)')
     parser.add_argument('--warmup', type=int, default=2,
-                        help='untimed repetitions first (state, kernels)')
+                        help='untimed repetitions first (state, kernels) '
+                        '(default: %(default)s)')
     parser.add_argument('--clock', choices=('wall', 'cpu'), default='wall',
                         help='what the table is computed from: wall time '
                              '(perf_counter) or, on a CPU shared with other '
@@ -731,10 +815,21 @@ def main(argv=None):
         args.models = ('cifar_resnet20',) if args.gpu_host else MODELS
     if args.reps < 1 or args.warmup < 0:
         parser.error('--reps must be >= 1 and --warmup >= 0')
-    unknown = [m for m in args.models if m not in MODELS]
-    if unknown:
-        parser.error('unknown model {}; choose from {}'.format(
-            ', '.join(map(repr, unknown)), ', '.join(MODELS)))
+    if args.case_seconds is not None and not args.case_seconds > 0:
+        parser.error('--case-seconds must be positive, got {}'.format(
+            args.case_seconds))
+    if args.seed < 0:
+        parser.error('--seed must be at least 0, got {}'.format(args.seed))
+    if not args.gpu_host:
+        device = _check_device(parser, args.device)
+        if args.clock == 'cpu' and device.xp is not numpy:
+            parser.error('--clock cpu measures the host only; use wall '
+                         'time on a GPU')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if args.gpu_host:
         return _gpu_host(args, argv)
 

@@ -141,6 +141,22 @@ class WarmupPolynomialShift(extension.Extension):
         setattr(optimizer, self._attr, self.value(self._t))
 
     def _check_attr(self, optimizer):
+        # A ChainerMN multi-node optimizer forwards to the actual one.
+        actual = vars(optimizer).get('actual_optimizer', optimizer)
+        # Looked up on the class first: reading Adam's lr before its first
+        # update raises RuntimeError, which hasattr does not catch.
+        prop = getattr(type(actual), self._attr, None)
+        if isinstance(prop, property) and prop.fset is None:
+            hint = ''
+            if self._attr == 'lr' and hasattr(
+                    getattr(actual, 'hyperparam', None), 'alpha'):
+                hint = (": {0}'s learning rate is 'alpha' (its lr is the "
+                        "rate after bias correction, computed from alpha); "
+                        "schedule 'alpha' instead".format(
+                            type(actual).__name__))
+            raise ValueError(
+                'attr {!r}: the optimizer\'s ({}) {} is read only{}'.format(
+                    self._attr, type(actual).__name__, self._attr, hint))
         if not hasattr(optimizer, self._attr):
             raise ValueError(
                 'attr {!r}: the optimizer ({}) has no attribute of that '

@@ -22,6 +22,9 @@ import math
 import os
 import re
 import sys
+import tempfile
+import zipfile
+import zlib
 
 import numpy
 
@@ -129,8 +132,26 @@ def observe_trust_ratios(trainer, lars, model, iterations_per_epoch):
     observer = chainer_lars.TrustRatioObserver(lars, pattern='/W$')
     trainer.extend(observer, trigger=(
         max(1, int(iterations_per_epoch) // 10), 'iteration'))
-    return [observer.key('ratio', path) for path, _ in model.namedparams()
+    return [observer.key('ratio', path) for path in parameter_paths(model)
             if path.endswith('/W')]
+
+
+def parameter_paths(link, prefix=''):
+    """The paths of the parameters of ``link``, in the order it defines them.
+
+    ``namedparams()`` lists a Chain's children in the order of a set (for
+    the CIFAR ResNet, ``fc/W`` second); the attributes of a link are in
+    the order its ``__init__`` set them, which is the order of the layers
+    in the models here.
+    """
+    for name, value in vars(link).items():
+        if name in link._params:
+            yield prefix + '/' + name
+        elif (isinstance(link, chainer.Chain) and name in link._children):
+            yield from parameter_paths(value, prefix + '/' + name)
+    if isinstance(link, chainer.ChainList):
+        for i, child in enumerate(link):
+            yield from parameter_paths(child, '{}/{}'.format(prefix, i))
 
 
 # -- Training ---------------------------------------------------------------
@@ -149,9 +170,12 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
     n_train = len(train_iter.dataset)
     if comm is None:
         check_batchsize(args, n_train, 'the training set')
+        settings = {'examples': n_train}
     else:
         check_batchsize(args, n_train,
                         "each process's shard of the training set")
+        settings = {'examples': n_train, 'processes': comm.size}
+    check_resume(args, **settings)
     updater = training.updaters.StandardUpdater(
         train_iter, optimizer, device=device)
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
@@ -180,8 +204,7 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
     if comm is None or comm.rank == 0:
         ratio_keys = observe_trust_ratios(trainer, lars, model,
                                           iterations_per_epoch)
-        report(trainer, args, ratio_keys,
-               **({} if comm is None else {'processes': comm.size}))
+        report(trainer, args, ratio_keys, **settings)
 
     if args.resume is not None:
         chainer.serializers.load_npz(args.resume, trainer)
@@ -217,8 +240,8 @@ HELP = {
               'device id are used. If negative integer, NumPy arrays are '
               'used',
     'out': 'Directory to output the result',
-    'resume': 'Resume the training from snapshot, with the same --epoch, '
-              '--batchsize, --lr, --warmup-epochs and --decay-power',
+    'resume': 'Resume the training from a snapshot, with the same flags '
+              'but --out, --snapshots, --device and --dataset-root',
     'snapshots': 'Number of snapshots to keep in --out, the latest ones (one '
                  'is written each epoch); 0 writes none',
     'lr': 'Peak learning rate (default: from the batch size, see below)',
@@ -258,7 +281,8 @@ def parser(description, defaults, epilog=None, helps=None):
     (``HELP``'s keys). The trainer adds its own flags to the parser it
     returns.
     """
-    helps = dict(HELP, **(helps or {}))
+    given = helps or {}
+    helps = dict(HELP, **given)
     parser = argparse.ArgumentParser(description=description,
                                      epilog=epilog or lr_rule())
 
@@ -283,7 +307,14 @@ def parser(description, defaults, epilog=None, helps=None):
                         'hook; momentum: MomentumSGD with WeightDecay (the '
                         'baseline). Default: %(default)s')
     add('lr', type=float)
-    add('warmup_epochs', type=float, default=defaults['warmup_epochs'])
+    # None: the default, or the whole run if that is shorter
+    # (resolve_warmup).
+    parser.warmup_default = defaults['warmup_epochs']
+    if 'warmup_epochs' not in given:
+        helps['warmup_epochs'] += (' (default: {:g}, or the whole run if '
+                                   'shorter)'.format(
+                                       defaults['warmup_epochs']))
+    add('warmup_epochs', type=float)
     add('decay_power', type=float, default=2.0)
     add('momentum', type=float, default=0.9)
     add('weight_decay', type=float, default=1e-4)
@@ -298,30 +329,28 @@ def parser(description, defaults, epilog=None, helps=None):
 def parse_args(parser, argv=None, positive=(), distributed=False):
     """Parses the flags, or stops with a usage error naming the first bad one.
 
-    Checks the ranges (the flags in ``positive`` must be positive too),
-    the device, and that the snapshot to resume from exists, so that a
-    mistake stops the run before it loads any data; then points Chainer's
-    dataset root at --dataset-root. In one process it also sets the
-    default --lr (``default_lr``) and checks the snapshot's schedule
+    Checks the ranges (the flags in ``positive`` must be positive integers
+    too), the device, and the paths (``path_problem``), so that a mistake
+    stops the run before it loads any data; then points Chainer's dataset
+    root at --dataset-root. In one process it also sets the default --lr
+    (``default_lr``) and checks the snapshot of --resume
     (``check_resume``); both follow from the global batch, which a
     ChainerMN trainer (``distributed``) knows once its communicator is up,
-    so it does them itself.
+    so it does them itself, and it checks --out and --dataset-root on
+    rank 0 alone (``check_rank0_paths``).
     """
     args = parser.parse_args(argv)
-    for names, valid, what in (
-            (('batchsize', 'epoch', 'lr', 'decay_power', 'trust_coefficient')
-             + tuple(positive), lambda v: 0 < v < math.inf,
-             'positive and finite'),
-            (('warmup_epochs', 'momentum', 'weight_decay', 'snapshots'),
-             lambda v: 0 <= v < math.inf, 'finite and at least 0')):
-        for name in names:
-            value = getattr(args, name)
-            if value is not None and not valid(value):
-                parser.error('--{} must be {}, got {}'.format(
-                    name.replace('_', '-'), what, value))
+    check_ranges(parser, args, positive)
+    if args.epoch is not None and parser.warmup_default is not None:
+        resolve_warmup(parser.error, args, parser.warmup_default)
     check_device(parser, args.device)
     if args.resume is not None and not os.path.isfile(args.resume):
-        parser.error('--resume {}: no such file'.format(args.resume))
+        parser.error('--resume {}: {}'.format(args.resume, (
+            'not a file' if os.path.exists(args.resume) else 'no such file')))
+    if not distributed:
+        problem = path_problem(args)
+        if problem is not None:
+            parser.error(problem)
     if args.dataset_root is not None:
         chainer.dataset.set_dataset_root(args.dataset_root)
     if not distributed:
@@ -330,6 +359,126 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
                                  args.trust_coefficient)
         check_resume(args)
     return args
+
+
+# The ranges of the numeric flags: (flags, test, what the message says).
+# The trainers' own flags (--unit) are added by parse_args's ``positive``;
+# --warmup-epochs is compared with --epoch once both are known
+# (resolve_warmup).
+RANGES = (
+    (('batchsize', 'epoch'), lambda v: v > 0, 'a positive integer'),
+    (('lr', 'decay_power', 'trust_coefficient'),
+     lambda v: 0 < v < math.inf, 'positive and finite'),
+    (('warmup_epochs', 'weight_decay'), lambda v: 0 <= v < math.inf,
+     'finite and at least 0'),
+    (('momentum',), lambda v: 0 <= v < 1, 'at least 0 and less than 1'),
+    (('snapshots',), lambda v: v >= 0, 'an integer, at least 0'),
+    # NumPy's RandomState takes seeds below 2 ** 32; ChainerMN's ranks add
+    # their rank to it.
+    (('seed',), lambda v: 0 <= v < 2 ** 31,
+     'an integer from 0 to {}'.format(2 ** 31 - 1)),
+)
+
+
+def check_ranges(parser, args, positive=()):
+    """Stops with a usage error at the first numeric flag out of range."""
+    ranges = RANGES + ((tuple(positive), lambda v: v > 0,
+                        'a positive integer'),)
+    for names, valid, what in ranges:
+        for name in names:
+            value = getattr(args, name, None)
+            if value is not None and not valid(value):
+                parser.error('--{} must be {}, got {}'.format(
+                    name.replace('_', '-'), what, value))
+
+
+def resolve_warmup(error, args, default):
+    """Sets --warmup-epochs if not given; refuses one longer than the run.
+
+    A warm-up longer than --epoch would still be rising at the last
+    update: given, it is an error (``error``, the parser's); the trainer's
+    ``default``, when longer than a short run, becomes the whole run, and
+    ``args.warmup_note`` says so for the banner.
+    """
+    args.warmup_note = None
+    if args.warmup_epochs is None:
+        args.warmup_epochs = min(default, args.epoch)
+        if default > args.epoch:
+            args.warmup_note = ('the whole run: the default, {:g}, is '
+                                'longer'.format(default))
+    elif args.warmup_epochs > args.epoch:
+        error('--warmup-epochs {:g} is longer than the run (--epoch {}): '
+              'the rate would still be rising at the last update; give at '
+              'most --warmup-epochs {}'.format(
+                  args.warmup_epochs, args.epoch, args.epoch))
+
+
+def path_problem(args):
+    """What is wrong with --out or --dataset-root, in one line, or None.
+
+    --out must be a folder that can be made and written (it is made and
+    a file written in it, then both removed, so that a run that stops
+    here leaves nothing behind); --dataset-root must be an existing
+    folder. The snapshot of --resume is checked by ``check_resume``.
+    """
+    problem = folder_problem(args.out, create=True)
+    if problem is not None:
+        return '--out {}: {}'.format(args.out, problem)
+    if args.dataset_root is not None:
+        problem = folder_problem(args.dataset_root, create=False)
+        if problem is not None:
+            return '--dataset-root {}: {}'.format(args.dataset_root,
+                                                  problem)
+    return None
+
+
+def folder_problem(path, create):
+    """Why ``path`` is not a folder to write in (``create``: or make), or None.
+
+    With ``create`` the missing folders are made to try, and removed
+    again.
+    """
+    if not create:
+        if not os.path.exists(path):
+            return 'no such folder'
+        return None if os.path.isdir(path) else 'not a folder'
+    missing = []
+    head = os.path.abspath(path)
+    while not os.path.exists(head):
+        missing.append(head)
+        head = os.path.dirname(head)
+    if not os.path.isdir(head):
+        return 'not a folder' if not missing else (
+            '{} is not a folder'.format(head))
+    made = []
+    try:
+        for folder in reversed(missing):
+            os.mkdir(folder)
+            made.append(folder)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        return 'cannot {} ({})'.format(
+            'write there' if not missing else 'make the folder',
+            e.strerror or e)
+    finally:
+        for folder in reversed(made):
+            os.rmdir(folder)
+    return None
+
+
+def check_rank0_paths(args, comm):
+    """``path_problem`` on rank 0, for a ChainerMN trainer; every rank stops.
+
+    Only rank 0 writes --out and reads --dataset-root; the other ranks
+    take its verdict, so that they stop with it rather than wait for it
+    in the first collective.
+    """
+    problem = (path_problem(args) or '') if comm.rank == 0 else None
+    # bcast_obj refuses to send None.
+    problem = comm.bcast_obj(problem, root=0)
+    if problem:
+        usage_error(problem)
 
 
 def check_device(parser, spec):
@@ -343,8 +492,7 @@ def check_device(parser, spec):
     try:
         device = chainer.get_device(spec)
     except (ValueError, RuntimeError) as e:
-        parser.error('--device {}: {}{}'.format(
-            spec, ' '.join(str(e).split()), hint))
+        parser.error('--device {}: {}{}'.format(spec, device_error(e), hint))
     if device.xp is cuda.cupy:
         try:
             count = cuda.cupy.cuda.runtime.getDeviceCount()
@@ -357,15 +505,32 @@ def check_device(parser, spec):
     return device
 
 
+def device_error(error):
+    """``chainer.get_device``'s error as one line.
+
+    Without CuPy, Chainer's message runs its two sentences together
+    ("...#installation).No module named 'cupy'"): say it in order.
+    """
+    if not cuda.available and str(error).startswith('CUDA environment'):
+        return ('CuPy cannot be used ({}; see https://docs.cupy.dev/en/'
+                'stable/install.html)'.format(
+                    ' '.join(str(cuda._resolution_error).split())))
+    return ' '.join(str(error).split())
+
+
 def print_banner(args, *lines):
     """Prints the settings of the run: ``lines``, then the schedule's."""
     for line in lines:
         print(line)
     print('# epoch: {}'.format(args.epoch))
-    print('# optimizer: {}, lr {:g}, trust coefficient {:g}, weight decay '
-          '{:g}, warm-up {:g} epochs'.format(
-              args.optimizer, args.lr, args.trust_coefficient,
-              args.weight_decay, args.warmup_epochs))
+    # MomentumSGD has no trust coefficient.
+    trust = ('' if args.optimizer == 'momentum' else
+             ', trust coefficient {:g}'.format(args.trust_coefficient))
+    warmup = '{:g} epochs'.format(args.warmup_epochs)
+    if getattr(args, 'warmup_note', None):
+        warmup += ' ({})'.format(args.warmup_note)
+    print('# optimizer: {}, lr {:g}{}, weight decay {:g}, warm-up {}'.format(
+        args.optimizer, args.lr, trust, args.weight_decay, warmup))
     print('')
     sys.stdout.flush()
 
@@ -388,51 +553,121 @@ def check_batchsize(args, n_train, what):
             args.batchsize, what, n_train))
 
 
-# The flags that set the learning-rate schedule; a snapshot records them,
-# and --resume refuses a run that changes one (see check_resume).
-SCHEDULE_FLAGS = ('epoch', 'batchsize', 'lr', 'warmup_epochs', 'decay_power')
+# The flags that may change on --resume: they do not change what the run
+# computes (where it writes, what it resumes from, how many snapshots it
+# keeps, the device, where the data is read from, ChainerMN's
+# communicator). A snapshot records every other flag (``run_settings``).
+FREE_FLAGS = ('out', 'resume', 'snapshots', 'device', 'dataset_root',
+              'communicator')
+
+# What a snapshot records besides the flags, as a message names it.
+SETTINGS = {
+    'processes': 'the number of processes',
+    'examples': 'the number of training examples',
+    'dtype': "the precision (chainer.config.dtype, CHAINER_DTYPE's)",
+}
+
+
+def run_settings(args, **settings):
+    """What defines the run, as a snapshot records it.
+
+    Every flag but ``FREE_FLAGS``, the precision, and ``settings``: the
+    number of processes for ChainerMN, the number of training examples
+    (each process's, for ChainerMN) once the data is loaded.
+    """
+    recorded = {name: value for name, value in vars(args).items()
+                if name not in FREE_FLAGS and name != 'warmup_note'
+                and value is not None}
+    recorded['dtype'] = numpy.dtype(chainer.config.dtype).name
+    recorded.update(settings)
+    return recorded
+
+
+def _name(name):
+    return SETTINGS.get(name) or '--' + name.replace('_', '-')
+
+
+def _order(name):
+    # --lr last: its default follows from --optimizer, --batchsize,
+    # --trust-coefficient and the number of processes, so that a change
+    # in one of those is named, not the rate it changes.
+    return name == 'lr'
 
 
 def check_resume(args, **settings):
-    """Stops unless the snapshot of --resume continues this run's schedule.
+    """Stops unless the snapshot of --resume was written by this same run.
 
-    The schedule (warm-up, then decay to 0 at the last epoch) is computed
-    from ``SCHEDULE_FLAGS``, and the snapshot holds only how far it has
-    gone; resumed with another ``--epoch``, the rate would jump to another
-    curve (from about 0 at the end of a run back to the middle of a longer
-    one). ``settings`` are further values the schedule depends on (the
-    number of processes, for ChainerMN); a snapshot records them all
-    (``RunSettings``). They are compared first: the default --lr follows
-    from the number of processes.
+    The snapshot records what defines the run (``run_settings``:
+    the optimizer, the model, the data, the precision, the seed, the
+    schedule) and holds only how far the run has gone: resumed with
+    another --optimizer, the momentum buffers would load into another
+    update rule; with another --epoch, the rate would jump to another
+    curve (from about 0 at the end of a run back to the middle of a
+    longer one). ``settings`` are compared with the recorded values too
+    (``processes``, ``examples``). A truncated or damaged file is refused
+    like one that is not a snapshot at all, and so is a snapshot of an
+    older version of these examples, which recorded only the schedule.
     """
     if args.resume is None:
         return
-    settings = dict(settings, **run_settings(args))
+    settings = run_settings(args, **settings)
+    saved = _recorded(args.resume)
+    if not saved:
+        usage_error('--resume {}: not a snapshot of these examples (it '
+                    'records no settings)'.format(args.resume))
+    if 'dtype' not in saved:
+        usage_error(
+            '--resume {}: a snapshot of an older version of these examples, '
+            'which recorded the schedule only, not the optimizer, model, '
+            'seed and data that define the run; resume it with that '
+            'version, or start a new run'.format(args.resume))
+    # Another trainer's snapshot first: its values would not compare.
+    for name in sorted(set(settings) - set(saved)):
+        usage_error('--resume {}: the snapshot records no {}: it was '
+                    'written by another trainer'.format(
+                        args.resume, _name(name)))
+    for name in sorted(set(saved) - set(settings) - {'examples'}):
+        usage_error('--resume {}: the snapshot records {} {}, which this '
+                    'trainer does not have: it was written by another '
+                    'trainer'.format(args.resume, _name(name), saved[name]))
+    for name in sorted(settings, key=_order):
+        if saved[name] != settings[name]:
+            usage_error('--resume {}: {}. A resumed run is the same run: '
+                        'it keeps every flag but {}; to change one, start '
+                        'a new run.'.format(
+                            args.resume,
+                            _difference(name, saved[name], settings[name]),
+                            ', '.join(_name(n) for n in FREE_FLAGS)))
+
+
+def _difference(name, saved, value):
+    if name == 'plot':  # --noplot: the plots' state is in the snapshot
+        return 'the snapshot was written {} --noplot, this run {} it'.format(
+            *(('with', 'without') if value else ('without', 'with')))
+    return 'the snapshot was written with {} {}, this run has {}'.format(
+        _name(name), saved, value)
+
+
+def _recorded(path):
+    """The settings the snapshot ``path`` records, or a usage error.
+
+    The whole file is read and its checksums tested first: a snapshot
+    cut short (a copy that did not finish, a full disk) is refused as
+    cleanly as a file that is no snapshot at all.
+    """
     try:
-        with numpy.load(args.resume) as snapshot:
-            saved = {name: snapshot.get(RunSettings.prefix + name)
-                     for name in settings}
-    except (OSError, ValueError) as e:
-        usage_error('--resume {}: not a snapshot ({})'.format(args.resume, e))
-    for name, value in settings.items():
-        if saved[name] is None:
-            usage_error('--resume {}: not a snapshot of these examples, or '
-                        'one written before they recorded their settings '
-                        '(it has no {})'.format(args.resume, name))
-        if saved[name] != value:
-            flag = ('the number of processes' if name == 'processes'
-                    else '--' + name.replace('_', '-'))
-            usage_error(
-                '--resume {}: the snapshot was written with {} {}, this run '
-                'has {}. The learning-rate schedule follows from --epoch, '
-                '--batchsize, --lr, --warmup-epochs and --decay-power (and, '
-                'with ChainerMN, the number of processes), so a resumed run '
-                'keeps them; to train longer, start a new run.'.format(
-                    args.resume, flag, saved[name].item(), value))
-
-
-def run_settings(args):
-    return {name: getattr(args, name) for name in SCHEDULE_FLAGS}
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+        if damaged is not None:
+            raise ValueError('{} fails its checksum'.format(damaged))
+        with numpy.load(path) as snapshot:
+            return {name[len(RunSettings.prefix):]: snapshot[name].item()
+                    for name in snapshot.files
+                    if name.startswith(RunSettings.prefix)}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile,
+            zlib.error) as e:
+        usage_error('--resume {}: not a snapshot, or a damaged one ({})'
+                    .format(path, e))
 
 
 class RunSettings(training.Extension):
@@ -466,12 +701,10 @@ def load_mnist():
     the usual preprocessing for MNIST. The model then starts well
     conditioned, which large batches, with few updates, need most.
     """
-    try:
-        train, test = chainer.datasets.get_mnist()
-    except (OSError, RuntimeError) as e:
-        directory = _cache('mnist')
-        _missing('MNIST', e, 'files', [os.path.join(directory, 'train.npz'),
-                                       os.path.join(directory, 'test.npz')])
+    directory = _cache('mnist')
+    train, test = _load('MNIST', chainer.datasets.get_mnist, 'mnist', 'files',
+                        [os.path.join(directory, 'train.npz'),
+                         os.path.join(directory, 'test.npz')])
     x, t = chainer.dataset.concat_examples(train)
     return _standardized(x, t, test, x.mean(dtype=numpy.float64),
                          x.std(dtype=numpy.float64))
@@ -486,11 +719,9 @@ def load_cifar(name):
     """
     loader = {'cifar10': chainer.datasets.get_cifar10,
               'cifar100': chainer.datasets.get_cifar100}[name]
-    try:
-        train, test = loader()
-    except (OSError, RuntimeError) as e:
-        _missing(name.upper(), e, 'file', [os.path.join(
-            _cache('cifar'), name.replace('cifar', 'cifar-') + '.npz')])
+    train, test = _load(name.upper(), loader, 'cifar', 'file', [
+        os.path.join(_cache('cifar'), name.replace('cifar', 'cifar-')
+                     + '.npz')])
     x, t = chainer.dataset.concat_examples(train)
     return _standardized(
         x, t, test, x.mean(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None],
@@ -500,6 +731,34 @@ def load_cifar(name):
 def _cache(name):
     return chainer.dataset.get_dataset_directory(
         os.path.join('pfnet', 'chainer', name), create_directory=False)
+
+
+def _load(name, loader, folder, files, paths):
+    """``loader()``, or exit with what is missing, the dataset root as it was.
+
+    With the cache files there, Chainer's loader only reads them. Without
+    them it makes the cache's folders and its download lock under the
+    dataset root, then downloads; if that fails, what it made is removed
+    again, so that a failed lookup in a shared root leaves no trace (and
+    one in a read-only root fails before it writes).
+    """
+    root = chainer.dataset.get_dataset_root()
+    made = [root] + [os.path.join(root, *parts) for parts in (
+        ('pfnet',), ('pfnet', 'chainer'), ('pfnet', 'chainer', folder),
+        ('_dl_cache',), ('_dl_cache', '_dl_lock'), ('_create_lock',))]
+    made = [path for path in made if not os.path.lexists(path)]
+    try:
+        return loader()
+    except (OSError, RuntimeError) as e:
+        for path in reversed(made):
+            try:
+                if os.path.isdir(path):
+                    os.rmdir(path)  # only if empty
+                elif os.path.lexists(path):
+                    os.remove(path)
+            except OSError:
+                pass
+        _missing(name, e, files, paths)
 
 
 def _missing(name, error, files, paths):
@@ -625,7 +884,7 @@ def report(trainer, args, ratio_keys, **settings):
     if args.snapshots:
         trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
         trainer.extend(keep_latest_snapshots(args.snapshots))
-    trainer.extend(RunSettings(dict(run_settings(args), **settings)))
+    trainer.extend(RunSettings(run_settings(args, **settings)))
     trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
                    call_before_training=True)
     trainer.extend(extensions.LogReport(), call_before_training=True)
@@ -679,12 +938,50 @@ def keep_latest_snapshots(n):
     return remove_older_snapshots
 
 
+# The legends' names of the reported values.
+LABELS = {'main/loss': 'train', 'validation/main/loss': 'test',
+          'main/accuracy': 'train', 'validation/main/accuracy': 'test'}
+
+
 def _axes(ylabel, log=False):
-    """A PlotReport postprocess that labels the y axis (and makes it log)."""
+    """A PlotReport postprocess: labels, and the epochs a run diverged.
+
+    It names the curves train and test, labels the y axis (log: on a log
+    scale), and marks the epochs whose value is not finite, which
+    PlotReport draws as nothing: a cross at the top of the plot for each
+    such epoch, and a line at the first, "diverged", so that a run that
+    blew up does not read as one that stopped.
+    """
     def postprocess(figure, axes, summary):
         axes.set_ylabel(ylabel)
         if log:
             axes.set_yscale('log')
+        first = None
+        finite = []
+        for line in axes.get_lines():
+            line.set_label(LABELS.get(line.get_label(), line.get_label()))
+            x = numpy.asarray(line.get_xdata(), dtype=numpy.float64)
+            y = numpy.asarray(line.get_ydata(), dtype=numpy.float64)
+            bad = ~numpy.isfinite(y)
+            finite.extend(y[~bad])
+            if bad.any():
+                axes.plot(x[bad], numpy.full(int(bad.sum()), 0.95), 'x',
+                          color=line.get_color(), markersize=9,
+                          transform=axes.get_xaxis_transform(),
+                          label='_nolegend_')
+                first = x[bad].min() if first is None else min(
+                    first, x[bad].min())
+        if first is not None:
+            axes.axvline(first, color='red', linestyle=':',
+                         label='diverged: not finite from epoch {:g} (x)'
+                         .format(first))
+            # The finite values' range, which the crosses would stretch.
+            if finite and log:
+                axes.set_ylim(min(finite) / 2, max(finite) * 2)
+            elif finite:
+                low, high = min(finite), max(finite)
+                pad = 0.1 * (high - low) or 0.05
+                axes.set_ylim(low - pad, high + pad)
     return postprocess
 
 
@@ -767,6 +1064,8 @@ class TrustRatioHeatmap(training.Extension):
         ratios = numpy.array([[entry.get(key, numpy.nan) for entry in log]
                               for key in self._keys])
         ratios = numpy.ma.masked_where(~(ratios > 0), ratios)
+        if not ratios.count():  # a run that diverged from the start
+            return
         low, high = ratios.min(), ratios.max()
         if not high > low:  # one value: LogNorm needs a range
             low, high = low / 2, high * 2
@@ -787,7 +1086,30 @@ class TrustRatioHeatmap(training.Extension):
         axes.set_xlabel('epoch')
         axes.set_title('trust ratio of each layer ({}...), epoch means'
                        .format(prefix), fontsize=9)
-        figure.colorbar(image, ax=axes, label='trust ratio (log scale)')
+        bar = figure.colorbar(image, ax=axes, label='trust ratio (log scale)')
+        ticks = ratio_ticks(low, high)
+        bar.ax.minorticks_off()
+        bar.set_ticks(ticks)
+        bar.set_ticklabels(['{:.3g}'.format(t) for t in ticks])
         figure.tight_layout()
         figure.savefig(os.path.join(trainer.out, self._filename))
         plt.close(figure)
+
+
+def ratio_ticks(low, high):
+    """Ticks for a log-scale colour bar from ``low`` to ``high``: 4 to 12.
+
+    Round values (1, 2, 5 times a power of ten, or finer steps over a
+    narrow range), else evenly spaced ones on the log scale.
+    """
+    for mantissas in ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7),
+                      (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
+        ticks = [float('{:.6g}'.format(m * 10.0 ** e))
+                 for e in range(math.floor(math.log10(low)) - 1,
+                                math.ceil(math.log10(high)) + 1)
+                 for m in mantissas]
+        ticks = [t for t in ticks
+                 if low * (1 - 1e-9) <= t <= high * (1 + 1e-9)]
+        if 4 <= len(ticks) <= 12:
+            return ticks
+    return list(numpy.geomspace(low, high, 5))

@@ -179,3 +179,38 @@ def test_paper_model_of_resnet50_and_its_fractions(tmp_path, capsys):
     assert 'no "cases"' in capsys.readouterr().err
     with pytest.raises(SystemExit):
         paper.main([str(path), '--bandwidth', '0'])
+
+
+@pytest.mark.parametrize('argv,message', [
+    (['--dtypes', 'int8'], '--dtypes int8: not a floating-point dtype'),
+    (['--dtypes', 'float32,nosuch'], '--dtypes nosuch: not a NumPy dtype'),
+    (['--models', 'mlp', 'vgg'], '--models vgg: unknown model'),
+    (['--weight-decays', '-1'], '--weight-decays -1: must be finite'),
+    (['--device', 'foo'], '--device foo: '),
+    pytest.param(['--device', '@cupy:0'],
+                 '--device @cupy:0: CuPy cannot be used (',
+                 marks=pytest.mark.skipif(
+                     __import__('chainer').backends.cuda.available,
+                     reason='CuPy can use CUDA here')),
+])
+def test_bad_flags_are_usage_errors(bench, capsys, argv, message):
+    """One line naming the flag, not a traceback from inside run()."""
+    with pytest.raises(SystemExit) as e:
+        bench.main(argv)
+    assert e.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert 'error: ' + message in line
+    # Chainer's CuPy message ran "...#installation).libcublas...".
+    assert ').' not in line
+
+
+def test_list_flags_take_spaces_or_commas(bench):
+    spaced = bench.parse_args(['--models', 'mlp', 'many_1k', '--dtypes',
+                               'float32', 'float16', '--weight-decays',
+                               '5e-4', '0'])
+    commas = bench.parse_args(['--models', 'mlp,many_1k', '--dtypes',
+                               'float32,float16', '--weight-decays',
+                               '5e-4,0'])
+    assert vars(spaced) == vars(commas)
+    assert spaced.models == ('mlp', 'many_1k')
+    assert spaced.weight_decays == (5e-4, 0.0)

@@ -103,6 +103,22 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     assert 'the number of processes {}, this run has 1'.format(RANKS) in (
         result.stderr)
 
+    # Another optimizer or seed: refused on every rank, in one line each,
+    # naming the flag and both values.
+    for flags, message in (
+            (['--optimizer', 'momentum-lars'],
+             'written with --optimizer lars, this run has momentum-lars'),
+            (['--optimizer', optimizer, '--seed', '3'],
+             'written with --seed 0, this run has 3')):
+        result = run_example(tmp_path / 'other', *flags,
+                             '--resume', str(out / snapshots[0]))
+        assert result.returncode == 2
+        lines = [line for line in result.stderr.splitlines()
+                 if 'error: --resume' in line]
+        assert len(lines) == RANKS and message in lines[0], result.stderr
+        assert 'Traceback' not in result.stderr
+        assert not (tmp_path / 'other').exists()
+
 
 def test_batch_larger_than_a_shard_is_a_usage_error(dataset_root, tmp_path):
     result = run_example(tmp_path / 'out', '--batchsize', '33')
@@ -139,3 +155,28 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
                 'updater/model:main/predictor/bn1/avg_mean']
     assert numpy.isfinite(means['all-reduced']).all()
     assert not numpy.allclose(means['per-process'], means['all-reduced'])
+
+
+@pytest.mark.parametrize('flag,path,message', [
+    ('--out', 'file', 'not a folder'),
+    ('--dataset-root', 'nowhere', 'no such folder'),
+])
+def test_bad_paths_stop_every_rank_at_once(dataset_root, tmp_path, flag,
+                                           path, message):
+    """Rank 0 checks the paths it alone uses; every rank stops with it.
+
+    Before any data is loaded or any collective waits for rank 0.
+    """
+    (tmp_path / 'file').write_text('mine')
+    path = str(tmp_path / path)
+    out = tmp_path / 'out'
+    result = run_example(out, flag, path) if flag != '--out' else (
+        run_example(path))
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert len(lines) == RANKS, result.stderr
+    assert all(line.endswith('error: {} {}: {}'.format(flag, path, message))
+               for line in lines), result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not out.exists()
+    assert (tmp_path / 'file').read_text() == 'mine'

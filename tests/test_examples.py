@@ -271,15 +271,27 @@ def test_mnist_script_reads_chainer_dataset_root(dataset_root, tmp_path):
     ('examples.cifar.train_cifar', ['--dataset', 'cifar100'],
      [os.path.join('pfnet', 'chainer', 'cifar', 'cifar-100.npz')]),
 ])
+@pytest.mark.parametrize('exists', [True, False])
 def test_missing_dataset_gives_clear_message(tmp_path, module, args,
-                                             expected):
-    root = str(tmp_path / 'empty')
-    result = run_script(module, args + ['-o', str(tmp_path / 'out')], root)
+                                             expected, exists):
+    """And the failed lookup leaves the dataset root as it was.
+
+    Chainer's loader makes the cache's folders and a download lock there
+    before it tries the download.
+    """
+    root = tmp_path / 'empty'
+    if exists:
+        root.mkdir()
+    result = run_script(module, args + ['-o', str(tmp_path / 'out')],
+                        str(root))
     assert result.returncode == 1
     assert 'Traceback' not in result.stderr
     assert 'CHAINER_DATASET_ROOT' in result.stderr
     for path in expected:
-        assert os.path.join(root, path) in result.stderr
+        assert os.path.join(str(root), path) in result.stderr
+    assert root.exists() == exists
+    if exists:
+        assert not list(root.iterdir())
 
 
 def test_mnist_results_table(dataset_root, tmp_path):
@@ -430,6 +442,10 @@ def test_chainermn_defaults_are_the_single_process_ones(
     ('--momentum', '-0.9', 'at least 0'),
     ('--weight-decay', '-1e-4', 'at least 0'),
     ('--snapshots', '-1', 'at least 0'),
+    ('--momentum', '1', 'less than 1'),
+    ('--momentum', '1.5', 'less than 1'),
+    ('--seed', '-1', 'from 0 to'),
+    ('--seed', str(2 ** 32), 'from 0 to'),
 ])
 def test_flags_out_of_range_are_usage_errors(request, capsys, name, flag,
                                              value, message):
@@ -443,6 +459,52 @@ def test_flags_out_of_range_are_usage_errors(request, capsys, name, flag,
     assert '{} must be'.format(flag) in err and message in err
     assert 'got {}'.format(value) in err or (
         'got {}'.format(float(value)) in err)
+
+
+@pytest.mark.parametrize('name', ['mnist', 'chainermn_example'])
+def test_unit_must_be_positive(request, capsys, name):
+    err = usage_error(request.getfixturevalue(name).parse_args,
+                      ['--unit', '0'], capsys)
+    assert '--unit must be a positive integer, got 0' in err
+
+
+@pytest.mark.parametrize('name,argv', [
+    ('mnist', ['--epoch', '1', '--warmup-epochs', '5']),
+    ('cifar', ['--epoch', '2', '--warmup-epochs', '2.5']),
+    ('chainermn_example', ['--epoch', '1', '--warmup-epochs', '5']),
+    ('chainermn_example', ['--dataset', 'cifar10', '--epoch', '2',
+                           '--warmup-epochs', '3']),
+])
+def test_warmup_longer_than_the_run_is_refused(request, capsys, name,
+                                               argv):
+    err = usage_error(request.getfixturevalue(name).parse_args, argv,
+                      capsys)
+    assert '--warmup-epochs {:g} is longer than the run (--epoch {})'.format(
+        float(argv[-1]), argv[argv.index('--epoch') + 1]) in err
+
+
+def test_default_warmup_longer_than_the_run_is_the_run(
+        cifar, chainermn_example, capsys):
+    """CIFAR's default warm-up of 5 epochs, on a 2-epoch run: said so."""
+    for example, argv in ((cifar, []), (chainermn_example,
+                                        ['--dataset', 'cifar10'])):
+        args = example.parse_args(argv + ['--epoch', '2'])
+        assert args.warmup_epochs == 2
+        args.lr = 1.0  # ChainerMN's follows from the number of processes
+        common.print_banner(args)
+        assert ('warm-up 2 epochs (the whole run: the default, 5, is '
+                'longer)') in capsys.readouterr().out
+        assert example.parse_args(argv + ['--epoch', '6']).warmup_epochs == 5
+        assert example.parse_args(argv + ['--epoch', '1', '--warmup-epochs',
+                                          '1']).warmup_epochs == 1
+
+
+@pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars', 'momentum'])
+def test_banner_names_a_trust_coefficient_only_for_lars(mnist, capsys,
+                                                        optimizer):
+    common.print_banner(mnist.parse_args(['--optimizer', optimizer]))
+    out = capsys.readouterr().out
+    assert ('trust coefficient 0.02' in out) == (optimizer != 'momentum')
 
 
 @pytest.mark.parametrize('depth', ['21', '2', '-4'])
@@ -497,6 +559,49 @@ def test_bad_flags_stop_before_any_work(request, tmp_path, capsys, name,
     assert not out.exists()
 
 
+@pytest.mark.parametrize('flag,path,message', [
+    ('--out', 'file', 'not a folder'),
+    ('--out', 'file/x', '{tmp}/file is not a folder'),
+    pytest.param('--out', '/proc/x', 'cannot make the folder',
+                 marks=pytest.mark.skipif(not os.path.isdir('/proc'),
+                                          reason='no /proc')),
+    ('--dataset-root', 'nowhere', 'no such folder'),
+    ('--dataset-root', 'file', 'not a folder'),
+    ('--resume', '.', 'not a file'),
+])
+@pytest.mark.parametrize('name', ['mnist', 'cifar'])
+def test_bad_paths_stop_before_any_work(request, tmp_path, capsys, name,
+                                        flag, path, message):
+    """One line naming the flag and the problem, before the data loads.
+
+    The dataset root given otherwise is empty: loading the data first
+    would stop with the missing dataset (exit status 1) instead.
+    """
+    (tmp_path / 'file').write_text('mine')
+    if not os.path.isabs(path):
+        path = str(tmp_path / path)
+    argv = ['--out', str(tmp_path / 'out'), '--dataset-root', str(tmp_path)]
+    err = usage_error(request.getfixturevalue(name).main,
+                      argv + [flag, path], capsys)
+    assert 'error: {} {}: {}'.format(flag, path, message.format(
+        tmp=tmp_path)) in err.splitlines()[-1], err
+    assert 'Traceback' not in err
+    assert not (tmp_path / 'out').exists()
+    assert (tmp_path / 'file').read_text() == 'mine'
+    assert not os.path.exists(os.path.join(tmp_path, 'file', 'x'))
+
+
+@pytest.mark.skipif(chainer.backends.cuda.available,
+                    reason='CuPy can use CUDA here')
+def test_gpu_without_cupy_is_one_clear_line(mnist, capsys):
+    err = usage_error(mnist.parse_args, ['--device', '@cupy:0'], capsys)
+    line = err.splitlines()[-1]
+    assert line.startswith(os.path.basename(sys.argv[0]) + ': error: '
+                           '--device @cupy:0: CuPy cannot be used (')
+    # Chainer's message ran "...#installation).No module named 'cupy'".
+    assert ').' not in line and '\n' not in line
+
+
 @pytest.mark.gpu
 def test_device_beyond_the_gpus_is_a_usage_error(mnist, tmp_path, capsys):
     count = chainer.backends.cuda.cupy.cuda.runtime.getDeviceCount()
@@ -545,11 +650,158 @@ def test_resume_refuses_another_schedule(mnist, dataset_root, tmp_path,
 
     (tmp_path / 'text').write_text('not a snapshot')
     numpy.savez(str(tmp_path / 'other.npz'), x=numpy.zeros(1))
-    for path, message in [('text', 'not a snapshot'),
+    # Cut short, as by a copy that did not finish.
+    with open(snapshot, 'rb') as f:
+        (tmp_path / 'truncated').write_bytes(
+            f.read(os.path.getsize(snapshot) // 2))
+    for path, message in [('text', 'not a snapshot, or a damaged one'),
+                          ('truncated', 'not a snapshot, or a damaged one'),
                           ('other.npz', 'not a snapshot of these examples')]:
         err = usage_error(mnist.main, ['--resume', str(tmp_path / path)],
                           capsys)
         assert message in err
+        assert 'Traceback' not in err and len(err.splitlines()) == 1, err
+
+
+@pytest.fixture
+def mnist_snapshot(mnist, dataset_root, tmp_path_factory):
+    """A snapshot of epoch 1 of a 2-epoch MNIST run, and the run's flags."""
+    args = ['-b', '32', '-u', '8', '--noplot', '--warmup-epochs', '1', '-e',
+            '2', '--optimizer', 'lars']
+    out = tmp_path_factory.mktemp('run')
+    mnist.main(args + ['--out', str(out), '--snapshots', '2'])
+    return str(out / 'snapshot_iter_2'), args
+
+
+@pytest.mark.parametrize('flags,message', [
+    # LARS and MomentumSGD both keep a buffer named v: the snapshot would
+    # load into the other optimizer. Named, not the --lr it changes.
+    (['--optimizer', 'momentum-lars'],
+     'written with --optimizer lars, this run has momentum-lars'),
+    (['--optimizer', 'momentum'],
+     'written with --optimizer lars, this run has momentum'),
+    (['--unit', '16'], 'written with --unit 8, this run has 16'),
+    (['--seed', '5'], 'written with --seed 0, this run has 5'),
+    (['--momentum', '0.8'], 'written with --momentum 0.9, this run has 0.8'),
+    (['--weight-decay', '0'],
+     'written with --weight-decay 0.0001, this run has 0.0'),
+    (['--trust-coefficient', '0.01'],
+     'written with --trust-coefficient 0.02, this run has 0.01'),
+    (['--decay-power', '1'],
+     'written with --decay-power 2.0, this run has 1.0'),
+    # The plots' state is in the snapshot.
+    (['--plot'], 'the snapshot was written with --noplot, this run without'),
+])
+def test_resume_refuses_another_run(mnist, mnist_snapshot, tmp_path,
+                                    capsys, flags, message):
+    """One usage line naming the flag and both values, before any work."""
+    snapshot, args = mnist_snapshot
+    if flags == ['--plot']:
+        args, flags = [a for a in args if a != '--noplot'], []
+    out = tmp_path / 'resumed'
+    err = usage_error(mnist.main, args + flags + [
+        '--resume', snapshot, '--out', str(out)], capsys)
+    assert len(err.splitlines()) == 1, err
+    assert message in err and 'start a new run' in err, err
+    assert '--lr' not in err.split('. ')[0]
+    assert not out.exists()
+
+
+def test_resume_refuses_another_precision_or_dataset(
+        mnist, mnist_snapshot, tmp_path, capsys):
+    snapshot, args = mnist_snapshot
+    out = tmp_path / 'resumed'
+    with chainer.using_config('dtype', numpy.float16):
+        err = usage_error(mnist.main, args + [
+            '--resume', snapshot, '--out', str(out)], capsys)
+    assert 'precision (chainer.config.dtype' in err
+    assert 'float32, this run has float16' in err
+    # Another MNIST: 96 training images.
+    root = tmp_path / 'other'
+    folder = root / 'pfnet' / 'chainer' / 'mnist'
+    folder.mkdir(parents=True)
+    for name, n in (('train', 96), ('test', 32)):
+        numpy.savez_compressed(
+            str(folder / (name + '.npz')),
+            x=numpy.arange(n * 784, dtype=numpy.uint8).reshape(n, 784),
+            y=numpy.arange(n, dtype=numpy.uint8) % 10)
+    err = usage_error(mnist.main, args + [
+        '--resume', snapshot, '--out', str(out), '--dataset-root',
+        str(root)], capsys)
+    assert 'the number of training examples 64, this run has 96' in err
+    assert not out.exists()
+
+
+def test_resume_refuses_old_and_other_snapshots(
+        mnist, cifar, mnist_snapshot, dataset_root, tmp_path, capsys):
+    """A snapshot of b8e13bc recorded the schedule only: refused, and why.
+
+    A CIFAR snapshot resumed by the MNIST trainer is refused too.
+    """
+    snapshot, args = mnist_snapshot
+    prefix = 'extensions/RunSettings/'
+    with numpy.load(snapshot) as npz:
+        arrays = {key: npz[key] for key in npz.files
+                  if not key.startswith(prefix) or key[len(prefix):] in (
+                      'epoch', 'batchsize', 'lr', 'warmup_epochs',
+                      'decay_power')}
+    old = str(tmp_path / 'old.npz')
+    numpy.savez_compressed(old, **arrays)
+    err = usage_error(mnist.main, args + ['--resume', old], capsys)
+    assert 'a snapshot of an older version of these examples' in err
+    assert 'start a new run' in err
+
+    out = tmp_path / 'cifar'
+    cifar.main(['-b', '16', '--depth', '8', '-e', '1', '--noplot', '--out',
+                str(out)])
+    err = usage_error(mnist.main, args + [
+        '--resume', str(out / 'snapshot_iter_2')], capsys)
+    assert 'it was written by another trainer' in err
+
+
+def test_a_kill_while_writing_leaves_no_snapshot_cut_short(
+        dataset_root, tmp_path):
+    """Chainer's writer saves into a temporary folder, then renames.
+
+    The trainer is killed (SIGKILL) halfway through writing the snapshot
+    of epoch 2: the snapshot of epoch 1 is whole and resumes, and no file
+    under a snapshot's name is cut short.
+    """
+    driver = tmp_path / 'driver.py'
+    driver.write_text(
+        'import os, signal, sys\n'
+        'import numpy\n'
+        'from examples.mnist import train_mnist\n'
+        'save = numpy.savez_compressed\n'
+        'calls = []\n'
+        'def dying(file, *args, **kwargs):\n'
+        '    calls.append(1)\n'
+        '    if len(calls) == 1:\n'
+        '        return save(file, *args, **kwargs)\n'
+        '    file.write(b"PK" + bytes(50000))\n'
+        '    file.flush()\n'
+        '    os.kill(os.getpid(), signal.SIGKILL)\n'
+        'numpy.savez_compressed = dying\n'
+        'train_mnist.main(sys.argv[1:])\n')
+    out = tmp_path / 'out'
+    args = ['-b', '32', '-u', '8', '-e', '3', '--noplot', '--snapshots', '3',
+            '--warmup-epochs', '1']
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, str(driver)] + args + ['--out', str(out)],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    assert result.returncode == -9, result.stderr
+    names = os.listdir(str(out))
+    assert 'snapshot_iter_2' in names and 'snapshot_iter_4' not in names
+    # The half-written file is in Chainer's temporary folder.
+    assert [name for name in names if name.startswith('tmpsnapshot_iter_4')]
+    resumed = tmp_path / 'resumed'
+    result = run_script('examples.mnist.train_mnist', args + [
+        '--resume', str(out / 'snapshot_iter_2'), '--out', str(resumed)],
+        dataset_root)
+    assert result.returncode == 0, result.stderr
+    assert read_log(str(resumed))[-1]['epoch'] == 3
 
 
 def test_lr_plot_has_every_iteration_and_one_snapshot_is_kept(
@@ -606,3 +858,57 @@ def test_readme_example_needs_no_copy(dataset_root, tmp_path, monkeypatch):
     assert 'lars/ratio/predictor/conv2/W' in log[-1]
     assert {'lr.png', 'trust_ratio.png', 'snapshot_iter_4'} <= set(
         os.listdir(str(out)))
+
+
+def test_loss_plot_names_train_and_test_and_marks_divergence():
+    """PlotReport draws a NaN epoch as nothing: the plot marks it."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots()
+    epochs = [0, 1, 2, 3]
+    axes.plot(epochs, [2.3, 1.5, numpy.nan, numpy.nan], label='main/loss')
+    axes.plot(epochs, [2.3, 1e30, numpy.inf, numpy.nan],
+              label='validation/main/loss')
+    common._axes('loss', log=True)(figure, axes, None)
+    legend = axes.legend()
+    labels = [text.get_text() for text in legend.get_texts()]
+    assert labels == ['train', 'test',
+                      'diverged: not finite from epoch 2 (x)']
+    marks = [line for line in axes.get_lines()
+             if line.get_label() == '_nolegend_']
+    assert [list(line.get_xdata()) for line in marks] == [[2, 3], [2, 3]]
+    low, high = axes.get_ylim()
+    assert low <= 1.5 and 1e30 <= high < 1e31
+    plt.close(figure)
+
+    figure, axes = plt.subplots()
+    axes.plot(epochs, [0.1, 0.5, 0.9, 0.95], label='main/accuracy')
+    common._axes('accuracy')(figure, axes, None)
+    assert [line.get_label() for line in axes.get_lines()] == ['train']
+    plt.close(figure)
+
+
+def test_trust_ratio_rows_in_the_models_layer_order(cifar):
+    model = chainer.links.Classifier(cifar.ResNet(8, 10))
+    paths = [path for path in common.parameter_paths(model)
+             if path.endswith('/W')]
+    assert sorted(paths) == sorted(path for path, _ in model.namedparams()
+                                   if path.endswith('/W'))
+    assert paths == ['/predictor/conv1/W', '/predictor/res2/0/conv1/W',
+                     '/predictor/res2/0/conv2/W', '/predictor/res3/0/conv1/W',
+                     '/predictor/res3/0/conv2/W',
+                     '/predictor/res3/0/conv_skip/W',
+                     '/predictor/res4/0/conv1/W', '/predictor/res4/0/conv2/W',
+                     '/predictor/res4/0/conv_skip/W', '/predictor/fc/W']
+
+
+@pytest.mark.parametrize('low,high,ticks', [
+    (0.03, 1.3, [0.03, 0.1, 0.3, 1]),
+    (0.04, 1.3, [0.05, 0.1, 0.2, 0.5, 1]),
+    (1e-4, 10, [1e-4, 1e-3, 1e-2, 0.1, 1, 10]),
+    (0.11, 0.3, [0.12, 0.15, 0.2, 0.25, 0.3]),
+])
+def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
+    assert common.ratio_ticks(low, high) == pytest.approx(ticks)
+    assert 4 <= len(common.ratio_ticks(0.1001, 0.1002)) <= 12

@@ -217,6 +217,23 @@ def test_schedule_of_a_missing_attribute_is_refused_at_start():
     assert not hasattr(optimizer, 'lrr')
 
 
+ADAM_LR = (r"^attr 'lr': the optimizer's \(Adam\) lr is read only: "
+           r"Adam's learning rate is 'alpha' .*schedule 'alpha' instead$")
+
+
+def test_schedule_of_adams_lr_names_alpha():
+    """Adam's lr is a read-only property; before the first update reading
+    it raises RuntimeError (which used to escape the check)."""
+    optimizer = optimizers.Adam()
+    optimizer.setup(chainer.links.Linear(2, 2))
+    with pytest.raises(ValueError, match=ADAM_LR):
+        chainer_lars.WarmupPolynomialShift('lr', 1, 3, optimizer=optimizer)
+    assert re.match(ADAM_LR, run_refused(optimizers.Adam(), 'lr',
+                                         init=1e-3))
+    # The advice works.
+    chainer_lars.WarmupPolynomialShift('alpha', 1, 3, optimizer=optimizer)
+
+
 def test_schedule_to_a_negative_end_is_refused_at_start():
     message = run_refused(optimizers.MomentumSGD(lr=0.1), 'lr', end=-1e-3)
     assert message.startswith(

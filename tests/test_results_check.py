@@ -8,6 +8,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 
 import pytest
 
@@ -195,3 +196,102 @@ def test_the_readmes_have_a_table_that_check_can_read(results, path):
     assert [row[0] for row in tables[0][1:]] == ['128', '8192', '16384']
     for row in tables[0][1:]:
         assert len(row) == len(HEADER)
+
+
+def test_list_flags_take_spaces_or_commas(results, runs, tmp_path):
+    path = write(tmp_path, 'README.md', MARKDOWN)
+    assert results.main(['--batchsizes', '128,8192', '--seeds', '0,1',
+                         '--optimizers', 'momentum,momentum-lars', 'lars',
+                         '--epoch', '1', '--out', runs, '--check',
+                         path]) == 0
+
+
+def test_help_shows_the_defaults_of_the_list_flags(results, capsys):
+    with pytest.raises(SystemExit):
+        results.main(['--help'])
+    out = ' '.join(capsys.readouterr().out.split())
+    assert 'Batch sizes (default: 128 8192 16384)' in out
+    assert 'once per seed (default: 0)' in out
+    assert 'momentum, momentum-lars, lars (default: all' in out
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--seeds', '-1'], '--seeds -1: must be an integer, at least 0'),
+    (['--batchsizes', '128,0'], '--batchsizes 0: must be an integer, at '
+                                'least 1'),
+    (['--optimizers', 'sgd'], '--optimizers sgd: choose from'),
+    (['--epoch', '0'], 'argument --epoch/-e: must be an integer, at least 1'),
+    (['--out', '{tmp}/file'], '--out {tmp}/file: not a folder'),
+    (['--out', '{tmp}/file/x'], '--out {tmp}/file/x: {tmp}/file is not a '
+                                'folder'),
+])
+def test_bad_flags_stop_before_any_run(results, tmp_path, capsys, flags,
+                                       message):
+    (tmp_path / 'file').write_text('mine')
+    flags = [flag.format(tmp=tmp_path) for flag in flags]
+    argv = ['--batchsizes', '32', '--epoch', '1', '--out',
+            str(tmp_path / 'out')]
+    with pytest.raises(SystemExit) as e:
+        results.main(argv + flags)
+    assert e.value.code == 2
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['file']
+    assert (tmp_path / 'file').read_text() == 'mine'
+
+
+def test_every_curve_shows_and_a_diverged_one_says_so(results):
+    """The LARS variants coincide: a wide band under thin dashes."""
+    args = argparse.Namespace(batchsizes=[128, 8192],
+                              optimizers=list(OPTIMIZERS), seeds=[0])
+    logs = {}
+    for batchsize in args.batchsizes:
+        for optimizer in OPTIMIZERS:
+            bad = batchsize == 8192 and optimizer == 'momentum'
+            logs[batchsize, optimizer, 0] = [
+                {'epoch': e, 'main/loss': float('nan') if bad and e else 1.0,
+                 'validation/main/accuracy': 0.098 if bad else 0.5 + e / 10}
+                for e in range(3)]
+    figure = results.draw(logs, args)
+    first, second = figure.axes
+    widths = {line.get_label(): line.get_linewidth()
+              for line in first.get_lines()}
+    assert widths['lars'] >= 4 * widths['momentum-lars']
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == list(
+        OPTIMIZERS)
+    assert [t.get_text() for t in first.texts] == []
+    assert [t.get_text() for t in second.texts] == ['momentum: diverged']
+    import matplotlib.pyplot as plt
+    plt.close(figure)
+
+
+# A commit hash in prose: 7 to 40 hex digits, with a digit and a letter.
+_HASH = re.compile(r'\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b')
+
+
+@pytest.mark.parametrize('path', ['README.rst',
+                                  os.path.join('examples', 'mnist',
+                                               'README.md'),
+                                  os.path.join('examples', 'chainermn',
+                                               'README.md')])
+def test_readmes_keep_commit_hashes_to_one_line(path):
+    with open(os.path.join(REPO_ROOT, path)) as f:
+        lines = [line for line in f if _HASH.search(line)]
+    assert len(lines) <= 1, lines
+
+
+@pytest.mark.parametrize('path', ['README.rst',
+                                  os.path.join('examples', 'mnist',
+                                               'README.md')])
+def test_readmes_say_what_to_expect_on_another_machine(results, path):
+    """Next to the results table: the figures are not digits to match."""
+    path = os.path.join(REPO_ROOT, path)
+    with open(path) as f:
+        lines = f.read().splitlines()
+    parse = (results.rst_tables if path.endswith('.rst')
+             else results.markdown_tables)
+    last = [last for _, last, cells in parse(lines)
+            if cells[0] == HEADER][0]
+    after = ' '.join(' '.join(lines[last:last + 8]).split())
+    assert 'On another machine expect' in after.replace(
+        'machine, expect', 'machine expect')
+    assert 'within about 0.2 point' in after

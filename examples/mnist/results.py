@@ -33,11 +33,13 @@ import contextlib
 import difflib
 import io
 import json
+import math
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -51,10 +53,14 @@ REPOSITORY = os.path.dirname(os.path.dirname(HERE))
 READMES = (os.path.join(REPOSITORY, 'README.rst'),
            os.path.join(HERE, 'README.md'))
 OPTIMIZERS = ('momentum', 'momentum-lars', 'lars')
-# The two LARS variants compute the same update: dashes let both show.
-STYLES = {'momentum': {'marker': '.'},
-          'momentum-lars': {'marker': 'x', 'linestyle': '--'},
-          'lars': {'marker': '.', 'linestyle': ':'}}
+# The two LARS variants compute the same update, and their curves
+# coincide: a wide pale band under thin dashes lets both show.
+STYLES = {'momentum': {'marker': '.', 'color': 'tab:blue'},
+          'momentum-lars': {'marker': 'x', 'linestyle': '--',
+                            'linewidth': 1.2, 'color': 'tab:orange',
+                            'zorder': 3},
+          'lars': {'linewidth': 7, 'alpha': 0.35, 'color': 'tab:green',
+                   'solid_capstyle': 'round', 'zorder': 2}}
 
 
 # How a run is shown: as the READMEs run the trainers, as a module from the
@@ -326,11 +332,21 @@ def same_as(args):
     return 1 if different else 0
 
 
-def plot(results, args, path):
+def diverged(log):
+    """Whether a run's training loss stopped being finite."""
+    return any(not math.isfinite(entry.get('main/loss', 0.0))
+               for entry in log)
+
+
+def draw(results, args):
     """Test error per epoch, one panel per batch size, seeds averaged.
 
     The error is drawn on a log scale, so that runs near 1% and runs that
-    diverged (90%) show on the same axes.
+    diverged (90%) show on the same axes. The two LARS variants compute
+    the same update and their curves coincide: ``lars`` is a wide, pale
+    band under ``momentum-lars``'s thin dashes, so that both show. A run
+    whose loss stopped being finite is labelled "diverged" where it ends.
+    Returns the figure.
     """
     import matplotlib
     matplotlib.use('Agg')
@@ -338,7 +354,7 @@ def plot(results, args, path):
 
     figure, axes = plt.subplots(
         1, len(args.batchsizes), sharey=True, squeeze=False,
-        figsize=(4 * len(args.batchsizes), 3.5))
+        figsize=(4 * len(args.batchsizes), 3.8))
     for ax, batchsize in zip(axes[0], args.batchsizes):
         for optimizer in args.optimizers:
             logs = [results[batchsize, optimizer, seed]
@@ -347,16 +363,32 @@ def plot(results, args, path):
             error = [100 - 100 * sum(log[i]['validation/main/accuracy']
                                      for log in logs) / len(logs)
                      for i in range(len(epochs))]
-            ax.plot(epochs, error, label=optimizer,
-                    **STYLES.get(optimizer, {}))
+            line, = ax.plot(epochs, error, label=optimizer,
+                            **STYLES.get(optimizer, {}))
+            if any(diverged(log) for log in logs):
+                ax.annotate('{}: diverged'.format(optimizer),
+                            xy=(epochs[-1], error[-1]),
+                            xytext=(-4, -4), textcoords='offset points',
+                            ha='right', va='top', color=line.get_color(),
+                            fontsize=9)
         ax.set_title('batch {}'.format(batchsize))
         ax.set_xlabel('epoch')
         ax.set_yscale('log')
-        ax.grid(True, which='both')
+        ax.grid(True, which='both', alpha=0.4)
     axes[0][0].set_ylabel('test error (%)')
     axes[0][0].set_ylim(1, 100)
-    axes[0][0].legend(loc='upper right')
-    figure.tight_layout()
+    # One legend for all panels, below them, where it hides no curve.
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc='lower center', ncol=len(labels),
+                  frameon=False)
+    figure.tight_layout(rect=(0, 0.08, 1, 1))
+    return figure
+
+
+def plot(results, args, path):
+    """Draws ``draw``'s figure into ``path``."""
+    import matplotlib.pyplot as plt
+    figure = draw(results, args)
     figure.savefig(path)
     plt.close(figure)
 
@@ -437,19 +469,111 @@ def check_out_flags(parser, args):
                          args.out, recorded, path))
 
 
+class ListFlag(argparse.Action):
+
+    """A flag of one or more values, space- or comma-separated.
+
+    ``--seeds 0 1 2`` and ``--seeds 0,1,2`` are the same, here and in
+    ``benchmarks/bench_lars.py``. ``type`` checks each value (an
+    ``argparse.ArgumentTypeError`` is a usage error).
+    """
+
+    def __init__(self, option_strings, dest, type=str, **kwargs):
+        self._kind = type
+        super(ListFlag, self).__init__(option_strings, dest, nargs='+',
+                                       **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parsed = []
+        for value in (v for token in values for v in token.split(',') if v):
+            try:
+                parsed.append(self._kind(value))
+            except (argparse.ArgumentTypeError, TypeError,
+                    ValueError) as e:
+                parser.error('{} {}: {}'.format(
+                    option_string, value,
+                    e if isinstance(e, argparse.ArgumentTypeError)
+                    else 'not a valid value'))
+        setattr(namespace, self.dest, list(parsed))
+
+
+def _integer(minimum):
+    def parse(text):
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                'must be an integer, at least {}'.format(minimum))
+        return value
+    return parse
+
+
+def _optimizer(name):
+    if name not in OPTIMIZERS:
+        raise argparse.ArgumentTypeError(
+            'choose from ' + ', '.join(OPTIMIZERS))
+    return name
+
+
+def out_problem(path):
+    """Why the folder ``path`` cannot be made or written, or None.
+
+    Checked before the first run: a missing folder is made to try, and
+    removed again.
+    """
+    made = []
+    head = os.path.abspath(path)
+    missing = []
+    while not os.path.exists(head):
+        missing.append(head)
+        head = os.path.dirname(head)
+    if not os.path.isdir(head):
+        return '{} is not a folder'.format(head) if missing else (
+            'not a folder')
+    try:
+        for folder in reversed(missing):
+            os.mkdir(folder)
+            made.append(folder)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        return 'cannot {} ({})'.format(
+            'make the folder' if missing else 'write there',
+            e.strerror or e)
+    finally:
+        for folder in reversed(made):
+            os.rmdir(folder)
+    return None
+
+
+BATCHSIZES = [128, 8192, 16384]
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--batchsizes', type=int, nargs='+',
-                        default=[128, 8192, 16384])
-    parser.add_argument('--optimizers', nargs='+', choices=OPTIMIZERS,
-                        default=list(OPTIMIZERS))
-    parser.add_argument('--seeds', type=int, nargs='+', default=[0],
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog='The list flags take one or more values, space- or '
+        'comma-separated: --seeds 0 1 2, or --seeds 0,1,2.')
+    parser.add_argument('--batchsizes', action=ListFlag, type=_integer(1),
+                        default=BATCHSIZES,
+                        help='Batch sizes (default: {})'.format(
+                            ' '.join(map(str, BATCHSIZES))))
+    parser.add_argument('--optimizers', action=ListFlag, type=_optimizer,
+                        default=list(OPTIMIZERS),
+                        help='Optimizers, from {} (default: all, in this '
+                        'order)'.format(', '.join(OPTIMIZERS)))
+    parser.add_argument('--seeds', action=ListFlag, type=_integer(0),
+                        default=[0],
                         help='Seeds of the weights and the shuffling; '
-                        'each configuration runs once per seed')
-    parser.add_argument('--epoch', '-e', type=int, default=10)
-    parser.add_argument('--device', '-d', default='-1')
+                        'each configuration runs once per seed (default: '
+                        '0)')
+    parser.add_argument('--epoch', '-e', type=_integer(1), default=10,
+                        help='Epochs of each run (default: %(default)s)')
+    parser.add_argument('--device', '-d', default='-1',
+                        help='Passed on to train_mnist.py (default: '
+                        '%(default)s)')
     parser.add_argument('--out', '-o', default='results_mnist',
-                        help='Folder of the runs and the tables')
+                        help='Folder of the runs and the tables (default: '
+                        '%(default)s)')
     parser.add_argument('--dataset-root',
                         help='Passed on to train_mnist.py')
     parser.add_argument('--flags', default='',
@@ -476,6 +600,8 @@ def main(argv=None):
                         'elapsed_time; exit with 1 if one differs, 2 if no '
                         'run is done in both')
     args = parser.parse_args(argv)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error('--out {}: not a folder'.format(args.out))
     args.flags = check_flags(parser, args)
     if args.check is not None and args.same_as is not None:
         parser.error('--check and --same-as are two tasks: give one')
@@ -488,6 +614,9 @@ def main(argv=None):
             parser.error('--same-as: no folder {}'.format(args.same_as))
         return same_as(args)
 
+    problem = out_problem(args.out)
+    if problem is not None:
+        parser.error('--out {}: {}'.format(args.out, problem))
     os.makedirs(args.out, exist_ok=True)
     if args.flags:
         with open(flags_file(args.out), 'w') as f:

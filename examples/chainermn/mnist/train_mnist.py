@@ -57,9 +57,9 @@ HELP = dict(
     'the rank of the process on its machine (comm.intra_rank); the number '
     'given is not used',
     out='Directory to output the result (written by rank 0)',
-    resume='Resume the training from snapshot (read by every process), with '
-    'the same --epoch, --batchsize, --lr, --warmup-epochs, --decay-power and '
-    'number of processes',
+    resume='Resume the training from a snapshot (read by every process), '
+    'with the same flags but --out, --snapshots, --device, --dataset-root '
+    'and --communicator, and the same number of processes',
     lr='Peak learning rate (default: from the global batch size, see below)',
     dataset_root="Chainer's dataset root on the machine of rank 0, the folder "
     'that holds pfnet/chainer/<dataset> (default: CHAINER_DATASET_ROOT, or '
@@ -97,9 +97,10 @@ def parse_args(argv=None):
                         'and non_cuda_aware also run on GPUs)')
     args = common.parse_args(parser, argv, positive=['unit'], distributed=True)
     single = train_mnist if args.dataset == 'mnist' else train_cifar
-    for name in ('epoch', 'warmup_epochs'):
-        if getattr(args, name) is None:
-            setattr(args, name, single.DEFAULTS[name])
+    if args.epoch is None:
+        args.epoch = single.DEFAULTS['epoch']
+    common.resolve_warmup(parser.error, args,
+                          single.DEFAULTS['warmup_epochs'])
     if args.dataset == 'mnist':
         if args.batchnorm != 'per-process':
             parser.error('--batchnorm {}: the MLP of --dataset mnist has no '
@@ -135,6 +136,7 @@ def select_device(args, comm):
 def main(argv=None):
     args = parse_args(argv)
     comm = chainermn.create_communicator(args.communicator)
+    common.check_rank0_paths(args, comm)
     device = select_device(args, comm)
     device.use()
 
