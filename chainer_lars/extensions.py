@@ -41,34 +41,11 @@ class WarmupPolynomialShift(extension.Extension):
     peak is used from the :math:`T_w`-th update on and the last of
     :math:`T` updates still moves the weights.
 
-    The number of calls and the peak value are saved in snapshots, so that
-    a resumed run continues the schedule where it stopped. The priority is
-    Chainer's default, as for
-    :class:`~chainer.training.extensions.ExponentialShift`: extensions of
-    a higher priority, such as
-    :func:`~chainer.training.extensions.observe_lr`, see the value that the
-    update just made has used.
-
-    **What is checked, and when.** The arguments are checked at
-    construction. The values the schedule sets lie between ``init`` and
-    ``end`` (the warm-up's between ``init / T_w`` and ``init``), so these two
-    bound them all; before the attribute is first changed, it is checked
-    that
-
-    * the optimizer has the attribute: a misspelt name would otherwise
-      create a new attribute and leave the intended one alone;
-    * the schedule keeps the sign of the attribute: with a non-negative
-      ``init``, ``end`` must not be negative, and with a negative ``init``,
-      ``end`` must not be positive. A non-negative peak is taken to mean a
-      quantity that cannot be negative (a learning rate, a momentum, a weight
-      decay), which past 0 would reverse the update;
-    * where the optimizer checks the attribute (:class:`~chainer_lars.LARS`
-      does, for all its hyperparameters), ``init`` and ``end`` pass that
-      check, e.g. a momentum below 1.
-
-    Each of these is made at construction when what it needs (the
-    optimizer, ``init``) is given, and otherwise when training starts, with
-    ``init`` then read from the optimizer.
+    The number of calls and the peak value are saved in snapshots. Before
+    the attribute is first changed, it is checked that the optimizer has
+    it, that the schedule does not take it through 0, and that ``init`` and
+    ``end`` pass the optimizer's own check of it (the docs' page on the
+    extensions says more).
 
     Args:
         attr (str): Name of the optimizer attribute to adjust, e.g.
@@ -204,36 +181,20 @@ class TrustRatioObserver(extension.Extension):
 
     """Reports each layer's LARS trust ratio and norms to the reporter.
 
-    At each call it asks its source for the ratios of the last update
-    (``source.observe()``, see :meth:`chainer_lars.LARS.observe` and
-    :meth:`chainer_lars.GradientLARS.observe`) and reports, for each
-    parameter path such as ``/predictor/l1/W``, the values
-
-    * ``<prefix>/ratio<path>``: the trust ratio :math:`r`,
-    * ``<prefix>/w_norm<path>``: :math:`\\|w\\|`,
-    * ``<prefix>/g_norm<path>``: :math:`\\|g\\|` (the gradient before
-      rescaling),
-
-    so that :class:`~chainer.training.extensions.LogReport` records them
-    (as means over its interval) and
-    :class:`~chainer.training.extensions.PlotReport` can draw them; use
-    :meth:`key` to name them. On a GPU the values stay on the device during
-    the updates and are brought to the host once per call of this
-    extension, so set its trigger to the interval you want (the default is
-    once per epoch), not to every iteration.
+    At each call it reports ``source.observe()`` (see
+    :meth:`chainer_lars.LARS.observe`) as ``<prefix>/ratio<path>``,
+    ``<prefix>/w_norm<path>`` and ``<prefix>/g_norm<path>`` (:meth:`key`),
+    for :class:`~chainer.training.extensions.LogReport` and ``PlotReport``.
+    On a GPU the values reach the host only at its calls: give it the
+    interval you want (default once per epoch), not every iteration.
 
     Args:
-        source: An object with an ``observe()`` method, a
-            :class:`chainer_lars.LARS` optimizer or a
-            :class:`chainer_lars.GradientLARS` hook. If ``None``, the
-            updater's main optimizer, which must then be a
-            :class:`~chainer_lars.LARS`; pass the hook explicitly when it
-            is a :class:`~chainer_lars.GradientLARS` on another optimizer.
+        source: A :class:`chainer_lars.LARS` or
+            :class:`chainer_lars.GradientLARS` (anything with
+            ``observe()``); ``None``: the main optimizer, a ``LARS``.
         prefix (str): The first component of the reported names.
-        pattern (str): A regular expression (a ``str`` or a compiled
-            ``str`` pattern); if given, only the paths it matches
-            (:func:`re.search`) are reported, e.g. ``'/W$'`` for the
-            weights only.
+        pattern (str): A regular expression: only the paths it matches
+            (:func:`re.search`) are reported, e.g. ``'/W$'``.
 
     """
 
@@ -254,13 +215,8 @@ class TrustRatioObserver(extension.Extension):
                          else checks.pattern('pattern', pattern))
 
     def key(self, quantity, path):
-        """The name under which a quantity of a parameter is reported.
-
-        Args:
-            quantity (str): ``'ratio'``, ``'w_norm'`` or ``'g_norm'``.
-            path (str): The parameter's path, e.g. ``'/predictor/l1/W'``.
-
-        """
+        """The name under which ``quantity`` (``'ratio'``, ``'w_norm'`` or
+        ``'g_norm'``) of the parameter at ``path`` is reported."""
         if quantity not in self.quantities:
             raise ValueError('quantity must be one of {}, got {!r}'.format(
                 self.quantities, quantity))
