@@ -55,13 +55,13 @@ def main():
     parser.add_argument('old', help='the tree of the old version')
     parser.add_argument('new', help='the tree of the new version')
     parser.add_argument('--rounds', type=int, default=3)
-    parser.add_argument('bench_args', nargs=argparse.REMAINDER,
-                        help='after --: arguments for bench_lars.py')
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    cut = argv.index('--') if '--' in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
     if args.rounds < 1:
         parser.error('--rounds must be at least 1, got {}'.format(
             args.rounds))
-    bench_args = [a for a in args.bench_args if a != '--']
+    bench_args = argv[cut + 1:]
     runs = {'old': [], 'new': []}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.rounds):

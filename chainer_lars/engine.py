@@ -50,11 +50,12 @@ class Group(object):
     per array its path, parameter, rule, weight and state buffers (``(v,)``
     or ``()``), and its settings row; ``op`` and ``copies`` (row -> group
     of one) are those of the last :func:`run`, ``tables`` the executor's,
-    ``static`` what the face keeps per row while the plan holds."""
+    ``static`` what the face keeps per row while the plan holds and
+    ``inputs`` what it filled the rows from (to skip refilling them)."""
 
     __slots__ = ('executor', 'device', 'dtype', 'paths', 'params', 'rules',
                  'weights', 'states', 'rows', 'op', 'copies', 'tables',
-                 'static')
+                 'static', 'inputs')
 
     def __init__(self, device, dtype):
         self.executor = executor_for(device)
@@ -63,6 +64,7 @@ class Group(object):
         self.paths, self.params, self.rules = [], [], []
         self.weights, self.states = [], []
         self.rows = self.tables = self.op = self.static = None
+        self.inputs = None
         self.copies = {}
 
     def __len__(self):
@@ -113,12 +115,12 @@ class Grouper(object):
 class Plan(object):
 
     """A face's groups, valid while ``params`` are the same objects with
-    the same rules, arrays, momentum buffers (``states=True``) and
-    ``flags(rules)``; ``where`` holds each group's positions in ``params``,
-    ``others`` what else the face keeps."""
+    the same rules, arrays, momentum buffers and rule hooks (``states=True``)
+    and ``flags(rules)``; ``where`` holds each group's positions in
+    ``params``, ``others`` what else the face keeps."""
 
     __slots__ = ('_objects', '_ids', '_flags', '_flag_fn', '_states',
-                 'groups', 'where', 'others')
+                 '_hooks', '_hook_counts', 'groups', 'where', 'others')
 
     def __init__(self, params, flags, states=False):
         self._states = states
@@ -128,6 +130,11 @@ class Plan(object):
         self._objects = objects
         self._ids = [list(map(id, o)) for o in objects]
         self._flags = flags(objects[1])
+        # Rules keep their hooks in these dicts, changed in place.
+        self._hooks = [d for r in objects[1] if states and r is not None
+                       for d in (r._hookable._pre_update_hooks,
+                                 r._hookable._post_update_hooks)]
+        self._hook_counts = list(map(len, self._hooks))
         self.groups = []
         self.where = []
         self.others = []
@@ -150,7 +157,8 @@ class Plan(object):
         objects = self._structure(params)
         return (all(list(map(id, o)) == ids
                     for o, ids in zip(objects[1:], self._ids[1:]))
-                and self._flag_fn(objects[1]) == self._flags)
+                and self._flag_fn(objects[1]) == self._flags
+                and list(map(len, self._hooks)) == self._hook_counts)
 
     def set_groups(self, params, groups):
         self.groups = groups

@@ -159,12 +159,28 @@ class GradientLARS(exclusions.ExclusionProperties):
                 'hook(update_rule, param), got {} arguments'.format(
                     len(args)))
 
-    def _fill(self, rows, uses_wd, adapt):
-        rows[:, L.WEIGHT_DECAY] = self.weight_decay * uses_wd
-        rows[:, L.EPS] = self.eps
-        rows[:, L.TRUST_COEFFICIENT] = self.trust_coefficient
-        rows[:, L.THRESHOLD] = self.threshold
+    def _settings(self):
+        return self.weight_decay, self.eps, self.trust_coefficient, \
+            self.threshold
+
+    @staticmethod
+    def _fill(group, settings, clips, scales):
+        """Fills the group's settings rows where what they come from
+        changed (the rows keep the last update's)."""
+        inputs = (settings, clips, scales)
+        if inputs == group.inputs:
+            return
+        rows = group.rows
+        uses_wd, adapt = group.static
+        weight_decay, eps, trust_coefficient, threshold = settings
+        rows[:, L.WEIGHT_DECAY] = weight_decay * uses_wd
+        rows[:, L.EPS] = eps
+        rows[:, L.TRUST_COEFFICIENT] = trust_coefficient
+        rows[:, L.THRESHOLD] = threshold
         rows[:, L.ADAPT] = adapt
+        rows[:, L.CLIP_LR] = clips
+        rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
+        group.inputs = inputs
 
     def _update_all(self, optimizer):
         target = getattr(optimizer, 'target', None)
@@ -183,7 +199,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         for group in plan.groups:
             uses_wd, adapt = group.static
             grads = list(map(engine.GRAD, group.params))
-            clips = [-1.0] * len(group)
+            clips = -1.0
             if self.clip:
                 clips = [self._clip_lr(rule, path) if a and g is not None
                          and g.size else -1.0 for rule, path, a, g in zip(
@@ -201,12 +217,10 @@ class GradientLARS(exclusions.ExclusionProperties):
         for param, rule, path in others:
             if param.dtype == numpy.float16:
                 self._delegate(rule).arm(optimizer, path)
+        settings = self._settings()
         for group, grads, clips, uses_wd, adapt in jobs:
-            rows = group.rows
-            self._fill(rows, uses_wd, adapt)
-            rows[:, L.CLIP_LR] = clips
-            scales = list(map(engine.LOSS_SCALE, group.params))
-            rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
+            self._fill(group, settings, clips,
+                       list(map(engine.LOSS_SCALE, group.params)))
             for k in engine.run(group, grads, L.RESCALE):
                 self._unsupported(group.paths[k], group.weights[k], grads[k])
             self._observed[id(group)] = group
@@ -298,11 +312,9 @@ class GradientLARS(exclusions.ExclusionProperties):
         key = id(param)
         cached = self._singles.get(key, (None, None))[1]
         group = engine.group_of_one(cached, device, path, w)
+        group.static = (uses_wd, adapt)
         self._singles[key] = (param, group)
-        rows = group.rows
-        self._fill(rows, uses_wd, adapt)
-        rows[:, L.CLIP_LR] = clip_lr
-        rows[:, L.LOSS_SCALE] = loss_scale
+        self._fill(group, self._settings(), clip_lr, [loss_scale])
         if engine.run(group, [g], L.RESCALE):
             self._unsupported(path, w, g)
         self._observed[path] = group

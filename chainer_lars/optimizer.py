@@ -34,6 +34,7 @@ _HYPER = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
           'trust_coefficient')
 assert L.COLUMNS[:len(_HYPER)] == _HYPER
 _HYPER_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
+_BASE_VALUES = operator.attrgetter(*_HYPER)
 #: The checks of the constructor, applied again at update time to values
 #: set on a hyperparameter directly (``opt.hyperparam.lr = -1``).
 _CHECKS = {
@@ -42,22 +43,17 @@ _CHECKS = {
     'trust_coefficient': dict(minimum=0.0, exclusive=True)}
 
 
-def _check_rows(rows, checked, paths):
-    """Checks the hyperparameters in ``rows`` where they differ from
-    ``checked`` (the values last checked); returns those to keep."""
-    hyper = rows[:, :len(_HYPER)]
-    if checked is not None and numpy.array_equal(hyper, checked):
-        return checked
+def _check_rows(rows, paths):
+    """Checks the hyperparameters in ``rows`` as the constructor does."""
     with numpy.errstate(invalid='ignore'):
-        ok = (numpy.isfinite(hyper).all(axis=1) & (rows[:, L.LR] >= 0)
-              & (rows[:, L.MOMENTUM] >= 0) & (rows[:, L.MOMENTUM] < 1)
-              & (rows[:, L.WEIGHT_DECAY] >= 0) & (rows[:, L.EPS] >= 0)
-              & (rows[:, L.TRUST_COEFFICIENT] > 0))
+        ok = (numpy.isfinite(rows[:, :len(_HYPER)]).all(axis=1)
+              & (rows[:, L.LR] >= 0) & (rows[:, L.MOMENTUM] >= 0)
+              & (rows[:, L.MOMENTUM] < 1) & (rows[:, L.WEIGHT_DECAY] >= 0)
+              & (rows[:, L.EPS] >= 0) & (rows[:, L.TRUST_COEFFICIENT] > 0))
     for k in numpy.flatnonzero(~ok)[:1]:
         for name, options in _CHECKS.items():
             checks.real('LARS hyperparameter {} of {}'.format(name, paths[k]),
                         rows[k, L.COLUMNS.index(name)], **options)
-    return hyper.copy()
 
 
 def _check_dtype(path, array):
@@ -104,11 +100,10 @@ class LARSRule(optimizer.UpdateRule):
             parent_hyperparam or _default_hyperparam)
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
-        # The group of one of the per-rule path, whether the last update
-        # took it (for observe()), and the hyperparameters last checked.
+        # The group of one of the per-rule path, and whether the last
+        # update took it (for observe()).
         self._group = None
         self._observed = False
-        self._checked = None
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -160,15 +155,18 @@ class LARSRule(optimizer.UpdateRule):
             return
         v = self.state['v']
         group = self._group
-        if group is None or group.weights[0] is not w:
+        if (group is None or group.weights[0] is not w
+                or group.states[0][0] is not v):
             _check_dtype(param.name, w)
-        group = self._group = engine.group_of_one(
-            group, param.device, param.name, w, (v,))
-        rows = group.rows
+            group = self._group = engine.group_of_one(
+                None, param.device, param.name, w, (v,))
         # The loss scale is already divided out (UpdateRule.update).
-        _fill(rows, _HYPER_VALUES(self), self.uses_weight_decay,
-              self.uses_adaptation)
-        self._checked = _check_rows(rows, self._checked, [param.name])
+        inputs = (_HYPER_VALUES(self), self.uses_weight_decay,
+                  self.uses_adaptation)
+        if inputs != group.inputs:
+            _fill(group.rows, *inputs)
+            _check_rows(group.rows, [param.name])
+            group.inputs = inputs
         if engine.run(group, [g], L.STEP):
             raise ValueError(
                 'LARS needs weight, gradient and momentum arrays of one '
@@ -179,26 +177,18 @@ class LARSRule(optimizer.UpdateRule):
 
 _RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
                                   'uses_adaptation')
-_PRE_HOOKS = operator.attrgetter('_hookable._pre_update_hooks')
-_POST_HOOKS = operator.attrgetter('_hookable._post_update_hooks')
 _HYPER_PARENT = operator.attrgetter('hyperparam._parent')
 _HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
 
 
 def _flags(rules):
-    """What the plan depends on besides identities: per rule, enabled, the
-    exclusion flags and the number of rule hooks."""
+    """Per rule: enabled, and the exclusion flags."""
     try:
-        flags = list(map(_RULE_FLAGS, rules))
-        hooks = list(map(len, map(_PRE_HOOKS, rules)))
-        hooks += map(len, map(_POST_HOOKS, rules))
+        return list(map(_RULE_FLAGS, rules))
     except AttributeError:  # no rule, or not a LARSRule
         return [None if r is None else (
             r.enabled, getattr(r, 'uses_weight_decay', None),
-            getattr(r, 'uses_adaptation', None),
-            len(r._hookable._pre_update_hooks),
-            len(r._hookable._post_update_hooks)) for r in rules]
-    return flags, hooks
+            getattr(r, 'uses_adaptation', None)) for r in rules]
 
 
 def _batchable(param, rule):
@@ -466,25 +456,24 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         return unbatched
 
     def _settings(self, group):
-        """Fills the group's settings rows for this update."""
-        uses_wd, adapt, checked = group.static
+        """Fills the group's settings rows for this update, where the
+        values they come from changed, and checks them then."""
         rules = group.rules
         base = self.hyperparam
-        values = [getattr(base, name) for name in _HYPER]
+        values = _BASE_VALUES(base)
         if (list(map(_HYPER_PARENT, rules)).count(base) != len(rules)
                 or sum(map(len, map(_HYPER_OWN, rules))) != len(rules)):
             # A rule has values of its own (a hyperparameter holds its
             # parent and nothing else otherwise).
             values = list(map(_HYPER_VALUES, rules))
-        rows = group.rows
-        _fill(rows, values, uses_wd, adapt)
         scales = list(map(engine.LOSS_SCALE, group.params))
-        if scales.count(None) == len(scales):
-            rows[:, L.LOSS_SCALE] = 1.0
-        else:
-            rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
-        group.static = (uses_wd, adapt,
-                        _check_rows(rows, checked, group.paths))
+        if (values, scales) == group.inputs:
+            return
+        rows = group.rows
+        _fill(rows, values, *group.static)
+        rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
+        _check_rows(rows, group.paths)
+        group.inputs = (values, scales)
 
     def _build_plan(self, params):
         paths = {id(param): path for path, param in self.target.namedparams()}
@@ -508,7 +497,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
                 numpy.array([r.uses_weight_decay for r in group.rules],
                             numpy.float64),
                 numpy.array([r.uses_adaptation for r in group.rules],
-                            numpy.float64), None)
+                            numpy.float64))
         return plan
 
     def observe(self):

@@ -635,7 +635,8 @@ def test_bad_arguments(kwargs, error, words):
 @pytest.mark.parametrize('name', ['clip', 'multi_tensor'])
 def test_flags_accept_numpy_bools(name):
     hook = chainer_lars.GradientLARS(**{name: numpy.bool_(True)})
-    assert getattr(hook, '_' + name) is True
+    # Stored as a Python bool (clip as the attribute, multi_tensor behind it).
+    assert (hook.clip if name == 'clip' else hook._multi_tensor) is True
     with pytest.raises(TypeError, match=name + r' must be a bool, not 1 '):
         chainer_lars.GradientLARS(**{name: 1})
 
