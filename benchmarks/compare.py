@@ -37,16 +37,18 @@ def _run(tree, args, out):
 
 
 def _times(result):
-    """``{(case, variant): seconds}`` of one bench_lars.py result."""
+    """``{(case, variant): (seconds, seconds over the floor)}`` of one
+    bench_lars.py result (the latter ``None`` in --gpu-host mode)."""
     times = {}
     for case in result.get('cases', ()):
         name = '{} {} wd={}'.format(case['model'], case['dtype'],
                                     case['weight_decay'])
         for variant, seconds in case['median_s'].items():
-            times[name, variant] = seconds
+            times[name, variant] = (
+                seconds, 1.0 / case['floor_fraction'][variant])
     for case in result.get('gpu_host', ()):
         for variant, row in case['variants'].items():
-            times[case['model'], variant] = row['us'] * 1e-6
+            times[case['model'], variant] = (row['us'] * 1e-6, None)
     return times
 
 
@@ -72,15 +74,17 @@ def main():
                 print('round {}: {} done'.format(k + 1, which),
                       file=sys.stderr)
     keys = [key for key in runs['old'][0] if key in runs['new'][0]]
-    print('{:<34} {:<24} {:>11} {:>11} {:>9}'.format(
-        'case', 'variant', 'old ms', 'new ms', 'new/old'))
+    print('{:<34} {:<24} {:>10} {:>10} {:>8} {:>8}'.format(
+        'case', 'variant', 'old ms', 'new ms', 'new/old', 'norm'))
     for key in keys:
         old = [r[key] for r in runs['old']]
         new = [r[key] for r in runs['new']]
-        ratio = statistics.median(n / o for n, o in zip(new, old))
-        print('{:<34} {:<24} {:>11.3f} {:>11.3f} {:>9.3f}'.format(
-            key[0], key[1], statistics.median(old) * 1e3,
-            statistics.median(new) * 1e3, ratio))
+        ratio = statistics.median(n[0] / o[0] for n, o in zip(new, old))
+        norm = ('{:>8.3f}'.format(statistics.median(
+            n[1] / o[1] for n, o in zip(new, old))) if old[0][1] else '')
+        print('{:<34} {:<24} {:>10.3f} {:>10.3f} {:>8.3f} {:>8}'.format(
+            key[0], key[1], statistics.median(o[0] for o in old) * 1e3,
+            statistics.median(n[0] for n in new) * 1e3, ratio, norm))
 
 
 if __name__ == '__main__':
