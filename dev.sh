@@ -22,6 +22,8 @@
 # Environment:
 #   CHAINER_LARS_LATEST_PIP=1   the newest pip from PyPI in every venv, tox's
 #                               included, instead of the one each comes with
+#   CHAINER_LARS_EMULATED_IN    the tox env that runs the emulated-GPU tests
+#                               (test: the newest; empty: every env)
 #   CHAINER_DATASET_ROOT        where Chainer caches data sets; for mnist and
 #                               chainermn it defaults to ../shared/datasets
 #                               next to the checkout when that folder holds
@@ -228,6 +230,9 @@ cmd_test() {
     done
     if [ ${#envs[@]} -gt 0 ]; then
         set -- -e "$(IFS=,; echo "${envs[*]},lint,docs")" "$@"
+        # The emulated-GPU tests run the same C++ in every Python: only in
+        # the newest env (tests/conftest.py), unless the caller says.
+        export CHAINER_LARS_EMULATED_IN=${CHAINER_LARS_EMULATED_IN-${envs[0]}}
     fi
     # tox finds each env's Python by name (python3.9, ...) on PATH.
     PATH="$path$PATH" exec .tox/.bootstrap/bin/tox "$@"

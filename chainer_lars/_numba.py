@@ -1,19 +1,13 @@
-"""The CPU loops, compiled with Numba, for native float32 and float64 arrays.
+"""The CPU loops, compiled with Numba, for native float32 and float64.
 
-:func:`multi_update` updates every array of a group in one call, finding
-them through a table of addresses (columns ``W``, ``G``, ``V``, ``SIZE`` of
-:mod:`chainer_lars.layout`) and their settings in a float64 table of the
-layout's columns; ``op`` says whether it is the hook's rescaling or the
-optimizer's momentum step. A group of one array runs the same loop, so the
-batched and per-array paths agree bit for bit.
-
-Each pass is one loop over memory, which NumPy cannot express (it has no
-fused multiply-add). Norms accumulate in float64. ``fastmath`` allows only
-reassociation (to vectorise the sums) and contraction, never the
-no-NaN/no-inf assumptions, so non-finite values propagate as in NumPy. The
-ratio is :func:`chainer_lars.ratio.trust_ratio` itself, and the division by
-the loss scale is compiled without ``fastmath``, so that both round as on
-the host (``g /= loss_scale`` in Chainer's ``UpdateRule.update``).
+:func:`multi_update` updates every array of a group in one call, through a
+table of addresses and the settings rows (:mod:`chainer_lars.layout`); a
+group of one runs the same loop, so every path agrees bit for bit. Each
+pass is one loop over memory (NumPy has no fused multiply-add), norms
+accumulate in float64, and ``fastmath`` allows only reassociation (for the
+sums) and contraction, so non-finite values propagate as in NumPy. The
+ratio is :func:`chainer_lars.ratio.trust_ratio` itself and the division by
+the loss scale is compiled without ``fastmath``: both round as on the host.
 """
 
 import math

@@ -1,16 +1,12 @@
 """The CPU executor: the compiled loops, and the NumPy passes.
 
-Native float32 and float64 groups run :func:`chainer_lars._numba.
-multi_update`, one call per update, through a table of addresses built once
-per plan; only the addresses of gradients that are new objects are written
-each update. Everything else (float16, a gradient of another dtype than its
-weight, no Numba or ``CHAINER_LARS_NUMBA=0``) takes the NumPy passes, row
-by row: they compute in float32 or wider, accumulate norms in float64 as
-the compiled loops do, and work in chunks of :data:`CHUNK` elements with
-reused scratch buffers, so that each chunk is read from memory once
-(whole-array temporaries were 1.2-2.2x slower; ``benchmarks/README.md``).
-A compiled group leaves to the engine the rows it cannot take as they are
-(strided or non-native arrays: the engine runs native contiguous copies).
+Native float32 and float64 groups take :func:`chainer_lars._numba.
+multi_update`, one call per update through a table of addresses built once
+per plan. float16, a gradient of another dtype than its weight, and all
+arrays without Numba (or with ``CHAINER_LARS_NUMBA=0``) take the NumPy
+passes, row by row, in float32 or wider with float64 norms, in chunks of
+:data:`CHUNK` elements with reused scratch buffers (whole-array temporaries
+were 1.2-2.2x slower; ``benchmarks/README.md``).
 """
 
 import math
@@ -29,11 +25,8 @@ _jit_module = _UNRESOLVED
 
 
 def _jit():
-    """:mod:`chainer_lars._numba`, or ``None`` (no Numba, or disabled).
-
-    Imported on first use: ``import chainer_lars`` does not import Numba.
-
-    """
+    """:mod:`chainer_lars._numba`, or ``None`` (no Numba, or disabled);
+    imported on first use, not by ``import chainer_lars``."""
     global _jit_module
     if _jit_module is _UNRESOLVED:
         _jit_module = None
@@ -62,9 +55,8 @@ def backend():
     return 'numpy' if _jit() is None else 'numba'
 
 
-#: Elements per chunk of the NumPy passes: the chunks of the operands and
-#: the scratch buffers (at most 5 MiB in float64) stay in the last-level
-#: cache while several ufuncs run over them.
+#: Elements per chunk of the NumPy passes: chunks and scratch buffers stay
+#: in the last-level cache while several ufuncs run over them.
 CHUNK = 1 << 17
 
 _local = threading.local()
@@ -87,52 +79,61 @@ def native(a):
     return numpy.array(a, dtype=a.dtype.newbyteorder('='), order='C')
 
 
-def _chunks(ct, flats, writes=(0,)):
-    """Yields ``(pieces, t, u)`` per chunk: the chunk of each flat array in
-    the compute dtype ``ct`` (the slice itself where it has it, else a
-    scratch copy) and two scratch buffers; the pieces of ``writes`` are
-    stored back after each chunk."""
-    size = flats[0].size
-    for start in range(0, size, CHUNK):
-        stop = min(start + CHUNK, size)
-        pieces = []
-        for k, flat in enumerate(flats):
-            piece = flat[start:stop]
-            if piece.dtype != ct:
-                piece = _scratch(k, ct)[:stop - start]
-                numpy.copyto(piece, flat[start:stop])
-            pieces.append(piece)
-        yield pieces, _scratch(5, ct)[:stop - start], _scratch(
-            6, ct)[:stop - start]
-        for k in writes:
-            if pieces[k].dtype != flats[k].dtype:
-                numpy.copyto(flats[k][start:stop], pieces[k],
-                             casting='unsafe')
+def _chunk(flat, index, ct, start, stop):
+    """``flat[start:stop]`` in the compute dtype ``ct``: the slice itself
+    where it has that dtype (operations on it write ``flat``), else a
+    scratch copy (written back by :func:`_store`)."""
+    piece = flat[start:stop]
+    if piece.dtype == ct:
+        return piece
+    buf = _scratch(index, ct)[:stop - start]
+    numpy.copyto(buf, piece)
+    return buf
+
+
+def _store(flat, start, stop, piece):
+    if piece.dtype != flat.dtype:
+        numpy.copyto(flat[start:stop], piece, casting='unsafe')
+
+
+_FLOAT64 = numpy.dtype(numpy.float64)
 
 
 def _sqnorm(flat):
     """``||a||^2`` summed in float64 with BLAS ``dot``, which neither warns
     nor raises on overflow or NaN."""
-    return sum(float(numpy.dot(p, p)) for (p,), _, _ in _chunks(
-        numpy.dtype(numpy.float64), (flat,), ()))
+    total = 0.0
+    for start in range(0, flat.size, CHUNK):
+        piece = _chunk(flat, 0, _FLOAT64, start, min(start + CHUNK, flat.size))
+        total += float(numpy.dot(piece, piece))
+    return total
 
 
 def _scale_add(gf, r, wf, c, ct):
     """``g <- r g + c w`` in chunks (``w`` unread when ``c`` is 0)."""
     r, c = ct.type(r), ct.type(c)
-    for pieces, t, _ in _chunks(ct, (gf, wf) if c else (gf,)):
-        numpy.multiply(pieces[0], r, out=pieces[0])
-        if c:
-            numpy.multiply(pieces[1], c, out=t)
-            numpy.add(pieces[0], t, out=pieces[0])
+    for start in range(0, gf.size, CHUNK):
+        stop = min(start + CHUNK, gf.size)
+        gs = _chunk(gf, 0, ct, start, stop)
+        numpy.multiply(gs, r, out=gs)
+        if c != 0:
+            t = _scratch(2, ct)[:stop - start]
+            numpy.multiply(_chunk(wf, 1, ct, start, stop), c, out=t)
+            numpy.add(gs, t, out=gs)
+        _store(gf, start, stop, gs)
 
 
 def _momentum(wf, gf, vf, a, b, momentum, nesterov, ct):
     """The momentum step of :func:`chainer_lars._numba.momentum_step`."""
     a, b, momentum = ct.type(a), ct.type(b), ct.type(momentum)
     multiply, add, subtract = numpy.multiply, numpy.add, numpy.subtract
-    for (ws, gs, vs), u, t in _chunks(ct, (wf, gf, vf), writes=(0, 2)):
-        multiply(gs, a, out=u)
+    for start in range(0, wf.size, CHUNK):
+        stop = min(start + CHUNK, wf.size)
+        ws = _chunk(wf, 0, ct, start, stop)
+        vs = _chunk(vf, 2, ct, start, stop)
+        u = _scratch(3, ct)[:stop - start]
+        t = _scratch(4, ct)[:stop - start]
+        multiply(_chunk(gf, 1, ct, start, stop), a, out=u)
         if b != 0:
             multiply(ws, b, out=t)
             add(u, t, out=u)
@@ -144,46 +145,43 @@ def _momentum(wf, gf, vf, a, b, momentum, nesterov, ct):
             subtract(ws, u, out=ws)
         else:
             subtract(ws, vs, out=ws)
+        _store(wf, start, stop, ws)
+        _store(vf, start, stop, vs)
 
 
 def numpy_update(row, obs, op, w, g, v=None):
-    """One row of :func:`chainer_lars._numba.multi_update` in NumPy.
-
-    Any dtypes and layouts: arrays that are not native and C-contiguous are
-    updated through copies written back.
-
-    """
+    """One row of :func:`chainer_lars._numba.multi_update` in NumPy, for
+    any dtypes and layouts (through native copies, written back)."""
     arrays = (w, g) if v is None else (w, g, v)
     natives = [native(a) for a in arrays]
-    flats = [a.reshape(-1) for a in natives]
-    wf, gf = flats[0], flats[1]
-    obs[:] = numpy.nan
+    wf, gf = natives[0].reshape(-1), natives[1].reshape(-1)
     if op == L.RESCALE and gf.size == 0:
+        obs[:] = numpy.nan
         return
+    row = row.tolist()  # Python floats: faster than NumPy scalars
     ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
-    s = row[L.LOSS_SCALE]
+    s, wd = row[L.LOSS_SCALE], row[L.WEIGHT_DECAY]
+    r, w_norm, g_norm = 1.0, math.nan, math.nan
     with numpy.errstate(over='ignore', invalid='ignore', divide='ignore'):
         if op == L.STEP and s != 1.0:
             gf /= s
             s = 1.0
-        r = 1.0
         if op == L.RESCALE or row[L.ADAPT]:
-            obs[1] = math.sqrt(_sqnorm(wf))
-            obs[2] = math.sqrt(_sqnorm(gf)) / s
+            w_norm = math.sqrt(_sqnorm(wf))
+            g_norm = math.sqrt(_sqnorm(gf)) / s
         if row[L.ADAPT]:
             r = ratio.trust_ratio(
-                obs[1], obs[2], row[L.WEIGHT_DECAY], row[L.EPS],
-                row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
-                bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
-        obs[0] = r
+                w_norm, g_norm, wd, row[L.EPS], row[L.TRUST_COEFFICIENT],
+                row[L.THRESHOLD], bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
         if op == L.RESCALE:
-            c = r * (s * row[L.WEIGHT_DECAY])
+            c = r * (s * wd)
             if c != 0 or r != 1:
                 _scale_add(gf, r, wf, c, ct)
         elif gf.size:
             a = row[L.LR] * r
-            _momentum(wf, gf, flats[2], a, a * row[L.WEIGHT_DECAY],
+            _momentum(wf, gf, natives[2].reshape(-1), a, a * wd,
                       row[L.MOMENTUM], row[L.NESTEROV], ct)
+    obs[0], obs[1], obs[2] = r, w_norm, g_norm
     for a, copy in zip(arrays, natives):
         if copy is not a:
             a[...] = copy
@@ -191,9 +189,8 @@ def numpy_update(row, obs, op, w, g, v=None):
 
 class _Tables(object):
 
-    """What the executor keeps for a group: the address table (``None`` for
-    the NumPy passes), the gradients it holds and their ids, the sizes, the
-    rows it cannot take (``bad``) and the observations."""
+    """A group's address table (``None``: the NumPy passes), gradients,
+    sizes, rows it cannot take (``bad``) and observations."""
 
     __slots__ = ('table', 'sizes', 'grads', 'ids', 'bad', 'obs', 'like')
 

@@ -1,25 +1,16 @@
 """The CUDA executor: two launches per update for a group of any size.
 
-1. ``chainer_lars_multi_norms``: every block takes a chunk of :data:`CHUNK`
-   elements of one array and writes its partial sums of ``||w||^2`` and
-   ``||g||^2``; the last block of each array to finish (counted with an
-   atomic) sums that array's partials in a fixed order, so the result is
-   deterministic, and writes the ratio and squared norms to ``stats``.
-2. ``chainer_lars_multi_scale_add`` (the hook: ``g <- r g + r S wd w``) or
-   ``chainer_lars_multi_momentum`` (the optimizer's momentum step) over the
-   same chunks, reading each array's ratio from ``stats``.
-
-The arrays are found through a table of pointers (:class:`Table`), uploaded
-once and cached by the arrays' addresses (:class:`TableCache`; CuPy's pool
-hands gradients the same blocks every iteration); the settings rows (the
-columns of :mod:`chainer_lars.layout`) are uploaded from a ring of pinned
-buffers. Nothing synchronises: ``stats`` is read only by ``observe``.
-float16 is stored as raw 16 bits and computed in float32.
-
-The code reaches CuPy only through the device's array module ``xp``
-(``xp.RawModule``, ``xp.empty``, ``xp.cuda``), so it runs unchanged on
-:mod:`chainer_lars.testing.emulated_cupy`, which executes the same source
-on the CPU.
+``chainer_lars_multi_norms``: each block sums the squares of a chunk of one
+array; the last block of each array to finish (an atomic count) sums its
+partials in a fixed order (deterministic) and writes the ratio and squared
+norms to ``stats``. Then ``chainer_lars_multi_scale_add`` (the hook) or
+``chainer_lars_multi_momentum`` (the optimizer) over the same chunks. The
+arrays are found through a table of pointers (:class:`Table`), cached by
+their addresses (:class:`TableCache`: CuPy's pool hands gradients the same
+blocks every iteration); the settings rows are uploaded from pinned
+buffers; nothing synchronises. float16 is computed in float32. CuPy is
+reached only through the device's ``xp``, so the code runs unchanged on
+:mod:`chainer_lars.testing.emulated_cupy`.
 """
 
 import collections
@@ -281,15 +272,9 @@ def empty_pinned(xp, shape, dtype):
 
 class Table(object):
 
-    """The device table of one set of arrays, and its work buffers.
-
-    The table (int64 words) of T arrays in B blocks holds the weights, the
-    gradients, the momentum buffers (0 for the hook), the sizes, the first
-    block of each array followed by B, and the array of each block.
-    ``settings`` holds the rows of the current update (compute dtype),
-    ``stats`` per array ``(r, ||w||^2, ||g||^2)`` of the last launch.
-
-    """
+    """The device table of a set of arrays (its layout is in the source),
+    the current ``settings`` rows, and ``stats``: per array ``(r, ||w||^2,
+    ||g||^2)`` of the last launch."""
 
     #: Pinned buffers the settings are uploaded from, in turn: one is
     #: written again only after its copy is done.
@@ -349,12 +334,7 @@ class Table(object):
 class TableCache(object):
 
     """The tables of the last sets of arrays, by key (least recently used
-    go); copies and pickles come empty: device tables are not state.
-
-    Attributes:
-        builds (int): How many tables were built.
-
-    """
+    go; ``builds`` counts them); copies come empty."""
 
     def __init__(self, capacity=8):
         self.capacity = capacity
@@ -393,9 +373,8 @@ def launch(xp, table, dtype, op):
 
 class _Tables(object):
 
-    """What the executor keeps for a group: its tables, the weights'
-    signatures, whether every row can go as it is, and the last update's
-    table, rows taken and loss scales (for ``observe``)."""
+    """A group's tables, weights' signatures, whether every row goes as it
+    is, and the last update's table, rows and loss scales."""
 
     __slots__ = ('cache', 'signature', 'direct', 'last', 'empty')
 

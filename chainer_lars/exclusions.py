@@ -5,24 +5,12 @@ from chainer_lars import checks
 
 class ExclusionRules(object):
 
-    """The two exclusion lists of the hook or the optimizer.
-
-    The two lists act independently: a parameter excluded from layer
-    adaptation keeps its weight decay, and one excluded from weight decay is
-    still adapted (with a weight decay of zero in both the gradient and the
-    ratio's denominator). The TensorFlow LARS optimizer that these lists
-    come from also drops the weight decay of a parameter excluded from
-    adaptation; that coupling is not kept here.
-
-    Args:
-        exclude_from_weight_decay (list of str): Regular expressions
-            searched (:func:`re.search`) in the parameter's path as
-            :meth:`chainer.Link.namedparams` spells it, e.g.
-            ``'/predictor/conv1/b'``. A single ``str`` is a list of one.
-        exclude_from_layer_adaptation (list of str): Likewise, for the
-            parameters whose ratio is fixed at 1.
-
-    """
+    """The two exclusion lists of the hook or the optimizer: regular
+    expressions searched (:func:`re.search`) in the parameter paths (a
+    single ``str`` is a list of one). They act independently, unlike the
+    TensorFlow optimizer they come from: an array excluded from adaptation
+    keeps its weight decay, and one excluded from weight decay is adapted
+    with a weight decay of 0."""
 
     def __init__(self, exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=()):

@@ -12,55 +12,33 @@ class WarmupPolynomialShift(extension.Extension):
 
     """Linear warm-up, then polynomial decay, of an optimizer attribute.
 
-    The learning-rate schedule of the large-batch recipes: a linear warm-up
-    (`Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour
-    <https://arxiv.org/abs/1706.02677>`_) followed by a polynomial decay of
-    power 2 (`Large Batch Training of Convolutional Networks
-    <https://arxiv.org/abs/1708.03888>`_), in one extension. Chainer's
-    :class:`~chainer.training.extensions.WarmupShift` and
-    :class:`~chainer.training.extensions.PolynomialShift` cannot be combined:
-    each overwrites the value the other set.
-
-    After :math:`t` calls (with the default trigger, :math:`t` updates) the
-    attribute is set to
+    The schedule of the large-batch recipes, a linear warm-up (`Goyal et al.
+    <https://arxiv.org/abs/1706.02677>`_) then a polynomial decay (`You et
+    al. <https://arxiv.org/abs/1708.03888>`_), in one extension (Chainer's
+    ``WarmupShift`` and ``PolynomialShift`` overwrite each other). After
+    :math:`t` calls the attribute is
 
     .. math::
 
-        v(t) = \\begin{cases}
-            v_0 \\, (t + 1) / T_w & t < T_w, \\\\
-            v_e + (v_0 - v_e)
-                \\left(1 - \\frac{t - T_w}{T - T_w}\\right)^p
-                & T_w \\le t < T, \\\\
-            v_e & t \\ge T,
-        \\end{cases}
+        v(t) = v_0 (t + 1) / T_w \\ (t < T_w), \\quad
+        v_e + (v_0 - v_e) \\left(1 - \\frac{t - T_w}{T - T_w}\\right)^p
+        \\ (T_w \\le t < T), \\quad v_e \\ (t \\ge T),
 
-    with :math:`v_0` the peak value ``init``, :math:`v_e` the final value
-    ``end``, :math:`T_w` ``warmup_count``, :math:`T` ``max_count`` and
-    :math:`p` ``power``. The value before the first update is
-    :math:`v(0) = v_0 / T_w`, so no update is made with a rate of 0; the
-    peak is used from the :math:`T_w`-th update on and the last of
-    :math:`T` updates still moves the weights.
-
-    The number of calls and the peak value are saved in snapshots. Before
-    the attribute is first changed, it is checked that the optimizer has
-    it, that the schedule does not take it through 0, and that ``init`` and
-    ``end`` pass the optimizer's own check of it (the docs' page on the
-    extensions says more).
+    so no update is made with a rate of 0 and the last of :math:`T` updates
+    still moves the weights. The count and the peak are saved in snapshots;
+    the values are checked before the attribute first changes (see the
+    docs).
 
     Args:
-        attr (str): Name of the optimizer attribute to adjust, e.g.
-            ``'lr'``.
-        warmup_count (int): :math:`T_w`, the number of calls of the linear
-            warm-up; 0 for none.
-        max_count (int): :math:`T`, the number of calls after which the
-            value is ``end``; usually the number of iterations of the run.
-        power (float): :math:`p`, the power of the decay.
-        init (float): :math:`v_0`, the peak value. If ``None``, the value
-            of the attribute when training starts.
-        end (float): :math:`v_e`, the final value.
-        optimizer (~chainer.Optimizer): The optimizer to adjust (an object
-            with an ``update()`` method, such as a ChainerMN multi-node
-            optimizer). If ``None``, the updater's main optimizer.
+        attr (str): The optimizer attribute, e.g. ``'lr'``.
+        warmup_count (int): :math:`T_w`, calls of the warm-up; 0 for none.
+        max_count (int): :math:`T`, calls after which the value is ``end``.
+        power (float): :math:`p`.
+        init (float): :math:`v_0`, the peak; ``None``: the attribute's value
+            when training starts.
+        end (float): :math:`v_e`.
+        optimizer (~chainer.Optimizer): The optimizer (anything with
+            ``update()``, such as ChainerMN's); ``None``: the main one.
 
     """
 

@@ -73,12 +73,9 @@ class GradientLARS(exclusions.ExclusionProperties):
             \\ \\text{if } \\|w\\| > \\tau \\text{, else } 1, \\qquad
         g \\leftarrow r (g + \\lambda w).
 
-    With the defaults it is a drop-in for
-    :class:`chainer.optimizer_hooks.GradientLARS`, correct under loss
-    scaling and in float16 (the docs' page on the hook says how).
-    Registered with ``optimizer.add_hook(hook)`` it is called once per
-    update and sees every parameter's path; on one update rule it searches
-    the exclusion patterns in ``'/' + param.name``.
+    With the defaults, a drop-in for Chainer's hook that is correct under
+    loss scaling and in float16 (see the docs). On one update rule, the
+    exclusion patterns are searched in ``'/' + param.name``.
 
     Args:
         threshold (float): ``r = 1`` unless ``||w|| > threshold``.
@@ -91,7 +88,7 @@ class GradientLARS(exclusions.ExclusionProperties):
             searched in the parameter paths: no weight decay there.
         exclude_from_layer_adaptation (list of str): Likewise: ``r = 1``.
         multi_tensor (bool): Rescale the arrays of one device and dtype
-            together (one compiled call on CPU, two launches on GPU).
+            together.
 
     Attributes:
         ~GradientLARS.threshold, ~GradientLARS.weight_decay,

@@ -74,10 +74,8 @@ def _fill(rows, values, uses_wd, adapt):
 
 class LARSRule(optimizer.UpdateRule):
 
-    """Update rule of :class:`LARS` for one parameter array.
-
-    Reads ``lr``, ``momentum``, ``weight_decay``, ``trust_coefficient``,
-    ``eps`` and ``nesterov`` from its hyperparameter on every update.
+    """Update rule of :class:`LARS` for one parameter array (reads its
+    hyperparameters at every update).
 
     Args:
         parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
@@ -223,9 +221,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         \\quad (\\text{Nesterov: } w \\leftarrow w - \\gamma r (g + \\lambda w)
         - \\mu v).
 
-    The two exclusion lists act independently. With ``multi_tensor=True``
-    the arrays of one device and dtype are updated together, with the
-    per-rule path's result (the docs' page on the optimizer).
+    With ``multi_tensor=True`` the arrays of one device and dtype are
+    updated together, with the per-rule path's result (see the docs).
 
     Args:
         lr (float): Learning rate :math:`\\gamma`.
@@ -237,8 +234,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         exclude_from_weight_decay (list of str): Regular expressions
             searched in the parameter paths (e.g. ``'/b$'``).
         exclude_from_layer_adaptation (list of str): Likewise.
-        multi_tensor (bool): Update arrays of one device and dtype together;
-            ``False`` keeps Chainer's per-rule loop.
+        multi_tensor (bool): ``False`` keeps Chainer's per-rule loop.
 
     Attributes:
         lr, momentum, weight_decay, trust_coefficient, eps, nesterov: As
@@ -418,16 +414,9 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         return grads
 
     def _update_params(self, params, grads=None):
-        """What ``param.update()`` for every parameter would do, batched.
-
-        Args:
-            params (list): The target's parameters, in its order.
-            grads (list): Their gradients, or ``None`` to read them here.
-
-        Returns:
-            list: The parameters that took the per-rule path.
-
-        """
+        """What ``param.update()`` for every parameter would do, batched
+        (``grads``: theirs, or ``None`` to read them here); returns the
+        parameters that took the per-rule path."""
         plan = self._plans.plan
         if plan is None or not plan.matches(params):
             plan = self._plans.plan = self._build_plan(params)
@@ -501,15 +490,9 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         return plan
 
     def observe(self):
-        """The ratios and norms of the last update, per parameter path.
-
-        Returns:
-            dict: ``{path: (ratio, ||w||, ||g||)}`` as floats, for the
-            adapted and enabled arrays: the ratio the update applied. On a
-            GPU, values are brought to the host here: call it at an
-            interval, not on every iteration.
-
-        """
+        """``{path: (ratio, ||w||, ||g||)}`` of the last update, as floats,
+        for the adapted and enabled arrays (see :meth:`GradientLARS.observe
+        <chainer_lars.GradientLARS.observe>`)."""
         result = {}
         for path, param in self.target.namedparams():
             rule = getattr(param, 'update_rule', None)

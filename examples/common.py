@@ -22,7 +22,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import zipfile
 import zlib
 
@@ -34,6 +33,8 @@ from chainer import training
 from chainer.training import extensions
 
 import chainer_lars
+
+from examples import folders
 
 
 # -- The LARS recipe -------------------------------------------------------
@@ -421,49 +422,14 @@ def path_problem(args):
     here leaves nothing behind); --dataset-root must be an existing
     folder. The snapshot of --resume is checked by ``check_resume``.
     """
-    problem = folder_problem(args.out, create=True)
+    problem = folders.folder_problem(args.out, create=True)
     if problem is not None:
         return '--out {}: {}'.format(args.out, problem)
     if args.dataset_root is not None:
-        problem = folder_problem(args.dataset_root, create=False)
+        problem = folders.folder_problem(args.dataset_root, create=False)
         if problem is not None:
             return '--dataset-root {}: {}'.format(args.dataset_root,
                                                   problem)
-    return None
-
-
-def folder_problem(path, create):
-    """Why ``path`` is not a folder to write in (``create``: or make), or None.
-
-    With ``create`` the missing folders are made to try, and removed
-    again.
-    """
-    if not create:
-        if not os.path.exists(path):
-            return 'no such folder'
-        return None if os.path.isdir(path) else 'not a folder'
-    missing = []
-    head = os.path.abspath(path)
-    while not os.path.exists(head):
-        missing.append(head)
-        head = os.path.dirname(head)
-    if not os.path.isdir(head):
-        return 'not a folder' if not missing else (
-            '{} is not a folder'.format(head))
-    made = []
-    try:
-        for folder in reversed(missing):
-            os.mkdir(folder)
-            made.append(folder)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as e:
-        return 'cannot {} ({})'.format(
-            'write there' if not missing else 'make the folder',
-            e.strerror or e)
-    finally:
-        for folder in reversed(made):
-            os.rmdir(folder)
     return None
 
 

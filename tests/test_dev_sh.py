@@ -244,3 +244,28 @@ def test_mnist_help_runs_for_real(tmp_path):
         stderr=subprocess.PIPE, universal_newlines=True)
     assert result.returncode == 0, result.stderr
     assert '--batchsize' in result.stdout
+
+
+@pytest.mark.parametrize('only, here, kept', [
+    ('py311-cpu', 'py310-cpu', False),
+    ('py311-cpu', 'py311-cpu', True),
+    ('', 'py310-cpu', True),
+    (None, 'py310-cpu', True),
+])
+def test_emulated_tests_run_in_the_env_dev_sh_names(only, here, kept):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('CHAINER_LARS_EMULATED_IN', 'TOX_ENV_NAME')}
+    env['TOX_ENV_NAME'] = here
+    if only is not None:
+        env['CHAINER_LARS_EMULATED_IN'] = only
+    result = subprocess.run(
+        [sys.executable, '-m', 'pytest', '--collect-only', '-q',
+         '-p', 'no:cacheprovider', 'tests/test_cuda_emulator.py',
+         'tests/test_layout.py'],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        universal_newlines=True, timeout=300)
+    assert result.returncode == 0, result.stdout
+    assert ('test_cuda_emulator.py::' in result.stdout) == kept
+    assert 'test_layout.py::' in result.stdout
+    assert ('deselected' in result.stdout) != kept

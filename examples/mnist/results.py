@@ -39,12 +39,12 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 
 if not __package__:  # run as a file: examples/README.md
     import _examples_path  # NOQA
+from examples import folders  # NOQA: E402 (after the path is set)
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -514,37 +514,6 @@ def _optimizer(name):
     return name
 
 
-def out_problem(path):
-    """Why the folder ``path`` cannot be made or written, or None.
-
-    Checked before the first run: a missing folder is made to try, and
-    removed again.
-    """
-    made = []
-    head = os.path.abspath(path)
-    missing = []
-    while not os.path.exists(head):
-        missing.append(head)
-        head = os.path.dirname(head)
-    if not os.path.isdir(head):
-        return '{} is not a folder'.format(head) if missing else (
-            'not a folder')
-    try:
-        for folder in reversed(missing):
-            os.mkdir(folder)
-            made.append(folder)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as e:
-        return 'cannot {} ({})'.format(
-            'make the folder' if missing else 'write there',
-            e.strerror or e)
-    finally:
-        for folder in reversed(made):
-            os.rmdir(folder)
-    return None
-
-
 BATCHSIZES = [128, 8192, 16384]
 
 
@@ -614,7 +583,7 @@ def main(argv=None):
             parser.error('--same-as: no folder {}'.format(args.same_as))
         return same_as(args)
 
-    problem = out_problem(args.out)
+    problem = folders.folder_problem(args.out, create=True)
     if problem is not None:
         parser.error('--out {}: {}'.format(args.out, problem))
     os.makedirs(args.out, exist_ok=True)
