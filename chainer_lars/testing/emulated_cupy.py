@@ -720,6 +720,28 @@ execute = True
 check = True
 
 
+class _Device(cuda_emulator.Device):
+
+    """This module as the emulator's device (cuda_emulator.Device)."""
+
+    ndarray = ndarray
+
+    def execute(self):
+        return execute
+
+    def check(self):
+        return check
+
+    def launched(self, name):
+        stats.launches.append(name)
+
+    def check_guards(self, name):
+        check_guards(name)
+
+
+cuda_emulator.device = _Device()
+
+
 @contextlib.contextmanager
 def installed(execute=True, check=True):
     """Makes Chainer take this module for CuPy, within the block.
@@ -749,20 +771,17 @@ def installed(execute=True, check=True):
     # arrays as gradients; made inside, it would keep them after.
     saved_array_types = chainer._array_types, chainer._cpu_array_types
     chainer._array_types = chainer._cpu_array_types = None
-    saved = {name: getattr(chainer_cuda, name) for name in
-             ('available', 'cupy', 'ndarray', 'Device', 'Event', 'Stream')}
+    replaced = dict(available=True, cupy=module, ndarray=ndarray,
+                    Device=Device, Event=Event, Stream=Stream)
+    saved = {name: getattr(chainer_cuda, name) for name in replaced}
     # Defined by Chainer's import only where CuPy is usable: cuDNN is off.
     had_cudnn_flag = hasattr(chainer_cuda, '_cudnn_disabled_by_user')
     cudnn_flag = getattr(chainer_cuda, '_cudnn_disabled_by_user', True)
     chainer_cuda._cudnn_disabled_by_user = True
     saved_xp = chainer_cuda.GpuDevice.xp
     saved_types = chainer_cuda.GpuDevice.supported_array_types
-    chainer_cuda.available = True
-    chainer_cuda.cupy = module
-    chainer_cuda.ndarray = ndarray
-    chainer_cuda.Device = Device
-    chainer_cuda.Event = Event
-    chainer_cuda.Stream = Stream
+    for name, value in replaced.items():
+        setattr(chainer_cuda, name, value)
     chainer_cuda.GpuDevice.xp = module
     chainer_cuda.GpuDevice.supported_array_types = (ndarray,)
     try:
