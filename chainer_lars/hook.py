@@ -194,14 +194,14 @@ class GradientLARS(exclusions.ExclusionProperties):
         # every gradient, array and rule as it was.
         jobs = []
         for group in plan.groups:
-            uses_wd, adapt = group.static
+            adapt = group.static[1]
             grads = list(map(engine.GRAD, group.params))
             clips = -1.0
             if self.clip:
                 clips = [self._clip_lr(rule, path) if a and g is not None
                          and g.size else -1.0 for rule, path, a, g in zip(
                              group.rules, group.paths, adapt, grads)]
-            jobs.append((group, grads, clips, uses_wd, adapt))
+            jobs.append((group, grads, clips))
         others = []
         for param, rule, path, adapt in plan.others:
             g = param.grad
@@ -215,7 +215,7 @@ class GradientLARS(exclusions.ExclusionProperties):
             if param.dtype == numpy.float16:
                 self._delegate(rule).arm(optimizer, path)
         settings = self._settings()
-        for group, grads, clips, uses_wd, adapt in jobs:
+        for group, grads, clips in jobs:
             self._fill(group, settings, clips,
                        list(map(engine.LOSS_SCALE, group.params)))
             for k in engine.run(group, grads, L.RESCALE):
