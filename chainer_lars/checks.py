@@ -29,20 +29,14 @@ def real(name, value, minimum=None, exclusive=False, maximum=None,
     value = float(value)
     if not math.isfinite(value):
         raise ValueError('{} must be finite, got {!r}'.format(name, value))
-    if minimum is not None:
-        if exclusive and not value > minimum:
-            raise ValueError('{} must be greater than {}, got {!r}'.format(
-                name, minimum, value))
-        if not exclusive and not value >= minimum:
-            raise ValueError('{} must be at least {}, got {!r}'.format(
-                name, minimum, value))
-    if maximum is not None:
-        if maximum_exclusive and not value < maximum:
-            raise ValueError('{} must be less than {}, got {!r}'.format(
-                name, maximum, value))
-        if not maximum_exclusive and not value <= maximum:
-            raise ValueError('{} must be at most {}, got {!r}'.format(
-                name, maximum, value))
+    for bound, strict, ok, words in (
+            (minimum, exclusive, value.__gt__, ('greater than', 'at least')),
+            (maximum, maximum_exclusive, value.__lt__,
+             ('less than', 'at most'))):
+        if bound is not None and not (ok(bound) or not strict
+                                      and value == bound):
+            raise ValueError('{} must be {} {}, got {!r}'.format(
+                name, words[0 if strict else 1], bound, value))
     return value
 
 
@@ -124,7 +118,8 @@ class CheckedAttribute(object):
 
     """An instance attribute whose every assignment is checked by
     ``check(name, value, **options)``, one of this module's functions; the
-    value is kept under its own name in the instance's ``__dict__``."""
+    value is kept under its own name in the instance's ``__dict__``, where
+    reads find it (no ``__get__``: as fast as a plain attribute)."""
 
     def __init__(self, check, **options):
         self._check = check
@@ -137,11 +132,6 @@ class CheckedAttribute(object):
     def check(self, value):
         """Returns ``value`` as it would be stored, or raises."""
         return self._check(self.name, value, **self._options)
-
-    def __get__(self, obj, cls=None):
-        if obj is None:
-            return self
-        return obj.__dict__[self.name]
 
     def __set__(self, obj, value):
         # Checked first: a refused value leaves the old one in place.

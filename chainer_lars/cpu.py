@@ -1,12 +1,10 @@
-"""The CPU executor: the compiled loops, and the NumPy passes.
+"""The CPU executor: the compiled loop, and the NumPy passes.
 
 Native float32 and float64 groups take :func:`chainer_lars._numba.
-multi_update`, one call per update through a table of addresses built once
-per plan. float16, a gradient of another dtype than its weight, and all
-arrays without Numba (or with ``CHAINER_LARS_NUMBA=0``) take the NumPy
-passes, row by row, in float32 or wider with float64 norms, in chunks of
-:data:`CHUNK` elements with reused scratch buffers (whole-array temporaries
-were 1.2-2.2x slower; ``benchmarks/README.md``).
+multi_update` through a table of addresses; float16, mixed dtypes and all
+arrays without Numba (or ``CHAINER_LARS_NUMBA=0``) the NumPy passes, in
+float32 or wider with float64 norms, in chunks of :data:`CHUNK` elements
+with reused buffers (whole-array temporaries were 1.2-2.2x slower).
 """
 
 import math
@@ -35,9 +33,7 @@ def _jit():
                 from chainer_lars import _numba
             except ImportError:
                 pass
-            except Exception as e:
-                # Numba is there but cannot set up (e.g. no writable cache
-                # directory): slower is better than failing the update.
+            except Exception as e:  # e.g. no writable cache directory
                 warnings.warn(
                     'chainer_lars: Numba is installed but its kernels are '
                     'unavailable ({}: {}); using the NumPy passes. Set '
@@ -65,7 +61,7 @@ _local = threading.local()
 def _scratch(index, dtype):
     """A reused buffer of :data:`CHUNK` elements (one set per thread)."""
     bufs = _local.__dict__.setdefault('bufs', {})
-    key = (index, numpy.dtype(dtype), CHUNK)
+    key = (index, dtype, CHUNK)
     buf = bufs.get(key)
     if buf is None:
         buf = bufs[key] = numpy.empty(CHUNK, dtype=dtype)
@@ -153,35 +149,37 @@ def numpy_update(row, obs, op, w, g, v=None):
     """One row of :func:`chainer_lars._numba.multi_update` in NumPy, for
     any dtypes and layouts (through native copies, written back)."""
     arrays = (w, g) if v is None else (w, g, v)
-    natives = [native(a) for a in arrays]
+    natives = list(map(native, arrays))
     wf, gf = natives[0].reshape(-1), natives[1].reshape(-1)
     if op == L.RESCALE and gf.size == 0:
         obs[:] = numpy.nan
         return
     row = row.tolist()  # Python floats: faster than NumPy scalars
-    ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
     s, wd = row[L.LOSS_SCALE], row[L.WEIGHT_DECAY]
     r, w_norm, g_norm = 1.0, math.nan, math.nan
-    with numpy.errstate(over='ignore', invalid='ignore', divide='ignore'):
-        if op == L.STEP and s != 1.0:
+    # Only the ufuncs need the error state: dot and floats do not warn.
+    if op == L.STEP and s != 1.0:
+        with numpy.errstate(over='ignore', invalid='ignore', divide='ignore'):
             gf /= s
-            s = 1.0
-        if op == L.RESCALE or row[L.ADAPT]:
-            w_norm = math.sqrt(_sqnorm(wf))
-            g_norm = math.sqrt(_sqnorm(gf)) / s
-        if row[L.ADAPT]:
-            r = ratio.trust_ratio(
-                w_norm, g_norm, wd, row[L.EPS], row[L.TRUST_COEFFICIENT],
-                row[L.THRESHOLD], bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
-        if op == L.RESCALE:
-            c = r * (s * wd)
-            if c != 0 or r != 1:
-                _scale_add(gf, r, wf, c, ct)
-        elif gf.size:
-            a = row[L.LR] * r
-            _momentum(wf, gf, natives[2].reshape(-1), a, a * wd,
-                      row[L.MOMENTUM], row[L.NESTEROV], ct)
+        s = 1.0
+    if op == L.RESCALE or row[L.ADAPT]:
+        w_norm = math.sqrt(_sqnorm(wf))
+        g_norm = math.sqrt(_sqnorm(gf)) / s
+    if row[L.ADAPT]:
+        r = ratio.trust_ratio(
+            w_norm, g_norm, wd, row[L.EPS], row[L.TRUST_COEFFICIENT],
+            row[L.THRESHOLD], bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
     obs[0], obs[1], obs[2] = r, w_norm, g_norm
+    c = r * (s * wd)
+    if (c != 0 or r != 1) if op == L.RESCALE else gf.size:
+        ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
+        with numpy.errstate(over='ignore', invalid='ignore'):
+            if op == L.RESCALE:
+                _scale_add(gf, r, wf, c, ct)
+            else:
+                a = row[L.LR] * r
+                _momentum(wf, gf, natives[2].reshape(-1), a, a * wd,
+                          row[L.MOMENTUM], row[L.NESTEROV], ct)
     for a, copy in zip(arrays, natives):
         if copy is not a:
             a[...] = copy
@@ -227,32 +225,26 @@ class CpuExecutor(object):
         group.tables = _Tables(group, _jit())
 
     def run(self, group, grads, op):
-        tables = group.tables
-        rows = group.rows
-        if tables.table is None:
-            rejected = []
-            for k, g in enumerate(grads):
-                if g is None:
-                    tables.obs[k] = numpy.nan
-                    rejected.append(k)
-                    continue
-                states = group.states[k] if op == L.STEP else ()
-                numpy_update(rows[k], tables.obs[k], op, group.weights[k], g,
-                             *states)
-            return rejected
-        others = self._set_grads(group, grads)
-        _jit().multi_update(tables.table, rows, tables.obs, tables.like, op)
+        tables, rows = group.tables, group.rows
+        slow = range(len(grads))
+        if tables.table is not None:
+            slow = self._set_grads(group, grads)
+            _jit().multi_update(tables.table, rows, tables.obs, tables.like,
+                                op)
         rejected = []
-        for k in others:
+        for k in slow:
             g = grads[k]
-            if (g is not None and k not in tables.bad
-                    and g.dtype.newbyteorder('=') != group.dtype):
-                # Another dtype than the weight's: the NumPy passes.
+            # Beside the loop, the NumPy passes take only a gradient of
+            # another dtype than its weight; the rest goes back.
+            if g is None or tables.table is not None and (
+                    k in tables.bad
+                    or g.dtype.newbyteorder('=') == group.dtype):
+                tables.obs[k] = numpy.nan
+                rejected.append(k)
+            else:
                 states = group.states[k] if op == L.STEP else ()
                 numpy_update(rows[k], tables.obs[k], op, group.weights[k], g,
                              *states)
-            else:
-                rejected.append(k)
         return rejected
 
     def _set_grads(self, group, grads):
@@ -260,9 +252,7 @@ class CpuExecutor(object):
         cannot take this update (skipped by the loop)."""
         tables = group.tables
         ids = list(map(id, grads))
-        if ids == tables.ids:
-            # The same arrays as last time (held in tables.grads, so their
-            # ids are not reused), e.g. gradients kept across updates.
+        if ids == tables.ids:  # the same arrays, held in tables.grads
             return []
         table, sizes, cached = tables.table, tables.sizes, tables.grads
         put = _jit().put_grad
@@ -286,5 +276,4 @@ class CpuExecutor(object):
         return group.tables.obs
 
 
-#: The one :class:`CpuExecutor` (it keeps nothing of its own).
 executor = CpuExecutor()

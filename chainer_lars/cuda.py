@@ -1,16 +1,11 @@
 """The CUDA executor: two launches per update for a group of any size.
 
-``chainer_lars_multi_norms``: each block sums the squares of a chunk of one
-array; the last block of each array to finish (an atomic count) sums its
-partials in a fixed order (deterministic) and writes the ratio and squared
-norms to ``stats``. Then ``chainer_lars_multi_scale_add`` (the hook) or
-``chainer_lars_multi_momentum`` (the optimizer) over the same chunks. The
-arrays are found through a table of pointers (:class:`Table`), cached by
-their addresses (:class:`TableCache`: CuPy's pool hands gradients the same
-blocks every iteration); the settings rows are uploaded from pinned
-buffers; nothing synchronises. float16 is computed in float32. CuPy is
-reached only through the device's ``xp``, so the code runs unchanged on
-:mod:`chainer_lars.testing.emulated_cupy`.
+The norms kernel (the last block of each array sums its partials in a fixed
+order), then the hook's or the optimizer's step, over a table of pointers
+(:class:`Table`) cached by address (:class:`TableCache`), with the settings
+uploaded from pinned buffers and no synchronisation; float16 computes in
+float32. CuPy is reached only through the device's ``xp``, so the code runs
+unchanged on :mod:`chainer_lars.testing.emulated_cupy`.
 """
 
 import collections
@@ -53,16 +48,11 @@ __device__ __forceinline__ void lars_store(S* p, long long i, C x) {
     p[i] = h;
 }
 ''',
-    'float': r'''
-__device__ __forceinline__ C lars_load(const S* p, long long i) {
-    return p[i];
 }
-__device__ __forceinline__ void lars_store(S* p, long long i, C x) {
-    p[i] = x;
-}
-''',
-}
-_LOAD_STORE['double'] = _LOAD_STORE['float']
+_LOAD_STORE['float'] = _LOAD_STORE['double'] = r'''
+#define lars_load(p, i) ((C)(p)[i])
+#define lars_store(p, i, x) ((p)[i] = (x))
+'''
 
 _SOURCE = r'''
 typedef {storage} S;
@@ -466,5 +456,4 @@ class CudaExecutor(object):
         return out
 
 
-#: The one :class:`CudaExecutor` (it keeps nothing of its own).
 executor = CudaExecutor()

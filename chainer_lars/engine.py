@@ -1,15 +1,11 @@
 """The engine under both faces: plans, groups, executors, observations.
 
-The hook and the optimizer keep a :class:`Plan` of the target's parameters
-while they stay put, with the arrays in :class:`Group` s of one device and
-dtype (one array each with ``multi_tensor=False``); they fill each group's
-settings rows (:mod:`chainer_lars.layout`) and call :func:`run` with the
-gradients and the operation (the hook's rescaling, the optimizer's step).
-The group's executor (:mod:`chainer_lars.cpu`, :mod:`chainer_lars.cuda`)
-has ``prepare(group)``, once per plan; ``run(group, grads, op)``, which
-updates the arrays it takes as they are and returns the other rows, which
-:func:`run` updates through contiguous copies; and ``observe(group)``,
-``(ratio, ||w||, ||g||)`` per row, NaN where nothing was applied.
+A face keeps a :class:`Plan` of its target's arrays in :class:`Group` s of
+one device and dtype, fills each group's settings rows and calls
+:func:`run`. An executor (:mod:`chainer_lars.cpu`, :mod:`chainer_lars.cuda`)
+has ``prepare(group)``, ``run(group, grads, op)`` (returns the rows it
+cannot take as they are) and ``observe(group)`` (``(ratio, ||w||, ||g||)``
+per row, NaN where nothing was applied); ``docs/design.rst`` has more.
 """
 
 import operator
@@ -24,8 +20,7 @@ from chainer_lars import cuda
 from chainer_lars import layout as L
 
 
-#: Readers for lists of parameters: ``list(map(GRAD, params))`` costs half
-#: what a list comprehension does, on every update.
+#: ``list(map(GRAD, params))`` costs half what a list comprehension does.
 ARRAY = operator.attrgetter('array')
 GRAD = operator.attrgetter('grad')
 LOSS_SCALE = operator.attrgetter('_loss_scale')
@@ -47,11 +42,10 @@ def executor_for(device):
 class Group(object):
 
     """Arrays of one device and dtype that one executor updates at once:
-    per array its path, parameter, rule, weight and state buffers (``(v,)``
-    or ``()``), and its settings row; ``op`` and ``copies`` (row -> group
-    of one) are those of the last :func:`run`, ``tables`` the executor's,
-    ``static`` what the face keeps per row while the plan holds and
-    ``inputs`` what it filled the rows from (to skip refilling them)."""
+    per array its path, parameter, rule, weight, state buffers (``(v,)``
+    or ``()``) and settings row; ``op`` and ``copies`` (row -> group of
+    one) of the last :func:`run`; the executor's ``tables``; what the face
+    keeps per row (``static``) and filled the rows from (``inputs``)."""
 
     __slots__ = ('executor', 'device', 'dtype', 'paths', 'params', 'rules',
                  'weights', 'states', 'rows', 'op', 'copies', 'tables',
@@ -86,8 +80,8 @@ class Group(object):
 def group_of_one(cached, device, path, weight, states=()):
     """``cached`` if it is the group of these very arrays, else a new one."""
     if (cached is not None and cached.weights[0] is weight
-            and cached.device == device
-            and all(a is b for a, b in zip(cached.states[0], states))):
+            and (cached.device is device or cached.device == device)
+            and list(map(id, cached.states[0])) == list(map(id, states))):
         return cached
     group = Group(device, weight.dtype)
     group.add(path, None, None, weight, states)
@@ -115,9 +109,9 @@ class Grouper(object):
 class Plan(object):
 
     """A face's groups, valid while ``params`` are the same objects with
-    the same rules, arrays, momentum buffers and rule hooks (``states=True``)
-    and ``flags(rules)``; ``where`` holds each group's positions in
-    ``params``, ``others`` what else the face keeps."""
+    the same rules, arrays, ``flags(rules)`` and (``states=True``) momentum
+    buffers and rule hooks; ``where``: each group's positions in
+    ``params``; ``others``: what else the face keeps."""
 
     __slots__ = ('_objects', '_ids', '_flags', '_flag_fn', '_states',
                  '_hooks', '_hook_counts', 'groups', 'where', 'others')

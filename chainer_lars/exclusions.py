@@ -45,12 +45,11 @@ class ExclusionRules(object):
 
 class ExclusionProperties(object):
 
-    """The two exclusion lists of an object that keeps them in ``_rules``.
+    """The two exclusion lists, as read-only tuples of strings (compiled
+    once, at construction), of an object that keeps them in ``_rules``,
+    and a ``repr`` of the attributes named in ``_REPR``."""
 
-    They are read-only tuples: the lists are compiled once, at construction,
-    and a list that could be appended to would suggest otherwise.
-
-    """
+    _REPR = ()
 
     @property
     def exclude_from_weight_decay(self):
@@ -61,3 +60,8 @@ class ExclusionProperties(object):
     def exclude_from_layer_adaptation(self):
         """tuple of str: The layer-adaptation exclusion patterns."""
         return self._rules.patterns()[1]
+
+    def __repr__(self):
+        return '{}({})'.format(type(self).__name__, ', '.join(
+            '{}={}'.format(name.lstrip('_'), getattr(self, name))
+            for name in self._REPR))

@@ -12,9 +12,9 @@ class WarmupPolynomialShift(extension.Extension):
 
     """Linear warm-up, then polynomial decay, of an optimizer attribute.
 
-    The schedule of the large-batch recipes, a linear warm-up (`Goyal et al.
-    <https://arxiv.org/abs/1706.02677>`_) then a polynomial decay (`You et
-    al. <https://arxiv.org/abs/1708.03888>`_), in one extension (Chainer's
+    The large-batch recipes' schedule (`Goyal et al.
+    <https://arxiv.org/abs/1706.02677>`_, `You et al.
+    <https://arxiv.org/abs/1708.03888>`_) in one extension (Chainer's
     ``WarmupShift`` and ``PolynomialShift`` overwrite each other). After
     :math:`t` calls the attribute is
 
@@ -24,10 +24,8 @@ class WarmupPolynomialShift(extension.Extension):
         v_e + (v_0 - v_e) \\left(1 - \\frac{t - T_w}{T - T_w}\\right)^p
         \\ (T_w \\le t < T), \\quad v_e \\ (t \\ge T),
 
-    so no update is made with a rate of 0 and the last of :math:`T` updates
-    still moves the weights. The count and the peak are saved in snapshots;
-    the values are checked before the attribute first changes (see the
-    docs).
+    so no update has a rate of 0. The count and the peak are saved in
+    snapshots; the values are checked before the attribute first changes.
 
     Args:
         attr (str): The optimizer attribute, e.g. ``'lr'``.
@@ -96,10 +94,9 @@ class WarmupPolynomialShift(extension.Extension):
         setattr(optimizer, self._attr, self.value(self._t))
 
     def _check_attr(self, optimizer):
-        # A ChainerMN multi-node optimizer forwards to the actual one.
+        # ChainerMN's optimizer forwards to the actual one. On the class:
+        # reading Adam's lr before its first update raises RuntimeError.
         actual = vars(optimizer).get('actual_optimizer', optimizer)
-        # Looked up on the class first: reading Adam's lr before its first
-        # update raises RuntimeError, which hasattr does not catch.
         prop = getattr(type(actual), self._attr, None)
         if isinstance(prop, property) and prop.fset is None:
             hint = ''
@@ -159,10 +156,8 @@ class TrustRatioObserver(extension.Extension):
 
     """Reports each layer's LARS trust ratio and norms to the reporter.
 
-    At each call it reports ``source.observe()`` (see
-    :meth:`chainer_lars.LARS.observe`) as ``<prefix>/ratio<path>``,
-    ``<prefix>/w_norm<path>`` and ``<prefix>/g_norm<path>`` (:meth:`key`),
-    for :class:`~chainer.training.extensions.LogReport` and ``PlotReport``.
+    It reports ``source.observe()`` as ``<prefix>/ratio<path>``,
+    ``<prefix>/w_norm<path>`` and ``<prefix>/g_norm<path>`` (:meth:`key`).
     On a GPU the values reach the host only at its calls: give it the
     interval you want (default once per epoch), not every iteration.
 

@@ -14,18 +14,11 @@ from chainer_lars import layout as L
 
 class _RuleDelegate(object):
 
-    """Runs a GradientLARS on one float16 parameter inside its update rule.
-
-    Chainer calls optimizer hooks before the rule divides out the loss scale
-    and makes the float32 master copy; a float16 gradient cannot hold the
-    rescaled result times the loss scale, so it is rescaled here instead,
-    after the division and on the master copy when there is one. The hook
-    arms the delegate for the update whose ``t`` follows the optimizer's
-    (hooks run, then ``t`` is incremented, then the rules); called in any
-    other update it does nothing, so a skipped update leaves nothing behind
-    and a removed hook rescales nothing more. It holds its hook, so that a
-    copied optimizer's delegates hold the copied hook; arming is not copied.
-
+    """Runs a GradientLARS on one float16 parameter inside its update rule,
+    after the rule divides out the loss scale (a float16 gradient cannot
+    hold the rescaled result times it) and on the float32 master copy if
+    any. Armed by the hook for the optimizer's next ``t`` only, so a skipped
+    update or a removed hook leaves nothing behind; arming is not copied.
     """
 
     timing = 'pre'
@@ -53,9 +46,8 @@ class _RuleDelegate(object):
             self.hook._rescale(rule, param, path, 1.0)
 
 
-#: Name under which a GradientLARS registers its delegate on an update rule;
-#: ``#2``, ``#3``, ... are appended while the name is taken (several hooks on
-#: one model).
+#: Name of a GradientLARS's delegate on an update rule (``#2``, ``#3``, ...
+#: appended while taken: several hooks on one model).
 _DELEGATE_NAME = 'chainer_lars.GradientLARS'
 
 
@@ -73,9 +65,8 @@ class GradientLARS(exclusions.ExclusionProperties):
             \\ \\text{if } \\|w\\| > \\tau \\text{, else } 1, \\qquad
         g \\leftarrow r (g + \\lambda w).
 
-    With the defaults, a drop-in for Chainer's hook that is correct under
-    loss scaling and in float16 (see the docs). On one update rule, the
-    exclusion patterns are searched in ``'/' + param.name``.
+    A drop-in for Chainer's hook, correct under loss scaling and in float16.
+    Called on one update rule, the patterns search ``'/' + param.name``.
 
     Args:
         threshold (float): ``r = 1`` unless ``||w|| > threshold``.
@@ -107,6 +98,8 @@ class GradientLARS(exclusions.ExclusionProperties):
     trust_coefficient = checks.CheckedAttribute(
         checks.real, minimum=0.0, exclusive=True)
     clip = checks.CheckedAttribute(checks.boolean)
+    _REPR = ('threshold', 'weight_decay', 'eps', 'trust_coefficient', 'clip',
+             'exclude_from_weight_decay', 'exclude_from_layer_adaptation')
 
     def __init__(self, threshold=1e-2, weight_decay=0.0, eps=1e-9, *,
                  trust_coefficient=1.0, clip=False,
@@ -121,28 +114,17 @@ class GradientLARS(exclusions.ExclusionProperties):
             exclude_from_weight_decay, exclude_from_layer_adaptation)
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         self._plans = engine.PlanCache()
-        # Groups of one array (per-rule calls, float16 delegates), by
-        # parameter, and what the last update ran, for observe().
+        # Groups of one array (per-rule calls, float16 delegates) by
+        # parameter, and the last update's groups, for observe().
         self._singles = {}
         self._observed = {}
 
     def __getstate__(self):
-        # Observations and GPU tables are the original's: a copy starts
-        # without them.
+        # A copy starts without the original's observations and tables.
         state = self.__dict__.copy()
         state['_singles'] = {}
         state['_observed'] = {}
         return state
-
-    def __repr__(self):
-        return ('GradientLARS(threshold={}, weight_decay={}, eps={}, '
-                'trust_coefficient={}, clip={}, '
-                'exclude_from_weight_decay={}, '
-                'exclude_from_layer_adaptation={})'.format(
-                    self.threshold, self.weight_decay, self.eps,
-                    self.trust_coefficient, self.clip,
-                    self.exclude_from_weight_decay,
-                    self.exclude_from_layer_adaptation))
 
     def __call__(self, *args):
         if len(args) == 1:
@@ -156,28 +138,19 @@ class GradientLARS(exclusions.ExclusionProperties):
                 'hook(update_rule, param), got {} arguments'.format(
                     len(args)))
 
-    def _settings(self):
-        return self.weight_decay, self.eps, self.trust_coefficient, \
-            self.threshold
-
-    @staticmethod
-    def _fill(group, settings, clips, scales):
-        """Fills the group's settings rows where what they come from
-        changed (the rows keep the last update's)."""
-        inputs = (settings, clips, scales)
-        if inputs == group.inputs:
-            return
-        rows = group.rows
-        uses_wd, adapt = group.static
-        weight_decay, eps, trust_coefficient, threshold = settings
-        rows[:, L.WEIGHT_DECAY] = weight_decay * uses_wd
-        rows[:, L.EPS] = eps
-        rows[:, L.TRUST_COEFFICIENT] = trust_coefficient
-        rows[:, L.THRESHOLD] = threshold
-        rows[:, L.ADAPT] = adapt
-        rows[:, L.CLIP_LR] = clips
-        rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
-        group.inputs = inputs
+    def _fill(self, group, clips, scales):
+        """Fills the group's settings rows, where what they come from
+        changed since the last update."""
+        inputs = (self.weight_decay, self.eps, self.trust_coefficient,
+                  self.threshold, clips, scales)
+        if inputs != group.inputs:
+            rows, (uses_wd, adapt) = group.rows, group.static
+            rows[:, L.WEIGHT_DECAY] = self.weight_decay * uses_wd
+            rows[:, [L.EPS, L.TRUST_COEFFICIENT, L.THRESHOLD]] = inputs[1:4]
+            rows[:, L.ADAPT] = adapt
+            rows[:, L.CLIP_LR] = clips
+            rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
+            group.inputs = inputs
 
     def _update_all(self, optimizer):
         target = getattr(optimizer, 'target', None)
@@ -189,18 +162,16 @@ class GradientLARS(exclusions.ExclusionProperties):
         plan = self._plans.plan
         if plan is None or not plan.matches(params):
             plan = self._plans.plan = self._build_plan(target, params)
-        # Everything is read and checked before anything changes, so that
-        # a configuration error (clip=True on a rule without 'lr') leaves
-        # every gradient, array and rule as it was.
+        # Everything is read and checked before anything changes: an error
+        # (clip=True on a rule without 'lr') leaves all as it was.
         jobs = []
         for group in plan.groups:
-            adapt = group.static[1]
             grads = list(map(engine.GRAD, group.params))
             clips = -1.0
             if self.clip:
                 clips = [self._clip_lr(rule, path) if a and g is not None
                          and g.size else -1.0 for rule, path, a, g in zip(
-                             group.rules, group.paths, adapt, grads)]
+                             group.rules, group.paths, group.static[1], grads)]
             jobs.append((group, grads, clips))
         others = []
         for param, rule, path, adapt in plan.others:
@@ -214,9 +185,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         for param, rule, path in others:
             if param.dtype == numpy.float16:
                 self._delegate(rule).arm(optimizer, path)
-        settings = self._settings()
         for group, grads, clips in jobs:
-            self._fill(group, settings, clips,
+            self._fill(group, clips,
                        list(map(engine.LOSS_SCALE, group.params)))
             for k in engine.run(group, grads, L.RESCALE):
                 self._unsupported(group.paths[k], group.weights[k], grads[k])
@@ -235,14 +205,10 @@ class GradientLARS(exclusions.ExclusionProperties):
             rule = param.update_rule
             w = param.array
             if rule is None or not rule.enabled or w is None:
-                # Chainer's optimizers skip a parameter without an update
-                # rule (a link added after setup()) or with a disabled one.
-                continue
+                continue  # as Chainer's optimizers do
             path = paths[id(param)]
-            if (w.dtype == numpy.float16
-                    or engine.executor_for(param.device) is None):
-                # float16: rescaled inside its rule, after the loss scale
-                # is divided out (_RuleDelegate); ChainerX: one at a time.
+            if (w.dtype == numpy.float16  # in its rule (_RuleDelegate)
+                    or engine.executor_for(param.device) is None):  # chx
                 plan.others.append((param, rule, path,
                                     self._rules.lookup(path)[1]))
             else:
@@ -250,9 +216,9 @@ class GradientLARS(exclusions.ExclusionProperties):
                             param.device, path, param, rule, w)
         plan.groups = grouper.groups()
         for group in plan.groups:
-            flags = numpy.array([self._rules.lookup(p) for p in group.paths],
-                                dtype=numpy.float64).reshape(-1, 2)
-            group.static = (flags[:, 0], flags[:, 1])
+            group.static = numpy.array(
+                [self._rules.lookup(p) for p in group.paths], numpy.float64
+            ).reshape(-1, 2).T
         return plan
 
     def _unsupported(self, path, w, g):
@@ -263,9 +229,9 @@ class GradientLARS(exclusions.ExclusionProperties):
                 '{} weight and a {} gradient'.format(path, w.dtype, g.dtype))
 
     def _delegate(self, rule):
-        """This hook's delegate on ``rule``, registered on first use; looked
-        up on the rule (Chainer 7.8.1 keeps its hooks in ``_hookable``), so
-        that a copied optimizer finds the copied delegate."""
+        """This hook's delegate on ``rule`` (in Chainer 7.8.1's
+        ``_hookable``, so a copied optimizer finds the copied one), made on
+        first use."""
         registry = rule._hookable
         for hook in registry._pre_update_hooks.values():
             if isinstance(hook, _RuleDelegate) and hook.hook is self:
@@ -289,9 +255,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         return checks.real('lr of ' + path, lr, minimum=0.0)
 
     def _rescale(self, rule, param, path, loss_scale):
-        """Rescales one parameter's gradient in place, through a group of
-        one; ``loss_scale`` is the factor by which the stored gradient still
-        exceeds the true one (the result keeps it)."""
+        """Rescales one gradient in place as a group of one; ``loss_scale``
+        is the factor still in the stored gradient (the result keeps it)."""
         w = param.array
         g = None if w is None else param.grad
         if g is None or g.size == 0:
@@ -299,9 +264,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         uses_wd, adapt = self._rules.lookup(path)
         clip_lr = self._clip_lr(rule, path) if adapt and self.clip else -1.0
         device = param.device
-        if device.xp is chainer.backend.chainerx:
-            # As Chainer's update rules do: the NumPy or CuPy arrays that
-            # share a ChainerX array's memory.
+        if device.xp is chainer.backend.chainerx:  # as Chainer's rules do
             w, g = chainer.backend.from_chx(w), chainer.backend.from_chx(g)
             device = chainer.backend.get_device_from_array(w)
         if len(self._singles) > 4096:
@@ -311,7 +274,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         group = engine.group_of_one(cached, device, path, w)
         group.static = (uses_wd, adapt)
         self._singles[key] = (param, group)
-        self._fill(group, self._settings(), clip_lr, [loss_scale])
+        self._fill(group, clip_lr, [loss_scale])
         if engine.run(group, [g], L.RESCALE):
             self._unsupported(path, w, g)
         self._observed[path] = group
@@ -321,10 +284,8 @@ class GradientLARS(exclusions.ExclusionProperties):
 
         Returns:
             dict: ``{path: (ratio, ||w||, ||g||)}`` as floats, ``g`` the
-            unscaled gradient before rescaling, the ratio the update
-            applied. On a GPU this is one transfer per group: call it at an
-            interval, not on every iteration.
-
+            unscaled gradient before rescaling. On a GPU, one transfer per
+            group: call it at an interval, not on every iteration.
         """
         result = {}
         for group in self._observed.values():

@@ -1,9 +1,5 @@
-"""LARS: the layer-wise adaptive rate scaling momentum optimizer.
-
-A face of :mod:`chainer_lars.engine`: :class:`LARS` updates its arrays as
-groups (``multi_tensor=True``), :class:`LARSRule` one array as a group of
-one, through the same executors and the same settings rows.
-"""
+"""LARS, a face of :mod:`chainer_lars.engine`: :class:`LARS` updates its
+arrays in groups, :class:`LARSRule` one array as a group of one."""
 
 import collections
 import operator
@@ -79,14 +75,11 @@ class LARSRule(optimizer.UpdateRule):
 
     Args:
         parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
-        uses_weight_decay (bool): ``False`` for an array excluded from
-            weight decay.
-        uses_adaptation (bool): ``False`` for an array excluded from layer
-            adaptation (its ratio is 1).
+        uses_weight_decay (bool): ``False``: no weight decay on this array.
+        uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
 
     Attributes:
-        uses_weight_decay (bool): See above.
-        uses_adaptation (bool): See above.
+        uses_weight_decay, uses_adaptation (bool): As above.
 
     """
 
@@ -98,8 +91,7 @@ class LARSRule(optimizer.UpdateRule):
             parent_hyperparam or _default_hyperparam)
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
-        # The group of one of the per-rule path, and whether the last
-        # update took it (for observe()).
+        # The per-rule path's group of one; whether the last update took it.
         self._group = None
         self._observed = False
 
@@ -205,11 +197,8 @@ def _batchable(param, rule):
 
 class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
-    """Momentum SGD with layer-wise adaptive rate scaling (LARS).
-
-    See `Large Batch Training of Convolutional Networks
-    <https://arxiv.org/abs/1708.03888>`_. Per array, with :math:`g` after the
-    loss scale is divided out,
+    """Momentum SGD with layer-wise adaptive rate scaling (`LARS
+    <https://arxiv.org/abs/1708.03888>`_). Per array, :math:`g` unscaled,
 
     .. math::
 
@@ -221,9 +210,6 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         \\quad (\\text{Nesterov: } w \\leftarrow w - \\gamma r (g + \\lambda w)
         - \\mu v).
 
-    With ``multi_tensor=True`` the arrays of one device and dtype are
-    updated together, with the per-rule path's result (see the docs).
-
     Args:
         lr (float): Learning rate :math:`\\gamma`.
         momentum (float): Momentum :math:`\\mu`, in ``[0, 1)``.
@@ -234,7 +220,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         exclude_from_weight_decay (list of str): Regular expressions
             searched in the parameter paths (e.g. ``'/b$'``).
         exclude_from_layer_adaptation (list of str): Likewise.
-        multi_tensor (bool): ``False`` keeps Chainer's per-rule loop.
+        multi_tensor (bool): Update the arrays of one device and dtype
+            together (the per-rule path's result); ``False``: Chainer's loop.
 
     Attributes:
         lr, momentum, weight_decay, trust_coefficient, eps, nesterov: As
@@ -271,16 +258,9 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         checks.real, **_CHECKS['trust_coefficient'])
     eps = checks.CheckedHyperparameter(checks.real, **_CHECKS['eps'])
     nesterov = checks.CheckedHyperparameter(checks.boolean)
-
-    def __repr__(self):
-        return ('LARS(lr={}, momentum={}, weight_decay={}, '
-                'trust_coefficient={}, eps={}, nesterov={}, '
-                'exclude_from_weight_decay={}, '
-                'exclude_from_layer_adaptation={}, multi_tensor={})'.format(
-                    self.lr, self.momentum, self.weight_decay,
-                    self.trust_coefficient, self.eps, self.nesterov,
-                    self.exclude_from_weight_decay,
-                    self.exclude_from_layer_adaptation, self._multi_tensor))
+    _REPR = ('lr', 'momentum', 'weight_decay', 'trust_coefficient', 'eps',
+             'nesterov', 'exclude_from_weight_decay',
+             'exclude_from_layer_adaptation', '_multi_tensor')
 
     def create_update_rule(self):
         return LARSRule(self.hyperparam)
@@ -297,14 +277,12 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
     def update(self, lossfun=None, *args, **kwds):
         """Updates the parameters (see :meth:`chainer.GradientMethod.update`).
 
-        FORK of Chainer 7.8.1's ``GradientMethod.update``, with its
-        ``check_nan_in_grads`` and ``reallocate_cleared_grads`` below: the
-        same steps (loss, hooks, ``t``, loss scaling) on one listing of the
-        parameters, with the loop calling ``param.update()`` replaced by
-        :meth:`_update_params`. It reads Chainer's private attributes
-        (``_loss_scale``, ``_hookable``, ``_loss_scaling_*``, ``_set_grad``);
-        ``tests/test_optimizer.py`` fails if the forked functions change.
-
+        FORK of Chainer 7.8.1's ``GradientMethod.update``, ``Optimizer.
+        check_nan_in_grads`` and ``reallocate_cleared_grads`` (below): the
+        same steps on one listing of the parameters, ``param.update()``
+        replaced by :meth:`_update_params`, reading Chainer's private
+        ``_loss_scale``, ``_hookable``, ``_loss_scaling_*`` and
+        ``_set_grad``. ``tests/test_optimizer.py`` fails if they change.
         """
         if not self._multi_tensor:
             return super(LARS, self).update(lossfun, *args, **kwds)
@@ -318,10 +296,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
             loss.backward(loss_scale=self._loss_scale)
             del loss
 
-        # One listing of the parameters serves the reallocation before the
-        # hooks, the update and the reallocation after it (Chainer lists
-        # them three times): nothing between them changes the model's
-        # structure, except hooks, after which it is listed again.
+        # One listing for the reallocations and the update (Chainer makes
+        # three); hooks may change the model, so it is made again after them.
         params = list(self.target.params())
         grads = self._reallocate(params)
         self._check_finite(params, grads)
@@ -341,54 +317,35 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         self.call_hooks('post')
         self.update_loss_scale()
 
-    def check_nan_in_grads(self):
-        """Chainer's (warnings included, in its order), with the flags of a
-        device's gradients brought to the host in one transfer, not one per
-        array; ``multi_tensor=False`` keeps Chainer's."""
-        if not self._multi_tensor:
-            return super(LARS, self).check_nan_in_grads()
-        params = list(self.target.params())
-        with variable._AllowArrayAccessWithNonstandardLayout():
-            grads = list(map(engine.GRAD, params))
-        self._check_finite(params, grads)
-
     def _check_finite(self, params, grads):
-        """:meth:`check_nan_in_grads` on a listing and its gradients."""
+        """Chainer's ``check_nan_in_grads`` (warnings included, in its
+        order) on a listing and its gradients, with the flags of a device's
+        gradients brought to the host in one transfer, not one per array."""
         self._loss_scaling_isnan = False
         if not self._loss_scaling_is_dynamic:
             return
-        by_device = collections.OrderedDict()
+        by_device = collections.OrderedDict()  # str(device) -> device, flags
         for k, (param, g) in enumerate(zip(params, grads)):
-            if g is None:
-                continue
-            device = param.device
-            xp = device.xp
-            with chainer.using_device(device):
-                flag = xp.all(xp.isfinite(g))
-            _, where, flags = by_device.setdefault(
-                str(device), (device, [], []))
-            where.append(k)
-            flags.append(flag)
-        bad = []
-        for device, where, flags in by_device.values():
-            xp = device.xp
-            if xp is numpy or xp is chainer.backend.chainerx:
-                finite = [bool(f) for f in flags]
-            else:
+            if g is not None:
+                device, xp = param.device, param.device.xp
                 with chainer.using_device(device):
-                    finite = xp.stack(flags).get().tolist()
-            bad.extend(k for k, ok in zip(where, finite) if not ok)
-        if not bad:
-            return
-        self._loss_scaling_isnan = True
-        self._loss_scaling_isnan_ever = True
-        # The paths are only needed for the warnings.
-        names = {id(param): name for name, param in self.target.namedparams()}
-        for k in sorted(bad):
-            warnings.warn(
-                'Non finite number found in param.grad of {}'
-                ' (iteration: {}, loss_scale: {})'.format(
-                    names[id(params[k])], self.t, self._loss_scale))
+                    by_device.setdefault(str(device), (device, []))[1].append(
+                        (k, xp.all(xp.isfinite(g))))
+        bad = []
+        for device, flags in by_device.values():
+            where, finite = zip(*flags)
+            if device.xp not in (numpy, chainer.backend.chainerx):
+                with chainer.using_device(device):
+                    finite = device.xp.stack(finite).get()
+            bad += [k for k, ok in zip(where, finite) if not ok]
+        if bad:
+            self._loss_scaling_isnan = self._loss_scaling_isnan_ever = True
+            names = {id(p): name for name, p in self.target.namedparams()}
+            for k in sorted(bad):
+                warnings.warn(
+                    'Non finite number found in param.grad of {}'
+                    ' (iteration: {}, loss_scale: {})'.format(
+                        names[id(params[k])], self.t, self._loss_scale))
 
     def reallocate_cleared_grads(self):
         """Chainer's (also called after each optimizer hook), without
