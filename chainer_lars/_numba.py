@@ -1,13 +1,10 @@
 """The CPU loops, compiled with Numba, for native float32 and float64.
 
-:func:`multi_update` updates every array of a group in one call, through a
-table of addresses and the settings rows (:mod:`chainer_lars.layout`); a
-group of one runs the same loop, so every path agrees bit for bit. Each
-pass is one loop over memory (NumPy has no fused multiply-add), norms
-accumulate in float64, and ``fastmath`` allows only reassociation (for the
-sums) and contraction, so non-finite values propagate as in NumPy. The
-ratio is :func:`chainer_lars.ratio.trust_ratio` itself and the division by
-the loss scale is compiled without ``fastmath``: both round as on the host.
+:func:`multi_update` updates every array of a group in one call through a
+table of addresses (a group of one runs the same loop: every path agrees
+bit for bit). Norms accumulate in float64; ``fastmath`` allows only
+reassociation (sums) and contraction, so non-finite values propagate as in
+NumPy; the ratio and the division by the loss scale round as on the host.
 """
 
 import math
@@ -86,8 +83,7 @@ def address(a):
 
 @numba.njit(nogil=True, cache=True)
 def put_grad(table, k, g, size):
-    """Puts gradient ``g`` in row ``k`` if it is C-contiguous with ``size``
-    elements; returns whether it did."""
+    """Puts ``g`` in row ``k`` if C-contiguous of ``size``; says if it did."""
     if g.size != size or not g.flags.c_contiguous:
         return False
     table[k, L.G] = g.ctypes.data
@@ -113,11 +109,9 @@ def multi_update(table, rows, obs, like, op):
     """One update (``op``: ``RESCALE`` or ``STEP``) of every array of a table.
 
     ``obs`` gets ``(ratio, ||w||, ||g||)`` per array (``g`` unscaled): all
-    NaN for a skipped row (no gradient; for the hook, also an empty array),
-    NaN norms where the optimizer does not adapt. One array's norms and its
-    step follow each other, so that the step finds the array in the cache
-    (6 to 20 % less time than all norms first; ``benchmarks/README.md``).
-
+    NaN for a skipped row (no gradient; for the hook, an empty array), NaN
+    norms where the optimizer does not adapt. Each array's step follows its
+    norms, while it is in the cache (6 to 20 % faster than norms first).
     """
     # Stores into this array round the float64 scalars to the arrays' dtype.
     cast = numpy.empty(3, like.dtype)

@@ -99,8 +99,7 @@ def patterns(name, values):
     if isinstance(values, (str, re.Pattern)):
         values = (values,)
     if isinstance(values, (bytes, bytearray)):
-        # Iterating bytes would give ints, and the error would name 47 for
-        # b'/b$'.
+        # Iterated, b'/b$' would give ints, and the error would name 47.
         raise TypeError(
             '{} must be a list of regular expressions (str), not '
             '{}'.format(name, _describe(values)))

@@ -73,13 +73,11 @@ class GradientLARS(exclusions.ExclusionProperties):
         weight_decay (float): :math:`\\lambda`.
         eps (float): Added to the denominator.
         trust_coefficient (float): :math:`\\eta`.
-        clip (bool): LARC clipping, ``r <- min(r / lr, 1)`` with the update
-            rule's ``lr``.
+        clip (bool): LARC clipping, ``r <- min(r / lr, 1)`` (rule's ``lr``).
         exclude_from_weight_decay (list of str): Regular expressions
             searched in the parameter paths: no weight decay there.
         exclude_from_layer_adaptation (list of str): Likewise: ``r = 1``.
-        multi_tensor (bool): Rescale the arrays of one device and dtype
-            together.
+        multi_tensor (bool): Rescale each device's and dtype's together.
 
     Attributes:
         ~GradientLARS.threshold, ~GradientLARS.weight_decay,

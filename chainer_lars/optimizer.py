@@ -220,8 +220,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         exclude_from_weight_decay (list of str): Regular expressions
             searched in the parameter paths (e.g. ``'/b$'``).
         exclude_from_layer_adaptation (list of str): Likewise.
-        multi_tensor (bool): Update the arrays of one device and dtype
-            together (the per-rule path's result); ``False``: Chainer's loop.
+        multi_tensor (bool): Update each device's and dtype's together.
 
     Attributes:
         lr, momentum, weight_decay, trust_coefficient, eps, nesterov: As
@@ -404,13 +403,12 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
     def _settings(self, group):
         """Fills the group's settings rows for this update, where the
         values they come from changed, and checks them then."""
-        rules = group.rules
-        base = self.hyperparam
+        rules, base = group.rules, self.hyperparam
         values = _BASE_VALUES(base)
+        # Unless a rule has values of its own (a hyperparameter holds its
+        # parent and nothing else otherwise).
         if (list(map(_HYPER_PARENT, rules)).count(base) != len(rules)
                 or sum(map(len, map(_HYPER_OWN, rules))) != len(rules)):
-            # A rule has values of its own (a hyperparameter holds its
-            # parent and nothing else otherwise).
             values = list(map(_HYPER_VALUES, rules))
         scales = list(map(engine.LOSS_SCALE, group.params))
         if (values, scales) == group.inputs:
@@ -439,11 +437,9 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
                 plan.others.append(param)
         plan.set_groups(params, grouper.groups())
         for group in plan.groups:
-            group.static = (
-                numpy.array([r.uses_weight_decay for r in group.rules],
-                            numpy.float64),
-                numpy.array([r.uses_adaptation for r in group.rules],
-                            numpy.float64))
+            group.static = numpy.array(
+                [(r.uses_weight_decay, r.uses_adaptation)
+                 for r in group.rules], numpy.float64).reshape(-1, 2).T
         return plan
 
     def observe(self):
