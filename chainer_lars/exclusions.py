@@ -20,6 +20,10 @@ class ExclusionRules(object):
             'exclude_from_layer_adaptation', exclude_from_layer_adaptation)
         self._cache = {}
 
+    def __bool__(self):
+        return bool(self.exclude_from_weight_decay
+                    or self.exclude_from_layer_adaptation)
+
     def lookup(self, path):
         """Returns ``(uses_weight_decay, uses_adaptation)`` for ``path``."""
         try:
