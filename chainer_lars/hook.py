@@ -140,7 +140,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         """Fills the group's settings rows, where what they come from
         changed since the last update."""
         inputs = (self.weight_decay, self.eps, self.trust_coefficient,
-                  self.threshold, clips, scales)
+                  self.threshold, clips, scales, group.static)
         if inputs != group.inputs:
             rows, (uses_wd, adapt) = group.rows, group.static
             rows[:, L.WEIGHT_DECAY] = self.weight_decay * uses_wd
@@ -265,13 +265,15 @@ class GradientLARS(exclusions.ExclusionProperties):
         if device.xp is chainer.backend.chainerx:  # as Chainer's rules do
             w, g = chainer.backend.from_chx(w), chainer.backend.from_chx(g)
             device = chainer.backend.get_device_from_array(w)
-        if len(self._singles) > 4096:
-            self._singles.clear()
-        key = id(param)
-        cached = self._singles.get(key, (None, None))[1]
-        group = engine.group_of_one(cached, device, path, w)
+        cached = self._singles.get(id(param))
+        if cached is not None and cached[1].weights[0] is w:
+            group = cached[1]
+        else:
+            if len(self._singles) > 4096:
+                self._singles.clear()
+            group = engine.group_of_one(None, device, path, w)
+            self._singles[id(param)] = (param, group)
         group.static = (uses_wd, adapt)
-        self._singles[key] = (param, group)
         self._fill(group, clip_lr, [loss_scale])
         if engine.run(group, [g], L.RESCALE):
             self._unsupported(path, w, g)
