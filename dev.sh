@@ -24,6 +24,9 @@
 #                               included, instead of the one each comes with
 #   CHAINER_LARS_EMULATED_IN    the tox env that runs the emulated-GPU tests
 #                               (test: the newest; empty: every env)
+#   CHAINER_LARS_INTEGRATION_IN the tox env that runs the tests of scripts
+#                               and tools (test: the oldest; empty: every
+#                               env); tests/conftest.py lists both groups
 #   CHAINER_DATASET_ROOT        where Chainer caches data sets; for mnist and
 #                               chainermn it defaults to ../shared/datasets
 #                               next to the checkout when that folder holds
@@ -230,9 +233,13 @@ cmd_test() {
     done
     if [ ${#envs[@]} -gt 0 ]; then
         set -- -e "$(IFS=,; echo "${envs[*]},lint,docs")" "$@"
-        # The emulated-GPU tests run the same C++ in every Python: only in
-        # the newest env (tests/conftest.py), unless the caller says.
+        # Tests that run the same code whatever the Python run in one env
+        # (tests/conftest.py), unless the caller says: the emulated-GPU
+        # tests (the same C++) in the newest; those of the scripts and tools
+        # (examples, dev.sh, the wheel, MPI ranks) in the oldest, the one a
+        # script is likeliest to break on.
         export CHAINER_LARS_EMULATED_IN=${CHAINER_LARS_EMULATED_IN-${envs[0]}}
+        export CHAINER_LARS_INTEGRATION_IN=${CHAINER_LARS_INTEGRATION_IN-${envs[${#envs[@]}-1]}}
     fi
     # tox finds each env's Python by name (python3.9, ...) on PATH.
     PATH="$path$PATH" exec .tox/.bootstrap/bin/tox "$@"
