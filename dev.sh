@@ -260,7 +260,7 @@ cmd_test() {
     # Our env list: $jobs envs at a time (auto: one per core), which on 2
     # cores takes about half the time of one at a time. tox then shows only
     # a failing env's output, so that of the others follows, env by env.
-    say "running the tox envs $jobs at a time (CHAINER_LARS_TOX_PARALLEL=1: one at a time)"
+    say "running the tox envs $jobs at a time (auto: one per core; CHAINER_LARS_TOX_PARALLEL=1: one at a time)"
     journal=$(mktemp)
     status=0
     .tox/.bootstrap/bin/tox p -p "$jobs" --parallel-no-spinner \
