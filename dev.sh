@@ -269,6 +269,9 @@ cmd_test() {
 import json, sys
 with open(sys.argv[1]) as f:
     envs = json.load(f).get('testenvs', {})
+# Only the envs that ran (the journal also lists .pkg and the envs of the
+# config that were not asked for, without a result).
+envs = {name: env for name, env in envs.items() if 'result' in env}
 passed = [name for name, env in envs.items()
           if env.get('result', {}).get('success')]
 for name in passed:
