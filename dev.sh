@@ -24,6 +24,13 @@
 #                               included, instead of the one each comes with
 #   CHAINER_LARS_EMULATED_IN    the tox env that runs the emulated-GPU tests
 #                               (test: the newest; empty: every env)
+#   CHAINER_LARS_INTEGRATION_IN the tox env that runs the tests of scripts
+#                               and tools (test: the oldest; empty: every
+#                               env); tests/conftest.py lists both groups
+#   CHAINER_LARS_TOX_PARALLEL   how many tox envs test runs at a time
+#                               (default auto: one per core; 1: one at a
+#                               time, with their output live); envs named
+#                               with -e run one at a time
 #   CHAINER_DATASET_ROOT        where Chainer caches data sets; for mnist and
 #                               chainermn it defaults to ../shared/datasets
 #                               next to the checkout when that folder holds
@@ -192,7 +199,7 @@ cmd_docs() {
 }
 
 cmd_test() {
-    local version python newest="" path="" envs=() arg
+    local version python newest="" path="" envs=() order arg jobs journal status
     cd "$root"
     for version in 3.11 3.10 3.9; do
         if python=$(python_for "$version"); then
@@ -229,13 +236,56 @@ cmd_test() {
         esac
     done
     if [ ${#envs[@]} -gt 0 ]; then
-        set -- -e "$(IFS=,; echo "${envs[*]},lint,docs")" "$@"
-        # The emulated-GPU tests run the same C++ in every Python: only in
-        # the newest env (tests/conftest.py), unless the caller says.
+        # The newest and the oldest first: they run the groups below, the
+        # longest envs, so that in parallel neither waits for a slot.
+        order=("${envs[0]}")
+        if [ ${#envs[@]} -gt 1 ]; then
+            order+=("${envs[${#envs[@]}-1]}" "${envs[@]:1:${#envs[@]}-2}")
+        fi
+        set -- -e "$(IFS=,; echo "${order[*]},lint,docs")" "$@"
+        # Tests that run the same code whatever the Python run in one env
+        # (tests/conftest.py), unless the caller says: the emulated-GPU
+        # tests (the same C++) in the newest; those of the scripts and tools
+        # (examples, dev.sh, the wheel, MPI ranks) in the oldest, the one a
+        # script is likeliest to break on.
         export CHAINER_LARS_EMULATED_IN=${CHAINER_LARS_EMULATED_IN-${envs[0]}}
+        export CHAINER_LARS_INTEGRATION_IN=${CHAINER_LARS_INTEGRATION_IN-${envs[${#envs[@]}-1]}}
     fi
     # tox finds each env's Python by name (python3.9, ...) on PATH.
-    PATH="$path$PATH" exec .tox/.bootstrap/bin/tox "$@"
+    export PATH="$path$PATH"
+    jobs=${CHAINER_LARS_TOX_PARALLEL:-auto}
+    if [ ${#envs[@]} -eq 0 ] || [ "$jobs" = 0 ] || [ "$jobs" = 1 ]; then
+        exec .tox/.bootstrap/bin/tox "$@"
+    fi
+    # Our env list: $jobs envs at a time (auto: one per core), which on 2
+    # cores takes about half the time of one at a time. tox then shows only
+    # a failing env's output, so that of the others follows, env by env.
+    say "running the tox envs $jobs at a time (auto: one per core; CHAINER_LARS_TOX_PARALLEL=1: one at a time)"
+    journal=$(mktemp)
+    status=0
+    .tox/.bootstrap/bin/tox p -p "$jobs" --parallel-no-spinner \
+        --result-json "$journal" "$@" || status=$?
+    .tox/.bootstrap/bin/python - "$journal" <<'PY' || true
+import json, sys
+with open(sys.argv[1]) as f:
+    envs = json.load(f).get('testenvs', {})
+# Only the envs that ran (the journal also lists .pkg and the envs of the
+# config that were not asked for, without a result).
+envs = {name: env for name, env in envs.items() if 'result' in env}
+passed = [name for name, env in envs.items()
+          if env.get('result', {}).get('success')]
+for name in passed:
+    for command in envs[name].get('test', []):
+        print('== {}: {}'.format(name, ' '.join(command['command'])))
+        sys.stdout.write(command['output'] + command['err'])
+for name, env in envs.items():
+    result = env.get('result', {})
+    print('dev.sh: {}: {} in {:.0f} s'.format(
+        name, 'OK' if result.get('success') else 'FAILED (its output is above)',
+        result.get('duration', 0)))
+PY
+    rm -f "$journal"
+    return "$status"
 }
 
 case ${1:-} in

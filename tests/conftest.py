@@ -1,11 +1,22 @@
 """Test set-up: the gpu and mpi markers, and a tiny offline dataset root.
 
 * ``@pytest.mark.gpu`` tests skip unless CuPy imports and sees a CUDA device.
-* The tests of ``test_gpu.py`` and ``test_cuda_emulator.py`` are marked
-  ``emulated`` (they run the CUDA kernels on the CPU emulation). They run
-  the same C++ whatever the Python and take half the suite's time on 2
-  cores, so where ``CHAINER_LARS_EMULATED_IN`` names a tox env (``dev.sh
-  test`` names its newest), the other tox envs deselect them.
+* Two groups of tests run the same code whatever the Python, so where an
+  environment variable names a tox env, only that env runs them and the
+  others deselect them, saying so at the end of their output (``dev.sh
+  test`` sets both; ``ONE_ENV`` below lists the modules):
+
+  - ``emulated``: ``test_gpu.py`` and ``test_cuda_emulator.py`` run the CUDA
+    kernels on the CPU emulation, the same C++ in every Python; in
+    ``CHAINER_LARS_EMULATED_IN`` (``dev.sh test``: the newest Python's env).
+  - ``integration``: the tests that run scripts and tools end to end in
+    subprocesses (the examples, the benchmark, ``results.py``, ``dev.sh``,
+    the wheel's build, the MPI ranks); in ``CHAINER_LARS_INTEGRATION_IN``
+    (``dev.sh test``: the oldest Python's env, the one a script is likeliest
+    to break on). ``test_syntax.py`` still compiles every script in every
+    env.
+
+  The library's own tests run in every env.
 * ``@pytest.mark.mpi`` tests skip unless ``mpiexec`` is on ``PATH`` and
   mpi4py imports; with ``CHAINER_LARS_REQUIRE_MPI=1`` (set by CI) they fail
   instead (``tests/mpi_util.py``, which also runs the ranks).
@@ -44,25 +55,61 @@ def _why_no_cuda():
     return None if count else 'no CUDA device'
 
 
-#: The modules whose tests run the kernels on the emulated device.
-EMULATED = ('test_gpu.py', 'test_cuda_emulator.py')
+#: The groups of tests that run in one tox env only: the marker -> the
+#: environment variable naming that env, the modules, and why one env is
+#: enough (printed where they are deselected).
+ONE_ENV = {
+    'emulated': (
+        'CHAINER_LARS_EMULATED_IN',
+        ('test_gpu.py', 'test_cuda_emulator.py'),
+        'they run the CUDA kernels on the CPU emulation, the same C++ '
+        'whatever the Python'),
+    'integration': (
+        'CHAINER_LARS_INTEGRATION_IN',
+        ('test_examples.py', 'test_example_chainermn.py',
+         'test_example_forms.py', 'test_chainermn.py', 'test_bench_smoke.py',
+         'test_results_check.py', 'test_dev_sh.py', 'test_packaging.py',
+         'test_mpi_util.py'),
+        'they run scripts and tools end to end in subprocesses (examples, '
+        'benchmark, results.py, dev.sh, wheel build, MPI ranks); '
+        'test_syntax.py compiles the scripts in every env'),
+}
 
 
+# After the -m selection, so that what is counted here is only ours.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    only = os.environ.get('CHAINER_LARS_EMULATED_IN') or None
     here = os.environ.get('TOX_ENV_NAME')
-    elsewhere = only is not None and here is not None and here != only
-    kept, dropped = [], []
+    groups = {os.path.basename(module): marker
+              for marker, (_, modules, _) in ONE_ENV.items()
+              for module in modules}
+    kept, dropped = [], {}
     for item in items:
-        if os.path.basename(str(item.fspath)) in EMULATED:
-            item.add_marker(pytest.mark.emulated)
-            if elsewhere:
-                dropped.append(item)
+        marker = groups.get(os.path.basename(str(item.fspath)))
+        if marker is not None:
+            item.add_marker(marker)
+            only = os.environ.get(ONE_ENV[marker][0]) or None
+            if only is not None and here is not None and here != only:
+                dropped.setdefault(marker, []).append(item)
                 continue
         kept.append(item)
     if dropped:
-        config.hook.pytest_deselected(items=dropped)
+        config.hook.pytest_deselected(
+            items=[item for group in dropped.values() for item in group])
         items[:] = kept
+    config._chainer_lars_one_env = [
+        (marker, len(dropped[marker])) for marker in ONE_ENV
+        if marker in dropped]
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Says which tests this env deselected, where they run, and why."""
+    for marker, count in getattr(config, '_chainer_lars_one_env', []):
+        variable, _, why = ONE_ENV[marker]
+        terminalreporter.write_line(
+            '{}: {} {} tests deselected, run in {} only ({}): {}'.format(
+                os.environ.get('TOX_ENV_NAME'), count, marker,
+                os.environ[variable], variable, why))
 
 
 def pytest_runtest_setup(item):

@@ -246,26 +246,46 @@ def test_mnist_help_runs_for_real(tmp_path):
     assert '--batchsize' in result.stdout
 
 
+#: A module of each group that runs in one tox env (conftest.ONE_ENV),
+#: and the variable that names the env.
+ONE_ENV_MODULES = {
+    'emulated': ('test_cuda_emulator.py', 'CHAINER_LARS_EMULATED_IN'),
+    'integration': ('test_results_check.py', 'CHAINER_LARS_INTEGRATION_IN'),
+}
+
+
 @pytest.mark.parametrize('only, here, kept', [
-    ('py311-cpu', 'py310-cpu', False),
-    ('py311-cpu', 'py311-cpu', True),
-    ('', 'py310-cpu', True),
-    (None, 'py310-cpu', True),
+    (('py311-cpu', 'py39-cpu'), 'py310-cpu', (False, False)),
+    (('py311-cpu', 'py39-cpu'), 'py311-cpu', (True, False)),
+    (('py311-cpu', 'py39-cpu'), 'py39-cpu', (False, True)),
+    (('', ''), 'py310-cpu', (True, True)),
+    ((None, None), 'py310-cpu', (True, True)),
 ])
-def test_emulated_tests_run_in_the_env_dev_sh_names(only, here, kept):
+def test_one_env_groups_run_in_the_env_dev_sh_names(only, here, kept):
+    """Each group is deselected outside its env, which the output says
+    (what, where it runs, why); the library's tests stay everywhere."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ('CHAINER_LARS_EMULATED_IN', 'TOX_ENV_NAME')}
+           if k not in ('CHAINER_LARS_EMULATED_IN',
+                        'CHAINER_LARS_INTEGRATION_IN', 'TOX_ENV_NAME')}
     env['TOX_ENV_NAME'] = here
-    if only is not None:
-        env['CHAINER_LARS_EMULATED_IN'] = only
+    groups = sorted(ONE_ENV_MODULES)
+    for group, value in zip(groups, only):
+        if value is not None:
+            env[ONE_ENV_MODULES[group][1]] = value
     result = subprocess.run(
         [sys.executable, '-m', 'pytest', '--collect-only', '-q',
-         '-p', 'no:cacheprovider', 'tests/test_cuda_emulator.py',
-         'tests/test_layout.py'],
+         '-p', 'no:cacheprovider', 'tests/test_layout.py'] + [
+             'tests/' + ONE_ENV_MODULES[group][0] for group in groups],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         universal_newlines=True, timeout=300)
     assert result.returncode == 0, result.stdout
-    assert ('test_cuda_emulator.py::' in result.stdout) == kept
     assert 'test_layout.py::' in result.stdout
-    assert ('deselected' in result.stdout) != kept
+    for group, value, stays in zip(groups, only, kept):
+        module, variable = ONE_ENV_MODULES[group]
+        assert (module + '::' in result.stdout) == stays
+        said = '{}: '.format(here) in result.stdout and (
+            ' {} tests deselected, run in {} only ({}): '.format(
+                group, value, variable) in result.stdout)
+        assert said != stays, result.stdout
+    assert ('deselected' in result.stdout) != all(kept)

@@ -3,8 +3,16 @@
 // cuda_emulator.py compiles a kernel source with the system C++ compiler
 // after this header and runs its launches on the CPU:
 //
-// - Every thread of a block is a real thread; all of a block's threads run
-//   concurrently, so a missing __syncthreads() can show up as a race.
+// - Every thread of a block is a fiber with its own stack; the threads of
+//   each warp (32 threads) take turns on one OS thread of their own, and
+//   the warps of a block run concurrently, so that a missing
+//   __syncthreads() can show up as a race between warps, and as reading
+//   what a later thread of the warp has not written yet within one. A
+//   thread that runs for EMU_SLICE_MS without reaching a barrier is
+//   preempted (a signal), so a thread spinning until another thread of
+//   its block acts lets that thread run, as on a GPU. (The threads of a
+//   warp share an OS thread: kernel code must not take the C library's
+//   locks, e.g. printf, which device code does not have anyway.)
 //   Blocks run one after another on the same threads, which is one of the
 //   orders a GPU may choose; __shared__ memory is one static copy, reused by
 //   every block (and, as on a GPU, not cleared between blocks).
@@ -25,16 +33,23 @@
 //   results may differ from a GPU's in the last bit.
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <functional>
 #include <thread>
 #include <vector>
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 
 #define __global__
 #define __device__
@@ -45,6 +60,12 @@
 
 using std::sqrt;
 
+// Everything here has internal linkage (an unnamed namespace), so that each
+// compiled module has its own state: ctypes loads every module into the one
+// process, where GCC would otherwise share the static locals of inline
+// functions (STB_GNU_UNIQUE) between them.
+namespace {
+
 struct emu_dim3 {
     unsigned int x = 1, y = 1, z = 1;
 };
@@ -54,13 +75,26 @@ static thread_local emu_dim3 blockIdx;
 static emu_dim3 blockDim;
 static emu_dim3 gridDim;
 
-#ifndef EMU_SPINS
-#define EMU_SPINS 0
-#endif
-
 #ifndef EMU_TIMEOUT_MS
 #define EMU_TIMEOUT_MS 60000
 #endif
+
+#ifndef EMU_SLICE_MS
+#define EMU_SLICE_MS 2
+#endif
+
+#ifndef EMU_WARP
+#define EMU_WARP 32
+#endif
+
+#ifndef EMU_STACK
+#define EMU_STACK (256 * 1024)
+#endif
+
+struct emu_worker;
+
+// The OS thread's worker, for the barrier and the preemption signal.
+static thread_local emu_worker* emu_self = nullptr;
 
 // A reusable barrier for the threads of one block that also knows why each
 // thread arrived: at a __syncthreads() or at the end of the kernel.
@@ -80,39 +114,8 @@ struct emu_barrier {
     }
 
     // Returns after every thread has arrived in this phase.
-    void arrive(bool at_exit) {
-        if (failed.load(std::memory_order_acquire)) {
-            return;
-        }
-        long my_phase = phase.load(std::memory_order_acquire);
-        if (at_exit) {
-            exited.fetch_add(1, std::memory_order_acq_rel);
-        }
-        if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
-            int e = exited.exchange(0, std::memory_order_acq_rel);
-            if (e != 0 && e != size) {
-                failed.store(1, std::memory_order_release);
-            }
-            arrived.store(0, std::memory_order_release);
-            phase.fetch_add(1, std::memory_order_acq_rel);
-            phase.notify_all();
-            return;
-        }
-        // Yielding first is cheaper than sleeping when the other threads
-        // are about to arrive; then a futex wait. The watchdog of emu_run
-        // moves the phase on to free the waiters of a deadlocked launch.
-        for (int spin = 0; spin < EMU_SPINS; ++spin) {
-            if (phase.load(std::memory_order_acquire) != my_phase) {
-                return;
-            }
-            std::this_thread::yield();
-        }
-        while (phase.load(std::memory_order_acquire) == my_phase) {
-            phase.wait(my_phase, std::memory_order_acquire);
-        }
-    }
+    void arrive(bool at_exit);
 };
-
 static emu_barrier emu_block_barrier;
 
 __device__ __forceinline__ void __syncthreads() {
@@ -187,41 +190,185 @@ __device__ __forceinline__ unsigned short emu_cvt_rn_f16_f32(float f) {
 
 static char emu_error[512];
 
+}  // namespace
+
 extern "C" const char* emu_last_error() {
     return emu_error;
 }
 
-// The threads of blocks of one size, kept between launches: starting 256
-// threads costs more than most launches do.
+namespace {
+
+// A thread of a block: a fiber with its own stack, run by a worker.
+struct emu_fiber {
+    ucontext_t context;
+    emu_dim3 thread;
+    emu_dim3 block;
+    long waiting = -1;  // the barrier phase it waits to see end, or -1
+    bool done = true;   // finished the current launch
+    emu_worker* worker = nullptr;
+    int index = 0;      // the thread's index in its block
+};
+
+// The threads of blocks of one size, kept between launches: one worker (an
+// OS thread) per warp, which runs its fibers in turn, each until it waits
+// at a barrier, leaves the kernel, or is preempted.
+struct emu_pool;
+
+struct emu_worker {
+    emu_pool* pool = nullptr;
+    ucontext_t home;
+    std::vector<emu_fiber*> fibers;
+    emu_fiber* current = nullptr;
+    // Set only while a fiber runs kernel code: the preemption signal is
+    // ignored elsewhere (in the scheduler and the barrier).
+    volatile sig_atomic_t preemptible = 0;
+    std::atomic<unsigned long> switches{0};
+    pthread_t thread{};
+    std::atomic<bool> started{false};
+
+    void schedule();
+};
+
+// The monitor: one thread, started with the first pool, that preempts a
+// fiber running for over EMU_SLICE_MS and releases the waiters of a launch
+// running for over EMU_TIMEOUT_MS.
+struct emu_monitor {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::vector<emu_worker*>* workers = nullptr;  // of the running launch
+    unsigned long launch = 0;                      // counts the launches
+    std::chrono::steady_clock::time_point deadline;
+
+    void watch(std::vector<emu_worker*>* w) {
+        std::lock_guard<std::mutex> lock(mutex);
+        workers = w;
+        ++launch;
+        deadline = std::chrono::steady_clock::now()
+                   + std::chrono::milliseconds(EMU_TIMEOUT_MS);
+        cv.notify_one();
+    }
+
+    void stop() {
+        std::lock_guard<std::mutex> lock(mutex);
+        workers = nullptr;
+    }
+
+    void loop();
+};
+
+// Never destroyed: its thread waits on it until the process ends.
+static emu_monitor& emu_the_monitor = *new emu_monitor;
+static struct sigaction emu_previous_action;
+
+static void emu_preempt(int sig, siginfo_t* info, void* context) {
+    emu_worker* w = emu_self;
+    if (w == nullptr) {
+        // Another module's worker: its handler was installed before ours.
+        if (emu_previous_action.sa_flags & SA_SIGINFO) {
+            if (emu_previous_action.sa_sigaction != nullptr) {
+                emu_previous_action.sa_sigaction(sig, info, context);
+            }
+        } else if (emu_previous_action.sa_handler != SIG_DFL
+                   && emu_previous_action.sa_handler != SIG_IGN) {
+            emu_previous_action.sa_handler(sig);
+        }
+        return;
+    }
+    if (!w->preemptible || w->current == nullptr) {
+        return;
+    }
+    int saved = errno;
+    w->preemptible = 0;
+    emu_fiber* f = w->current;
+    // To the scheduler; this fiber stays runnable and resumes here.
+    swapcontext(&f->context, &w->home);
+    w->preemptible = 1;
+    errno = saved;
+}
+
+void emu_monitor::loop() {
+    std::vector<unsigned long> seen;
+    unsigned long watching = 0;
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+        cv.wait(lock, [&]() {
+            return workers != nullptr && launch != watching;
+        });
+        watching = launch;
+        std::vector<emu_worker*>& w = *workers;
+        seen.assign(w.size(), ~0ul);
+        bool timed_out = false;
+        for (;;) {
+            cv.wait_for(lock, std::chrono::milliseconds(EMU_SLICE_MS));
+            if (workers == nullptr || launch != watching) {
+                break;
+            }
+            for (size_t k = 0; k < w.size(); ++k) {
+                unsigned long n = w[k]->switches.load();
+                if (n == seen[k] && w[k]->preemptible) {
+                    pthread_kill(w[k]->thread, SIGURG);
+                }
+                seen[k] = n;
+            }
+            if (!timed_out && std::chrono::steady_clock::now() > deadline) {
+                timed_out = true;
+                emu_block_barrier.failed.store(2);
+                emu_block_barrier.phase.fetch_add(1);
+                emu_block_barrier.phase.notify_all();
+            }
+        }
+    }
+}
+
+void emu_barrier::arrive(bool at_exit) {
+    emu_worker* w = emu_self;
+    w->preemptible = 0;
+    if (failed.load(std::memory_order_acquire)) {
+        w->preemptible = 1;
+        return;
+    }
+    long my_phase = phase.load(std::memory_order_acquire);
+    if (at_exit) {
+        exited.fetch_add(1, std::memory_order_acq_rel);
+    }
+    if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
+        int e = exited.exchange(0, std::memory_order_acq_rel);
+        if (e != 0 && e != size) {
+            failed.store(1, std::memory_order_release);
+        }
+        arrived.store(0, std::memory_order_release);
+        phase.fetch_add(1, std::memory_order_acq_rel);
+        phase.notify_all();
+        w->preemptible = 1;
+        return;
+    }
+    // The scheduler runs the worker's other threads, and resumes this one
+    // once the phase has moved on (the monitor moves it on to free the
+    // waiters of a deadlocked launch).
+    w->current->waiting = my_phase;
+    swapcontext(&w->current->context, &w->home);
+    w->preemptible = 1;
+}
+
 struct emu_pool {
     int size;
-    std::vector<std::thread> threads;
+    std::vector<emu_worker*> workers;
     std::atomic<long> generation{0};
     std::atomic<int> finished{0};
     const std::function<void()>* body = nullptr;
 
-    explicit emu_pool(int n) : size(n) {
-        for (int t = 0; t < n; ++t) {
-            // Detached: the pool lives as long as the process.
-            std::thread([this, t]() { work(t); }).detach();
-        }
-    }
-
-    void work(int t) {
-        long seen = 0;
+    static void fiber_main(unsigned int low, unsigned int high) {
+        emu_fiber* f = (emu_fiber*)(((uintptr_t)high << 32) | low);
         for (;;) {
-            generation.wait(seen, std::memory_order_acquire);
-            seen = generation.load(std::memory_order_acquire);
-            threadIdx.x = t % blockDim.x;
-            threadIdx.y = (t / blockDim.x) % blockDim.y;
-            threadIdx.z = t / (blockDim.x * blockDim.y);
+            f->worker->preemptible = 1;
+            emu_pool* pool = f->worker->pool;
             for (unsigned int z = 0; z < gridDim.z; ++z) {
                 for (unsigned int y = 0; y < gridDim.y; ++y) {
                     for (unsigned int x = 0; x < gridDim.x; ++x) {
-                        blockIdx.x = x;
-                        blockIdx.y = y;
-                        blockIdx.z = z;
-                        (*body)();
+                        f->block.x = blockIdx.x = x;
+                        f->block.y = blockIdx.y = y;
+                        f->block.z = blockIdx.z = z;
+                        (*pool->body)();
                         // No thread starts the next block (whose shared
                         // memory is the same) before all have left this one.
                         emu_block_barrier.arrive(true);
@@ -233,7 +380,82 @@ struct emu_pool {
                     }
                 }
             }
-            if (finished.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
+            f->worker->preemptible = 0;
+            f->done = true;
+            swapcontext(&f->context, &f->worker->home);
+        }
+    }
+
+    explicit emu_pool(int n) : size(n) {
+        static bool installed = false;
+        if (!installed) {
+            installed = true;
+            struct sigaction action;
+            std::memset(&action, 0, sizeof action);
+            action.sa_sigaction = emu_preempt;
+            action.sa_flags = SA_SIGINFO | SA_RESTART;
+            sigemptyset(&action.sa_mask);
+            sigaction(SIGURG, &action, &emu_previous_action);
+            std::thread([]() { emu_the_monitor.loop(); }).detach();
+        }
+        const int nworkers = (n + EMU_WARP - 1) / EMU_WARP;
+        for (int k = 0; k < nworkers; ++k) {
+            emu_worker* w = new emu_worker;
+            w->pool = this;
+            for (int t = k * EMU_WARP; t < n && t < (k + 1) * EMU_WARP; ++t) {
+                emu_fiber* f = new emu_fiber;
+                f->worker = w;
+                f->index = t;
+                char* stack = (char*)mmap(
+                    nullptr, EMU_STACK, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                if (stack == MAP_FAILED) {
+                    std::perror("cuda_emulator: mmap of a thread's stack");
+                    std::abort();
+                }
+                // A guard page below the stack.
+                mprotect(stack, 4096, PROT_NONE);
+                getcontext(&f->context);
+                f->context.uc_stack.ss_sp = stack;
+                f->context.uc_stack.ss_size = EMU_STACK;
+                f->context.uc_link = nullptr;
+                uintptr_t p = (uintptr_t)f;
+                makecontext(&f->context, (void (*)())fiber_main, 2,
+                            (unsigned int)(p & 0xffffffffu),
+                            (unsigned int)(p >> 32));
+                w->fibers.push_back(f);
+            }
+            workers.push_back(w);
+        }
+        for (emu_worker* w : workers) {
+            // Detached: the pool lives as long as the process.
+            std::thread([this, w]() { work(w); }).detach();
+        }
+        for (emu_worker* w : workers) {
+            while (!w->started.load()) {
+                std::this_thread::yield();
+            }
+        }
+    }
+
+    void work(emu_worker* w) {
+        emu_self = w;
+        w->thread = pthread_self();
+        w->started.store(true);
+        long seen = 0;
+        for (;;) {
+            generation.wait(seen, std::memory_order_acquire);
+            seen = generation.load(std::memory_order_acquire);
+            for (emu_fiber* f : w->fibers) {
+                f->thread.x = f->index % blockDim.x;
+                f->thread.y = (f->index / blockDim.x) % blockDim.y;
+                f->thread.z = f->index / (blockDim.x * blockDim.y);
+                f->done = false;
+                f->waiting = -1;
+            }
+            w->schedule();
+            if (finished.fetch_add(1, std::memory_order_acq_rel) + 1
+                    == (int)workers.size()) {
                 finished.notify_all();
             }
         }
@@ -242,14 +464,55 @@ struct emu_pool {
     void run(const std::function<void()>& f) {
         body = &f;
         finished.store(0, std::memory_order_release);
+        emu_the_monitor.watch(&workers);
         generation.fetch_add(1, std::memory_order_acq_rel);
         generation.notify_all();
         int done;
-        while ((done = finished.load(std::memory_order_acquire)) != size) {
+        while ((done = finished.load(std::memory_order_acquire))
+               != (int)workers.size()) {
             finished.wait(done, std::memory_order_acquire);
         }
+        emu_the_monitor.stop();
     }
 };
+
+// Runs the worker's fibers in turn until all have finished the launch; a
+// fiber waiting at a barrier is skipped until the barrier's phase moves on,
+// and when all wait, so does the worker.
+void emu_worker::schedule() {
+    for (;;) {
+        bool ran = false, live = false;
+        long waited = 0;
+        for (emu_fiber* f : fibers) {
+            if (f->done) {
+                continue;
+            }
+            live = true;
+            if (f->waiting >= 0) {
+                long p = emu_block_barrier.phase.load(
+                    std::memory_order_acquire);
+                if (p == f->waiting) {
+                    waited = p;
+                    continue;
+                }
+                f->waiting = -1;
+            }
+            current = f;
+            threadIdx = f->thread;
+            blockIdx = f->block;
+            switches.fetch_add(1, std::memory_order_relaxed);
+            swapcontext(&home, &f->context);
+            current = nullptr;
+            ran = true;
+        }
+        if (!live) {
+            return;
+        }
+        if (!ran) {
+            emu_block_barrier.phase.wait(waited, std::memory_order_acquire);
+        }
+    }
+}
 
 // Runs body() for every thread of every block of the grid; returns 0, or 1
 // with the reason in emu_last_error(). One launch at a time.
@@ -270,25 +533,7 @@ static int emu_run(const unsigned int* grid, const unsigned int* block,
     if (pools[nthreads] == nullptr) {
         pools[nthreads] = new emu_pool(nthreads);
     }
-    std::mutex mutex;
-    std::condition_variable done_cv;
-    bool done = false;
-    std::thread watchdog([&]() {
-        std::unique_lock<std::mutex> lock(mutex);
-        if (!done_cv.wait_for(lock, std::chrono::milliseconds(EMU_TIMEOUT_MS),
-                              [&]() { return done; })) {
-            emu_block_barrier.failed.store(2);
-            emu_block_barrier.phase.fetch_add(1);
-            emu_block_barrier.phase.notify_all();
-        }
-    });
     pools[nthreads]->run(body);
-    {
-        std::lock_guard<std::mutex> lock(mutex);
-        done = true;
-    }
-    done_cv.notify_one();
-    watchdog.join();
     int failed = emu_block_barrier.failed.load();
     if (failed == 1) {
         std::snprintf(emu_error, sizeof emu_error,
@@ -302,3 +547,5 @@ static int emu_run(const unsigned int* grid, const unsigned int* block,
     }
     return failed ? 1 : 0;
 }
+
+}  // namespace
