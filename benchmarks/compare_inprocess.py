@@ -1,0 +1,121 @@
+#!/usr/bin/env python
+"""The hook's per-array float16 path of two versions, timed in one process.
+
+``compare.py`` runs each version in its own process; on a shared machine
+the small per-array costs of the float16 NumPy path drift more between two
+processes than the versions differ. This script imports the other tree's
+package under another name (a copy in a temporary folder, its imports
+renamed) beside this tree's, and times ``hook(rule, param)`` over the
+arrays of ResNet-20 (conv ``W``, BN ``gamma`` and ``beta``) or of
+``many_1k`` (1,000 arrays of 1,024 elements), in float16, for
+each version in turn, many times, gradients restored before each call.
+It prints each version's minimum and median per pass and their ratios.
+
+Usage (a worktree of the older version beside this one)::
+
+    git worktree add /tmp/old b8e13bc
+    python benchmarks/compare_inprocess.py /tmp/old --weight-decay 0
+"""
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+import timeit
+import warnings
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# ResNet-20's conv shapes, each with a BN gamma and beta, and the
+# classifier; many_1k: 1,000 arrays of 1,024 elements (as bench_lars.py).
+SHAPES = {
+    'cifar_resnet20': [(16, 3, 3, 3)] + [(16, 16, 3, 3)] * 6
+    + [(32, 16, 3, 3)] + [(32, 32, 3, 3)] * 5 + [(64, 32, 3, 3)]
+    + [(64, 64, 3, 3)] * 5 + [(10, 64)],
+    'many_1k': [(1024,)] * 1000,
+}
+
+
+def _import_renamed(tree, name):
+    """The package of ``tree`` imported as ``name``."""
+    folder = tempfile.mkdtemp()
+    target = os.path.join(folder, name)
+    shutil.copytree(os.path.join(tree, 'chainer_lars'), target)
+    for base, _, files in os.walk(target):
+        for f in files:
+            if f.endswith('.py'):
+                path = os.path.join(base, f)
+                with open(path) as src:
+                    text = re.sub(r'\bchainer_lars\b', name, src.read())
+                with open(path, 'w') as out:
+                    out.write(text)
+    sys.path.insert(0, folder)
+    return __import__(name)
+
+
+def _pass(module, model, weight_decay):
+    import chainer
+    import numpy
+    numpy.random.seed(0)
+    link = chainer.Link()
+    with link.init_scope():
+        for i, shape in enumerate(SHAPES[model]):
+            sizes = (('W', shape), ('gamma', shape[:1]), ('beta', shape[:1]))
+            for name, size in sizes[:1 if model == 'many_1k' else 3]:
+                array = (numpy.zeros(size) if name == 'beta'
+                         else numpy.random.randn(*size))
+                param = chainer.Parameter(array.astype(numpy.float16))
+                param.grad = (numpy.random.randn(*size) * 1e-2).astype(
+                    numpy.float16)
+                setattr(link, '{}{}'.format(name, i), param)
+    opt = chainer.optimizers.MomentumSGD(0.1)
+    opt.setup(link)
+    hook = module.GradientLARS(weight_decay=weight_decay, multi_tensor=False)
+    items = [(p.update_rule, p, p.grad.copy()) for p in link.params()]
+
+    def one_pass():
+        for rule, param, grad in items:
+            param.grad[...] = grad
+            hook(rule, param)
+    return one_pass, len(items)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('old', help='the tree of the other version')
+    parser.add_argument('--model', choices=sorted(SHAPES),
+                        default='cifar_resnet20')
+    parser.add_argument('--weight-decay', type=float, default=0.0)
+    parser.add_argument('--rounds', type=int, default=15)
+    args = parser.parse_args()
+    if not os.path.isdir(os.path.join(args.old, 'chainer_lars')):
+        parser.error('old: {} has no chainer_lars folder'.format(args.old))
+    warnings.simplefilter('ignore', DeprecationWarning)
+    sys.path.insert(0, HERE)
+    import chainer_lars
+    old = _import_renamed(args.old, 'chainer_lars_old')
+    passes, arrays = {}, 0
+    for name, module in (('old', old), ('new', chainer_lars)):
+        passes[name], arrays = _pass(module, args.model, args.weight_decay)
+    times = {name: [] for name in passes}
+    for _ in range(args.rounds):
+        for name, one_pass in passes.items():
+            times[name].append(min(timeit.repeat(
+                one_pass, number=20, repeat=3)) / 20 * 1e3)
+    print('hook(rule, param) over {} in float16 ({} arrays), '
+          'weight_decay={}, {} rounds'.format(
+              args.model, arrays, args.weight_decay, args.rounds))
+    stats = {}
+    for name, values in times.items():
+        values.sort()
+        stats[name] = (values[0], values[len(values) // 2])
+        print('{}: min {:.3f} ms, median {:.3f} ms per pass'.format(
+            name, *stats[name]))
+    print('new/old: min {:.3f}, median {:.3f}'.format(
+        stats['new'][0] / stats['old'][0], stats['new'][1] / stats['old'][1]))
+
+
+if __name__ == '__main__':
+    main()
