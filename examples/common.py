@@ -35,6 +35,7 @@ from chainer.training import extensions
 import chainer_lars
 
 from examples import folders
+from examples import plotting
 
 
 # -- The LARS recipe -------------------------------------------------------
@@ -922,6 +923,7 @@ def _axes(ylabel, log=False):
         axes.set_ylabel(ylabel)
         if log:
             axes.set_yscale('log')
+            plotting.plain_log_ticks(axes.yaxis)
         first = None
         finite = []
         for line in axes.get_lines():

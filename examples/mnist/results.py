@@ -45,6 +45,7 @@ import warnings
 if not __package__:  # run as a file: examples/README.md
     import _examples_path  # NOQA
 from examples import folders  # NOQA: E402 (after the path is set)
+from examples import plotting  # NOQA: E402
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -374,6 +375,7 @@ def draw(results, args):
         ax.set_title('batch {}'.format(batchsize))
         ax.set_xlabel('epoch')
         ax.set_yscale('log')
+        plotting.plain_log_ticks(ax.yaxis)
         ax.grid(True, which='both', alpha=0.4)
     axes[0][0].set_ylabel('test error (%)')
     axes[0][0].set_ylim(1, 100)
