@@ -81,7 +81,8 @@ def group_of_one(cached, device, path, weight, states=()):
     """``cached`` if it is the group of these very arrays, else a new one."""
     if (cached is not None and cached.weights[0] is weight
             and (cached.device is device or cached.device == device)
-            and list(map(id, cached.states[0])) == list(map(id, states))):
+            and len(cached.states[0]) == len(states)
+            and all(map(operator.is_, cached.states[0], states))):
         return cached
     group = Group(device, weight.dtype)
     group.add(path, None, None, weight, states)

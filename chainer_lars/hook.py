@@ -265,13 +265,11 @@ class GradientLARS(exclusions.ExclusionProperties):
         if device.xp is chainer.backend.chainerx:  # as Chainer's rules do
             w, g = chainer.backend.from_chx(w), chainer.backend.from_chx(g)
             device = chainer.backend.get_device_from_array(w)
-        cached = self._singles.get(id(param))
-        if cached is not None and cached[1].weights[0] is w:
-            group = cached[1]
-        else:
+        cached = self._singles.get(id(param), (None, None))[1]
+        group = engine.group_of_one(cached, device, path, w)
+        if group is not cached:
             if len(self._singles) > 4096:
                 self._singles.clear()
-            group = engine.group_of_one(None, device, path, w)
             self._singles[id(param)] = (param, group)
         group.static = (uses_wd, adapt)
         self._fill(group, clip_lr, [loss_scale])
