@@ -44,41 +44,26 @@ def unscale(g, s):
         g[i] = g[i] / s
 
 
-@numba.njit(nogil=True, cache=True)
-def scale(g, r):
-    for i in range(g.size):
-        g[i] = r * g[i]
-
-
 @numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
 def scale_add(g, r, w, c):
-    for i in range(g.size):
-        g[i] = r * g[i] + c * w[i]
+    """``g <- r g + c w`` (``w`` unread when ``c`` is 0)."""
+    if c != 0:
+        for i in range(g.size):
+            g[i] = r * g[i] + c * w[i]
+    else:
+        for i in range(g.size):
+            g[i] = r * g[i]
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
-def momentum_step(w, g, v, a, b, momentum):
-    """``v <- m v + (a g + b w); w <- w - v`` in one pass."""
-    for i in range(w.size):
-        vi = momentum * v[i] + (a * g[i] + b * w[i])
-        v[i] = vi
-        w[i] = w[i] - vi
-
-
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
-def nesterov_step(w, g, v, a, b, momentum):
-    """The same with Nesterov momentum: ``w <- w - (u + m v)``."""
+def momentum_step(w, g, v, a, b, momentum, nesterov):
+    """``u = a g + b w; v <- m v + u; w <- w - v`` in one pass (Nesterov:
+    ``w <- w - (u + m v)``)."""
     for i in range(w.size):
         u = a * g[i] + b * w[i]
         vi = momentum * v[i] + u
         v[i] = vi
-        w[i] = w[i] - (u + momentum * vi)
-
-
-@numba.njit(nogil=True, cache=True)
-def address(a):
-    """The address of ``a``'s data."""
-    return a.ctypes.data
+        w[i] = w[i] - (u + momentum * vi if nesterov else vi)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -145,17 +130,12 @@ def multi_update(table, rows, obs, like, op):
             c = r * (s * row[L.WEIGHT_DECAY])
             cast[0] = r
             cast[1] = c
-            if c != 0.0:
+            if c != 0.0 or r != 1.0:
                 scale_add(g, cast[0], w, cast[1])
-            elif r != 1.0:
-                scale(g, cast[0])
         else:
             a = row[L.LR] * r
             cast[0] = a
             cast[1] = a * row[L.WEIGHT_DECAY]
             cast[2] = row[L.MOMENTUM]
-            v = _array(table, k, L.V, like)
-            if row[L.NESTEROV] != 0.0:
-                nesterov_step(w, g, v, cast[0], cast[1], cast[2])
-            else:
-                momentum_step(w, g, v, cast[0], cast[1], cast[2])
+            momentum_step(w, g, _array(table, k, L.V, like), cast[0],
+                          cast[1], cast[2], row[L.NESTEROV] != 0.0)

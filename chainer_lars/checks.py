@@ -98,12 +98,10 @@ def patterns(name, values):
         return ()
     if isinstance(values, (str, re.Pattern)):
         values = (values,)
-    if isinstance(values, (bytes, bytearray)):
-        # Iterated, b'/b$' would give ints, and the error would name 47.
-        raise TypeError(
-            '{} must be a list of regular expressions (str), not '
-            '{}'.format(name, _describe(values)))
     try:
+        if isinstance(values, (bytes, bytearray)):
+            # Iterated, b'/b$' gives ints: the error would name 47.
+            raise TypeError
         items = tuple(values)
     except TypeError:
         raise TypeError(
@@ -128,9 +126,10 @@ class CheckedAttribute(object):
     def __set_name__(self, owner, name):
         self.name = name
 
-    def check(self, value):
-        """Returns ``value`` as it would be stored, or raises."""
-        return self._check(self.name, value, **self._options)
+    def check(self, value, name=None):
+        """Returns ``value`` as it would be stored, or raises an error that
+        names ``name`` (default: the attribute's)."""
+        return self._check(name or self.name, value, **self._options)
 
     def __set__(self, obj, value):
         # Checked first: a refused value leaves the old one in place.
@@ -160,7 +159,5 @@ class CheckedHyperparameter(CheckedAttribute):
 def find_check(obj, attr):
     """``check(value)`` of ``obj``'s checked attribute ``attr``, or
     ``None`` when it is not a checked one."""
-    descriptor = getattr(type(obj), attr, None)
-    if isinstance(descriptor, CheckedAttribute):
-        return descriptor.check
-    return None
+    found = getattr(type(obj), attr, None)
+    return found.check if isinstance(found, CheckedAttribute) else None

@@ -30,7 +30,7 @@ def _jit():
         _jit_module = None
         if os.environ.get('CHAINER_LARS_NUMBA', '1') != '0':
             try:
-                from chainer_lars import _numba
+                from chainer_lars import _numba as _jit_module
             except ImportError:
                 pass
             except Exception as e:  # e.g. no writable cache directory
@@ -39,8 +39,6 @@ def _jit():
                     'unavailable ({}: {}); using the NumPy passes. Set '
                     'CHAINER_LARS_NUMBA=0 to silence this.'.format(
                         type(e).__name__, e), RuntimeWarning)
-            else:
-                _jit_module = _numba
     return _jit_module
 
 
@@ -196,8 +194,7 @@ class _Tables(object):
         n = len(group)
         self.obs = numpy.full((n, 3), numpy.nan)
         self.sizes = [w.size for w in group.weights]
-        self.grads = [None] * n
-        self.ids = None
+        self.grads = self.ids = None
         self.like = numpy.empty(0, group.dtype.newbyteorder('='))
         self.table = None
         self.bad = []
@@ -210,9 +207,9 @@ class _Tables(object):
             arrays = (w,) + tuple(states)
             if all(a.dtype == dtype and a.dtype.isnative
                    and a.flags.c_contiguous for a in arrays):
-                table[k, L.W] = jit.address(w)
+                table[k, L.W] = w.ctypes.data
                 if states:
-                    table[k, L.V] = jit.address(states[0])
+                    table[k, L.V] = states[0].ctypes.data
             else:
                 self.bad.append(k)
 
@@ -254,22 +251,16 @@ class CpuExecutor(object):
         ids = list(map(id, grads))
         if ids == tables.ids:  # the same arrays, held in tables.grads
             return []
-        table, sizes, cached = tables.table, tables.sizes, tables.grads
-        put = _jit().put_grad
+        table, sizes, put = tables.table, tables.sizes, _jit().put_grad
         others = []
         for k, g in enumerate(grads):
-            if g is cached[k] and g is not None:
-                continue
             # Numba cannot type a non-native dtype: checked first.
-            if (g is not None and g.dtype == group.dtype
+            if not (g is not None and g.dtype == group.dtype
                     and g.dtype.isnative and k not in tables.bad
                     and put(table, k, g, sizes[k])):
-                cached[k] = g
-            else:
-                cached[k] = None
                 table[k, L.SIZE] = -1
                 others.append(k)
-        tables.ids = None if others else ids
+        tables.grads, tables.ids = grads, None if others else ids
         return others
 
     def observe(self, group):

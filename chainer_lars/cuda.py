@@ -26,14 +26,10 @@ _SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')
 _POINTER = operator.attrgetter('data.ptr')
 
 #: dtype -> (C storage type, C compute type, NumPy compute dtype)
-_TYPES = {
-    numpy.dtype(numpy.float16): ('unsigned short', 'float',
-                                 numpy.dtype(numpy.float32)),
-    numpy.dtype(numpy.float32): ('float', 'float',
-                                 numpy.dtype(numpy.float32)),
-    numpy.dtype(numpy.float64): ('double', 'double',
-                                 numpy.dtype(numpy.float64)),
-}
+_TYPES = {numpy.dtype(d): (storage, compute, numpy.dtype(c))
+          for d, storage, compute, c in (('e', 'unsigned short', 'float', 'f'),
+                                         ('f', 'float', 'float', 'f'),
+                                         ('d', 'double', 'double', 'd'))}
 
 _LOAD_STORE = {
     'unsigned short': r'''
@@ -159,38 +155,20 @@ extern "C" __global__ void chainer_lars_multi_norms(
     }}
 }}
 
-// The arrays of a block of the step kernels: its range, weight, gradient
-// and settings, and the array's ratio.
-struct LarsStep {{
-    long long t, begin, end;
-    S* w;
-    S* g;
-    const C* s;
-    C r;
-}};
-
-__device__ __forceinline__ LarsStep lars_step(
-        const long long* table, long long T, const C* settings,
-        const C* stats) {{
-    LarsStep k;
-    lars_block_range(table, T, k.t, k.begin, k.end);
-    k.w = (S*)table[k.t];
-    k.g = (S*)table[T + k.t];
-    k.s = settings + LARS_COLUMNS * k.t;
-    k.r = stats[3 * k.t];
-    return k;
-}}
-
 // The hook: g <- r * g + r * loss_scale * weight_decay * w, which is the
 // rescaled gradient still multiplied by the loss scale.
 extern "C" __global__ void chainer_lars_multi_scale_add(
         const long long* table, long long ntensors, const C* settings,
         const C* stats) {{
-    const LarsStep k = lars_step(table, ntensors, settings, stats);
-    const C c = k.r * k.s[LARS_LOSS_SCALE] * k.s[LARS_WEIGHT_DECAY];
-    for (long long i = k.begin + threadIdx.x; i < k.end;
-            i += LARS_THREADS) {{
-        lars_store(k.g, i, k.r * lars_load(k.g, i) + c * lars_load(k.w, i));
+    long long t, begin, end;
+    lars_block_range(table, ntensors, t, begin, end);
+    const S* w = (const S*)table[t];
+    S* g = (S*)table[ntensors + t];
+    const C* s = settings + LARS_COLUMNS * t;
+    const C r = stats[3 * t];
+    const C c = r * s[LARS_LOSS_SCALE] * s[LARS_WEIGHT_DECAY];
+    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {{
+        lars_store(g, i, r * lars_load(g, i) + c * lars_load(w, i));
     }}
 }}
 
@@ -200,29 +178,35 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
 extern "C" __global__ void chainer_lars_multi_momentum(
         const long long* table, long long ntensors, const C* settings,
         const C* stats) {{
-    const LarsStep k = lars_step(table, ntensors, settings, stats);
-    const C a = k.s[LARS_LR] * k.r;
-    const C b = a * k.s[LARS_WEIGHT_DECAY];
-    const C loss_scale = k.s[LARS_LOSS_SCALE];
-    const C momentum = k.s[LARS_MOMENTUM];
-    const bool nesterov = k.s[LARS_NESTEROV] != (C)0;
-    S* v = (S*)table[2 * ntensors + k.t];
-    for (long long i = k.begin + threadIdx.x; i < k.end;
-            i += LARS_THREADS) {{
+    long long t, begin, end;
+    lars_block_range(table, ntensors, t, begin, end);
+    S* w = (S*)table[t];
+    S* g = (S*)table[ntensors + t];
+    S* v = (S*)table[2 * ntensors + t];
+    const C* s = settings + LARS_COLUMNS * t;
+    const C a = s[LARS_LR] * stats[3 * t];
+    const C b = a * s[LARS_WEIGHT_DECAY];
+    const C loss_scale = s[LARS_LOSS_SCALE];
+    const C momentum = s[LARS_MOMENTUM];
+    const bool nesterov = s[LARS_NESTEROV] != (C)0;
+    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {{
         if (loss_scale != (C)1) {{
-            lars_store(k.g, i, lars_load(k.g, i) / loss_scale);
+            lars_store(g, i, lars_load(g, i) / loss_scale);
         }}
-        const C gi = lars_load(k.g, i);
-        const C wi = lars_load(k.w, i);
+        const C gi = lars_load(g, i);
+        const C wi = lars_load(w, i);
         const C u = a * gi + b * wi;
         const C vi = momentum * lars_load(v, i) + u;
         lars_store(v, i, vi);
-        lars_store(k.w, i, wi - (nesterov ? u + momentum * vi : vi));
+        lars_store(w, i, wi - (nesterov ? u + momentum * vi : vi));
     }}
 }}
 '''
 
 _modules = {}
+#: The second kernel of an update, by op.
+_STEPS = {L.RESCALE: 'chainer_lars_multi_scale_add',
+          L.STEP: 'chainer_lars_multi_momentum'}
 
 
 def source(dtype):
@@ -349,18 +333,6 @@ class TableCache(object):
         return TableCache, (self.capacity,)
 
 
-def launch(xp, table, dtype, op):
-    """The two launches of one update of a table's arrays."""
-    args = (table.words, numpy.int64(table.ntensors), table.settings)
-    _kernel(xp, dtype, 'chainer_lars_multi_norms')(
-        (table.nblocks,), (THREADS,),
-        args + (table.partial, table.done, table.stats))
-    step = ('chainer_lars_multi_scale_add' if op == L.RESCALE
-            else 'chainer_lars_multi_momentum')
-    _kernel(xp, dtype, step)((table.nblocks,), (THREADS,),
-                             args + (table.stats,))
-
-
 class _Tables(object):
 
     """A group's tables, weights' signatures, whether every row goes as it
@@ -430,7 +402,11 @@ class CudaExecutor(object):
             table = tables.cache.get(key, xp, group.dtype, weights, grads,
                                      states)
             table.set_settings(rows)
-            launch(xp, table, group.dtype, op)
+            args = (table.words, numpy.int64(table.ntensors), table.settings)
+            grid = (table.nblocks,), (THREADS,)
+            _kernel(xp, group.dtype, 'chainer_lars_multi_norms')(
+                *grid, args + (table.partial, table.done, table.stats))
+            _kernel(xp, group.dtype, _STEPS[op])(*grid, args + (table.stats,))
         tables.last = (table, slice(None) if keep is None else keep,
                        rows[:, L.LOSS_SCALE].copy())
         return rejected

@@ -43,9 +43,11 @@ class Group(object):
 
     """Arrays of one device and dtype that one executor updates at once:
     per array its path, parameter, rule, weight, state buffers (``(v,)``
-    or ``()``) and settings row; ``op`` and ``copies`` (row -> group of
-    one) of the last :func:`run`; the executor's ``tables``; what the face
-    keeps per row (``static``) and filled the rows from (``inputs``)."""
+    or ``()``) and settings row; ``static``: the face's flags ``(uses
+    weight decay, adapted)``, a 2 x n array once prepared; ``op`` and
+    ``copies`` (row -> group of one) of the last :func:`run`; the
+    executor's ``tables``; what the face filled the rows from (``inputs``).
+    """
 
     __slots__ = ('executor', 'device', 'dtype', 'paths', 'params', 'rules',
                  'weights', 'states', 'rows', 'op', 'copies', 'tables',
@@ -56,23 +58,24 @@ class Group(object):
         self.device = device
         self.dtype = numpy.dtype(dtype)
         self.paths, self.params, self.rules = [], [], []
-        self.weights, self.states = [], []
-        self.rows = self.tables = self.op = self.static = None
-        self.inputs = None
+        self.weights, self.states, self.static = [], [], []
+        self.rows = self.tables = self.op = self.inputs = None
         self.copies = {}
 
     def __len__(self):
         return len(self.weights)
 
-    def add(self, path, param, rule, weight, states=()):
+    def add(self, path, param, rule, weight, states=(), static=(1, 1)):
         self.paths.append(path)
         self.params.append(param)
         self.rules.append(rule)
         self.weights.append(weight)
         self.states.append(states)
+        self.static.append(static)
 
     def prepare(self):
         self.rows = L.rows(len(self))
+        self.static = numpy.array(self.static, numpy.float64).reshape(-1, 2).T
         self.executor.prepare(self)
         return self
 
@@ -89,33 +92,17 @@ def group_of_one(cached, device, path, weight, states=()):
     return group.prepare()
 
 
-class Grouper(object):
-
-    """Sorts arrays into groups by device, dtype and an optional key."""
-
-    def __init__(self):
-        self._groups = {}
-
-    def add(self, key, device, path, param, rule, weight, states=()):
-        key = (str(device), weight.dtype, key)
-        group = self._groups.get(key)
-        if group is None:
-            group = self._groups[key] = Group(device, weight.dtype)
-        group.add(path, param, rule, weight, states)
-
-    def groups(self):
-        return [group.prepare() for group in self._groups.values()]
-
-
 class Plan(object):
 
-    """A face's groups, valid while ``params`` are the same objects with
-    the same rules, arrays, ``flags(rules)`` and (``states=True``) momentum
-    buffers and rule hooks; ``where``: each group's positions in
-    ``params``; ``others``: what else the face keeps."""
+    """A face's groups (by device, dtype and a key of the face's), valid
+    while ``params`` are the same objects with the same rules, arrays,
+    ``flags(rules)`` and (``states=True``) momentum buffers and rule hooks;
+    ``where``: each group's positions in ``params``; ``others``: what else
+    the face keeps."""
 
     __slots__ = ('_objects', '_ids', '_flags', '_flag_fn', '_states',
-                 '_hooks', '_hook_counts', 'groups', 'where', 'others')
+                 '_hooks', '_hook_counts', '_by_key', 'groups', 'where',
+                 'others')
 
     def __init__(self, params, flags, states=False):
         self._states = states
@@ -130,9 +117,25 @@ class Plan(object):
                        for d in (r._hookable._pre_update_hooks,
                                  r._hookable._post_update_hooks)]
         self._hook_counts = list(map(len, self._hooks))
-        self.groups = []
-        self.where = []
-        self.others = []
+        self._by_key = {}
+        self.groups, self.where, self.others = [], [], []
+
+    def add(self, key, device, path, param, rule, weight, states=(),
+            static=(1, 1)):
+        """Puts an array in the group of its device, dtype and ``key``."""
+        key = (str(device), weight.dtype, key)
+        group = self._by_key.get(key)
+        if group is None:
+            group = self._by_key[key] = Group(device, weight.dtype)
+        group.add(path, param, rule, weight, states, static)
+
+    def finish(self, params):
+        """Prepares the groups; returns the plan."""
+        self.groups = [group.prepare() for group in self._by_key.values()]
+        position = {id(p): k for k, p in enumerate(params)}
+        self.where = [[position[id(p)] for p in group.params]
+                      for group in self.groups]
+        return self
 
     def _structure(self, params):
         rules = list(map(UPDATE_RULE, params))
@@ -154,12 +157,6 @@ class Plan(object):
                     for o, ids in zip(objects[1:], self._ids[1:]))
                 and self._flag_fn(objects[1]) == self._flags
                 and list(map(len, self._hooks)) == self._hook_counts)
-
-    def set_groups(self, params, groups):
-        self.groups = groups
-        position = {id(p): k for k, p in enumerate(params)}
-        self.where = [[position[id(p)] for p in group.params]
-                      for group in groups]
 
 
 class PlanCache(object):

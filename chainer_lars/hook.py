@@ -198,26 +198,19 @@ class GradientLARS(exclusions.ExclusionProperties):
     def _build_plan(self, target, params):
         paths = {id(param): path for path, param in target.namedparams()}
         plan = engine.Plan(params, _enabled)
-        grouper = engine.Grouper()
         for param in params:
-            rule = param.update_rule
-            w = param.array
+            rule, w = param.update_rule, param.array
             if rule is None or not rule.enabled or w is None:
                 continue  # as Chainer's optimizers do
             path = paths[id(param)]
+            flags = self._rules.lookup(path)
             if (w.dtype == numpy.float16  # in its rule (_RuleDelegate)
                     or engine.executor_for(param.device) is None):  # chx
-                plan.others.append((param, rule, path,
-                                    self._rules.lookup(path)[1]))
+                plan.others.append((param, rule, path, flags[1]))
             else:
-                grouper.add(None if self._multi_tensor else path,
-                            param.device, path, param, rule, w)
-        plan.groups = grouper.groups()
-        for group in plan.groups:
-            group.static = numpy.array(
-                [self._rules.lookup(p) for p in group.paths], numpy.float64
-            ).reshape(-1, 2).T
-        return plan
+                plan.add(None if self._multi_tensor else path, param.device,
+                         path, param, rule, w, static=flags)
+        return plan.finish(params)
 
     def _unsupported(self, path, w, g):
         if g is not None:

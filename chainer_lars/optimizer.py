@@ -1,7 +1,6 @@
 """LARS, a face of :mod:`chainer_lars.engine`: :class:`LARS` updates its
 arrays in groups, :class:`LARSRule` one array as a group of one."""
 
-import collections
 import operator
 import warnings
 
@@ -31,25 +30,22 @@ _HYPER = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
 assert L.COLUMNS[:len(_HYPER)] == _HYPER
 _HYPER_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
 _BASE_VALUES = operator.attrgetter(*_HYPER)
-#: The checks of the constructor, applied again at update time to values
-#: set on a hyperparameter directly (``opt.hyperparam.lr = -1``).
-_CHECKS = {
-    'lr': dict(minimum=0.0), 'momentum': dict(minimum=0.0, maximum=1.0),
-    'weight_decay': dict(minimum=0.0), 'eps': dict(minimum=0.0),
-    'trust_coefficient': dict(minimum=0.0, exclusive=True)}
 
 
 def _check_rows(rows, paths):
-    """Checks the hyperparameters in ``rows`` as the constructor does."""
+    """Checks the hyperparameters in ``rows`` as :class:`LARS` does on
+    assignment: values set on a hyperparameter directly (``opt.hyperparam.
+    lr = -1``) are refused at the update."""
     with numpy.errstate(invalid='ignore'):
         ok = (numpy.isfinite(rows[:, :len(_HYPER)]).all(axis=1)
               & (rows[:, L.LR] >= 0) & (rows[:, L.MOMENTUM] >= 0)
               & (rows[:, L.MOMENTUM] < 1) & (rows[:, L.WEIGHT_DECAY] >= 0)
               & (rows[:, L.EPS] >= 0) & (rows[:, L.TRUST_COEFFICIENT] > 0))
     for k in numpy.flatnonzero(~ok)[:1]:
-        for name, options in _CHECKS.items():
-            checks.real('LARS hyperparameter {} of {}'.format(name, paths[k]),
-                        rows[k, L.COLUMNS.index(name)], **options)
+        for name in _HYPER:
+            if name != 'nesterov':
+                getattr(LARS, name).check(rows[k, L.COLUMNS.index(name)], (
+                    'LARS hyperparameter {} of {}'.format(name, paths[k])))
 
 
 def _check_dtype(path, array):
@@ -131,25 +127,18 @@ class LARSRule(optimizer.UpdateRule):
             master.to_device(param.device)
         super(LARSRule, self).update(param)
 
-    def update_core_cpu(self, param):
-        self._step(param)
-
     # ChainerX arrays take UpdateRule's default path: memory-shared NumPy or
     # CuPy views of them are passed here.
-    def update_core_gpu(self, param):
-        self._step(param)
-
-    def _step(self, param):
+    def update_core_cpu(self, param):
         w, g = param.array, param.grad
         if g is None:
             return
         v = self.state['v']
-        group = self._group
-        if (group is None or group.weights[0] is not w
-                or group.states[0][0] is not v):
+        group = engine.group_of_one(self._group, param.device, param.name, w,
+                                    (v,))
+        if group is not self._group:
             _check_dtype(param.name, w)
-            group = self._group = engine.group_of_one(
-                None, param.device, param.name, w, (v,))
+            self._group = group
         # The loss scale is already divided out (UpdateRule.update).
         inputs = (_HYPER_VALUES(self), self.uses_weight_decay,
                   self.uses_adaptation)
@@ -163,6 +152,8 @@ class LARSRule(optimizer.UpdateRule):
                 'dtype (float16, float32 or float64); got {}, {}, {} '
                 'for {}'.format(w.dtype, g.dtype, v.dtype, param.name))
         self._observed = True
+
+    update_core_gpu = update_core_cpu
 
 
 _RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
@@ -248,14 +239,13 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
 
-    lr = checks.CheckedHyperparameter(checks.real, **_CHECKS['lr'])
-    momentum = checks.CheckedHyperparameter(checks.real,
-                                            **_CHECKS['momentum'])
-    weight_decay = checks.CheckedHyperparameter(checks.real,
-                                                **_CHECKS['weight_decay'])
+    lr = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    momentum = checks.CheckedHyperparameter(checks.real, minimum=0.0,
+                                            maximum=1.0)
+    weight_decay = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     trust_coefficient = checks.CheckedHyperparameter(
-        checks.real, **_CHECKS['trust_coefficient'])
-    eps = checks.CheckedHyperparameter(checks.real, **_CHECKS['eps'])
+        checks.real, minimum=0.0, exclusive=True)
+    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     nesterov = checks.CheckedHyperparameter(checks.boolean)
     _REPR = ('lr', 'momentum', 'weight_decay', 'trust_coefficient', 'eps',
              'nesterov', 'exclude_from_weight_decay',
@@ -323,7 +313,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         self._loss_scaling_isnan = False
         if not self._loss_scaling_is_dynamic:
             return
-        by_device = collections.OrderedDict()  # str(device) -> device, flags
+        by_device = {}  # str(device) -> (device, [(k, all finite)])
         for k, (param, g) in enumerate(zip(params, grads)):
             if g is not None:
                 device, xp = param.device, param.device.xp
@@ -422,25 +412,19 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
     def _build_plan(self, params):
         paths = {id(param): path for path, param in self.target.namedparams()}
         plan = engine.Plan(params, _flags, states=True)
-        grouper = engine.Grouper()
         for param in params:
             rule = param.update_rule
             if (_batchable(param, rule)
                     and engine.executor_for(param.device) is not None):
-                w = param.array
-                _check_dtype(paths[id(param)], w)
-                grouper.add(None, param.device, paths[id(param)], param,
-                            rule, w, (rule.state['v'],))
-                # Its observation is the group's from now on.
-                rule._observed = False
+                path, w = paths[id(param)], param.array
+                _check_dtype(path, w)
+                plan.add(None, param.device, path, param, rule, w,
+                         (rule.state['v'],),
+                         (rule.uses_weight_decay, rule.uses_adaptation))
+                rule._observed = False  # the group's observation from now on
             else:
                 plan.others.append(param)
-        plan.set_groups(params, grouper.groups())
-        for group in plan.groups:
-            group.static = numpy.array(
-                [(r.uses_weight_decay, r.uses_adaptation)
-                 for r in group.rules], numpy.float64).reshape(-1, 2).T
-        return plan
+        return plan.finish(params)
 
     def observe(self):
         """``{path: (ratio, ||w||, ||g||)}`` of the last update, as floats,

@@ -61,15 +61,19 @@ def test_a_copy_of_a_plan_cache_is_empty():
 
 
 def test_groups_by_device_and_dtype_and_key():
-    grouper = engine.Grouper()
+    plan = engine.Plan([], list)
     arrays = [numpy.ones(3, numpy.float32), numpy.ones(3, numpy.float64),
-              numpy.ones(4, numpy.float32)]
-    for k, a in enumerate(arrays):
-        grouper.add(None, CPU, '/p{}'.format(k), None, None, a)
-    grouper.add('/q', CPU, '/q', None, None, numpy.ones(2, numpy.float32))
-    groups = grouper.groups()
+              numpy.ones(4, numpy.float32), numpy.ones(2, numpy.float32)]
+    for k, a in enumerate(arrays[:3]):
+        plan.add(None, CPU, '/p{}'.format(k), a, None, a, (),
+                 (k != 1, k != 2))
+    plan.add('/q', CPU, '/q', arrays[3], None, arrays[3])
+    groups = plan.finish(arrays).groups
+    assert plan.where == [[0, 2], [1], [3]]
     assert [g.paths for g in groups] == [['/p0', '/p2'], ['/p1'], ['/q']]
     assert all(g.rows.shape == (len(g), len(L.COLUMNS)) for g in groups)
+    assert [g.static.tolist() for g in groups] == [
+        [[1, 1], [1, 0]], [[0], [1]], [[1], [1]]]
 
 
 def test_a_group_of_one_is_kept_while_its_arrays_are():
