@@ -103,42 +103,33 @@ def _sqnorm(flat):
     return total
 
 
-def _scale_add(gf, r, wf, c, ct):
-    """``g <- r g + c w`` in chunks (``w`` unread when ``c`` is 0)."""
-    r, c = ct.type(r), ct.type(c)
+def _step(op, wf, gf, vf, p, q, momentum, nesterov, ct):
+    """``u = p g + q w`` in chunks (``w`` unread when ``q`` is 0 for the
+    hook), which is the hook's new ``g``, or the optimizer's step of
+    :func:`chainer_lars._numba.momentum_step` with ``u``."""
+    p, q, momentum = ct.type(p), ct.type(q), ct.type(momentum)
+    multiply, add = numpy.multiply, numpy.add
     for start in range(0, gf.size, CHUNK):
         stop = min(start + CHUNK, gf.size)
-        gs = _chunk(gf, 0, ct, start, stop)
-        numpy.multiply(gs, r, out=gs)
-        if c != 0:
-            t = _scratch(2, ct)[:stop - start]
-            numpy.multiply(_chunk(wf, 1, ct, start, stop), c, out=t)
-            numpy.add(gs, t, out=gs)
-        _store(gf, start, stop, gs)
-
-
-def _momentum(wf, gf, vf, a, b, momentum, nesterov, ct):
-    """The momentum step of :func:`chainer_lars._numba.momentum_step`."""
-    a, b, momentum = ct.type(a), ct.type(b), ct.type(momentum)
-    multiply, add, subtract = numpy.multiply, numpy.add, numpy.subtract
-    for start in range(0, wf.size, CHUNK):
-        stop = min(start + CHUNK, wf.size)
-        ws = _chunk(wf, 0, ct, start, stop)
-        vs = _chunk(vf, 2, ct, start, stop)
-        u = _scratch(3, ct)[:stop - start]
+        gs = _chunk(gf, 1, ct, start, stop)
+        u = gs if op == L.RESCALE else _scratch(3, ct)[:stop - start]
         t = _scratch(4, ct)[:stop - start]
-        multiply(_chunk(gf, 1, ct, start, stop), a, out=u)
-        if b != 0:
-            multiply(ws, b, out=t)
+        multiply(gs, p, out=u)
+        if q != 0 or op == L.STEP:
+            ws = _chunk(wf, 0, ct, start, stop)
+        if q != 0:
+            multiply(ws, q, out=t)
             add(u, t, out=u)
+        if op == L.RESCALE:
+            _store(gf, start, stop, u)
+            continue
+        vs = _chunk(vf, 2, ct, start, stop)
         multiply(vs, momentum, out=vs)
         add(vs, u, out=vs)
         if nesterov:
             multiply(vs, momentum, out=t)
             add(u, t, out=u)
-            subtract(ws, u, out=ws)
-        else:
-            subtract(ws, vs, out=ws)
+        numpy.subtract(ws, u if nesterov else vs, out=ws)
         _store(wf, start, stop, ws)
         _store(vf, start, stop, vs)
 
@@ -168,16 +159,13 @@ def numpy_update(row, obs, op, w, g, v=None):
             w_norm, g_norm, wd, row[L.EPS], row[L.TRUST_COEFFICIENT],
             row[L.THRESHOLD], bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
     obs[0], obs[1], obs[2] = r, w_norm, g_norm
-    c = r * (s * wd)
-    if (c != 0 or r != 1) if op == L.RESCALE else gf.size:
+    p = r if op == L.RESCALE else row[L.LR] * r
+    q = p * (s * wd)  # the hook's g still holds the loss scale s
+    if (q != 0 or p != 1) if op == L.RESCALE else gf.size:
         ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
         with numpy.errstate(over='ignore', invalid='ignore'):
-            if op == L.RESCALE:
-                _scale_add(gf, r, wf, c, ct)
-            else:
-                a = row[L.LR] * r
-                _momentum(wf, gf, natives[2].reshape(-1), a, a * wd,
-                          row[L.MOMENTUM], row[L.NESTEROV], ct)
+            _step(op, wf, gf, natives[-1].reshape(-1), p, q,
+                  row[L.MOMENTUM], row[L.NESTEROV], ct)
     for a, copy in zip(arrays, natives):
         if copy is not a:
             a[...] = copy
