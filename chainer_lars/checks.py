@@ -1,9 +1,8 @@
 """Argument checks, and the attribute descriptors that apply them.
 
-Every argument and settable attribute of the package is checked here, at
-once, before anything the user had is changed, with an error that names the
-argument and the value. Each check takes the name to report and the value,
-and returns the value in canonical form (``float``, ``bool`` or ``int``).
+Each check takes the name to report and the value, and returns the value in
+canonical form (``float``, ``bool`` or ``int``) or raises an error that
+names both, before anything the user had is changed.
 """
 
 import math
@@ -113,10 +112,9 @@ def patterns(name, values):
 
 class CheckedAttribute(object):
 
-    """An instance attribute whose every assignment is checked by
-    ``check(name, value, **options)``, one of this module's functions; the
-    value is kept under its own name in the instance's ``__dict__``, where
-    reads find it (no ``__get__``: as fast as a plain attribute)."""
+    """An instance attribute whose every assignment is checked by ``check(
+    name, value, **options)``, one of this module's functions, and kept in
+    the instance's ``__dict__`` (no ``__get__``: a plain attribute read)."""
 
     def __init__(self, check, **options):
         self._check = check
@@ -139,9 +137,8 @@ class CheckedAttribute(object):
 class CheckedHyperparameter(CheckedAttribute):
 
     """An optimizer attribute kept in ``optimizer.hyperparam``, where the
-    update rules read it (as :class:`chainer.optimizer.HyperparameterProxy`,
-    so that schedule extensions drive it with ``setattr``), checked on set.
-    """
+    rules read it (as :class:`chainer.optimizer.HyperparameterProxy`: the
+    schedule extensions drive it with ``setattr``), checked on set."""
 
     def __set_name__(self, owner, name):
         super(CheckedHyperparameter, self).__set_name__(owner, name)

@@ -44,8 +44,7 @@ def _jit():
 
 def backend():
     """``'numba'`` when float32 and float64 arrays get the compiled loops
-    (Numba installed, ``CHAINER_LARS_NUMBA`` not ``0``), else ``'numpy'``.
-    """
+    (Numba installed, ``CHAINER_LARS_NUMBA`` not ``0``), else ``'numpy'``."""
     return 'numpy' if _jit() is None else 'numba'
 
 
@@ -60,10 +59,9 @@ def _scratch(index, dtype):
     """A reused buffer of :data:`CHUNK` elements (one set per thread)."""
     bufs = _local.__dict__.setdefault('bufs', {})
     key = (index, dtype, CHUNK)
-    buf = bufs.get(key)
-    if buf is None:
-        buf = bufs[key] = numpy.empty(CHUNK, dtype=dtype)
-    return buf
+    if key not in bufs:
+        bufs[key] = numpy.empty(CHUNK, dtype=dtype)
+    return bufs[key]
 
 
 def native(a):
@@ -184,9 +182,8 @@ class _Tables(object):
         self.sizes = [w.size for w in group.weights]
         self.grads = self.ids = None
         self.like = numpy.empty(0, group.dtype.newbyteorder('='))
-        self.table = None
-        self.bad = []
-        dtype = numpy.dtype(group.dtype)
+        self.table, self.bad = None, []
+        dtype = group.dtype
         if jit is None or dtype.char not in 'fd':
             return
         self.table = table = numpy.zeros((n, 4), numpy.int64)

@@ -2,11 +2,10 @@
 
 The norms kernel (the last block of each array sums its partials in a fixed
 order), then the hook's or the optimizer's step, over a table of pointers
-(:class:`Table`) cached by address (:class:`TableCache`), with the settings
-uploaded from pinned buffers and no synchronisation; float16 computes in
-float32. CuPy is reached only through the device's ``xp``, so the code runs
-unchanged on :mod:`chainer_lars.testing.emulated_cupy`.
-"""
+(:class:`Table`) cached by address (:class:`TableCache`), the settings
+uploaded from pinned buffers, no synchronisation; float16 computes in
+float32. CuPy is reached only through the device's ``xp``: the code runs
+unchanged on :mod:`chainer_lars.testing.emulated_cupy`."""
 
 import collections
 import operator
@@ -269,8 +268,7 @@ class Table(object):
         host[3 * ntensors:4 * ntensors] = sizes
         host[4 * ntensors:5 * ntensors + 1] = first
         host[5 * ntensors + 1:] = numpy.repeat(numpy.arange(ntensors), counts)
-        self.ntensors = ntensors
-        self.nblocks = nblocks
+        self.ntensors, self.nblocks = ntensors, nblocks
         self.compute_dtype = _TYPES[numpy.dtype(dtype)][2]
         self.words = xp.empty(host.size, numpy.int64)
         stream = xp.cuda.get_current_stream()
@@ -308,7 +306,7 @@ class Table(object):
 class TableCache(object):
 
     """The tables of the last sets of arrays, by key (least recently used
-    go; ``builds`` counts them); copies come empty."""
+    go; ``builds`` counts them)."""
 
     def __init__(self, capacity=8):
         self.capacity = capacity
@@ -329,9 +327,6 @@ class TableCache(object):
             self._tables.popitem(last=False)[1].release()
         return table
 
-    def __reduce__(self):
-        return TableCache, (self.capacity,)
-
 
 class _Tables(object):
 
@@ -346,8 +341,7 @@ class _Tables(object):
         self.direct = all(
             w.size and supports(w, *states)
             for w, states in zip(group.weights, group.states))
-        self.last = None
-        self.empty = []
+        self.last, self.empty = None, []
 
 
 class CudaExecutor(object):
@@ -427,8 +421,8 @@ class CudaExecutor(object):
         table, keep, loss_scales = last
         stats = table.stats.get().astype(numpy.float64)
         out[keep, 0] = stats[:, 0]
-        out[keep, 1] = numpy.sqrt(stats[:, 1])
-        out[keep, 2] = numpy.sqrt(stats[:, 2]) / loss_scales
+        out[keep, 1:] = numpy.sqrt(stats[:, 1:])
+        out[keep, 2] /= loss_scales
         return out
 
 

@@ -95,10 +95,9 @@ def group_of_one(cached, device, path, weight, states=()):
 class Plan(object):
 
     """A face's groups (by device, dtype and a key of the face's), valid
-    while ``params`` are the same objects with the same rules, arrays,
-    ``flags(rules)`` and (``states=True``) momentum buffers and rule hooks;
-    ``where``: each group's positions in ``params``; ``others``: what else
-    the face keeps."""
+    while ``params`` keep their rules, arrays, ``flags(rules)`` and (with
+    ``states``) momentum buffers and rule hooks; ``where``: each group's
+    positions in ``params``; ``others``: what else the face keeps."""
 
     __slots__ = ('_objects', '_ids', '_flags', '_flag_fn', '_states',
                  '_hooks', '_hook_counts', '_by_key', 'groups', 'where',
@@ -195,9 +194,9 @@ def run(group, grads, op):
         arrays = (group.weights[k], g) + (
             group.states[k] if op == L.STEP else ())
         copies = [_contiguous(group.device, a) for a in arrays]
-        one = Group(group.device, copies[0].dtype)
-        one.add(group.paths[k], None, None, copies[0], tuple(copies[2:]))
-        one.prepare().rows[0] = group.rows[k]
+        one = group_of_one(None, group.device, group.paths[k], copies[0],
+                           tuple(copies[2:]))
+        one.rows[0] = group.rows[k]
         if one.executor.run(one, copies[1:2], op):
             left.append(k)
             continue

@@ -5,12 +5,11 @@ from chainer_lars import checks
 
 class ExclusionRules(object):
 
-    """The two exclusion lists of the hook or the optimizer: regular
-    expressions searched (:func:`re.search`) in the parameter paths (a
-    single ``str`` is a list of one). They act independently, unlike the
-    TensorFlow optimizer they come from: an array excluded from adaptation
-    keeps its weight decay, and one excluded from weight decay is adapted
-    with a weight decay of 0."""
+    """The two exclusion lists: regular expressions searched (:func:`re.
+    search`) in the parameter paths (a ``str`` is a list of one). Unlike in
+    the TensorFlow optimizer they come from, they act independently: an
+    array excluded from adaptation keeps its weight decay, one excluded from
+    weight decay is adapted with a weight decay of 0."""
 
     def __init__(self, exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=()):
@@ -26,15 +25,12 @@ class ExclusionRules(object):
 
     def lookup(self, path):
         """Returns ``(uses_weight_decay, uses_adaptation)`` for ``path``."""
-        try:
-            return self._cache[path]
-        except KeyError:
-            pass
-        flags = (
-            not any(p.search(path) for p in self.exclude_from_weight_decay),
-            not any(p.search(path)
-                    for p in self.exclude_from_layer_adaptation))
-        self._cache[path] = flags
+        flags = self._cache.get(path)
+        if flags is None:
+            flags = self._cache[path] = tuple(
+                not any(p.search(path) for p in patterns) for patterns in (
+                    self.exclude_from_weight_decay,
+                    self.exclude_from_layer_adaptation))
         return flags
 
     def patterns(self):

@@ -16,10 +16,9 @@ class _RuleDelegate(object):
 
     """Runs a GradientLARS on one float16 parameter inside its update rule,
     after the rule divides out the loss scale (a float16 gradient cannot
-    hold the rescaled result times it) and on the float32 master copy if
-    any. Armed by the hook for the optimizer's next ``t`` only, so a skipped
-    update or a removed hook leaves nothing behind; arming is not copied.
-    """
+    hold the rescaled result times it), on the float32 master copy if any.
+    Armed for the optimizer's next ``t`` only: a skipped update or a removed
+    hook leaves nothing behind; arming is not copied."""
 
     timing = 'pre'
 
@@ -32,9 +31,7 @@ class _RuleDelegate(object):
         self._armed = (weakref.ref(optimizer), optimizer.t + 1, path)
 
     def __getstate__(self):
-        state = self.__dict__.copy()
-        state['_armed'] = None
-        return state
+        return dict(self.__dict__, _armed=None)
 
     def __call__(self, rule, param):
         armed, self._armed = self._armed, None
@@ -103,13 +100,13 @@ class GradientLARS(exclusions.ExclusionProperties):
                  trust_coefficient=1.0, clip=False,
                  exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=(), multi_tensor=True):
+        self._rules = exclusions.ExclusionRules(
+            exclude_from_weight_decay, exclude_from_layer_adaptation)
         self.threshold = threshold
         self.weight_decay = weight_decay
         self.eps = eps
         self.trust_coefficient = trust_coefficient
         self.clip = clip
-        self._rules = exclusions.ExclusionRules(
-            exclude_from_weight_decay, exclude_from_layer_adaptation)
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         self._plans = engine.PlanCache()
         # Groups of one array (per-rule calls, float16 delegates) by
@@ -119,10 +116,7 @@ class GradientLARS(exclusions.ExclusionProperties):
 
     def __getstate__(self):
         # A copy starts without the original's observations and tables.
-        state = self.__dict__.copy()
-        state['_singles'] = {}
-        state['_observed'] = {}
-        return state
+        return dict(self.__dict__, _singles={}, _observed={})
 
     def __call__(self, *args):
         if len(args) == 1:

@@ -33,9 +33,8 @@ _BASE_VALUES = operator.attrgetter(*_HYPER)
 
 
 def _check_rows(rows, paths):
-    """Checks the hyperparameters in ``rows`` as :class:`LARS` does on
-    assignment: values set on a hyperparameter directly (``opt.hyperparam.
-    lr = -1``) are refused at the update."""
+    """Checks ``rows`` as :class:`LARS` checks assignments: values set on a
+    hyperparameter directly (``hyperparam.lr = -1``) fail at the update."""
     with numpy.errstate(invalid='ignore'):
         ok = (numpy.isfinite(rows[:, :len(_HYPER)]).all(axis=1)
               & (rows[:, L.LR] >= 0) & (rows[:, L.MOMENTUM] >= 0)
@@ -92,10 +91,7 @@ class LARSRule(optimizer.UpdateRule):
         self._observed = False
 
     def __getstate__(self):
-        state = self.__dict__.copy()
-        state['_group'] = None
-        state['_observed'] = False
-        return state
+        return dict(self.__dict__, _group=None, _observed=False)
 
     def init_state(self, param):
         with chainer.using_device(param.device):
@@ -166,10 +162,9 @@ def _flags(rules):
     """Per rule: enabled, and the exclusion flags."""
     try:
         return list(map(_RULE_FLAGS, rules))
-    except AttributeError:  # no rule, or not a LARSRule
-        return [None if r is None else (
-            r.enabled, getattr(r, 'uses_weight_decay', None),
-            getattr(r, 'uses_adaptation', None)) for r in rules]
+    except AttributeError:  # no rule, or not a LARSRule: never batched
+        return [_RULE_FLAGS(r) if isinstance(r, LARSRule) else None
+                for r in rules]
 
 
 def _batchable(param, rule):
@@ -270,9 +265,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         check_nan_in_grads`` and ``reallocate_cleared_grads`` (below): the
         same steps on one listing of the parameters, ``param.update()``
         replaced by :meth:`_update_params`, reading Chainer's private
-        ``_loss_scale``, ``_hookable``, ``_loss_scaling_*`` and
-        ``_set_grad``. ``tests/test_optimizer.py`` fails if they change.
-        """
+        ``_loss_scale``, ``_hookable``, ``_loss_scaling_*``, ``_set_grad``;
+        ``tests/test_optimizer.py`` fails if they change."""
         if not self._multi_tensor:
             return super(LARS, self).update(lossfun, *args, **kwds)
         if lossfun is not None:
@@ -307,9 +301,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         self.update_loss_scale()
 
     def _check_finite(self, params, grads):
-        """Chainer's ``check_nan_in_grads`` (warnings included, in its
-        order) on a listing and its gradients, with the flags of a device's
-        gradients brought to the host in one transfer, not one per array."""
+        """Chainer's ``check_nan_in_grads`` (its warnings, in its order),
+        with one transfer of flags per device, not one per array."""
         self._loss_scaling_isnan = False
         if not self._loss_scaling_is_dynamic:
             return
@@ -348,36 +341,28 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         with variable._AllowArrayAccessWithNonstandardLayout():
             grads = list(map(engine.GRAD, params))
         for k in [k for k, g in enumerate(grads) if g is None]:
-            param = params[k]
+            param, device = params[k], params[k].device
             # Chainer's listing leaves uninitialised parameters out.
-            if param.raw_array is None:
-                continue
-            device = param.device
-            with chainer.using_device(device):
-                param._set_grad(device.xp.zeros_like(param.raw_array),
-                                layout_check=False)
-            grads[k] = param.grad
+            if param.raw_array is not None:
+                with chainer.using_device(device):
+                    param._set_grad(device.xp.zeros_like(param.raw_array),
+                                    layout_check=False)
+                grads[k] = param.grad
         return grads
 
     def _update_params(self, params, grads=None):
-        """What ``param.update()`` for every parameter would do, batched
-        (``grads``: theirs, or ``None`` to read them here); returns the
-        parameters that took the per-rule path."""
+        """``param.update()`` for every parameter, batched (``grads``: theirs,
+        or ``None``); returns those that took the per-rule path."""
         plan = self._plans.plan
         if plan is None or not plan.matches(params):
             plan = self._plans.plan = self._build_plan(params)
-        jobs = []
-        # Every group's settings are filled and checked before any moves.
-        for group, where in zip(plan.groups, plan.where):
-            if grads is None:
-                group_grads = list(map(engine.GRAD, group.params))
-            else:
-                group_grads = list(map(grads.__getitem__, where))
+        for group in plan.groups:  # all checked before anything moves
             self._settings(group)
-            jobs.append((group, group_grads))
         unbatched = list(plan.others)
-        for group, group_grads in jobs:
-            left = engine.run(group, group_grads, L.STEP)
+        for group, where in zip(plan.groups, plan.where):
+            picked = (list(map(engine.GRAD, group.params)) if grads is None
+                      else list(map(grads.__getitem__, where)))
+            left = engine.run(group, picked, L.STEP)
             for rule in group.rules:
                 rule.t += 1
             for k in left:

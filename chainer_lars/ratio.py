@@ -1,11 +1,9 @@
 """The LARS trust ratio, the one place where its math lives.
 
 :func:`trust_ratio` on the host (the CPU loops compile this very function
-with Numba) and :data:`CUDA_TRUST_RATIO`, its twin for the device: a change
-to the ratio is made here, in both. The hook (arXiv:1708.03888,
-arXiv:1801.03137) and the optimizer (TensorFlow's) differ only in the
-``threshold`` and ``require_grad`` columns of their settings rows
-(``docs/design.rst``).
+with Numba) and :data:`CUDA_TRUST_RATIO` for the device: a change to the
+ratio is made here, in both. The hook and the optimizer differ only in
+their ``threshold`` and ``require_grad`` columns (``docs/design.rst``).
 """
 
 
