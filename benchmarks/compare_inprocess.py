@@ -1,20 +1,25 @@
 #!/usr/bin/env python
-"""The hook's per-array float16 path of two versions, timed in one process.
+"""The per-array costs of two versions, timed in one process.
 
 ``compare.py`` runs each version in its own process; on a shared machine
-the small per-array costs of the float16 NumPy path drift more between two
-processes than the versions differ. This script imports the other tree's
-package under another name (a copy in a temporary folder, its imports
-renamed) beside this tree's, and times ``hook(rule, param)`` over the
-arrays of ResNet-20 (conv ``W``, BN ``gamma`` and ``beta``) or of
-``many_1k`` (1,000 arrays of 1,024 elements), in float16, for
-each version in turn, many times, gradients restored before each call.
-It prints each version's minimum and median per pass and their ratios.
+small per-array costs (the float16 NumPy path, the per-rule paths) drift
+more between two processes than the versions differ. This script imports
+the other tree's package under another name (a copy in a temporary folder,
+its imports renamed) beside this tree's, and times, over the arrays of
+ResNet-20 (conv ``W``, BN ``gamma`` and ``beta``) or of ``many_1k`` (1,000
+arrays of 1,024 elements), in float16 or ``--dtype``, the hook's per-array
+path (``--face hook``: ``hook(rule, param)`` for each array),
+``LARS.update()`` (``--face lars``) or ``LARS(multi_tensor=False).update()``
+(``--face lars_pa``, the rules' own path), for each version in turn, many
+times, gradients restored before each pass. It prints each version's
+minimum and median per pass and their ratios.
 
 Usage (a worktree of the older version beside this one)::
 
     git worktree add /tmp/old b8e13bc
     python benchmarks/compare_inprocess.py /tmp/old --weight-decay 0
+    python benchmarks/compare_inprocess.py /tmp/old --face lars_pa \
+        --model many_1k --dtype float32
 """
 
 import argparse
@@ -55,7 +60,7 @@ def _import_renamed(tree, name):
     return __import__(name)
 
 
-def _pass(module, model, weight_decay):
+def _pass(module, model, weight_decay, face, dtype):
     import chainer
     import numpy
     numpy.random.seed(0)
@@ -66,10 +71,19 @@ def _pass(module, model, weight_decay):
             for name, size in sizes[:1 if model == 'many_1k' else 3]:
                 array = (numpy.zeros(size) if name == 'beta'
                          else numpy.random.randn(*size))
-                param = chainer.Parameter(array.astype(numpy.float16))
-                param.grad = (numpy.random.randn(*size) * 1e-2).astype(
-                    numpy.float16)
+                param = chainer.Parameter(array.astype(dtype))
+                param.grad = (numpy.random.randn(*size) * 1e-2).astype(dtype)
                 setattr(link, '{}{}'.format(name, i), param)
+    if face in ('lars', 'lars_pa'):
+        opt = module.LARS(lr=1e-4, weight_decay=weight_decay,
+                          multi_tensor=face == 'lars').setup(link)
+        grads = [(p, p.grad.copy()) for p in link.params()]
+
+        def lars_pass():
+            for param, grad in grads:
+                param.grad[...] = grad
+            opt.update()
+        return lars_pass, len(grads)
     opt = chainer.optimizers.MomentumSGD(0.1)
     opt.setup(link)
     hook = module.GradientLARS(weight_decay=weight_decay, multi_tensor=False)
@@ -88,6 +102,10 @@ def main():
     parser.add_argument('--model', choices=sorted(SHAPES),
                         default='cifar_resnet20')
     parser.add_argument('--weight-decay', type=float, default=0.0)
+    parser.add_argument('--face', choices=('hook', 'lars', 'lars_pa'),
+                        default='hook', help="the hook's per-array path, "
+                        'LARS.update(), or its per-rule path')
+    parser.add_argument('--dtype', default='float16')
     parser.add_argument('--rounds', type=int, default=15)
     args = parser.parse_args()
     if not os.path.isdir(os.path.join(args.old, 'chainer_lars')):
@@ -98,15 +116,17 @@ def main():
     old = _import_renamed(args.old, 'chainer_lars_old')
     passes, arrays = {}, 0
     for name, module in (('old', old), ('new', chainer_lars)):
-        passes[name], arrays = _pass(module, args.model, args.weight_decay)
+        passes[name], arrays = _pass(module, args.model, args.weight_decay,
+                                     args.face, args.dtype)
     times = {name: [] for name in passes}
     for _ in range(args.rounds):
         for name, one_pass in passes.items():
             times[name].append(min(timeit.repeat(
                 one_pass, number=20, repeat=3)) / 20 * 1e3)
-    print('hook(rule, param) over {} in float16 ({} arrays), '
-          'weight_decay={}, {} rounds'.format(
-              args.model, arrays, args.weight_decay, args.rounds))
+    print('{} over {} in {} ({} arrays), weight_decay={}, {} rounds'.format(
+        {'hook': 'hook(rule, param)', 'lars': 'LARS.update()',
+         'lars_pa': 'LARS(multi_tensor=False).update()'}[args.face],
+        args.model, args.dtype, arrays, args.weight_decay, args.rounds))
     stats = {}
     for name, values in times.items():
         values.sort()

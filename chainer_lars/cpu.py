@@ -183,14 +183,13 @@ class _Tables(object):
         self.grads = self.ids = None
         self.like = numpy.empty(0, group.dtype.newbyteorder('='))
         self.table, self.bad = None, []
-        dtype = group.dtype
-        if jit is None or dtype.char not in 'fd':
+        if jit is None or group.dtype.char not in 'fd':
             return
         self.table = table = numpy.zeros((n, 4), numpy.int64)
         table[:, L.SIZE] = -1  # no gradient until one is given
         for k, (w, states) in enumerate(zip(group.weights, group.states)):
             arrays = (w,) + tuple(states)
-            if all(a.dtype == dtype and a.dtype.isnative
+            if all(a.dtype == group.dtype and a.dtype.isnative
                    and a.flags.c_contiguous for a in arrays):
                 table[k, L.W] = w.ctypes.data
                 if states:

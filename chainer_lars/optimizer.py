@@ -130,11 +130,12 @@ class LARSRule(optimizer.UpdateRule):
         if g is None:
             return
         v = self.state['v']
-        group = engine.group_of_one(self._group, param.device, param.name, w,
-                                    (v,))
-        if group is not self._group:
+        group = self._group  # two identity checks: this path is per array
+        if (group is None or group.weights[0] is not w
+                or group.states[0][0] is not v):
             _check_dtype(param.name, w)
-            self._group = group
+            group = self._group = engine.group_of_one(
+                None, param.device, param.name, w, (v,))
         # The loss scale is already divided out (UpdateRule.update).
         inputs = (_HYPER_VALUES(self), self.uses_weight_decay,
                   self.uses_adaptation)
