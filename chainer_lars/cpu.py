@@ -101,7 +101,7 @@ def _sqnorm(flat):
     return total
 
 
-def _step(op, wf, gf, vf, p, q, momentum, nesterov, ct):
+def _step(op, p, q, momentum, nesterov, ct, wf, gf, vf=None):
     """``u = p g + q w`` in chunks (``w`` unread when ``q`` is 0 for the
     hook), which is the hook's new ``g``, or the optimizer's step of
     :func:`chainer_lars._numba.momentum_step` with ``u``."""
@@ -162,8 +162,8 @@ def numpy_update(row, obs, op, w, g, v=None):
     if (q != 0 or p != 1) if op == L.RESCALE else gf.size:
         ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
         with numpy.errstate(over='ignore', invalid='ignore'):
-            _step(op, wf, gf, natives[-1].reshape(-1), p, q,
-                  row[L.MOMENTUM], row[L.NESTEROV], ct)
+            _step(op, p, q, row[L.MOMENTUM], row[L.NESTEROV], ct, wf, gf,
+                  *[a.reshape(-1) for a in natives[2:]])
     for a, copy in zip(arrays, natives):
         if copy is not a:
             a[...] = copy
