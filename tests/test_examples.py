@@ -912,3 +912,37 @@ def test_trust_ratio_rows_in_the_models_layer_order(cifar):
 def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
     assert common.ratio_ticks(low, high) == pytest.approx(ticks)
     assert 4 <= len(common.ratio_ticks(0.1001, 0.1002)) <= 12
+
+
+@pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])
+def test_values_derived_from_flags_are_checked_like_flags(
+        request, capsys, name):
+    """The learning rate follows from the batch size and the trust
+    coefficient: where it overflows, a usage error names the flags."""
+    example = request.getfixturevalue(name)
+    flags, names = ['--trust-coefficient', '1e-320'], ['--trust-coefficient']
+    err = usage_error(example.parse_args, flags + ['-e', '1'], capsys)
+    assert 'Traceback' not in err and 'usage:' in err
+    line = err.splitlines()[-1]
+    assert 'lr' in line and all(n in line for n in names), err
+
+
+@pytest.mark.parametrize('damage', ['missing', 'shape'])
+def test_resume_refuses_a_snapshot_with_a_missing_or_misshapen_entry(
+        mnist, mnist_snapshot, tmp_path, capsys, damage):
+    """One line naming the entry, before anything is trained."""
+    snapshot, args = mnist_snapshot
+    entry = 'updater/optimizer:main/predictor/l1/W/v'
+    with numpy.load(snapshot) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    if damage == 'missing':
+        del arrays[entry]
+    else:
+        arrays[entry] = arrays[entry][:, :-1]
+    damaged = str(tmp_path / 'damaged.npz')
+    numpy.savez_compressed(damaged, **arrays)
+    out = tmp_path / 'resumed'
+    err = usage_error(mnist.main, args + [
+        '--resume', damaged, '--out', str(out)], capsys)
+    assert len(err.splitlines()) == 1 and entry in err, err
+    assert not out.exists()

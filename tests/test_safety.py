@@ -1,0 +1,187 @@
+"""No input corrupts memory: arrays replaced between updates, read-only
+memory, and cached tables, each run in a subprocess (a crash is a failure,
+not the end of the run)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests import REPO_ROOT
+
+
+_PRELUDE = '''
+import mmap, os, sys, tempfile
+import numpy as np
+import chainer, chainer_lars
+from chainer_lars import engine, layout as L
+
+def model(n=4, dtype=np.float32):
+    p = chainer.Parameter(np.ones(n, dtype)); m = chainer.Link()
+    with m.init_scope():
+        m.w = p
+    return m, p
+
+def snapshot(*arrays):
+    return [None if a is None else np.array(a, copy=True) for a in arrays]
+
+def same(before, *arrays):
+    return all((a is None and b is None) or (
+        a.dtype == b.dtype and a.shape == b.shape
+        and np.array_equal(a, b, equal_nan=True))
+        for a, b in zip(before, arrays))
+
+def outcome(fn, *arrays):
+    """Prints the error of fn() and whether the arrays kept their values."""
+    before = snapshot(*arrays)
+    try:
+        fn()
+    except Exception as e:
+        print('ERROR', type(e).__name__, str(e).replace(chr(10), ' '))
+    else:
+        print('OK')
+    print('UNCHANGED' if same(before, *arrays) else 'CHANGED')
+'''
+
+
+def run_case(code, emulated=False):
+    """``(returncode, stdout, stderr)`` of ``code`` after the prelude."""
+    source = _PRELUDE
+    if emulated:
+        source += ('from chainer_lars.testing import emulated_cupy\n'
+                   'emulated_cupy.installed().__enter__()\n')
+    source += textwrap.dedent(code)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT),
+               PYTHONWARNINGS='ignore')
+    proc = subprocess.run([sys.executable, '-c', source], env=env,
+                          capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def lines(code, emulated=False):
+    rc, out, err = run_case(code, emulated)
+    assert rc == 0, 'the case crashed or failed (status {}):\n{}'.format(
+        rc, err[-3000:])
+    return out.splitlines()
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('size', [8, 2, 1000000])
+def test_a_resized_weight_is_refused_as_chainer_refuses_it(multi_tensor,
+                                                           size):
+    """The momentum buffer keeps the old size: Chainer's MomentumSGD raises
+    ValueError (operands could not be broadcast); so does LARS, naming the
+    parameter, before anything moves."""
+    out = lines('''
+        m, p = model()
+        o = chainer_lars.LARS(lr=0.1, multi_tensor={mt}); o.setup(m)
+        p.grad = np.full(4, .5, np.float32); o.update()
+        p.array = np.ones({n}, np.float32)
+        p.grad = np.full({n}, .5, np.float32)
+        v = p.update_rule.state['v']
+        outcome(o.update, p.array, p.grad, v)
+        ref, q = model()
+        s = chainer.optimizers.MomentumSGD(lr=0.1); s.setup(ref)
+        q.grad = np.full(4, .5, np.float32); s.update()
+        q.array = np.ones({n}, np.float32)
+        q.grad = np.full({n}, .5, np.float32)
+        outcome(s.update)
+    '''.format(mt=multi_tensor, n=size))
+    assert lines_error(out[0]) == lines_error(out[2]) == 'ValueError'
+    assert '/w' in out[0] and 'momentum' in out[0]
+    assert out[1] == 'UNCHANGED'
+
+
+def lines_error(line):
+    return line.split()[1] if line.startswith('ERROR') else None
+
+
+READ_ONLY = {
+    'flag': '''
+        w = np.ones(4, np.float32); w.flags.writeable = False
+    ''',
+    'mmap': '''
+        path = os.path.join(tempfile.mkdtemp(), 'w.npy')
+        np.save(path, np.ones(4, np.float32))
+        w = np.load(path, mmap_mode='r')
+    ''',
+    'frombuffer': '''
+        data = bytes(np.ones(4, np.float32).tobytes())
+        w = np.frombuffer(data, np.float32)
+    ''',
+}
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('memory', sorted(READ_ONLY))
+def test_read_only_weights_are_refused_as_numpy_refuses_them(multi_tensor,
+                                                             memory):
+    out = lines(READ_ONLY[memory] + '''
+        m, p = model()
+        o = chainer_lars.LARS(lr=0.1, multi_tensor={mt}); o.setup(m)
+        p.grad = np.full(4, .5, np.float32); o.update()
+        p.array = w
+        p.grad = np.full(4, .5, np.float32)
+        outcome(o.update, p.array, p.grad, p.update_rule.state['v'])
+        print(np.frombuffer(data, np.float32).tolist()
+              if 'data' in globals() else 'no bytes')
+        m, q = model()
+        s = chainer.optimizers.MomentumSGD(lr=0.1); s.setup(m)
+        q.array = w.copy(); q.array.flags.writeable = False
+        q.grad = np.full(4, .5, np.float32)
+        outcome(s.update)
+    '''.format(mt=multi_tensor))
+    assert lines_error(out[0]) == lines_error(out[3]) == 'ValueError'
+    assert '/w' in out[0] and 'read-only' in out[0]
+    assert out[1] == 'UNCHANGED'
+    assert out[2] in ('no bytes', str([1.0] * 4))
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_the_hook_refuses_a_read_only_gradient(multi_tensor):
+    out = lines('''
+        m, p = model()
+        p.array[:] = [1, 2, 3, 4]
+        o = chainer.optimizers.MomentumSGD(lr=0.1); o.setup(m)
+        o.add_hook(chainer_lars.GradientLARS(multi_tensor={mt}))
+        g = np.full(4, .5, np.float32); g.flags.writeable = False
+        p.grad = g
+        outcome(o.update, p.array, p.grad)
+        m, q = model()
+        q.array[:] = [1, 2, 3, 4]
+        s = chainer.optimizers.MomentumSGD(lr=0.1); s.setup(m)
+        s.add_hook(chainer.optimizer_hooks.GradientLARS())
+        q.grad = g
+        outcome(s.update)
+    '''.format(mt=multi_tensor))
+    assert lines_error(out[0]) == lines_error(out[2]) == 'ValueError'
+    assert '/w' in out[0] and 'read-only' in out[0]
+    assert out[1] == 'UNCHANGED'
+
+
+@pytest.mark.emulated
+def test_a_gpu_table_built_for_the_hook_is_not_used_for_a_step():
+    """The same gradients under two ops: the step must get the momentum
+    buffers' pointers, not the hook's zeros."""
+    out = lines('''
+        device = chainer.get_device('@cupy:0')
+        xp = device.xp
+        with chainer.using_device(device):
+            w = xp.asarray(np.linspace(1, 2, 300, dtype=np.float32))
+            g = xp.asarray(np.linspace(-1, 1, 300, dtype=np.float32))
+            v = xp.zeros(300, np.float32)
+        group = engine.Group(device, np.float32)
+        group.add('/w', None, None, w, (v,))
+        group.prepare()
+        group.rows[:, L.LR] = 0.5
+        group.rows[:, L.MOMENTUM] = 0.9
+        group.rows[:, L.ADAPT] = 0.0
+        w0, g0 = w.get(), g.get()
+        engine.run(group, [g], L.RESCALE)
+        engine.run(group, [g], L.STEP)
+        print(np.allclose(v.get(), 0.5 * g0), np.allclose(w.get(),
+                                                          w0 - 0.5 * g0))
+    ''', emulated=True)
+    assert out == ['True True']
