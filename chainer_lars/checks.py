@@ -110,6 +110,29 @@ def patterns(name, values):
                  for i, item in enumerate(items))
 
 
+def addressed(path, weight, grad, states=(), written=('weight',)):
+    """Checks the arrays one row of a compiled loop or CUDA table reads
+    and writes through addresses, as NumPy checks Chainer's in-place
+    operations on them: each of ``weight``'s shape, and writeable where
+    ``written`` names it (``'weight'``, ``'gradient'``; momentum buffers
+    always). Dtype, byte order and layout need no error: rows that differ
+    go through native copies. Raises ``ValueError`` naming ``path``."""
+    named = (('gradient', grad),) + tuple(
+        ('momentum buffer', v) for v in states)
+    for name, a in named:
+        if a.shape != weight.shape:
+            raise ValueError(
+                '{}: the {} has shape {} but the weight {}: operands could '
+                'not be broadcast together'.format(
+                    path, name, a.shape, weight.shape))
+    for name, a in (('weight', weight),) + named:
+        # CuPy arrays have no writeable flag: device memory always is.
+        if ((name in written or name == 'momentum buffer')
+                and not getattr(a.flags, 'writeable', True)):
+            raise ValueError('{}: the {} is read-only (output array is '
+                             'read-only)'.format(path, name))
+
+
 class CheckedAttribute(object):
 
     """An instance attribute whose every assignment is checked by ``check(

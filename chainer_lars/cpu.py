@@ -171,16 +171,17 @@ def numpy_update(row, obs, op, w, g, v=None):
 
 class _Tables(object):
 
-    """A group's address table (``None``: the NumPy passes), gradients,
-    sizes, rows it cannot take (``bad``) and observations."""
+    """A group's address table (``None``: the NumPy passes), the ids of
+    the gradients in it (held by the engine's check), sizes, rows it
+    cannot take (``bad``) and observations."""
 
-    __slots__ = ('table', 'sizes', 'grads', 'ids', 'bad', 'obs', 'like')
+    __slots__ = ('table', 'sizes', 'ids', 'bad', 'obs', 'like')
 
     def __init__(self, group, jit):
         n = len(group)
         self.obs = numpy.full((n, 3), numpy.nan)
         self.sizes = [w.size for w in group.weights]
-        self.grads = self.ids = None
+        self.ids = None
         self.like = numpy.empty(0, group.dtype.newbyteorder('='))
         self.table, self.bad = None, []
         if jit is None or group.dtype.char not in 'fd':
@@ -213,17 +214,18 @@ class CpuExecutor(object):
             _jit().multi_update(tables.table, rows, tables.obs, tables.like,
                                 op)
         rejected = []
+        native = group.dtype.newbyteorder('=')
         for k in slow:
             g = grads[k]
-            # Beside the loop, the NumPy passes take only a gradient of
-            # another dtype than its weight; the rest goes back.
-            if g is None or tables.table is not None and (
-                    k in tables.bad
-                    or g.dtype.newbyteorder('=') == group.dtype):
+            states = group.states[k] if op == L.STEP else ()
+            # Beside the loop, the NumPy passes take only arrays of mixed
+            # dtypes; the rest goes back (the loop takes native copies).
+            if g is None or tables.table is not None and all(
+                    a.dtype.newbyteorder('=') == native
+                    for a in (g,) + tuple(states)):
                 tables.obs[k] = numpy.nan
                 rejected.append(k)
             else:
-                states = group.states[k] if op == L.STEP else ()
                 numpy_update(rows[k], tables.obs[k], op, group.weights[k], g,
                              *states)
         return rejected
@@ -232,9 +234,11 @@ class CpuExecutor(object):
         """Puts the gradients' addresses in the table; returns the rows it
         cannot take this update (skipped by the loop)."""
         tables = group.tables
-        ids = list(map(id, grads))
-        if ids == tables.ids:  # the same arrays, held in tables.grads
-            return []
+        ids = None  # unchecked (the engine's copies): put every time
+        if group.grads is grads:
+            ids = group.checked[0]  # a new list whenever a gradient changed
+            if ids is tables.ids:
+                return []
         table, sizes, put = tables.table, tables.sizes, _jit().put_grad
         others = []
         for k, g in enumerate(grads):
@@ -244,7 +248,7 @@ class CpuExecutor(object):
                     and put(table, k, g, sizes[k])):
                 table[k, L.SIZE] = -1
                 others.append(k)
-        tables.grads, tables.ids = grads, None if others else ids
+        tables.ids = None if others else ids
         return others
 
     def observe(self, group):

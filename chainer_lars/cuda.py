@@ -390,7 +390,8 @@ class CudaExecutor(object):
             states = None if states is None else [states[k] for k in keep]
             rows = rows[keep]
         xp = group.device.xp
-        key = (None if keep is None else tuple(keep),
+        # The op too: the hook's table has no momentum pointers.
+        key = (op, None if keep is None else tuple(keep),
                tuple(map(_POINTER, grads)))
         with group.device.create_context():
             table = tables.cache.get(key, xp, group.dtype, weights, grads,

@@ -15,6 +15,7 @@ import numpy
 import chainer
 from chainer.backends import cuda as _chainer_cuda
 
+from chainer_lars import checks
 from chainer_lars import cpu
 from chainer_lars import cuda
 from chainer_lars import layout as L
@@ -46,12 +47,15 @@ class Group(object):
     or ``()``) and settings row; ``static``: the face's flags ``(uses
     weight decay, adapted)``, a 2 x n array once prepared; ``op`` and
     ``copies`` (row -> group of one) of the last :func:`run`; the
-    executor's ``tables``; what the face filled the rows from (``inputs``).
+    executor's ``tables``; what the face filled the rows from (``inputs``);
+    whether a step writes the gradients (``scaled``: a loss scale to divide
+    out); what :func:`check` last passed (``checked``: the gradients' ids,
+    the op, ``scaled``) and its last ``grads``.
     """
 
     __slots__ = ('executor', 'device', 'dtype', 'paths', 'params', 'rules',
                  'weights', 'states', 'rows', 'op', 'copies', 'tables',
-                 'static', 'inputs')
+                 'static', 'inputs', 'scaled', 'checked', 'grads')
 
     def __init__(self, device, dtype):
         self.executor = executor_for(device)
@@ -60,6 +64,8 @@ class Group(object):
         self.paths, self.params, self.rules = [], [], []
         self.weights, self.states, self.static = [], [], []
         self.rows = self.tables = self.op = self.inputs = None
+        self.checked = self.grads = None
+        self.scaled = False
         self.copies = {}
 
     def __len__(self):
@@ -179,16 +185,40 @@ def _contiguous(device, a):
         return device.xp.ascontiguousarray(a)
 
 
+def check(group, grads, op):
+    """Checks the arrays of ``run(group, grads, op)`` (:func:`chainer_lars.
+    checks.addressed`) unless they are those last checked: a face checks
+    every group before it runs any, so an error leaves all as it was. The
+    weights and momentum buffers of a group never change (a face makes a
+    new one), the gradients are held: their ids stay theirs."""
+    checked, ids = group.checked, list(map(id, grads))
+    if (checked is not None and checked[0] == ids
+            and checked[1:] == (op, group.scaled)):
+        group.grads = grads
+        return
+    group.checked = group.grads = None
+    written = ('gradient',) if op == L.RESCALE else (
+        ('weight', 'gradient') if group.scaled else ('weight',))
+    for k, g in enumerate(grads):
+        if g is not None:
+            checks.addressed(group.paths[k], group.weights[k], g,
+                             group.states[k] if op == L.STEP else (),
+                             written)
+    group.checked, group.grads = (ids, op, group.scaled), grads
+
+
 def run(group, grads, op):
-    """One update of a group's arrays with its rows; returns the rows left
-    alone: no gradient, or one no executor takes even as a contiguous copy
-    (on a GPU, of another dtype than its weight)."""
+    """One update of a group's arrays with its rows, once :func:`check`
+    passes them; returns the rows left alone: no gradient, or one no
+    executor takes even as a contiguous copy (on a GPU, of another dtype
+    than its weight)."""
+    check(group, grads, op)
     group.op = op
     group.copies.clear()
     left = []
     for k in group.executor.run(group, grads, op):
         g = grads[k]
-        if g is None or g.size != group.weights[k].size:
+        if g is None:
             left.append(k)
             continue
         arrays = (group.weights[k], g) + (

@@ -164,6 +164,7 @@ class GradientLARS(exclusions.ExclusionProperties):
                 clips = [self._clip_lr(rule, path) if a and g is not None
                          and g.size else -1.0 for rule, path, a, g in zip(
                              group.rules, group.paths, group.static[1], grads)]
+            engine.check(group, grads, L.RESCALE)
             jobs.append((group, grads, clips))
         others = []
         for param, rule, path, adapt in plan.others:

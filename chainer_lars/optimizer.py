@@ -86,9 +86,11 @@ class LARSRule(optimizer.UpdateRule):
             parent_hyperparam or _default_hyperparam)
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
-        # The per-rule path's group of one; whether the last update took it.
+        # The per-rule path's group of one; whether the last update took it;
+        # the parameter's path, once LARS.setup names it (for errors).
         self._group = None
         self._observed = False
+        self._path = None
 
     def __getstate__(self):
         return dict(self.__dict__, _group=None, _observed=False)
@@ -133,21 +135,22 @@ class LARSRule(optimizer.UpdateRule):
         group = self._group  # two identity checks: this path is per array
         if (group is None or group.weights[0] is not w
                 or group.states[0][0] is not v):
-            _check_dtype(param.name, w)
+            path = self._path or param.name
+            _check_dtype(path, w)
             group = self._group = engine.group_of_one(
-                None, param.device, param.name, w, (v,))
+                None, param.device, path, w, (v,))
         # The loss scale is already divided out (UpdateRule.update).
         inputs = (_HYPER_VALUES(self), self.uses_weight_decay,
                   self.uses_adaptation)
         if inputs != group.inputs:
             _fill(group.rows, *inputs)
-            _check_rows(group.rows, [param.name])
+            _check_rows(group.rows, group.paths)
             group.inputs = inputs
         if engine.run(group, [g], L.STEP):
             raise ValueError(
                 'LARS needs weight, gradient and momentum arrays of one '
                 'dtype (float16, float32 or float64); got {}, {}, {} '
-                'for {}'.format(w.dtype, g.dtype, v.dtype, param.name))
+                'for {}'.format(w.dtype, g.dtype, v.dtype, group.paths[0]))
         self._observed = True
 
     update_core_gpu = update_core_cpu
@@ -257,6 +260,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
             if isinstance(rule, LARSRule):
                 rule.uses_weight_decay, rule.uses_adaptation = (
                     self._rules.lookup(path))
+                rule._path = path
         return self
 
     def update(self, lossfun=None, *args, **kwds):
@@ -357,12 +361,16 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         plan = self._plans.plan
         if plan is None or not plan.matches(params):
             plan = self._plans.plan = self._build_plan(params)
-        for group in plan.groups:  # all checked before anything moves
-            self._settings(group)
-        unbatched = list(plan.others)
+        picks = []
         for group, where in zip(plan.groups, plan.where):
+            # All checked before anything moves.
+            self._settings(group)
             picked = (list(map(engine.GRAD, group.params)) if grads is None
                       else list(map(grads.__getitem__, where)))
+            engine.check(group, picked, L.STEP)
+            picks.append(picked)
+        unbatched = list(plan.others)
+        for group, picked in zip(plan.groups, picks):
             left = engine.run(group, picked, L.STEP)
             for rule in group.rules:
                 rule.t += 1
@@ -394,6 +402,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
         _check_rows(rows, group.paths)
         group.inputs = (values, scales)
+        group.scaled = bool((rows[:, L.LOSS_SCALE] != 1.0).any())
 
     def _build_plan(self, params):
         paths = {id(param): path for path, param in self.target.namedparams()}

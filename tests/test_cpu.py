@@ -295,6 +295,12 @@ def test_the_executor_takes_what_it_can_and_the_engine_the_rest():
     grads[3] = numpy.repeat(grads[3], 2)[::2]  # strided: a copy is taken
     grads[4] = grads[4][:5]  # another size: nobody takes it
     assert group.executor.run(group, grads, L.STEP) == [1, 3, 4]
+    # The engine refuses it as NumPy would, before anything moves.
+    moved = [w.copy() for w in weights]
+    with pytest.raises(ValueError, match='/p4: the gradient has shape'):
+        engine.run(group, grads, L.STEP)
+    assert all(w.tobytes() == m.tobytes() for w, m in zip(weights, moved))
+    grads[4] = None
     assert engine.run(group, grads, L.STEP) == [1, 4]
     assert list(group.copies) == [3]
     observed = engine.observe(group)

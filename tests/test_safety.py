@@ -51,7 +51,8 @@ def run_case(code, emulated=False):
     source = _PRELUDE
     if emulated:
         source += ('from chainer_lars.testing import emulated_cupy\n'
-                   'emulated_cupy.installed().__enter__()\n')
+                   '_installed = emulated_cupy.installed()\n'
+                   '_installed.__enter__()\n')
     source += textwrap.dedent(code)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT),
                PYTHONWARNINGS='ignore')
