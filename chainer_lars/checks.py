@@ -133,6 +133,13 @@ def addressed(path, weight, grad, states=(), written=('weight',)):
                              'read-only)'.format(path, name))
 
 
+def direct(dtype, arrays):
+    """Whether ``arrays`` can go through a table's addresses as they are:
+    of ``dtype``, native byte order, C-contiguous (else native copies)."""
+    return all(a.dtype == dtype and a.dtype.isnative and a.flags.c_contiguous
+               for a in arrays)
+
+
 class CheckedAttribute(object):
 
     """An instance attribute whose every assignment is checked by ``check(

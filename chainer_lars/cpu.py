@@ -14,6 +14,7 @@ import warnings
 
 import numpy
 
+from chainer_lars import checks
 from chainer_lars import layout as L
 from chainer_lars import ratio
 
@@ -189,9 +190,7 @@ class _Tables(object):
         self.table = table = numpy.zeros((n, 4), numpy.int64)
         table[:, L.SIZE] = -1  # no gradient until one is given
         for k, (w, states) in enumerate(zip(group.weights, group.states)):
-            arrays = (w,) + tuple(states)
-            if all(a.dtype == group.dtype and a.dtype.isnative
-                   and a.flags.c_contiguous for a in arrays):
+            if checks.direct(group.dtype, (w,) + tuple(states)):
                 table[k, L.W] = w.ctypes.data
                 if states:
                     table[k, L.V] = states[0].ctypes.data
@@ -243,8 +242,8 @@ class CpuExecutor(object):
         others = []
         for k, g in enumerate(grads):
             # Numba cannot type a non-native dtype: checked first.
-            if not (g is not None and g.dtype == group.dtype
-                    and g.dtype.isnative and k not in tables.bad
+            if not (g is not None and k not in tables.bad
+                    and checks.direct(group.dtype, (g,))
                     and put(table, k, g, sizes[k])):
                 table[k, L.SIZE] = -1
                 others.append(k)

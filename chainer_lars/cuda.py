@@ -12,6 +12,7 @@ import operator
 
 import numpy
 
+from chainer_lars import checks
 from chainer_lars import layout as L
 from chainer_lars import ratio
 
@@ -231,8 +232,7 @@ def _kernel(xp, dtype, name):
 def supports(*arrays):
     """Whether these device arrays can go through the kernels as they are."""
     dtype = arrays[0].dtype
-    return dtype in _TYPES and all(
-        a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+    return dtype in _TYPES and checks.direct(dtype, arrays)
 
 
 def empty_pinned(xp, shape, dtype):

@@ -27,6 +27,7 @@ GRAD = operator.attrgetter('grad')
 LOSS_SCALE = operator.attrgetter('_loss_scale')
 UPDATE_RULE = operator.attrgetter('update_rule')
 _STATE = operator.attrgetter('_state')
+_SHAPE = operator.attrgetter('shape')
 _MOMENTUM = operator.methodcaller('get', 'v')
 
 
@@ -49,8 +50,8 @@ class Group(object):
     ``copies`` (row -> group of one) of the last :func:`run`; the
     executor's ``tables``; what the face filled the rows from (``inputs``);
     whether a step writes the gradients (``scaled``: a loss scale to divide
-    out); what :func:`check` last passed (``checked``: the gradients' ids,
-    the op, ``scaled``) and its last ``grads``.
+    out); what :func:`check` last passed (``checked``: the gradients' ids
+    or shapes, the op, ``scaled``) and the ``grads`` held.
     """
 
     __slots__ = ('executor', 'device', 'dtype', 'paths', 'params', 'rules',
@@ -190,11 +191,19 @@ def check(group, grads, op):
     checks.addressed`) unless they are those last checked: a face checks
     every group before it runs any, so an error leaves all as it was. The
     weights and momentum buffers of a group never change (a face makes a
-    new one), the gradients are held: their ids stay theirs."""
-    checked, ids = group.checked, list(map(id, grads))
-    if (checked is not None and checked[0] == ids
-            and checked[1:] == (op, group.scaled)):
-        group.grads = grads
+    new one); gradients are known by id on the CPU (held: the ids stay
+    theirs; the flags may differ), by shape on a GPU (holding them would
+    keep their memory from the next backward pass)."""
+    held = group.device.xp is numpy
+    if held:
+        key = list(map(id, grads))
+    else:
+        try:
+            key = list(map(_SHAPE, grads))
+        except AttributeError:  # a gradient is None
+            key = [None if g is None else g.shape for g in grads]
+    if group.checked == (key, op, group.scaled):
+        group.grads = grads if held else None
         return
     group.checked = group.grads = None
     written = ('gradient',) if op == L.RESCALE else (
@@ -204,7 +213,8 @@ def check(group, grads, op):
             checks.addressed(group.paths[k], group.weights[k], g,
                              group.states[k] if op == L.STEP else (),
                              written)
-    group.checked, group.grads = (ids, op, group.scaled), grads
+    group.checked = (key, op, group.scaled)
+    group.grads = grads if held else None
 
 
 def run(group, grads, op):
