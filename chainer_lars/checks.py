@@ -110,21 +110,28 @@ def patterns(name, values):
                  for i, item in enumerate(items))
 
 
-def addressed(path, weight, grad, states=(), written=('weight',)):
+def addressed(path, weight, grad, states=(), written=('weight',),
+              one_dtype=False):
     """Checks the arrays one row of a compiled loop or CUDA table reads
     and writes through addresses, as NumPy checks Chainer's in-place
-    operations on them: each of ``weight``'s shape, and writeable where
+    operations on them: each of ``weight``'s size, and writeable where
     ``written`` names it (``'weight'``, ``'gradient'``; momentum buffers
     always). Dtype, byte order and layout need no error: rows that differ
-    go through native copies. Raises ``ValueError`` naming ``path``."""
+    go through native copies, but with ``one_dtype`` (a GPU, where CuPy's
+    kernels take one) another dtype is a ``TypeError``. Raises ``ValueError``
+    naming ``path``."""
     named = (('gradient', grad),) + tuple(
         ('momentum buffer', v) for v in states)
     for name, a in named:
-        if a.shape != weight.shape:
+        if a.size != weight.size:
             raise ValueError(
-                '{}: the {} has shape {} but the weight {}: operands could '
-                'not be broadcast together'.format(
-                    path, name, a.shape, weight.shape))
+                '{}: the {} has {} elements but the weight {} (shapes {} '
+                'and {}): operands could not be broadcast together'.format(
+                    path, name, a.size, weight.size, a.shape, weight.shape))
+    for name, a in named:
+        if one_dtype and a.dtype != weight.dtype:
+            raise TypeError('{}: the {} is {} but the weight {}'.format(
+                path, name, a.dtype, weight.dtype))
     for name, a in (('weight', weight),) + named:
         # CuPy arrays have no writeable flag: device memory always is.
         if ((name in written or name == 'momentum buffer')

@@ -212,7 +212,7 @@ def check(group, grads, op):
         if g is not None:
             checks.addressed(group.paths[k], group.weights[k], g,
                              group.states[k] if op == L.STEP else (),
-                             written)
+                             written, not held)
     group.checked = (key, op, group.scaled)
     group.grads = grads if held else None
 

@@ -172,6 +172,12 @@ class GradientLARS(exclusions.ExclusionProperties):
             if g is not None and g.size:
                 if self.clip and adapt:
                     self._clip_lr(rule, path)
+                if param.dtype == numpy.float16:  # the delegate's arrays
+                    direct = not rule._use_fp32_update
+                    checks.addressed(
+                        path, param.array, g, (),
+                        ('gradient',) if direct else (),
+                        direct and param.device.xp is not numpy)
                 others.append((param, rule, path))
 
         self._observed = {}

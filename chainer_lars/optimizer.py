@@ -185,6 +185,18 @@ def _batchable(param, rule):
             and not (rule._use_fp32_update and param.dtype == numpy.float16))
 
 
+def _check_unbatched(param):
+    """The engine's check of a LARSRule's arrays on the per-rule path (its
+    own check would come after the batched groups moved)."""
+    rule, w, g = param.update_rule, param.array, param.grad
+    if (isinstance(rule, LARSRule) and rule.enabled and w is not None
+            and g is not None and not (
+                rule._use_fp32_update and w.dtype == numpy.float16)):
+        checks.addressed(rule._path or param.name, w, g,
+                         (rule.state['v'],) if rule.state else (),
+                         one_dtype=param.device.xp is not numpy)
+
+
 class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     """Momentum SGD with layer-wise adaptive rate scaling (`LARS
@@ -369,6 +381,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
                       else list(map(grads.__getitem__, where)))
             engine.check(group, picked, L.STEP)
             picks.append(picked)
+        for param in plan.others:
+            _check_unbatched(param)
         unbatched = list(plan.others)
         for group, picked in zip(plan.groups, picks):
             left = engine.run(group, picked, L.STEP)
