@@ -114,7 +114,7 @@ def test_mnist_runs_in_the_callers_directory(checkout):
     assert call['name'] == str(checkout['repo'] / '.venv/bin/python')
     assert call['argv'] == [
         str(checkout['repo'] / 'examples/mnist/train_mnist.py')] + ARGS
-    # The trainers find examples.common themselves (examples/README.md):
+    # The trainers find the examples package themselves (examples/README.md):
     # the caller's PYTHONPATH is left as it is, on every rank alike.
     assert call['path'] == os.environ.get('PYTHONPATH')
 
@@ -219,9 +219,9 @@ def test_venv_refuses_an_unknown_extra(checkout):
 
 def test_mnist_help_runs_for_real(tmp_path):
     """dev.sh mnist --help runs the real trainer, from another directory
-    and with nothing on PYTHONPATH: as a file, it must find examples.common
-    (and, in this checkout without an install, chainer_lars) in the
-    repository by itself."""
+    and with nothing on PYTHONPATH: as a file, it must find the examples
+    package (and, in this checkout without an install, chainer_lars) in
+    the repository by itself."""
     repo = tmp_path / 'repo'
     (repo / '.venv/bin').mkdir(parents=True)
     for name in ('dev.sh',) + PACKAGING:

@@ -17,7 +17,11 @@ import pytest
 
 import chainer
 
-from examples import common
+from examples import cli
+from examples import data
+from examples import plots
+from examples import recipe
+from examples import training
 from tests import REPO_ROOT
 
 
@@ -153,7 +157,7 @@ def test_evaluator_weights_each_batch_by_its_size():
     reporter = chainer.Reporter()  # the trainer's, during evaluation
     reporter.add_observer('main', model)
     with reporter:
-        result = common.Evaluator(iterator, model).evaluate()
+        result = training.Evaluator(iterator, model).evaluate()
         plain = chainer.training.extensions.Evaluator(iterator, model)
         plain = plain.evaluate()
     assert result['main/accuracy'] == pytest.approx(0.6, rel=1e-6)
@@ -167,10 +171,10 @@ def test_images_are_standardized_by_the_training_set(dataset_root, dataset):
     """MNIST over all pixels, CIFAR per channel; test images alike."""
     raw = getattr(chainer.datasets, 'get_' + dataset)()
     if dataset == 'mnist':
-        got = common.load_mnist()
+        got = data.load_mnist()
         axis = None
     else:
-        got = common.load_cifar(dataset)
+        got = data.load_cifar(dataset)
         axis = (0, 2, 3)
     (raw_x, raw_t), (x, t) = [chainer.dataset.concat_examples(pair[0])
                               for pair in (raw, got)]
@@ -491,7 +495,7 @@ def test_default_warmup_longer_than_the_run_is_the_run(
         args = example.parse_args(argv + ['--epoch', '2'])
         assert args.warmup_epochs == 2
         args.lr = 1.0  # ChainerMN's follows from the number of processes
-        common.print_banner(args)
+        cli.print_banner(args)
         assert ('warm-up 2 epochs (the whole run: the default, 5, is '
                 'longer)') in capsys.readouterr().out
         assert example.parse_args(argv + ['--epoch', '6']).warmup_epochs == 5
@@ -502,7 +506,7 @@ def test_default_warmup_longer_than_the_run_is_the_run(
 @pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars', 'momentum'])
 def test_banner_names_a_trust_coefficient_only_for_lars(mnist, capsys,
                                                         optimizer):
-    common.print_banner(mnist.parse_args(['--optimizer', optimizer]))
+    cli.print_banner(mnist.parse_args(['--optimizer', optimizer]))
     out = capsys.readouterr().out
     assert ('trust coefficient 0.02' in out) == (optimizer != 'momentum')
 
@@ -870,7 +874,7 @@ def test_loss_plot_names_train_and_test_and_marks_divergence():
     axes.plot(epochs, [2.3, 1.5, numpy.nan, numpy.nan], label='main/loss')
     axes.plot(epochs, [2.3, 1e30, numpy.inf, numpy.nan],
               label='validation/main/loss')
-    common._axes('loss', log=True)(figure, axes, None)
+    plots.epoch_axes('loss', log=True)(figure, axes, None)
     legend = axes.legend()
     labels = [text.get_text() for text in legend.get_texts()]
     assert labels == ['train', 'test',
@@ -884,14 +888,14 @@ def test_loss_plot_names_train_and_test_and_marks_divergence():
 
     figure, axes = plt.subplots()
     axes.plot(epochs, [0.1, 0.5, 0.9, 0.95], label='main/accuracy')
-    common._axes('accuracy')(figure, axes, None)
+    plots.epoch_axes('accuracy')(figure, axes, None)
     assert [line.get_label() for line in axes.get_lines()] == ['train']
     plt.close(figure)
 
 
 def test_trust_ratio_rows_in_the_models_layer_order(cifar):
     model = chainer.links.Classifier(cifar.ResNet(8, 10))
-    paths = [path for path in common.parameter_paths(model)
+    paths = [path for path in recipe.parameter_paths(model)
              if path.endswith('/W')]
     assert sorted(paths) == sorted(path for path, _ in model.namedparams()
                                    if path.endswith('/W'))
@@ -910,5 +914,5 @@ def test_trust_ratio_rows_in_the_models_layer_order(cifar):
     (0.11, 0.3, [0.12, 0.15, 0.2, 0.25, 0.3]),
 ])
 def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
-    assert common.ratio_ticks(low, high) == pytest.approx(ticks)
-    assert 4 <= len(common.ratio_ticks(0.1001, 0.1002)) <= 12
+    assert plots.ratio_ticks(low, high) == pytest.approx(ticks)
+    assert 4 <= len(plots.ratio_ticks(0.1001, 0.1002)) <= 12
