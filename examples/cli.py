@@ -394,6 +394,24 @@ def check_resume(args, **settings):
                             args.resume,
                             _difference(name, saved[name], settings[name]),
                             ', '.join(_name(n) for n in FREE_FLAGS)))
+    done = _epochs_done(args.resume)
+    if done is not None and done >= args.epoch:
+        usage_error('--resume {}: the run is finished: the snapshot was '
+                    'written at the end of epoch {} of --epoch {}, so there '
+                    'is nothing left to train; to train longer, start a new '
+                    'run with a larger --epoch'.format(
+                        args.resume, done, args.epoch))
+
+
+def _epochs_done(path):
+    """The epochs the run of the snapshot ``path`` had done, or None.
+
+    The trainer stops once its iterator has done --epoch epochs: a snapshot
+    at that point resumes into a run that stops before its first update.
+    """
+    with numpy.load(path) as snapshot:
+        key = 'updater/iterator:main/epoch'
+        return int(snapshot[key]) if key in snapshot.files else None
 
 
 def _difference(name, saved, value):

@@ -711,6 +711,23 @@ def test_resume_refuses_another_run(mnist, mnist_snapshot, tmp_path,
     assert not out.exists()
 
 
+def test_resume_of_a_finished_run_says_so(mnist, mnist_snapshot,
+                                          tmp_path, capsys):
+    """The snapshot of the last epoch would resume into a run that stops
+    at once: one usage line that says why, before any work."""
+    snapshot, args = mnist_snapshot
+    last = os.path.join(os.path.dirname(snapshot), 'snapshot_iter_4')
+    out = tmp_path / 'resumed'
+    err = usage_error(mnist.main, args + [
+        '--resume', last, '--out', str(out), '--dataset-root',
+        str(tmp_path)], capsys)  # no data there: it stops before loading
+    assert len(err.splitlines()) == 1, err
+    assert ('the run is finished: the snapshot was written at the end of '
+            'epoch 2 of --epoch 2' in err), err
+    assert 'larger --epoch' in err
+    assert not out.exists()
+
+
 def test_resume_refuses_another_precision_or_dataset(
         mnist, mnist_snapshot, tmp_path, capsys):
     snapshot, args = mnist_snapshot
