@@ -291,6 +291,15 @@ def print_banner(args, *lines):
     sys.stdout.flush()
 
 
+def say(message):
+    """Prints one line to the console (stderr) at once, named by the
+    script, as the usage errors are."""
+    sys.stdout.flush()  # after the progress bar's lines so far
+    sys.stderr.write('{}: {}\n'.format(
+        os.path.basename(sys.argv[0]), message))
+    sys.stderr.flush()
+
+
 def usage_error(message):
     """Stops as a parser does on a bad flag, where the parser is not at hand.
 

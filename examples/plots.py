@@ -22,46 +22,88 @@ LABELS = {'main/loss': 'train', 'validation/main/loss': 'test',
           'main/accuracy': 'train', 'validation/main/accuracy': 'test'}
 
 
-def epoch_axes(ylabel, log=False):
-    """A PlotReport postprocess: labels, and the epochs a run diverged.
+def run_title(args, processes=None):
+    """The plots' title: the optimizer, the batch, the peak rate, the dtype.
+
+    ``processes``: ChainerMN's, whose --batchsize is each process's.
+    """
+    batch = 'batch {}'.format(args.batchsize)
+    if processes is not None:
+        batch = 'batch {} ({} x {} processes)'.format(
+            args.batchsize * processes, args.batchsize, processes)
+    return '{}, {}, peak lr {:g}, {}'.format(
+        args.optimizer, batch, args.lr,
+        numpy.dtype(chainer.config.dtype).name)
+
+
+def epoch_axes(ylabel, log=False, percent=False, title=None,
+               divergence=None):
+    """A PlotReport postprocess: labels, title, and where a run diverged.
 
     It names the curves train and test, labels the y axis (log: on a log
-    scale), and marks the epochs whose value is not finite, which
-    PlotReport draws as nothing: a cross at the top of the plot for each
-    such epoch, and a line at the first, "diverged", so that a run that
-    blew up does not read as one that stopped.
+    scale; percent: the fractions drawn in %, from 0 to 100), puts whole
+    epochs on the x axis, and titles the plot ``title``. From where the
+    run diverged (the ``training.Divergence`` extension ``divergence``
+    found the loss not finite, or a value drawn is not finite), the values
+    are no model's: they are not drawn, and a red band marks the epochs,
+    so that a run that blew up does not read as one that stopped, nor as
+    a curve.
     """
     def postprocess(figure, axes, summary):
+        import matplotlib.ticker
         axes.set_ylabel(ylabel)
+        lines = axes.get_lines()
+        points = [(numpy.asarray(line.get_xdata(), dtype=numpy.float64),
+                   numpy.asarray(line.get_ydata(), dtype=numpy.float64))
+                  for line in lines]
+        first = None  # the first epoch whose values are no model's
+        if divergence is not None and divergence.found is not None:
+            first = divergence.found[1]
+        for x, y in points:
+            bad = ~numpy.isfinite(y)
+            if bad.any():
+                first = min(x[bad].min(), math.inf if first is None
+                            else first)
+        finite = []
+        for line, (x, y) in zip(lines, points):
+            line.set_label(LABELS.get(line.get_label(), line.get_label()))
+            if percent:
+                y = 100 * y
+            if first is not None:
+                y = numpy.where(x >= first, numpy.nan, y)
+            line.set_ydata(y)
+            finite.extend(y[numpy.isfinite(y)])
         if log:
             axes.set_yscale('log')
             plotting.plain_log_ticks(axes.yaxis)
-        first = None
-        finite = []
-        for line in axes.get_lines():
-            line.set_label(LABELS.get(line.get_label(), line.get_label()))
-            x = numpy.asarray(line.get_xdata(), dtype=numpy.float64)
-            y = numpy.asarray(line.get_ydata(), dtype=numpy.float64)
-            bad = ~numpy.isfinite(y)
-            finite.extend(y[~bad])
-            if bad.any():
-                axes.plot(x[bad], numpy.full(int(bad.sum()), 0.95), 'x',
-                          color=line.get_color(), markersize=9,
-                          transform=axes.get_xaxis_transform(),
-                          label='_nolegend_')
-                first = x[bad].min() if first is None else min(
-                    first, x[bad].min())
+        # The range of the values drawn, which those not drawn would
+        # stretch.
+        if percent:
+            axes.set_ylim(0, 100)
+        elif finite and log:
+            axes.set_ylim(min(finite) / 2, max(finite) * 2)
+        elif finite:
+            low, high = min(finite), max(finite)
+            pad = 0.1 * (high - low) or 0.05
+            axes.set_ylim(low - pad, high + pad)
+        # Every epoch of the run, those not drawn too.
+        epochs = numpy.concatenate([x for x, _ in points] + [[0]])
+        low, high = epochs.min(), epochs.max()
+        pad = 0.05 * (high - low) or 0.5
+        axes.set_xlim(low - pad, high + pad)
+        axes.xaxis.set_major_locator(
+            matplotlib.ticker.MaxNLocator(integer=True))
         if first is not None:
-            axes.axvline(first, color='red', linestyle=':',
-                         label='diverged: not finite from epoch {:g} (x)'
-                         .format(first))
-            # The finite values' range, which the crosses would stretch.
-            if finite and log:
-                axes.set_ylim(min(finite) / 2, max(finite) * 2)
-            elif finite:
-                low, high = min(finite), max(finite)
-                pad = 0.1 * (high - low) or 0.05
-                axes.set_ylim(low - pad, high + pad)
+            axes.axvspan(first, high + pad, color='red', alpha=0.15,
+                         linewidth=0,
+                         label='diverged at epoch {:g}: loss not finite, '
+                         'not drawn'.format(round(first, 2)))
+            axes.axvline(first, color='red', linestyle=':')
+            title_ = '{} (diverged)'.format(title) if title else 'diverged'
+        else:
+            title_ = title
+        if title_:
+            axes.set_title(title_, fontsize=10)
     return postprocess
 
 
@@ -79,12 +121,14 @@ class IterationPlot(training.Extension):
             (which reports the rate the last update used).
         filename (str): The picture, in the trainer's output directory.
         ylabel (str): The label of the y axis.
+        title (str): The title (``run_title``), or None.
     """
 
-    def __init__(self, key, filename, ylabel):
+    def __init__(self, key, filename, ylabel, title=None):
         self._key = key
         self._filename = filename
         self._ylabel = ylabel
+        self._title = title
         # (epoch, value) after each update
         self._points = []
 
@@ -94,6 +138,7 @@ class IterationPlot(training.Extension):
         if not trainer.updater.is_new_epoch:
             return
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
         figure, axes = plt.subplots()
         epochs, values = zip(*self._points)
         axes.plot(epochs, values)
@@ -101,6 +146,10 @@ class IterationPlot(training.Extension):
         axes.set_ylabel(self._ylabel)
         axes.set_xlim(0, None)
         axes.set_ylim(0, None)
+        axes.xaxis.set_major_locator(
+            matplotlib.ticker.MaxNLocator(integer=True))
+        if self._title:
+            axes.set_title(self._title, fontsize=10)
         axes.grid(alpha=0.3)
         figure.savefig(os.path.join(trainer.out, self._filename))
         plt.close(figure)
@@ -117,23 +166,27 @@ class TrustRatioHeatmap(training.Extension):
 
     """Draws the trust ratio of every layer at every epoch as a heat map.
 
-    One row a layer, in the model's order, one column an epoch, the colour
-    the epoch's mean ratio on a log scale: lines, one a layer, cannot be
-    told apart beyond ten or so. It reads the LogReport's log, which
-    snapshots hold, so it keeps no state of its own.
+    One row a layer, in the model's order, one column an epoch (from the
+    epoch before to the epoch, so that a one-epoch run is one column from
+    0 to 1), the colour the epoch's mean ratio on a log scale: lines, one
+    a layer, cannot be told apart beyond ten or so. It reads the
+    LogReport's log, which snapshots hold, so it keeps no state of its
+    own.
 
     Args:
         keys (list of str): The reported ratios, from
             ``observe_trust_ratios``.
         filename (str): The picture, in the trainer's output directory.
+        title (str): The title (``run_title``), or None.
     """
 
     # After the LogReport has added the epoch.
     priority = training.PRIORITY_READER - 1
 
-    def __init__(self, keys, filename='trust_ratio.png'):
+    def __init__(self, keys, filename='trust_ratio.png', title=None):
         self._keys = keys
         self._filename = filename
+        self._title = title
 
     def __call__(self, trainer):
         import matplotlib.colors
@@ -149,12 +202,15 @@ class TrustRatioHeatmap(training.Extension):
         low, high = ratios.min(), ratios.max()
         if not high > low:  # one value: LogNorm needs a range
             low, high = low / 2, high * 2
-        rows = len(self._keys)
-        figure, axes = plt.subplots(figsize=(7, 1.5 + 0.17 * rows))
+        rows, columns = ratios.shape
+        # Wide enough for the labels and the colour bar, and a column of
+        # at least a quarter of an inch.
+        width = min(9, 5 + 0.25 * columns)
+        figure, axes = plt.subplots(figsize=(width, 1.8 + 0.17 * rows))
         image = axes.imshow(
             ratios, aspect='auto', interpolation='nearest',
             norm=matplotlib.colors.LogNorm(low, high),
-            extent=(log[0]['epoch'] - 0.5, log[-1]['epoch'] + 0.5,
+            extent=(log[0]['epoch'] - 1, log[-1]['epoch'],
                     rows - 0.5, -0.5))
         prefix = os.path.commonprefix(self._keys)
         prefix = prefix[:prefix.rfind('/') + 1]
@@ -163,9 +219,9 @@ class TrustRatioHeatmap(training.Extension):
                              fontsize=min(9, max(4, 400 // rows)))
         axes.xaxis.set_major_locator(
             matplotlib.ticker.MaxNLocator(integer=True))
-        axes.set_xlabel('epoch')
-        axes.set_title('trust ratio of each layer ({}...), epoch means'
-                       .format(prefix), fontsize=9)
+        axes.set_xlabel('epoch (each column: the mean over that epoch)')
+        axes.set_title('{}trust ratio of each layer ({}...)'.format(
+            self._title + '\n' if self._title else '', prefix), fontsize=9)
         bar = figure.colorbar(image, ax=axes, label='trust ratio (log scale)')
         ticks = ratio_ticks(low, high)
         bar.ax.minorticks_off()

@@ -5,8 +5,10 @@ reports are an evaluator that weights each batch by its size, the log, the
 plots (``examples/plots.py``) and the snapshots.
 """
 
+import math
 import os
 import re
+import sys
 
 import chainer
 from chainer import training
@@ -59,18 +61,30 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
             trainer.extend(
                 chainermn.extensions.ObservationAggregator(comm, key))
     trainer.extend(evaluator, call_before_training=True)
+    # After the ObservationAggregators: every process sees the same loss,
+    # and they stop together.
+    divergence = Divergence(args.out, say=comm is None or comm.rank == 0)
+    trainer.extend(divergence)
+    trainer.stop_trigger = divergence.stop_trigger(trainer.stop_trigger)
 
     # The parameters, and so the trust ratios, are the same in every
     # process: report and save on rank 0 only.
     if comm is None or comm.rank == 0:
         ratio_keys = recipe.observe_trust_ratios(
             trainer, lars, model, iterations_per_epoch)
-        report(trainer, args, ratio_keys, **settings)
+        report(trainer, args, ratio_keys, divergence,
+               plots.run_title(args, None if comm is None else comm.size),
+               **settings)
 
     if args.resume is not None:
         chainer.serializers.load_npz(args.resume, trainer)
 
     trainer.run()
+    if divergence.found is not None:
+        if divergence.say:
+            cli.say('stopped: the run diverged (see above); the log and the '
+                    'plots in {} show it'.format(args.out))
+        sys.exit(1)
 
 
 def _unwrap_variables(keys):
@@ -89,6 +103,63 @@ def _unwrap_variables(keys):
             if isinstance(value, chainer.Variable):
                 trainer.observation[key] = value.array
     return unwrap
+
+
+class Divergence(training.Extension):
+
+    """Stops a run whose training loss is no longer finite, and says so.
+
+    At the first update whose ``main/loss`` is NaN or infinite it prints
+    one line at once (``say``: this process prints); the trainer then
+    stops at the end of that epoch (``stop_trigger``), so that the log,
+    the evaluation and the plots, which mark a non-finite epoch, show the
+    divergence, and ``train`` exits with status 1. A diverged model stays
+    diverged: the epochs after would only add NaN.
+    """
+
+    trigger = 1, 'iteration'
+    priority = training.PRIORITY_EDITOR - 1
+
+    def __init__(self, out, say=True):
+        self.out = out
+        self.say = say
+        self.found = None  # (iteration, epoch_detail, loss)
+
+    def __call__(self, trainer):
+        if self.found is not None:
+            return
+        loss = trainer.observation.get('main/loss')
+        if loss is None:
+            return
+        loss = float(chainer.as_array(loss))
+        if math.isfinite(loss):
+            return
+        updater = trainer.updater
+        self.found = updater.iteration, updater.epoch_detail, loss
+        if self.say:
+            cli.say('the training loss is {} at iteration {} (epoch {:.2f}): '
+                    'the run diverged (try a smaller --lr); it stops at '
+                    'the end of this epoch, and the log and the plots in {} '
+                    'mark it'.format(loss, updater.iteration,
+                                     updater.epoch_detail, self.out))
+
+    def stop_trigger(self, trigger):
+        """The trainer's stop trigger ``trigger``, or the end of the epoch
+        in which the run diverged."""
+        divergence = self
+
+        class Stop(object):
+            def __call__(self, trainer):
+                return trigger(trainer) or (
+                    divergence.found is not None
+                    and trainer.updater.is_new_epoch)
+
+            def __getattr__(self, name):
+                # The rest is the trigger's (the progress bar's
+                # get_training_length, serialize).
+                return getattr(trigger, name)
+
+        return Stop()
 
 
 # -- The reports -----------------------------------------------------------
@@ -127,12 +198,15 @@ def end_of_epoch(trainer):
     return trainer.updater.is_new_epoch
 
 
-def report(trainer, args, ratio_keys, **settings):
+def report(trainer, args, ratio_keys, divergence=None, title=None,
+           **settings):
     """Adds the snapshots, the log, the plots and the printed report.
 
     ``ratio_keys`` are the trust ratios to draw
-    (``recipe.observe_trust_ratios``); ``settings`` go into the snapshots
-    with the flags ``cli.check_resume`` compares.
+    (``recipe.observe_trust_ratios``); the plots are titled ``title`` and
+    mark where the ``Divergence`` extension ``divergence`` found the run
+    diverged; ``settings`` go into the snapshots with the flags
+    ``cli.check_resume`` compares.
     """
     if args.snapshots:
         trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
@@ -150,16 +224,20 @@ def report(trainer, args, ratio_keys, **settings):
             ['main/loss', 'validation/main/loss'], 'epoch',
             filename='loss.png', trigger=end_of_epoch,
             postprocess=plots.epoch_axes(
-                'loss (softmax cross entropy, log scale)', log=True)),
+                'loss (softmax cross entropy, log scale)', log=True,
+                title=title, divergence=divergence)),
             call_before_training=True)
         trainer.extend(extensions.PlotReport(
             ['main/accuracy', 'validation/main/accuracy'], 'epoch',
             filename='accuracy.png', trigger=end_of_epoch,
-            postprocess=plots.epoch_axes('accuracy')),
+            postprocess=plots.epoch_axes(
+                'accuracy (%)', percent=True, title=title,
+                divergence=divergence)),
             call_before_training=True)
-        trainer.extend(plots.IterationPlot('lr', 'lr.png', 'learning rate'))
+        trainer.extend(plots.IterationPlot('lr', 'lr.png', 'learning rate',
+                                           title=title))
         if ratio_keys:
-            trainer.extend(plots.TrustRatioHeatmap(ratio_keys),
+            trainer.extend(plots.TrustRatioHeatmap(ratio_keys, title=title),
                            trigger=end_of_epoch)
 
     trainer.extend(extensions.PrintReport(
