@@ -196,10 +196,17 @@ class TrustRatioHeatmap(training.Extension):
                if self._keys[0] in entry]
         ratios = numpy.array([[entry.get(key, numpy.nan) for entry in log]
                               for key in self._keys])
-        ratios = numpy.ma.masked_where(~(ratios > 0), ratios)
-        if not ratios.count():  # a run that diverged from the start
+        # The epochs whose loss was not finite: their ratios are no model's
+        # (the observer reads 1 where the norms are NaN).
+        dead = numpy.array([not math.isfinite(entry.get('main/loss', 0.0))
+                            for entry in log])
+        ratios = numpy.ma.masked_where(~(ratios > 0) | dead, ratios)
+        if not ratios.count() and not dead.any():
             return
-        low, high = ratios.min(), ratios.max()
+        if ratios.count():
+            low, high = ratios.min(), ratios.max()
+        else:  # diverged in its first epoch: a frame that says so
+            low = high = 1.0
         if not high > low:  # one value: LogNorm needs a range
             low, high = low / 2, high * 2
         rows, columns = ratios.shape
@@ -221,12 +228,24 @@ class TrustRatioHeatmap(training.Extension):
             matplotlib.ticker.MaxNLocator(integer=True))
         axes.set_xlabel('epoch (each column: the mean over that epoch)')
         axes.set_title('{}trust ratio of each layer ({}...)'.format(
-            self._title + '\n' if self._title else '', prefix), fontsize=9)
-        bar = figure.colorbar(image, ax=axes, label='trust ratio (log scale)')
-        ticks = ratio_ticks(low, high)
-        bar.ax.minorticks_off()
-        bar.set_ticks(ticks)
-        bar.set_ticklabels(['{:.3g}'.format(t) for t in ticks])
+            self._title + ' (diverged)\n' if self._title and dead.any()
+            else self._title + '\n' if self._title else '', prefix),
+            fontsize=9)
+        if dead.any():
+            # Masked cells show the background.
+            axes.set_facecolor('#fdd')
+            first = log[int(numpy.argmax(dead))]['epoch'] - 1
+            axes.text((first + log[-1]['epoch']) / 2, (rows - 1) / 2,
+                      'diverged in epoch {}:\nloss not finite, not drawn'
+                      .format(first + 1), ha='center', va='center',
+                      color='red', fontsize=9)
+        if ratios.count():
+            bar = figure.colorbar(image, ax=axes,
+                                  label='trust ratio (log scale)')
+            ticks = ratio_ticks(low, high)
+            bar.ax.minorticks_off()
+            bar.set_ticks(ticks)
+            bar.set_ticklabels(['{:.3g}'.format(t) for t in ticks])
         figure.tight_layout()
         figure.savefig(os.path.join(trainer.out, self._filename))
         plt.close(figure)

@@ -1062,3 +1062,49 @@ def test_trust_ratio_rows_in_the_models_layer_order(cifar):
 def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
     assert plots.ratio_ticks(low, high) == pytest.approx(ticks)
     assert 4 <= len(plots.ratio_ticks(0.1001, 0.1002)) <= 12
+
+
+class LoggedTrainer(object):
+    """What TrustRatioHeatmap reads of a trainer: the log and ``out``."""
+
+    def __init__(self, log, out):
+        self.out = out
+        self._log = type('LogReport', (), {'log': log})()
+
+    def get_extension(self, name):
+        assert name == 'LogReport'
+        return self._log
+
+
+@pytest.mark.parametrize('losses', [[1.0, 0.5, math.nan, math.nan],
+                                    [math.nan]])
+def test_trust_ratio_heatmap_draws_no_diverged_epoch(tmp_path, monkeypatch,
+                                                     losses):
+    """The epochs whose loss is not finite are not drawn (the observer
+    reads 1 where the norms are NaN): a red background says why."""
+    import matplotlib.pyplot as plt
+    keys = ['lars/ratio/predictor/l1/W', 'lars/ratio/predictor/l2/W']
+    log = [{'epoch': e + 1, 'main/loss': loss, keys[0]: 0.1 * (e + 1),
+            keys[1]: 1.0 if loss != loss else 0.2}
+           for e, loss in enumerate(losses)]
+    drawn = []
+    monkeypatch.setattr(plt.Figure, 'savefig',
+                        lambda figure, path, **kwargs: drawn.append(figure))
+    plots.TrustRatioHeatmap(keys, title='lars, batch 8')(
+        LoggedTrainer(log, str(tmp_path)))
+    figure, = drawn
+    axes = figure.axes[0]
+    image = axes.images[0].get_array()
+    alive = [i for i, loss in enumerate(losses) if loss == loss]
+    assert [i for i in range(len(losses)) if not image.mask[:, i].all()] == (
+        alive)
+    numpy.testing.assert_allclose(image[:, alive].filled(0),
+                                  [[0.1 * (i + 1) for i in alive],
+                                   [0.2 for _ in alive]])
+    assert axes.get_title().startswith('lars, batch 8 (diverged)\n')
+    dead = len(alive) + 1
+    assert [t.get_text() for t in axes.texts] == [
+        'diverged in epoch {}:\nloss not finite, not drawn'.format(dead)]
+    # A colour bar only for values drawn.
+    assert len(figure.axes) == (2 if alive else 1)
+    plt.close(figure)

@@ -418,9 +418,10 @@ def draw(results, args):
                     '{}: diverged'.format(optimizer) if len(gone) == len(
                         args.seeds) else '{}: {} of {} seeds diverged'
                     .format(optimizer, len(gone), len(args.seeds)),
-                    # side by side where several diverged at one epoch
-                    xy=(first, 60), xytext=(4 + 11 * len(ax.texts), 0),
-                    textcoords='offset points', rotation=90, ha='left',
+                    # left of the line (the last epoch is at the
+                    # edge), side by side where several diverged at once
+                    xy=(first, 60), xytext=(-3 - 11 * len(ax.texts), 0),
+                    textcoords='offset points', rotation=90, ha='right',
                     va='top', color=line.get_color(), fontsize=9)
         ax.set_title('batch {}'.format(batchsize))
         ax.set_xlabel('epoch')
