@@ -49,8 +49,12 @@ class Progress(object):
 
 
 def register(config):
-    """Registers the plugin where CHAINER_LARS_PROGRESS names a folder."""
-    folder = os.environ.get('CHAINER_LARS_PROGRESS')
+    """Registers the plugin where CHAINER_LARS_PROGRESS names a folder.
+
+    The variable is taken out of the environment: the pytest sessions
+    that tests start in subprocesses must not write over this one's file.
+    """
+    folder = os.environ.pop('CHAINER_LARS_PROGRESS', None)
     if folder and os.path.isdir(folder):
         name = os.environ.get('TOX_ENV_NAME') or 'pytest'
         config.pluginmanager.register(

@@ -322,13 +322,16 @@ with open(journal, 'w') as f:
 sys.exit(1 if any(r.wait() for r in runs.values()) else 0)
 """
 
-SLOW_TESTS = """import time
+SLOW_TESTS = """import os
+import time
 import pytest
 
 
 @pytest.mark.parametrize('i', range(3))
 def test_slow(i):
     time.sleep(1.5)
+    # Taken out, so that a pytest run by a test writes over nothing.
+    assert 'CHAINER_LARS_PROGRESS' not in os.environ
 """
 
 
