@@ -360,6 +360,30 @@ def test_mnist_results_table(dataset_root, tmp_path):
         results.main(argv + ['--same-as', str(tmp_path / 'none')])
 
 
+def test_mnist_results_takes_a_diverged_run_as_done(dataset_root,
+                                                    tmp_path, capsys):
+    """The trainer stops a diverged run with status 1 and its log: the
+    sweep goes on, the table has its accuracy, and it is not run again."""
+    results = importlib.import_module('examples.mnist.results')
+    out = str(tmp_path / 'results')
+    argv = ['--batchsizes', '16', '--optimizers', 'momentum', '--epoch',
+            '3', '--flags=--lr 1e30 --unit 8', '--out', out,
+            '--dataset-root', dataset_root]
+    assert results.main(argv) == 0
+    log = read_log(os.path.join(out, 'b16-momentum-s0'))
+    assert [entry['epoch'] for entry in log] == [0, 1]
+    assert not math.isfinite(log[-1]['main/loss'])
+    printed = capsys.readouterr().out
+    assert '  diverged: stopped after epoch 1 (' in printed
+    assert '| 16 | {:.2f} |'.format(
+        100 * log[-1]['validation/main/accuracy']) in printed
+    assert os.path.getsize(os.path.join(out, 'error.png')) > 0
+    results.main(argv)
+    assert '$ python' not in capsys.readouterr().out
+    assert results.main(argv[:-4] + ['--out', out, '--check', os.path.join(
+        out, 'results.md')]) == 0
+
+
 @pytest.mark.parametrize('flags', [
     '--batchsize 64', '--batch=64', '-b64', '--seed 1', '--epoch 2',
     '-o elsewhere', '--dataset-root x', '--lr -1', '--no-such-flag',
