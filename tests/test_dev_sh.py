@@ -1,4 +1,4 @@
-"""dev.sh's mnist and chainermn commands, with a stub venv and mpiexec.
+"""dev.sh's commands, with a stub venv, mpiexec and tox.
 
 A copy of dev.sh runs in a fake checkout whose ``.venv/bin/python`` records
 how it was started (its directory, its arguments, the dataset root) instead
