@@ -145,11 +145,49 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     if args.dataset_root is not None:
         chainer.dataset.set_dataset_root(args.dataset_root)
     if not distributed:
-        if args.lr is None:
-            args.lr = recipe.default_lr(args.optimizer, args.batchsize,
-                                        args.trust_coefficient)
+        args.lr = derived_lr(parser.error, args, args.batchsize)
         check_resume(args)
+    else:
+        # The global batch is at least --batchsize, and the rate grows
+        # with it: what fails here fails for every number of processes.
+        derived_lr(parser.error, args, args.batchsize)
     return args
+
+
+def derived_lr(error, args, batch):
+    """--lr, or the recipe's rate for a (global) ``batch``, checked as the
+    flags are: a usage error (``error``) names the flags it comes from."""
+    if args.lr is not None:
+        return args.lr
+    try:
+        lr = recipe.default_lr(args.optimizer, batch, args.trust_coefficient)
+    except OverflowError:  # a batch size beyond a float
+        lr = math.inf
+    if not 0 < lr < math.inf:
+        flags = '--batchsize {}'.format(args.batchsize)
+        if args.optimizer != 'momentum':
+            flags = '--trust-coefficient {:g} with {}'.format(
+                args.trust_coefficient, flags)
+        error('{} gives a learning rate (--lr) of {}, which must be '
+              'positive and finite; give --lr, or change those flags'
+              .format(flags, lr))
+    return lr
+
+
+#: The schedule counts iterations in floats: exactly up to 2 ** 53.
+MAX_ITERATIONS = 2 ** 53
+
+
+def check_iterations(args, n_train):
+    """Stops unless the run's iterations (from --epoch, --batchsize and
+    the number of training examples) can be counted by the schedule."""
+    iterations = -(-args.epoch * n_train // args.batchsize)
+    if iterations > MAX_ITERATIONS:
+        usage_error('--epoch {} with --batchsize {} and {} training examples '
+                    'makes {} iterations, more than the {} the schedule '
+                    'counts exactly; give a smaller --epoch'.format(
+                        args.epoch, args.batchsize, n_train, iterations,
+                        MAX_ITERATIONS))
 
 
 # The ranges of the numeric flags: (flags, test, what the message says).
@@ -451,6 +489,59 @@ def _recorded(path):
             zlib.error) as e:
         usage_error('--resume {}: not a snapshot, or a damaged one ({})'
                     .format(path, e))
+
+
+class _Mismatch(KeyError):
+    """An entry of the snapshot that is missing (a ``KeyError``, which
+    optional entries catch) or of another shape than this run's array."""
+
+
+class _CheckedNpz(chainer.serializers.NpzDeserializer):
+
+    """Chainer's NPZ deserializer, raising ``_Mismatch`` with the entry's
+    name and what is wrong before it loads anything into that array."""
+
+    def __getitem__(self, key):
+        return _CheckedNpz(self.npz, self.path + key.strip('/') + '/',
+                           strict=self.strict, ignore_names=self.ignore_names)
+
+    def __call__(self, key, value):
+        name = self.path + key.lstrip('/')
+        if name not in self.npz.files:
+            raise _Mismatch(name, 'no entry {}'.format(name))
+        shape = getattr(value, 'shape', None)
+        if shape is not None and self.npz[name].shape != shape:
+            raise _Mismatch(name, 'the entry {} has shape {}, this run has '
+                            '{}'.format(name, self.npz[name].shape, shape))
+        return super(_CheckedNpz, self).__call__(key, value)
+
+
+def load_snapshot(args, trainer):
+    """Loads the snapshot of --resume into ``trainer``, or stops with a
+    usage error naming the entry that is missing or of another shape
+    (another version's snapshot, or one edited), before any training.
+
+    The momentum buffers that the update rules have not made yet load in
+    any shape: they are compared with their parameters after.
+    """
+    with numpy.load(args.resume) as npz:
+        try:
+            trainer.serialize(_CheckedNpz(npz))
+        except _Mismatch as e:
+            usage_error('--resume {}: the snapshot has {}; it was not '
+                        'written by this run of these examples: start a new '
+                        'run'.format(args.resume, e.args[1]))
+    optimizer = trainer.updater.get_optimizer('main')
+    for path, param in optimizer.target.namedparams():
+        rule = param.update_rule
+        for name, a in sorted(((rule and rule.state) or {}).items()):
+            if getattr(a, 'shape', param.shape) != param.shape:
+                usage_error(
+                    '--resume {}: the snapshot has the entry updater/'
+                    'optimizer:main{}/{} of shape {}, this run has {}; it was '
+                    'not written by this run of these examples: start a new '
+                    'run'.format(args.resume, path, name, a.shape,
+                                 param.shape))
 
 
 class RunSettings(training.Extension):

@@ -38,6 +38,7 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
         cli.check_batchsize(args, n_train,
                             "each process's shard of the training set")
         settings = {'examples': n_train, 'processes': comm.size}
+    cli.check_iterations(args, n_train)
     cli.check_resume(args, **settings)
     updater = training.updaters.StandardUpdater(
         train_iter, optimizer, device=device)
@@ -77,7 +78,7 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
                **settings)
 
     if args.resume is not None:
-        chainer.serializers.load_npz(args.resume, trainer)
+        cli.load_snapshot(args, trainer)
 
     trainer.run()
     if divergence.found is not None:

@@ -144,9 +144,7 @@ def main(argv=None):
     device.use()
 
     global_batchsize = args.batchsize * comm.size
-    if args.lr is None:
-        args.lr = recipe.default_lr(args.optimizer, global_batchsize,
-                                    args.trust_coefficient)
+    args.lr = cli.derived_lr(cli.usage_error, args, global_batchsize)
     cli.check_resume(args, processes=comm.size)
 
     if comm.rank == 0:
