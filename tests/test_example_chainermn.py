@@ -119,6 +119,21 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
         assert 'Traceback' not in result.stderr
         assert not (tmp_path / 'other').exists()
 
+    # A snapshot without a momentum buffer (another version's): refused on
+    # every rank, naming the entry, before any training.
+    with numpy.load(str(out / snapshots[0])) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    entry, = [k for k in arrays if k.endswith('predictor/l1/W/v')]
+    del arrays[entry]
+    numpy.savez_compressed(str(tmp_path / 'damaged.npz'), **arrays)
+    result = run_example(tmp_path / 'other', '--optimizer', optimizer,
+                         '--resume', str(tmp_path / 'damaged.npz'))
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines()
+             if 'error: --resume' in line]
+    assert len(lines) == RANKS and entry in lines[0], result.stderr
+    assert 'Traceback' not in result.stderr
+
 
 def test_batch_larger_than_a_shard_is_a_usage_error(dataset_root, tmp_path):
     result = run_example(tmp_path / 'out', '--batchsize', '33')

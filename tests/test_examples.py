@@ -1147,22 +1147,39 @@ def test_values_derived_from_flags_are_checked_like_flags(
     assert 'lr' in line and all(n in line for n in names), err
 
 
+@pytest.fixture
+def cifar_snapshot(cifar, dataset_root, tmp_path_factory):
+    """A snapshot of epoch 1 of a 2-epoch CIFAR run, and the run's flags."""
+    args = ['-b', '16', '--depth', '8', '--noplot', '-e', '2']
+    out = tmp_path_factory.mktemp('run')
+    cifar.main(args + ['--out', str(out), '--snapshots', '2'])
+    return str(out / 'snapshot_iter_2'), args
+
+
+@pytest.mark.parametrize('name', ['mnist', 'cifar'])
 @pytest.mark.parametrize('damage', ['missing', 'shape'])
 def test_resume_refuses_a_snapshot_with_a_missing_or_misshapen_entry(
-        mnist, mnist_snapshot, tmp_path, capsys, damage):
+        request, tmp_path, capsys, name, damage):
     """One line naming the entry, before anything is trained."""
-    snapshot, args = mnist_snapshot
-    entry = 'updater/optimizer:main/predictor/l1/W/v'
+    main = request.getfixturevalue(name).main
+    snapshot, args = request.getfixturevalue(name + '_snapshot')
     with numpy.load(snapshot) as npz:
         arrays = {key: npz[key] for key in npz.files}
-    if damage == 'missing':
-        del arrays[entry]
-    else:
-        arrays[entry] = arrays[entry][:, :-1]
-    damaged = str(tmp_path / 'damaged.npz')
-    numpy.savez_compressed(damaged, **arrays)
-    out = tmp_path / 'resumed'
-    err = usage_error(mnist.main, args + [
-        '--resume', damaged, '--out', str(out)], capsys)
-    assert len(err.splitlines()) == 1 and entry in err, err
-    assert not out.exists()
+    # A momentum buffer (loaded into a rule that has none yet) and a weight.
+    entry = 'updater/optimizer:main/predictor/l1/W/v' if name == 'mnist' else (
+        sorted(k for k in arrays if k.startswith('updater/model:main/')
+               and k.endswith('/W'))[0])
+    for key in [entry] + [k for k in arrays if k.endswith('/W/v')][:1]:
+        damaged = dict(arrays)
+        if damage == 'missing':
+            del damaged[key]
+        else:
+            damaged[key] = damaged[key][..., :-1]
+        path = str(tmp_path / 'damaged.npz')
+        numpy.savez_compressed(path, **damaged)
+        out = tmp_path / 'resumed'
+        err = usage_error(main, args + ['--resume', path, '--out', str(out)],
+                          capsys)
+        assert len(err.splitlines()) == 1 and key in err, err
+        assert ('no entry' if damage == 'missing' else 'shape') in err
+        assert not out.exists()
