@@ -115,8 +115,8 @@ def addressed(path, weight, grad, states=(), written=('weight',),
     """Checks the arrays one row of a compiled loop or CUDA table reads
     and writes through addresses, as NumPy checks Chainer's in-place
     operations on them: each of ``weight``'s size, and writeable where
-    ``written`` names it (``'weight'``, ``'gradient'``; momentum buffers
-    always). Dtype, byte order and layout need no error: rows that differ
+    ``written`` names it (``'weight'``, ``'gradient'``, ``'momentum
+    buffer'``). Dtype, byte order and layout need no error: rows that differ
     go through native copies, but with ``one_dtype`` (a GPU, where CuPy's
     kernels take one) another dtype is a ``TypeError``. Raises ``ValueError``
     naming ``path``."""
@@ -134,8 +134,7 @@ def addressed(path, weight, grad, states=(), written=('weight',),
                 path, name, a.dtype, weight.dtype))
     for name, a in (('weight', weight),) + named:
         # CuPy arrays have no writeable flag: device memory always is.
-        if ((name in written or name == 'momentum buffer')
-                and not getattr(a.flags, 'writeable', True)):
+        if name in written and not getattr(a.flags, 'writeable', True):
             raise ValueError('{}: the {} is read-only (output array is '
                              'read-only)'.format(path, name))
 

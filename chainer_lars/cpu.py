@@ -135,7 +135,7 @@ def _step(op, p, q, momentum, nesterov, ct, wf, gf, vf=None):
 
 def numpy_update(row, obs, op, w, g, v=None):
     """One row of :func:`chainer_lars._numba.multi_update` in NumPy, for
-    any dtypes and layouts (through native copies, written back)."""
+    any dtypes and layouts (through native copies, those written back)."""
     arrays = (w, g) if v is None else (w, g, v)
     natives = list(map(native, arrays))
     wf, gf = natives[0].reshape(-1), natives[1].reshape(-1)
@@ -144,6 +144,7 @@ def numpy_update(row, obs, op, w, g, v=None):
         return
     row = row.tolist()  # Python floats: faster than NumPy scalars
     s, wd = row[L.LOSS_SCALE], row[L.WEIGHT_DECAY]
+    written = L.written(op, s != 1.0)
     r, w_norm, g_norm = 1.0, math.nan, math.nan
     # Only the ufuncs need the error state: dot and floats do not warn.
     if op == L.STEP and s != 1.0:
@@ -165,9 +166,9 @@ def numpy_update(row, obs, op, w, g, v=None):
         with numpy.errstate(over='ignore', invalid='ignore'):
             _step(op, p, q, row[L.MOMENTUM], row[L.NESTEROV], ct, wf, gf,
                   *[a.reshape(-1) for a in natives[2:]])
-    for a, copy in zip(arrays, natives):
-        if copy is not a:
-            a[...] = copy
+    for k in written[:len(arrays)]:  # a read-only input stays unwritten
+        if natives[k] is not arrays[k]:
+            arrays[k][...] = natives[k]
 
 
 class _Tables(object):

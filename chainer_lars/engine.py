@@ -206,8 +206,8 @@ def check(group, grads, op):
         group.grads = grads if held else None
         return
     group.checked = group.grads = None
-    written = ('gradient',) if op == L.RESCALE else (
-        ('weight', 'gradient') if group.scaled else ('weight',))
+    written = [('weight', 'gradient', 'momentum buffer')[i]
+               for i in L.written(op, group.scaled)]
     for k, g in enumerate(grads):
         if g is not None:
             checks.addressed(group.paths[k], group.weights[k], g,
@@ -242,9 +242,9 @@ def run(group, grads, op):
             continue
         one.op = op
         group.copies[k] = one
-        for a, c in zip(arrays, copies):
-            if c is not a:
-                a[...] = c
+        for i in L.written(op, group.rows[k, L.LOSS_SCALE] != 1.0):
+            if i < len(arrays) and copies[i] is not arrays[i]:
+                arrays[i][...] = copies[i]
     return left
 
 

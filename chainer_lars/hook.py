@@ -169,15 +169,14 @@ class GradientLARS(exclusions.ExclusionProperties):
         others = []
         for param, rule, path, adapt in plan.others:
             g = param.grad
+            if g is not None and param.dtype == numpy.float16:
+                direct = not rule._use_fp32_update  # the delegate's arrays
+                checks.addressed(
+                    path, param.array, g, (), ('gradient',) if direct else (),
+                    direct and param.device.xp is not numpy)
             if g is not None and g.size:
                 if self.clip and adapt:
                     self._clip_lr(rule, path)
-                if param.dtype == numpy.float16:  # the delegate's arrays
-                    direct = not rule._use_fp32_update
-                    checks.addressed(
-                        path, param.array, g, (),
-                        ('gradient',) if direct else (),
-                        direct and param.device.xp is not numpy)
                 others.append((param, rule, path))
 
         self._observed = {}
@@ -251,7 +250,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         is the factor still in the stored gradient (the result keeps it)."""
         w = param.array
         g = None if w is None else param.grad
-        if g is None or g.size == 0:
+        if g is None or g.size == 0 == w.size:
             return
         uses_wd, adapt = self._rules.lookup(path)
         clip_lr = self._clip_lr(rule, path) if adapt and self.clip else -1.0

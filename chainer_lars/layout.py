@@ -30,6 +30,14 @@ RESCALE, STEP = 0, 1
 W, G, V, SIZE = range(4)
 
 
+def written(op, scaled):
+    """Which of ``(w, g, v)`` an op writes: the hook's rescale ``g``; a
+    step ``w`` and ``v``, and ``g`` where it divides out a loss scale."""
+    if op == RESCALE:
+        return (1,)
+    return (0, 1, 2) if scaled else (0, 2)
+
+
 def rows(n):
     """``n`` rows of settings: no clipping, no loss scale, the rest 0."""
     table = numpy.zeros((n, len(COLUMNS)))

@@ -217,7 +217,7 @@ class _Example(object):
             self.opt.setup(self.ours)
             self.hook = None
         self.log = []
-        self.bad_hyper = None
+        self.bad_hyper = set()
         for p in self.pairs():
             self.fresh_grad(*p)
 
@@ -308,7 +308,7 @@ class _Example(object):
         if direct:
             setattr(self.opt.hyperparam, name, value)
             if not valid:
-                self.bad_hyper = name
+                self.bad_hyper.add(name)
         else:
             old = getattr(owner, name)
             try:
@@ -319,6 +319,7 @@ class _Example(object):
                 return
             assert valid, (name, value)
         if valid:
+            self.bad_hyper.discard(name)
             if name in ('lr', 'momentum'):
                 setattr(self.theirs, name, value)
             self.hyper[name] = value
@@ -341,14 +342,14 @@ class _Example(object):
             self.opt.update()
         except Exception as e:
             ours = e
-        if self.bad_hyper is not None:
+        if self.bad_hyper:
             # LARS refuses it at the update (or an array first); the twin
             # has no such check.
-            assert isinstance(ours, ValueError), ours
+            assert isinstance(ours, ValueError) or self.justified(ours), ours
             self.same_exactly(before)
-            setattr(self.opt.hyperparam, self.bad_hyper,
-                    self.hyper[self.bad_hyper])
-            self.bad_hyper = None
+            for name in self.bad_hyper:
+                setattr(self.opt.hyperparam, name, self.hyper[name])
+            self.bad_hyper.clear()
             self.say('  refused:', ours)
             self.sync()
             return
@@ -378,10 +379,13 @@ class _Example(object):
                        traceback.extract_tb(ours.__traceback__))
             if self.face == 'lars' or (self.hook is not None and mine):
                 self.same_exactly(before)
-            if lars or mine:
+            if lars or mine or any(p.dtype == numpy.float16
+                                   for p in self.ours.params()):
                 # The twin stops half-way (its reference hook after some
                 # parameters, its MomentumSGD within one); LARS per rule
-                # after the parameters before the one named.
+                # after the parameters before the one named; the hook's
+                # float16 delegates rescale in their rules, those not
+                # reached are not rescaled.
                 self.sync()
                 return
         self.compare()
@@ -394,7 +398,7 @@ class _Example(object):
             if not message.startswith('/p{}: '.format(k)):
                 continue
             state = p.update_rule.state or {}
-            arrays = [p.grad] + ([state['v']] if 'v' in state else [])
+            arrays = [a for a in [p.grad, state.get('v')] if a is not None]
             if isinstance(error, TypeError):
                 return any(a.dtype != p.dtype for a in arrays)
             return any(a.size != p.size for a in arrays)

@@ -186,3 +186,54 @@ def test_a_gpu_table_built_for_the_hook_is_not_used_for_a_step():
                                                           w0 - 0.5 * g0))
     ''', emulated=True)
     assert out == ['True True']
+
+
+@pytest.mark.parametrize('dtype', ['>f2', '>f4'])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_read_only_input_of_another_layout_is_read_not_written(
+        multi_tensor, dtype):
+    """Found by tests/test_fuzz.py: the native copy of a byte-swapped,
+    read-only gradient was written back after the step, which Chainer's
+    MomentumSGD never writes (float16: the NumPy passes; float32: the
+    engine's copies for the compiled loop)."""
+    import numpy as np
+    import chainer
+    import chainer_lars
+    results = []
+    for optimizer in (chainer_lars.LARS(lr=0.1, momentum=0.0,
+                                        weight_decay=0.0,
+                                        trust_coefficient=1.0,
+                                        multi_tensor=multi_tensor),
+                      chainer.optimizers.SGD(lr=0.1)):
+        p = chainer.Parameter(np.linspace(1, 2, 5).astype(dtype))
+        link = chainer.Link()
+        with link.init_scope():
+            link.w = p
+        optimizer.setup(link)
+        g = np.linspace(-1, 1, 5).astype(dtype)
+        g.flags.writeable = False
+        p.grad = g
+        optimizer.update()
+        assert p.grad is g and g.tolist() == np.linspace(
+            -1, 1, 5).astype(dtype).tolist()
+        results.append(p.array.astype(np.float64))
+    # LARS with momentum 0 is SGD with the ratio: ||w|| / ||g||.
+    w0, g0 = np.linspace(1, 2, 5), np.linspace(-1, 1, 5)
+    r = np.linalg.norm(w0) / np.linalg.norm(g0)
+    rtol = 2e-3 if dtype == '>f2' else 1e-5
+    np.testing.assert_allclose(results[0], w0 - 0.1 * r * g0, rtol=rtol)
+    np.testing.assert_allclose(results[1], w0 - 0.1 * g0, rtol=rtol)
+
+
+def test_the_hook_refuses_an_empty_gradient_of_a_weight_that_is_not():
+    """As Chainer's GradientLARS does (g += wd w cannot broadcast)."""
+    import numpy as np
+    import chainer
+    import chainer_lars
+    hook = chainer_lars.GradientLARS()
+    p = chainer.Parameter(np.ones(5, np.float32))
+    p.name = 'w'
+    p._set_grad_without_check(np.zeros(0, np.float32))
+    rule = chainer.optimizers.SGD().create_update_rule()
+    with pytest.raises(ValueError, match='w: the gradient has 0 elements'):
+        hook(rule, p)
