@@ -135,7 +135,7 @@ class LARSRule(optimizer.UpdateRule):
         group = self._group  # two identity checks: this path is per array
         if (group is None or group.weights[0] is not w
                 or group.states[0][0] is not v):
-            path = self._path or param.name
+            path = getattr(self, '_path', None) or param.name
             _check_dtype(path, w)
             group = self._group = engine.group_of_one(
                 None, param.device, path, w, (v,))
@@ -192,7 +192,7 @@ def _check_unbatched(param):
     if (isinstance(rule, LARSRule) and rule.enabled and w is not None
             and g is not None and not (
                 rule._use_fp32_update and w.dtype == numpy.float16)):
-        checks.addressed(rule._path or param.name, w, g,
+        checks.addressed(getattr(rule, '_path', None) or param.name, w, g,
                          (rule.state['v'],) if rule.state else (),
                          one_dtype=param.device.xp is not numpy)
 
