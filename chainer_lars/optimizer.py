@@ -143,6 +143,7 @@ class LARSRule(optimizer.UpdateRule):
         inputs = (_HYPER_VALUES(self), self.uses_weight_decay,
                   self.uses_adaptation)
         if inputs != group.inputs:
+            group.inputs = None  # the rows hold no inputs until checked
             _fill(group.rows, *inputs)
             _check_rows(group.rows, group.paths)
             group.inputs = inputs
@@ -411,7 +412,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         scales = list(map(engine.LOSS_SCALE, group.params))
         if (values, scales) == group.inputs:
             return
-        rows = group.rows
+        rows, group.inputs = group.rows, None  # none until checked
         _fill(rows, values, *group.static)
         rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
         _check_rows(rows, group.paths)

@@ -237,3 +237,33 @@ def test_the_hook_refuses_an_empty_gradient_of_a_weight_that_is_not():
     rule = chainer.optimizers.SGD().create_update_rule()
     with pytest.raises(ValueError, match='w: the gradient has 0 elements'):
         hook(rule, p)
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_refused_hyperparameter_leaves_no_trace_in_the_settings(
+        multi_tensor):
+    """Found by tests/test_fuzz.py: the rows were filled with the refused
+    value, and the next update, back at the old values, used them."""
+    import numpy as np
+    import chainer
+    import chainer_lars
+    w0, g0 = np.linspace(1, 2, 5), np.linspace(-1, 1, 5)
+    p = chainer.Parameter(w0.astype(np.float32))
+    link = chainer.Link()
+    with link.init_scope():
+        link.w = p
+    opt = chainer_lars.LARS(lr=0.1, momentum=0.0, weight_decay=0.0,
+                            trust_coefficient=1.0, multi_tensor=multi_tensor)
+    opt.setup(link)
+    p.grad = g0.astype(np.float32)
+    opt.update()
+    opt.update()  # the batched path's rows are filled from the second
+    w1 = p.array.astype(np.float64)
+    opt.hyperparam.lr = -1.0
+    with pytest.raises(ValueError, match='lr'):
+        opt.update()
+    assert p.array.tolist() == w1.astype(np.float32).tolist()
+    opt.hyperparam.lr = 0.1
+    opt.update()
+    r = np.linalg.norm(w1) / np.linalg.norm(g0)
+    np.testing.assert_allclose(p.array, w1 - 0.1 * r * g0, rtol=1e-5)
