@@ -166,7 +166,7 @@ def derived_lr(error, args, batch):
     if not 0 < lr < math.inf:
         flags = '--batchsize {}'.format(args.batchsize)
         if args.optimizer != 'momentum':
-            flags = '--trust-coefficient {:g} with {}'.format(
+            flags = '--trust-coefficient {} with {}'.format(
                 args.trust_coefficient, flags)
         error('{} gives a learning rate (--lr) of {}, which must be '
               'positive and finite; give --lr, or change those flags'

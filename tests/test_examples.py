@@ -1140,11 +1140,21 @@ def test_values_derived_from_flags_are_checked_like_flags(
     """The learning rate follows from the batch size and the trust
     coefficient: where it overflows, a usage error names the flags."""
     example = request.getfixturevalue(name)
-    flags, names = ['--trust-coefficient', '1e-320'], ['--trust-coefficient']
+    flags, names = ['--trust-coefficient', '1e-320'], [
+        '--trust-coefficient 1e-320 with --batchsize']
     err = usage_error(example.parse_args, flags + ['-e', '1'], capsys)
     assert 'Traceback' not in err and 'usage:' in err
     line = err.splitlines()[-1]
     assert 'lr' in line and all(n in line for n in names), err
+
+
+def test_more_iterations_than_the_schedule_counts_is_a_usage_error(
+        mnist, dataset_root, tmp_path, capsys):
+    err = usage_error(mnist.main, ['-b', '32', '-e', str(2 ** 53), '--out',
+                                   str(tmp_path / 'out'), '--noplot'],
+                      capsys)
+    assert '--epoch {} with --batchsize 32 and 64 training examples'.format(
+        2 ** 53) in err and 'Traceback' not in err
 
 
 @pytest.fixture
