@@ -62,8 +62,19 @@ class GradientLARS(exclusions.ExclusionProperties):
             \\ \\text{if } \\|w\\| > \\tau \\text{, else } 1, \\qquad
         g \\leftarrow r (g + \\lambda w).
 
-    A drop-in for Chainer's hook, correct under loss scaling and in float16.
-    Called on one update rule, the patterns search ``'/' + param.name``.
+    A drop-in for Chainer's hook, correct under loss scaling and in float16,
+    with Chainer's defaults. Called on one update rule, the patterns search
+    ``'/' + param.name``.
+
+    With the default ``trust_coefficient=1`` (Chainer's convention) the
+    optimizer's ``lr`` is the paper's :math:`\\gamma \\eta`: an adapted array
+    moves, per update and before momentum, by about ``lr`` times its own
+    norm, so ``lr`` is small: start from ``MomentumSGD(lr=0.002)`` (about
+    1e-3 to 1e-2). The plain ``lr=0.1`` of ``MomentumSGD`` moves every array
+    by a tenth of its norm per update and diverges. :class:`LARS` keeps
+    :math:`\\eta` apart, TensorFlow's ``trust_coefficient=1e-3``, with an
+    ``lr`` 1,000 times larger for the same step. Arrays at or below
+    ``threshold`` (biases starting at 0) get the plain ``lr``.
 
     Args:
         threshold (float): ``r = 1`` unless ``||w|| > threshold``.
@@ -77,9 +88,14 @@ class GradientLARS(exclusions.ExclusionProperties):
         multi_tensor (bool): Rescale each device's and dtype's together.
 
     Attributes:
-        ~GradientLARS.threshold, ~GradientLARS.weight_decay,
-        ~GradientLARS.eps, ~GradientLARS.trust_coefficient,
-        ~GradientLARS.clip: As above; settable, checked on assignment.
+        threshold (float): As the argument; settable and checked on
+            assignment, as are the four below.
+        weight_decay (float): As the argument.
+        eps (float): As the argument.
+        trust_coefficient (float): As the argument.
+        clip (bool): As the argument.
+        exclude_from_weight_decay (tuple of str): The patterns, read only.
+        exclude_from_layer_adaptation (tuple of str): Likewise.
 
     """
 

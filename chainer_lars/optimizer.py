@@ -17,7 +17,7 @@ from chainer_lars import layout as L
 
 
 _default_hyperparam = optimizer.Hyperparameter()
-_default_hyperparam.lr = 1e-3
+_default_hyperparam.lr = 2.0
 _default_hyperparam.momentum = 0.9
 _default_hyperparam.weight_decay = 1e-4
 _default_hyperparam.trust_coefficient = 1e-3
@@ -197,6 +197,19 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         \\quad (\\text{Nesterov: } w \\leftarrow w - \\gamma r (g + \\lambda w)
         - \\mu v).
 
+    ``lr`` and ``trust_coefficient`` are the paper's :math:`\\gamma` and
+    :math:`\\eta`, kept apart as in TensorFlow: an adapted array moves, per
+    update and before momentum, by about ``lr * trust_coefficient`` times
+    its own norm. :class:`GradientLARS` has the same two names with
+    Chainer's defaults, ``trust_coefficient=1``, where the optimizer's
+    ``lr`` is that product itself: for the same step the hook's ``lr`` is
+    1,000 times smaller than this one's (``LARS(lr=2.0)``, ``MomentumSGD(
+    lr=0.002)`` with ``GradientLARS()``). Start from the defaults, ``lr=2``
+    and ``trust_coefficient=1e-3``, at batches of a few hundred, and scale
+    ``lr`` with the batch. TensorFlow's defaults are ``lr=1e-3,
+    trust_coefficient=1e-3``: a step of a millionth of the norm, which
+    trains next to nothing in a few hundred updates.
+
     Args:
         lr (float): Learning rate :math:`\\gamma`.
         momentum (float): Momentum :math:`\\mu`, in ``[0, 1)``.
@@ -206,12 +219,20 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         nesterov (bool): Use Nesterov momentum.
         exclude_from_weight_decay (list of str): Regular expressions
             searched in the parameter paths (e.g. ``'/b$'``).
-        exclude_from_layer_adaptation (list of str): Likewise.
+        exclude_from_layer_adaptation (list of str): Likewise: ratio 1, the
+            plain rate ``lr``.
         multi_tensor (bool): Update each device's and dtype's together.
 
     Attributes:
-        lr, momentum, weight_decay, trust_coefficient, eps, nesterov: As
-            above; settable (e.g. by a schedule), checked on assignment.
+        lr (float): The learning rate; settable (e.g. by a schedule) and
+            checked on assignment, as are the five below.
+        momentum (float): The momentum.
+        weight_decay (float): The weight decay.
+        trust_coefficient (float): The trust coefficient.
+        eps (float): The term added to the denominator.
+        nesterov (bool): Whether the momentum is Nesterov's.
+        exclude_from_weight_decay (tuple of str): The patterns, read only.
+        exclude_from_layer_adaptation (tuple of str): Likewise.
 
     """
 

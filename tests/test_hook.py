@@ -58,8 +58,34 @@ def test_defaults_match_chainer():
     theirs = optimizer_hooks.GradientLARS()
     assert (ours.threshold, ours.weight_decay, ours.eps) == (
         theirs.threshold, theirs.weight_decay, theirs.eps)
+    assert ours.trust_coefficient == 1.0  # the ratio of Chainer's hook
     assert ours.name == theirs.name == 'GradientLARS'
     assert ours.timing == 'pre'
+
+
+def test_chainer_s_own_test_case_passes():
+    # The case of Chainer 7.8.1's test of its hook, on this one: one array
+    # above the threshold, one below it, SGD(lr=1), threshold 1e-2 and
+    # weight decay 0.2 given as Chainer's test gives them.
+    w = [numpy.arange(6, dtype=numpy.float32).reshape(2, 3),
+         numpy.arange(6, dtype=numpy.float32).reshape(2, 3) * 1e-4]
+    g = numpy.arange(3, -3, -1, dtype=numpy.float32).reshape(2, 3)
+    target = chainer.ChainList(*[chainer.Link() for _ in w])
+    for link, array in zip(target, w):
+        with link.init_scope():
+            link.param = chainer.Parameter(array.copy())
+        link.param.grad = g.copy()
+    opt = optimizers.SGD(lr=1)
+    opt.setup(target)
+    opt.add_hook(chainer_lars.GradientLARS(threshold=1e-2,
+                                           weight_decay=0.2))
+    opt.update()
+    w_norm, g_norm = numpy.linalg.norm(w[0]), numpy.linalg.norm(g)
+    rate = w_norm / (1e-9 + g_norm + 0.2 * w_norm)
+    testing.assert_allclose(target[0].param.array,
+                            w[0] - rate * (g + 0.2 * w[0]), rtol=1e-6)
+    testing.assert_allclose(target[1].param.array,
+                            w[1] - (g + 0.2 * w[1]), rtol=1e-6)
 
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
