@@ -74,7 +74,8 @@ class LARSRule(optimizer.UpdateRule):
         uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
 
     Attributes:
-        uses_weight_decay, uses_adaptation (bool): As above.
+        uses_weight_decay (bool): As the argument.
+        uses_adaptation (bool): As the argument.
 
     """
 
@@ -281,14 +282,16 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         return self
 
     def update(self, lossfun=None, *args, **kwds):
-        """Updates the parameters (see :meth:`chainer.GradientMethod.update`).
-
-        FORK of Chainer 7.8.1's ``GradientMethod.update``, ``Optimizer.
-        check_nan_in_grads`` and ``reallocate_cleared_grads`` (below): the
-        same steps on one listing of the parameters, ``param.update()``
-        replaced by :meth:`_update_params`, reading Chainer's private
-        ``_loss_scale``, ``_hookable``, ``_loss_scaling_*``, ``_set_grad``;
-        ``tests/test_optimizer.py`` fails if they change."""
+        """Updates the parameters, as :meth:`chainer.GradientMethod.update`
+        does: with ``lossfun``, computes the loss of ``lossfun(*args,
+        **kwds)`` and its gradients first; then the hooks, the step of
+        every parameter, and the loss scale's update."""
+        # A fork of Chainer 7.8.1's GradientMethod.update, with its
+        # check_nan_in_grads and reallocate_cleared_grads (below): the same
+        # steps on one listing of the parameters, param.update() replaced by
+        # _update_params, reading Chainer's private _loss_scale, _hookable,
+        # _loss_scaling_* and _set_grad; tests/test_optimizer.py fails if
+        # they change (docs/design.rst).
         if not self._multi_tensor:
             return super(LARS, self).update(lossfun, *args, **kwds)
         if lossfun is not None:
