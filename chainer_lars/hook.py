@@ -1,5 +1,6 @@
 """GradientLARS: the LARS pre-update hook, a face of the engine."""
 
+import sys
 import weakref
 
 import numpy
@@ -10,6 +11,7 @@ from chainer_lars import checks
 from chainer_lars import engine
 from chainer_lars import exclusions
 from chainer_lars import layout as L
+from chainer_lars import optimizer as _optimizer
 
 
 class _RuleDelegate(object):
@@ -41,6 +43,40 @@ class _RuleDelegate(object):
         optimizer = optimizer()
         if optimizer is not None and optimizer.t == t:
             self.hook._rescale(rule, param, path, 1.0)
+
+
+class _Registration(object):
+
+    """``name`` and ``timing``, read by Chainer's ``add_hook``: refuses the
+    class given as a hook (``add_hook(GradientLARS)``, which would be
+    called as ``GradientLARS(optimizer)``) and ``timing='post'`` (the
+    rescaled gradients would be thrown away) while Chainer registers it."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __get__(self, hook, owner=None):
+        if hook is None:
+            raise TypeError(
+                '{0} is a class: register an instance, add_hook(chainer_'
+                'lars.{0}()) with the parentheses'.format(owner.__name__))
+        caller = sys._getframe(1)
+        if (caller.f_code is _ADD_HOOK_CODE
+                and caller.f_locals.get('timing') == 'post'):
+            _post_refused()
+        return self.value
+
+
+#: The code of Chainer 7.8.1's add_hook, which reads ``hook.name`` (``None``
+#: where Chainer has another).
+_ADD_HOOK_CODE = getattr(getattr(getattr(
+    chainer.optimizer, '_Hookable', None), 'add_hook', None), '__code__', None)
+
+
+def _post_refused():
+    raise ValueError(
+        "GradientLARS rescales the gradients before the update: register "
+        "it with timing='pre' or 'auto' (the default), not 'post'")
 
 
 #: Name of a GradientLARS's delegate on an update rule (``#2``, ``#3``, ...
@@ -99,9 +135,9 @@ class GradientLARS(exclusions.ExclusionProperties):
 
     """
 
-    name = 'GradientLARS'
+    name = _Registration('GradientLARS')
     call_for_each_param = False
-    timing = 'pre'
+    timing = _Registration('pre')
 
     threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
     weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
@@ -116,6 +152,12 @@ class GradientLARS(exclusions.ExclusionProperties):
                  trust_coefficient=1.0, clip=False,
                  exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=(), multi_tensor=True):
+        if isinstance(threshold, (chainer.Optimizer, chainer.UpdateRule)):
+            # Chainer calling the class registered by add_hook(GradientLARS)
+            raise TypeError(
+                'GradientLARS was registered as a class: register an '
+                'instance, add_hook(chainer_lars.GradientLARS()) with the '
+                'parentheses')
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
         self.threshold = threshold
@@ -135,6 +177,14 @@ class GradientLARS(exclusions.ExclusionProperties):
         return dict(self.__dict__, _singles={}, _observed={})
 
     def __call__(self, *args):
+        owner = args[0] if args else None
+        # Registered where add_hook read neither name nor timing.
+        hookable = getattr(owner, '_hookable', None)
+        if hookable is not None and any(
+                h is self for h in hookable._post_update_hooks.values()):
+            _post_refused()
+        if isinstance(owner, (_optimizer.LARS, _optimizer.LARSRule)):
+            _double_adaptation()
         if len(args) == 1:
             self._update_all(args[0])
         elif len(args) == 2:
@@ -292,6 +342,13 @@ class GradientLARS(exclusions.ExclusionProperties):
         for group in self._observed.values():
             result.update(engine.observe(group))
         return result
+
+
+def _double_adaptation():
+    raise TypeError(
+        'GradientLARS on a chainer_lars.LARS optimizer would adapt the '
+        'rates twice: use LARS alone (its trust_coefficient is the '
+        "hook's), or the hook on chainer.optimizers.MomentumSGD")
 
 
 def _enabled(rules):

@@ -204,10 +204,10 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
     its own norm. :class:`GradientLARS` has the same two names with
     Chainer's defaults, ``trust_coefficient=1``, where the optimizer's
     ``lr`` is that product itself: for the same step the hook's ``lr`` is
-    1,000 times smaller than this one's (``LARS(lr=2.0)``, ``MomentumSGD(
-    lr=0.002)`` with ``GradientLARS()``). Start from the defaults, ``lr=2``
-    and ``trust_coefficient=1e-3``, at batches of a few hundred, and scale
-    ``lr`` with the batch. TensorFlow's defaults are ``lr=1e-3,
+    1,000 times smaller than this one's (``LARS(lr=2.0)``, or
+    ``MomentumSGD(lr=0.002)`` with ``GradientLARS()``). Start from the
+    defaults, ``lr=2`` and ``trust_coefficient=1e-3`` (tried at batch 128),
+    and scale ``lr`` with the batch. TensorFlow's defaults are ``lr=1e-3,
     trust_coefficient=1e-3``: a step of a millionth of the norm, which
     trains next to nothing in a few hundred updates.
 
@@ -271,6 +271,14 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     def create_update_rule(self):
         return LARSRule(self.hyperparam)
+
+    def add_hook(self, hook, name=None, timing='auto'):
+        """Registers a hook, as :meth:`chainer.Optimizer.add_hook`; a
+        :class:`GradientLARS` is refused: it would adapt the rates twice."""
+        from chainer_lars import hook as hooks  # which imports this module
+        if isinstance(hook, hooks.GradientLARS):
+            hooks._double_adaptation()
+        super(LARS, self).add_hook(hook, name, timing)
 
     def setup(self, link):
         super(LARS, self).setup(link)
@@ -440,6 +448,10 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         """``{path: (ratio, ||w||, ||g||)}`` of the last update, as floats,
         for the adapted and enabled arrays (see :meth:`GradientLARS.observe
         <chainer_lars.GradientLARS.observe>`)."""
+        if self.target is None:
+            raise RuntimeError(
+                'LARS.observe() reports the last update: call '
+                'optimizer.setup(link) and update() first')
         result = {}
         for path, param in self.target.namedparams():
             rule = getattr(param, 'update_rule', None)

@@ -844,3 +844,82 @@ def test_huge_gradients_do_not_overflow_the_norm(monkeypatch, numba):
     expected = ref.hook_gradient(numpy.ones(100), numpy.full(100, 3e20))
     testing.assert_allclose(link.p.grad, expected, rtol=1e-6)
     assert numpy.all(link.p.grad > 0)
+
+
+# -- misuse, refused when it happens -----------------------------------------
+
+def test_the_class_as_a_hook_is_refused_by_add_hook():
+    _, opt = setup(None)
+    for kwargs in ({}, {'timing': 'pre'}, {'name': 'lars'}):
+        with pytest.raises(TypeError, match=(
+                r'^GradientLARS is a class: register an instance, '
+                r'add_hook\(chainer_lars.GradientLARS\(\)\)')):
+            opt.add_hook(chainer_lars.GradientLARS, **kwargs)
+    assert not opt._hookable._pre_update_hooks
+
+
+def test_the_class_registered_under_a_name_and_timing_is_refused():
+    # Chainer's add_hook reads neither attribute then: the first call
+    # refuses, before anything changes.
+    model, opt = setup(None)
+    opt.add_hook(chainer_lars.GradientLARS, name='lars', timing='pre')
+    x, t = ref.batch(0)
+    before = ref.snapshot(model)
+    with pytest.raises(TypeError, match=(
+            r'^GradientLARS was registered as a class: .*'
+            r'add_hook\(chainer_lars.GradientLARS\(\)\)')):
+        opt.update(ref.loss_fn(model, x, t))
+    after = ref.snapshot(model)
+    for path in PATHS:
+        numpy.testing.assert_array_equal(before[path], after[path])
+
+
+def test_post_timing_is_refused_by_add_hook():
+    _, opt = setup(None)
+    with pytest.raises(ValueError, match="^GradientLARS rescales the "
+                       "gradients before the update: .*not 'post'"):
+        opt.add_hook(chainer_lars.GradientLARS(), timing='post')
+    assert not opt._hookable._post_update_hooks
+
+
+@pytest.mark.parametrize('on_rule', [False, True])
+def test_post_timing_under_a_name_is_refused_at_the_first_call(on_rule):
+    model, opt = setup(None)
+    hook = chainer_lars.GradientLARS()
+    registry = model.fc.W.update_rule if on_rule else opt
+    registry.add_hook(hook, name='lars', timing='post')
+    with pytest.raises(ValueError, match="not 'post'"):
+        hook(*((model.fc.W.update_rule, model.fc.W) if on_rule else (opt,)))
+
+
+def test_the_hook_on_lars_is_refused():
+    model = ref.Net(numpy.float32)
+    lars = chainer_lars.LARS()
+    lars.setup(model)
+    with pytest.raises(TypeError, match=(
+            '^GradientLARS on a chainer_lars.LARS optimizer would adapt '
+            'the rates twice: use LARS alone')):
+        lars.add_hook(chainer_lars.GradientLARS())
+    assert not lars._hookable._pre_update_hooks
+    # Registered past LARS.add_hook: on a rule, or Chainer's own add_hook.
+    hook = chainer_lars.GradientLARS()
+    rule = model.fc.W.update_rule
+    with pytest.raises(TypeError, match='adapt the rates twice'):
+        hook(rule, model.fc.W)
+    with pytest.raises(TypeError, match='adapt the rates twice'):
+        hook(lars)
+
+
+@pytest.mark.parametrize('name', ['exclude_from_weight_decay',
+                                  'exclude_from_layer_adaptation'])
+@pytest.mark.parametrize('make', [chainer_lars.GradientLARS,
+                                  chainer_lars.LARS])
+def test_assigning_an_exclusion_list_says_to_pass_it_to_the_constructor(
+        name, make):
+    obj = make(**{name: ['/b$']})
+    with pytest.raises(AttributeError, match=(
+            r'^{0} is fixed when the {1} is made .*: pass it to the '
+            r'constructor, {1}\(\.\.\., {0}=\[\.\.\.\]\)'.format(
+                name, make.__name__))):
+        setattr(obj, name, ['/W$'])
+    assert getattr(obj, name) == ('/b$',)

@@ -566,3 +566,10 @@ def test_repr_shows_the_settings():
         "trust_coefficient=0.001, eps=0.0, nesterov=False, "
         "exclude_from_weight_decay=('/b$',), "
         "exclude_from_layer_adaptation=(), multi_tensor=True)")
+
+
+def test_observe_before_setup_says_what_to_do():
+    with pytest.raises(RuntimeError, match=(
+            r'^LARS.observe\(\) reports the last update: call '
+            r'optimizer.setup\(link\) and update\(\) first')):
+        chainer_lars.LARS().observe()
