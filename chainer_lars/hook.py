@@ -47,23 +47,24 @@ class _RuleDelegate(object):
 
 class _Registration(object):
 
-    """``name`` and ``timing``, read by Chainer's ``add_hook``: refuses the
-    class given as a hook (``add_hook(GradientLARS)``, which would be
+    """``name`` and ``timing``. Read by Chainer's ``add_hook``, they refuse
+    the class given as a hook (``add_hook(GradientLARS)``, which would be
     called as ``GradientLARS(optimizer)``) and ``timing='post'`` (the
-    rescaled gradients would be thrown away) while Chainer registers it."""
+    rescaled gradients would be thrown away); elsewhere they are plain."""
 
     def __init__(self, value):
         self.value = value
 
     def __get__(self, hook, owner=None):
-        if hook is None:
-            raise TypeError(
-                '{0} is a class: register an instance, add_hook(chainer_'
-                'lars.{0}()) with the parentheses'.format(owner.__name__))
         caller = sys._getframe(1)
-        if (caller.f_code is _ADD_HOOK_CODE
-                and caller.f_locals.get('timing') == 'post'):
-            _post_refused()
+        if caller.f_code is _ADD_HOOK_CODE:
+            if hook is None:
+                raise TypeError(
+                    '{0} is a class: register an instance, add_hook('
+                    'chainer_lars.{0}()) with the parentheses'.format(
+                        owner.__name__))
+            if caller.f_locals.get('timing') == 'post':
+                _post_refused()
         return self.value
 
 

@@ -1,4 +1,5 @@
 import copy
+import inspect
 import math
 import pickle
 import re
@@ -923,3 +924,10 @@ def test_assigning_an_exclusion_list_says_to_pass_it_to_the_constructor(
                 name, make.__name__))):
         setattr(obj, name, ['/W$'])
     assert getattr(obj, name) == ('/b$',)
+
+
+def test_registration_attributes_read_as_plain_values_elsewhere():
+    assert chainer_lars.GradientLARS.name == 'GradientLARS'
+    assert chainer_lars.GradientLARS.timing == 'pre'
+    assert dict(inspect.getmembers(chainer_lars.GradientLARS))[
+        'timing'] == 'pre'
