@@ -27,6 +27,8 @@
 #   CHAINER_LARS_INTEGRATION_IN the tox env that runs the tests of scripts
 #                               and tools (test: the oldest; empty: every
 #                               env); tests/conftest.py lists both groups
+#   CHAINER_LARS_HEARTBEAT      seconds between test's progress lines while
+#                               tox runs envs in parallel (default 30)
 #   CHAINER_LARS_TOX_PARALLEL   how many tox envs test runs at a time
 #                               (default auto: one per core; 1: one at a
 #                               time, with their output live); envs named
@@ -198,8 +200,86 @@ cmd_docs() {
     say "built: open $root/docs/_build/html/index.html"
 }
 
+# While tox runs its envs in parallel (and holds their output back until
+# each ends), prints when each env starts, when its pytest session ends,
+# and every CHAINER_LARS_HEARTBEAT seconds (default 30) how far each one
+# is: its tests done of those collected (from the files that
+# tests/progress.py writes into $1), or that it waits, installs or runs.
+# $1/tox.out is tox's own output, which says when an env ended; $2... are
+# the envs. An env has started once tox has cleared its log folder.
+progress_monitor() {
+    exec .tox/.bootstrap/bin/python - "$@" <<'PY'
+import os, re, sys, time
+folder, envs = sys.argv[1], sys.argv[2:]
+interval = float(os.environ.get('CHAINER_LARS_HEARTBEAT') or 30)
+start = time.time()
+parent = os.getppid()
+started, finished, ended = set(), set(), {}
+
+
+def say(text):
+    print('dev.sh: ' + text, file=sys.stderr, flush=True)
+
+
+def progress(env):
+    try:
+        with open(os.path.join(folder, env)) as f:
+            return f.read().split()
+    except OSError:
+        return None
+
+
+def tox_ended():
+    try:
+        with open(os.path.join(folder, 'tox.out'), errors='replace') as f:
+            text = f.read()
+    except OSError:
+        return {}
+    return dict(re.findall(r'^(\S+): (OK|FAIL|SKIP)', text, re.M))
+
+
+def state(env):
+    if env in ended:
+        return 'done ({})'.format(ended[env])
+    words = progress(env)
+    if words is None:
+        return 'running' if env in started else 'waiting'
+    if words[0] == 'collecting':
+        return 'collecting tests'
+    if words[0] == 'finished':
+        return 'pytest done, {} tests, {} failed'.format(words[2], words[3])
+    done, total, failed = map(int, words)
+    return '{}/{} tests ({:.0%}){}'.format(
+        done, total, done / total if total else 0,
+        ', {} failed'.format(failed) if failed else '')
+
+
+beat = start
+while os.getppid() == parent:
+    time.sleep(min(1.0, interval))
+    ended.update(tox_ended())
+    for env in envs:
+        log = os.path.join('.tox', env, 'log')
+        if env not in started and (progress(env) is not None or (
+                os.path.isdir(log) and os.stat(log).st_mtime >= start)):
+            started.add(env)
+            say('{}: started'.format(env))
+        words = progress(env)
+        if words and words[0] == 'finished' and env not in finished:
+            finished.add(env)
+            say('{}: pytest done: {} tests, {} failed'.format(
+                env, words[2], words[3]))
+    if time.time() - beat >= interval:
+        beat = time.time()
+        minutes, seconds = divmod(int(beat - start), 60)
+        say('{} min {:02d} s: {}'.format(minutes, seconds, '; '.join(
+            '{} {}'.format(env, state(env)) for env in envs)))
+PY
+}
+
 cmd_test() {
-    local version python newest="" path="" envs=() order arg jobs journal status
+    local version python newest="" path="" envs=() order arg jobs journal status \
+        work monitor
     cd "$root"
     for version in 3.11 3.10 3.9; do
         if python=$(python_for "$version"); then
@@ -255,16 +335,30 @@ cmd_test() {
     export PATH="$path$PATH"
     jobs=${CHAINER_LARS_TOX_PARALLEL:-auto}
     if [ ${#envs[@]} -eq 0 ] || [ "$jobs" = 0 ] || [ "$jobs" = 1 ]; then
+        if [ ${#envs[@]} -gt 0 ]; then
+            say "running the tox envs one at a time, their output live: about 45 minutes on 2 cores"
+        fi
         exec .tox/.bootstrap/bin/tox "$@"
     fi
     # Our env list: $jobs envs at a time (auto: one per core), which on 2
     # cores takes about half the time of one at a time. tox then shows only
     # a failing env's output, so that of the others follows, env by env.
     say "running the tox envs $jobs at a time (auto: one per core; CHAINER_LARS_TOX_PARALLEL=1: one at a time)"
+    say "this takes about 25 minutes on 2 cores (about 6 on CI's machine), more the first time (each env's install);"
+    say "a line every ${CHAINER_LARS_HEARTBEAT:-30} s says how far each env is; tox says OK or FAILED as each ends"
     journal=$(mktemp)
+    work=$(mktemp -d)
+    # The pytest sessions write their progress there (tests/progress.py);
+    # tox passes CHAINER_* on.
+    export CHAINER_LARS_PROGRESS=$work
     status=0
+    progress_monitor "$work" "${order[@]}" lint docs &
+    monitor=$!
     .tox/.bootstrap/bin/tox p -p "$jobs" --parallel-no-spinner \
-        --result-json "$journal" "$@" || status=$?
+        --result-json "$journal" "$@" | tee "$work/tox.out" || status=$?
+    kill "$monitor" 2>/dev/null || true
+    wait "$monitor" 2>/dev/null || true
+    rm -rf "$work"
     .tox/.bootstrap/bin/python - "$journal" <<'PY' || true
 import json, sys
 with open(sys.argv[1]) as f:

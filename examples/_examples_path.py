@@ -2,7 +2,7 @@
 
 ``python examples/mnist/train_mnist.py`` (from the root) and ``python
 train_mnist.py`` (in ``examples/mnist``) put only the script's own folder on
-``sys.path``, where ``from examples import common`` cannot be found. Each
+``sys.path``, where ``from examples import cli`` cannot be found. Each
 trainer's folder holds a symbolic link to this file, which the trainer
 imports when it runs as a file (``__package__`` is then ``None``): the
 repository root, the folder above the one that really holds this file,

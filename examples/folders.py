@@ -1,6 +1,6 @@
 """Checks of the folders a run writes in, for the trainers and results.py.
 
-Kept apart from ``common.py`` so that ``results.py`` checks its ``--out``
+Kept apart from ``cli.py`` so that ``results.py`` checks its ``--out``
 without importing Chainer.
 """
 

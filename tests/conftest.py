@@ -21,6 +21,9 @@
 * ``@pytest.mark.mpi`` tests skip unless ``mpiexec`` is on ``PATH`` and
   mpi4py imports; with ``CHAINER_LARS_REQUIRE_MPI=1`` (set by CI) they fail
   instead (``tests/mpi_util.py``, which also runs the ranks).
+* Where ``CHAINER_LARS_PROGRESS`` names a folder (``dev.sh test`` sets it),
+  the session writes how far it is into a file there
+  (``tests/progress.py``).
 * The ``dataset_root`` fixture makes a tiny MNIST, CIFAR-10 and CIFAR-100
   for Chainer's own loaders.
 
@@ -36,6 +39,7 @@ import chainer
 from chainer.backends import cuda
 
 from tests import mpi_util
+from tests import progress
 
 
 # The sizes of the tiny datasets: (train, test) examples.
@@ -76,6 +80,11 @@ ONE_ENV = {
         "on the real MNIST (the docs' snippets); test_syntax.py compiles "
         'the scripts in every env'),
 }
+
+
+def pytest_configure(config):
+    # dev.sh test's heartbeat (tests/progress.py)
+    progress.register(config)
 
 
 # After the -m selection, so that what is counted here is only ours.

@@ -1,4 +1,4 @@
-"""dev.sh's mnist and chainermn commands, with a stub venv and mpiexec.
+"""dev.sh's commands, with a stub venv, mpiexec and tox.
 
 A copy of dev.sh runs in a fake checkout whose ``.venv/bin/python`` records
 how it was started (its directory, its arguments, the dataset root) instead
@@ -8,6 +8,7 @@ is installed. ``mpiexec`` and ``mpicc`` are stubs on ``PATH`` likewise.
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -114,7 +115,7 @@ def test_mnist_runs_in_the_callers_directory(checkout):
     assert call['name'] == str(checkout['repo'] / '.venv/bin/python')
     assert call['argv'] == [
         str(checkout['repo'] / 'examples/mnist/train_mnist.py')] + ARGS
-    # The trainers find examples.common themselves (examples/README.md):
+    # The trainers find the examples package themselves (examples/README.md):
     # the caller's PYTHONPATH is left as it is, on every rank alike.
     assert call['path'] == os.environ.get('PYTHONPATH')
 
@@ -219,9 +220,9 @@ def test_venv_refuses_an_unknown_extra(checkout):
 
 def test_mnist_help_runs_for_real(tmp_path):
     """dev.sh mnist --help runs the real trainer, from another directory
-    and with nothing on PYTHONPATH: as a file, it must find examples.common
-    (and, in this checkout without an install, chainer_lars) in the
-    repository by itself."""
+    and with nothing on PYTHONPATH: as a file, it must find the examples
+    package (and, in this checkout without an install, chainer_lars) in
+    the repository by itself."""
     repo = tmp_path / 'repo'
     (repo / '.venv/bin').mkdir(parents=True)
     for name in ('dev.sh',) + PACKAGING:
@@ -289,3 +290,99 @@ def test_one_env_groups_run_in_the_env_dev_sh_names(only, here, kept):
                 group, value, variable) in result.stdout)
         assert said != stays, result.stdout
     assert ('deselected' in result.stdout) != all(kept)
+
+
+# A tox that runs its envs at once, as `tox p` does: for each, it clears
+# the env's log folder (where tox marks a start), runs a real pytest session
+# of three slow tests with this repository's conftest (for the py envs), and
+# prints tox's line when the env ends; it writes the journal dev.sh reads.
+FAKE_TOX = """#!{python}
+import json, os, subprocess, sys, time
+args = sys.argv[1:]
+envs = args[args.index('-e') + 1].split(',')
+journal = args[args.index('--result-json') + 1]
+runs = {{}}
+for env in envs:
+    os.makedirs(os.path.join('.tox', env, 'log'), exist_ok=True)
+    if env.startswith('py'):
+        runs[env] = subprocess.Popen(
+            [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+             {tests!r}], env=dict(os.environ, TOX_ENV_NAME=env,
+                                  PYTHONPATH={repo!r}),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+results = {{}}
+for env in envs:
+    code = runs[env].wait() if env in runs else 0
+    print('{{}}: {{}} in 4 seconds'.format(env, 'OK' if code == 0
+                                          else 'FAIL code 1'), flush=True)
+    results[env] = {{'result': {{'success': code == 0, 'duration': 4}},
+                     'test': []}}
+with open(journal, 'w') as f:
+    json.dump({{'testenvs': results}}, f)
+sys.exit(1 if any(r.wait() for r in runs.values()) else 0)
+"""
+
+SLOW_TESTS = """import os
+import time
+import pytest
+
+
+@pytest.mark.parametrize('i', range(3))
+def test_slow(i):
+    time.sleep(1.5)
+    # Taken out, so that a pytest run by a test writes over nothing.
+    assert 'CHAINER_LARS_PROGRESS' not in os.environ
+"""
+
+
+def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
+    """dev.sh test, running the envs in parallel, says when each starts,
+    how far its pytest session is at least every CHAINER_LARS_HEARTBEAT
+    seconds while tox holds its output back, and the expected duration."""
+    repo = checkout['repo']
+    tests = tmp_path / 'slow_tests'
+    tests.mkdir()
+    (tests / 'test_slow.py').write_text(SLOW_TESTS)
+    # The repository's conftest, as tox's pytest loads it.
+    (tests / 'conftest.py').write_text(
+        'from tests.conftest import pytest_configure  # NOQA\n')
+    bootstrap = repo / '.tox' / '.bootstrap' / 'bin'
+    bootstrap.mkdir(parents=True)
+    # Its pip installs nothing; the rest goes to this Python.
+    write_script(str(bootstrap / 'python'),
+                 '#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then '
+                 'exit 0; fi\nexec {} "$@"\n'.format(sys.executable))
+    write_script(str(bootstrap / 'tox'), FAKE_TOX.format(
+        python=sys.executable, tests=str(tests), repo=REPO_ROOT))
+    write_script(str(checkout['bin'] / 'g++'), '#!/bin/sh\nexit 0\n')
+    environment = dict(os.environ)
+    environment['PATH'] = '{}{}{}'.format(checkout['bin'], os.pathsep,
+                                          environment['PATH'])
+    for name in ('CHAINER_LARS_TOX_PARALLEL', 'CHAINER_LARS_PROGRESS'):
+        environment.pop(name, None)
+    environment['CHAINER_LARS_HEARTBEAT'] = '1'
+    result = subprocess.run(
+        ['bash', str(repo / 'dev.sh'), 'test'], cwd=str(checkout['caller']),
+        env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True, timeout=120)
+    assert result.returncode == 0, result.stdout
+    lines = result.stdout.splitlines()
+    assert any(line.startswith('dev.sh: this takes about ')
+               and 'minutes' in line for line in lines), result.stdout
+    envs = ['py{}{}-cpu'.format(*match.groups()) for match in (
+        re.match(r'dev\.sh: Python (3)\.(\d+): /', line) for line in lines)
+        if match] + ['lint', 'docs']
+    assert len(envs) > 2, result.stdout
+    for env in envs:
+        ended = lines.index('{}: OK in 4 seconds'.format(env))
+        assert 'dev.sh: {}: started'.format(env) in lines[:ended]
+        if env.startswith('py'):
+            # Its progress while it ran, before tox's line at its end.
+            assert any(re.match(r'dev\.sh: \d+ min \d\d s: .*{} [12]/3 '
+                                r'tests \((33|67)%\)'.format(env), line)
+                       for line in lines[:ended]), result.stdout
+            assert 'dev.sh: {}: pytest done: 3 tests, 0 failed'.format(
+                env) in lines[:ended]
+    # The monitor is gone, and with it the progress folder.
+    assert not any(line.startswith('dev.sh: ') and ' min ' in line
+                   for line in lines[lines.index('dev.sh: docs: OK in 4 s'):])

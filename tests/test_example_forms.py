@@ -3,7 +3,7 @@
 As a file from the repository root (``python examples/mnist/train_mnist.py``),
 as a file from the trainer's own folder (``python train_mnist.py``), and as
 a module from the root (``python -m examples.mnist.train_mnist``), each
-with nothing on ``PYTHONPATH``: the trainers find ``examples.common`` (and
+with nothing on ``PYTHONPATH``: the trainers find the ``examples`` package (and
 this checkout's ``chainer_lars``) by themselves.
 """
 
@@ -86,7 +86,7 @@ def test_results_imports_the_trainer_as_a_file(tmp_path, how):
 @pytest.mark.mpi
 def test_chainermn_one_epoch_from_its_folder_on_2_ranks(dataset_root,
                                                         tmp_path):
-    """Every rank finds examples.common by itself: no PYTHONPATH to pass
+    """Every rank finds the examples package by itself: no PYTHONPATH to pass
     on, as mpiexec would have to on other machines."""
     out = tmp_path / 'out'
     args, cwd = form(TRAINERS[2], 'file from its folder')

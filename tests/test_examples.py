@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -17,7 +18,11 @@ import pytest
 
 import chainer
 
-from examples import common
+from examples import cli
+from examples import data
+from examples import plots
+from examples import recipe
+from examples import training
 from tests import REPO_ROOT
 
 
@@ -153,7 +158,7 @@ def test_evaluator_weights_each_batch_by_its_size():
     reporter = chainer.Reporter()  # the trainer's, during evaluation
     reporter.add_observer('main', model)
     with reporter:
-        result = common.Evaluator(iterator, model).evaluate()
+        result = training.Evaluator(iterator, model).evaluate()
         plain = chainer.training.extensions.Evaluator(iterator, model)
         plain = plain.evaluate()
     assert result['main/accuracy'] == pytest.approx(0.6, rel=1e-6)
@@ -167,10 +172,10 @@ def test_images_are_standardized_by_the_training_set(dataset_root, dataset):
     """MNIST over all pixels, CIFAR per channel; test images alike."""
     raw = getattr(chainer.datasets, 'get_' + dataset)()
     if dataset == 'mnist':
-        got = common.load_mnist()
+        got = data.load_mnist()
         axis = None
     else:
-        got = common.load_cifar(dataset)
+        got = data.load_cifar(dataset)
         axis = (0, 2, 3)
     (raw_x, raw_t), (x, t) = [chainer.dataset.concat_examples(pair[0])
                               for pair in (raw, got)]
@@ -355,6 +360,30 @@ def test_mnist_results_table(dataset_root, tmp_path):
         results.main(argv + ['--same-as', str(tmp_path / 'none')])
 
 
+def test_mnist_results_takes_a_diverged_run_as_done(dataset_root,
+                                                    tmp_path, capsys):
+    """The trainer stops a diverged run with status 1 and its log: the
+    sweep goes on, the table has its accuracy, and it is not run again."""
+    results = importlib.import_module('examples.mnist.results')
+    out = str(tmp_path / 'results')
+    argv = ['--batchsizes', '16', '--optimizers', 'momentum', '--epoch',
+            '3', '--flags=--lr 1e30 --unit 8', '--out', out,
+            '--dataset-root', dataset_root]
+    assert results.main(argv) == 0
+    log = read_log(os.path.join(out, 'b16-momentum-s0'))
+    assert [entry['epoch'] for entry in log] == [0, 1]
+    assert not math.isfinite(log[-1]['main/loss'])
+    printed = capsys.readouterr().out
+    assert '  diverged: stopped after epoch 1 (' in printed
+    assert '| 16 | {:.2f} |'.format(
+        100 * log[-1]['validation/main/accuracy']) in printed
+    assert os.path.getsize(os.path.join(out, 'error.png')) > 0
+    results.main(argv)
+    assert '$ python' not in capsys.readouterr().out
+    assert results.main(argv[:-4] + ['--out', out, '--check', os.path.join(
+        out, 'results.md')]) == 0
+
+
 @pytest.mark.parametrize('flags', [
     '--batchsize 64', '--batch=64', '-b64', '--seed 1', '--epoch 2',
     '-o elsewhere', '--dataset-root x', '--lr -1', '--no-such-flag',
@@ -491,7 +520,7 @@ def test_default_warmup_longer_than_the_run_is_the_run(
         args = example.parse_args(argv + ['--epoch', '2'])
         assert args.warmup_epochs == 2
         args.lr = 1.0  # ChainerMN's follows from the number of processes
-        common.print_banner(args)
+        cli.print_banner(args)
         assert ('warm-up 2 epochs (the whole run: the default, 5, is '
                 'longer)') in capsys.readouterr().out
         assert example.parse_args(argv + ['--epoch', '6']).warmup_epochs == 5
@@ -502,7 +531,7 @@ def test_default_warmup_longer_than_the_run_is_the_run(
 @pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars', 'momentum'])
 def test_banner_names_a_trust_coefficient_only_for_lars(mnist, capsys,
                                                         optimizer):
-    common.print_banner(mnist.parse_args(['--optimizer', optimizer]))
+    cli.print_banner(mnist.parse_args(['--optimizer', optimizer]))
     out = capsys.readouterr().out
     assert ('trust coefficient 0.02' in out) == (optimizer != 'momentum')
 
@@ -707,6 +736,23 @@ def test_resume_refuses_another_run(mnist, mnist_snapshot, tmp_path,
     assert not out.exists()
 
 
+def test_resume_of_a_finished_run_says_so(mnist, mnist_snapshot,
+                                          tmp_path, capsys):
+    """The snapshot of the last epoch would resume into a run that stops
+    at once: one usage line that says why, before any work."""
+    snapshot, args = mnist_snapshot
+    last = os.path.join(os.path.dirname(snapshot), 'snapshot_iter_4')
+    out = tmp_path / 'resumed'
+    err = usage_error(mnist.main, args + [
+        '--resume', last, '--out', str(out), '--dataset-root',
+        str(tmp_path)], capsys)  # no data there: it stops before loading
+    assert len(err.splitlines()) == 1, err
+    assert ('the run is finished: the snapshot was written at the end of '
+            'epoch 2 of --epoch 2' in err), err
+    assert 'larger --epoch' in err
+    assert not out.exists()
+
+
 def test_resume_refuses_another_precision_or_dataset(
         mnist, mnist_snapshot, tmp_path, capsys):
     snapshot, args = mnist_snapshot
@@ -860,38 +906,166 @@ def test_readme_example_needs_no_copy(dataset_root, tmp_path, monkeypatch):
         os.listdir(str(out)))
 
 
-def test_loss_plot_names_train_and_test_and_marks_divergence():
-    """PlotReport draws a NaN epoch as nothing: the plot marks it."""
+def draw_epochs(values, **kwargs):
+    """Draws ``values`` ({key: per-epoch values}) as PlotReport does, then
+    ``plots.epoch_axes(**kwargs)``; returns the figure and its axes."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     figure, axes = plt.subplots()
-    epochs = [0, 1, 2, 3]
-    axes.plot(epochs, [2.3, 1.5, numpy.nan, numpy.nan], label='main/loss')
-    axes.plot(epochs, [2.3, 1e30, numpy.inf, numpy.nan],
-              label='validation/main/loss')
-    common._axes('loss', log=True)(figure, axes, None)
+    for key, ys in values.items():
+        # None: no value that epoch (the training values of epoch 0)
+        axes.plot([x for x, y in enumerate(ys) if y is not None],
+                  [y for y in ys if y is not None], marker='x', label=key)
+    plots.epoch_axes(kwargs.pop('ylabel', 'y'), **kwargs)(
+        figure, axes, None)
+    return figure, axes
+
+
+def drawn(axes):
+    """The points each curve draws: {label: [(x, y), ...]}, NaN left out."""
+    return {line.get_label(): [
+        (float(x), float(y)) for x, y in zip(line.get_xdata(),
+                                             line.get_ydata())
+        if math.isfinite(y)] for line in axes.get_lines()
+        if not line.get_label().startswith('_')}
+
+
+def test_loss_plot_names_train_and_test_and_marks_divergence():
+    """PlotReport draws a NaN epoch as nothing: the plot marks the epochs
+    from the first, draws none of their values, and titles it diverged."""
+    import matplotlib.pyplot as plt
+    figure, axes = draw_epochs(
+        {'main/loss': [2.3, 1.5, numpy.nan, numpy.nan],
+         'validation/main/loss': [2.3, 1e30, numpy.inf, numpy.nan]},
+        ylabel='loss', log=True, title='lars, batch 32')
     legend = axes.legend()
     labels = [text.get_text() for text in legend.get_texts()]
-    assert labels == ['train', 'test',
-                      'diverged: not finite from epoch 2 (x)']
-    marks = [line for line in axes.get_lines()
-             if line.get_label() == '_nolegend_']
-    assert [list(line.get_xdata()) for line in marks] == [[2, 3], [2, 3]]
+    assert labels == ['train', 'test', 'diverged at epoch 2: loss not '
+                      'finite, not drawn']
+    assert drawn(axes) == {'train': [(0, 2.3), (1, 1.5)],
+                           'test': [(0, 2.3), (1, 1e30)]}
+    # The band: from epoch 2 to the right edge.
+    band, = axes.patches
+    assert band.get_x() == 2
+    assert band.get_x() + band.get_width() == axes.get_xlim()[1] > 3
+    assert axes.get_title() == 'lars, batch 32 (diverged)'
     low, high = axes.get_ylim()
     assert low <= 1.5 and 1e30 <= high < 1e31
     plt.close(figure)
 
-    figure, axes = plt.subplots()
-    axes.plot(epochs, [0.1, 0.5, 0.9, 0.95], label='main/accuracy')
-    common._axes('accuracy')(figure, axes, None)
+    figure, axes = draw_epochs({'main/accuracy': [0.1, 0.5, 0.9, 0.95]},
+                               title='lars, batch 32')
     assert [line.get_label() for line in axes.get_lines()] == ['train']
+    assert not axes.patches and axes.get_title() == 'lars, batch 32'
     plt.close(figure)
+
+
+def test_accuracy_plot_is_in_percent_and_hides_a_diverged_runs_values():
+    """A diverged model's accuracy (that of one class) is finite, but no
+    model's: from where the Divergence extension found the loss not
+    finite, nothing is drawn, and the y axis stays 0-100 %."""
+    import matplotlib.pyplot as plt
+    accuracy = {'main/accuracy': [None, 0.5, 0.098],
+                'validation/main/accuracy': [0.1, 0.6, 0.098]}
+    divergence = training.Divergence('out')
+    figure, axes = draw_epochs(accuracy, percent=True,
+                               divergence=divergence)
+    assert drawn(axes) == {'train': [(1, 50), (2, 9.8)],
+                           'test': [(0, 10), (1, 60), (2, 9.8)]}
+    assert axes.get_ylim() == (0, 100) and not axes.patches
+    plt.close(figure)
+    divergence.found = (3, 1.5, float('nan'))
+    figure, axes = draw_epochs(accuracy, percent=True,
+                               divergence=divergence, title='t')
+    assert drawn(axes) == {'train': [(1, 50)],
+                           'test': [(0, 10), (1, 60)]}
+    assert axes.get_ylim() == (0, 100)
+    assert axes.patches[0].get_x() == 1.5
+    assert 'diverged at epoch 1.5' in [
+        text.get_text() for text in axes.legend().get_texts()][-1]
+    assert axes.get_title() == 't (diverged)'
+    plt.close(figure)
+
+
+@pytest.mark.parametrize('epochs', [1, 3, 30])
+def test_epoch_axis_has_whole_epochs(epochs):
+    """A one-epoch run reads 0 and 1, not 0, 0.2, ..., 1."""
+    import matplotlib.pyplot as plt
+    figure, axes = draw_epochs(
+        {'validation/main/accuracy': numpy.linspace(0.1, 0.9, epochs + 1)},
+        percent=True)
+    figure.canvas.draw()
+    ticks = [t for t in axes.get_xticks()
+             if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
+    assert all(t == int(t) for t in ticks) and ticks[0] == 0
+    if epochs <= 3:
+        assert ticks == list(range(epochs + 1))
+    assert drawn(axes)['test'][-1] == (epochs, pytest.approx(90))
+    plt.close(figure)
+
+
+def test_run_title_names_optimizer_batch_rate_and_dtype():
+    args = cli.argparse.Namespace(optimizer='lars', batchsize=1024, lr=0.5)
+    assert plots.run_title(args) == 'lars, batch 1024, peak lr 0.5, float32'
+    with chainer.using_config('dtype', numpy.float16):
+        assert plots.run_title(args, processes=4) == (
+            'lars, batch 4096 (1024 x 4 processes), peak lr 0.5, float16')
+
+
+def test_trust_ratio_heatmap_columns_span_their_epochs(mnist, dataset_root,
+                                                       tmp_path,
+                                                       monkeypatch):
+    """Each column spans the epoch it averages, ticks at whole epochs; the
+    title names the run."""
+    import matplotlib.pyplot as plt
+    figures = []
+    save = plt.Figure.savefig
+
+    def keep(figure, path, *args, **kwargs):
+        if os.path.basename(str(path)) == 'trust_ratio.png':
+            figure.canvas.draw()
+            axes = figure.axes[0]
+            figures.append((axes.images[0].get_extent(),
+                            list(axes.get_xticks()), axes.get_title()))
+        return save(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, 'savefig', keep)
+    mnist.main(['-b', '32', '-u', '8', '-e', '1', '--lr', '0.4', '--out',
+                str(tmp_path / 'out')])
+    (left, right, _, _), ticks, title = figures[-1]
+    assert (left, right) == (0, 1)
+    assert [t for t in ticks if left <= t <= right] == [0, 1]
+    assert title.startswith('lars, batch 32, peak lr 0.4, float32\n')
+
+
+def test_a_diverged_run_stops_says_so_and_exits_1(mnist, dataset_root,
+                                                  tmp_path, capsys):
+    """At once a line; the epoch ends (so that the log and the plots have
+    it), the run stops before --epoch, and the status is 1."""
+    out = tmp_path / 'out'
+    with pytest.raises(SystemExit) as exc:
+        # 4 updates an epoch; the loss of the second is not finite.
+        mnist.main(['-b', '16', '-u', '8', '-e', '4', '--optimizer',
+                    'momentum', '--lr', '1e30', '--out', str(out)])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if 'diverged' in line]
+    assert len(said) == 2, err
+    assert re.match(r'\S+: the training loss is (nan|inf|-inf) at iteration '
+                    r'2 \(epoch 0\.50\): the run diverged', said[0]), err
+    assert said[1].endswith('stopped: the run diverged (see above); the log '
+                            'and the plots in {} show it'.format(out))
+    log = read_log(str(out))
+    assert [entry['iteration'] for entry in log] == [0, 4]
+    assert not math.isfinite(log[-1]['main/loss'])
+    assert {'loss.png', 'accuracy.png', 'lr.png'} <= set(
+        os.listdir(str(out)))
 
 
 def test_trust_ratio_rows_in_the_models_layer_order(cifar):
     model = chainer.links.Classifier(cifar.ResNet(8, 10))
-    paths = [path for path in common.parameter_paths(model)
+    paths = [path for path in recipe.parameter_paths(model)
              if path.endswith('/W')]
     assert sorted(paths) == sorted(path for path, _ in model.namedparams()
                                    if path.endswith('/W'))
@@ -910,5 +1084,51 @@ def test_trust_ratio_rows_in_the_models_layer_order(cifar):
     (0.11, 0.3, [0.12, 0.15, 0.2, 0.25, 0.3]),
 ])
 def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
-    assert common.ratio_ticks(low, high) == pytest.approx(ticks)
-    assert 4 <= len(common.ratio_ticks(0.1001, 0.1002)) <= 12
+    assert plots.ratio_ticks(low, high) == pytest.approx(ticks)
+    assert 4 <= len(plots.ratio_ticks(0.1001, 0.1002)) <= 12
+
+
+class LoggedTrainer(object):
+    """What TrustRatioHeatmap reads of a trainer: the log and ``out``."""
+
+    def __init__(self, log, out):
+        self.out = out
+        self._log = type('LogReport', (), {'log': log})()
+
+    def get_extension(self, name):
+        assert name == 'LogReport'
+        return self._log
+
+
+@pytest.mark.parametrize('losses', [[1.0, 0.5, math.nan, math.nan],
+                                    [math.nan]])
+def test_trust_ratio_heatmap_draws_no_diverged_epoch(tmp_path, monkeypatch,
+                                                     losses):
+    """The epochs whose loss is not finite are not drawn (the observer
+    reads 1 where the norms are NaN): a red background says why."""
+    import matplotlib.pyplot as plt
+    keys = ['lars/ratio/predictor/l1/W', 'lars/ratio/predictor/l2/W']
+    log = [{'epoch': e + 1, 'main/loss': loss, keys[0]: 0.1 * (e + 1),
+            keys[1]: 1.0 if loss != loss else 0.2}
+           for e, loss in enumerate(losses)]
+    drawn = []
+    monkeypatch.setattr(plt.Figure, 'savefig',
+                        lambda figure, path, **kwargs: drawn.append(figure))
+    plots.TrustRatioHeatmap(keys, title='lars, batch 8')(
+        LoggedTrainer(log, str(tmp_path)))
+    figure, = drawn
+    axes = figure.axes[0]
+    image = axes.images[0].get_array()
+    alive = [i for i, loss in enumerate(losses) if loss == loss]
+    assert [i for i in range(len(losses)) if not image.mask[:, i].all()] == (
+        alive)
+    numpy.testing.assert_allclose(image[:, alive].filled(0),
+                                  [[0.1 * (i + 1) for i in alive],
+                                   [0.2 for _ in alive]])
+    assert axes.get_title().startswith('lars, batch 8 (diverged)\n')
+    dead = len(alive) + 1
+    assert [t.get_text() for t in axes.texts] == [
+        'diverged in epoch {}:\nloss not finite, not drawn'.format(dead)]
+    # A colour bar only for values drawn.
+    assert len(figure.axes) == (2 if alive else 1)
+    plt.close(figure)

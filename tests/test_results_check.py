@@ -239,27 +239,82 @@ def test_bad_flags_stop_before_any_run(results, tmp_path, capsys, flags,
     assert (tmp_path / 'file').read_text() == 'mine'
 
 
-def test_every_curve_shows_and_a_diverged_one_says_so(results):
-    """The LARS variants coincide: a wide band under thin dashes."""
-    args = argparse.Namespace(batchsizes=[128, 8192],
-                              optimizers=list(OPTIMIZERS), seeds=[0])
+def curve_logs(args, bad):
+    """Logs of 3 epochs (a diverged run's: 2, as the trainer stops it);
+    ``bad(batchsize, optimizer, seed)``: whether the run diverges, at
+    epoch 1."""
     logs = {}
     for batchsize in args.batchsizes:
-        for optimizer in OPTIMIZERS:
-            bad = batchsize == 8192 and optimizer == 'momentum'
-            logs[batchsize, optimizer, 0] = [
-                {'epoch': e, 'main/loss': float('nan') if bad and e else 1.0,
-                 'validation/main/accuracy': 0.098 if bad else 0.5 + e / 10}
-                for e in range(3)]
+        for optimizer in args.optimizers:
+            for seed in args.seeds:
+                diverges = bad(batchsize, optimizer, seed)
+                logs[batchsize, optimizer, seed] = [
+                    {'epoch': e,
+                     'main/loss': float('nan') if diverges and e else 1.0,
+                     'validation/main/accuracy': 0.098 if diverges and e
+                     else 0.5 + e / 10 + seed / 100}
+                    for e in range(2 if diverges else 3)]
+    return logs
+
+
+def drawn(line):
+    return [(x, round(y, 6)) for x, y in zip(line.get_xdata(),
+                                             line.get_ydata())
+            if y == y]
+
+
+def test_every_curve_shows_and_a_diverged_one_says_so(results):
+    """The LARS variants coincide: big hollow circles around crosses, no
+    band that would read as a range of seeds; one seed: no band at all. A
+    diverged run is not drawn from the epoch its loss stopped being
+    finite, and says so."""
+    args = argparse.Namespace(batchsizes=[128, 8192],
+                              optimizers=list(OPTIMIZERS), seeds=[0])
+    logs = curve_logs(args, lambda b, o, s: b == 8192 and o == 'momentum')
     figure = results.draw(logs, args)
     first, second = figure.axes
-    widths = {line.get_label(): line.get_linewidth()
-              for line in first.get_lines()}
-    assert widths['lars'] >= 4 * widths['momentum-lars']
+    lines = {line.get_label(): line for line in first.get_lines()}
+    assert lines['lars'].get_marker() == 'o'
+    assert lines['lars'].get_markerfacecolor() == 'none'
+    assert lines['momentum-lars'].get_marker() == 'x'
+    assert (lines['lars'].get_markersize()
+            > lines['momentum-lars'].get_markersize())
+    assert len({line.get_linewidth() for line in lines.values()}) == 1
+    assert not first.collections and not second.collections
     assert [t.get_text() for t in figure.legends[0].get_texts()] == list(
         OPTIMIZERS)
+    assert figure._suptitle.get_text().endswith(
+        'one run (seed 0), so no range')
     assert [t.get_text() for t in first.texts] == []
     assert [t.get_text() for t in second.texts] == ['momentum: diverged']
+    momentum = [line for line in second.get_lines()
+                if line.get_label() == 'momentum'][0]
+    assert drawn(momentum) == [(0, 50.0)]
+    assert drawn(lines['lars']) == [(0, 50.0), (1, 40.0), (2, 30.0)]
+    import matplotlib.pyplot as plt
+    plt.close(figure)
+
+
+def test_seeds_are_a_mean_and_a_band_that_the_legend_names(results):
+    args = argparse.Namespace(batchsizes=[8192], optimizers=['lars'],
+                              seeds=[0, 1, 2])
+    logs = curve_logs(args, lambda b, o, s: s == 2)
+    figure = results.draw(logs, args)
+    axes, = figure.axes
+    line, = axes.get_lines()[:1]
+    # Seeds 0 and 1 (seed 2 diverged at epoch 1): errors 50, 49 at
+    # epoch 0 with seed 2's 48; then 40, 39; 30, 29.
+    assert drawn(line) == [(0, 49.0), (1, 39.5), (2, 29.5)]
+    band, = axes.collections
+    low_high = band.get_paths()[0].vertices[:, 1]
+    assert min(low_high) == pytest.approx(29) and max(
+        low_high) == pytest.approx(50)
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == [
+        'lars', 'range over the 3 seeds']
+    assert figure._suptitle.get_text().endswith(
+        'mean of 3 seeds (0, 1, 2); shaded: their range')
+    assert [t.get_text() for t in axes.texts] == [
+        'lars: 1 of 3 seeds diverged']
     import matplotlib.pyplot as plt
     plt.close(figure)
 

@@ -21,7 +21,10 @@ import chainer.links as L
 
 if not __package__:  # run as a file: examples/README.md
     import _examples_path  # NOQA
-from examples import common
+from examples import cli
+from examples import data
+from examples import recipe
+from examples import training
 
 
 DEFAULTS = dict(batchsize=4096, epoch=100, warmup_epochs=5)
@@ -96,15 +99,15 @@ def check_depth(parser, depth):
 
 
 def parse_args(argv=None):
-    parser = common.parser('chainer-lars example: large-batch CIFAR',
-                           DEFAULTS)
+    parser = cli.parser('chainer-lars example: large-batch CIFAR',
+                        DEFAULTS)
     parser.add_argument('--dataset', choices=('cifar10', 'cifar100'),
                         default='cifar10',
                         help='The dataset to use (default: %(default)s)')
     parser.add_argument('--depth', type=int, default=20,
                         help='ResNet depth, 6n + 2: 20, 32, 44, 56, 110 '
                         '(default: %(default)s)')
-    args = common.parse_args(parser, argv)
+    args = cli.parse_args(parser, argv)
     check_depth(parser, args.depth)
     return args
 
@@ -112,27 +115,27 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     device = chainer.get_device(args.device)
-    common.print_banner(args, 'Device: {}'.format(device),
-                        '# Minibatch-size: {}'.format(args.batchsize),
-                        '# dataset: {}, ResNet-{}'.format(args.dataset,
-                                                          args.depth))
+    cli.print_banner(args, 'Device: {}'.format(device),
+                     '# Minibatch-size: {}'.format(args.batchsize),
+                     '# dataset: {}, ResNet-{}'.format(args.dataset,
+                                                       args.depth))
 
-    train, test = common.load_cifar(args.dataset)
+    train, test = data.load_cifar(args.dataset)
     n_class = 10 if args.dataset == 'cifar10' else 100
 
     numpy.random.seed(args.seed)  # the initial weights
     model = L.Classifier(ResNet(args.depth, n_class))
     model.to_device(device)
     device.use()
-    optimizer, lars = common.make_optimizer(args, model)
+    optimizer, lars = recipe.make_optimizer(args, model)
 
     # The augmentation draws from the iterator's random state, which
     # snapshots hold.
     random_state = numpy.random.RandomState(args.seed)
     train = chainer.datasets.TransformDataset(train,
-                                              common.Augment(random_state))
-    train_iter = common.ShuffledIterator(train, args.batchsize, random_state)
-    common.train(args, device, optimizer, lars, train_iter, test)
+                                              data.Augment(random_state))
+    train_iter = data.ShuffledIterator(train, args.batchsize, random_state)
+    training.train(args, device, optimizer, lars, train_iter, test)
 
 
 if __name__ == '__main__':

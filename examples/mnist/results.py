@@ -55,13 +55,14 @@ READMES = (os.path.join(REPOSITORY, 'README.rst'),
            os.path.join(HERE, 'README.md'))
 OPTIMIZERS = ('momentum', 'momentum-lars', 'lars')
 # The two LARS variants compute the same update, and their curves
-# coincide: a wide pale band under thin dashes lets both show.
+# coincide: lars's big hollow circles around momentum-lars's crosses let
+# both show (a wide pale line would read as a range).
 STYLES = {'momentum': {'marker': '.', 'color': 'tab:blue'},
           'momentum-lars': {'marker': 'x', 'linestyle': '--',
-                            'linewidth': 1.2, 'color': 'tab:orange',
-                            'zorder': 3},
-          'lars': {'linewidth': 7, 'alpha': 0.35, 'color': 'tab:green',
-                   'solid_capstyle': 'round', 'zorder': 2}}
+                            'color': 'tab:orange', 'zorder': 3},
+          'lars': {'marker': 'o', 'markersize': 9, 'fillstyle': 'none',
+                   'markeredgewidth': 1.5, 'color': 'tab:green',
+                   'zorder': 2}}
 
 
 # How a run is shown: as the READMEs run the trainers, as a module from the
@@ -92,7 +93,10 @@ def run_name(batchsize, optimizer, seed):
 
 
 def done(log, args):
-    return bool(log) and log[-1]['epoch'] >= args.epoch
+    """Whether the run of ``log`` is over: all epochs, or diverged (the
+    trainer stops a run at the end of the epoch its loss stops being
+    finite in)."""
+    return bool(log) and (log[-1]['epoch'] >= args.epoch or diverged(log))
 
 
 def run(batchsize, optimizer, seed, args):
@@ -108,12 +112,20 @@ def run(batchsize, optimizer, seed, args):
     if args.dataset_root is not None:
         extra += ['--dataset-root', args.dataset_root]
     start = time.time()
+    trainer = ([sys.executable, os.path.join(HERE, 'train_mnist.py')]
+               + cmd[len(TRAINER):] + extra)
     with open(os.path.join(args.out, name + '.stdout'), 'w') as stdout:
-        subprocess.check_call(
-            [sys.executable, os.path.join(HERE, 'train_mnist.py')]
-            + cmd[len(TRAINER):] + extra, stdout=stdout,
-            stderr=subprocess.STDOUT)
-    print('  done in {:.0f} s'.format(time.time() - start), flush=True)
+        code = subprocess.call(trainer, stdout=stdout,
+                               stderr=subprocess.STDOUT)
+    log = read_log(out)
+    # A diverged run stops with status 1, its log written.
+    if code == 1 and log and diverged(log):
+        print('  diverged: stopped after epoch {} ({:.0f} s)'.format(
+            log[-1]['epoch'], time.time() - start), flush=True)
+    elif code:
+        raise subprocess.CalledProcessError(code, trainer)
+    else:
+        print('  done in {:.0f} s'.format(time.time() - start), flush=True)
     for name in os.listdir(out):
         if name.startswith('snapshot_iter_') and not args.keep_snapshots:
             os.remove(os.path.join(out, name))
@@ -339,52 +351,122 @@ def diverged(log):
                for entry in log)
 
 
+def error_curve(log):
+    """A run's test error (%) by epoch, NaN from the epoch its loss was
+    not finite: a diverged model's error is no model's."""
+    error, dead = [], False
+    for entry in log:
+        dead = dead or not math.isfinite(entry.get('main/loss', 0.0))
+        error.append(math.nan if dead else
+                     100 - 100 * entry['validation/main/accuracy'])
+    return [entry['epoch'] for entry in log], error
+
+
+def seeds_text(seeds):
+    if len(seeds) == 1:
+        return 'one run (seed {}), so no range'.format(seeds[0])
+    return 'mean of {} seeds ({}); shaded: their range'.format(
+        len(seeds), ', '.join(map(str, seeds)))
+
+
 def draw(results, args):
     """Test error per epoch, one panel per batch size, seeds averaged.
 
-    The error is drawn on a log scale, so that runs near 1% and runs that
-    diverged (90%) show on the same axes. The two LARS variants compute
-    the same update and their curves coincide: ``lars`` is a wide, pale
-    band under ``momentum-lars``'s thin dashes, so that both show. A run
-    whose loss stopped being finite is labelled "diverged" where it ends.
-    Returns the figure.
+    The error is drawn on a log scale, so that runs near 1% and runs far
+    from it show on the same axes. With several seeds, the line is their
+    mean and a shaded band their range (min to max); the title says how
+    many seeds each line holds. The two LARS variants compute the same
+    update and their curves coincide: ``lars`` is drawn as big hollow
+    circles around ``momentum-lars``'s crosses, so that both show. A run
+    whose loss stopped being finite is not drawn from that epoch: a
+    dotted line marks the epoch, labelled "diverged" (or how many of the
+    seeds did). Returns the figure.
     """
     import matplotlib
     matplotlib.use('Agg')
+    import matplotlib.patches
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     figure, axes = plt.subplots(
         1, len(args.batchsizes), sharey=True, squeeze=False,
-        figsize=(4 * len(args.batchsizes), 3.8))
+        figsize=(4 * len(args.batchsizes), 4))
     for ax, batchsize in zip(axes[0], args.batchsizes):
         for optimizer in args.optimizers:
-            logs = [results[batchsize, optimizer, seed]
-                    for seed in args.seeds]
-            epochs = [entry['epoch'] for entry in logs[0]]
-            error = [100 - 100 * sum(log[i]['validation/main/accuracy']
-                                     for log in logs) / len(logs)
-                     for i in range(len(epochs))]
-            line, = ax.plot(epochs, error, label=optimizer,
-                            **STYLES.get(optimizer, {}))
-            if any(diverged(log) for log in logs):
-                ax.annotate('{}: diverged'.format(optimizer),
-                            xy=(epochs[-1], error[-1]),
-                            xytext=(-4, -4), textcoords='offset points',
-                            ha='right', va='top', color=line.get_color(),
-                            fontsize=9)
+            curves = [error_curve(results[batchsize, optimizer, seed])
+                      for seed in args.seeds]
+            epochs = max((c[0] for c in curves), key=len)
+            values = by_epoch([c[1] for c in curves], len(epochs))
+            mean = [_nanmean(column) for column in values]
+            style = dict(STYLES.get(optimizer, {}))
+            line, = ax.plot(epochs, mean, label=optimizer, **style)
+            if len(args.seeds) > 1:
+                ax.fill_between(
+                    epochs, [_nanmin(column) for column in values],
+                    [_nanmax(column) for column in values],
+                    color=line.get_color(), alpha=0.15, linewidth=0)
+            gone = [seed for seed in args.seeds
+                    if diverged(results[batchsize, optimizer, seed])]
+            if gone:
+                first = min(
+                    next(entry['epoch'] for entry in
+                         results[batchsize, optimizer, seed]
+                         if not math.isfinite(entry.get('main/loss', 0.0)))
+                    for seed in gone)
+                ax.axvline(first, color=line.get_color(), linestyle=':')
+                ax.annotate(
+                    '{}: diverged'.format(optimizer) if len(gone) == len(
+                        args.seeds) else '{}: {} of {} seeds diverged'
+                    .format(optimizer, len(gone), len(args.seeds)),
+                    # left of the line (the last epoch is at the
+                    # edge), side by side where several diverged at once
+                    xy=(first, 60), xytext=(-3 - 11 * len(ax.texts), 0),
+                    textcoords='offset points', rotation=90, ha='right',
+                    va='top', color=line.get_color(), fontsize=9)
         ax.set_title('batch {}'.format(batchsize))
         ax.set_xlabel('epoch')
+        ax.xaxis.set_major_locator(
+            matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_yscale('log')
         plotting.plain_log_ticks(ax.yaxis)
         ax.grid(True, which='both', alpha=0.4)
-    axes[0][0].set_ylabel('test error (%)')
+    axes[0][0].set_ylabel('test error (%, log scale)')
     axes[0][0].set_ylim(1, 100)
+    figure.suptitle('MNIST MLP, test error after each epoch: {}'.format(
+        seeds_text(args.seeds)), fontsize=10)
     # One legend for all panels, below them, where it hides no curve.
     handles, labels = axes[0][0].get_legend_handles_labels()
+    if len(args.seeds) > 1:
+        handles.append(matplotlib.patches.Patch(color='gray', alpha=0.3))
+        labels.append('range over the {} seeds'.format(len(args.seeds)))
     figure.legend(handles, labels, loc='lower center', ncol=len(labels),
                   frameon=False)
     figure.tight_layout(rect=(0, 0.08, 1, 1))
     return figure
+
+
+def by_epoch(curves, length):
+    """``curves`` (lists; a diverged run's is shorter: padded with NaN) as
+    ``length`` columns, one per epoch."""
+    return [[c[i] if i < len(c) else math.nan for c in curves]
+            for i in range(length)]
+
+
+def _finite(values):
+    return [v for v in values if math.isfinite(v)]
+
+
+def _nanmean(values):
+    values = _finite(values)
+    return sum(values) / len(values) if values else math.nan
+
+
+def _nanmin(values):
+    return min(_finite(values), default=math.nan)
+
+
+def _nanmax(values):
+    return max(_finite(values), default=math.nan)
 
 
 def plot(results, args, path):

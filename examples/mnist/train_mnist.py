@@ -20,7 +20,10 @@ import chainer.links as L
 
 if not __package__:  # run as a file: examples/README.md
     import _examples_path  # NOQA
-from examples import common
+from examples import cli
+from examples import data
+from examples import recipe
+from examples import training
 
 
 DEFAULTS = dict(batchsize=8192, epoch=10, warmup_epochs=0.5)
@@ -44,30 +47,30 @@ class MLP(chainer.Chain):
 
 
 def parse_args(argv=None):
-    parser = common.parser('chainer-lars example: large-batch MNIST',
-                           DEFAULTS)
+    parser = cli.parser('chainer-lars example: large-batch MNIST',
+                        DEFAULTS)
     parser.add_argument('--unit', '-u', type=int, default=1000,
                         help='Number of units (default: %(default)s)')
-    return common.parse_args(parser, argv, positive=['unit'])
+    return cli.parse_args(parser, argv, positive=['unit'])
 
 
 def main(argv=None):
     args = parse_args(argv)
     device = chainer.get_device(args.device)
-    common.print_banner(args, 'Device: {}'.format(device),
-                        '# Minibatch-size: {}'.format(args.batchsize))
+    cli.print_banner(args, 'Device: {}'.format(device),
+                     '# Minibatch-size: {}'.format(args.batchsize))
 
-    train, test = common.load_mnist()
+    train, test = data.load_mnist()
 
     numpy.random.seed(args.seed)  # the initial weights
     model = L.Classifier(MLP(784, args.unit, 10))
     model.to_device(device)
     device.use()
-    optimizer, lars = common.make_optimizer(args, model)
+    optimizer, lars = recipe.make_optimizer(args, model)
 
-    train_iter = common.ShuffledIterator(train, args.batchsize,
-                                         numpy.random.RandomState(args.seed))
-    common.train(args, device, optimizer, lars, train_iter, test)
+    train_iter = data.ShuffledIterator(train, args.batchsize,
+                                       numpy.random.RandomState(args.seed))
+    training.train(args, device, optimizer, lars, train_iter, test)
 
 
 if __name__ == '__main__':

@@ -33,7 +33,10 @@ import chainermn
 
 if not __package__:  # run as a file: examples/README.md
     import _examples_path  # NOQA
-from examples import common
+from examples import cli
+from examples import data
+from examples import recipe
+from examples import training
 from examples.cifar import train_cifar
 from examples.mnist import train_mnist
 
@@ -67,12 +70,12 @@ HELP = dict(
 
 
 def parse_args(argv=None):
-    parser = common.parser(
+    parser = cli.parser(
         'chainer-lars ChainerMN example: large-batch MNIST or CIFAR on many '
         'processes, one per device, launched with mpiexec', DEFAULTS,
         epilog='Batch size: --batchsize is PER PROCESS; the global batch B '
         'is batchsize times the number of processes (mpiexec -n). '
-        + common.lr_rule('the global batch B') + ' A given --lr is used as '
+        + cli.lr_rule('the global batch B') + ' A given --lr is used as '
         'it is.', helps=HELP)
     parser.add_argument('--dataset', choices=('mnist', 'cifar10', 'cifar100'),
                         default='mnist',
@@ -95,12 +98,12 @@ def parse_args(argv=None):
                         help='ChainerMN communicator (default: naive on the '
                         'CPU, the only one there; pure_nccl on GPUs; flat '
                         'and non_cuda_aware also run on GPUs)')
-    args = common.parse_args(parser, argv, positive=['unit'], distributed=True)
+    args = cli.parse_args(parser, argv, positive=['unit'], distributed=True)
     single = train_mnist if args.dataset == 'mnist' else train_cifar
     if args.epoch is None:
         args.epoch = single.DEFAULTS['epoch']
-    common.resolve_warmup(parser.error, args,
-                          single.DEFAULTS['warmup_epochs'])
+    cli.resolve_warmup(parser.error, args,
+                       single.DEFAULTS['warmup_epochs'])
     if args.dataset == 'mnist':
         if args.batchnorm != 'per-process':
             parser.error('--batchnorm {}: the MLP of --dataset mnist has no '
@@ -128,23 +131,23 @@ def select_device(args, comm):
         return device
     count = chainer.backends.cuda.cupy.cuda.runtime.getDeviceCount()
     if comm.intra_rank >= count:
-        common.usage_error('{} processes on a machine with {} GPUs: one '
-                           'process per GPU'.format(comm.intra_size, count))
+        cli.usage_error('{} processes on a machine with {} GPUs: one '
+                        'process per GPU'.format(comm.intra_size, count))
     return chainer.get_device('@cupy:{}'.format(comm.intra_rank))
 
 
 def main(argv=None):
     args = parse_args(argv)
     comm = chainermn.create_communicator(args.communicator)
-    common.check_rank0_paths(args, comm)
+    cli.check_rank0_paths(args, comm)
     device = select_device(args, comm)
     device.use()
 
     global_batchsize = args.batchsize * comm.size
     if args.lr is None:
-        args.lr = common.default_lr(args.optimizer, global_batchsize,
+        args.lr = recipe.default_lr(args.optimizer, global_batchsize,
                                     args.trust_coefficient)
-    common.check_resume(args, processes=comm.size)
+    cli.check_resume(args, processes=comm.size)
 
     if comm.rank == 0:
         lines = [
@@ -157,7 +160,7 @@ def main(argv=None):
         if args.dataset != 'mnist':
             lines.append('# dataset: {}, ResNet-{}, BatchNorm statistics {}'
                          .format(args.dataset, args.depth, args.batchnorm))
-        common.print_banner(args, *lines)
+        cli.print_banner(args, *lines)
 
     # Every process draws weights; the first update replaces them with
     # rank 0's.
@@ -173,15 +176,15 @@ def main(argv=None):
         model = L.Classifier(train_cifar.ResNet(args.depth, n_class,
                                                 batchnorm))
     model.to_device(device)
-    optimizer, lars = common.make_optimizer(args, model, comm)
+    optimizer, lars = recipe.make_optimizer(args, model, comm)
 
     # Only rank 0 reads the dataset; each process gets an equal shard.
     if comm.rank != 0:
         train, test = None, None
     elif args.dataset == 'mnist':
-        train, test = common.load_mnist()
+        train, test = data.load_mnist()
     else:
-        train, test = common.load_cifar(args.dataset)
+        train, test = data.load_cifar(args.dataset)
     train = chainermn.scatter_dataset(train, comm, shuffle=True,
                                       seed=args.seed)
     test = chainermn.scatter_dataset(test, comm, shuffle=True,
@@ -192,11 +195,11 @@ def main(argv=None):
     random_state = numpy.random.RandomState(args.seed + comm.rank)
     if args.dataset != 'mnist':
         train = chainer.datasets.TransformDataset(
-            train, common.Augment(random_state))
+            train, data.Augment(random_state))
     train_iter = chainer.iterators.SerialIterator(
         train, args.batchsize,
         order_sampler=chainer.iterators.ShuffleOrderSampler(random_state))
-    common.train(args, device, optimizer, lars, train_iter, test, comm)
+    training.train(args, device, optimizer, lars, train_iter, test, comm)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,474 @@
+"""The command line every trainer has, and its checks.
+
+The flags, their ranges, the device and the paths are checked before any
+work starts, and a mistake stops the run with a usage error; a snapshot
+given to ``--resume`` is checked against the run's flags
+(``check_resume``), which the snapshot records (``RunSettings``).
+"""
+
+import argparse
+import math
+import os
+import sys
+import zipfile
+import zlib
+
+import numpy
+
+import chainer
+from chainer.backends import cuda
+from chainer import training
+
+from examples import folders
+from examples import recipe
+
+
+HELP = {
+    'batchsize': 'Number of images in each mini-batch',
+    'epoch': 'Number of sweeps over the dataset to train',
+    'device': 'Device specifier. Either ChainerX device specifier or an '
+              'integer. If non-negative integer, CuPy arrays with specified '
+              'device id are used. If negative integer, NumPy arrays are '
+              'used',
+    'out': 'Directory to output the result',
+    'resume': 'Resume the training from a snapshot, with the same flags '
+              'but --out, --snapshots, --device and --dataset-root',
+    'snapshots': 'Number of snapshots to keep in --out, the latest ones (one '
+                 'is written each epoch); 0 writes none',
+    'lr': 'Peak learning rate (default: from the batch size, see below)',
+    'warmup_epochs': 'Epochs of linear learning-rate warm-up',
+    'decay_power': 'After the warm-up, the learning rate decays to 0 as the '
+                   'fraction of the run left to this power',
+    'momentum': 'Momentum',
+    'weight_decay': 'Weight decay, not applied to biases and BatchNorm '
+                    'parameters',
+    'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars',
+    'seed': 'Seed of the weights, the shuffling and the data augmentation',
+    'dataset_root': "Chainer's dataset root, the folder that holds "
+                    'pfnet/chainer/<dataset> (default: '
+                    'CHAINER_DATASET_ROOT, or ~/.chainer/dataset)',
+}
+
+
+def lr_rule(batch='the batch size B'):
+    """The help text of the learning-rate rule, for a parser's epilog."""
+    return (
+        'Learning rate: when --lr is not given, the peak rate follows {}: '
+        'lr = {} * B / {} for momentum (linear scaling), and '
+        'lr * trust_coefficient = {} * sqrt(B / {}) for lars and '
+        'momentum-lars (the step of each layer relative to its weight '
+        'norm, scaled with the square root of the batch size). The rate '
+        'rises linearly for --warmup-epochs, then decays to 0 as the '
+        'fraction of the run left to the power --decay-power.'.format(
+            batch, recipe.MOMENTUM_LR_PER_256, recipe.REFERENCE_BATCHSIZE,
+            recipe.LARS_STEP_PER_256, recipe.REFERENCE_BATCHSIZE))
+
+
+def parser(description, defaults, epilog=None, helps=None):
+    """The parser of the flags every trainer has.
+
+    ``defaults`` gives those of ``batchsize``, ``epoch`` and
+    ``warmup_epochs``; ``helps`` replaces the help of the flags it names
+    (``HELP``'s keys). The trainer adds its own flags to the parser it
+    returns.
+    """
+    given = helps or {}
+    helps = dict(HELP, **given)
+    parser = argparse.ArgumentParser(description=description,
+                                     epilog=epilog or lr_rule())
+
+    def add(name, *flags, **kwargs):
+        text = helps[name]
+        if 'default' in kwargs and '(default' not in text:
+            text += ' (default: %(default)s)'
+        parser.add_argument('--' + name.replace('_', '-'), *flags,
+                            help=text, **kwargs)
+
+    add('batchsize', '-b', type=int, default=defaults['batchsize'])
+    add('epoch', '-e', type=int, default=defaults['epoch'])
+    add('device', '-d', type=str, default='-1')
+    add('out', '-o', default='result')
+    add('resume', '-r', type=str)
+    add('snapshots', type=int, default=1)
+    parser.add_argument('--optimizer',
+                        choices=('lars', 'momentum-lars', 'momentum'),
+                        default='lars',
+                        help='lars: chainer_lars.LARS; momentum-lars: '
+                        'MomentumSGD with the chainer_lars.GradientLARS '
+                        'hook; momentum: MomentumSGD with WeightDecay (the '
+                        'baseline). Default: %(default)s')
+    add('lr', type=float)
+    # None: the default, or the whole run if that is shorter
+    # (resolve_warmup).
+    parser.warmup_default = defaults['warmup_epochs']
+    if 'warmup_epochs' not in given:
+        helps['warmup_epochs'] += (' (default: {:g}, or the whole run if '
+                                   'shorter)'.format(
+                                       defaults['warmup_epochs']))
+    add('warmup_epochs', type=float)
+    add('decay_power', type=float, default=2.0)
+    add('momentum', type=float, default=0.9)
+    add('weight_decay', type=float, default=1e-4)
+    add('trust_coefficient', type=float, default=0.02)
+    add('seed', type=int, default=0)
+    add('dataset_root')
+    parser.add_argument('--noplot', dest='plot', action='store_false',
+                        help='Disable PlotReport extension')
+    return parser
+
+
+def parse_args(parser, argv=None, positive=(), distributed=False):
+    """Parses the flags, or stops with a usage error naming the first bad one.
+
+    Checks the ranges (the flags in ``positive`` must be positive integers
+    too), the device, and the paths (``path_problem``), so that a mistake
+    stops the run before it loads any data; then points Chainer's dataset
+    root at --dataset-root. In one process it also sets the default --lr
+    (``recipe.default_lr``) and checks the snapshot of --resume
+    (``check_resume``); both follow from the global batch, which a
+    ChainerMN trainer (``distributed``) knows once its communicator is up,
+    so it does them itself, and it checks --out and --dataset-root on
+    rank 0 alone (``check_rank0_paths``).
+    """
+    args = parser.parse_args(argv)
+    check_ranges(parser, args, positive)
+    if args.epoch is not None and parser.warmup_default is not None:
+        resolve_warmup(parser.error, args, parser.warmup_default)
+    check_device(parser, args.device)
+    if args.resume is not None and not os.path.isfile(args.resume):
+        parser.error('--resume {}: {}'.format(args.resume, (
+            'not a file' if os.path.exists(args.resume) else 'no such file')))
+    if not distributed:
+        problem = path_problem(args)
+        if problem is not None:
+            parser.error(problem)
+    if args.dataset_root is not None:
+        chainer.dataset.set_dataset_root(args.dataset_root)
+    if not distributed:
+        if args.lr is None:
+            args.lr = recipe.default_lr(args.optimizer, args.batchsize,
+                                        args.trust_coefficient)
+        check_resume(args)
+    return args
+
+
+# The ranges of the numeric flags: (flags, test, what the message says).
+# The trainers' own flags (--unit) are added by parse_args's ``positive``;
+# --warmup-epochs is compared with --epoch once both are known
+# (resolve_warmup).
+RANGES = (
+    (('batchsize', 'epoch'), lambda v: v > 0, 'a positive integer'),
+    (('lr', 'decay_power', 'trust_coefficient'),
+     lambda v: 0 < v < math.inf, 'positive and finite'),
+    (('warmup_epochs', 'weight_decay'), lambda v: 0 <= v < math.inf,
+     'finite and at least 0'),
+    (('momentum',), lambda v: 0 <= v < 1, 'at least 0 and less than 1'),
+    (('snapshots',), lambda v: v >= 0, 'an integer, at least 0'),
+    # NumPy's RandomState takes seeds below 2 ** 32; ChainerMN's ranks add
+    # their rank to it.
+    (('seed',), lambda v: 0 <= v < 2 ** 31,
+     'an integer from 0 to {}'.format(2 ** 31 - 1)),
+)
+
+
+def check_ranges(parser, args, positive=()):
+    """Stops with a usage error at the first numeric flag out of range."""
+    ranges = RANGES + ((tuple(positive), lambda v: v > 0,
+                        'a positive integer'),)
+    for names, valid, what in ranges:
+        for name in names:
+            value = getattr(args, name, None)
+            if value is not None and not valid(value):
+                parser.error('--{} must be {}, got {}'.format(
+                    name.replace('_', '-'), what, value))
+
+
+def resolve_warmup(error, args, default):
+    """Sets --warmup-epochs if not given; refuses one longer than the run.
+
+    A warm-up longer than --epoch would still be rising at the last
+    update: given, it is an error (``error``, the parser's); the trainer's
+    ``default``, when longer than a short run, becomes the whole run, and
+    ``args.warmup_note`` says so for the banner.
+    """
+    args.warmup_note = None
+    if args.warmup_epochs is None:
+        args.warmup_epochs = min(default, args.epoch)
+        if default > args.epoch:
+            args.warmup_note = ('the whole run: the default, {:g}, is '
+                                'longer'.format(default))
+    elif args.warmup_epochs > args.epoch:
+        error('--warmup-epochs {:g} is longer than the run (--epoch {}): '
+              'the rate would still be rising at the last update; give at '
+              'most --warmup-epochs {}'.format(
+                  args.warmup_epochs, args.epoch, args.epoch))
+
+
+def path_problem(args):
+    """What is wrong with --out or --dataset-root, in one line, or None.
+
+    --out must be a folder that can be made and written (it is made and
+    a file written in it, then both removed, so that a run that stops
+    here leaves nothing behind); --dataset-root must be an existing
+    folder. The snapshot of --resume is checked by ``check_resume``.
+    """
+    problem = folders.folder_problem(args.out, create=True)
+    if problem is not None:
+        return '--out {}: {}'.format(args.out, problem)
+    if args.dataset_root is not None:
+        problem = folders.folder_problem(args.dataset_root, create=False)
+        if problem is not None:
+            return '--dataset-root {}: {}'.format(args.dataset_root,
+                                                  problem)
+    return None
+
+
+def check_rank0_paths(args, comm):
+    """``path_problem`` on rank 0, for a ChainerMN trainer; every rank stops.
+
+    Only rank 0 writes --out and reads --dataset-root; the other ranks
+    take its verdict, so that they stop with it rather than wait for it
+    in the first collective.
+    """
+    problem = (path_problem(args) or '') if comm.rank == 0 else None
+    # bcast_obj refuses to send None.
+    problem = comm.bcast_obj(problem, root=0)
+    if problem:
+        usage_error(problem)
+
+
+def check_device(parser, spec):
+    """The device ``spec`` names, or a usage error saying why it cannot be.
+
+    ``chainer.get_device`` accepts a GPU that the machine does not have,
+    and the first use of it fails with a CUDA error; so the GPUs are
+    counted here.
+    """
+    hint = ' (-1 or @numpy: the CPU; 0 or @cupy:0: the first GPU)'
+    try:
+        device = chainer.get_device(spec)
+    except (ValueError, RuntimeError) as e:
+        parser.error('--device {}: {}{}'.format(spec, device_error(e), hint))
+    if device.xp is cuda.cupy:
+        try:
+            count = cuda.cupy.cuda.runtime.getDeviceCount()
+        except cuda.cupy.cuda.runtime.CUDARuntimeError as e:
+            parser.error('--device {}: no usable GPU ({}){}'.format(
+                spec, e, hint))
+        if device.device.id >= count:
+            parser.error('--device {}: no such GPU, this machine has {}{}'
+                         .format(spec, count, hint))
+    return device
+
+
+def device_error(error):
+    """``chainer.get_device``'s error as one line.
+
+    Without CuPy, Chainer's message runs its two sentences together
+    ("...#installation).No module named 'cupy'"): say it in order.
+    """
+    if not cuda.available and str(error).startswith('CUDA environment'):
+        return ('CuPy cannot be used ({}; see https://docs.cupy.dev/en/'
+                'stable/install.html)'.format(
+                    ' '.join(str(cuda._resolution_error).split())))
+    return ' '.join(str(error).split())
+
+
+def print_banner(args, *lines):
+    """Prints the settings of the run: ``lines``, then the schedule's."""
+    for line in lines:
+        print(line)
+    print('# epoch: {}'.format(args.epoch))
+    # MomentumSGD has no trust coefficient.
+    trust = ('' if args.optimizer == 'momentum' else
+             ', trust coefficient {:g}'.format(args.trust_coefficient))
+    warmup = '{:g} epochs'.format(args.warmup_epochs)
+    if getattr(args, 'warmup_note', None):
+        warmup += ' ({})'.format(args.warmup_note)
+    print('# optimizer: {}, lr {:g}{}, weight decay {:g}, warm-up {}'.format(
+        args.optimizer, args.lr, trust, args.weight_decay, warmup))
+    print('')
+    sys.stdout.flush()
+
+
+def say(message):
+    """Prints one line to the console (stderr) at once, named by the
+    script, as the usage errors are."""
+    sys.stdout.flush()  # after the progress bar's lines so far
+    sys.stderr.write('{}: {}\n'.format(
+        os.path.basename(sys.argv[0]), message))
+    sys.stderr.flush()
+
+
+def usage_error(message):
+    """Stops as a parser does on a bad flag, where the parser is not at hand.
+
+    For what is known only once the data is loaded; the exit status is 2,
+    argparse's.
+    """
+    sys.stderr.write('{}: error: {}\n'.format(
+        os.path.basename(sys.argv[0]), message))
+    sys.exit(2)
+
+
+def check_batchsize(args, n_train, what):
+    """Stops if a mini-batch would hold more than all the training data."""
+    if args.batchsize > n_train:
+        usage_error('--batchsize {} is larger than {} ({} examples)'.format(
+            args.batchsize, what, n_train))
+
+
+# The flags that may change on --resume: they do not change what the run
+# computes (where it writes, what it resumes from, how many snapshots it
+# keeps, the device, where the data is read from, ChainerMN's
+# communicator). A snapshot records every other flag (``run_settings``).
+FREE_FLAGS = ('out', 'resume', 'snapshots', 'device', 'dataset_root',
+              'communicator')
+
+# What a snapshot records besides the flags, as a message names it.
+SETTINGS = {
+    'processes': 'the number of processes',
+    'examples': 'the number of training examples',
+    'dtype': "the precision (chainer.config.dtype, CHAINER_DTYPE's)",
+}
+
+
+def run_settings(args, **settings):
+    """What defines the run, as a snapshot records it.
+
+    Every flag but ``FREE_FLAGS``, the precision, and ``settings``: the
+    number of processes for ChainerMN, the number of training examples
+    (each process's, for ChainerMN) once the data is loaded.
+    """
+    recorded = {name: value for name, value in vars(args).items()
+                if name not in FREE_FLAGS and name != 'warmup_note'
+                and value is not None}
+    recorded['dtype'] = numpy.dtype(chainer.config.dtype).name
+    recorded.update(settings)
+    return recorded
+
+
+def _name(name):
+    return SETTINGS.get(name) or '--' + name.replace('_', '-')
+
+
+def _order(name):
+    # --lr last: its default follows from --optimizer, --batchsize,
+    # --trust-coefficient and the number of processes, so that a change
+    # in one of those is named, not the rate it changes.
+    return name == 'lr'
+
+
+def check_resume(args, **settings):
+    """Stops unless the snapshot of --resume was written by this same run.
+
+    The snapshot records what defines the run (``run_settings``:
+    the optimizer, the model, the data, the precision, the seed, the
+    schedule) and holds only how far the run has gone: resumed with
+    another --optimizer, the momentum buffers would load into another
+    update rule; with another --epoch, the rate would jump to another
+    curve (from about 0 at the end of a run back to the middle of a
+    longer one). ``settings`` are compared with the recorded values too
+    (``processes``, ``examples``). A truncated or damaged file is refused
+    like one that is not a snapshot at all, and so is a snapshot of an
+    older version of these examples, which recorded only the schedule.
+    """
+    if args.resume is None:
+        return
+    settings = run_settings(args, **settings)
+    saved = _recorded(args.resume)
+    if not saved:
+        usage_error('--resume {}: not a snapshot of these examples (it '
+                    'records no settings)'.format(args.resume))
+    if 'dtype' not in saved:
+        usage_error(
+            '--resume {}: a snapshot of an older version of these examples, '
+            'which recorded the schedule only, not the optimizer, model, '
+            'seed and data that define the run; resume it with that '
+            'version, or start a new run'.format(args.resume))
+    # Another trainer's snapshot first: its values would not compare.
+    for name in sorted(set(settings) - set(saved)):
+        usage_error('--resume {}: the snapshot records no {}: it was '
+                    'written by another trainer'.format(
+                        args.resume, _name(name)))
+    for name in sorted(set(saved) - set(settings) - {'examples'}):
+        usage_error('--resume {}: the snapshot records {} {}, which this '
+                    'trainer does not have: it was written by another '
+                    'trainer'.format(args.resume, _name(name), saved[name]))
+    for name in sorted(settings, key=_order):
+        if saved[name] != settings[name]:
+            usage_error('--resume {}: {}. A resumed run is the same run: '
+                        'it keeps every flag but {}; to change one, start '
+                        'a new run.'.format(
+                            args.resume,
+                            _difference(name, saved[name], settings[name]),
+                            ', '.join(_name(n) for n in FREE_FLAGS)))
+    done = _epochs_done(args.resume)
+    if done is not None and done >= args.epoch:
+        usage_error('--resume {}: the run is finished: the snapshot was '
+                    'written at the end of epoch {} of --epoch {}, so there '
+                    'is nothing left to train; to train longer, start a new '
+                    'run with a larger --epoch'.format(
+                        args.resume, done, args.epoch))
+
+
+def _epochs_done(path):
+    """The epochs the run of the snapshot ``path`` had done, or None.
+
+    The trainer stops once its iterator has done --epoch epochs: a snapshot
+    at that point resumes into a run that stops before its first update.
+    """
+    with numpy.load(path) as snapshot:
+        key = 'updater/iterator:main/epoch'
+        return int(snapshot[key]) if key in snapshot.files else None
+
+
+def _difference(name, saved, value):
+    if name == 'plot':  # --noplot: the plots' state is in the snapshot
+        return 'the snapshot was written {} --noplot, this run {} it'.format(
+            *(('with', 'without') if value else ('without', 'with')))
+    return 'the snapshot was written with {} {}, this run has {}'.format(
+        _name(name), saved, value)
+
+
+def _recorded(path):
+    """The settings the snapshot ``path`` records, or a usage error.
+
+    The whole file is read and its checksums tested first: a snapshot
+    cut short (a copy that did not finish, a full disk) is refused as
+    cleanly as a file that is no snapshot at all.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+        if damaged is not None:
+            raise ValueError('{} fails its checksum'.format(damaged))
+        with numpy.load(path) as snapshot:
+            return {name[len(RunSettings.prefix):]: snapshot[name].item()
+                    for name in snapshot.files
+                    if name.startswith(RunSettings.prefix)}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile,
+            zlib.error) as e:
+        usage_error('--resume {}: not a snapshot, or a damaged one ({})'
+                    .format(path, e))
+
+
+class RunSettings(training.Extension):
+
+    """Records in snapshots the settings that ``check_resume`` compares.
+
+    It does nothing during the run; it is there to be serialized.
+    """
+
+    prefix = 'extensions/RunSettings/'
+    trigger = 1, 'epoch'
+
+    def __init__(self, settings):
+        self._settings = settings
+
+    def __call__(self, trainer):
+        pass
+
+    def serialize(self, serializer):
+        for name, value in self._settings.items():
+            self._settings[name] = serializer(name, value)

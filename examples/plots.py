@@ -1,0 +1,270 @@
+"""The trainers' pictures: the axes of Chainer's PlotReport, and two plots
+of our own (the learning rate of every update, the trust ratios as a heat
+map).
+
+``examples/plotting.py`` holds what ``results.py`` shares with them
+without importing Chainer.
+"""
+
+import math
+import os
+
+import numpy
+
+import chainer
+from chainer import training
+
+from examples import plotting
+
+
+# The legends' names of the reported values.
+LABELS = {'main/loss': 'train', 'validation/main/loss': 'test',
+          'main/accuracy': 'train', 'validation/main/accuracy': 'test'}
+
+
+def run_title(args, processes=None):
+    """The plots' title: the optimizer, the batch, the peak rate, the dtype.
+
+    ``processes``: ChainerMN's, whose --batchsize is each process's.
+    """
+    batch = 'batch {}'.format(args.batchsize)
+    if processes is not None:
+        batch = 'batch {} ({} x {} processes)'.format(
+            args.batchsize * processes, args.batchsize, processes)
+    return '{}, {}, peak lr {:g}, {}'.format(
+        args.optimizer, batch, args.lr,
+        numpy.dtype(chainer.config.dtype).name)
+
+
+def epoch_axes(ylabel, log=False, percent=False, title=None,
+               divergence=None):
+    """A PlotReport postprocess: labels, title, and where a run diverged.
+
+    It names the curves train and test, labels the y axis (log: on a log
+    scale; percent: the fractions drawn in %, from 0 to 100), puts whole
+    epochs on the x axis, and titles the plot ``title``. From where the
+    run diverged (the ``training.Divergence`` extension ``divergence``
+    found the loss not finite, or a value drawn is not finite), the values
+    are no model's: they are not drawn, and a red band marks the epochs,
+    so that a run that blew up does not read as one that stopped, nor as
+    a curve.
+    """
+    def postprocess(figure, axes, summary):
+        import matplotlib.ticker
+        axes.set_ylabel(ylabel)
+        lines = axes.get_lines()
+        points = [(numpy.asarray(line.get_xdata(), dtype=numpy.float64),
+                   numpy.asarray(line.get_ydata(), dtype=numpy.float64))
+                  for line in lines]
+        first = None  # the first epoch whose values are no model's
+        if divergence is not None and divergence.found is not None:
+            first = divergence.found[1]
+        for x, y in points:
+            bad = ~numpy.isfinite(y)
+            if bad.any():
+                first = min(x[bad].min(), math.inf if first is None
+                            else first)
+        finite = []
+        for line, (x, y) in zip(lines, points):
+            line.set_label(LABELS.get(line.get_label(), line.get_label()))
+            if percent:
+                y = 100 * y
+            if first is not None:
+                y = numpy.where(x >= first, numpy.nan, y)
+            line.set_ydata(y)
+            finite.extend(y[numpy.isfinite(y)])
+        if log:
+            axes.set_yscale('log')
+            plotting.plain_log_ticks(axes.yaxis)
+        # The range of the values drawn, which those not drawn would
+        # stretch.
+        if percent:
+            axes.set_ylim(0, 100)
+        elif finite and log:
+            axes.set_ylim(min(finite) / 2, max(finite) * 2)
+        elif finite:
+            low, high = min(finite), max(finite)
+            pad = 0.1 * (high - low) or 0.05
+            axes.set_ylim(low - pad, high + pad)
+        # Every epoch of the run, those not drawn too.
+        epochs = numpy.concatenate([x for x, _ in points] + [[0]])
+        low, high = epochs.min(), epochs.max()
+        pad = 0.05 * (high - low) or 0.5
+        axes.set_xlim(low - pad, high + pad)
+        axes.xaxis.set_major_locator(
+            matplotlib.ticker.MaxNLocator(integer=True))
+        if first is not None:
+            axes.axvspan(first, high + pad, color='red', alpha=0.15,
+                         linewidth=0,
+                         label='diverged at epoch {:g}: loss not finite, '
+                         'not drawn'.format(round(first, 2)))
+            axes.axvline(first, color='red', linestyle=':')
+            title_ = '{} (diverged)'.format(title) if title else 'diverged'
+        else:
+            title_ = title
+        if title_:
+            axes.set_title(title_, fontsize=10)
+    return postprocess
+
+
+class IterationPlot(training.Extension):
+
+    """Draws a reported value at every iteration, against the epoch.
+
+    PlotReport and LogReport draw means over an interval, which for the
+    learning rate hide the warm-up and the peak. This one keeps the value
+    of every iteration (saved in snapshots, so that a resumed run draws
+    the whole run) and draws them at the end of each epoch.
+
+    Args:
+        key (str): The reported value, e.g. ``'lr'`` from ``observe_lr``
+            (which reports the rate the last update used).
+        filename (str): The picture, in the trainer's output directory.
+        ylabel (str): The label of the y axis.
+        title (str): The title (``run_title``), or None.
+    """
+
+    def __init__(self, key, filename, ylabel, title=None):
+        self._key = key
+        self._filename = filename
+        self._ylabel = ylabel
+        self._title = title
+        # (epoch, value) after each update
+        self._points = []
+
+    def __call__(self, trainer):
+        self._points.append((trainer.updater.epoch_detail,
+                             float(trainer.observation[self._key])))
+        if not trainer.updater.is_new_epoch:
+            return
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+        figure, axes = plt.subplots()
+        epochs, values = zip(*self._points)
+        axes.plot(epochs, values)
+        axes.set_xlabel('epoch')
+        axes.set_ylabel(self._ylabel)
+        axes.set_xlim(0, None)
+        axes.set_ylim(0, None)
+        axes.xaxis.set_major_locator(
+            matplotlib.ticker.MaxNLocator(integer=True))
+        if self._title:
+            axes.set_title(self._title, fontsize=10)
+        axes.grid(alpha=0.3)
+        figure.savefig(os.path.join(trainer.out, self._filename))
+        plt.close(figure)
+
+    def serialize(self, serializer):
+        if isinstance(serializer, chainer.serializer.Serializer):
+            serializer('points', numpy.array(
+                self._points, dtype=numpy.float64).reshape(-1, 2))
+        else:
+            self._points = [tuple(p) for p in serializer('points', None)]
+
+
+class TrustRatioHeatmap(training.Extension):
+
+    """Draws the trust ratio of every layer at every epoch as a heat map.
+
+    One row a layer, in the model's order, one column an epoch (from the
+    epoch before to the epoch, so that a one-epoch run is one column from
+    0 to 1), the colour the epoch's mean ratio on a log scale: lines, one
+    a layer, cannot be told apart beyond ten or so. It reads the
+    LogReport's log, which snapshots hold, so it keeps no state of its
+    own.
+
+    Args:
+        keys (list of str): The reported ratios, from
+            ``observe_trust_ratios``.
+        filename (str): The picture, in the trainer's output directory.
+        title (str): The title (``run_title``), or None.
+    """
+
+    # After the LogReport has added the epoch.
+    priority = training.PRIORITY_READER - 1
+
+    def __init__(self, keys, filename='trust_ratio.png', title=None):
+        self._keys = keys
+        self._filename = filename
+        self._title = title
+
+    def __call__(self, trainer):
+        import matplotlib.colors
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+        log = [entry for entry in trainer.get_extension('LogReport').log
+               if self._keys[0] in entry]
+        ratios = numpy.array([[entry.get(key, numpy.nan) for entry in log]
+                              for key in self._keys])
+        # The epochs whose loss was not finite: their ratios are no model's
+        # (the observer reads 1 where the norms are NaN).
+        dead = numpy.array([not math.isfinite(entry.get('main/loss', 0.0))
+                            for entry in log])
+        ratios = numpy.ma.masked_where(~(ratios > 0) | dead, ratios)
+        if not ratios.count() and not dead.any():
+            return
+        if ratios.count():
+            low, high = ratios.min(), ratios.max()
+        else:  # diverged in its first epoch: a frame that says so
+            low = high = 1.0
+        if not high > low:  # one value: LogNorm needs a range
+            low, high = low / 2, high * 2
+        rows, columns = ratios.shape
+        # Wide enough for the labels and the colour bar, and a column of
+        # at least a quarter of an inch.
+        width = min(9, 5 + 0.25 * columns)
+        figure, axes = plt.subplots(figsize=(width, 1.8 + 0.17 * rows))
+        image = axes.imshow(
+            ratios, aspect='auto', interpolation='nearest',
+            norm=matplotlib.colors.LogNorm(low, high),
+            extent=(log[0]['epoch'] - 1, log[-1]['epoch'],
+                    rows - 0.5, -0.5))
+        prefix = os.path.commonprefix(self._keys)
+        prefix = prefix[:prefix.rfind('/') + 1]
+        axes.set_yticks(range(rows))
+        axes.set_yticklabels([key[len(prefix):] for key in self._keys],
+                             fontsize=min(9, max(4, 400 // rows)))
+        axes.xaxis.set_major_locator(
+            matplotlib.ticker.MaxNLocator(integer=True))
+        axes.set_xlabel('epoch (each column: the mean over that epoch)')
+        axes.set_title('{}trust ratio of each layer ({}...)'.format(
+            self._title + ' (diverged)\n' if self._title and dead.any()
+            else self._title + '\n' if self._title else '', prefix),
+            fontsize=9)
+        if dead.any():
+            # Masked cells show the background.
+            axes.set_facecolor('#fdd')
+            first = log[int(numpy.argmax(dead))]['epoch'] - 1
+            axes.text((first + log[-1]['epoch']) / 2, (rows - 1) / 2,
+                      'diverged in epoch {}:\nloss not finite, not drawn'
+                      .format(first + 1), ha='center', va='center',
+                      color='red', fontsize=9)
+        if ratios.count():
+            bar = figure.colorbar(image, ax=axes,
+                                  label='trust ratio (log scale)')
+            ticks = ratio_ticks(low, high)
+            bar.ax.minorticks_off()
+            bar.set_ticks(ticks)
+            bar.set_ticklabels(['{:.3g}'.format(t) for t in ticks])
+        figure.tight_layout()
+        figure.savefig(os.path.join(trainer.out, self._filename))
+        plt.close(figure)
+
+
+def ratio_ticks(low, high):
+    """Ticks for a log-scale colour bar from ``low`` to ``high``: 4 to 12.
+
+    Round values (1, 2, 5 times a power of ten, or finer steps over a
+    narrow range), else evenly spaced ones on the log scale.
+    """
+    for mantissas in ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7),
+                      (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
+        ticks = [float('{:.6g}'.format(m * 10.0 ** e))
+                 for e in range(math.floor(math.log10(low)) - 1,
+                                math.ceil(math.log10(high)) + 1)
+                 for m in mantissas]
+        ticks = [t for t in ticks
+                 if low * (1 - 1e-9) <= t <= high * (1 + 1e-9)]
+        if 4 <= len(ticks) <= 12:
+            return ticks
+    return list(numpy.geomspace(low, high, 5))

@@ -1,0 +1,133 @@
+"""The LARS recipe: what to copy into your own trainer.
+
+The optimizers (``make_optimizer``), the rule for the peak learning rate
+(``default_lr``), the schedule (``schedule``) and the observation of the
+trust ratios (``observe_trust_ratios``): the lines this project is about.
+The rest of the examples' shared code is glue around them:
+``examples/cli.py`` (the flags and their checks), ``examples/data.py``,
+``examples/training.py`` (Chainer's trainer and its reports) and
+``examples/plots.py``.
+"""
+
+import math
+import re
+
+import chainer
+
+import chainer_lars
+
+
+# Parameters matched by these regular expressions (biases, BatchNorm's beta
+# and gamma) get neither weight decay nor layer adaptation, as in the
+# large-batch recipes.
+EXCLUDE = ('/b$', '/beta$', '/gamma$')
+
+# The learning-rate rules (see --help and examples/mnist/README.md).
+MOMENTUM_LR_PER_256 = 0.1
+LARS_STEP_PER_256 = 0.005
+REFERENCE_BATCHSIZE = 256
+
+
+def default_lr(optimizer, batchsize, trust_coefficient):
+    """The peak learning rate for a batch size, when --lr is not given.
+
+    MomentumSGD scales linearly with the batch size (Goyal et al., 2017).
+    With LARS, each adapted layer moves by ``lr * trust_coefficient`` times
+    its weight norm, whatever the scale of its gradient; that product, the
+    relative step, is scaled with the square root of the batch size
+    (Krizhevsky, 2014; Hoffer et al., 2017), and ``lr`` follows from the
+    trust coefficient. ``lr`` itself is the rate of the parameters excluded
+    from adaptation (biases, BatchNorm's beta and gamma).
+    """
+    scale = batchsize / REFERENCE_BATCHSIZE
+    if optimizer == 'momentum':
+        return MOMENTUM_LR_PER_256 * scale
+    return LARS_STEP_PER_256 * math.sqrt(scale) / trust_coefficient
+
+
+def make_optimizer(args, model, comm=None):
+    """Sets up the optimizer chosen by --optimizer on the model.
+
+    Returns the optimizer and the object whose ``observe()`` gives the trust
+    ratios (``None`` for the baseline). With a ChainerMN communicator
+    ``comm`` the optimizer is multi-node: it averages the gradients over
+    the processes before the actual optimizer, its hooks and its update
+    rules see them, so LARS takes the norms of the global batch's gradient.
+    """
+    if args.optimizer == 'lars':
+        actual = lars = chainer_lars.LARS(
+            lr=args.lr, momentum=args.momentum,
+            weight_decay=args.weight_decay,
+            trust_coefficient=args.trust_coefficient,
+            exclude_from_weight_decay=EXCLUDE,
+            exclude_from_layer_adaptation=EXCLUDE)
+    else:
+        actual = chainer.optimizers.MomentumSGD(
+            lr=args.lr, momentum=args.momentum)
+        lars = None
+    if comm is None:
+        optimizer = actual
+    else:
+        # Imported here: the single-process trainers run without MPI.
+        import chainermn
+        optimizer = chainermn.create_multi_node_optimizer(actual, comm)
+    optimizer.setup(model)
+    if args.optimizer == 'momentum-lars':
+        lars = chainer_lars.GradientLARS(
+            weight_decay=args.weight_decay,
+            trust_coefficient=args.trust_coefficient,
+            exclude_from_weight_decay=EXCLUDE,
+            exclude_from_layer_adaptation=EXCLUDE)
+        optimizer.add_hook(lars)
+    elif args.optimizer == 'momentum':
+        # The baseline: weight decay on the weights only, through
+        # per-parameter hooks since Chainer's WeightDecay has no exclusion
+        # list.
+        for path, param in model.namedparams():
+            if not any(re.search(pattern, path) for pattern in EXCLUDE):
+                param.update_rule.add_hook(
+                    chainer.optimizer_hooks.WeightDecay(args.weight_decay))
+    return optimizer, lars
+
+
+def schedule(args, iterations_per_epoch):
+    """The recipe's schedule: linear warm-up, then polynomial decay to 0."""
+    iterations = math.ceil(args.epoch * iterations_per_epoch)
+    warmup = min(round(args.warmup_epochs * iterations_per_epoch), iterations)
+    return chainer_lars.WarmupPolynomialShift(
+        'lr', warmup_count=warmup, max_count=iterations, init=args.lr,
+        power=args.decay_power)
+
+
+def observe_trust_ratios(trainer, lars, model, iterations_per_epoch):
+    """Reports the trust ratio and norms of each weight; returns ratio keys.
+
+    About ten observations per epoch: each one brings the norms from the
+    GPU once. Biases and BatchNorm parameters are not adapted, so only the
+    weights (``/W``) are reported.
+    """
+    if lars is None:
+        return []
+    observer = chainer_lars.TrustRatioObserver(lars, pattern='/W$')
+    trainer.extend(observer, trigger=(
+        max(1, int(iterations_per_epoch) // 10), 'iteration'))
+    return [observer.key('ratio', path) for path in parameter_paths(model)
+            if path.endswith('/W')]
+
+
+def parameter_paths(link, prefix=''):
+    """The paths of the parameters of ``link``, in the order it defines them.
+
+    ``namedparams()`` lists a Chain's children in the order of a set (for
+    the CIFAR ResNet, ``fc/W`` second); the attributes of a link are in
+    the order its ``__init__`` set them, which is the order of the layers
+    in the models here.
+    """
+    for name, value in vars(link).items():
+        if name in link._params:
+            yield prefix + '/' + name
+        elif (isinstance(link, chainer.Chain) and name in link._children):
+            yield from parameter_paths(value, prefix + '/' + name)
+    if isinstance(link, chainer.ChainList):
+        for i, child in enumerate(link):
+            yield from parameter_paths(child, '{}/{}'.format(prefix, i))

@@ -1,0 +1,270 @@
+"""Chainer's trainer, assembled from the recipe and the reports.
+
+``train`` runs a trainer in one process or, with ChainerMN, in many; the
+reports are an evaluator that weights each batch by its size, the log, the
+plots (``examples/plots.py``) and the snapshots.
+"""
+
+import math
+import os
+import re
+import sys
+
+import chainer
+from chainer import training
+from chainer.training import extensions
+
+from examples import cli
+from examples import plots
+from examples import recipe
+
+
+def train(args, device, optimizer, lars, train_iter, test, comm=None):
+    """Trains ``optimizer.target`` by Chainer's trainer, with the recipe.
+
+    ``optimizer`` and ``lars`` are ``make_optimizer``'s. The trainer runs
+    ``train_iter`` for --epoch epochs under the recipe's schedule, evaluates
+    on ``test`` at each epoch, and reports, plots and snapshots
+    (``report``). With a ChainerMN communicator ``comm``, the evaluation and
+    the training loss and accuracy are averaged over the processes, and
+    rank 0 alone reports and writes.
+    """
+    model = optimizer.target
+    n_train = len(train_iter.dataset)
+    if comm is None:
+        cli.check_batchsize(args, n_train, 'the training set')
+        settings = {'examples': n_train}
+    else:
+        cli.check_batchsize(args, n_train,
+                            "each process's shard of the training set")
+        settings = {'examples': n_train, 'processes': comm.size}
+    cli.check_resume(args, **settings)
+    updater = training.updaters.StandardUpdater(
+        train_iter, optimizer, device=device)
+    trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
+
+    # Every process counts the same iterations: ChainerMN's shards are of
+    # equal length.
+    iterations_per_epoch = n_train / args.batchsize
+    trainer.extend(recipe.schedule(args, iterations_per_epoch))
+    test_iter = chainer.iterators.SerialIterator(test, args.batchsize,
+                                                 repeat=False, shuffle=False)
+    evaluator = Evaluator(test_iter, model, device=device)
+    if comm is not None:
+        import chainermn
+        evaluator = chainermn.create_multi_node_evaluator(evaluator, comm)
+        # Rank 0 reports the training loss and accuracy of the global
+        # batch, not of its shard.
+        averaged = ('main/loss', 'main/accuracy')
+        trainer.extend(_unwrap_variables(averaged))
+        for key in averaged:
+            trainer.extend(
+                chainermn.extensions.ObservationAggregator(comm, key))
+    trainer.extend(evaluator, call_before_training=True)
+    # After the ObservationAggregators: every process sees the same loss,
+    # and they stop together.
+    divergence = Divergence(args.out, say=comm is None or comm.rank == 0)
+    trainer.extend(divergence)
+    trainer.stop_trigger = divergence.stop_trigger(trainer.stop_trigger)
+
+    # The parameters, and so the trust ratios, are the same in every
+    # process: report and save on rank 0 only.
+    if comm is None or comm.rank == 0:
+        ratio_keys = recipe.observe_trust_ratios(
+            trainer, lars, model, iterations_per_epoch)
+        report(trainer, args, ratio_keys, divergence,
+               plots.run_title(args, None if comm is None else comm.size),
+               **settings)
+
+    if args.resume is not None:
+        chainer.serializers.load_npz(args.resume, trainer)
+
+    trainer.run()
+    if divergence.found is not None:
+        if divergence.say:
+            cli.say('stopped: the run diverged (see above); the log and the '
+                    'plots in {} show it'.format(args.out))
+        sys.exit(1)
+
+
+def _unwrap_variables(keys):
+    """Replaces the reported Variables of ``keys`` by their arrays.
+
+    ChainerMN 7.8.1's ObservationAggregator moves a Variable to the device
+    ``'native'``, a ChainerX device, and so fails where Chainer is built
+    without ChainerX (the pip wheel); it takes plain arrays as they are.
+    Runs just before the aggregators.
+    """
+    @training.make_extension(
+        trigger=(1, 'iteration'), priority=training.PRIORITY_EDITOR + 1)
+    def unwrap(trainer):
+        for key in keys:
+            value = trainer.observation.get(key)
+            if isinstance(value, chainer.Variable):
+                trainer.observation[key] = value.array
+    return unwrap
+
+
+class Divergence(training.Extension):
+
+    """Stops a run whose training loss is no longer finite, and says so.
+
+    At the first update whose ``main/loss`` is NaN or infinite it prints
+    one line at once (``say``: this process prints); the trainer then
+    stops at the end of that epoch (``stop_trigger``), so that the log,
+    the evaluation and the plots, which mark a non-finite epoch, show the
+    divergence, and ``train`` exits with status 1. A diverged model stays
+    diverged: the epochs after would only add NaN.
+    """
+
+    trigger = 1, 'iteration'
+    priority = training.PRIORITY_EDITOR - 1
+
+    def __init__(self, out, say=True):
+        self.out = out
+        self.say = say
+        self.found = None  # (iteration, epoch_detail, loss)
+
+    def __call__(self, trainer):
+        if self.found is not None:
+            return
+        loss = trainer.observation.get('main/loss')
+        if loss is None:
+            return
+        loss = float(chainer.as_array(loss))
+        if math.isfinite(loss):
+            return
+        updater = trainer.updater
+        self.found = updater.iteration, updater.epoch_detail, loss
+        if self.say:
+            cli.say('the training loss is {} at iteration {} (epoch {:.2f}): '
+                    'the run diverged (try a smaller --lr); it stops at '
+                    'the end of this epoch, and the log and the plots in {} '
+                    'mark it'.format(loss, updater.iteration,
+                                     updater.epoch_detail, self.out))
+
+    def stop_trigger(self, trigger):
+        """The trainer's stop trigger ``trigger``, or the end of the epoch
+        in which the run diverged."""
+        divergence = self
+
+        class Stop(object):
+            def __call__(self, trainer):
+                return trigger(trainer) or (
+                    divergence.found is not None
+                    and trainer.updater.is_new_epoch)
+
+            def __getattr__(self, name):
+                # The rest is the trigger's (the progress bar's
+                # get_training_length, serialize).
+                return getattr(trigger, name)
+
+        return Stop()
+
+
+# -- The reports -----------------------------------------------------------
+
+class Evaluator(extensions.Evaluator):
+
+    """Chainer's Evaluator, with each batch weighted by its size.
+
+    Chainer's Evaluator takes the plain mean of the values reported for each
+    batch, so that a short last batch counts as much as a full one: with
+    10,000 test images in batches of 8192, the last 1808 images would make
+    half of the result. This one weights what the model reports for a batch
+    by the number of its examples, so that ``validation/main/accuracy`` is
+    the accuracy on the whole test set.
+    """
+
+    def __init__(self, iterator, target, **kwargs):
+        super(Evaluator, self).__init__(iterator, target, **kwargs)
+        self.eval_func = self._weighted
+
+    def _weighted(self, *in_arrays, **in_dict):
+        # Evaluator.evaluate gives each batch a fresh observation.
+        observation = chainer.reporter.get_current_reporter().observation
+        self._targets['main'](*in_arrays, **in_dict)
+        first = in_arrays[0] if in_arrays else next(iter(in_dict.values()))
+        for key, value in observation.items():
+            observation[key] = (value, len(first))
+
+
+def end_of_epoch(trainer):
+    """The plots' trigger, stateless so that --resume continues them exactly.
+
+    PlotReport's default IntervalTrigger is not saved in snapshots, and a
+    resumed one fires at once, adding a point in the middle of an epoch.
+    """
+    return trainer.updater.is_new_epoch
+
+
+def report(trainer, args, ratio_keys, divergence=None, title=None,
+           **settings):
+    """Adds the snapshots, the log, the plots and the printed report.
+
+    ``ratio_keys`` are the trust ratios to draw
+    (``recipe.observe_trust_ratios``); the plots are titled ``title`` and
+    mark where the ``Divergence`` extension ``divergence`` found the run
+    diverged; ``settings`` go into the snapshots with the flags
+    ``cli.check_resume`` compares.
+    """
+    if args.snapshots:
+        trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
+        trainer.extend(keep_latest_snapshots(args.snapshots))
+    trainer.extend(cli.RunSettings(cli.run_settings(args, **settings)))
+    trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
+                   call_before_training=True)
+    trainer.extend(extensions.LogReport(), call_before_training=True)
+
+    if args.plot and extensions.PlotReport.available():
+        # Draw into files without a display.
+        import matplotlib
+        matplotlib.use('Agg')
+        trainer.extend(extensions.PlotReport(
+            ['main/loss', 'validation/main/loss'], 'epoch',
+            filename='loss.png', trigger=end_of_epoch,
+            postprocess=plots.epoch_axes(
+                'loss (softmax cross entropy, log scale)', log=True,
+                title=title, divergence=divergence)),
+            call_before_training=True)
+        trainer.extend(extensions.PlotReport(
+            ['main/accuracy', 'validation/main/accuracy'], 'epoch',
+            filename='accuracy.png', trigger=end_of_epoch,
+            postprocess=plots.epoch_axes(
+                'accuracy (%)', percent=True, title=title,
+                divergence=divergence)),
+            call_before_training=True)
+        trainer.extend(plots.IterationPlot('lr', 'lr.png', 'learning rate',
+                                           title=title))
+        if ratio_keys:
+            trainer.extend(plots.TrustRatioHeatmap(ratio_keys, title=title),
+                           trigger=end_of_epoch)
+
+    trainer.extend(extensions.PrintReport(
+        ['epoch', 'main/loss', 'validation/main/loss',
+         'main/accuracy', 'validation/main/accuracy', 'lr',
+         'elapsed_time']), call_before_training=True)
+    trainer.extend(extensions.ProgressBar(update_interval=10))
+
+
+def keep_latest_snapshots(n):
+    """Removes all but the ``n`` latest snapshots in the output directory.
+
+    Chainer's own ``snapshot(n_retains=n)`` orders the files by their
+    modification times alone, which are equal for files written within one
+    clock tick, and then by name, where ``snapshot_iter_10`` comes before
+    ``snapshot_iter_9``; here the iteration breaks ties. Runs after the
+    snapshot (priority -100) of each epoch.
+    """
+    @training.make_extension(trigger=(1, 'epoch'), priority=-200)
+    def remove_older_snapshots(trainer):
+        found = []
+        for name in os.listdir(trainer.out):
+            match = re.match(r'snapshot_iter_(\d+)$', name)
+            if match:
+                path = os.path.join(trainer.out, name)
+                found.append((os.stat(path).st_mtime, int(match.group(1)),
+                              path))
+        for _, _, path in sorted(found)[:-n]:
+            os.remove(path)
+    return remove_older_snapshots
