@@ -6,7 +6,7 @@ from chainer_lars.hook import GradientLARS  # NOQA
 from chainer_lars.optimizer import LARS  # NOQA
 from chainer_lars.optimizer import LARSRule  # NOQA
 
-__version__ = '0.1.0'
+__version__ = '0.2.0'
 
 __all__ = ['GradientLARS', 'LARS', 'LARSRule', 'TrustRatioObserver',
            'WarmupPolynomialShift', '__version__']

@@ -52,10 +52,24 @@ class ExclusionProperties(object):
         """tuple of str: The weight-decay exclusion patterns."""
         return self._rules.patterns()[0]
 
+    @exclude_from_weight_decay.setter
+    def exclude_from_weight_decay(self, value):
+        self._fixed('exclude_from_weight_decay')
+
     @property
     def exclude_from_layer_adaptation(self):
         """tuple of str: The layer-adaptation exclusion patterns."""
         return self._rules.patterns()[1]
+
+    @exclude_from_layer_adaptation.setter
+    def exclude_from_layer_adaptation(self, value):
+        self._fixed('exclude_from_layer_adaptation')
+
+    def _fixed(self, name):
+        raise AttributeError(
+            '{0} is fixed when the {1} is made (each parameter\'s flags '
+            'are computed once): pass it to the constructor, {1}(..., '
+            '{0}=[...])'.format(name, type(self).__name__))
 
     def __repr__(self):
         return '{}({})'.format(type(self).__name__, ', '.join(

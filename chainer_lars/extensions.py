@@ -177,11 +177,12 @@ class TrustRatioObserver(extension.Extension):
     quantities = ('ratio', 'w_norm', 'g_norm')
 
     def __init__(self, source=None, prefix='lars', pattern=None):
-        if source is not None and not callable(
+        if isinstance(source, type) or source is not None and not callable(
                 getattr(source, 'observe', None)):
             raise TypeError(
-                'source must have an observe() method (a chainer_lars.LARS '
-                'or chainer_lars.GradientLARS), got {!r}'.format(source))
+                'source must be a chainer_lars.LARS or GradientLARS '
+                'instance (anything with an observe() method), got '
+                '{!r}'.format(source))
         self._source = source
         self._prefix = checks.string('prefix', prefix)
         self._pattern = (None if pattern is None
@@ -195,15 +196,24 @@ class TrustRatioObserver(extension.Extension):
                 self.quantities, quantity))
         return '{}/{}{}'.format(self._prefix, quantity, path)
 
-    def __call__(self, trainer):
+    def initialize(self, trainer):
+        # When training starts, not at the first report (an epoch in).
+        self._get_source(trainer)
+
+    def _get_source(self, trainer):
         source = self._source
         if source is None:
             source = trainer.updater.get_optimizer('main')
             if not callable(getattr(source, 'observe', None)):
                 raise TypeError(
                     'TrustRatioObserver: the main optimizer ({}) has no '
-                    'observe(); pass the GradientLARS hook as the '
-                    'source'.format(type(source).__name__))
+                    'observe(); pass the object that has, '
+                    'TrustRatioObserver(hook) with the GradientLARS hook '
+                    'registered on it'.format(type(source).__name__))
+        return source
+
+    def __call__(self, trainer):
+        source = self._get_source(trainer)
         observation = {}
         for path, values in source.observe().items():
             if self._pattern is not None and not self._pattern.search(path):

@@ -1,5 +1,6 @@
 """GradientLARS: the LARS pre-update hook, a face of the engine."""
 
+import sys
 import weakref
 
 import numpy
@@ -10,6 +11,7 @@ from chainer_lars import checks
 from chainer_lars import engine
 from chainer_lars import exclusions
 from chainer_lars import layout as L
+from chainer_lars import optimizer as _optimizer
 
 
 class _RuleDelegate(object):
@@ -43,6 +45,41 @@ class _RuleDelegate(object):
             self.hook._rescale(rule, param, path, 1.0)
 
 
+class _Registration(object):
+
+    """``name`` and ``timing``. Read by Chainer's ``add_hook``, they refuse
+    the class given as a hook (``add_hook(GradientLARS)``, which would be
+    called as ``GradientLARS(optimizer)``) and ``timing='post'`` (the
+    rescaled gradients would be thrown away); elsewhere they are plain."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __get__(self, hook, owner=None):
+        caller = sys._getframe(1)
+        if caller.f_code is _ADD_HOOK_CODE:
+            if hook is None:
+                raise TypeError(
+                    '{0} is a class: register an instance, add_hook('
+                    'chainer_lars.{0}()) with the parentheses'.format(
+                        owner.__name__))
+            if caller.f_locals.get('timing') == 'post':
+                _post_refused()
+        return self.value
+
+
+#: The code of Chainer 7.8.1's add_hook, which reads ``hook.name`` (``None``
+#: where Chainer has another).
+_ADD_HOOK_CODE = getattr(getattr(getattr(
+    chainer.optimizer, '_Hookable', None), 'add_hook', None), '__code__', None)
+
+
+def _post_refused():
+    raise ValueError(
+        "GradientLARS rescales the gradients before the update: register "
+        "it with timing='pre' or 'auto' (the default), not 'post'")
+
+
 #: Name of a GradientLARS's delegate on an update rule (``#2``, ``#3``, ...
 #: appended while taken: several hooks on one model).
 _DELEGATE_NAME = 'chainer_lars.GradientLARS'
@@ -62,8 +99,19 @@ class GradientLARS(exclusions.ExclusionProperties):
             \\ \\text{if } \\|w\\| > \\tau \\text{, else } 1, \\qquad
         g \\leftarrow r (g + \\lambda w).
 
-    A drop-in for Chainer's hook, correct under loss scaling and in float16.
-    Called on one update rule, the patterns search ``'/' + param.name``.
+    A drop-in for Chainer's hook, correct under loss scaling and in float16,
+    with Chainer's defaults. Called on one update rule, the patterns search
+    ``'/' + param.name``.
+
+    With the default ``trust_coefficient=1`` (Chainer's convention) the
+    optimizer's ``lr`` is the paper's :math:`\\gamma \\eta`: an adapted array
+    moves, per update and before momentum, by about ``lr`` times its own
+    norm, so ``lr`` is small: start from ``MomentumSGD(lr=0.002)`` (about
+    1e-3 to 1e-2). The plain ``lr=0.1`` of ``MomentumSGD`` moves every array
+    by a tenth of its norm per update and diverges. :class:`LARS` keeps
+    :math:`\\eta` apart, TensorFlow's ``trust_coefficient=1e-3``, with an
+    ``lr`` 1,000 times larger for the same step. Arrays at or below
+    ``threshold`` (biases starting at 0) get the plain ``lr``.
 
     Args:
         threshold (float): ``r = 1`` unless ``||w|| > threshold``.
@@ -77,15 +125,20 @@ class GradientLARS(exclusions.ExclusionProperties):
         multi_tensor (bool): Rescale each device's and dtype's together.
 
     Attributes:
-        ~GradientLARS.threshold, ~GradientLARS.weight_decay,
-        ~GradientLARS.eps, ~GradientLARS.trust_coefficient,
-        ~GradientLARS.clip: As above; settable, checked on assignment.
+        threshold (float): As the argument; settable and checked on
+            assignment, as are the four below.
+        weight_decay (float): As the argument.
+        eps (float): As the argument.
+        trust_coefficient (float): As the argument.
+        clip (bool): As the argument.
+        exclude_from_weight_decay (tuple of str): The patterns, read only.
+        exclude_from_layer_adaptation (tuple of str): Likewise.
 
     """
 
-    name = 'GradientLARS'
+    name = _Registration('GradientLARS')
     call_for_each_param = False
-    timing = 'pre'
+    timing = _Registration('pre')
 
     threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
     weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
@@ -100,6 +153,12 @@ class GradientLARS(exclusions.ExclusionProperties):
                  trust_coefficient=1.0, clip=False,
                  exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=(), multi_tensor=True):
+        if isinstance(threshold, (chainer.Optimizer, chainer.UpdateRule)):
+            # Chainer calling the class registered by add_hook(GradientLARS)
+            raise TypeError(
+                'GradientLARS was registered as a class: register an '
+                'instance, add_hook(chainer_lars.GradientLARS()) with the '
+                'parentheses')
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
         self.threshold = threshold
@@ -119,6 +178,14 @@ class GradientLARS(exclusions.ExclusionProperties):
         return dict(self.__dict__, _singles={}, _observed={})
 
     def __call__(self, *args):
+        owner = args[0] if args else None
+        # Registered where add_hook read neither name nor timing.
+        hookable = getattr(owner, '_hookable', None)
+        if hookable is not None and any(
+                h is self for h in hookable._post_update_hooks.values()):
+            _post_refused()
+        if isinstance(owner, (_optimizer.LARS, _optimizer.LARSRule)):
+            _double_adaptation()
         if len(args) == 1:
             self._update_all(args[0])
         elif len(args) == 2:
@@ -282,6 +349,13 @@ class GradientLARS(exclusions.ExclusionProperties):
         for group in self._observed.values():
             result.update(engine.observe(group))
         return result
+
+
+def _double_adaptation():
+    raise TypeError(
+        'GradientLARS on a chainer_lars.LARS optimizer would adapt the '
+        'rates twice: use LARS alone (its trust_coefficient is the '
+        "hook's), or the hook on chainer.optimizers.MomentumSGD")
 
 
 def _enabled(rules):

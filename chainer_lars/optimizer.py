@@ -17,7 +17,7 @@ from chainer_lars import layout as L
 
 
 _default_hyperparam = optimizer.Hyperparameter()
-_default_hyperparam.lr = 1e-3
+_default_hyperparam.lr = 2.0
 _default_hyperparam.momentum = 0.9
 _default_hyperparam.weight_decay = 1e-4
 _default_hyperparam.trust_coefficient = 1e-3
@@ -74,7 +74,8 @@ class LARSRule(optimizer.UpdateRule):
         uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
 
     Attributes:
-        uses_weight_decay, uses_adaptation (bool): As above.
+        uses_weight_decay (bool): As the argument.
+        uses_adaptation (bool): As the argument.
 
     """
 
@@ -213,6 +214,19 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         \\quad (\\text{Nesterov: } w \\leftarrow w - \\gamma r (g + \\lambda w)
         - \\mu v).
 
+    ``lr`` and ``trust_coefficient`` are the paper's :math:`\\gamma` and
+    :math:`\\eta`, kept apart as in TensorFlow: an adapted array moves, per
+    update and before momentum, by about ``lr * trust_coefficient`` times
+    its own norm. :class:`GradientLARS` has the same two names with
+    Chainer's defaults, ``trust_coefficient=1``, where the optimizer's
+    ``lr`` is that product itself: for the same step the hook's ``lr`` is
+    1,000 times smaller than this one's (``LARS(lr=2.0)``, or
+    ``MomentumSGD(lr=0.002)`` with ``GradientLARS()``). Start from the
+    defaults, ``lr=2`` and ``trust_coefficient=1e-3`` (tried at batch 128),
+    and scale ``lr`` with the batch. TensorFlow's defaults are ``lr=1e-3,
+    trust_coefficient=1e-3``: a step of a millionth of the norm, which
+    trains next to nothing in a few hundred updates.
+
     Args:
         lr (float): Learning rate :math:`\\gamma`.
         momentum (float): Momentum :math:`\\mu`, in ``[0, 1)``.
@@ -222,12 +236,20 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         nesterov (bool): Use Nesterov momentum.
         exclude_from_weight_decay (list of str): Regular expressions
             searched in the parameter paths (e.g. ``'/b$'``).
-        exclude_from_layer_adaptation (list of str): Likewise.
+        exclude_from_layer_adaptation (list of str): Likewise: ratio 1, the
+            plain rate ``lr``.
         multi_tensor (bool): Update each device's and dtype's together.
 
     Attributes:
-        lr, momentum, weight_decay, trust_coefficient, eps, nesterov: As
-            above; settable (e.g. by a schedule), checked on assignment.
+        lr (float): The learning rate; settable (e.g. by a schedule) and
+            checked on assignment, as are the five below.
+        momentum (float): The momentum.
+        weight_decay (float): The weight decay.
+        trust_coefficient (float): The trust coefficient.
+        eps (float): The term added to the denominator.
+        nesterov (bool): Whether the momentum is Nesterov's.
+        exclude_from_weight_decay (tuple of str): The patterns, read only.
+        exclude_from_layer_adaptation (tuple of str): Likewise.
 
     """
 
@@ -266,6 +288,14 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
     def create_update_rule(self):
         return LARSRule(self.hyperparam)
 
+    def add_hook(self, hook, name=None, timing='auto'):
+        """Registers a hook, as :meth:`chainer.Optimizer.add_hook`; a
+        :class:`GradientLARS` is refused: it would adapt the rates twice."""
+        from chainer_lars import hook as hooks  # which imports this module
+        if isinstance(hook, hooks.GradientLARS):
+            hooks._double_adaptation()
+        super(LARS, self).add_hook(hook, name, timing)
+
     def setup(self, link):
         super(LARS, self).setup(link)
         for path, param in link.namedparams():
@@ -277,14 +307,16 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         return self
 
     def update(self, lossfun=None, *args, **kwds):
-        """Updates the parameters (see :meth:`chainer.GradientMethod.update`).
-
-        FORK of Chainer 7.8.1's ``GradientMethod.update``, ``Optimizer.
-        check_nan_in_grads`` and ``reallocate_cleared_grads`` (below): the
-        same steps on one listing of the parameters, ``param.update()``
-        replaced by :meth:`_update_params`, reading Chainer's private
-        ``_loss_scale``, ``_hookable``, ``_loss_scaling_*``, ``_set_grad``;
-        ``tests/test_optimizer.py`` fails if they change."""
+        """Updates the parameters, as :meth:`chainer.GradientMethod.update`
+        does: with ``lossfun``, computes the loss of ``lossfun(*args,
+        **kwds)`` and its gradients first; then the hooks, the step of
+        every parameter, and the loss scale's update."""
+        # A fork of Chainer 7.8.1's GradientMethod.update, with its
+        # check_nan_in_grads and reallocate_cleared_grads (below): the same
+        # steps on one listing of the parameters, param.update() replaced by
+        # _update_params, reading Chainer's private _loss_scale, _hookable,
+        # _loss_scaling_* and _set_grad; tests/test_optimizer.py fails if
+        # they change (docs/design.rst).
         if not self._multi_tensor:
             return super(LARS, self).update(lossfun, *args, **kwds)
         if lossfun is not None:
@@ -440,6 +472,10 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         """``{path: (ratio, ||w||, ||g||)}`` of the last update, as floats,
         for the adapted and enabled arrays (see :meth:`GradientLARS.observe
         <chainer_lars.GradientLARS.observe>`)."""
+        if self.target is None:
+            raise RuntimeError(
+                'LARS.observe() reports the last update: call '
+                'optimizer.setup(link) and update() first')
         result = {}
         for path, param in self.target.namedparams():
             rule = getattr(param, 'update_rule', None)

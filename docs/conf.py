@@ -4,6 +4,8 @@ import os
 import re
 import sys
 
+from sphinx.util import logging
+
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # autodoc imports chainer_lars: this checkout's, installed or not.
@@ -29,6 +31,9 @@ extensions = [
     'sphinx.ext.napoleon',
     'sphinx.ext.mathjax',
     'sphinx.ext.doctest',
+    # MathJax copied into the build (the docs extra installs it): the
+    # formulas render offline.
+    'sphinx-mathjax-offline',
 ]
 
 exclude_patterns = ['_build']
@@ -36,8 +41,8 @@ exclude_patterns = ['_build']
 # are highlighted as Python all the same.
 highlight_language = 'none'
 
-# The docstrings' "Attributes:" as fields of their class, so that they do
-# not describe the attributes a second time beside autodoc's members.
+# The docstrings' "Attributes:" as "Variables" fields of their class, as
+# Chainer's docs render them (checked below).
 napoleon_use_ivar = True
 napoleon_numpy_docstring = False
 # The public names and the methods each page lists: the modules behind
@@ -59,15 +64,43 @@ html_theme_options = {
 html_static_path = []
 
 
-def _short_attribute_names(app, what, name, obj, options, lines):
-    # The docstrings name attributes as Chainer's do, "~Class.attr (type):",
-    # which a field list would print with the tilde: keep "attr" alone.
-    for i, line in enumerate(lines):
-        lines[i] = re.sub(r'^(\s*:(?:ivar|vartype) )~?[\w.]*\.(\w+):',
-                          r'\1\2:', line)
+_FIELD = re.compile(r'^\s*:(ivar|vartype) ([^:]*):(.*)$')
+
+
+def attribute_field_problems(lines):
+    """What is wrong with the ``Attributes:`` fields of a docstring after
+    napoleon: Chainer's docs render each entry ``name (type): meaning`` as
+    "name (type) - meaning"; several names in one entry, or a name without
+    its type, render garbled ("~A.x, (y,)", "z (x, y, ...,) - As above")."""
+    problems, names, typed = [], [], set()
+    for line in lines:
+        match = _FIELD.match(line)
+        if match is None:
+            continue
+        kind, name, text = match.groups()
+        if not re.fullmatch(r'\w+', name):
+            problems.append('{!r} is not one attribute name: give each '
+                            'attribute an entry "name (type): meaning"'
+                            .format(name))
+        elif kind == 'vartype':
+            typed.add(name)
+        else:
+            names.append(name)
+            if not text.strip():
+                problems.append('{} has no description'.format(name))
+    problems += ['{} has no type: write "{} (type): meaning"'.format(n, n)
+                 for n in names if n not in typed]
+    return problems
+
+
+def _check_attribute_fields(app, what, name, obj, options, lines):
+    for problem in attribute_field_problems(lines):
+        logging.getLogger(__name__).warning(
+            'Attributes of %s: %s', name, problem)
 
 
 def setup(app):
-    # After napoleon's handler has turned "Attributes:" into fields.
-    app.connect('autodoc-process-docstring', _short_attribute_names,
+    # After napoleon's handler has turned "Attributes:" into fields; a
+    # warning fails the -W build.
+    app.connect('autodoc-process-docstring', _check_attribute_fields,
                 priority=600)

@@ -13,8 +13,9 @@
     subprocesses (the examples, the benchmark, ``results.py``, ``dev.sh``,
     the wheel's build, the MPI ranks); in ``CHAINER_LARS_INTEGRATION_IN``
     (``dev.sh test``: the oldest Python's env, the one a script is likeliest
-    to break on). ``test_syntax.py`` still compiles every script in every
-    env.
+    to break on), and ``test_snippets.py``, which trains the docs' snippets
+    on the real MNIST for a minute or two. ``test_syntax.py`` still
+    compiles every script in every env.
 
   The library's own tests run in every env.
 * ``@pytest.mark.mpi`` tests skip unless ``mpiexec`` is on ``PATH`` and
@@ -73,10 +74,11 @@ ONE_ENV = {
         ('test_examples.py', 'test_example_chainermn.py',
          'test_example_forms.py', 'test_chainermn.py', 'test_bench_smoke.py',
          'test_results_check.py', 'test_dev_sh.py', 'test_packaging.py',
-         'test_mpi_util.py'),
+         'test_mpi_util.py', 'test_snippets.py'),
         'they run scripts and tools end to end in subprocesses (examples, '
-        'benchmark, results.py, dev.sh, wheel build, MPI ranks); '
-        'test_syntax.py compiles the scripts in every env'),
+        'benchmark, results.py, dev.sh, wheel build, MPI ranks) or train '
+        "on the real MNIST (the docs' snippets); test_syntax.py compiles "
+        'the scripts in every env'),
 }
 
 

@@ -329,6 +329,26 @@ def test_observer_checks_source():
         trainer.run(show_loop_exception_msg=False)
 
 
+@pytest.mark.parametrize('source', [chainer_lars.GradientLARS,
+                                    chainer_lars.LARS, optimizers.SGD()])
+def test_observer_refuses_a_source_it_cannot_read(source):
+    with pytest.raises(TypeError, match='^source must be a chainer_lars.LARS'
+                       ' or GradientLARS instance'):
+        chainer_lars.TrustRatioObserver(source)
+
+
+@pytest.mark.parametrize('hooked', [False, True])
+def test_observer_checks_the_main_optimizer_before_the_first_update(hooked):
+    hooks = [chainer_lars.GradientLARS()] if hooked else []
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(), 3, hooks=hooks)
+    trainer.extend(chainer_lars.TrustRatioObserver())  # once per epoch
+    with pytest.raises(TypeError, match=(
+            r'^TrustRatioObserver: the main optimizer \(MomentumSGD\) has '
+            r'no observe\(\); pass .*TrustRatioObserver\(hook\)')):
+        trainer.run(show_loop_exception_msg=False)
+    assert trainer.updater.get_optimizer('main').t == 0
+
+
 def test_observer_observes_only_at_its_interval():
     source = FakeSource({'/l1/W': (0.5, 2.0, 3.0)})
     trainer = make_trainer(lambda: optimizers.MomentumSGD(), 12)

@@ -1,4 +1,5 @@
 import copy
+import inspect
 import math
 import pickle
 import re
@@ -58,8 +59,34 @@ def test_defaults_match_chainer():
     theirs = optimizer_hooks.GradientLARS()
     assert (ours.threshold, ours.weight_decay, ours.eps) == (
         theirs.threshold, theirs.weight_decay, theirs.eps)
+    assert ours.trust_coefficient == 1.0  # the ratio of Chainer's hook
     assert ours.name == theirs.name == 'GradientLARS'
     assert ours.timing == 'pre'
+
+
+def test_chainer_s_own_test_case_passes():
+    # The case of Chainer 7.8.1's test of its hook, on this one: one array
+    # above the threshold, one below it, SGD(lr=1), threshold 1e-2 and
+    # weight decay 0.2 given as Chainer's test gives them.
+    w = [numpy.arange(6, dtype=numpy.float32).reshape(2, 3),
+         numpy.arange(6, dtype=numpy.float32).reshape(2, 3) * 1e-4]
+    g = numpy.arange(3, -3, -1, dtype=numpy.float32).reshape(2, 3)
+    target = chainer.ChainList(*[chainer.Link() for _ in w])
+    for link, array in zip(target, w):
+        with link.init_scope():
+            link.param = chainer.Parameter(array.copy())
+        link.param.grad = g.copy()
+    opt = optimizers.SGD(lr=1)
+    opt.setup(target)
+    opt.add_hook(chainer_lars.GradientLARS(threshold=1e-2,
+                                           weight_decay=0.2))
+    opt.update()
+    w_norm, g_norm = numpy.linalg.norm(w[0]), numpy.linalg.norm(g)
+    rate = w_norm / (1e-9 + g_norm + 0.2 * w_norm)
+    testing.assert_allclose(target[0].param.array,
+                            w[0] - rate * (g + 0.2 * w[0]), rtol=1e-6)
+    testing.assert_allclose(target[1].param.array,
+                            w[1] - (g + 0.2 * w[1]), rtol=1e-6)
 
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
@@ -818,3 +845,89 @@ def test_huge_gradients_do_not_overflow_the_norm(monkeypatch, numba):
     expected = ref.hook_gradient(numpy.ones(100), numpy.full(100, 3e20))
     testing.assert_allclose(link.p.grad, expected, rtol=1e-6)
     assert numpy.all(link.p.grad > 0)
+
+
+# -- misuse, refused when it happens -----------------------------------------
+
+def test_the_class_as_a_hook_is_refused_by_add_hook():
+    _, opt = setup(None)
+    for kwargs in ({}, {'timing': 'pre'}, {'name': 'lars'}):
+        with pytest.raises(TypeError, match=(
+                r'^GradientLARS is a class: register an instance, '
+                r'add_hook\(chainer_lars.GradientLARS\(\)\)')):
+            opt.add_hook(chainer_lars.GradientLARS, **kwargs)
+    assert not opt._hookable._pre_update_hooks
+
+
+def test_the_class_registered_under_a_name_and_timing_is_refused():
+    # Chainer's add_hook reads neither attribute then: the first call
+    # refuses, before anything changes.
+    model, opt = setup(None)
+    opt.add_hook(chainer_lars.GradientLARS, name='lars', timing='pre')
+    x, t = ref.batch(0)
+    before = ref.snapshot(model)
+    with pytest.raises(TypeError, match=(
+            r'^GradientLARS was registered as a class: .*'
+            r'add_hook\(chainer_lars.GradientLARS\(\)\)')):
+        opt.update(ref.loss_fn(model, x, t))
+    after = ref.snapshot(model)
+    for path in PATHS:
+        numpy.testing.assert_array_equal(before[path], after[path])
+
+
+def test_post_timing_is_refused_by_add_hook():
+    _, opt = setup(None)
+    with pytest.raises(ValueError, match="^GradientLARS rescales the "
+                       "gradients before the update: .*not 'post'"):
+        opt.add_hook(chainer_lars.GradientLARS(), timing='post')
+    assert not opt._hookable._post_update_hooks
+
+
+@pytest.mark.parametrize('on_rule', [False, True])
+def test_post_timing_under_a_name_is_refused_at_the_first_call(on_rule):
+    model, opt = setup(None)
+    hook = chainer_lars.GradientLARS()
+    registry = model.fc.W.update_rule if on_rule else opt
+    registry.add_hook(hook, name='lars', timing='post')
+    with pytest.raises(ValueError, match="not 'post'"):
+        hook(*((model.fc.W.update_rule, model.fc.W) if on_rule else (opt,)))
+
+
+def test_the_hook_on_lars_is_refused():
+    model = ref.Net(numpy.float32)
+    lars = chainer_lars.LARS()
+    lars.setup(model)
+    with pytest.raises(TypeError, match=(
+            '^GradientLARS on a chainer_lars.LARS optimizer would adapt '
+            'the rates twice: use LARS alone')):
+        lars.add_hook(chainer_lars.GradientLARS())
+    assert not lars._hookable._pre_update_hooks
+    # Registered past LARS.add_hook: on a rule, or Chainer's own add_hook.
+    hook = chainer_lars.GradientLARS()
+    rule = model.fc.W.update_rule
+    with pytest.raises(TypeError, match='adapt the rates twice'):
+        hook(rule, model.fc.W)
+    with pytest.raises(TypeError, match='adapt the rates twice'):
+        hook(lars)
+
+
+@pytest.mark.parametrize('name', ['exclude_from_weight_decay',
+                                  'exclude_from_layer_adaptation'])
+@pytest.mark.parametrize('make', [chainer_lars.GradientLARS,
+                                  chainer_lars.LARS])
+def test_assigning_an_exclusion_list_says_to_pass_it_to_the_constructor(
+        name, make):
+    obj = make(**{name: ['/b$']})
+    with pytest.raises(AttributeError, match=(
+            r'^{0} is fixed when the {1} is made .*: pass it to the '
+            r'constructor, {1}\(\.\.\., {0}=\[\.\.\.\]\)'.format(
+                name, make.__name__))):
+        setattr(obj, name, ['/W$'])
+    assert getattr(obj, name) == ('/b$',)
+
+
+def test_registration_attributes_read_as_plain_values_elsewhere():
+    assert chainer_lars.GradientLARS.name == 'GradientLARS'
+    assert chainer_lars.GradientLARS.timing == 'pre'
+    assert dict(inspect.getmembers(chainer_lars.GradientLARS))[
+        'timing'] == 'pre'

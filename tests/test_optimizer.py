@@ -51,6 +51,16 @@ DEFAULTS = dict(lr=0.1, momentum=0.9, weight_decay=1e-4,
                 trust_coefficient=1e-3, eps=0.0)
 
 
+def test_defaults_are_tensorflow_s_but_the_learning_rate():
+    # TensorFlow's lr=1e-3 with its trust coefficient of 1e-3 trains next
+    # to nothing; the snippets' test trains LARS() on MNIST.
+    opt = chainer_lars.LARS()
+    assert (opt.momentum, opt.weight_decay, opt.trust_coefficient, opt.eps,
+            opt.nesterov) == (0.9, 1e-4, 1e-3, 0.0, False)
+    assert opt.lr == 2.0
+    assert chainer_lars.LARSRule().hyperparam.lr == 2.0
+
+
 @pytest.mark.parametrize('kwargs', [
     DEFAULTS,
     dict(DEFAULTS, nesterov=True),
@@ -556,3 +566,10 @@ def test_repr_shows_the_settings():
         "trust_coefficient=0.001, eps=0.0, nesterov=False, "
         "exclude_from_weight_decay=('/b$',), "
         "exclude_from_layer_adaptation=(), multi_tensor=True)")
+
+
+def test_observe_before_setup_says_what_to_do():
+    with pytest.raises(RuntimeError, match=(
+            r'^LARS.observe\(\) reports the last update: call '
+            r'optimizer.setup\(link\) and update\(\) first')):
+        chainer_lars.LARS().observe()

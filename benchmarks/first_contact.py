@@ -1,0 +1,208 @@
+"""What a new user sees first: test accuracy after a short run on MNIST.
+
+Chainer's MNIST MLP (784-1000-1000-10, ReLU) and a small BatchNorm CNN,
+raw pixels from ``chainer.datasets.get_mnist()``, batch 128, a fixed number
+of updates (300 by default) from seed 0, accuracy on the 10,000 test
+images, for the set-ups a user tries first: plain ``MomentumSGD``, the hook
+on ``MomentumSGD``, ``LARS`` on its defaults. ``tests/test_snippets.py``
+trains the documentation's own snippets with the same functions::
+
+    python benchmarks/first_contact.py --dataset-root ../shared/datasets
+    python benchmarks/first_contact.py --sweep   # LARS's lr around its default
+
+The dataset root defaults to ``CHAINER_DATASET_ROOT``, else
+``../shared/datasets`` beside the checkout.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, ROOT)
+
+import chainer_lars  # NOQA: E402
+
+
+def dataset_root():
+    """``CHAINER_DATASET_ROOT`` if set, else ``../shared/datasets`` beside
+    the checkout; ``None`` where neither holds MNIST."""
+    for root in (os.environ.get('CHAINER_DATASET_ROOT'),
+                 os.path.join(os.path.dirname(ROOT), 'shared', 'datasets')):
+        if root and os.path.isfile(os.path.join(
+                root, 'pfnet', 'chainer', 'mnist', 'test.npz')):
+            return root
+    return None
+
+
+def load_mnist(root):
+    """``(x_train, t_train, x_test, t_test)``: Chainer's MNIST as arrays,
+    pixels in [0, 1], images flat (784)."""
+    previous = chainer.dataset.get_dataset_root()
+    chainer.dataset.set_dataset_root(root)
+    try:
+        train, test = chainer.datasets.get_mnist()
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    return tuple(a for split in (train, test)
+                 for a in chainer.dataset.concat_examples(split))
+
+
+class MLP(chainer.Chain):
+
+    """The MLP of Chainer's MNIST example."""
+
+    def __init__(self, n_units=1000, n_out=10):
+        super(MLP, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(784, n_units)
+            self.l2 = L.Linear(n_units, n_units)
+            self.l3 = L.Linear(n_units, n_out)
+
+    def forward(self, x):
+        h = F.relu(self.l1(x))
+        return self.l3(F.relu(self.l2(h)))
+
+
+class CNN(chainer.Chain):
+
+    """Two 3x3 convolutions with BatchNorm, each followed by 2x2 pooling,
+    then a linear layer."""
+
+    def __init__(self, n_out=10):
+        super(CNN, self).__init__()
+        with self.init_scope():
+            self.conv1 = L.Convolution2D(1, 16, 3, pad=1, nobias=True)
+            self.bn1 = L.BatchNormalization(16)
+            self.conv2 = L.Convolution2D(16, 32, 3, pad=1, nobias=True)
+            self.bn2 = L.BatchNormalization(32)
+            self.fc = L.Linear(32 * 7 * 7, n_out)
+
+    def forward(self, x):
+        h = x.reshape(-1, 1, 28, 28)
+        h = F.max_pooling_2d(F.relu(self.bn1(self.conv1(h))), 2)
+        h = F.max_pooling_2d(F.relu(self.bn2(self.conv2(h))), 2)
+        return self.fc(h)
+
+
+MODELS = {'mlp': MLP, 'cnn': CNN}
+
+
+def make_model(name, seed=0):
+    """An ``L.Classifier`` around the named model, initialised from
+    ``seed``."""
+    numpy.random.seed(seed)
+    return L.Classifier(MODELS[name]())
+
+
+def train(model, optimizer, data, updates=300, batchsize=128, seed=0):
+    """Runs ``updates`` updates of ``optimizer`` (set up on ``model``, an
+    ``L.Classifier``) on shuffled batches of the training split, and returns
+    the accuracy (%) on the test split, or NaN where the loss became
+    non-finite."""
+    x_train, t_train, x_test, t_test = data
+    rng = numpy.random.RandomState(seed)
+    order = numpy.empty(0, dtype=numpy.int64)
+    for _ in range(updates):
+        if len(order) < batchsize:
+            order = numpy.concatenate([order, rng.permutation(len(x_train))])
+        batch, order = order[:batchsize], order[batchsize:]
+        optimizer.update(model, x_train[batch], t_train[batch])
+        if not numpy.isfinite(float(model.loss.array)):
+            return float('nan')
+    correct = 0
+    with chainer.no_backprop_mode(), chainer.using_config('train', False):
+        for i in range(0, len(x_test), 1000):
+            y = model.predictor(x_test[i:i + 1000])
+            correct += int((y.array.argmax(axis=1) == t_test[i:i + 1000])
+                           .sum())
+    return 100.0 * correct / len(x_test)
+
+
+def _hooked(lr=None, **hook_kw):
+    def make(model):
+        sgd = (chainer.optimizers.MomentumSGD() if lr is None
+               else chainer.optimizers.MomentumSGD(lr=lr))
+        sgd.setup(model)
+        sgd.add_hook(chainer_lars.GradientLARS(**hook_kw))
+        return sgd
+    return make
+
+
+def _plain(make_optimizer):
+    def make(model):
+        optimizer = make_optimizer()
+        optimizer.setup(model)
+        return optimizer
+    return make
+
+
+#: The set-ups a user tries first: name -> a function of the model that
+#: returns the optimizer set up on it.
+FIRST = [
+    ('MomentumSGD(lr=0.1)',
+     _plain(lambda: chainer.optimizers.MomentumSGD(lr=0.1))),
+    ('MomentumSGD(lr=0.1) + GradientLARS(weight_decay=5e-4)',
+     _hooked(0.1, weight_decay=5e-4)),
+    ('MomentumSGD() + GradientLARS()', _hooked()),
+    ('MomentumSGD(lr=0.002) + GradientLARS(weight_decay=5e-4)',
+     _hooked(0.002, weight_decay=5e-4)),
+    ('LARS()', _plain(chainer_lars.LARS)),
+    ('LARS(lr=1e-3, trust_coefficient=1e-3) (TensorFlow)',
+     _plain(lambda: chainer_lars.LARS(lr=1e-3, trust_coefficient=1e-3))),
+]
+
+
+def _sweep():
+    rows = []
+    for lr in (0.5, 1.0, 2.0, 5.0, 10.0):
+        rows.append(('LARS(lr={})'.format(lr), _plain(
+            lambda lr=lr: chainer_lars.LARS(lr=lr))))
+    for lr in (0.002, 0.005, 0.01, 0.02):
+        rows.append(('MomentumSGD(lr={}) + GradientLARS(weight_decay=5e-4)'
+                     .format(lr), _hooked(lr, weight_decay=5e-4)))
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--dataset-root', default=None,
+                        help='folder holding pfnet/chainer/mnist '
+                        '(default: CHAINER_DATASET_ROOT, else '
+                        '../shared/datasets beside the checkout)')
+    parser.add_argument('--models', default='mlp,cnn')
+    parser.add_argument('--updates', type=int, default=300)
+    parser.add_argument('--batchsize', type=int, default=128)
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--sweep', action='store_true',
+                        help="LARS's lr and the hook's MomentumSGD lr "
+                        'around the defaults instead of the first set-ups')
+    args = parser.parse_args(argv)
+    root = args.dataset_root or dataset_root()
+    if root is None:
+        parser.error('no MNIST found: pass --dataset-root')
+    data = load_mnist(root)
+    print('{} updates of batch {}, seed {}, accuracy (%) on the 10,000 '
+          'test images; chainer-lars {}'.format(
+              args.updates, args.batchsize, args.seed,
+              chainer_lars.__version__))
+    for model_name in args.models.split(','):
+        for name, make in (_sweep() if args.sweep else FIRST):
+            model = make_model(model_name, args.seed)
+            start = time.time()
+            accuracy = train(model, make(model), data, args.updates,
+                             args.batchsize, args.seed)
+            print('{:4} {:60} {:6.2f}  ({:.0f} s)'.format(
+                model_name, name, accuracy, time.time() - start), flush=True)
+
+
+if __name__ == '__main__':
+    main()
