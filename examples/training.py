@@ -45,6 +45,9 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
     # equal length.
     iterations_per_epoch = n_train / args.batchsize
     trainer.extend(recipe.schedule(args, iterations_per_epoch))
+    scaling = None
+    if args.dtype != 'float32':
+        scaling = recipe.loss_scale_state(trainer, optimizer)
     test_iter = chainer.iterators.SerialIterator(test, args.batchsize,
                                                  repeat=False, shuffle=False)
     evaluator = Evaluator(test_iter, model, device=device)
@@ -65,7 +68,7 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
     if comm is None or comm.rank == 0:
         ratio_keys = recipe.observe_trust_ratios(
             trainer, lars, model, iterations_per_epoch)
-        report(trainer, args, ratio_keys, **settings)
+        report(trainer, args, ratio_keys, scaling, **settings)
 
     if args.resume is not None:
         chainer.serializers.load_npz(args.resume, trainer)
@@ -127,12 +130,14 @@ def end_of_epoch(trainer):
     return trainer.updater.is_new_epoch
 
 
-def report(trainer, args, ratio_keys, **settings):
+def report(trainer, args, ratio_keys, scaling=None, **settings):
     """Adds the snapshots, the log, the plots and the printed report.
 
     ``ratio_keys`` are the trust ratios to draw
-    (``recipe.observe_trust_ratios``); ``settings`` go into the snapshots
-    with the flags ``cli.check_resume`` compares.
+    (``recipe.observe_trust_ratios``); ``scaling``, the
+    ``chainer_lars.LossScaleState`` of a float16 or mixed16 run, gives the
+    loss scale and the skipped updates to log and draw; ``settings`` go
+    into the snapshots with the flags ``cli.check_resume`` compares.
     """
     if args.snapshots:
         trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
@@ -140,6 +145,10 @@ def report(trainer, args, ratio_keys, **settings):
     trainer.extend(cli.RunSettings(cli.run_settings(args, **settings)))
     trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
                    call_before_training=True)
+    columns = []
+    if scaling is not None:
+        trainer.extend(report_loss_scale(scaling), call_before_training=True)
+        columns = ['loss_scale', 'skipped_updates']
     trainer.extend(extensions.LogReport(), call_before_training=True)
 
     if args.plot and extensions.PlotReport.available():
@@ -161,12 +170,27 @@ def report(trainer, args, ratio_keys, **settings):
         if ratio_keys:
             trainer.extend(plots.TrustRatioHeatmap(ratio_keys),
                            trigger=end_of_epoch)
+        if scaling is not None:
+            trainer.extend(plots.LossScalePlot(scaling))
 
     trainer.extend(extensions.PrintReport(
         ['epoch', 'main/loss', 'validation/main/loss',
-         'main/accuracy', 'validation/main/accuracy', 'lr',
-         'elapsed_time']), call_before_training=True)
+         'main/accuracy', 'validation/main/accuracy', 'lr'] + columns
+        + ['elapsed_time']), call_before_training=True)
     trainer.extend(extensions.ProgressBar(update_interval=10))
+
+
+def report_loss_scale(scaling):
+    """Reports, at the end of each epoch (and before training), the loss
+    scale of the next update and the updates skipped so far, from
+    ``scaling``, a ``chainer_lars.LossScaleState``: reported once per
+    epoch, the log's means are those values."""
+    @training.make_extension(trigger=(1, 'epoch'),
+                             priority=training.PRIORITY_WRITER)
+    def loss_scale(trainer):
+        chainer.report({'loss_scale': scaling.loss_scale,
+                        'skipped_updates': scaling.skipped_updates})
+    return loss_scale
 
 
 def keep_latest_snapshots(n):
