@@ -490,4 +490,8 @@ class RunSettings(training.Extension):
 
     def serialize(self, serializer):
         for name, value in self._settings.items():
-            self._settings[name] = serializer(name, value)
+            try:
+                self._settings[name] = serializer(name, value)
+            except KeyError:  # an older snapshot (check_resume let it in)
+                if name not in ADDED:
+                    raise
