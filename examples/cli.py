@@ -44,10 +44,11 @@ HELP = {
                     'parameters',
     'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars',
     'seed': 'Seed of the weights, the shuffling and the data augmentation',
-    'dtype': 'The precision, as chainer.config.dtype: float16 and mixed16 '
-             '(float16 arrays, float32 BatchNorm parameters and '
-             'statistics) scale the loss and update float32 master copies '
-             "(default: CHAINER_DTYPE's, float32 if unset)",
+    'dtype': 'The precision, as chainer.config.dtype: float32; float16 '
+             '(float16 arrays throughout); mixed16 (float16 arrays, '
+             'BatchNorm parameters and statistics in float32). In 16 bits '
+             'the loss is scaled and the update made on float32 master '
+             "copies (default: CHAINER_DTYPE's, float32 if unset)",
     'loss_scale': 'A static loss scale, for --dtype float16 and mixed16 '
                   '(default: dynamic loss scaling)',
     'dataset_root': "Chainer's dataset root, the folder that holds "
