@@ -216,25 +216,17 @@ class TrustRatioObserver(extension.Extension):
 
 class LossScaleState(extension.Extension):
 
-    """Saves in snapshots what Chainer leaves out of a mixed-precision run,
-    and counts the updates that dynamic loss scaling skipped.
-
-    Chainer 7.8.1's ``Optimizer.serialize`` saves neither the loss scale
-    and its dynamic-scaling state nor the float32 master copies of
-    ``use_fp32_update()``: resumed, a run restarts its scale at 1 (skipping
-    updates while it climbs back) from weights rounded to float16.
-    :class:`~chainer_lars.LARS` saves them itself; for Chainer's own
-    optimizers (``MomentumSGD`` with :class:`~chainer_lars.GradientLARS`)
-    add ``trainer.extend(chainer_lars.LossScaleState(optimizer))``, in
-    every process of a ChainerMN run. A snapshot without its state loads
-    as before.
+    """Saves in snapshots the loss scale, its dynamic-scaling state and the
+    float32 master copies, which Chainer's optimizers leave out (``LARS``
+    saves them itself); counts the updates dynamic scaling skipped. Add it
+    in every process of a ChainerMN run; snapshots without it still load.
 
     Args:
         optimizer (~chainer.Optimizer): The optimizer (ChainerMN's too).
 
     Attributes:
         skipped_updates (int): Updates skipped so far (saved).
-        last_loss_scale (float): The scale the last update used (``None``
+        last_loss_scale (float): The scale of the last update (``None``
             before the first, or without loss scaling).
         last_skipped (bool): Whether the last update was skipped.
 
