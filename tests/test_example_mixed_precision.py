@@ -217,3 +217,15 @@ def test_chainermn_in_mixed16_restores_the_loss_scale(dataset_root,
     assert [e['loss_scale'] for e in resumed] == [1.0, 2.0 ** 3, 2.0 ** 6]
     assert resumed[:2] == log[:2]
     assert numpy.isfinite(resumed[-1]['main/loss'])
+
+
+def test_dtype_defaults_to_chainers(mnist, capsys):
+    """Without --dtype, chainer.config.dtype's (CHAINER_DTYPE's), as in
+    Chainer's ImageNet example; one these trainers do not run is refused."""
+    with chainer.using_config('dtype', chainer.mixed16):
+        assert mnist.parse_args([]).dtype == 'mixed16'
+    assert mnist.parse_args([]).dtype == 'float32'
+    with chainer.using_config('dtype', numpy.float64):
+        err = usage_error(mnist.parse_args, [], capsys)
+    assert ('--dtype: chainer.config.dtype (CHAINER_DTYPE) is float64; '
+            'give --dtype float32, float16 or mixed16') in err
