@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check of chainer-lars: the `gpu` tests and the GPU benchmark, in
-# about 5 minutes, with everything they print kept in OUTDIR.
+# The GPU check of chainer-lars: the `gpu` tests, the GPU benchmark and the
+# MNIST example trained in mixed16 and float32 (352 updates each), in
+# about 6 minutes, with everything they print kept in OUTDIR.
 #
 #   benchmarks/gpu_check.sh OUTDIR [DEVICE]        (DEVICE: 0, @cupy:0, ...)
 #
@@ -17,12 +18,20 @@
 #   PIP_CONSTRAINT=/tmp/bc.txt PIP_BUILD_CONSTRAINT=/tmp/bc.txt \
 #     pip wheel --no-deps -w .whl chainer==7.8.1
 #
+# The MNIST runs read Chainer's MNIST cache under MNIST_ROOT (default
+# .whl/datasets, carried with the wheel: mkdir -p .whl/datasets && cp -r
+# ../shared/datasets/pfnet .whl/datasets/, 11 MB); without it they are
+# skipped, and the summary says so.
+#
 # Environment: PYTHON (default python3), CHAINER_SITE, TEST_TIMEOUT (120 s),
-# BENCH_TIMEOUT (150 s), BENCH_ARGS (extra arguments for bench_lars.py).
+# BENCH_TIMEOUT (150 s), BENCH_ARGS (extra arguments for bench_lars.py),
+# MNIST_ROOT, TRAIN_TIMEOUT (120 s a run), MNIST_ARGS (extra flags for
+# train_mnist.py; on a CPU, where float16 has no BLAS: MNIST_ARGS='-u 50
+# -e 1' TRAIN_TIMEOUT=900).
 # After the benchmark, benchmarks/paper_model.py prints each variant's
 # measured time as a fraction of the H200 paper model (paper_model.txt).
-# Exit status: 0 when CUDA was available and the tests and the benchmark
-# passed, else 1 (see OUTDIR/summary.txt).
+# Exit status: 0 when CUDA was available and the tests, the benchmark and
+# the MNIST runs passed, else 1 (see OUTDIR/summary.txt).
 
 set -u -o pipefail
 
@@ -121,9 +130,42 @@ if [ -f "$out/bench_gpu.json" ]; then
     log "fractions of the paper model: paper_model.txt"
 fi
 
-if [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]; then
+# The MNIST example, 3 epochs of batch 512 (352 updates): the test
+# accuracy, the time, and what the loss scaler did, from each run's log.
+mnist_root=${MNIST_ROOT:-$root/.whl/datasets}
+train_rc=0
+if [ ! -f "$mnist_root/pfnet/chainer/mnist/train.npz" ]; then
+    log "no MNIST under $mnist_root: the MNIST runs are skipped"
+else
+    for dtype in mixed16 float32; do
+        log "MNIST example, --dtype $dtype, on device $device"
+        # shellcheck disable=SC2086  # MNIST_ARGS is a list of arguments
+        timeout "${TRAIN_TIMEOUT:-120}" "$py" examples/mnist/train_mnist.py \
+            --device "$device" --dtype "$dtype" -b 512 -e 3 \
+            --dataset-root "$mnist_root" --out "$out/mnist_$dtype" \
+            --snapshots 0 ${MNIST_ARGS:-} > "$out/mnist_$dtype.txt" 2>&1
+        rc=$?
+        "$py" - "$out/mnist_$dtype/log" "$dtype" 2>&1 <<'EOF' |
+import json
+import sys
+
+with open(sys.argv[1]) as f:
+    last = json.load(f)[-1]
+print('mnist {}: {} updates, test accuracy {:.2%}, elapsed_time {:.1f} s, '
+      'loss scale {}, skipped updates {}'.format(
+          sys.argv[2], last['iteration'], last['validation/main/accuracy'],
+          last['elapsed_time'], last.get('loss_scale', '(none)'),
+          last.get('skipped_updates', '(none)')))
+EOF
+            tee -a "$out/summary.txt"
+        log "MNIST --dtype $dtype exit status $rc (output: mnist_$dtype.txt)"
+        [ "$rc" -eq 0 ] || train_rc=$rc
+    done
+fi
+
+if [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $train_rc -eq 0 ]; then
     log "GPU check passed"
     exit 0
 fi
-log "GPU check FAILED (tests $tests_rc, benchmark $bench_rc)"
+log "GPU check FAILED (tests $tests_rc, benchmark $bench_rc, MNIST $train_rc)"
 exit 1

@@ -1,5 +1,6 @@
 """chainer-lars: Layer-wise Adaptive Rate Scaling (LARS) for Chainer."""
 
+from chainer_lars.extensions import LossScaleState  # NOQA
 from chainer_lars.extensions import TrustRatioObserver  # NOQA
 from chainer_lars.extensions import WarmupPolynomialShift  # NOQA
 from chainer_lars.hook import GradientLARS  # NOQA
@@ -8,5 +9,5 @@ from chainer_lars.optimizer import LARSRule  # NOQA
 
 __version__ = '0.2.0'
 
-__all__ = ['GradientLARS', 'LARS', 'LARSRule', 'TrustRatioObserver',
-           'WarmupPolynomialShift', '__version__']
+__all__ = ['GradientLARS', 'LARS', 'LARSRule', 'LossScaleState',
+           'TrustRatioObserver', 'WarmupPolynomialShift', '__version__']

@@ -6,6 +6,7 @@ import chainer
 from chainer.training import extension
 
 from chainer_lars import checks
+from chainer_lars import optimizer as optimizer_module
 
 
 class WarmupPolynomialShift(extension.Extension):
@@ -221,3 +222,80 @@ class TrustRatioObserver(extension.Extension):
             for quantity, value in zip(self.quantities, values):
                 observation[self.key(quantity, path)] = value
         chainer.report(observation)
+
+
+class LossScaleState(extension.Extension):
+
+    """Saves in snapshots the loss scale, its dynamic-scaling state and the
+    float32 master copies, which Chainer's optimizers leave out (``LARS``
+    saves them itself); counts the updates dynamic scaling skipped. Add it
+    in every process of a ChainerMN run; snapshots without it still load.
+
+    Args:
+        optimizer (~chainer.Optimizer): The optimizer (ChainerMN's too).
+
+    Attributes:
+        skipped_updates (int): Updates skipped so far (saved).
+        last_loss_scale (float): The scale of the last update (``None``
+            before the first, or without loss scaling).
+        last_skipped (bool): Whether the last update was skipped.
+
+    """
+
+    trigger = 1, 'iteration'
+    priority = extension.PRIORITY_WRITER
+
+    def __init__(self, optimizer):
+        if not callable(getattr(optimizer, 'update', None)):
+            raise TypeError('optimizer must be an optimizer, got {!r}'
+                            .format(optimizer))
+        self._optimizer = optimizer
+        self.skipped_updates = 0
+        self.last_loss_scale = None
+        self.last_skipped = False
+        self._next = None
+
+    @property
+    def loss_scale(self):
+        """The scale of the next update (``None`` without loss scaling)."""
+        return self._optimizer._loss_scale
+
+    def initialize(self, trainer):
+        self._next = self.loss_scale
+
+    def __call__(self, trainer):
+        # Set by the update's check of the gradients (dynamic scaling).
+        self.last_skipped = bool(getattr(self._optimizer,
+                                         '_loss_scaling_isnan', False))
+        self.skipped_updates += self.last_skipped
+        self.last_loss_scale, self._next = self._next, self.loss_scale
+
+    def serialize(self, serializer):
+        optimizer = self._optimizer
+        try:
+            self.skipped_updates = int(serializer('skipped_updates',
+                                                  self.skipped_updates))
+        except KeyError:
+            return  # a snapshot of a trainer without this extension
+        optimizer_module.serialize_loss_scaling(optimizer, serializer)
+        loading = isinstance(serializer, chainer.serializer.Deserializer)
+        for path, param in optimizer.target.namedparams():
+            rule = getattr(param, 'update_rule', None)
+            if rule is None or isinstance(rule, optimizer_module.LARSRule):
+                continue  # no update, or LARSRule saves its own copy
+            master = rule._fp32_param
+            if not loading:
+                if master is not None and master.array is not None:
+                    serializer[path]('fp32_param', master.array)
+                continue
+            try:
+                value = serializer[path]('fp32_param', None)
+            except KeyError:  # not made yet when the snapshot was written
+                continue
+            if value is not None and param.array is not None:
+                value = param.device.send(value)
+                if master is None:
+                    rule._fp32_param = chainer.Parameter(value,
+                                                         name=param.name)
+                else:
+                    master.array = value

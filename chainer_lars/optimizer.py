@@ -63,6 +63,33 @@ def _fill(rows, values, uses_wd, adapt):
     rows[:, L.ADAPT] = adapt
 
 
+# Chainer's Optimizer attributes of loss scaling, with the value each has
+# before ``loss_scaling()``; Optimizer.serialize saves none of them.
+_LOSS_SCALING = (('_loss_scale', None), ('_loss_scale_max', 65504.0),
+                 ('_loss_scaling_is_dynamic', False),
+                 ('_loss_scaling_multiplier', None),
+                 ('_loss_scaling_isnan_ever', False))
+
+
+def serialize_loss_scaling(optimizer, serializer):
+    """Saves or loads ``optimizer``'s loss scale and dynamic-scaling state
+    (Chainer's private attributes, ``None`` as NaN); a snapshot without
+    them leaves the optimizer as it is."""
+    for k, (name, default) in enumerate(_LOSS_SCALING):
+        value = getattr(optimizer, name, default)
+        try:
+            value = serializer(name[1:], numpy.nan if value is None
+                               else float(value))
+        except KeyError:
+            if k:  # a snapshot with some of them is damaged
+                raise
+            return
+        if isinstance(serializer, chainer.serializer.Deserializer):
+            value = float(value)
+            setattr(optimizer, name, None if numpy.isnan(value) else
+                    bool(value) if isinstance(default, bool) else value)
+
+
 class LARSRule(optimizer.UpdateRule):
 
     """Update rule of :class:`LARS` for one parameter array (reads its
@@ -305,6 +332,12 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
                     self._rules.lookup(path))
                 rule._path = path
         return self
+
+    def serialize(self, serializer):
+        """Chainer's, and the loss-scaling state, which Chainer leaves out
+        (a resumed run would restart its dynamic scale at 1)."""
+        super(LARS, self).serialize(serializer)
+        serialize_loss_scaling(self, serializer)
 
     def update(self, lossfun=None, *args, **kwds):
         """Updates the parameters, as :meth:`chainer.GradientMethod.update`

@@ -44,6 +44,13 @@ HELP = {
                     'parameters',
     'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars',
     'seed': 'Seed of the weights, the shuffling and the data augmentation',
+    'dtype': 'The precision, as chainer.config.dtype: float32; float16 '
+             '(float16 arrays throughout); mixed16 (float16 arrays, '
+             'BatchNorm parameters and statistics in float32). In 16 bits '
+             'the loss is scaled and the update made on float32 master '
+             "copies (default: CHAINER_DTYPE's, float32 if unset)",
+    'loss_scale': 'A static loss scale, for --dtype float16 and mixed16 '
+                  '(default: dynamic loss scaling)',
     'dataset_root': "Chainer's dataset root, the folder that holds "
                     'pfnet/chainer/<dataset> (default: '
                     'CHAINER_DATASET_ROOT, or ~/.chainer/dataset)',
@@ -111,6 +118,8 @@ def parser(description, defaults, epilog=None, helps=None):
     add('weight_decay', type=float, default=1e-4)
     add('trust_coefficient', type=float, default=0.02)
     add('seed', type=int, default=0)
+    add('dtype', choices=tuple(DTYPES))
+    add('loss_scale', type=float)
     add('dataset_root')
     parser.add_argument('--noplot', dest='plot', action='store_false',
                         help='Disable PlotReport extension')
@@ -132,6 +141,7 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     """
     args = parser.parse_args(argv)
     check_ranges(parser, args, positive)
+    check_precision(parser, args)
     if args.epoch is not None and parser.warmup_default is not None:
         resolve_warmup(parser.error, args, parser.warmup_default)
     check_device(parser, args.device)
@@ -196,7 +206,7 @@ def check_iterations(args, n_train):
 # (resolve_warmup).
 RANGES = (
     (('batchsize', 'epoch'), lambda v: v > 0, 'a positive integer'),
-    (('lr', 'decay_power', 'trust_coefficient'),
+    (('lr', 'decay_power', 'trust_coefficient', 'loss_scale'),
      lambda v: 0 < v < math.inf, 'positive and finite'),
     (('warmup_epochs', 'weight_decay'), lambda v: 0 <= v < math.inf,
      'finite and at least 0'),
@@ -219,6 +229,28 @@ def check_ranges(parser, args, positive=()):
             if value is not None and not valid(value):
                 parser.error('--{} must be {}, got {}'.format(
                     name.replace('_', '-'), what, value))
+
+
+# --dtype's values: Chainer's ImageNet example's.
+DTYPES = {'float32': numpy.float32, 'float16': numpy.float16,
+          'mixed16': chainer.mixed16}
+
+
+def check_precision(parser, args):
+    """Sets --dtype from chainer.config.dtype if not given; refuses a
+    --loss-scale in float32, which has nothing to scale."""
+    if args.dtype is None:
+        dtype = chainer.config.dtype
+        args.dtype = ('mixed16' if dtype is chainer.mixed16
+                      else numpy.dtype(dtype).name)
+        if args.dtype not in DTYPES:
+            parser.error('--dtype: chainer.config.dtype (CHAINER_DTYPE) is '
+                         '{}; give --dtype float32, float16 or mixed16'
+                         .format(args.dtype))
+    if args.loss_scale is not None and args.dtype == 'float32':
+        parser.error('--loss-scale {:g}: loss scaling is for --dtype '
+                     'float16 and mixed16, not float32'.format(
+                         args.loss_scale))
 
 
 def resolve_warmup(error, args, default):
@@ -325,6 +357,12 @@ def print_banner(args, *lines):
         warmup += ' ({})'.format(args.warmup_note)
     print('# optimizer: {}, lr {:g}{}, weight decay {:g}, warm-up {}'.format(
         args.optimizer, args.lr, trust, args.weight_decay, warmup))
+    scaling = ''
+    if args.dtype != 'float32':
+        scaling = ', loss scale {}'.format(
+            'dynamic' if args.loss_scale is None
+            else '{:g} (static)'.format(args.loss_scale))
+    print('# dtype: {}{}'.format(args.dtype, scaling))
     print('')
     sys.stdout.flush()
 
@@ -367,21 +405,28 @@ FREE_FLAGS = ('out', 'resume', 'snapshots', 'device', 'dataset_root',
 SETTINGS = {
     'processes': 'the number of processes',
     'examples': 'the number of training examples',
-    'dtype': "the precision (chainer.config.dtype, CHAINER_DTYPE's)",
+    'dtype': 'the precision (chainer.config.dtype, --dtype)',
 }
+
+# The settings that older snapshots do not record, with the value their
+# runs had.
+ADDED = {'loss_scale': 'none'}
 
 
 def run_settings(args, **settings):
     """What defines the run, as a snapshot records it.
 
-    Every flag but ``FREE_FLAGS``, the precision, and ``settings``: the
-    number of processes for ChainerMN, the number of training examples
-    (each process's, for ChainerMN) once the data is loaded.
+    Every flag but ``FREE_FLAGS`` (--dtype, the precision, among them),
+    and ``settings``: the number of processes for ChainerMN, the number of
+    training examples (each process's, for ChainerMN) once the data is
+    loaded.
     """
     recorded = {name: value for name, value in vars(args).items()
                 if name not in FREE_FLAGS and name != 'warmup_note'
                 and value is not None}
-    recorded['dtype'] = numpy.dtype(chainer.config.dtype).name
+    # --loss-scale's default: dynamic scaling in float16 and mixed16.
+    recorded.setdefault('loss_scale', 'none' if args.dtype == 'float32'
+                        else 'dynamic')
     recorded.update(settings)
     return recorded
 
@@ -424,6 +469,8 @@ def check_resume(args, **settings):
             'which recorded the schedule only, not the optimizer, model, '
             'seed and data that define the run; resume it with that '
             'version, or start a new run'.format(args.resume))
+    for name, value in ADDED.items():
+        saved.setdefault(name, value)
     # Another trainer's snapshot first: its values would not compare.
     for name in sorted(set(settings) - set(saved)):
         usage_error('--resume {}: the snapshot records no {}: it was '
@@ -562,4 +609,8 @@ class RunSettings(training.Extension):
 
     def serialize(self, serializer):
         for name, value in self._settings.items():
-            self._settings[name] = serializer(name, value)
+            try:
+                self._settings[name] = serializer(name, value)
+            except KeyError:  # an older snapshot (check_resume let it in)
+                if name not in ADDED:
+                    raise

@@ -99,8 +99,10 @@ def _standardized(x, t, test, mean, std):
     ``mean`` and ``std`` are float64: a NumPy scalar (MNIST) leaves the
     arithmetic in float32, an array (CIFAR's per channel) makes it float64.
     """
+    # In chainer.config.dtype's precision (float16 for mixed16), that of the
+    # first layer's weights: Chainer's links do not cast their inputs.
     def standardize(x):
-        return ((x - mean) / std).astype(numpy.float32)
+        return ((x - mean) / std).astype(chainer.get_dtype())
 
     test_x, test_t = chainer.dataset.concat_examples(test)
     return (chainer.datasets.TupleDataset(standardize(x), t),

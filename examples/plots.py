@@ -268,3 +268,56 @@ def ratio_ticks(low, high):
         if 4 <= len(ticks) <= 12:
             return ticks
     return list(numpy.geomspace(low, high, 5))
+
+
+class LossScalePlot(training.Extension):
+
+    """Draws the loss scale of every update, and marks the skipped ones.
+
+    ``scaling`` is the run's ``chainer_lars.LossScaleState``. Dynamic
+    scaling doubles the scale after each update until a gradient is not
+    finite; that update is skipped (a red cross) and the scale halved, and
+    from then on it grows by 2 every 1000 updates. The points are saved in
+    snapshots, so that a resumed run draws the whole run.
+
+    Args:
+        scaling (chainer_lars.LossScaleState): The loss-scaling state.
+        filename (str): The picture, in the trainer's output directory.
+    """
+
+    def __init__(self, scaling, filename='loss_scale.png'):
+        self._scaling = scaling
+        self._filename = filename
+        # (epoch, scale, skipped) after each update
+        self._points = []
+
+    def __call__(self, trainer):
+        scaling = self._scaling
+        self._points.append((trainer.updater.epoch_detail,
+                             scaling.last_loss_scale, scaling.last_skipped))
+        if not trainer.updater.is_new_epoch:
+            return
+        import matplotlib.pyplot as plt
+        epochs, scales, skipped = numpy.array(self._points).T
+        skipped = skipped.astype(bool)
+        figure, axes = plt.subplots()
+        axes.plot(epochs, scales, drawstyle='steps-post',
+                  label='loss scale of the update')
+        axes.plot(epochs[skipped], scales[skipped], 'x', color='red',
+                  label='skipped: a gradient not finite ({} in all)'.format(
+                      scaling.skipped_updates))
+        axes.set_yscale('log', base=2)
+        axes.set_xlabel('epoch')
+        axes.set_ylabel('loss scale (log scale)')
+        axes.set_xlim(0, None)
+        axes.grid(alpha=0.3)
+        axes.legend()
+        figure.savefig(os.path.join(trainer.out, self._filename))
+        plt.close(figure)
+
+    def serialize(self, serializer):
+        if isinstance(serializer, chainer.serializer.Serializer):
+            serializer('points', numpy.array(
+                self._points, dtype=numpy.float64).reshape(-1, 3))
+        else:
+            self._points = [tuple(p) for p in serializer('points', None)]

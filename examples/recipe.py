@@ -1,8 +1,10 @@
 """The LARS recipe: what to copy into your own trainer.
 
-The optimizers (``make_optimizer``), the rule for the peak learning rate
-(``default_lr``), the schedule (``schedule``) and the observation of the
-trust ratios (``observe_trust_ratios``): the lines this project is about.
+The optimizers (``make_optimizer``, mixed precision included), the rule
+for the peak learning rate (``default_lr``), the schedule (``schedule``),
+the loss-scaling state in snapshots (``loss_scale_state``) and the
+observation of the trust ratios (``observe_trust_ratios``): the lines this
+project is about.
 The rest of the examples' shared code is glue around them:
 ``examples/cli.py`` (the flags and their checks), ``examples/data.py``,
 ``examples/training.py`` (Chainer's trainer and its reports) and
@@ -72,6 +74,12 @@ def make_optimizer(args, model, comm=None):
         import chainermn
         optimizer = chainermn.create_multi_node_optimizer(actual, comm)
     optimizer.setup(model)
+    if args.dtype != 'float32':
+        # Mixed precision: the loss scaled (dynamically unless
+        # --loss-scale), the update made on float32 master copies of the
+        # float16 arrays.
+        optimizer.loss_scaling(scale=args.loss_scale)
+        optimizer.use_fp32_update()
     if args.optimizer == 'momentum-lars':
         lars = chainer_lars.GradientLARS(
             weight_decay=args.weight_decay,
@@ -88,6 +96,16 @@ def make_optimizer(args, model, comm=None):
                 param.update_rule.add_hook(
                     chainer.optimizer_hooks.WeightDecay(args.weight_decay))
     return optimizer, lars
+
+
+def loss_scale_state(trainer, optimizer):
+    """Saves the loss-scaling state and master copies in snapshots, which
+    Chainer's optimizers do not (``LARS`` does); returns the extension,
+    which counts the skipped updates. In every process of a ChainerMN run.
+    """
+    state = chainer_lars.LossScaleState(optimizer)
+    trainer.extend(state)
+    return state
 
 
 def schedule(args, iterations_per_epoch):

@@ -48,6 +48,9 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
     # equal length.
     iterations_per_epoch = n_train / args.batchsize
     trainer.extend(recipe.schedule(args, iterations_per_epoch))
+    scaling = None
+    if args.dtype != 'float32':
+        scaling = recipe.loss_scale_state(trainer, optimizer)
     test_iter = chainer.iterators.SerialIterator(test, args.batchsize,
                                                  repeat=False, shuffle=False)
     evaluator = Evaluator(test_iter, model, device=device)
@@ -75,7 +78,7 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
             trainer, lars, model, iterations_per_epoch)
         report(trainer, args, ratio_keys, divergence,
                plots.run_title(args, None if comm is None else comm.size),
-               **settings)
+               scaling, **settings)
 
     if args.resume is not None:
         cli.load_snapshot(args, trainer)
@@ -200,13 +203,15 @@ def end_of_epoch(trainer):
 
 
 def report(trainer, args, ratio_keys, divergence=None, title=None,
-           **settings):
+           scaling=None, **settings):
     """Adds the snapshots, the log, the plots and the printed report.
 
     ``ratio_keys`` are the trust ratios to draw
     (``recipe.observe_trust_ratios``); the plots are titled ``title`` and
     mark where the ``Divergence`` extension ``divergence`` found the run
-    diverged; ``settings`` go into the snapshots with the flags
+    diverged; ``scaling``, the ``chainer_lars.LossScaleState`` of a float16
+    or mixed16 run, gives the loss scale and the skipped updates to log and
+    draw; ``settings`` go into the snapshots with the flags
     ``cli.check_resume`` compares.
     """
     if args.snapshots:
@@ -215,6 +220,10 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
     trainer.extend(cli.RunSettings(cli.run_settings(args, **settings)))
     trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
                    call_before_training=True)
+    columns = []
+    if scaling is not None:
+        trainer.extend(report_loss_scale(scaling), call_before_training=True)
+        columns = ['loss_scale', 'skipped_updates']
     trainer.extend(extensions.LogReport(), call_before_training=True)
 
     if args.plot and extensions.PlotReport.available():
@@ -240,12 +249,27 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         if ratio_keys:
             trainer.extend(plots.TrustRatioHeatmap(ratio_keys, title=title),
                            trigger=end_of_epoch)
+        if scaling is not None:
+            trainer.extend(plots.LossScalePlot(scaling))
 
     trainer.extend(extensions.PrintReport(
         ['epoch', 'main/loss', 'validation/main/loss',
-         'main/accuracy', 'validation/main/accuracy', 'lr',
-         'elapsed_time']), call_before_training=True)
+         'main/accuracy', 'validation/main/accuracy', 'lr'] + columns
+        + ['elapsed_time']), call_before_training=True)
     trainer.extend(extensions.ProgressBar(update_interval=10))
+
+
+def report_loss_scale(scaling):
+    """Reports, at the end of each epoch (and before training), the loss
+    scale of the next update and the updates skipped so far, from
+    ``scaling``, a ``chainer_lars.LossScaleState``: reported once per
+    epoch, the log's means are those values."""
+    @training.make_extension(trigger=(1, 'epoch'),
+                             priority=training.PRIORITY_WRITER)
+    def loss_scale(trainer):
+        chainer.report({'loss_scale': scaling.loss_scale,
+                        'skipped_updates': scaling.skipped_updates})
+    return loss_scale
 
 
 def keep_latest_snapshots(n):

@@ -56,6 +56,12 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    # Chainer's links make their arrays in chainer.config.dtype.
+    with chainer.using_config('dtype', cli.DTYPES[args.dtype]):
+        run(args)
+
+
+def run(args):
     device = chainer.get_device(args.device)
     cli.print_banner(args, 'Device: {}'.format(device),
                      '# Minibatch-size: {}'.format(args.batchsize))

@@ -138,6 +138,12 @@ def select_device(args, comm):
 
 def main(argv=None):
     args = parse_args(argv)
+    # Chainer's links make their arrays in chainer.config.dtype.
+    with chainer.using_config('dtype', cli.DTYPES[args.dtype]):
+        run(args)
+
+
+def run(args):
     comm = chainermn.create_communicator(args.communicator)
     cli.check_rank0_paths(args, comm)
     device = select_device(args, comm)

@@ -1,0 +1,360 @@
+"""Mixed precision end to end: the loss-scaling state in snapshots, and runs
+in float16 that stop, resume and skip updates as uninterrupted ones do.
+
+The library's part runs a small trainer of its own (float16 weights, float32
+master copies, dynamic or static loss scaling) on the CPU and on the
+emulated GPU; the examples' part runs the trainers with ``--dtype`` on
+conftest.py's tiny datasets.
+"""
+
+import os
+import warnings
+
+import numpy
+import pytest
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+from chainer import optimizers
+from chainer import serializers
+from chainer import training
+from chainer.training import extensions
+
+import chainer_lars
+from chainer_lars.testing import emulated_cupy
+
+
+# -- The library: a small float16 trainer ----------------------------------
+
+N, BATCH, EPOCHS = 48, 16, 3  # 3 updates an epoch, 9 in all
+
+
+def dataset(x_scale=1.0):
+    """Inputs in float16 and labels from a fixed linear teacher;
+    ``x_scale`` makes the gradients large enough to overflow float16
+    under a large loss scale."""
+    random = numpy.random.RandomState(1)
+    x = random.randn(N, 12)
+    t = (x @ random.randn(12, 4)).argmax(axis=1).astype(numpy.int32)
+    return chainer.datasets.TupleDataset(
+        (x * x_scale).astype(numpy.float16), t)
+
+
+def make_optimizer(face):
+    if face in ('lars', 'lars-per-rule'):
+        # multi_tensor=False: Chainer's own GradientMethod.update.
+        return chainer_lars.LARS(lr=0.5, trust_coefficient=0.02,
+                                 exclude_from_layer_adaptation=['/b$'],
+                                 multi_tensor=face == 'lars')
+    return optimizers.MomentumSGD(lr=0.05)
+
+
+def trainer_for(face, out, scale=None, initial=None, x_scale=1.0,
+                device='@numpy', state=None):
+    """A trainer of a float16 MLP; ``scale``: a static loss scale, else
+    dynamic scaling from ``initial`` (Chainer's 1 if None). Its log has,
+    after every update, the loss, the scale of the next update and the
+    number of updates the first weight's rule made (``rule_t``: the
+    others were skipped). ``state``: add LossScaleState (default: for
+    Chainer's optimizers only; LARS saves its state itself)."""
+    numpy.random.seed(0)
+    with chainer.using_config('dtype', numpy.float16):
+        model = L.Classifier(chainer.Sequential(
+            L.Linear(12, 16), F.relu, L.Linear(16, 4)))
+    model.to_device(device)
+    optimizer = make_optimizer(face)
+    optimizer.setup(model)
+    if face == 'momentum-lars':
+        optimizer.add_hook(chainer_lars.GradientLARS(
+            trust_coefficient=0.02, exclude_from_layer_adaptation=['/b$']))
+    optimizer.loss_scaling(scale=scale)
+    if initial is not None:
+        optimizer._loss_scale = initial
+    optimizer.use_fp32_update()
+    iterator = chainer.iterators.SerialIterator(dataset(x_scale), BATCH,
+                                                shuffle=False)
+    target = chainer.get_device(device)
+
+    # The model is on its device already (the updater's to_gpu does not
+    # take the emulated one): the batches are sent there.
+    @chainer.dataset.converter()
+    def to_device(batch, _):
+        return chainer.dataset.concat_examples(batch, device=target)
+    updater = training.updaters.StandardUpdater(iterator, optimizer,
+                                                converter=to_device)
+    trainer = training.Trainer(updater, (EPOCHS, 'epoch'), out=out)
+    if state or state is None and face not in ('lars', 'lars-per-rule'):
+        trainer.extend(chainer_lars.LossScaleState(optimizer))
+
+    @training.make_extension(trigger=(1, 'iteration'),
+                             priority=training.PRIORITY_WRITER)
+    def scale(trainer):
+        chainer.report({'scale': optimizer._loss_scale,
+                        'rule_t': optimizer.target.predictor[0].W
+                        .update_rule.t})
+    trainer.extend(scale)
+    trainer.extend(extensions.LogReport(trigger=(1, 'iteration')))
+    trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
+    return trainer
+
+
+def run(trainer, resume=None):
+    """Runs ``trainer``; returns its log (no times), its weights, the
+    warnings it gave."""
+    if resume is not None:
+        serializers.load_npz(resume, trainer)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        trainer.run()
+    model = trainer.updater.get_optimizer('main').target
+    weights = {path: chainer.backends.cuda.to_cpu(p.array)
+               for path, p in model.namedparams()}
+    log = [{k: v for k, v in entry.items() if k != 'elapsed_time'}
+           for entry in trainer.get_extension('LogReport').log]
+    return log, weights, [str(w.message) for w in caught]
+
+
+def assert_same_run(a, b):
+    (log_a, weights_a, _), (log_b, weights_b, _) = a, b
+    assert log_a == log_b
+    assert sorted(weights_a) == sorted(weights_b)
+    for path in weights_a:
+        assert weights_a[path].dtype == numpy.float16
+        assert weights_a[path].tobytes() == weights_b[path].tobytes(), path
+
+
+def check_resume(tmp_path, face, device='@numpy', **kwargs):
+    """A run, and the run resumed from its snapshot of epoch 1, as if it
+    had stopped there: the same log and weights."""
+    whole = run(trainer_for(face, str(tmp_path / 'whole'), device=device,
+                            **kwargs))
+    resumed = run(trainer_for(face, str(tmp_path / 'resumed'),
+                              device=device, **kwargs),
+                  resume=str(tmp_path / 'whole' / 'snapshot_iter_3'))
+    # The resumed log starts with the snapshot's LogReport's.
+    assert_same_run(resumed, whole)
+    return whole
+
+
+# Overflow: from 2 ** 24 the dynamic scale comes down to one the float16
+# gradients fit, skipping the first updates. (A snapshot must come after
+# the first update made: Chainer 7.8.1 cannot load one written before its
+# update rules made their state.)
+OVERFLOW = dict(initial=2.0 ** 24, x_scale=4.0)
+
+
+@pytest.mark.parametrize('face', ['lars', 'momentum-lars'])
+@pytest.mark.parametrize('scaling', [
+    dict(), dict(scale=256.0), OVERFLOW])
+def test_float16_run_resumes_exactly(tmp_path, face, scaling):
+    log, _, _ = check_resume(tmp_path, face, **scaling)
+    assert all(numpy.isfinite(e['main/loss']) for e in log[-3:])
+    if scaling == OVERFLOW:
+        # Skipped: the first two updates; the scale then grows slowly, as
+        # it does once an update has overflowed (restored on resuming).
+        assert [e['rule_t'] for e in log] == [0, 0] + list(range(1, 8))
+        assert [e['scale'] for e in log[:2]] == [65504.0, 32752.0]
+        scales = [32752.0]
+        for _ in range(7):
+            scales.append(scales[-1] * 2.0 ** (1 / 1000))
+        assert [e['scale'] for e in log[2:]] == scales[1:]
+    elif not scaling:
+        # Dynamic from 1: doubled after each update, none skipped.
+        assert [e['scale'] for e in log] == [2.0 ** i for i in range(1, 10)]
+
+
+def test_resume_without_the_state_is_another_run(tmp_path):
+    """What LossScaleState is for: Chainer's optimizer restarts the scale
+    at 1 and the master copies from the float16 weights."""
+    kwargs = dict(face='momentum-lars', scale=None, state=False)
+    whole = run(trainer_for(out=str(tmp_path / 'whole'), **kwargs))
+    log, _, _ = run(trainer_for(out=str(tmp_path / 'resumed'), **kwargs),
+                    resume=str(tmp_path / 'whole' / 'snapshot_iter_3'))
+    assert log[3]['scale'] == 2.0 != whole[0][3]['scale']
+
+
+@pytest.mark.parametrize('face', ['lars', 'momentum-lars'])
+def test_overflow_skips_updates_as_chainer_does(tmp_path, face):
+    """The same scales, skips, warnings and weights as Chainer's own
+    update loop (GradientMethod.update: LARS with multi_tensor=False), and,
+    while updates are skipped, as Chainer's MomentumSGD."""
+    chainers = {'lars': 'lars-per-rule', 'momentum-lars': 'momentum'}
+    ours = run(trainer_for(face, str(tmp_path / 'ours'), **OVERFLOW))
+    theirs = run(trainer_for(chainers[face], str(tmp_path / 'chainer'),
+                             **OVERFLOW))
+    if face == 'lars':
+        assert_same_run(ours, theirs)
+        assert ours[2] == theirs[2]
+    plain = run(trainer_for('momentum', str(tmp_path / 'plain'),
+                            **OVERFLOW))
+    skipping = [e for e in plain[0] if e['rule_t'] == 0]
+    assert len(skipping) > 1
+    for a, b in zip(ours[0], skipping):
+        assert (a['scale'], a['rule_t']) == (b['scale'], b['rule_t'])
+    assert [w for w in ours[2] if 'Non finite' in w][:len(skipping)] == [
+        w for w in plain[2] if 'Non finite' in w][:len(skipping)]
+
+
+def test_static_overflow_skips_nothing_as_chainer(tmp_path):
+    # Chainer checks the gradients under dynamic scaling only.
+    for face in ('lars', 'momentum'):
+        trainer = trainer_for(face, str(tmp_path / face), scale=2.0 ** 24,
+                              x_scale=64.0, state=True)
+        log, _, _ = run(trainer)
+        assert [e['rule_t'] for e in log] == list(range(1, 10))
+        state = trainer.get_extension('LossScaleState')
+        assert state.skipped_updates == 0
+
+
+def test_state_records_the_skipped_updates(tmp_path):
+    trainer = trainer_for('lars', str(tmp_path / 'run'), state=True,
+                          **OVERFLOW)
+    log, _, _ = run(trainer)
+    state = trainer.get_extension('LossScaleState')
+    assert state.skipped_updates == log[-1]['iteration'] - log[-1]['rule_t']
+    assert state.loss_scale == log[-1]['scale']
+    assert not state.last_skipped
+
+
+def updated_lars(model, scale=None, dynamic=True):
+    # After an update: Chainer cannot load the rules' state before one.
+    lars = chainer_lars.LARS()
+    lars.setup(model)
+    if dynamic or scale is not None:
+        lars.loss_scaling(interval=10, scale=scale)
+    model.cleargrads()
+    lars.update()
+    return lars
+
+
+def test_lars_saves_and_loads_its_loss_scaling(tmp_path):
+    model = L.Linear(3, 2)
+    lars = updated_lars(model)
+    lars._loss_scale, lars._loss_scaling_isnan_ever = 512.0, True
+    lars._loss_scale_max = 4096.0
+    path = str(tmp_path / 'opt.npz')
+    serializers.save_npz(path, lars)
+    loaded = chainer_lars.LARS()
+    loaded.setup(L.Linear(3, 2))
+    serializers.load_npz(path, loaded)
+    assert loaded._loss_scale == 512.0
+    assert loaded._loss_scale_max == 4096.0
+    assert loaded._loss_scaling_is_dynamic is True
+    assert loaded._loss_scaling_isnan_ever is True
+    assert loaded._loss_scaling_multiplier == 2.0 ** 0.1
+    # A static scale, and none.
+    for scale in (8.0, None):
+        serializers.save_npz(path, updated_lars(model, scale, dynamic=False))
+        loaded = chainer_lars.LARS()
+        loaded.setup(L.Linear(3, 2))
+        loaded.loss_scaling()
+        serializers.load_npz(path, loaded)
+        assert loaded._loss_scale == scale
+        assert loaded._loss_scaling_is_dynamic is False
+
+
+def test_an_old_snapshot_keeps_chainers_defaults():
+    """A snapshot without the keys (tests/data, written at b8e13bc)."""
+    from tests.data import make_snapshots
+    model, lars = make_snapshots.setup('lars_float16_fp32_update')
+    lars.loss_scaling(interval=100)
+    with numpy.load(os.path.join(os.path.dirname(__file__), 'data',
+                                 'lars_float16_fp32_update.npz')) as npz:
+        assert not any('loss_scal' in key for key in npz.files)
+        serializers.NpzDeserializer(npz, path='optimizer/').load(lars)
+    assert lars.t == 3
+    assert lars._loss_scale == 1.0 and lars._loss_scaling_is_dynamic
+    assert lars._loss_scaling_multiplier == 2.0 ** 0.01
+    assert lars._loss_scaling_isnan_ever is False
+
+
+def test_loss_scale_state_takes_an_optimizer():
+    with pytest.raises(TypeError, match='optimizer must be an optimizer'):
+        chainer_lars.LossScaleState('lars')
+
+
+# -- The same on the GPU: the emulated device, and a real one where present
+
+@pytest.fixture(params=['emulated',
+                        pytest.param('cuda', marks=pytest.mark.gpu)])
+def gpu(request):
+    if request.param == 'emulated':
+        with emulated_cupy.installed():
+            yield
+    else:
+        yield
+
+
+class Net(chainer.Chain):
+
+    def __init__(self):
+        super(Net, self).__init__()
+        with chainer.using_config('dtype', numpy.float16):
+            with self.init_scope():
+                self.l0 = L.Linear(6, 5)
+                self.l1 = L.Linear(5, 3)
+
+
+def device_run(face, steps, snapshot=None, save_after=None):
+    """Forward-free updates on the GPU (the emulation has no Chainer
+    forward): float16 gradients drawn per step, an inf in the first two
+    (skipped under dynamic scaling from 2 ** 10), float32 master copies.
+    Resumes from ``snapshot`` (a step and a file) if given; saves the run
+    to ``save_after`` = (step, file). Returns the weights and the log of
+    (scale, skipped updates) after each update."""
+    numpy.random.seed(0)
+    model = Net()
+    model.to_device('@cupy:0')
+    optimizer = make_optimizer(face)
+    optimizer.setup(model)
+    if face == 'momentum-lars':
+        optimizer.add_hook(chainer_lars.GradientLARS(
+            trust_coefficient=0.02, exclude_from_layer_adaptation=['/b$']))
+    optimizer.loss_scaling()
+    optimizer._loss_scale = 2.0 ** 10
+    optimizer.use_fp32_update()
+    state = chainer_lars.LossScaleState(optimizer)
+    parts = {'model': model, 'optimizer': optimizer, 'state': state}
+    start = 0
+    if snapshot is not None:
+        start, path = snapshot
+        with numpy.load(path) as npz:
+            for name, part in parts.items():
+                serializers.NpzDeserializer(npz, path=name + '/').load(part)
+    log = []
+    for step in range(start, steps):
+        random = numpy.random.RandomState(step)
+        for path, param in sorted(model.namedparams()):
+            g = random.randn(*param.shape) * 1e-2 * optimizer._loss_scale
+            if step < 2 and path == '/l1/W':
+                g.flat[0] = numpy.inf
+            param.grad = param.device.send(g.astype(numpy.float16))
+            param._loss_scale = optimizer._loss_scale
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            optimizer.update()
+        state(None)
+        log.append((optimizer._loss_scale, state.skipped_updates))
+        if save_after is not None and step + 1 == save_after[0]:
+            serializer = serializers.DictionarySerializer()
+            for name, part in parts.items():
+                serializer[name].save(part)
+            numpy.savez(save_after[1], **serializer.target)
+    weights = {path: chainer.backends.cuda.to_cpu(p.array)
+               for path, p in model.namedparams()}
+    return weights, log
+
+
+@pytest.mark.parametrize('face', ['lars', 'momentum-lars'])
+def test_device_run_resumes_exactly(gpu, tmp_path, face):
+    path = str(tmp_path / 'snapshot.npz')
+    weights, log = device_run(face, 6, save_after=(3, path))
+    # Two skipped updates, then the slow growth after an overflow.
+    assert log[:3] == [(2.0 ** 9, 1), (2.0 ** 8, 2),
+                       (2.0 ** 8 * 2 ** 0.001, 2)]
+    resumed, resumed_log = device_run(face, 6, snapshot=(3, path))
+    assert resumed_log == log[3:]
+    for path in weights:
+        assert weights[path].dtype == numpy.float16
+        assert resumed[path].tobytes() == weights[path].tobytes(), path
