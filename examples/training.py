@@ -17,15 +17,17 @@ from examples import plots
 from examples import recipe
 
 
-def train(args, device, optimizer, lars, train_iter, test, comm=None):
+def train(args, device, optimizer, lars, train_iter, test, comm=None,
+          validation=None):
     """Trains ``optimizer.target`` by Chainer's trainer, with the recipe.
 
     ``optimizer`` and ``lars`` are ``make_optimizer``'s. The trainer runs
     ``train_iter`` for --epoch epochs under the recipe's schedule, evaluates
-    on ``test`` at each epoch, and reports, plots and snapshots
-    (``report``). With a ChainerMN communicator ``comm``, the evaluation and
-    the training loss and accuracy are averaged over the processes, and
-    rank 0 alone reports and writes.
+    on ``test`` as --test says, and on ``validation`` (``data.hold_out``'s
+    set, or None) at each ``evaluation_trigger``, and reports, plots and
+    snapshots (``report``). With a ChainerMN communicator ``comm``, the
+    evaluation and the training loss and accuracy are averaged over the
+    processes, and rank 0 alone reports and writes.
     """
     model = optimizer.target
     n_train = len(train_iter.dataset)
@@ -45,12 +47,22 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
     # equal length.
     iterations_per_epoch = n_train / args.batchsize
     trainer.extend(recipe.schedule(args, iterations_per_epoch))
-    test_iter = chainer.iterators.SerialIterator(test, args.batchsize,
-                                                 repeat=False, shuffle=False)
-    evaluator = Evaluator(test_iter, model, device=device)
+    evaluators = []
+    if args.test != 'never':
+        evaluators.append((Evaluator(
+            chainer.iterators.SerialIterator(test, args.batchsize,
+                                             repeat=False, shuffle=False),
+            model, device=device), 'validation', test_trigger(args),
+            args.test == 'each-epoch'))
+    if validation is not None:
+        evaluators.append((Evaluator(
+            chainer.iterators.SerialIterator(validation, args.batchsize,
+                                             repeat=False, shuffle=False),
+            model, device=device), 'val', evaluation_trigger(args), True))
     if comm is not None:
         import chainermn
-        evaluator = chainermn.create_multi_node_evaluator(evaluator, comm)
+        evaluators = [(chainermn.create_multi_node_evaluator(e, comm),)
+                      + rest for e, *rest in evaluators]
         # Rank 0 reports the training loss and accuracy of the global
         # batch, not of its shard.
         averaged = ('main/loss', 'main/accuracy')
@@ -58,7 +70,11 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
         for key in averaged:
             trainer.extend(
                 chainermn.extensions.ObservationAggregator(comm, key))
-    trainer.extend(evaluator, call_before_training=True)
+    # The name is the prefix of the keys: validation/main/accuracy is the
+    # test set's, as it always was; val/main/accuracy the validation set's.
+    for evaluator, name, trigger, before in evaluators:
+        trainer.extend(evaluator, name=name, trigger=trigger,
+                       call_before_training=before)
 
     # The parameters, and so the trust ratios, are the same in every
     # process: report and save on rank 0 only.
@@ -89,6 +105,36 @@ def _unwrap_variables(keys):
             if isinstance(value, chainer.Variable):
                 trainer.observation[key] = value.array
     return unwrap
+
+
+def evaluation_trigger(args):
+    """Each epoch's end, and every --eval-every iterations if given.
+
+    Stateless, so that --resume continues it exactly; the log follows it,
+    so that each evaluation of the validation set is a line of the log.
+    """
+    every = args.eval_every
+
+    def trigger(trainer):
+        updater = trainer.updater
+        return updater.is_new_epoch or bool(
+            every and updater.iteration % every == 0)
+    return trigger
+
+
+def test_trigger(args):
+    """When --test evaluates the test set: each epoch, or the last only.
+
+    ``None`` is the evaluator's own trigger, each epoch, before training
+    too; ``end`` fires once, after the last update.
+    """
+    if args.test == 'each-epoch':
+        return None
+
+    def trigger(trainer):
+        updater = trainer.updater
+        return updater.is_new_epoch and updater.epoch >= args.epoch
+    return trigger
 
 
 # -- The reports -----------------------------------------------------------
@@ -140,7 +186,9 @@ def report(trainer, args, ratio_keys, **settings):
     trainer.extend(cli.RunSettings(cli.run_settings(args, **settings)))
     trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
                    call_before_training=True)
-    trainer.extend(extensions.LogReport(), call_before_training=True)
+    trainer.extend(extensions.LogReport(
+        trigger=(evaluation_trigger(args) if args.eval_every
+                 else (1, 'epoch'))), call_before_training=True)
 
     if args.plot and extensions.PlotReport.available():
         # Draw into files without a display.
@@ -162,10 +210,13 @@ def report(trainer, args, ratio_keys, **settings):
             trainer.extend(plots.TrustRatioHeatmap(ratio_keys),
                            trigger=end_of_epoch)
 
-    trainer.extend(extensions.PrintReport(
-        ['epoch', 'main/loss', 'validation/main/loss',
-         'main/accuracy', 'validation/main/accuracy', 'lr',
-         'elapsed_time']), call_before_training=True)
+    printed = ['epoch', 'main/loss', 'validation/main/loss',
+               'main/accuracy', 'validation/main/accuracy', 'lr',
+               'elapsed_time']
+    if args.validation:
+        printed[5:5] = ['val/main/accuracy']
+    trainer.extend(extensions.PrintReport(printed),
+                   call_before_training=True)
     trainer.extend(extensions.ProgressBar(update_interval=10))
 
 

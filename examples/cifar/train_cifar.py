@@ -121,10 +121,12 @@ def main(argv=None):
                                                        args.depth))
 
     train, test = data.load_cifar(args.dataset)
+    train, validation = data.hold_out(args, train)
     n_class = 10 if args.dataset == 'cifar10' else 100
 
     numpy.random.seed(args.seed)  # the initial weights
-    model = L.Classifier(ResNet(args.depth, n_class))
+    model = L.Classifier(ResNet(args.depth, n_class),
+                         lossfun=recipe.loss_function(args))
     model.to_device(device)
     device.use()
     optimizer, lars = recipe.make_optimizer(args, model)
@@ -135,7 +137,8 @@ def main(argv=None):
     train = chainer.datasets.TransformDataset(train,
                                               data.Augment(random_state))
     train_iter = data.ShuffledIterator(train, args.batchsize, random_state)
-    training.train(args, device, optimizer, lars, train_iter, test)
+    training.train(args, device, optimizer, lars, train_iter, test,
+                   validation=validation)
 
 
 if __name__ == '__main__':
