@@ -1,0 +1,542 @@
+#!/usr/bin/env python
+"""Steps to a validation target against batch size: tuned Nesterov vs LARS.
+
+For each batch size and optimizer (a cell), the same quasi-random search
+(``points``: a Halton sequence in bases 2, 3, 5 and 7, shifted modulo 1 by
+a seeded random vector) over the peak learning rate (log scale, two
+decades around the optimizer's default rule), the warm-up (up to 40 % of
+the run), one minus the momentum (log scale, 0.01 to 0.32) and the label
+smoothing (0 to 0.2), with the same epoch budget for both optimizers. The
+last 10,000 training images are the validation set (``--validation``);
+search trials never evaluate the test set. Each trial records when the
+validation accuracy first reached the target (98 %), its best validation
+accuracy and its command, in ``<out>/<optimizer>-b<B>-t<trial>.json``.
+Each complete cell's best trial (fewest steps to the target; if none
+reached it, the best validation accuracy) is then rerun with seeds 1, 2
+and 3, which evaluate the test set once, after the last epoch
+(``<optimizer>-b<B>-best-s<seed>.json``). Trials are run round by round
+(trial 0 of every cell, then trial 1, ...), so that every cell has
+results early; what is done (its JSON exists) is skipped, so an
+interrupted study continues where it stopped.
+
+    python examples/mnist/study.py --dataset-root ../shared/datasets
+
+``--check`` runs nothing: it builds the tables from the JSONs and checks
+that ``examples/mnist/README.md`` holds them (exit 1 where not).
+``--reproduce FILE`` reruns the trial of one JSON in a temporary folder
+and prints ``same`` or what differs (exit 1). ``--plot`` draws the figure
+from the JSONs.
+"""
+
+import argparse
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy
+
+if not __package__:  # run as a file: examples/README.md
+    import _examples_path  # NOQA
+from examples import recipe  # NOQA: E402 (after the path is set)
+from examples.mnist import results  # NOQA: E402
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, 'study')
+README = os.path.join(HERE, 'README.md')
+FIGURE = os.path.join(HERE, 'study.png')
+
+# lars runs with Nesterov momentum, so that the trust ratio is the only
+# difference from nesterov (examples/recipe.py).
+OPTIMIZERS = {'nesterov': ['--optimizer', 'nesterov'],
+              'lars': ['--optimizer', 'lars', '--nesterov']}
+BATCHSIZES = [512, 2048, 8192, 16384]
+# The epoch budget of every trial of a batch size, whatever the optimizer.
+EPOCHS = {512: 6, 2048: 8, 8192: 14, 16384: 24}
+TRIALS = 8
+SEEDS = [1, 2, 3]
+TARGET = 0.98
+VALIDATION = 10000
+# The search: Halton points shifted by RandomState(SEARCH_SEED).
+SEARCH_SEED = 0
+PRIMES = (2, 3, 5, 7)
+TRUST_COEFFICIENT = 0.02  # the trainers' default
+
+TRAINER = ['python', '-m', 'examples.mnist.train_mnist']
+
+
+def halton(index, base):
+    """The ``index``-th element of the van der Corput sequence in ``base``."""
+    value, fraction = 0.0, 1.0
+    while index:
+        fraction /= base
+        index, digit = divmod(index, base)
+        value += digit * fraction
+    return value
+
+
+def points(n, seed=SEARCH_SEED):
+    """``n`` points of the unit hypercube, one per trial: Halton points 1 to
+    ``n`` in bases 2, 3, 5, 7, shifted modulo 1 by a random vector drawn
+    from ``seed`` (a Cranley-Patterson rotation)."""
+    shift = numpy.random.RandomState(seed).uniform(size=len(PRIMES))
+    return [[(halton(i, p) + s) % 1.0 for p, s in zip(PRIMES, shift)]
+            for i in range(1, n + 1)]
+
+
+def _round(value):
+    return float('{:.4g}'.format(value))
+
+
+def hyperparameters(optimizer, batchsize, epochs, u):
+    """The flags of the trial at the point ``u`` of the unit hypercube."""
+    base = recipe.default_lr(optimizer, batchsize, TRUST_COEFFICIENT)
+    return {'lr': _round(base * 10 ** (-1.5 + 2 * u[0])),
+            'warmup_epochs': _round(0.4 * epochs * u[1]),
+            'momentum': _round(1 - 10 ** (-2 + 1.5 * u[2])),
+            'label_smoothing': _round(0.2 * u[3])}
+
+
+def eval_every(batchsize, n_train):
+    """About four evaluations of the validation set per epoch."""
+    return max(1, round(n_train / (4 * batchsize)))
+
+
+def command(optimizer, batchsize, epochs, flags, seed, validation, n_train,
+            test):
+    cmd = TRAINER + ['--batchsize', str(batchsize)] + OPTIMIZERS[optimizer]
+    cmd += ['--epoch', str(epochs), '--validation', str(validation),
+            '--eval-every', str(eval_every(batchsize, n_train)),
+            '--test', test]
+    for name, value in flags.items():
+        cmd += ['--' + name.replace('_', '-'), '{:g}'.format(value)]
+    return cmd + ['--seed', str(seed), '--snapshots', '0', '--noplot']
+
+
+def measure(log, batchsize, n_train, target):
+    """Steps and epochs to ``target``, best validation, test accuracy."""
+    steps = best = None
+    curve = []
+    for entry in log:
+        accuracy = entry.get('val/main/accuracy')
+        if accuracy is None:
+            continue
+        curve.append([entry['iteration'], round(accuracy, 4)])
+        if not math.isnan(accuracy) and (best is None or accuracy > best):
+            best = accuracy
+        if steps is None and accuracy >= target:
+            steps = entry['iteration']
+    test = log[-1].get('validation/main/accuracy')
+    return {'steps_to_target': steps,
+            'epochs_to_target': (None if steps is None else
+                                 round(steps * batchsize / n_train, 3)),
+            'best_validation': best,
+            'test_accuracy': test,
+            'final_loss': log[-1].get('main/loss'),
+            'curve': curve}
+
+
+def run_command(cmd, out, dataset_root, device, stdout):
+    """Runs a recorded trainer command with --out, --dataset-root, --device.
+    """
+    extra = ['--out', out]
+    if dataset_root is not None:
+        extra += ['--dataset-root', dataset_root]
+    if device != '-1':
+        extra += ['--device', device]
+    subprocess.check_call(
+        [sys.executable, os.path.join(HERE, 'train_mnist.py')]
+        + cmd[len(TRAINER):] + extra, stdout=stdout,
+        stderr=subprocess.STDOUT)
+    return results.read_log(out)
+
+
+def trial_name(optimizer, batchsize, trial=None, seed=None):
+    if seed is None:
+        return '{}-b{}-t{}'.format(optimizer, batchsize, trial)
+    return '{}-b{}-best-s{}'.format(optimizer, batchsize, seed)
+
+
+def run_trial(args, optimizer, batchsize, trial, flags, seed, test):
+    """Runs one trial unless its JSON exists; returns its record."""
+    name = trial_name(optimizer, batchsize,
+                      trial, None if test == 'never' else seed)
+    path = os.path.join(args.out, name + '.json')
+    if os.path.exists(path):
+        return read(path)
+    epochs = args.epochs or EPOCHS[batchsize]
+    cmd = command(optimizer, batchsize, epochs, flags, seed,
+                  args.validation, args.n_train, test)
+    text = shlex.join(cmd)
+    print('$ ' + text, flush=True)
+    out = os.path.join(args.runs, name)
+    os.makedirs(out, exist_ok=True)
+    start = time.time()
+    with open(os.path.join(args.runs, name + '.stdout'), 'w') as stdout:
+        log = run_command(cmd, out, args.dataset_root, args.device, stdout)
+    record = {'optimizer': optimizer, 'batchsize': batchsize,
+              'trial': trial, 'seed': seed, 'flags': flags,
+              'command': text, 'target': args.target, 'epochs': epochs,
+              'validation': args.validation}
+    record.update(measure(log, batchsize, args.n_train, args.target))
+    if test == 'never':
+        record['test_accuracy'] = None
+    record['seconds'] = round(time.time() - start)
+    write(path, record)
+    print('  {} s: steps to {:g} %: {}, best validation {:.4f}'.format(
+        record['seconds'], 100 * args.target, record['steps_to_target'],
+        record['best_validation'] or 0), flush=True)
+    return record
+
+
+def read(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def write(path, record):
+    """Writes the JSON whole or not at all (an interrupted study)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + '.tmp', 'w') as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+        f.write('\n')
+    os.replace(path + '.tmp', path)
+
+
+def best(trials):
+    """The best trial: the fewest steps to the target; if none reached it,
+    the best validation accuracy (ties: the lower trial number)."""
+    def key(r):
+        steps = r['steps_to_target']
+        return (steps is None, steps or 0, -(r['best_validation'] or 0),
+                r['trial'])
+    return min(trials, key=key)
+
+
+def load(out):
+    """The records in ``out``: ``(search, reruns)`` by (batch, optimizer)."""
+    search, reruns = {}, {}
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        if not name.endswith('.json'):
+            continue
+        record = read(os.path.join(out, name))
+        cell = record['batchsize'], record['optimizer']
+        if '-best-' in name:
+            reruns.setdefault(cell, []).append(record)
+        else:
+            search.setdefault(cell, []).append(record)
+    for records in list(search.values()) + list(reruns.values()):
+        records.sort(key=lambda r: (r['trial'], r['seed']))
+    return search, reruns
+
+
+def study(args):
+    us = points(args.trials)
+    cells = [(b, o) for b in args.batchsizes for o in args.optimizers]
+    for trial, u in enumerate(us):
+        for batchsize, optimizer in cells:
+            flags = hyperparameters(optimizer, batchsize,
+                                    args.epochs or EPOCHS[batchsize], u)
+            run_trial(args, optimizer, batchsize, trial, flags, 0, 'never')
+            redraw(args)
+    for seed in args.seeds:
+        for batchsize, optimizer in cells:
+            search, _ = load(args.out)
+            chosen = best(search[batchsize, optimizer])
+            run_trial(args, optimizer, batchsize, chosen['trial'],
+                      chosen['flags'], seed, 'end')
+            redraw(args)
+
+
+def redraw(args):
+    """Redraws the figure; a failure is printed, the study goes on."""
+    if args.plot:
+        try:
+            plot(args)
+        except Exception as e:  # the figure must not stop the study
+            print('  the figure failed: {!r}'.format(e), flush=True)
+
+
+# -- The tables ------------------------------------------------------------
+
+def _percent(value):
+    return '-' if value is None else '{:.2f}'.format(100 * value)
+
+
+def _spread(values, form):
+    values = [v for v in values if v is not None]
+    if not values:
+        return '-'
+    text = form(sum(values) / len(values))
+    if len(values) > 1:
+        text += ' ({}-{})'.format(form(min(values)), form(max(values)))
+    return text
+
+
+def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS)):
+    """The search table and the rerun table: (header, rows) each."""
+    cells = sorted(set(search) | set(reruns))
+    head = ['batch size', 'optimizer', 'epochs', 'trials', 'reached',
+            'fewest steps', 'epochs to target', 'best validation (%)',
+            'lr', 'warm-up', 'momentum', 'smoothing']
+    rows = []
+    for cell in cells:
+        records = search.get(cell, [])
+        if not records:
+            continue
+        top = best(records)
+        reached = [r for r in records if r['steps_to_target'] is not None]
+        flags = top['flags']
+        rows.append([str(cell[0]), cell[1], str(top['epochs']),
+                     '{}/{}'.format(len(records), trials),
+                     str(len(reached)),
+                     str(top['steps_to_target'] if reached else '-'),
+                     '{:g}'.format(top['epochs_to_target'])
+                     if reached else '-',
+                     _percent(max(r['best_validation'] or 0
+                                  for r in records)),
+                     '{:g}'.format(flags['lr']),
+                     '{:g}'.format(flags['warmup_epochs']),
+                     '{:g}'.format(flags['momentum']),
+                     '{:g}'.format(flags['label_smoothing'])])
+    rerun_head = ['batch size', 'optimizer', 'trial', 'seeds',
+                  'steps to target', 'best validation (%)', 'test (%)']
+    rerun_rows = []
+    for cell in cells:
+        records = reruns.get(cell, [])
+        if not records:
+            continue
+        rerun_rows.append([
+            str(cell[0]), cell[1], str(records[0]['trial']),
+            '{}/{}'.format(len(records), seeds),
+            _spread([r['steps_to_target'] for r in records],
+                    lambda v: '{:.0f}'.format(v)),
+            _spread([r['best_validation'] for r in records], _percent),
+            _spread([r['test_accuracy'] for r in records], _percent)])
+    return (head, rows), (rerun_head, rerun_rows)
+
+
+def check(args):
+    search, reruns = load(args.out)
+    status = 0
+    for path in args.check or [README]:
+        for header, rows in tables(search, reruns, args.trials,
+                                   len(args.seeds)):
+            ok, message = results.check_file(path, header, rows)
+            print(message)
+            status = status or (0 if ok else 1)
+    return status
+
+
+def reproduce(args):
+    """Reruns the command of ``args.reproduce``; 0 when the numbers match."""
+    record = read(args.reproduce)
+    cmd = shlex.split(record['command'])
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, 'run')
+        with open(os.path.join(folder, 'stdout'), 'w') as stdout:
+            try:
+                log = run_command(cmd, out, args.dataset_root, args.device,
+                                  stdout)
+            except subprocess.CalledProcessError:
+                stdout.close()
+                with open(os.path.join(folder, 'stdout')) as f:
+                    sys.stderr.write(f.read())
+                raise
+        n_train = n_training_images(record['validation'])
+    again = measure(log, record['batchsize'], n_train, record['target'])
+    if record['test_accuracy'] is None:
+        again['test_accuracy'] = None
+    different = [
+        '{}: recorded {}, now {}'.format(key, record[key], again[key])
+        for key in ('steps_to_target', 'best_validation', 'test_accuracy')
+        if record[key] != again[key]]
+    print('\n'.join(different) if different else 'same')
+    return 1 if different else 0
+
+
+def n_training_images(validation):
+    """The training images left once ``validation`` are held out."""
+    import chainer
+    return len(chainer.datasets.get_mnist()[0]) - validation
+
+
+# -- The figure ------------------------------------------------------------
+
+STYLES = {'nesterov': {'color': 'tab:blue', 'marker': 'o'},
+          'lars': {'color': 'tab:green', 'marker': 's'}}
+
+
+def plot(args):
+    """Steps to the target and best validation accuracy against batch size.
+
+    A cell's point is the mean over the seeded reruns once they are done,
+    otherwise its best search trial's, drawn hollow (not complete).
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from examples import plotting
+
+    search, reruns = load(args.out)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    target = args.target
+    first = None
+    for optimizer in args.optimizers:
+        style = STYLES.get(optimizer, {})
+        batches, steps, accuracy, complete = [], [], [], []
+        for batchsize in args.batchsizes:
+            records = search.get((batchsize, optimizer))
+            if not records:
+                continue
+            done = reruns.get((batchsize, optimizer), [])
+            full = (len(records) >= args.trials
+                    and len(done) >= len(args.seeds))
+            if full:
+                reached = [r['steps_to_target'] for r in done]
+                step = (None if None in reached
+                        else sum(reached) / len(reached))
+                acc = sum(r['best_validation'] for r in done) / len(done)
+            else:
+                top = best(records)
+                step = top['steps_to_target']
+                acc = max(r['best_validation'] or 0 for r in records)
+            batches.append(batchsize)
+            steps.append(step)
+            accuracy.append(acc)
+            complete.append(full)
+        label = optimizer + (' (lars --nesterov)' if optimizer == 'lars'
+                             else '')
+        for ax, values in ((left, steps), (right, accuracy)):
+            xs = [b for b, v in zip(batches, values) if v is not None]
+            ys = [v for v in values if v is not None]
+            ax.plot(xs, ys, color=style.get('color'), label=label)
+            for b, v, full in zip(batches, values, complete):
+                if v is None:
+                    continue
+                ax.plot([b], [v], linestyle='none',
+                        marker=style.get('marker'), color=style.get('color'),
+                        markerfacecolor=style.get('color') if full
+                        else 'white')
+        for b, v in zip(batches, steps):
+            if v is None:
+                left.annotate('not reached', xy=(b, 1), xycoords=(
+                    'data', 'axes fraction'), xytext=(0, -12),
+                    textcoords='offset points', ha='center', fontsize=8,
+                    color=style.get('color'))
+            elif first is None or b < first[0]:
+                first = (b, v)
+    if first is not None:
+        sizes = numpy.array(args.batchsizes, dtype=float)
+        left.plot(sizes, first[1] * first[0] / sizes, color='gray',
+                  linestyle=':', label='perfect scaling')
+    left.set_xscale('log', base=2)
+    if first is None:  # no cell has reached the target yet
+        left.set_ylim(1, 1000)
+    left.set_yscale('log')
+    plotting.plain_log_ticks(left.yaxis)
+    left.set_ylabel('steps to {:g} % validation accuracy'.format(
+        100 * target))
+    right.set_xscale('log', base=2)
+    right.set_ylabel('best validation accuracy')
+    right.axhline(target, color='gray', linestyle=':', linewidth=1)
+    for ax in (left, right):
+        ax.set_xticks(args.batchsizes)
+        ax.set_xticklabels([str(b) for b in args.batchsizes])
+        ax.set_xlabel('batch size')
+        ax.grid(True, which='both', alpha=0.4)
+    left.legend(fontsize=8)
+    right.set_title('filled: 3 seeded reruns; hollow: search not complete',
+                    fontsize=8)
+    figure.tight_layout()
+    figure.savefig(args.figure)
+    plt.close(figure)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--batchsizes', action=results.ListFlag,
+                        type=results._integer(1), default=BATCHSIZES,
+                        help='Batch sizes (default: %(default)s)')
+    parser.add_argument('--optimizers', action=results.ListFlag,
+                        default=list(OPTIMIZERS),
+                        help='From {} (default: both)'.format(
+                            ', '.join(OPTIMIZERS)))
+    parser.add_argument('--trials', type=results._integer(1),
+                        default=TRIALS, help='Trials per cell (default: '
+                        '%(default)s)')
+    parser.add_argument('--seeds', action=results.ListFlag,
+                        type=results._integer(0), default=SEEDS,
+                        help='Seeds of the reruns (default: %(default)s)')
+    parser.add_argument('--epochs', type=results._integer(1),
+                        help='One epoch budget for every batch size '
+                        '(default: {})'.format(', '.join(
+                            '{} for {}'.format(e, b)
+                            for b, e in EPOCHS.items())))
+    parser.add_argument('--validation', type=results._integer(1),
+                        default=VALIDATION,
+                        help='Training images held out (default: '
+                        '%(default)s)')
+    parser.add_argument('--target', type=float, default=TARGET,
+                        help='Validation accuracy target (default: '
+                        '%(default)s)')
+    parser.add_argument('--device', '-d', default='-1')
+    parser.add_argument('--dataset-root',
+                        help='Passed on to train_mnist.py')
+    parser.add_argument('--out', default=OUT,
+                        help='Folder of the JSONs (default: '
+                        'examples/mnist/study)')
+    parser.add_argument('--runs', default='result_study',
+                        help='Folder of the runs (default: %(default)s)')
+    parser.add_argument('--figure', default=FIGURE,
+                        help='The figure (default: examples/mnist/'
+                        'study.png)')
+    parser.add_argument('--noplot', dest='plot', action='store_false',
+                        help='Do not redraw the figure after each trial')
+    parser.add_argument('--check', nargs='*', metavar='FILE',
+                        help='Run nothing: check that each FILE (default: '
+                        'examples/mnist/README.md) holds the tables of the '
+                        'JSONs in --out; exit 1 where one does not')
+    parser.add_argument('--reproduce', metavar='FILE',
+                        help='Rerun the trial of a JSON in a temporary '
+                        'folder; print same, or what differs (exit 1)')
+    parser.add_argument('--plot-only', action='store_true',
+                        help='Run nothing: draw the figure from the JSONs')
+    args = parser.parse_args(argv)
+    for name in args.optimizers:
+        if name not in OPTIMIZERS:
+            parser.error('--optimizers {}: choose from {}'.format(
+                name, ', '.join(OPTIMIZERS)))
+    for name in args.batchsizes:
+        if args.epochs is None and name not in EPOCHS:
+            parser.error('--batchsizes {}: no epoch budget for it; give '
+                         '--epochs'.format(name))
+    if not 0 < args.target <= 1:
+        parser.error('--target must be in (0, 1], got {}'.format(
+            args.target))
+    if args.dataset_root is not None:
+        import chainer
+        chainer.dataset.set_dataset_root(args.dataset_root)
+    if args.check is not None:
+        return check(args)
+    if args.reproduce is not None:
+        if not os.path.isfile(args.reproduce):
+            parser.error('--reproduce {}: no such file'.format(
+                args.reproduce))
+        return reproduce(args)
+    if args.plot_only:
+        plot(args)
+        return 0
+    args.n_train = n_training_images(args.validation)
+    os.makedirs(args.runs, exist_ok=True)
+    study(args)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
