@@ -3,10 +3,10 @@
 
 For each batch size and optimizer (a cell), the same quasi-random search
 (``points``: a Halton sequence in bases 2, 3, 5 and 7, shifted modulo 1 by
-a seeded random vector) over the peak learning rate (log scale, two
-decades around the optimizer's default rule), the warm-up (up to 40 % of
-the run), one minus the momentum (log scale, 0.01 to 0.32) and the label
-smoothing (0 to 0.2), with the same epoch budget for both optimizers. The
+a seeded random vector) over the peak learning rate (log scale, a decade
+either side of ``center_lr``), one minus the momentum (log scale, 0.01 to
+0.32), the warm-up (up to 40 % of the run) and the label smoothing (0 to
+0.2), with the same epoch budget for both optimizers. The
 last 10,000 training images are the validation set (``--validation``);
 search trials never evaluate the test set. Each trial records when the
 validation accuracy first reached the target (98 %), its best validation
@@ -93,12 +93,27 @@ def _round(value):
     return float('{:.4g}'.format(value))
 
 
+def center_lr(optimizer, batchsize):
+    """The middle of the learning-rate search: each optimizer's rate at
+    batch 256 (``recipe``'s rules), scaled with the square root of the
+    batch size, as the lars rule does; linear scaling (nesterov's rule)
+    would put the rates that train at batch 16384 at the range's edge."""
+    return recipe.default_lr(optimizer, recipe.REFERENCE_BATCHSIZE,
+                             TRUST_COEFFICIENT) * math.sqrt(
+        batchsize / recipe.REFERENCE_BATCHSIZE)
+
+
 def hyperparameters(optimizer, batchsize, epochs, u):
-    """The flags of the trial at the point ``u`` of the unit hypercube."""
-    base = recipe.default_lr(optimizer, batchsize, TRUST_COEFFICIENT)
-    return {'lr': _round(base * 10 ** (-1.5 + 2 * u[0])),
-            'warmup_epochs': _round(0.4 * epochs * u[1]),
-            'momentum': _round(1 - 10 ** (-2 + 1.5 * u[2])),
+    """The flags of the trial at the point ``u`` of the unit hypercube.
+
+    The dimensions in order of their expected weight, since the first bases
+    of the Halton sequence spread their first points best: the rate (base
+    2), the momentum (3), the warm-up (5), the label smoothing (7).
+    """
+    return {'lr': _round(center_lr(optimizer, batchsize)
+                         * 10 ** (-1 + 2 * u[0])),
+            'momentum': _round(1 - 10 ** (-2 + 1.5 * u[1])),
+            'warmup_epochs': _round(0.4 * epochs * u[2]),
             'label_smoothing': _round(0.2 * u[3])}
 
 
