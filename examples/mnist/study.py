@@ -295,10 +295,13 @@ def _spread(values, form):
 
 def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS)):
     """The search table and the rerun table: (header, rows) each."""
-    cells = sorted(set(search) | set(reruns))
+    order = list(OPTIMIZERS)
+    cells = sorted(set(search) | set(reruns), key=lambda c: (
+        c[0], order.index(c[1]) if c[1] in order else len(order), c[1]))
     head = ['batch size', 'optimizer', 'epochs', 'trials', 'reached',
-            'fewest steps', 'epochs to target', 'best validation (%)',
-            'lr', 'warm-up', 'momentum', 'smoothing']
+            'best trial', 'steps to target', 'epochs to target',
+            'best validation, any trial (%)', 'lr', 'momentum', 'warm-up',
+            'smoothing']
     rows = []
     for cell in cells:
         records = search.get(cell, [])
@@ -309,15 +312,15 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS)):
         flags = top['flags']
         rows.append([str(cell[0]), cell[1], str(top['epochs']),
                      '{}/{}'.format(len(records), trials),
-                     str(len(reached)),
+                     str(len(reached)), str(top['trial']),
                      str(top['steps_to_target'] if reached else '-'),
-                     '{:g}'.format(top['epochs_to_target'])
+                     '{:.2f}'.format(top['epochs_to_target'])
                      if reached else '-',
                      _percent(max(r['best_validation'] or 0
                                   for r in records)),
                      '{:g}'.format(flags['lr']),
-                     '{:g}'.format(flags['warmup_epochs']),
                      '{:g}'.format(flags['momentum']),
+                     '{:g}'.format(flags['warmup_epochs']),
                      '{:g}'.format(flags['label_smoothing'])])
     rerun_head = ['batch size', 'optimizer', 'trial', 'seeds',
                   'steps to target', 'best validation (%)', 'test (%)']
@@ -387,11 +390,33 @@ STYLES = {'nesterov': {'color': 'tab:blue', 'marker': 'o'},
           'lars': {'color': 'tab:green', 'marker': 's'}}
 
 
+def cell_summary(records, done, trials, seeds):
+    """What the figure shows of a cell: ``(steps, accuracy, complete,
+    label)``. Complete (all trials and reruns done): the reruns' mean steps
+    (None if a seed missed the target) and mean best validation accuracy;
+    otherwise the best search trial so far and the fraction of the trials
+    done."""
+    if len(records) >= trials and len(done) >= seeds:
+        reached = [r['steps_to_target'] for r in done]
+        steps = None if None in reached else sum(reached) / len(reached)
+        accuracy = sum(r['best_validation'] for r in done) / len(done)
+        return steps, accuracy, True, None
+    top = best(records)
+    label = ('{}/{} trials'.format(len(records), trials)
+             if len(records) < trials else
+             '{}/{} reruns'.format(len(done), seeds))
+    return (top['steps_to_target'],
+            max(r['best_validation'] or 0 for r in records), False, label)
+
+
 def plot(args):
     """Steps to the target and best validation accuracy against batch size.
 
-    A cell's point is the mean over the seeded reruns once they are done,
-    otherwise its best search trial's, drawn hollow (not complete).
+    One line per optimizer; a filled marker is a complete cell (the mean
+    of its seeded reruns), a hollow one a cell still being searched (its
+    best trial so far, labelled with the trials done). The dotted line is
+    perfect scaling: the steps halve as the batch doubles, from the fewest
+    steps at the smallest batch size drawn.
     """
     import matplotlib
     matplotlib.use('Agg')
@@ -399,75 +424,72 @@ def plot(args):
     from examples import plotting
 
     search, reruns = load(args.out)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
-    target = args.target
-    first = None
-    for optimizer in args.optimizers:
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
+    anchors = []
+    for row, optimizer in enumerate(args.optimizers):
         style = STYLES.get(optimizer, {})
-        batches, steps, accuracy, complete = [], [], [], []
+        color = style.get('color')
+        points = []
         for batchsize in args.batchsizes:
             records = search.get((batchsize, optimizer))
-            if not records:
-                continue
-            done = reruns.get((batchsize, optimizer), [])
-            full = (len(records) >= args.trials
-                    and len(done) >= len(args.seeds))
-            if full:
-                reached = [r['steps_to_target'] for r in done]
-                step = (None if None in reached
-                        else sum(reached) / len(reached))
-                acc = sum(r['best_validation'] for r in done) / len(done)
-            else:
-                top = best(records)
-                step = top['steps_to_target']
-                acc = max(r['best_validation'] or 0 for r in records)
-            batches.append(batchsize)
-            steps.append(step)
-            accuracy.append(acc)
-            complete.append(full)
-        label = optimizer + (' (lars --nesterov)' if optimizer == 'lars'
-                             else '')
-        for ax, values in ((left, steps), (right, accuracy)):
-            xs = [b for b, v in zip(batches, values) if v is not None]
-            ys = [v for v in values if v is not None]
-            ax.plot(xs, ys, color=style.get('color'), label=label)
-            for b, v, full in zip(batches, values, complete):
-                if v is None:
+            if records:
+                points.append((batchsize,) + cell_summary(
+                    records, reruns.get((batchsize, optimizer), []),
+                    args.trials, len(args.seeds)))
+        label = {'lars': 'lars (--nesterov)'}.get(optimizer, optimizer)
+        for ax, index in ((left, 1), (right, 2)):
+            drawn = [(p[0], p[index]) for p in points if p[index] is not None]
+            ax.plot([b for b, _ in drawn], [v for _, v in drawn],
+                    color=color, label=label)
+            for p in points:
+                if p[index] is None:
                     continue
-                ax.plot([b], [v], linestyle='none',
-                        marker=style.get('marker'), color=style.get('color'),
-                        markerfacecolor=style.get('color') if full
-                        else 'white')
-        for b, v in zip(batches, steps):
-            if v is None:
-                left.annotate('not reached', xy=(b, 1), xycoords=(
-                    'data', 'axes fraction'), xytext=(0, -12),
-                    textcoords='offset points', ha='center', fontsize=8,
-                    color=style.get('color'))
-            elif first is None or b < first[0]:
-                first = (b, v)
-    if first is not None:
-        sizes = numpy.array(args.batchsizes, dtype=float)
-        left.plot(sizes, first[1] * first[0] / sizes, color='gray',
+                ax.plot([p[0]], [p[index]], linestyle='none',
+                        marker=style.get('marker'), color=color,
+                        markerfacecolor=color if p[3] else 'white')
+                if p[4]:
+                    ax.annotate(p[4], xy=(p[0], p[index]), xytext=(5, 3),
+                                textcoords='offset points', fontsize=7,
+                                color=color)
+        for p in points:
+            if p[1] is None:
+                left.annotate('{}: not reached'.format(optimizer),
+                              xy=(p[0], 1), xycoords=('data',
+                                                      'axes fraction'),
+                              xytext=(0, -10 - 10 * row),
+                              textcoords='offset points', ha='center',
+                              fontsize=7, color=color)
+            else:
+                anchors.append((p[0], p[1]))
+    if anchors:
+        smallest = min(b for b, _ in anchors)
+        steps = min(v for b, v in anchors if b == smallest)
+        sizes = numpy.array([b for b in args.batchsizes if b >= smallest],
+                            dtype=float)
+        left.plot(sizes, steps * smallest / sizes, color='gray',
                   linestyle=':', label='perfect scaling')
-    left.set_xscale('log', base=2)
-    if first is None:  # no cell has reached the target yet
+    else:  # no cell has reached the target yet
         left.set_ylim(1, 1000)
     left.set_yscale('log')
     plotting.plain_log_ticks(left.yaxis)
     left.set_ylabel('steps to {:g} % validation accuracy'.format(
-        100 * target))
-    right.set_xscale('log', base=2)
-    right.set_ylabel('best validation accuracy')
-    right.axhline(target, color='gray', linestyle=':', linewidth=1)
+        100 * args.target))
+    right.set_ylabel('best validation accuracy (%)')
+    right.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+        lambda v, _: '{:g}'.format(round(100 * v, 2))))
+    right.axhline(args.target, color='gray', linestyle=':', linewidth=1)
     for ax in (left, right):
+        ax.set_xscale('log', base=2)
         ax.set_xticks(args.batchsizes)
         ax.set_xticklabels([str(b) for b in args.batchsizes])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel('batch size')
         ax.grid(True, which='both', alpha=0.4)
-    left.legend(fontsize=8)
-    right.set_title('filled: 3 seeded reruns; hollow: search not complete',
-                    fontsize=8)
+    left.legend(fontsize=8, loc='lower left')
+    figure.suptitle('MNIST MLP, each cell tuned by {} trials on 10,000 '
+                    'held-out images; filled: mean of {} seeded reruns of '
+                    'the best, hollow: search under way'.format(
+                        args.trials, len(args.seeds)), fontsize=9)
     figure.tight_layout()
     figure.savefig(args.figure)
     plt.close(figure)
@@ -520,6 +542,9 @@ def main(argv=None):
     parser.add_argument('--reproduce', metavar='FILE',
                         help='Rerun the trial of a JSON in a temporary '
                         'folder; print same, or what differs (exit 1)')
+    parser.add_argument('--tables', action='store_true',
+                        help='Run nothing: print the Markdown tables of the '
+                        'JSONs in --out, as --check expects them')
     parser.add_argument('--plot-only', action='store_true',
                         help='Run nothing: draw the figure from the JSONs')
     args = parser.parse_args(argv)
@@ -544,6 +569,12 @@ def main(argv=None):
             parser.error('--reproduce {}: no such file'.format(
                 args.reproduce))
         return reproduce(args)
+    if args.tables:
+        search, reruns = load(args.out)
+        for header, rows in tables(search, reruns, args.trials,
+                                   len(args.seeds)):
+            print('\n'.join(results.markdown_table(header, rows)) + '\n')
+        return 0
     if args.plot_only:
         plot(args)
         return 0
