@@ -61,8 +61,8 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
             model, device=device), 'val', evaluation_trigger(args), True))
     if comm is not None:
         import chainermn
-        evaluators = [(chainermn.create_multi_node_evaluator(e, comm),)
-                      + rest for e, *rest in evaluators]
+        evaluators = [(chainermn.create_multi_node_evaluator(e, comm), n,
+                       t, b) for e, n, t, b in evaluators]
         # Rank 0 reports the training loss and accuracy of the global
         # batch, not of its shard.
         averaged = ('main/loss', 'main/accuracy')

@@ -552,10 +552,6 @@ def main(argv=None):
         if name not in OPTIMIZERS:
             parser.error('--optimizers {}: choose from {}'.format(
                 name, ', '.join(OPTIMIZERS)))
-    for name in args.batchsizes:
-        if args.epochs is None and name not in EPOCHS:
-            parser.error('--batchsizes {}: no epoch budget for it; give '
-                         '--epochs'.format(name))
     if not 0 < args.target <= 1:
         parser.error('--target must be in (0, 1], got {}'.format(
             args.target))
@@ -578,6 +574,10 @@ def main(argv=None):
     if args.plot_only:
         plot(args)
         return 0
+    for name in args.batchsizes:
+        if args.epochs is None and name not in EPOCHS:
+            parser.error('--batchsizes {}: no epoch budget for it; give '
+                         '--epochs'.format(name))
     args.n_train = n_training_images(args.validation)
     os.makedirs(args.runs, exist_ok=True)
     study(args)
