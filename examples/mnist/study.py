@@ -33,6 +33,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -164,10 +165,18 @@ def run_command(cmd, out, dataset_root, device, stdout):
         extra += ['--dataset-root', dataset_root]
     if device != '-1':
         extra += ['--device', device]
-    subprocess.check_call(
-        [sys.executable, os.path.join(HERE, 'train_mnist.py')]
-        + cmd[len(TRAINER):] + extra, stdout=stdout,
-        stderr=subprocess.STDOUT)
+    full = ([sys.executable, os.path.join(HERE, 'train_mnist.py')]
+            + cmd[len(TRAINER):] + extra)
+    process = subprocess.Popen(full, stdout=stdout, stderr=subprocess.STDOUT)
+    try:
+        code = process.wait()
+    finally:
+        # Stopped (SIGTERM, Ctrl-C): the run does not go on without us.
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if code:
+        raise subprocess.CalledProcessError(code, full)
     return results.read_log(out)
 
 
@@ -580,6 +589,8 @@ def main(argv=None):
                          '--epochs'.format(name))
     args.n_train = n_training_images(args.validation)
     os.makedirs(args.runs, exist_ok=True)
+    # SIGTERM stops the study as Ctrl-C does, its current run with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     study(args)
     return 0
 
