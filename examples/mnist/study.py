@@ -449,7 +449,7 @@ def plot(args):
         for ax, index in ((left, 1), (right, 2)):
             drawn = [(p[0], p[index]) for p in points if p[index] is not None]
             ax.plot([b for b, _ in drawn], [v for _, v in drawn],
-                    color=color, label=label)
+                    color=color, marker=style.get('marker'), label=label)
             for p in points:
                 if p[index] is None:
                     continue
@@ -489,6 +489,7 @@ def plot(args):
     right.axhline(args.target, color='gray', linestyle=':', linewidth=1)
     for ax in (left, right):
         ax.set_xscale('log', base=2)
+        ax.set_xlim(min(args.batchsizes) / 1.5, max(args.batchsizes) * 1.5)
         ax.set_xticks(args.batchsizes)
         ax.set_xticklabels([str(b) for b in args.batchsizes])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
