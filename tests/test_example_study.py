@@ -434,6 +434,24 @@ def test_check_compares_the_readme_with_the_jsons(study, tiny_study,
     assert study.main(argv) == 1
     assert '-| 16 | nesterov | ' in capsys.readouterr().out
 
+    # A trial whose flags are not its point's, and a rerun of another trial
+    # than the best.
+    readme.write_text('# Study\n\n' + printed)
+    changed = tmp_path / 'changed'
+    shutil.copytree(str(tiny_study.out), str(changed))
+    record = read_json(changed / 'nesterov-b16-t0.json')
+    record['flags']['momentum'] = 0.5
+    (changed / 'nesterov-b16-t0.json').write_text(json.dumps(record))
+    record = read_json(changed / 'lars-b16-best-s1.json')
+    record['trial'] = 1 - record['trial']
+    (changed / 'lars-b16-best-s1.json').write_text(json.dumps(record))
+    assert study.main(argv[:1] + [str(changed)] + argv[2:]) == 1
+    printed_check = capsys.readouterr().out
+    assert "nesterov-b16-t0: flags {" in printed_check
+    assert "'momentum': 0.5" in printed_check
+    assert 'lars-b16-best-s1: a rerun of trial {}, the best is {}'.format(
+        record['trial'], 1 - record['trial']) in printed_check
+
     # A JSON not in the README's tables.
     readme.write_text('# Study\n\n' + printed)
     out = tmp_path / 'json'

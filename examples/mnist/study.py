@@ -22,7 +22,9 @@ interrupted study continues where it stopped.
     python examples/mnist/study.py --dataset-root ../shared/datasets
 
 ``--check`` runs nothing: it builds the tables from the JSONs and checks
-that ``examples/mnist/README.md`` holds them (exit 1 where not).
+that ``examples/mnist/README.md`` holds them, and that each JSON is what
+the study would write now (a search trial's flags are its point's, a
+rerun is of its cell's best trial); it exits with 1 where not.
 ``--reproduce FILE`` reruns the trial of one JSON in a temporary folder
 and prints ``same`` or what differs (exit 1). ``--plot`` draws the figure
 from the JSONs.
@@ -348,9 +350,45 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS)):
     return (head, rows), (rerun_head, rerun_rows)
 
 
+def inconsistent(search, reruns, trials):
+    """What in the records the study would not have written now: a search
+    trial's flags that are not those of its point of the search (the
+    search was changed after it ran), a rerun of another trial than its
+    cell's best."""
+    us = points(trials)
+    problems = []
+    for (batchsize, optimizer), records in sorted(search.items()):
+        for r in records:
+            if r['trial'] >= trials:
+                problems.append('{}: trial {} of a search of {}'.format(
+                    trial_name(optimizer, batchsize, r['trial']),
+                    r['trial'], trials))
+                continue
+            want = hyperparameters(optimizer, batchsize, r['epochs'],
+                                   us[r['trial']])
+            if r['flags'] != want:
+                problems.append('{}: flags {}, the search gives {}'.format(
+                    trial_name(optimizer, batchsize, r['trial']),
+                    r['flags'], want))
+    for cell, records in sorted(reruns.items()):
+        chosen = best(search.get(cell, [])) if search.get(cell) else None
+        for r in records:
+            if (chosen is None or r['trial'] != chosen['trial']
+                    or r['flags'] != chosen['flags']):
+                problems.append('{}: a rerun of trial {}, the best is {}'
+                                .format(trial_name(cell[1], cell[0],
+                                                   seed=r['seed']),
+                                        r['trial'], chosen and
+                                        chosen['trial']))
+    return problems
+
+
 def check(args):
     search, reruns = load(args.out)
     status = 0
+    for problem in inconsistent(search, reruns, args.trials):
+        print(problem)
+        status = 1
     for path in args.check or [README]:
         for header, rows in tables(search, reruns, args.trials,
                                    len(args.seeds)):
