@@ -51,6 +51,14 @@ HELP = {
              "copies (default: CHAINER_DTYPE's, float32 if unset)",
     'loss_scale': 'A static loss scale, for --dtype float16 and mixed16 '
                   '(default: dynamic loss scaling)',
+    'label_smoothing': 'Label smoothing of the loss: the target puts 1 - '
+                       'EPS on the label and EPS over all the classes; 0 '
+                       'is off',
+    'validation': 'Hold out the last N training images as a validation '
+                  'set, evaluated as val/main/accuracy and val/main/loss; '
+                  '0 is none',
+    'eval_every': 'Evaluate the validation set every K iterations too, '
+                  'and log then (default: at the end of each epoch only)',
     'dataset_root': "Chainer's dataset root, the folder that holds "
                     'pfnet/chainer/<dataset> (default: '
                     'CHAINER_DATASET_ROOT, or ~/.chainer/dataset)',
@@ -61,7 +69,7 @@ def lr_rule(batch='the batch size B'):
     """The help text of the learning-rate rule, for a parser's epilog."""
     return (
         'Learning rate: when --lr is not given, the peak rate follows {}: '
-        'lr = {} * B / {} for momentum (linear scaling), and '
+        'lr = {} * B / {} for momentum and nesterov (linear scaling), and '
         'lr * trust_coefficient = {} * sqrt(B / {}) for lars and '
         'momentum-lars (the step of each layer relative to its weight '
         'norm, scaled with the square root of the batch size). The rate '
@@ -98,12 +106,18 @@ def parser(description, defaults, epilog=None, helps=None):
     add('resume', '-r', type=str)
     add('snapshots', type=int, default=1)
     parser.add_argument('--optimizer',
-                        choices=('lars', 'momentum-lars', 'momentum'),
+                        choices=('lars', 'momentum-lars', 'momentum',
+                                 'nesterov'),
                         default='lars',
                         help='lars: chainer_lars.LARS; momentum-lars: '
                         'MomentumSGD with the chainer_lars.GradientLARS '
                         'hook; momentum: MomentumSGD with WeightDecay (the '
-                        'baseline). Default: %(default)s')
+                        'baseline); nesterov: chainer_lars.LARS with '
+                        'Nesterov momentum and no layer adaptation (lars '
+                        '--nesterov without the trust ratio). Default: '
+                        '%(default)s')
+    parser.add_argument('--nesterov', action='store_true',
+                        help='Nesterov momentum for --optimizer lars')
     add('lr', type=float)
     # None: the default, or the whole run if that is shorter
     # (resolve_warmup).
@@ -120,6 +134,15 @@ def parser(description, defaults, epilog=None, helps=None):
     add('seed', type=int, default=0)
     add('dtype', choices=tuple(DTYPES))
     add('loss_scale', type=float)
+    add('label_smoothing', metavar='EPS', type=float, default=0.0)
+    add('validation', metavar='N', type=int, default=0)
+    add('eval_every', metavar='K', type=int)
+    parser.add_argument('--test', choices=('each-epoch', 'end', 'never'),
+                        default='each-epoch',
+                        help='When to evaluate the test set (reported as '
+                        'validation/main/accuracy): at the end of each '
+                        'epoch, after the last one only, or never (tuning '
+                        'on --validation). Default: %(default)s')
     add('dataset_root')
     parser.add_argument('--noplot', dest='plot', action='store_false',
                         help='Disable PlotReport extension')
@@ -142,6 +165,10 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     args = parser.parse_args(argv)
     check_ranges(parser, args, positive)
     check_precision(parser, args)
+    if args.nesterov and args.optimizer != 'lars':
+        parser.error('--nesterov is for --optimizer lars (nesterov is '
+                     'always Nesterov; {} has none), got --optimizer '
+                     '{}'.format(args.optimizer, args.optimizer))
     if args.epoch is not None and parser.warmup_default is not None:
         resolve_warmup(parser.error, args, parser.warmup_default)
     check_device(parser, args.device)
@@ -210,7 +237,10 @@ RANGES = (
      lambda v: 0 < v < math.inf, 'positive and finite'),
     (('warmup_epochs', 'weight_decay'), lambda v: 0 <= v < math.inf,
      'finite and at least 0'),
-    (('momentum',), lambda v: 0 <= v < 1, 'at least 0 and less than 1'),
+    (('momentum', 'label_smoothing'), lambda v: 0 <= v < 1,
+     'at least 0 and less than 1'),
+    (('validation',), lambda v: v >= 0, 'an integer, at least 0'),
+    (('eval_every',), lambda v: v > 0, 'a positive integer'),
     (('snapshots',), lambda v: v >= 0, 'an integer, at least 0'),
     # NumPy's RandomState takes seeds below 2 ** 32; ChainerMN's ranks add
     # their rank to it.
@@ -350,7 +380,7 @@ def print_banner(args, *lines):
         print(line)
     print('# epoch: {}'.format(args.epoch))
     # MomentumSGD has no trust coefficient.
-    trust = ('' if args.optimizer == 'momentum' else
+    trust = ('' if args.optimizer in ('momentum', 'nesterov') else
              ', trust coefficient {:g}'.format(args.trust_coefficient))
     warmup = '{:g} epochs'.format(args.warmup_epochs)
     if getattr(args, 'warmup_note', None):

@@ -47,6 +47,25 @@ def load_cifar(name):
         x.std(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None])
 
 
+def hold_out(args, train):
+    """``(train, validation)``: the last --validation images held out.
+
+    The split is fixed, the last ``N`` examples of the training set in the
+    loader's order, so that every run and every optimizer tunes on the
+    same images; without --validation ``validation`` is None.
+    """
+    n = args.validation
+    if not n:
+        return train, None
+    if n >= len(train):
+        # Imported here: cli needs nothing from this module.
+        from examples import cli
+        cli.usage_error('--validation {} leaves no training images: the '
+                        'training set has {}'.format(n, len(train)))
+    return (chainer.datasets.SubDataset(train, 0, len(train) - n),
+            chainer.datasets.SubDataset(train, len(train) - n, len(train)))
+
+
 def _cache(name):
     return chainer.dataset.get_dataset_directory(
         os.path.join('pfnet', 'chainer', name), create_directory=False)

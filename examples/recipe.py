@@ -11,10 +11,12 @@ The rest of the examples' shared code is glue around them:
 ``examples/plots.py``.
 """
 
+import functools
 import math
 import re
 
 import chainer
+import chainer.functions as F
 
 import chainer_lars
 
@@ -23,6 +25,8 @@ import chainer_lars
 # and gamma) get neither weight decay nor layer adaptation, as in the
 # large-batch recipes.
 EXCLUDE = ('/b$', '/beta$', '/gamma$')
+# Every parameter: the nesterov baseline adapts none.
+ALL = ('',)
 
 # The learning-rate rules (see --help and examples/mnist/README.md).
 MOMENTUM_LR_PER_256 = 0.1
@@ -42,7 +46,7 @@ def default_lr(optimizer, batchsize, trust_coefficient):
     from adaptation (biases, BatchNorm's beta and gamma).
     """
     scale = batchsize / REFERENCE_BATCHSIZE
-    if optimizer == 'momentum':
+    if optimizer in ('momentum', 'nesterov'):
         return MOMENTUM_LR_PER_256 * scale
     return LARS_STEP_PER_256 * math.sqrt(scale) / trust_coefficient
 
@@ -61,8 +65,20 @@ def make_optimizer(args, model, comm=None):
             lr=args.lr, momentum=args.momentum,
             weight_decay=args.weight_decay,
             trust_coefficient=args.trust_coefficient,
+            nesterov=args.nesterov,
             exclude_from_weight_decay=EXCLUDE,
             exclude_from_layer_adaptation=EXCLUDE)
+    elif args.optimizer == 'nesterov':
+        # Nesterov momentum through the same LARS update with every
+        # parameter excluded from layer adaptation: the same weight decay
+        # and exclusions as lars --nesterov, the trust ratio the only
+        # difference.
+        actual = chainer_lars.LARS(
+            lr=args.lr, momentum=args.momentum,
+            weight_decay=args.weight_decay, nesterov=True,
+            exclude_from_weight_decay=EXCLUDE,
+            exclude_from_layer_adaptation=ALL)
+        lars = None
     else:
         actual = chainer.optimizers.MomentumSGD(
             lr=args.lr, momentum=args.momentum)
@@ -106,6 +122,29 @@ def loss_scale_state(trainer, optimizer):
     state = chainer_lars.LossScaleState(optimizer)
     trainer.extend(state)
     return state
+
+
+def loss_function(args):
+    """L.Classifier's loss: softmax cross entropy, with --label-smoothing.
+
+    Chainer 7.8.1's ``softmax_cross_entropy`` has no label smoothing; with
+    ``eps`` > 0 the target is ``1 - eps`` on the label and ``eps`` spread
+    evenly over all the classes (Szegedy et al., 2016).
+    """
+    eps = args.label_smoothing
+    if not eps:
+        return F.softmax_cross_entropy
+    return functools.partial(smoothed_cross_entropy, eps=eps)
+
+
+def smoothed_cross_entropy(y, t, eps):
+    """The mean over the batch of ``-sum_k q_k log softmax(y)_k``, where
+    ``q = (1 - eps) onehot(t) + eps / K``."""
+    log_p = F.log_softmax(y)
+    n, k = y.shape
+    nll = -F.select_item(log_p, t)
+    uniform = -F.sum(log_p, axis=1) / k
+    return F.sum((1 - eps) * nll + eps * uniform) / n
 
 
 def schedule(args, iterations_per_epoch):

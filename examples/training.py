@@ -19,15 +19,17 @@ from examples import plots
 from examples import recipe
 
 
-def train(args, device, optimizer, lars, train_iter, test, comm=None):
+def train(args, device, optimizer, lars, train_iter, test, comm=None,
+          validation=None):
     """Trains ``optimizer.target`` by Chainer's trainer, with the recipe.
 
     ``optimizer`` and ``lars`` are ``make_optimizer``'s. The trainer runs
     ``train_iter`` for --epoch epochs under the recipe's schedule, evaluates
-    on ``test`` at each epoch, and reports, plots and snapshots
-    (``report``). With a ChainerMN communicator ``comm``, the evaluation and
-    the training loss and accuracy are averaged over the processes, and
-    rank 0 alone reports and writes.
+    on ``test`` as --test says, and on ``validation`` (``data.hold_out``'s
+    set, or None) at each ``evaluation_trigger``, and reports, plots and
+    snapshots (``report``). With a ChainerMN communicator ``comm``, the
+    evaluation and the training loss and accuracy are averaged over the
+    processes, and rank 0 alone reports and writes.
     """
     model = optimizer.target
     n_train = len(train_iter.dataset)
@@ -51,12 +53,22 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
     scaling = None
     if args.dtype != 'float32':
         scaling = recipe.loss_scale_state(trainer, optimizer)
-    test_iter = chainer.iterators.SerialIterator(test, args.batchsize,
-                                                 repeat=False, shuffle=False)
-    evaluator = Evaluator(test_iter, model, device=device)
+    evaluators = []
+    if args.test != 'never':
+        evaluators.append((Evaluator(
+            chainer.iterators.SerialIterator(test, args.batchsize,
+                                             repeat=False, shuffle=False),
+            model, device=device), 'validation', test_trigger(args),
+            args.test == 'each-epoch'))
+    if validation is not None:
+        evaluators.append((Evaluator(
+            chainer.iterators.SerialIterator(validation, args.batchsize,
+                                             repeat=False, shuffle=False),
+            model, device=device), 'val', evaluation_trigger(args), True))
     if comm is not None:
         import chainermn
-        evaluator = chainermn.create_multi_node_evaluator(evaluator, comm)
+        evaluators = [(chainermn.create_multi_node_evaluator(e, comm), n,
+                       t, b) for e, n, t, b in evaluators]
         # Rank 0 reports the training loss and accuracy of the global
         # batch, not of its shard.
         averaged = ('main/loss', 'main/accuracy')
@@ -64,7 +76,11 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None):
         for key in averaged:
             trainer.extend(
                 chainermn.extensions.ObservationAggregator(comm, key))
-    trainer.extend(evaluator, call_before_training=True)
+    # The name is the prefix of the keys: validation/main/accuracy is the
+    # test set's, as it always was; val/main/accuracy the validation set's.
+    for evaluator, name, trigger, before in evaluators:
+        trainer.extend(evaluator, name=name, trigger=trigger,
+                       call_before_training=before)
     # After the ObservationAggregators: every process sees the same loss,
     # and they stop together.
     divergence = Divergence(args.out, say=comm is None or comm.rank == 0)
@@ -166,6 +182,36 @@ class Divergence(training.Extension):
         return Stop()
 
 
+def evaluation_trigger(args):
+    """Each epoch's end, and every --eval-every iterations if given.
+
+    Stateless, so that --resume continues it exactly; the log follows it,
+    so that each evaluation of the validation set is a line of the log.
+    """
+    every = args.eval_every
+
+    def trigger(trainer):
+        updater = trainer.updater
+        return updater.is_new_epoch or bool(
+            every and updater.iteration % every == 0)
+    return trigger
+
+
+def test_trigger(args):
+    """When --test evaluates the test set: each epoch, or the last only.
+
+    ``None`` is the evaluator's own trigger, each epoch, before training
+    too; ``end`` fires once, after the last update.
+    """
+    if args.test == 'each-epoch':
+        return None
+
+    def trigger(trainer):
+        updater = trainer.updater
+        return updater.is_new_epoch and updater.epoch >= args.epoch
+    return trigger
+
+
 # -- The reports -----------------------------------------------------------
 
 class Evaluator(extensions.Evaluator):
@@ -224,7 +270,9 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
     if scaling is not None:
         trainer.extend(report_loss_scale(scaling), call_before_training=True)
         columns = ['loss_scale', 'skipped_updates']
-    trainer.extend(extensions.LogReport(), call_before_training=True)
+    trainer.extend(extensions.LogReport(
+        trigger=(evaluation_trigger(args) if args.eval_every
+                 else (1, 'epoch'))), call_before_training=True)
 
     if args.plot and extensions.PlotReport.available():
         # Draw into files without a display.
@@ -252,10 +300,12 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         if scaling is not None:
             trainer.extend(plots.LossScalePlot(scaling))
 
-    trainer.extend(extensions.PrintReport(
-        ['epoch', 'main/loss', 'validation/main/loss',
-         'main/accuracy', 'validation/main/accuracy', 'lr'] + columns
-        + ['elapsed_time']), call_before_training=True)
+    printed = ['epoch', 'main/loss', 'validation/main/loss',
+               'main/accuracy', 'validation/main/accuracy', 'lr'] + columns
+    if args.validation:
+        printed[5:5] = ['val/main/accuracy']
+    trainer.extend(extensions.PrintReport(printed + ['elapsed_time']),
+                   call_before_training=True)
     trainer.extend(extensions.ProgressBar(update_interval=10))
 
 

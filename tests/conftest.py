@@ -72,7 +72,7 @@ ONE_ENV = {
     'integration': (
         'CHAINER_LARS_INTEGRATION_IN',
         ('test_examples.py', 'test_example_chainermn.py',
-         'test_example_mixed_precision.py',
+         'test_example_mixed_precision.py', 'test_example_study.py',
          'test_example_forms.py', 'test_chainermn.py', 'test_bench_smoke.py',
          'test_results_check.py', 'test_dev_sh.py', 'test_packaging.py',
          'test_mpi_util.py', 'test_snippets.py'),

@@ -127,10 +127,12 @@ def run(args):
                                                        args.depth))
 
     train, test = data.load_cifar(args.dataset)
+    train, validation = data.hold_out(args, train)
     n_class = 10 if args.dataset == 'cifar10' else 100
 
     numpy.random.seed(args.seed)  # the initial weights
-    model = L.Classifier(ResNet(args.depth, n_class))
+    model = L.Classifier(ResNet(args.depth, n_class),
+                         lossfun=recipe.loss_function(args))
     model.to_device(device)
     device.use()
     optimizer, lars = recipe.make_optimizer(args, model)
@@ -141,7 +143,8 @@ def run(args):
     train = chainer.datasets.TransformDataset(train,
                                               data.Augment(random_state))
     train_iter = data.ShuffledIterator(train, args.batchsize, random_state)
-    training.train(args, device, optimizer, lars, train_iter, test)
+    training.train(args, device, optimizer, lars, train_iter, test,
+                   validation=validation)
 
 
 if __name__ == '__main__':

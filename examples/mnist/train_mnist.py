@@ -67,16 +67,19 @@ def run(args):
                      '# Minibatch-size: {}'.format(args.batchsize))
 
     train, test = data.load_mnist()
+    train, validation = data.hold_out(args, train)
 
     numpy.random.seed(args.seed)  # the initial weights
-    model = L.Classifier(MLP(784, args.unit, 10))
+    model = L.Classifier(MLP(784, args.unit, 10),
+                         lossfun=recipe.loss_function(args))
     model.to_device(device)
     device.use()
     optimizer, lars = recipe.make_optimizer(args, model)
 
     train_iter = data.ShuffledIterator(train, args.batchsize,
                                        numpy.random.RandomState(args.seed))
-    training.train(args, device, optimizer, lars, train_iter, test)
+    training.train(args, device, optimizer, lars, train_iter, test,
+                   validation=validation)
 
 
 if __name__ == '__main__':

@@ -170,7 +170,8 @@ def run(args):
     # rank 0's.
     numpy.random.seed(args.seed)
     if args.dataset == 'mnist':
-        model = L.Classifier(train_mnist.MLP(784, args.unit, 10))
+        model = L.Classifier(train_mnist.MLP(784, args.unit, 10),
+                             lossfun=recipe.loss_function(args))
     else:
         batchnorm = L.BatchNormalization
         if args.batchnorm == 'all-reduced':
@@ -178,17 +179,23 @@ def run(args):
                 chainermn.links.MultiNodeBatchNormalization, comm=comm)
         n_class = 10 if args.dataset == 'cifar10' else 100
         model = L.Classifier(train_cifar.ResNet(args.depth, n_class,
-                                                batchnorm))
+                                                batchnorm),
+                             lossfun=recipe.loss_function(args))
     model.to_device(device)
     optimizer, lars = recipe.make_optimizer(args, model, comm)
 
     # Only rank 0 reads the dataset; each process gets an equal shard.
     if comm.rank != 0:
-        train, test = None, None
+        train, test, validation = None, None, None
     elif args.dataset == 'mnist':
         train, test = data.load_mnist()
     else:
         train, test = data.load_cifar(args.dataset)
+    if comm.rank == 0:
+        train, validation = data.hold_out(args, train)
+    if args.validation:
+        validation = chainermn.scatter_dataset(validation, comm, shuffle=True,
+                                               seed=args.seed)
     train = chainermn.scatter_dataset(train, comm, shuffle=True,
                                       seed=args.seed)
     test = chainermn.scatter_dataset(test, comm, shuffle=True,
@@ -203,7 +210,8 @@ def run(args):
     train_iter = chainer.iterators.SerialIterator(
         train, args.batchsize,
         order_sampler=chainer.iterators.ShuffleOrderSampler(random_state))
-    training.train(args, device, optimizer, lars, train_iter, test, comm)
+    training.train(args, device, optimizer, lars, train_iter, test, comm,
+                   validation=validation if args.validation else None)
 
 
 if __name__ == '__main__':
