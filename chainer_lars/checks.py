@@ -194,3 +194,10 @@ def find_check(obj, attr):
     ``None`` when it is not a checked one."""
     found = getattr(type(obj), attr, None)
     return found.check if isinstance(found, CheckedAttribute) else None
+
+
+def double_adaptation():
+    raise TypeError(
+        'GradientLARS on a chainer_lars.LARS optimizer would adapt the '
+        'rates twice: use LARS alone (its trust_coefficient is the '
+        "hook's), or the hook on chainer.optimizers.MomentumSGD")

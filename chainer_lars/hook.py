@@ -11,7 +11,6 @@ from chainer_lars import checks
 from chainer_lars import engine
 from chainer_lars import exclusions
 from chainer_lars import layout as L
-from chainer_lars import optimizer as _optimizer
 
 
 class _RuleDelegate(object):
@@ -139,6 +138,8 @@ class GradientLARS(exclusions.ExclusionProperties):
     name = _Registration('GradientLARS')
     call_for_each_param = False
     timing = _Registration('pre')
+    # LARS refuses us as a hook (checks.double_adaptation).
+    adapts_gradients = True
 
     threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
     weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
@@ -184,8 +185,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         if hookable is not None and any(
                 h is self for h in hookable._post_update_hooks.values()):
             _post_refused()
-        if isinstance(owner, (_optimizer.LARS, _optimizer.LARSRule)):
-            _double_adaptation()
+        if getattr(owner, 'adapts_rates', False):  # LARS, LARSRule
+            checks.double_adaptation()
         if len(args) == 1:
             self._update_all(args[0])
         elif len(args) == 2:
@@ -349,13 +350,6 @@ class GradientLARS(exclusions.ExclusionProperties):
         for group in self._observed.values():
             result.update(engine.observe(group))
         return result
-
-
-def _double_adaptation():
-    raise TypeError(
-        'GradientLARS on a chainer_lars.LARS optimizer would adapt the '
-        'rates twice: use LARS alone (its trust_coefficient is the '
-        "hook's), or the hook on chainer.optimizers.MomentumSGD")
 
 
 def _enabled(rules):

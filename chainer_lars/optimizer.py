@@ -106,6 +106,9 @@ class LARSRule(optimizer.UpdateRule):
 
     """
 
+    # GradientLARS refuses to run on us (checks.double_adaptation).
+    adapts_rates = True
+
     is_elementwise = False
 
     def __init__(self, parent_hyperparam=None, uses_weight_decay=True,
@@ -280,6 +283,9 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     """
 
+    # GradientLARS refuses to run on us (checks.double_adaptation).
+    adapts_rates = True
+
     def __init__(self, lr=_default_hyperparam.lr,
                  momentum=_default_hyperparam.momentum,
                  weight_decay=_default_hyperparam.weight_decay,
@@ -318,9 +324,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
     def add_hook(self, hook, name=None, timing='auto'):
         """Registers a hook, as :meth:`chainer.Optimizer.add_hook`; a
         :class:`GradientLARS` is refused: it would adapt the rates twice."""
-        from chainer_lars import hook as hooks  # which imports this module
-        if isinstance(hook, hooks.GradientLARS):
-            hooks._double_adaptation()
+        if getattr(hook, 'adapts_gradients', False):  # GradientLARS
+            checks.double_adaptation()
         super(LARS, self).add_hook(hook, name, timing)
 
     def setup(self, link):
