@@ -104,8 +104,8 @@ def test_batchnorm_stays_float32_in_mixed16():
                 L.Convolution2D(3, 4, 3), L.BatchNormalization(4), F.relu,
                 L.Linear(64, 2)))
             args = argparse.Namespace(
-                optimizer=optimizer, lr=0.1, momentum=0.9,
-                weight_decay=1e-4, trust_coefficient=0.02,
+                optimizer=optimizer, nesterov=False, lr=0.1,
+                momentum=0.9, weight_decay=1e-4, trust_coefficient=0.02,
                 dtype='mixed16', loss_scale=None)
             opt, _ = recipe.make_optimizer(args, model)
             for _ in range(3):

@@ -82,7 +82,8 @@ class Tiny(chainer.Chain):
 def optimizer_args(optimizer, nesterov=False):
     return argparse.Namespace(
         optimizer=optimizer, nesterov=nesterov, lr=0.3, momentum=0.8,
-        weight_decay=0.05, trust_coefficient=0.02)
+        weight_decay=0.05, trust_coefficient=0.02, dtype='float32',
+        loss_scale=None)
 
 
 @pytest.mark.parametrize('optimizer', ['nesterov', 'lars'])
