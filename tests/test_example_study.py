@@ -357,7 +357,18 @@ def test_study_writes_one_json_per_trial_and_rerun(tiny_study):
     found = records(tiny_study.out)
     assert sorted(found) == sorted([
         'nesterov-b16-t0', 'nesterov-b16-t1', 'lars-b16-t0', 'lars-b16-t1',
-        'nesterov-b16-best-s1', 'lars-b16-best-s1'])
+        'nesterov-b16-best-s1', 'lars-b16-best-s1', 'defaults-b16'])
+    # The trainer on its defaults, measured as the search trials are.
+    defaults = found.pop('defaults-b16')
+    assert defaults['flags'] == {} and defaults['test_accuracy'] is None
+    assert defaults['command'].startswith(
+        'python -m examples.mnist.train_mnist --batchsize 16 --epoch 2 '
+        '--validation 16 --eval-every ')
+    assert '--optimizer' not in defaults['command']
+    assert '--lr' not in defaults['command']
+    log = read_log(tiny_study.runs / 'defaults-b16')
+    assert defaults['best_validation'] == max(
+        e['val/main/accuracy'] for e in log)
     for name, record in found.items():
         for key, kind in SCHEMA.items():
             assert isinstance(record[key], kind), (name, key)
@@ -490,3 +501,67 @@ def test_figure_from_partial_results(study, tiny_study, tmp_path):
                        '2', '--seeds', '1', '--plot-only', '--figure',
                        str(figure)]) == 0
     assert figure.stat().st_size > 0
+
+
+def test_round_two_centres_the_rate_on_round_one(study, tiny_study,
+                                                 tmp_path, capsys):
+    """--refine: a second round at the next points of the sequence, the
+    rate half a decade either side of round one's best; the reruns follow
+    the best of both rounds."""
+    out = tmp_path / 'json'
+    shutil.copytree(str(tiny_study.out), str(out))
+    argv = list(tiny_study.argv)
+    argv[argv.index('--out') + 1] = str(out)
+    argv[argv.index('--runs') + 1] = str(tmp_path / 'runs')
+    argv += ['--refine', '16', '--noplot']
+    previous = chainer.dataset.get_dataset_root()
+    try:
+        assert study.main(argv) == 0
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    capsys.readouterr()
+    found = records(out)
+    u = study.points(4)
+    for optimizer in ('nesterov', 'lars'):
+        first = [found['{}-b16-t{}'.format(optimizer, t)] for t in (0, 1)]
+        around = study.best(first)['flags']['lr']
+        for t in (2, 3):
+            record = found['{}-b16-t{}'.format(optimizer, t)]
+            assert record['flags']['lr'] == pytest.approx(
+                around * 10 ** (-0.5 + u[t][0]), rel=1e-3)
+            assert record['flags']['momentum'] == study.hyperparameters(
+                optimizer, 16, 2, u[t])['momentum']
+        chosen = study.best(first + [
+            found['{}-b16-t{}'.format(optimizer, t)] for t in (2, 3)])
+        rerun = found['{}-b16-best-s1'.format(optimizer)]
+        assert rerun['trial'] == chosen['trial']
+        assert rerun['flags'] == chosen['flags']
+    # The tables count the two rounds; --check finds nothing to say.
+    assert study.main(['--out', str(out), '--trials', '2', '--seeds', '1',
+                       '--refine', '16', '--tables']) == 0
+    printed = capsys.readouterr().out
+    assert '| 16 | lars | 2 | 4/4 |' in printed
+    readme = tmp_path / 'README.md'
+    readme.write_text('# Study\n\n' + printed)
+    check = ['--out', str(out), '--trials', '2', '--seeds', '1',
+             '--refine', '16', '--check', str(readme)]
+    assert study.main(check) == 0
+    # A round-two trial centred elsewhere is found.
+    record = read_json(out / 'nesterov-b16-t3.json')
+    record['flags']['lr'] *= 2
+    (out / 'nesterov-b16-t3.json').write_text(json.dumps(record))
+    assert study.main(check) == 1
+    assert 'nesterov-b16-t3: flags {' in capsys.readouterr().out
+    # Without --refine, round two's trials are not of this search.
+    assert study.main(check[:-4] + ['--refine', '0', '--check',
+                                    str(readme)]) == 1
+    assert 'trial 2 of a search of 2' in capsys.readouterr().out
+    # A run of the defaults with a flag of its own is not of the defaults.
+    os.remove(str(out / 'nesterov-b16-t3.json'))
+    record = read_json(out / 'defaults-b16.json')
+    record['command'] = record['command'].replace(
+        '--batchsize 16', '--batchsize 16 --lr 0.5')
+    (out / 'defaults-b16.json').write_text(json.dumps(record))
+    assert study.main(check) == 1
+    assert "defaults-b16: not a run of the trainer's defaults" in (
+        capsys.readouterr().out)

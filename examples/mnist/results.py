@@ -10,8 +10,7 @@ and their range when there are several) goes into ``<out>/results.md`` and
 ``<out>/results.rst``, with the commands that produced it, and the test
 error along the runs into ``<out>/error.png``.
 
-    python examples/mnist/results.py --dataset-root ../shared/datasets \
-        --seeds 0 1 2
+    python examples/mnist/results.py --seeds 0 1 2
 
 ``--flags`` adds train_mnist.py flags to every run (``--flags="--lr
 0.7071"``), into an ``--out`` of its own: the flags are recorded in
@@ -24,8 +23,7 @@ runs already in ``<out>`` and checks that the READMEs (``README.rst`` and
 cell. It prints a diff and exits with 1 where a file's table of the same
 header differs or is missing, and with 2 when a run is missing:
 
-    python examples/mnist/results.py --dataset-root ../shared/datasets \
-        --seeds 0 1 2 --check
+    python examples/mnist/results.py --seeds 0 1 2 --check
 """
 
 import argparse

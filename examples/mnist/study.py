@@ -11,7 +11,11 @@ last 10,000 training images are the validation set (``--validation``);
 search trials never evaluate the test set. Each trial records when the
 validation accuracy first reached the target (98 %), its best validation
 accuracy and its command, in ``<out>/<optimizer>-b<B>-t<trial>.json``.
-Each complete cell's best trial (fewest steps to the target; if none
+At the batch sizes of ``--refine`` (8192 and 16384) a second round of as
+many trials follows, at the next points of the same sequence, with the
+rate over half a decade either side of the rate of the cell's best trial
+of round one (the other dimensions as before). Each complete cell's best
+trial (of both rounds) (fewest steps to the target; if none
 reached it, the best validation accuracy) is then rerun with seeds 1, 2
 and 3, which evaluate the test set once, after the last epoch
 (``<optimizer>-b<B>-best-s<seed>.json``). Trials are run round by round
@@ -19,12 +23,15 @@ and 3, which evaluate the test set once, after the last epoch
 results early; what is done (its JSON exists) is skipped, so an
 interrupted study continues where it stopped.
 
-    python examples/mnist/study.py --dataset-root ../shared/datasets
+    python examples/mnist/study.py
 
 ``--check`` runs nothing: it builds the tables from the JSONs and checks
 that ``examples/mnist/README.md`` holds them, and that each JSON is what
 the study would write now (a search trial's flags are its point's, a
-rerun is of its cell's best trial); it exits with 1 where not.
+rerun is of its cell's best trial); it exits with 1 where not. Beside the
+search, the trainer runs on its defaults at each batch size, measured the
+same way (``defaults-b<B>.json``): a third table compares them with the
+tuned trials.
 ``--reproduce FILE`` reruns the trial of one JSON in a temporary folder
 and prints ``same`` or what differs (exit 1). ``--plot`` draws the figure
 from the JSONs.
@@ -61,7 +68,10 @@ OPTIMIZERS = {'nesterov': ['--optimizer', 'nesterov'],
 BATCHSIZES = [512, 2048, 8192, 16384]
 # The epoch budget of every trial of a batch size, whatever the optimizer.
 EPOCHS = {512: 6, 2048: 8, 8192: 14, 16384: 24}
-TRIALS = 8
+TRIALS = 8  # per round
+# The batch sizes with a second round: where round one put 5 of the 8
+# nesterov trials in divergence and none of them at the target.
+REFINED = [8192, 16384]
 SEEDS = [1, 2, 3]
 TARGET = 0.98
 VALIDATION = 10000
@@ -71,6 +81,9 @@ PRIMES = (2, 3, 5, 7)
 TRUST_COEFFICIENT = 0.02  # the trainers' default
 
 TRAINER = ['python', '-m', 'examples.mnist.train_mnist']
+# Besides the search: the trainer on its defaults (--optimizer lars, its
+# rate rule, no other flag) at each batch size, measured the same way.
+DEFAULTS = 'defaults'
 
 
 def halton(index, base):
@@ -106,18 +119,42 @@ def center_lr(optimizer, batchsize):
         batchsize / recipe.REFERENCE_BATCHSIZE)
 
 
-def hyperparameters(optimizer, batchsize, epochs, u):
+def hyperparameters(optimizer, batchsize, epochs, u, around=None):
     """The flags of the trial at the point ``u`` of the unit hypercube.
 
     The dimensions in order of their expected weight, since the first bases
     of the Halton sequence spread their first points best: the rate (base
-    2), the momentum (3), the warm-up (5), the label smoothing (7).
+    2), the momentum (3), the warm-up (5), the label smoothing (7). The
+    rate spans a decade either side of ``center_lr``, or, in round two,
+    half a decade either side of ``around`` (round one's best rate).
     """
-    return {'lr': _round(center_lr(optimizer, batchsize)
-                         * 10 ** (-1 + 2 * u[0])),
+    if around is None:
+        lr = center_lr(optimizer, batchsize) * 10 ** (-1 + 2 * u[0])
+    else:
+        lr = around * 10 ** (-0.5 + u[0])
+    return {'lr': _round(lr),
             'momentum': _round(1 - 10 ** (-2 + 1.5 * u[1])),
             'warmup_epochs': _round(0.4 * epochs * u[2]),
             'label_smoothing': _round(0.2 * u[3])}
+
+
+def trials_of(batchsize, trials, refine):
+    """The trials of a cell: one round, two at the batch sizes refined."""
+    return trials * (2 if batchsize in refine else 1)
+
+
+def search_flags(optimizer, batchsize, epochs, trial, trials, records):
+    """The flags of search trial ``trial`` of a cell of ``trials`` trials
+    a round; a trial of round two centres its rate on the best of round
+    one's ``records`` (None while round one is not complete)."""
+    u = points(trial + 1)[trial]
+    if trial < trials:
+        return hyperparameters(optimizer, batchsize, epochs, u)
+    first = [r for r in records if r['trial'] < trials]
+    if len(first) < trials:
+        return None
+    return hyperparameters(optimizer, batchsize, epochs, u,
+                           around=best(first)['flags']['lr'])
 
 
 def eval_every(batchsize, n_train):
@@ -127,7 +164,8 @@ def eval_every(batchsize, n_train):
 
 def command(optimizer, batchsize, epochs, flags, seed, validation, n_train,
             test):
-    cmd = TRAINER + ['--batchsize', str(batchsize)] + OPTIMIZERS[optimizer]
+    cmd = TRAINER + ['--batchsize', str(batchsize)] + OPTIMIZERS.get(
+        optimizer, [])
     cmd += ['--epoch', str(epochs), '--validation', str(validation),
             '--eval-every', str(eval_every(batchsize, n_train)),
             '--test', test]
@@ -183,6 +221,8 @@ def run_command(cmd, out, dataset_root, device, stdout):
 
 
 def trial_name(optimizer, batchsize, trial=None, seed=None):
+    if optimizer == DEFAULTS:
+        return '{}-b{}'.format(DEFAULTS, batchsize)
     if seed is None:
         return '{}-b{}-t{}'.format(optimizer, batchsize, trial)
     return '{}-b{}-best-s{}'.format(optimizer, batchsize, seed)
@@ -194,7 +234,13 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test):
                       trial, None if test == 'never' else seed)
     path = os.path.join(args.out, name + '.json')
     if os.path.exists(path):
-        return read(path)
+        record = read(path)
+        if record['trial'] == trial and record['flags'] == flags:
+            return record
+        # A rerun of a trial that is no longer its cell's best (the search
+        # grew): made again of the best.
+        print('  {}: a rerun of trial {}, the best is now trial {}: run '
+              'again'.format(name, record['trial'], trial), flush=True)
     epochs = args.epochs or EPOCHS[batchsize]
     cmd = command(optimizer, batchsize, epochs, flags, seed,
                   args.validation, args.n_train, test)
@@ -248,7 +294,7 @@ def load(out):
     """The records in ``out``: ``(search, reruns)`` by (batch, optimizer)."""
     search, reruns = {}, {}
     for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
-        if not name.endswith('.json'):
+        if not name.endswith('.json') or name.startswith(DEFAULTS + '-'):
             continue
         record = read(os.path.join(out, name))
         cell = record['batchsize'], record['optimizer']
@@ -261,15 +307,32 @@ def load(out):
     return search, reruns
 
 
+def load_defaults(out):
+    """The runs of the trainer's defaults in ``out``, by batch size."""
+    found = {}
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        if name.startswith(DEFAULTS + '-') and name.endswith('.json'):
+            record = read(os.path.join(out, name))
+            found[record['batchsize']] = record
+    return found
+
+
 def study(args):
-    us = points(args.trials)
     cells = [(b, o) for b in args.batchsizes for o in args.optimizers]
-    for trial, u in enumerate(us):
+    for trial in range(2 * args.trials):
         for batchsize, optimizer in cells:
-            flags = hyperparameters(optimizer, batchsize,
-                                    args.epochs or EPOCHS[batchsize], u)
+            if trial >= trials_of(batchsize, args.trials, args.refine):
+                continue
+            search, _ = load(args.out)
+            flags = search_flags(optimizer, batchsize,
+                                 args.epochs or EPOCHS[batchsize], trial,
+                                 args.trials,
+                                 search.get((batchsize, optimizer), []))
             run_trial(args, optimizer, batchsize, trial, flags, 0, 'never')
             redraw(args)
+    for batchsize in args.batchsizes:
+        run_trial(args, DEFAULTS, batchsize, None, {}, 0, 'never')
+        redraw(args)
     for seed in args.seeds:
         for batchsize, optimizer in cells:
             search, _ = load(args.out)
@@ -304,8 +367,10 @@ def _spread(values, form):
     return text
 
 
-def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS)):
-    """The search table and the rerun table: (header, rows) each."""
+def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
+           defaults=None):
+    """The search table, the rerun table and, where runs of the trainer's
+    defaults exist, their table: (header, rows) each."""
     order = list(OPTIMIZERS)
     cells = sorted(set(search) | set(reruns), key=lambda c: (
         c[0], order.index(c[1]) if c[1] in order else len(order), c[1]))
@@ -322,7 +387,8 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS)):
         reached = [r for r in records if r['steps_to_target'] is not None]
         flags = top['flags']
         rows.append([str(cell[0]), cell[1], str(top['epochs']),
-                     '{}/{}'.format(len(records), trials),
+                     '{}/{}'.format(len(records),
+                                    trials_of(cell[0], trials, refine)),
                      str(len(reached)), str(top['trial']),
                      str(top['steps_to_target'] if reached else '-'),
                      '{:.2f}'.format(top['epochs_to_target'])
@@ -347,25 +413,50 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS)):
                     lambda v: '{:.0f}'.format(v)),
             _spread([r['best_validation'] for r in records], _percent),
             _spread([r['test_accuracy'] for r in records], _percent)])
-    return (head, rows), (rerun_head, rerun_rows)
+    found = [(head, rows), (rerun_head, rerun_rows)]
+    if defaults:
+        found.append(defaults_table(search, defaults))
+    return found
 
 
-def inconsistent(search, reruns, trials):
+def defaults_table(search, defaults):
+    """The trainer's defaults beside the best lars trial of the search."""
+    head = ['batch size', 'epochs', 'lr', 'steps to target',
+            'epochs to target', 'best validation (%)',
+            'best lars trial: steps to target']
+    rows = []
+    for batchsize, r in sorted(defaults.items()):
+        records = search.get((batchsize, 'lars'))
+        top = best(records) if records else None
+        rows.append([
+            str(batchsize), str(r['epochs']), '{:.4g}'.format(
+                recipe.default_lr('lars', batchsize, TRUST_COEFFICIENT)),
+            '-' if r['steps_to_target'] is None else str(
+                r['steps_to_target']),
+            '-' if r['epochs_to_target'] is None else '{:.2f}'.format(
+                r['epochs_to_target']),
+            _percent(r['best_validation']),
+            '-' if top is None or top['steps_to_target'] is None
+            else str(top['steps_to_target'])])
+    return head, rows
+
+
+def inconsistent(search, reruns, trials, refine=REFINED):
     """What in the records the study would not have written now: a search
     trial's flags that are not those of its point of the search (the
     search was changed after it ran), a rerun of another trial than its
     cell's best."""
-    us = points(trials)
     problems = []
     for (batchsize, optimizer), records in sorted(search.items()):
+        n = trials_of(batchsize, trials, refine)
         for r in records:
-            if r['trial'] >= trials:
+            if r['trial'] >= n:
                 problems.append('{}: trial {} of a search of {}'.format(
                     trial_name(optimizer, batchsize, r['trial']),
-                    r['trial'], trials))
+                    r['trial'], n))
                 continue
-            want = hyperparameters(optimizer, batchsize, r['epochs'],
-                                   us[r['trial']])
+            want = search_flags(optimizer, batchsize, r['epochs'],
+                                r['trial'], trials, records)
             if r['flags'] != want:
                 problems.append('{}: flags {}, the search gives {}'.format(
                     trial_name(optimizer, batchsize, r['trial']),
@@ -386,12 +477,21 @@ def inconsistent(search, reruns, trials):
 def check(args):
     search, reruns = load(args.out)
     status = 0
-    for problem in inconsistent(search, reruns, args.trials):
+    for problem in inconsistent(search, reruns, args.trials, args.refine):
         print(problem)
         status = 1
+    for batchsize, r in sorted(load_defaults(args.out).items()):
+        want = TRAINER + ['--batchsize', str(batchsize), '--epoch',
+                          str(r['epochs']), '--validation',
+                          str(r['validation'])]
+        if not r['command'].startswith(shlex.join(want) + ' ') or r['flags']:
+            print('{}: not a run of the trainer\'s defaults: {}'.format(
+                trial_name(DEFAULTS, batchsize), r['command']))
+            status = 1
     for path in args.check or [README]:
         for header, rows in tables(search, reruns, args.trials,
-                                   len(args.seeds)):
+                                   len(args.seeds), args.refine,
+                                   load_defaults(args.out)):
             ok, message = results.check_file(path, header, rows)
             print(message)
             status = status or (0 if ok else 1)
@@ -482,7 +582,8 @@ def plot(args):
             if records:
                 points.append((batchsize,) + cell_summary(
                     records, reruns.get((batchsize, optimizer), []),
-                    args.trials, len(args.seeds)))
+                    trials_of(batchsize, args.trials, args.refine),
+                    len(args.seeds)))
         label = {'lars': 'lars (--nesterov)'}.get(optimizer, optimizer)
         for ax, index in ((left, 1), (right, 2)):
             drawn = [(p[0], p[index]) for p in points if p[index] is not None]
@@ -505,6 +606,20 @@ def plot(args):
                           transform=left.get_xaxis_transform())
             else:
                 anchors.append((p[0], p[1]))
+    defaults = load_defaults(args.out)
+    runs = [(b, defaults[b]) for b in args.batchsizes if b in defaults]
+    for ax, key in ((left, 'steps_to_target'), (right, 'best_validation')):
+        drawn = [(b, r[key]) for b, r in runs if r[key] is not None]
+        if drawn:
+            ax.plot([b for b, _ in drawn], [v for _, v in drawn],
+                    color='gray', marker='x', linestyle='--',
+                    label='lars, trainer defaults (one run each)')
+    for b, r in runs:
+        if r['steps_to_target'] is None:
+            left.plot([b], [0.97 - 0.04 * len(args.optimizers)],
+                      linestyle='none', marker='v', color='gray',
+                      markerfacecolor='white',
+                      transform=left.get_xaxis_transform())
     if anchors:
         smallest = min(b for b, _ in anchors)
         steps = min(v for b, v in anchors if b == smallest)
@@ -535,10 +650,14 @@ def plot(args):
         [], [], linestyle='none', marker='v', color='gray',
         markerfacecolor='white', label='not reached (top)'))
     left.legend(handles=handles, fontsize=8, loc='lower left')
-    figure.suptitle('MNIST MLP, each cell tuned by {} trials on 10,000 '
+    refined = [b for b in args.batchsizes if b in args.refine]
+    figure.suptitle('MNIST MLP, each cell tuned by {} trials{} on 10,000 '
                     'held-out images; filled: mean of {} seeded reruns of '
                     'the best, hollow: search under way'.format(
-                        args.trials, len(args.seeds)), fontsize=9)
+                        args.trials, ' ({} at {})'.format(
+                            2 * args.trials, ' and '.join(
+                                str(b) for b in refined)) if refined else '',
+                        len(args.seeds)), fontsize=9)
     figure.tight_layout()
     figure.savefig(args.figure)
     plt.close(figure)
@@ -554,7 +673,12 @@ def main(argv=None):
                         help='From {} (default: both)'.format(
                             ', '.join(OPTIMIZERS)))
     parser.add_argument('--trials', type=results._integer(1),
-                        default=TRIALS, help='Trials per cell (default: '
+                        default=TRIALS, help='Trials per cell and round '
+                        '(default: %(default)s)')
+    parser.add_argument('--refine', action=results.ListFlag,
+                        type=results._integer(0), default=REFINED,
+                        help='Batch sizes with a second round, its rates '
+                        'around the best of the first; 0 for none (default: '
                         '%(default)s)')
     parser.add_argument('--seeds', action=results.ListFlag,
                         type=results._integer(0), default=SEEDS,
@@ -617,7 +741,8 @@ def main(argv=None):
     if args.tables:
         search, reruns = load(args.out)
         for header, rows in tables(search, reruns, args.trials,
-                                   len(args.seeds)):
+                                   len(args.seeds), args.refine,
+                                   load_defaults(args.out)):
             print('\n'.join(results.markdown_table(header, rows)) + '\n')
         return 0
     if args.plot_only:
