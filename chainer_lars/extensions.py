@@ -25,6 +25,9 @@ class WarmupPolynomialShift(extension.Extension):
         v_e + (v_0 - v_e) \\left(1 - \\frac{t - T_w}{T - T_w}\\right)^p
         \\ (T_w \\le t < T), \\quad v_e \\ (t \\ge T),
 
+    (in plain text: ``init * (t + 1) / warmup_count`` during the warm-up,
+    then ``end + (init - end) * (1 - (t - warmup_count) / (max_count -
+    warmup_count)) ** power``, then ``end``),
     so no update has a rate of 0. The count and the peak are saved in
     snapshots; the values are checked before the attribute first changes.
 

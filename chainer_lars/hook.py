@@ -98,6 +98,10 @@ class GradientLARS(exclusions.ExclusionProperties):
             \\ \\text{if } \\|w\\| > \\tau \\text{, else } 1, \\qquad
         g \\leftarrow r (g + \\lambda w).
 
+    In plain text, with the arguments' names: ``r = trust_coefficient *
+    ||w|| / (eps + ||g|| + weight_decay * ||w||)`` if ``||w|| > threshold``,
+    else ``r = 1``; then ``g <- r * (g + weight_decay * w)``.
+
     A drop-in for Chainer's hook, correct under loss scaling and in float16,
     with Chainer's defaults. Called on one update rule, the patterns search
     ``'/' + param.name``.
