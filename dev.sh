@@ -336,7 +336,7 @@ cmd_test() {
     jobs=${CHAINER_LARS_TOX_PARALLEL:-auto}
     if [ ${#envs[@]} -eq 0 ] || [ "$jobs" = 0 ] || [ "$jobs" = 1 ]; then
         if [ ${#envs[@]} -gt 0 ]; then
-            say "running the tox envs one at a time, their output live: about 45 minutes on 2 cores"
+            say "running the tox envs one at a time, their output live: about 15 minutes on 2 cores"
         fi
         exec .tox/.bootstrap/bin/tox "$@"
     fi
@@ -344,7 +344,7 @@ cmd_test() {
     # cores takes about half the time of one at a time. tox then shows only
     # a failing env's output, so that of the others follows, env by env.
     say "running the tox envs $jobs at a time (auto: one per core; CHAINER_LARS_TOX_PARALLEL=1: one at a time)"
-    say "this takes about 25 minutes on 2 cores (about 6 on CI's machine), more the first time (each env's install);"
+    say "this takes about 8 minutes on 2 cores, more the first time (each env's install);"
     say "a line every ${CHAINER_LARS_HEARTBEAT:-30} s says how far each env is; tox says OK or FAILED as each ends"
     journal=$(mktemp)
     work=$(mktemp -d)
