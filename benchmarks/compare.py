@@ -7,7 +7,9 @@ and prints for every case and variant the median time of each version and
 the median of the per-round ratios ``new / old``: below 1 is faster.
 Alternating the versions lets a shared machine's slow drifts hit both.
 Variants that are not ours (``momentum_sgd``, Chainer's hook, the floor)
-show what the noise is.
+show what the noise is. Below the table, each version's targets (the PASS
+or FAIL that bench_lars.py prints) over all rounds; the exit status is 1
+when one of the new version's failed in a round.
 
 Usage (a worktree of the previous commit beside this one)::
 
@@ -28,12 +30,31 @@ import tempfile
 
 def _run(tree, args, out):
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-    subprocess.run(
+    # bench_lars.py exits 1 when a target fails, having written its JSON:
+    # the verdicts are reported below the table, not raised here.
+    done = subprocess.run(
         [sys.executable, os.path.join(tree, 'benchmarks', 'bench_lars.py'),
-         '--json', out] + args, cwd=tree, env=env, check=True,
+         '--json', out] + args, cwd=tree, env=env,
         stdout=subprocess.DEVNULL)
+    if done.returncode not in (0, 1) or not os.path.exists(out):
+        raise SystemExit('{}: bench_lars.py exited with {}'.format(
+            tree, done.returncode))
     with open(out) as f:
         return json.load(f)
+
+
+def _verdicts(result):
+    """``{target: passed}`` of one bench_lars.py result."""
+    verdicts = {}
+    for case in result.get('cases', ()):
+        for t in case.get('targets', ()):
+            verdicts['{} {} wd={}: {}'.format(
+                case['model'], case['dtype'], case['weight_decay'],
+                t['name'])] = t['pass']
+    for case in result.get('gpu_host', ()):
+        for t in case.get('targets', ()):
+            verdicts['{}: {}'.format(case['model'], t['name'])] = t['pass']
+    return verdicts
 
 
 def _times(result):
@@ -65,12 +86,14 @@ def main():
             args.rounds))
     bench_args = argv[cut + 1:]
     runs = {'old': [], 'new': []}
+    verdicts = {'old': [], 'new': []}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.rounds):
             for which in ('old', 'new'):
                 out = os.path.join(tmp, '{}{}.json'.format(which, k))
-                runs[which].append(_times(_run(getattr(args, which),
-                                               bench_args, out)))
+                result = _run(getattr(args, which), bench_args, out)
+                runs[which].append(_times(result))
+                verdicts[which].append(_verdicts(result))
                 print('round {}: {} done'.format(k + 1, which),
                       file=sys.stderr)
     keys = [key for key in runs['old'][0] if key in runs['new'][0]]
@@ -85,7 +108,17 @@ def main():
         print('{:<34} {:<24} {:>10.3f} {:>10.3f} {:>8.3f} {:>8}'.format(
             key[0], key[1], statistics.median(o[0] for o in old) * 1e3,
             statistics.median(n[0] for n in new) * 1e3, ratio, norm))
+    failed = False
+    for which in ('old', 'new'):
+        names = sorted(set().union(*verdicts[which]))
+        fails = [name for name in names
+                 if not all(v.get(name, False) for v in verdicts[which])]
+        print('targets of {}: {} of {} PASS in every round{}'.format(
+            which, len(names) - len(fails), len(names),
+            ''.join('\n  FAIL in a round: ' + name for name in fails)))
+        failed |= which == 'new' and bool(fails)
+    return 1 if failed else 0
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -214,3 +214,59 @@ def test_list_flags_take_spaces_or_commas(bench):
     assert vars(spaced) == vars(commas)
     assert spaced.models == ('mlp', 'many_1k')
     assert spaced.weight_decays == (5e-4, 0.0)
+
+
+_FAKE_BENCH = '''
+import json, sys
+out = sys.argv[sys.argv.index('--json') + 1]
+ms, ok = {ms!r}, {ok!r}
+json.dump({{'cases': [{{
+    'model': 'mlp', 'dtype': 'float32', 'weight_decay': 0.0005,
+    'median_s': {{'lars': ms * 1e-3, 'floor': 1e-3}},
+    'floor_fraction': {{'lars': 1.0 / ms, 'floor': 1.0}},
+    'targets': [{{'name': 'lars <= 2 x floor', 'pass': ok}}]}}]}},
+    open(out, 'w'))
+sys.exit(0 if ok else 1)
+'''
+
+
+def _fake_tree(root, ms, ok):
+    (root / 'benchmarks').mkdir(parents=True)
+    (root / 'benchmarks' / 'bench_lars.py').write_text(
+        _FAKE_BENCH.format(ms=ms, ok=ok))
+    return str(root)
+
+
+@pytest.mark.parametrize('new_ok', [True, False])
+def test_compare_prints_ratios_and_both_versions_targets(tmp_path, capsys,
+                                                         new_ok):
+    spec = importlib.util.spec_from_file_location('compare', os.path.join(
+        os.path.dirname(_PATH), 'compare.py'))
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    old = _fake_tree(tmp_path / 'old', 2.0, True)
+    new = _fake_tree(tmp_path / 'new', 1.0, new_ok)
+    import sys
+    argv = sys.argv
+    sys.argv = ['compare.py', old, new, '--rounds', '2', '--', '--x']
+    try:
+        status = compare.main()
+    finally:
+        sys.argv = argv
+    printed = capsys.readouterr().out
+    row = [line.split() for line in printed.splitlines()
+           if line.startswith('mlp')]
+    assert row == [
+        ['mlp', 'float32', 'wd=0.0005', 'lars', '2.000', '1.000', '0.500',
+         '0.500'],
+        ['mlp', 'float32', 'wd=0.0005', 'floor', '1.000', '1.000', '1.000',
+         '1.000']]
+    assert 'targets of old: 1 of 1 PASS in every round' in printed
+    if new_ok:
+        assert status == 0
+        assert 'targets of new: 1 of 1 PASS in every round' in printed
+    else:
+        assert status == 1
+        assert ('targets of new: 0 of 1 PASS in every round\n'
+                '  FAIL in a round: mlp float32 wd=0.0005: lars <= 2 x floor'
+                in printed)
