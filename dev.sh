@@ -336,7 +336,7 @@ cmd_test() {
     jobs=${CHAINER_LARS_TOX_PARALLEL:-auto}
     if [ ${#envs[@]} -eq 0 ] || [ "$jobs" = 0 ] || [ "$jobs" = 1 ]; then
         if [ ${#envs[@]} -gt 0 ]; then
-            say "running the tox envs one at a time, their output live: about 15 minutes on 2 cores"
+            say "running the tox envs one at a time, their output live: about twice as long as two at a time"
         fi
         exec .tox/.bootstrap/bin/tox "$@"
     fi

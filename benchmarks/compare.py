@@ -43,14 +43,17 @@ def _run(tree, args, out):
         return json.load(f)
 
 
+def _case_name(case):
+    return '{} {} wd={}'.format(case['model'], case['dtype'],
+                                case['weight_decay'])
+
+
 def _verdicts(result):
     """``{target: passed}`` of one bench_lars.py result."""
     verdicts = {}
     for case in result.get('cases', ()):
         for t in case.get('targets', ()):
-            verdicts['{} {} wd={}: {}'.format(
-                case['model'], case['dtype'], case['weight_decay'],
-                t['name'])] = t['pass']
+            verdicts['{}: {}'.format(_case_name(case), t['name'])] = t['pass']
     for case in result.get('gpu_host', ()):
         for t in case.get('targets', ()):
             verdicts['{}: {}'.format(case['model'], t['name'])] = t['pass']
@@ -62,8 +65,7 @@ def _times(result):
     bench_lars.py result (the latter ``None`` in --gpu-host mode)."""
     times = {}
     for case in result.get('cases', ()):
-        name = '{} {} wd={}'.format(case['model'], case['dtype'],
-                                    case['weight_decay'])
+        name = _case_name(case)
         for variant, seconds in case['median_s'].items():
             times[name, variant] = (
                 seconds, 1.0 / case['floor_fraction'][variant])
