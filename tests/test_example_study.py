@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import shutil
+import subprocess
 
 import numpy
 import pytest
@@ -565,3 +566,31 @@ def test_round_two_centres_the_rate_on_round_one(study, tiny_study,
     assert study.main(check) == 1
     assert "defaults-b16: not a run of the trainer's defaults" in (
         capsys.readouterr().out)
+
+
+def test_a_diverged_trial_is_a_result(study, tiny_study, tmp_path):
+    """A trial whose loss stops being finite (the trainer stops with
+    status 1, its log written) is recorded as never reaching the target,
+    in plain JSON; any other failure of the trainer stops the study."""
+    cmd = study.TRAINER + ['--batchsize', '16', '--optimizer', 'nesterov',
+                           '--lr', '1e8', '--epoch', '2', '--validation',
+                           '16', '--eval-every', '1', '--test', 'never',
+                           '--snapshots', '0', '--noplot']
+    previous = chainer.dataset.get_dataset_root()
+    try:
+        with open(str(tmp_path / 'stdout'), 'w') as stdout:
+            log = study.run_command(cmd, str(tmp_path / 'run'),
+                                    tiny_study.root, '-1', stdout)
+            with pytest.raises(subprocess.CalledProcessError):
+                study.run_command(cmd + ['--momentum', '2'],
+                                  str(tmp_path / 'bad'), tiny_study.root,
+                                  '-1', stdout)
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    record = study.measure(log, 16, 48, 0.3)
+    assert record['diverged'] is True
+    assert record['final_loss'] is None
+    assert record['steps_to_target'] is None
+    json.dumps(record, allow_nan=False)
+    for name, record in records(tiny_study.out).items():
+        assert record['diverged'] is False, name

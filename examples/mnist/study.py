@@ -188,12 +188,16 @@ def measure(log, batchsize, n_train, target):
         if steps is None and accuracy >= target:
             steps = entry['iteration']
     test = log[-1].get('validation/main/accuracy')
+    loss = log[-1].get('main/loss')
+    gone = results.diverged(log)
     return {'steps_to_target': steps,
             'epochs_to_target': (None if steps is None else
                                  round(steps * batchsize / n_train, 3)),
             'best_validation': best,
             'test_accuracy': test,
-            'final_loss': log[-1].get('main/loss'),
+            # JSON has no NaN: a diverged run's loss is null, and says so.
+            'final_loss': None if gone else loss,
+            'diverged': gone,
             'curve': curve}
 
 
@@ -215,9 +219,14 @@ def run_command(cmd, out, dataset_root, device, stdout):
         if process.poll() is None:
             process.kill()
             process.wait()
+    log = results.read_log(out)
+    # A diverged run stops with status 1, its log written: a result (the
+    # target never reached), not a failure of the study.
+    if code == 1 and log and results.diverged(log):
+        return log
     if code:
         raise subprocess.CalledProcessError(code, full)
-    return results.read_log(out)
+    return log
 
 
 def trial_name(optimizer, batchsize, trial=None, seed=None):
@@ -275,7 +284,7 @@ def write(path, record):
     """Writes the JSON whole or not at all (an interrupted study)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + '.tmp', 'w') as f:
-        json.dump(record, f, indent=1, sort_keys=True)
+        json.dump(record, f, indent=1, sort_keys=True, allow_nan=False)
         f.write('\n')
     os.replace(path + '.tmp', path)
 
