@@ -594,3 +594,22 @@ def test_a_diverged_trial_is_a_result(study, tiny_study, tmp_path):
     json.dumps(record, allow_nan=False)
     for name, record in records(tiny_study.out).items():
         assert record['diverged'] is False, name
+
+
+def test_the_committed_study_is_complete_and_in_the_readme(study, capsys):
+    """The JSONs under examples/mnist/study/ hold every trial of every
+    cell, the three seeded reruns of each cell's best and a run of the
+    defaults per batch size; examples/mnist/README.md holds their tables
+    (study.py --check)."""
+    out = os.path.join(os.path.dirname(study.__file__), 'study')
+    search, reruns = study.load(out)
+    for batchsize in study.BATCHSIZES:
+        for optimizer in study.OPTIMIZERS:
+            cell = batchsize, optimizer
+            n = study.trials_of(batchsize, study.TRIALS, study.REFINED)
+            assert sorted(r['trial'] for r in search[cell]) == list(
+                range(n)), cell
+            assert sorted(r['seed'] for r in reruns[cell]) == (
+                study.SEEDS), cell
+    assert sorted(study.load_defaults(out)) == study.BATCHSIZES
+    assert study.main(['--check']) == 0, capsys.readouterr().out
