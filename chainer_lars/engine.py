@@ -217,12 +217,14 @@ def check(group, grads, op):
     group.grads = grads if held else None
 
 
-def run(group, grads, op):
+def run(group, grads, op, checked=False):
     """One update of a group's arrays with its rows, once :func:`check`
-    passes them; returns the rows left alone: no gradient, or one no
+    passes them (``checked``: the caller has just checked these
+    ``grads``); returns the rows left alone: no gradient, or one no
     executor takes even as a contiguous copy (on a GPU, of another dtype
     than its weight)."""
-    check(group, grads, op)
+    if not checked:
+        check(group, grads, op)
     group.op = op
     group.copies.clear()
     left = []

@@ -258,7 +258,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         for group, grads, clips in jobs:
             self._fill(group, clips,
                        list(map(engine.LOSS_SCALE, group.params)))
-            for k in engine.run(group, grads, L.RESCALE):
+            for k in engine.run(group, grads, L.RESCALE, checked=True):
                 self._unsupported(group.paths[k], group.weights[k], grads[k])
             self._observed[id(group)] = group
         for param, rule, path in others:

@@ -462,7 +462,7 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
             _check_unbatched(param)
         unbatched = list(plan.others)
         for group, picked in zip(plan.groups, picks):
-            left = engine.run(group, picked, L.STEP)
+            left = engine.run(group, picked, L.STEP, checked=True)
             for rule in group.rules:
                 rule.t += 1
             for k in left:
