@@ -582,6 +582,7 @@ def plot(args):
     search, reruns = load(args.out)
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
     anchors = []
+    under_way = False
     for row, optimizer in enumerate(args.optimizers):
         style = STYLES.get(optimizer, {})
         color = style.get('color')
@@ -593,6 +594,7 @@ def plot(args):
                     records, reruns.get((batchsize, optimizer), []),
                     trials_of(batchsize, args.trials, args.refine),
                     len(args.seeds)))
+                under_way = under_way or not points[-1][3]
         label = {'lars': 'lars (--nesterov)'}.get(optimizer, optimizer)
         for ax, index in ((left, 1), (right, 2)):
             drawn = [(p[0], p[index]) for p in points if p[index] is not None]
@@ -620,9 +622,10 @@ def plot(args):
     for ax, key in ((left, 'steps_to_target'), (right, 'best_validation')):
         drawn = [(b, r[key]) for b, r in runs if r[key] is not None]
         if drawn:
+            # Under the optimizers' lines, which it may cross.
             ax.plot([b for b, _ in drawn], [v for _, v in drawn],
-                    color='gray', marker='x', linestyle='--',
-                    label='lars, trainer defaults (one run each)')
+                    color='gray', marker='x', linestyle='--', zorder=1.5,
+                    label="lars, the trainer's defaults (one run each)")
     for b, r in runs:
         if r['steps_to_target'] is None:
             left.plot([b], [0.97 - 0.04 * len(args.optimizers)],
@@ -646,6 +649,9 @@ def plot(args):
     right.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
         lambda v, _: '{:g}'.format(round(100 * v, 2))))
     right.axhline(args.target, color='gray', linestyle=':', linewidth=1)
+    right.annotate('target', xy=(0.01, args.target),
+                   xycoords=('axes fraction', 'data'), xytext=(0, 3),
+                   textcoords='offset points', fontsize=8, color='gray')
     for ax in (left, right):
         ax.set_xscale('log', base=2)
         ax.set_xlim(min(args.batchsizes) / 1.5, max(args.batchsizes) * 2)
@@ -657,16 +663,19 @@ def plot(args):
     handles, _ = left.get_legend_handles_labels()
     handles.append(matplotlib.lines.Line2D(
         [], [], linestyle='none', marker='v', color='gray',
-        markerfacecolor='white', label='not reached (top)'))
+        markerfacecolor='white', label='no trial reached it (top edge)'))
     left.legend(handles=handles, fontsize=8, loc='lower left')
     refined = [b for b in args.batchsizes if b in args.refine]
     figure.suptitle('MNIST MLP, each cell tuned by {} trials{} on 10,000 '
-                    'held-out images; filled: mean of {} seeded reruns of '
-                    'the best, hollow: search under way'.format(
+                    'held-out images; {}: mean of {} seeded reruns of '
+                    'the best{}'.format(
                         args.trials, ' ({} at {})'.format(
                             2 * args.trials, ' and '.join(
                                 str(b) for b in refined)) if refined else '',
-                        len(args.seeds)), fontsize=9)
+                        'filled' if under_way else 'each point',
+                        len(args.seeds),
+                        ', hollow: search under way' if under_way else ''),
+                    fontsize=9)
     figure.tight_layout()
     figure.savefig(args.figure)
     plt.close(figure)
