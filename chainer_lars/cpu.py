@@ -214,14 +214,15 @@ class CpuExecutor(object):
             _jit().multi_update(tables.table, rows, tables.obs, tables.like,
                                 op)
         rejected = []
+        native = group.dtype.newbyteorder('=') if slow else None
         for k in slow:
             g = grads[k]
             states = group.states[k] if op == L.STEP else ()
             # Beside the loop, the NumPy passes take only arrays of mixed
             # dtypes; the rest goes back (the loop takes native copies).
             if g is None or tables.table is not None and all(
-                    a.dtype.newbyteorder('=') == group.dtype.newbyteorder(
-                        '=') for a in (g,) + tuple(states)):
+                    a.dtype.newbyteorder('=') == native
+                    for a in (g,) + tuple(states)):
                 tables.obs[k] = numpy.nan
                 rejected.append(k)
             else:
