@@ -50,8 +50,8 @@ class Group(object):
     ``copies`` (row -> group of one) of the last :func:`run`; the
     executor's ``tables``; what the face filled the rows from (``inputs``);
     whether a step writes the gradients (``scaled``: a loss scale to divide
-    out); what :func:`check` last passed (``checked``: the gradients' ids
-    or shapes, the op, ``scaled``) and the ``grads`` held.
+    out); what :func:`check` last passed (``checked``: the gradients or
+    their shapes, the op, ``scaled``) and the ``grads`` held.
     """
 
     __slots__ = ('executor', 'device', 'dtype', 'paths', 'params', 'rules',
@@ -106,17 +106,15 @@ class Plan(object):
     ``states``) momentum buffers and rule hooks; ``where``: each group's
     positions in ``params``; ``others``: what else the face keeps."""
 
-    __slots__ = ('_objects', '_ids', '_flags', '_flag_fn', '_states',
+    __slots__ = ('_objects', '_flags', '_flag_fn', '_states',
                  '_hooks', '_hook_counts', '_by_key', 'groups', 'where',
                  'others')
 
     def __init__(self, params, flags, states=False):
         self._states = states
         self._flag_fn = flags
-        objects = self._structure(params)
-        # Holding the objects keeps their ids from being reused.
-        self._objects = objects
-        self._ids = [list(map(id, o)) for o in objects]
+        # Held, the objects are known by identity (their ids stay theirs).
+        self._objects = objects = self._structure(params)
         self._flags = flags(objects[1])
         # Rules keep their hooks in these dicts, changed in place.
         self._hooks = [d for r in objects[1] if states and r is not None
@@ -156,11 +154,10 @@ class Plan(object):
         return objects
 
     def matches(self, params):
-        if list(map(id, params)) != self._ids[0]:
+        if not same(params, self._objects[0]):
             return False
         objects = self._structure(params)
-        return (all(list(map(id, o)) == ids
-                    for o, ids in zip(objects[1:], self._ids[1:]))
+        return (all(map(same, objects[1:], self._objects[1:]))
                 and self._flag_fn(objects[1]) == self._flags
                 and list(map(len, self._hooks)) == self._hook_counts)
 
@@ -186,25 +183,35 @@ def _contiguous(device, a):
         return device.xp.ascontiguousarray(a)
 
 
+def same(objects, held):
+    """Whether two lists hold the very same objects, in order."""
+    return len(objects) == len(held) and all(map(operator.is_, objects, held))
+
+
 def check(group, grads, op):
     """Checks the arrays of ``run(group, grads, op)`` (:func:`chainer_lars.
     checks.addressed`) unless they are those last checked: a face checks
     every group before it runs any, so an error leaves all as it was. The
     weights and momentum buffers of a group never change (a face makes a
-    new one); gradients are known by id on the CPU (held: the ids stay
-    theirs; the flags may differ), by shape on a GPU (holding them would
+    new one); gradients are known by identity on the CPU (held: the ids
+    stay theirs; the flags may differ), by shape on a GPU (holding them would
     keep their memory from the next backward pass)."""
-    held = group.device.xp is numpy
+    held, last = group.device.xp is numpy, group.checked
     if held:
-        key = list(map(id, grads))
+        key = last and last[0]  # same(), inlined: this runs per array
+        if (last is not None and last[1] == op and last[2] == group.scaled
+                and len(grads) == len(key)
+                and all(map(operator.is_, grads, key))):
+            group.grads = grads
+            return
+        key = list(grads)
     else:
         try:
             key = list(map(_SHAPE, grads))
         except AttributeError:  # a gradient is None
             key = [None if g is None else g.shape for g in grads]
-    if group.checked == (key, op, group.scaled):
-        group.grads = grads if held else None
-        return
+        if last == (key, op, group.scaled):
+            return
     group.checked = group.grads = None
     written = [('weight', 'gradient', 'momentum buffer')[i]
                for i in L.written(op, group.scaled)]

@@ -455,6 +455,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
             # All checked before anything moves.
             self._settings(group)
             picked = (list(map(engine.GRAD, group.params)) if grads is None
+                      # A group of every parameter has them in their order.
+                      else grads if len(where) == len(grads)
                       else list(map(grads.__getitem__, where)))
             engine.check(group, picked, L.STEP)
             picks.append(picked)
