@@ -29,7 +29,12 @@ def run_example(out, *extra, ranks=RANKS):
             '--epoch', '2', '--batchsize', str(BATCH_PER_RANK),
             '--unit', '16', '--warmup-epochs', '0.5', '--noplot',
             '--out', str(out)] + list(extra)
-    return mpi_util.run_mpi(ranks, args, timeout=240)
+    # A download, if the loader tries one, fails at once and never leaves
+    # the machine: the proxy is a closed local port.
+    proxies = {name: 'http://127.0.0.1:9' for name in (
+        'http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY')}
+    proxies.update(no_proxy='', NO_PROXY='')
+    return mpi_util.run_mpi(ranks, args, timeout=240, env=proxies)
 
 
 def read_log(out):
@@ -195,3 +200,23 @@ def test_bad_paths_stop_every_rank_at_once(dataset_root, tmp_path, flag,
     assert 'Traceback' not in result.stderr
     assert not out.exists()
     assert (tmp_path / 'file').read_text() == 'mine'
+
+
+@pytest.mark.parametrize('flag,value,message', [
+    ('--validation', '64', '--validation 64 leaves no training images: the '
+     'training set has 64'),
+    ('--dataset-root', 'empty', 'MNIST is not cached'),
+])
+def test_what_rank0_finds_in_the_data_stops_every_rank(
+        dataset_root, tmp_path, flag, value, message):
+    """Rank 0 alone reads the dataset and holds out --validation; where it
+    stops, it says why once and every rank exits with its status."""
+    if value == 'empty':
+        (tmp_path / 'empty').mkdir()
+        value = str(tmp_path / 'empty')
+    out = tmp_path / 'out'
+    result = run_example(out, flag, value)
+    assert result.returncode == (2 if flag == '--validation' else 1)
+    assert result.stderr.count(message) == 1, result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not out.exists()

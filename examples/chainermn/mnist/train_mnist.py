@@ -24,6 +24,7 @@ learning rate follows from it. See README.md one folder up.
 """
 
 import functools
+import sys
 
 import numpy
 
@@ -136,6 +137,34 @@ def select_device(args, comm):
     return chainer.get_device('@cupy:{}'.format(comm.intra_rank))
 
 
+def load_on_rank0(args, comm):
+    """``(train, test, validation)`` on rank 0, ``None`` on the others.
+
+    Where rank 0 stops (the dataset is missing, --validation leaves no
+    training images), it says why and every rank exits with its status,
+    rather than wait for it in the first collective.
+    """
+    loaded, stop = (None, None, None), None
+    if comm.rank == 0:
+        try:
+            train, test = (data.load_mnist() if args.dataset == 'mnist'
+                           else data.load_cifar(args.dataset))
+            train, validation = data.hold_out(args, train)
+            loaded = train, test, validation
+        except SystemExit as e:
+            stop = e
+    status = None  # bcast_obj wants None but on the root
+    if comm.rank == 0:
+        status = 0 if stop is None else (
+            stop.code if isinstance(stop.code, int) else 1)
+    status = comm.bcast_obj(status, root=0)
+    if stop is not None:
+        raise stop
+    if status:
+        sys.exit(status)
+    return loaded
+
+
 def main(argv=None):
     args = parse_args(argv)
     # Chainer's links make their arrays in chainer.config.dtype.
@@ -185,14 +214,7 @@ def run(args):
     optimizer, lars = recipe.make_optimizer(args, model, comm)
 
     # Only rank 0 reads the dataset; each process gets an equal shard.
-    if comm.rank != 0:
-        train, test, validation = None, None, None
-    elif args.dataset == 'mnist':
-        train, test = data.load_mnist()
-    else:
-        train, test = data.load_cifar(args.dataset)
-    if comm.rank == 0:
-        train, validation = data.hold_out(args, train)
+    train, test, validation = load_on_rank0(args, comm)
     if args.validation:
         validation = chainermn.scatter_dataset(validation, comm, shuffle=True,
                                                seed=args.seed)
