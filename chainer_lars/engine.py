@@ -193,15 +193,13 @@ def check(group, grads, op):
     checks.addressed`) unless they are those last checked: a face checks
     every group before it runs any, so an error leaves all as it was. The
     weights and momentum buffers of a group never change (a face makes a
-    new one); gradients are known by identity on the CPU (held: the ids
-    stay theirs; the flags may differ), by shape on a GPU (holding them would
-    keep their memory from the next backward pass)."""
+    new one); gradients are known by identity on the CPU (held; the flags
+    may differ), by shape on a GPU (holding them would keep their memory
+    from the next backward pass)."""
     held, last = group.device.xp is numpy, group.checked
     if held:
-        key = last and last[0]  # same(), inlined: this runs per array
         if (last is not None and last[1] == op and last[2] == group.scaled
-                and len(grads) == len(key)
-                and all(map(operator.is_, grads, key))):
+                and same(grads, last[0])):
             group.grads = grads
             return
         key = list(grads)

@@ -144,7 +144,7 @@ def load_on_rank0(args, comm):
     training images), it says why and every rank exits with its status,
     rather than wait for it in the first collective.
     """
-    loaded, stop = (None, None, None), None
+    loaded, stop, status = (None, None, None), None, None
     if comm.rank == 0:
         try:
             train, test = (data.load_mnist() if args.dataset == 'mnist'
@@ -153,10 +153,9 @@ def load_on_rank0(args, comm):
             loaded = train, test, validation
         except SystemExit as e:
             stop = e
-    status = None  # bcast_obj wants None but on the root
-    if comm.rank == 0:
         status = 0 if stop is None else (
             stop.code if isinstance(stop.code, int) else 1)
+    # bcast_obj takes None on every rank but the root.
     status = comm.bcast_obj(status, root=0)
     if stop is not None:
         raise stop
