@@ -188,7 +188,7 @@ class _Tables(object):
         self.table, self.bad = None, []
         if jit is None or group.dtype.char not in 'fd':
             return
-        self.table = table = numpy.zeros((n, 4), numpy.int64)
+        self.table = table = numpy.zeros((n, L.SIZE + 1), numpy.int64)
         table[:, L.SIZE] = -1  # no gradient until one is given
         for k, (w, states) in enumerate(zip(group.weights, group.states)):
             if checks.direct(group.dtype, (w,) + tuple(states)):
@@ -217,7 +217,7 @@ class CpuExecutor(object):
         native = group.dtype.newbyteorder('=') if slow else None
         for k in slow:
             g = grads[k]
-            states = group.states[k] if op == L.STEP else ()
+            states = group.states[k] if op != L.RESCALE else ()
             # Beside the loop, the NumPy passes take only arrays of mixed
             # dtypes; the rest goes back (the loop takes native copies).
             if g is None or tables.table is not None and all(

@@ -366,7 +366,7 @@ class CudaExecutor(object):
             pass
         keep, rejected, empty = [], [], []
         for k, (w, g) in enumerate(zip(group.weights, grads)):
-            states = group.states[k] if op == L.STEP else ()
+            states = group.states[k] if op != L.RESCALE else ()
             if g is None or g.size != w.size or not supports(w, g, *states):
                 rejected.append(k)
             elif w.size:

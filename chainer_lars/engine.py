@@ -216,7 +216,7 @@ def check(group, grads, op):
     for k, g in enumerate(grads):
         if g is not None:
             checks.addressed(group.paths[k], group.weights[k], g,
-                             group.states[k] if op == L.STEP else (),
+                             group.states[k] if op != L.RESCALE else (),
                              written, not held)
     group.checked = (key, op, group.scaled)
     group.grads = grads if held else None
@@ -239,7 +239,7 @@ def run(group, grads, op, checked=False):
             left.append(k)
             continue
         arrays = (group.weights[k], g) + (
-            group.states[k] if op == L.STEP else ())
+            group.states[k] if op != L.RESCALE else ())
         copies = [_contiguous(group.device, a) for a in arrays]
         one = group_of_one(None, group.device, group.paths[k], copies[0],
                            tuple(copies[2:]))

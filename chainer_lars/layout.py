@@ -12,30 +12,43 @@ import numpy
 
 #: The settings of one array, in column order. The hook fills
 #: ``weight_decay`` to ``adapt`` (``lr``, ``momentum`` and ``nesterov`` are
-#: its optimizer's); the optimizer fills all but ``clip_lr``.
+#: its optimizer's); LARS fills all but ``clip_lr`` and the last four;
+#: LAMB ``lr`` (``alpha * eta``), ``weight_decay`` (``weight_decay_rate``),
+#: ``eps``, ``adapt``, ``loss_scale`` and the last four: ``beta1``,
+#: ``beta2`` and the bias corrections ``1 - beta1^t``, ``1 - beta2^t``.
 COLUMNS = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
            'trust_coefficient', 'threshold', 'require_grad', 'clip_lr',
-           'loss_scale', 'adapt')
+           'loss_scale', 'adapt', 'beta1', 'beta2', 'correction1',
+           'correction2')
 (LR, MOMENTUM, NESTEROV, WEIGHT_DECAY, EPS, TRUST_COEFFICIENT, THRESHOLD,
- REQUIRE_GRAD, CLIP_LR, LOSS_SCALE, ADAPT) = range(len(COLUMNS))
+ REQUIRE_GRAD, CLIP_LR, LOSS_SCALE, ADAPT, BETA1, BETA2, CORRECTION1,
+ CORRECTION2) = range(len(COLUMNS))
 
 #: What an update does with the ratio: the hook rescales the gradient in
 #: place, ``g <- r (g + S wd w)`` with ``S`` the loss scale still in ``g``;
-#: the optimizer divides ``S`` out of ``g`` and makes the momentum step.
-RESCALE, STEP = 0, 1
+#: LARS divides ``S`` out of ``g`` and makes the momentum step; LAMB
+#: divides it out, updates its moments ``m`` and ``v`` and steps along
+#: ``r = mh / (sqrt(vh) + eps) + wd w`` times ``||w|| / ||r||``.
+RESCALE, STEP, LAMB = 0, 1, 2
+
+#: How many state buffers each op reads and writes: LARS its momentum
+#: ``v``, LAMB its moments ``m`` and ``v``.
+STATES = {RESCALE: 0, STEP: 1, LAMB: 2}
 
 #: Columns of the CPU executor's address table (int64, a row per array):
-#: the addresses of the weight, gradient and momentum buffer, and the size
-#: (negative: no gradient this update).
-W, G, V, SIZE = range(4)
+#: the addresses of the weight, gradient, first and second state buffer,
+#: and the size (negative: no gradient this update).
+W, G, V, V2, SIZE = range(5)
 
 
 def written(op, scaled):
-    """Which of ``(w, g, v)`` an op writes: the hook's rescale ``g``; a
-    step ``w`` and ``v``, and ``g`` where it divides out a loss scale."""
+    """Which of ``(w, g, *states)`` an op writes: the hook's rescale
+    ``g``; a step ``w`` and its states, and ``g`` where it divides out a
+    loss scale."""
     if op == RESCALE:
         return (1,)
-    return (0, 1, 2) if scaled else (0, 2)
+    states = tuple(range(2, 2 + STATES[op]))
+    return (0, 1) + states if scaled else (0,) + states
 
 
 def rows(n):

@@ -25,10 +25,10 @@ def test_new_rows_clip_nothing_and_scale_nothing():
 def test_the_cuda_source_takes_its_column_numbers_from_the_layout():
     for dtype in (numpy.float16, numpy.float32, numpy.float64):
         source = cuda.source(dtype)
-        defines = dict(re.findall(r'#define LARS_([A-Z_]+) (\d+)', source))
+        defines = dict(re.findall(r'#define LARS_([A-Z0-9_]+) (\d+)', source))
         for k, name in enumerate(L.COLUMNS):
             assert defines[name.upper()] == str(k)
         assert defines['COLUMNS'] == str(len(L.COLUMNS))
         # Every settings column the kernels read is one of the layout's.
-        read = set(re.findall(r's\[LARS_([A-Z_]+)\]', source))
+        read = set(re.findall(r's\[LARS_([A-Z0-9_]+)\]', source))
         assert read and read <= {name.upper() for name in L.COLUMNS}
