@@ -18,8 +18,10 @@ import numpy
 import chainer
 from chainer.backends import cuda
 from chainer import training
+from chainer.training import extensions
 
 from examples import folders
+from examples import logs
 from examples import recipe
 
 
@@ -140,7 +142,7 @@ def parser(description, defaults, epilog=None, helps=None):
     parser.add_argument('--test', choices=('each-epoch', 'end', 'never'),
                         default='each-epoch',
                         help='When to evaluate the test set (reported as '
-                        'validation/main/accuracy): at the end of each '
+                        'test/main/accuracy): at the end of each '
                         'epoch, after the last one only, or never (tuning '
                         'on --validation). Default: %(default)s')
     add('dataset_root')
@@ -374,8 +376,13 @@ def device_error(error):
     return ' '.join(str(error).split())
 
 
-def print_banner(args, *lines):
-    """Prints the settings of the run: ``lines``, then the schedule's."""
+def print_banner(args, *lines, batch=None):
+    """Prints the settings of the run: ``lines``, then the schedule's,
+    where the rate comes from, and what the reported names mean.
+
+    ``batch`` is the global batch (ChainerMN's), --batchsize by default.
+    """
+    batch = args.batchsize if batch is None else batch
     for line in lines:
         print(line)
     print('# epoch: {}'.format(args.epoch))
@@ -387,14 +394,44 @@ def print_banner(args, *lines):
         warmup += ' ({})'.format(args.warmup_note)
     print('# optimizer: {}, lr {:g}{}, weight decay {:g}, warm-up {}'.format(
         args.optimizer, args.lr, trust, args.weight_decay, warmup))
+    note = lr_note(args, batch)
+    if note:
+        print('#   ' + note)
     scaling = ''
     if args.dtype != 'float32':
         scaling = ', loss scale {}'.format(
             'dynamic' if args.loss_scale is None
             else '{:g} (static)'.format(args.loss_scale))
     print('# dtype: {}{}'.format(args.dtype, scaling))
+    names = []
+    if args.test != 'never':
+        names.append('test/main/...: the test set')
+    if args.validation:
+        names.append('val/main/...: the validation set, the last {} '
+                     'training images (--validation)'.format(
+                         args.validation))
+    print('# reported: main/...: the training batches; ' + '; '.join(names))
     print('')
     sys.stdout.flush()
+
+
+def lr_note(args, batch):
+    """Where the rate comes from, when the recipe set it (no --lr): a
+    user who knows ``LARS()``'s defaults reads why these differ."""
+    if not math.isclose(args.lr, recipe.default_lr(
+            args.optimizer, batch, args.trust_coefficient)):
+        return None
+    scale = '{} / {}'.format(batch, recipe.REFERENCE_BATCHSIZE)
+    if args.optimizer in ('momentum', 'nesterov'):
+        return ('lr from the batch size, linear scaling: {:g} * {} = {:g} '
+                '(--lr sets it)'.format(recipe.MOMENTUM_LR_PER_256, scale,
+                                        args.lr))
+    return ("lr from the batch size, the large-batch recipe's rule: lr * "
+            'trust coefficient = {:g} * sqrt({}) = {:.3g} (--lr sets it);\n'
+            "#   LARS()'s defaults, lr=2.0 and trust_coefficient=1e-3, make "
+            'a step of 0.002, a start for small batches'.format(
+                recipe.LARS_STEP_PER_256, scale,
+                args.lr * args.trust_coefficient))
 
 
 def say(message):
@@ -608,6 +645,7 @@ def load_snapshot(args, trainer):
             usage_error('--resume {}: the snapshot has {}; it was not '
                         'written by this run of these examples: start a new '
                         'run'.format(args.resume, e.args[1]))
+    upgrade_reports(trainer)
     optimizer = trainer.updater.get_optimizer('main')
     for path, param in optimizer.target.namedparams():
         rule = param.update_rule
@@ -619,6 +657,23 @@ def load_snapshot(args, trainer):
                     'not written by this run of these examples: start a new '
                     'run'.format(args.resume, path, name, a.shape,
                                  param.shape))
+
+
+def upgrade_reports(trainer):
+    """Renames the test set's keys of an older version in what a snapshot
+    loaded into the log and the plots (``examples/logs.py``), so that a
+    resumed run logs and draws the whole run under today's names."""
+    # Chainer has no public setter: its attributes, as in 7.8.1.
+    for entry in trainer._extensions.values():
+        extension = entry.extension
+        if isinstance(extension, extensions.LogReport):
+            extension._log = logs.upgraded(extension._log)
+        elif isinstance(extension, extensions.PlotReport):
+            data = {logs.upgraded_key(key): values
+                    for key, values in extension._data.items()}
+            for key in extension._y_keys:
+                data.setdefault(key, [])
+            extension._data = data
 
 
 class RunSettings(training.Extension):

@@ -15,6 +15,7 @@ from chainer import training
 from chainer.training import extensions
 
 from examples import cli
+from examples import logs
 from examples import plots
 from examples import recipe
 
@@ -58,13 +59,14 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         evaluators.append((Evaluator(
             chainer.iterators.SerialIterator(test, args.batchsize,
                                              repeat=False, shuffle=False),
-            model, device=device), 'validation', test_trigger(args),
+            model, device=device), logs.TEST, test_trigger(args),
             args.test == 'each-epoch'))
     if validation is not None:
         evaluators.append((Evaluator(
             chainer.iterators.SerialIterator(validation, args.batchsize,
                                              repeat=False, shuffle=False),
-            model, device=device), 'val', evaluation_trigger(args), True))
+            model, device=device), logs.VALIDATION, evaluation_trigger(args),
+            True))
     if comm is not None:
         import chainermn
         evaluators = [(chainermn.create_multi_node_evaluator(e, comm), n,
@@ -76,8 +78,8 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         for key in averaged:
             trainer.extend(
                 chainermn.extensions.ObservationAggregator(comm, key))
-    # The name is the prefix of the keys: validation/main/accuracy is the
-    # test set's, as it always was; val/main/accuracy the validation set's.
+    # The name is the prefix of the keys: test/main/accuracy is the test
+    # set's, val/main/accuracy the validation set's (examples/logs.py).
     for evaluator, name, trigger, before in evaluators:
         trainer.extend(evaluator, name=name, trigger=trigger,
                        call_before_training=before)
@@ -222,8 +224,8 @@ class Evaluator(extensions.Evaluator):
     batch, so that a short last batch counts as much as a full one: with
     10,000 test images in batches of 8192, the last 1808 images would make
     half of the result. This one weights what the model reports for a batch
-    by the number of its examples, so that ``validation/main/accuracy`` is
-    the accuracy on the whole test set.
+    by the number of its examples, so that ``test/main/accuracy`` is the
+    accuracy on the whole test set.
     """
 
     def __init__(self, iterator, target, **kwargs):
@@ -279,14 +281,14 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         import matplotlib
         matplotlib.use('Agg')
         trainer.extend(extensions.PlotReport(
-            ['main/loss', 'validation/main/loss'], 'epoch',
+            ['main/loss', 'test/main/loss'], 'epoch',
             filename='loss.png', trigger=end_of_epoch,
             postprocess=plots.epoch_axes(
                 'loss (softmax cross entropy, log scale)', log=True,
                 title=title, divergence=divergence)),
             call_before_training=True)
         trainer.extend(extensions.PlotReport(
-            ['main/accuracy', 'validation/main/accuracy'], 'epoch',
+            ['main/accuracy', 'test/main/accuracy'], 'epoch',
             filename='accuracy.png', trigger=end_of_epoch,
             postprocess=plots.epoch_axes(
                 'accuracy (%)', percent=True, title=title,
@@ -300,8 +302,8 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         if scaling is not None:
             trainer.extend(plots.LossScalePlot(scaling))
 
-    printed = ['epoch', 'main/loss', 'validation/main/loss',
-               'main/accuracy', 'validation/main/accuracy', 'lr'] + columns
+    printed = ['epoch', 'main/loss', 'test/main/loss',
+               'main/accuracy', 'test/main/accuracy', 'lr'] + columns
     if args.validation:
         printed[5:5] = ['val/main/accuracy']
     trainer.extend(extensions.PrintReport(printed + ['elapsed_time']),

@@ -75,8 +75,8 @@ def check_run_and_resume(main, args, out_dir, iterations_per_epoch,
     assert [entry['epoch'] for entry in log] == [0, 1, 2, 3]
     assert [entry['iteration'] for entry in log] == [
         i * iterations_per_epoch for i in range(4)]
-    for key in ('main/loss', 'validation/main/loss', 'main/accuracy',
-                'validation/main/accuracy', 'lr'):
+    for key in ('main/loss', 'test/main/loss', 'main/accuracy',
+                'test/main/accuracy', 'lr'):
         assert all(math.isfinite(entry[key]) for entry in log[1:]), key
     plots = {'loss.png', 'accuracy.png', 'lr.png'}
     if lars_key is not None:
@@ -318,7 +318,7 @@ def test_mnist_results_table(dataset_root, tmp_path):
         for optimizer, cell in zip(('momentum', 'lars'), cells[1:]):
             runs = [os.path.join(out, 'b{}-{}-s{}'.format(
                 batchsize, optimizer, seed)) for seed in (0, 1)]
-            accuracies = [100 * read_log(run)[-1]['validation/main/accuracy']
+            accuracies = [100 * read_log(run)[-1]['test/main/accuracy']
                           for run in runs]
             mean, low, high = cell.replace('(', ' ').replace(
                 '-', ' ').replace(')', ' ').split()
@@ -334,7 +334,7 @@ def test_mnist_results_table(dataset_root, tmp_path):
                     'python -m examples.mnist.train_mnist --batchsize 32 '
                     '--optimizer lars --epoch 1 --seed 1\n'):
         assert command in md and command in rst
-    assert os.path.getsize(os.path.join(out, 'error.png')) > 0
+    assert os.path.getsize(os.path.join(out, 'accuracy.png')) > 0
     # Done configurations are not run again.
     stamp = os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log'))
     results.main(argv)
@@ -376,8 +376,8 @@ def test_mnist_results_takes_a_diverged_run_as_done(dataset_root,
     printed = capsys.readouterr().out
     assert '  diverged: stopped after epoch 1 (' in printed
     assert '| 16 | {:.2f} |'.format(
-        100 * log[-1]['validation/main/accuracy']) in printed
-    assert os.path.getsize(os.path.join(out, 'error.png')) > 0
+        100 * log[-1]['test/main/accuracy']) in printed
+    assert os.path.getsize(os.path.join(out, 'accuracy.png')) > 0
     results.main(argv)
     assert '$ python' not in capsys.readouterr().out
     assert results.main(argv[:-4] + ['--out', out, '--check', os.path.join(
@@ -534,6 +534,37 @@ def test_banner_names_a_trust_coefficient_only_for_lars(mnist, capsys,
     cli.print_banner(mnist.parse_args(['--optimizer', optimizer]))
     out = capsys.readouterr().out
     assert ('trust coefficient 0.02' in out) == (optimizer != 'momentum')
+
+
+@pytest.mark.parametrize('flags,says', [
+    ([], 'lr * trust coefficient = 0.005 * sqrt(8192 / 256) = 0.0283'),
+    (['--optimizer', 'momentum-lars', '-b', '1024'],
+     'lr * trust coefficient = 0.005 * sqrt(1024 / 256) = 0.01'),
+    (['--optimizer', 'momentum'], 'linear scaling: 0.1 * 8192 / 256 = 3.2'),
+    (['--lr', '1'], None),
+])
+def test_banner_says_where_the_rate_comes_from(mnist, capsys, flags, says):
+    """The rate the trainer prints is not LARS()'s default: the banner
+    says which rule made it, and how LARS()'s defaults compare."""
+    cli.print_banner(mnist.parse_args(flags))
+    out = capsys.readouterr().out
+    if says is None:
+        assert 'lr from the batch size' not in out
+    else:
+        assert says in out
+    assert ("LARS()'s defaults, lr=2.0 and trust_coefficient=1e-3" in out
+            ) == (says is not None and 'trust' in says)
+
+
+@pytest.mark.parametrize('flags', [[], ['--validation', '100'],
+                                   ['--validation', '100', '--test',
+                                    'never']])
+def test_banner_names_the_test_and_the_validation_set(mnist, capsys, flags):
+    cli.print_banner(mnist.parse_args(flags))
+    out = capsys.readouterr().out
+    assert ('test/main/...: the test set' in out) == ('never' not in flags)
+    assert ('val/main/...: the validation set, the last 100 training '
+            'images (--validation)' in out) == ('100' in flags)
 
 
 @pytest.mark.parametrize('depth', ['21', '2', '-4'])
@@ -734,6 +765,41 @@ def test_resume_refuses_another_run(mnist, mnist_snapshot, tmp_path,
     assert message in err and 'start a new run' in err, err
     assert '--lr' not in err.split('. ')[0]
     assert not out.exists()
+
+
+def test_resume_of_an_older_snapshot_names_the_test_set_test(
+        mnist, dataset_root, tmp_path):
+    """A snapshot of the version that named the test set Chainer's way
+    (validation/main/...) resumes into a run whose log and plots name it
+    test/main/... from the first epoch on."""
+    args = ['-b', '32', '-u', '8', '--warmup-epochs', '1', '-e', '2']
+    first = tmp_path / 'first'
+    mnist.main(args + ['--out', str(first), '--snapshots', '2'])
+    old = str(tmp_path / 'old_snapshot')
+    with numpy.load(str(first / 'snapshot_iter_2')) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    renamed = 0
+    for key, value in arrays.items():
+        if key.endswith('LogReport/_log') or '/_plot_' in key:
+            text = str(value).replace('"test/main/', '"validation/main/')
+            renamed += text != str(value)
+            arrays[key] = numpy.array(text)
+    assert renamed == 3  # the log, the loss plot, the accuracy plot
+    with open(old, 'wb') as f:  # a file: savez would add .npz to a name
+        numpy.savez(f, **arrays)
+    resumed = tmp_path / 'resumed'
+    mnist.main(args + ['--out', str(resumed), '--resume', old])
+    log = read_log(str(resumed))
+    assert [entry['epoch'] for entry in log] == [0, 1, 2]
+    assert all('test/main/accuracy' in entry for entry in log)
+    assert not any(key.startswith('validation/') for entry in log
+                   for key in entry)
+    assert without_time(log) == without_time(read_log(str(first)))
+    with numpy.load(str(resumed / 'snapshot_iter_4')) as npz:
+        plotted = json.loads(str(npz['extensions/PlotReport_1/'
+                                     '_plot_accuracy.png']))
+    assert sorted(plotted) == ['main/accuracy', 'test/main/accuracy']
+    assert len(plotted['test/main/accuracy']) == 3
 
 
 def test_resume_of_a_finished_run_says_so(mnist, mnist_snapshot,
@@ -937,7 +1003,7 @@ def test_loss_plot_names_train_and_test_and_marks_divergence():
     import matplotlib.pyplot as plt
     figure, axes = draw_epochs(
         {'main/loss': [2.3, 1.5, numpy.nan, numpy.nan],
-         'validation/main/loss': [2.3, 1e30, numpy.inf, numpy.nan]},
+         'test/main/loss': [2.3, 1e30, numpy.inf, numpy.nan]},
         ylabel='loss', log=True, title='lars, batch 32')
     legend = axes.legend()
     labels = [text.get_text() for text in legend.get_texts()]
@@ -967,7 +1033,7 @@ def test_accuracy_plot_is_in_percent_and_hides_a_diverged_runs_values():
     finite, nothing is drawn, and the y axis stays 0-100 %."""
     import matplotlib.pyplot as plt
     accuracy = {'main/accuracy': [None, 0.5, 0.098],
-                'validation/main/accuracy': [0.1, 0.6, 0.098]}
+                'test/main/accuracy': [0.1, 0.6, 0.098]}
     divergence = training.Divergence('out')
     figure, axes = draw_epochs(accuracy, percent=True,
                                divergence=divergence)
@@ -993,7 +1059,7 @@ def test_epoch_axis_has_whole_epochs(epochs):
     """A one-epoch run reads 0 and 1, not 0, 0.2, ..., 1."""
     import matplotlib.pyplot as plt
     figure, axes = draw_epochs(
-        {'validation/main/accuracy': numpy.linspace(0.1, 0.9, epochs + 1)},
+        {'test/main/accuracy': numpy.linspace(0.1, 0.9, epochs + 1)},
         percent=True)
     figure.canvas.draw()
     ticks = [t for t in axes.get_xticks()

@@ -192,7 +192,7 @@ def run(args):
         if args.dataset != 'mnist':
             lines.append('# dataset: {}, ResNet-{}, BatchNorm statistics {}'
                          .format(args.dataset, args.depth, args.batchnorm))
-        cli.print_banner(args, *lines)
+        cli.print_banner(args, *lines, batch=global_batchsize)
 
     # Every process draws weights; the first update replaces them with
     # rank 0's.
