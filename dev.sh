@@ -217,6 +217,9 @@ cmd_mnist() {
     [ -f "$script" ] || die "$script does not exist (yet)"
     ensure_venv examples
     default_dataset_root
+    # The trainer's Ctrl-C message gives the command to resume: this one.
+    export CHAINER_LARS_LAUNCHER
+    CHAINER_LARS_LAUNCHER="bash $(printf %q "$0") mnist"
     exec "$venv/bin/python" "$script" "$@"
 }
 
@@ -232,6 +235,8 @@ cmd_chainermn() {
     ensure_mpi
     ensure_venv examples,mpi
     default_dataset_root
+    export CHAINER_LARS_LAUNCHER
+    CHAINER_LARS_LAUNCHER="bash $(printf %q "$0") chainermn -n $n"
     case $(mpiexec --version 2>&1) in
         *'Open MPI'*|*OpenRTE*)
             # Open MPI refuses to run as root, and to start more processes

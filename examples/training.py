@@ -5,10 +5,17 @@ reports are an evaluator that weights each batch by its size, the log, the
 plots (``examples/plots.py``) and the snapshots.
 """
 
+import gc
 import math
 import os
 import re
+import shlex
+import shutil
+import signal
 import sys
+import threading
+import time
+import traceback
 
 import chainer
 from chainer import training
@@ -101,12 +108,158 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
     if args.resume is not None:
         cli.load_snapshot(args, trainer)
 
-    trainer.run()
+    with Interruption(args, trainer,
+                      say=comm is None or comm.rank == 0):
+        trainer.run()
     if divergence.found is not None:
         if divergence.say:
             cli.say('stopped: the run diverged (see above); the log and the '
                     'plots in {} show it'.format(args.out))
         sys.exit(1)
+
+
+class Interruption(object):
+
+    """Ctrl-C during ``trainer.run()``: one line, no traceback, status 130.
+
+    The line says where the run stopped and, where this run wrote a
+    snapshot (or was resumed from one), the command that continues it:
+    the same command with ``--resume`` (``resume_command``); where there
+    is none, it says so. Python acts on Ctrl-C between two of its
+    operations, so a single long one (a float16 matrix product on the
+    CPU takes minutes) would hold it back: a watcher thread sees the
+    signal at once (``signal.set_wakeup_fd``), and if the run has not
+    stopped within ``GRACE`` seconds it says the same and ends the
+    process itself. ``say``: this process prints (ChainerMN's rank 0).
+    """
+
+    GRACE = 3.0
+
+    def __init__(self, args, trainer, say=True):
+        self._args = args
+        self._trainer = trainer
+        self._say = say
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def __enter__(self):
+        self._start = time.time()
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        try:
+            self._previous = signal.set_wakeup_fd(self._write)
+        except ValueError:  # not the main thread: no watcher
+            self._previous = None
+        else:
+            threading.Thread(target=self._watch, daemon=True).start()
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if self._previous is not None:
+            signal.set_wakeup_fd(self._previous)
+        os.close(self._write)  # the watcher reads the end and returns
+        if not isinstance(value, KeyboardInterrupt):
+            return False
+        if self._stop():
+            # A snapshot being written when the signal came holds an open
+            # zip file: let it go now, without the warning Python would
+            # print at exit.
+            hook, sys.unraisablehook = sys.unraisablehook, lambda _: None
+            try:
+                traceback.clear_frames(tb)
+                gc.collect()
+            finally:
+                sys.unraisablehook = hook
+        sys.exit(130)
+
+    def _watch(self):
+        while True:
+            try:
+                byte = os.read(self._read, 1)
+            except OSError:
+                break
+            if not byte:  # the run ended
+                break
+            if byte[0] == signal.SIGINT:
+                time.sleep(self.GRACE)
+                if self._stop():
+                    os._exit(130)
+                break
+        os.close(self._read)
+
+    def _stop(self):
+        """Says where the run stopped, once; whether this call said it."""
+        with self._lock:
+            if self._stopping:
+                return False
+            self._stopping = True
+        if self._say:
+            sys.stdout.write('\n')
+            cli.say(self.message())
+        return True
+
+    def message(self):
+        updater = self._trainer.updater
+        where = 'interrupted at iteration {} (epoch {:.2f} of {})'.format(
+            updater.iteration, updater.epoch_detail, self._args.epoch)
+        snapshot = self.snapshot()
+        if snapshot is None:
+            why = ('--snapshots 0 writes none' if not self._args.snapshots
+                   else 'the first is written at the end of epoch 1')
+            return '{}; no snapshot to resume from ({}): run the command ' \
+                'again to start over'.format(where, why)
+        return '{}; to continue from {}, run: {}'.format(
+            where, snapshot, resume_command(snapshot))
+
+    def snapshot(self):
+        """The latest snapshot this run wrote in --out, else the one it
+        was resumed from, else None."""
+        out = self._args.out
+        found = []
+        try:
+            names = os.listdir(out)
+        except OSError:
+            names = []
+        for name in names:
+            match = re.match(r'snapshot_iter_(\d+)$', name)
+            path = os.path.join(out, name)
+            if match and os.stat(path).st_mtime >= self._start - 1:
+                found.append((int(match.group(1)), path))
+        if found:
+            return max(found)[1]
+        return self._args.resume
+
+
+def resume_command(snapshot, argv=None):
+    """The command of this run with ``--resume snapshot``, to paste.
+
+    The script as it was started (``dev.sh`` names itself in
+    ``CHAINER_LARS_LAUNCHER``; a module is run with ``-m``), its
+    arguments without a --resume of their own.
+    """
+    argv = list(sys.argv if argv is None else argv)
+    launcher = os.environ.get('CHAINER_LARS_LAUNCHER')
+    if launcher:
+        command = shlex.split(launcher)
+    else:
+        python = 'python' if shutil.which('python') and os.path.realpath(
+            shutil.which('python')) == os.path.realpath(
+                sys.executable) else sys.executable
+        main = sys.modules.get('__main__')
+        spec = getattr(main, '__spec__', None)
+        if spec is not None and spec.name:
+            command = [python, '-m', spec.name]
+        else:
+            command = [python, argv[0]]
+    args, skip = [], False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+        elif arg in ('--resume', '-r'):
+            skip = True
+        elif not arg.startswith(('--resume=', '-r')):  # -rPATH too
+            args.append(arg)
+    return shlex.join(command + args + ['--resume', snapshot])
 
 
 def _unwrap_variables(keys):

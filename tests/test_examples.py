@@ -10,8 +10,11 @@ import json
 import math
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import numpy
 import pytest
@@ -914,6 +917,135 @@ def test_a_kill_while_writing_leaves_no_snapshot_cut_short(
         dataset_root)
     assert result.returncode == 0, result.stderr
     assert read_log(str(resumed))[-1]['epoch'] == 3
+
+
+# The MNIST trainer, each update slowed down so that a run lasts long
+# enough to be interrupted; from its first update on, the update given by
+# SLOW_UPDATE instead (a long C call that holds Python's signal handlers
+# back), if set.
+SLOW_DRIVER = """import hashlib, os, sys, time
+from chainer.training import updaters
+from examples import training
+from examples.mnist import train_mnist
+training.Interruption.GRACE = 0.5
+update = updaters.StandardUpdater.update_core
+def slow(self):
+    update(self)
+    if os.environ.get('SLOW_UPDATE') and self.iteration > 2:
+        hashlib.pbkdf2_hmac('sha256', b'x', b'y', 100000000)
+    time.sleep(0.05)
+updaters.StandardUpdater.update_core = slow
+train_mnist.main(sys.argv[1:])
+"""
+
+
+def interrupt(tmp_path, root, args, wait_for_snapshot=True, env=None):
+    """Starts the slowed trainer, sends it SIGINT once it has written a
+    snapshot (or after a second), and returns its result and the time
+    from the signal to its end."""
+    driver = tmp_path / 'driver.py'
+    driver.write_text(SLOW_DRIVER)
+    out = tmp_path / 'out'
+    environment = dict(os.environ, PYTHONPATH=REPO_ROOT,
+                       CHAINER_DATASET_ROOT=root, PYTHONWARNINGS='ignore')
+    environment.pop('CHAINER_LARS_LAUNCHER', None)
+    environment.update(env or {})
+    command = [sys.executable, str(driver)] + args + ['--out', str(out)]
+    process = subprocess.Popen(
+        command, cwd=str(tmp_path), env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and process.poll() is None:
+            time.sleep(0.1)
+            if not wait_for_snapshot and os.path.exists(str(out / 'log')):
+                break
+            if wait_for_snapshot and out.exists() and any(
+                    n.startswith('snapshot_iter_') for n in os.listdir(
+                        str(out))):
+                break
+        time.sleep(0.3)
+        sent = time.time()
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return (subprocess.CompletedProcess(command, process.returncode,
+                                        stdout, stderr),
+            time.time() - sent, environment)
+
+
+INTERRUPTED = re.compile(r'^driver\.py: interrupted at iteration (\d+) '
+                         r'\(epoch ([\d.]+) of 6\); ')
+
+
+def test_ctrl_c_says_how_to_resume_and_exits_130(dataset_root, tmp_path):
+    """Ctrl-C: no traceback, one line that says where the run stopped and
+    the command that resumes it from the snapshot this run wrote, status
+    130; that command finishes the run."""
+    args = ['-b', '32', '-u', '8', '-e', '6', '--noplot', '--warmup-epochs',
+            '1', '--snapshots', '2']
+    result, _, environment = interrupt(tmp_path, dataset_root, args)
+    assert result.returncode == 130, result.stderr
+    assert 'Traceback' not in result.stderr
+    assert 'Exception ignored' not in result.stderr
+    line, = result.stderr.strip().splitlines()
+    match = INTERRUPTED.match(line)
+    assert match, line
+    snapshot, command = re.search(
+        r'; to continue from (\S+), run: (.*)$', line).groups()
+    assert os.path.isfile(str(tmp_path / snapshot))
+    assert shlex.split(command) == (
+        [shlex.split(command)[0], str(tmp_path / 'driver.py')] + args
+        + ['--out', str(tmp_path / 'out'), '--resume', snapshot])
+    resumed = subprocess.run(
+        shlex.split(command), cwd=str(tmp_path), env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_log(str(tmp_path / 'out'))[-1]['epoch'] == 6
+
+
+def test_resume_command_replaces_a_resume_of_its_own(monkeypatch):
+    monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh mnist')
+    argv = ['train_mnist.py', '-b', '64', '--resume', 'a/snapshot_iter_1',
+            '-ra/b', '--resume=a/c', '-o', 'my result']
+    assert training.resume_command('my result/snapshot_iter_8', argv) == (
+        "bash dev.sh mnist -b 64 -o 'my result' --resume "
+        "'my result/snapshot_iter_8'")
+
+
+def test_ctrl_c_without_a_snapshot_says_there_is_none(
+        dataset_root, tmp_path):
+    result, _, _ = interrupt(
+        tmp_path, dataset_root, ['-b', '32', '-u', '8', '-e', '6',
+                                 '--noplot', '--snapshots', '0'],
+        wait_for_snapshot=False)
+    assert result.returncode == 130, result.stderr
+    line, = result.stderr.strip().splitlines()
+    assert INTERRUPTED.match(line), line
+    assert line.endswith('; no snapshot to resume from (--snapshots 0 '
+                         'writes none): run the command again to start '
+                         'over'), line
+
+
+def test_ctrl_c_during_a_long_update_acts_at_once(dataset_root, tmp_path):
+    """Python runs its handler of Ctrl-C only between its operations: an
+    update that is one long C call (a float16 matrix product on the CPU)
+    would hold it back for minutes; the run says where it stopped and
+    ends after a short grace (0.5 s here) instead."""
+    result, took, _ = interrupt(
+        tmp_path, dataset_root, ['-b', '32', '-u', '8', '-e', '6',
+                                 '--noplot', '--warmup-epochs', '1'],
+        env={'SLOW_UPDATE': '1'})
+    assert result.returncode == 130, result.stderr
+    line, = result.stderr.strip().splitlines()
+    assert INTERRUPTED.match(line), line
+    assert 'to continue from ' in line
+    # The C call alone takes about a minute.
+    assert took < 20
 
 
 def test_lr_plot_has_every_iteration_and_one_snapshot_is_kept(
