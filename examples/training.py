@@ -461,7 +461,53 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         printed[5:5] = ['val/main/accuracy']
     trainer.extend(extensions.PrintReport(printed + ['elapsed_time']),
                    call_before_training=True)
-    trainer.extend(extensions.ProgressBar(update_interval=10))
+    if cli.slow_precision(args):
+        # Minutes an update: every update, and a line while one runs.
+        trainer.extend(extensions.ProgressBar(update_interval=1))
+        trainer.extend(Heartbeat())
+    else:
+        trainer.extend(extensions.ProgressBar(update_interval=10))
+
+
+class Heartbeat(training.Extension):
+
+    """Prints a line every ``interval`` seconds while an update (or an
+    evaluation) runs longer than that, so that a slow run (float16 on the
+    CPU: minutes an update) shows it is alive. A thread prints it: NumPy
+    releases Python's lock during a matrix product."""
+
+    trigger = 1, 'iteration'
+    priority = training.PRIORITY_READER
+
+    def __init__(self, interval=10.0):
+        self._interval = interval
+        self._since = time.time()
+        self._iteration = 0
+        self._done = threading.Event()
+        self._thread = None
+
+    def initialize(self, trainer):
+        self._since = time.time()
+        self._iteration = trainer.updater.iteration
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._beat, args=(trainer,), daemon=True)
+            self._thread.start()
+
+    def __call__(self, trainer):
+        self._since = time.time()
+        self._iteration = trainer.updater.iteration
+
+    def _beat(self, trainer):
+        while not self._done.wait(self._interval):
+            running = time.time() - self._since
+            if running >= self._interval:
+                print('  ... {:.0f} s since update {} of the run, still '
+                      'computing (float16 on the CPU: minutes an update)'
+                      .format(running, self._iteration), flush=True)
+
+    def finalize(self):
+        self._done.set()
 
 
 def report_loss_scale(scaling):

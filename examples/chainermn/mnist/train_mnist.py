@@ -180,6 +180,8 @@ def run(args):
     global_batchsize = args.batchsize * comm.size
     args.lr = cli.derived_lr(cli.usage_error, args, global_batchsize)
     cli.check_resume(args, processes=comm.size)
+    if comm.rank == 0:
+        cli.warn_of_slow_precision(args)
 
     if comm.rank == 0:
         lines = [
