@@ -264,7 +264,8 @@ cmd_docs() {
 # While tox runs its envs in parallel (and holds their output back until
 # each ends), prints when each env starts, when its pytest session ends,
 # and every CHAINER_LARS_HEARTBEAT seconds (default 30) how far each one
-# is: its tests done of those collected (from the files that
+# is: its tests done of those collected, and the test running once it has
+# run longer than that (from the files that
 # tests/progress.py writes into $1), or that it waits, installs or runs.
 # $1/tox.out is tox's own output, which says when an env ended; $2... are
 # the envs. An env has started once tox has cleared its log folder.
@@ -285,7 +286,8 @@ def say(text):
 def progress(env):
     try:
         with open(os.path.join(folder, env)) as f:
-            return f.read().split()
+            # the test's node id, the fifth word, may hold spaces
+            return f.read().strip().split(None, 4)
     except OSError:
         return None
 
@@ -309,10 +311,20 @@ def state(env):
         return 'collecting tests'
     if words[0] == 'finished':
         return 'pytest done, {} tests, {} failed'.format(words[2], words[3])
-    done, total, failed = map(int, words)
-    return '{}/{} tests ({:.0%}){}'.format(
+    done, total, failed = map(int, words[:3])
+    text = '{}/{} tests ({:.0%}){}'.format(
         done, total, done / total if total else 0,
         ', {} failed'.format(failed) if failed else '')
+    # The test running now, once it has run longer than a heartbeat: the
+    # percentage counts tests, and one can take minutes.
+    if len(words) > 4:
+        running = time.time() - float(words[3])
+        if running >= interval:
+            minutes, seconds = divmod(int(running), 60)
+            text += ', running {} for {}'.format(
+                words[4], '{} min {:02d} s'.format(minutes, seconds)
+                if minutes else '{} s'.format(seconds))
+    return text
 
 
 beat = start

@@ -388,6 +388,56 @@ def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
                    for line in lines[lines.index('dev.sh: docs: OK in 4 s'):])
 
 
+LONG_TEST = """import time
+
+
+def test_quick():
+    pass
+
+
+def test_long():
+    time.sleep(3.5)
+"""
+
+
+def test_test_names_a_test_that_runs_long(checkout, tmp_path):
+    """The percentage counts tests, and one test can take minutes: the
+    heartbeat names the test running once it has run longer than a
+    heartbeat's interval."""
+    repo = checkout['repo']
+    tests = tmp_path / 'long_tests'
+    tests.mkdir()
+    (tests / 'test_long.py').write_text(LONG_TEST)
+    (tests / 'conftest.py').write_text(
+        'from tests.conftest import pytest_configure  # NOQA\n')
+    bootstrap = repo / '.tox' / '.bootstrap' / 'bin'
+    bootstrap.mkdir(parents=True)
+    write_script(str(bootstrap / 'python'),
+                 '#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then '
+                 'exit 0; fi\nexec {} "$@"\n'.format(sys.executable))
+    write_script(str(bootstrap / 'tox'), FAKE_TOX.format(
+        python=sys.executable, tests=str(tests), repo=REPO_ROOT))
+    write_script(str(checkout['bin'] / 'g++'), '#!/bin/sh\nexit 0\n')
+    environment = dict(os.environ)
+    environment['PATH'] = '{}{}{}'.format(checkout['bin'], os.pathsep,
+                                          environment['PATH'])
+    for name in ('CHAINER_LARS_TOX_PARALLEL', 'CHAINER_LARS_PROGRESS'):
+        environment.pop(name, None)
+    environment['CHAINER_LARS_HEARTBEAT'] = '1'
+    result = subprocess.run(
+        ['bash', str(repo / 'dev.sh'), 'test'], cwd=str(checkout['caller']),
+        env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True, timeout=120)
+    assert result.returncode == 0, result.stdout
+    named = [line for line in result.stdout.splitlines() if re.match(
+        r'dev\.sh: \d+ min \d\d s: .*-cpu 1/2 tests \(50%\), running '
+        r'(\S+/)?test_long\.py::test_long for [1-4] s', line)]
+    assert named, result.stdout
+    # Not while it has run for less than an interval, nor the quick one.
+    assert 'test_long.py::test_long for 0 s' not in result.stdout
+    assert 'test_quick' not in result.stdout
+
+
 # A tox that writes into the checkout, as a test that leaves Chainer's
 # Trainer its default out='result' does, and removes a tracked file.
 WRITING_TOX = """#!/bin/sh
