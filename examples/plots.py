@@ -117,6 +117,7 @@ def zoom_inset(axes, lines, xlim, floor=90.0):
     points, at least ``floor``) to the highest value, in the lower right
     corner, which rising curves leave empty; none where no line ends
     above ``floor``."""
+    import matplotlib.ticker
     ends = []
     for line in lines:
         y = numpy.asarray(line.get_ydata(), dtype=numpy.float64)
@@ -127,12 +128,20 @@ def zoom_inset(axes, lines, xlim, floor=90.0):
         return None
     low = max(floor, math.floor(min(ends)) - 1)
     high = min(100.0, math.floor(max(ends)) + 1)
+    # The epochs from the first value in the zoom on.
+    first = min(
+        (x for line in lines for x, y in zip(
+            numpy.asarray(line.get_xdata(), dtype=numpy.float64),
+            numpy.asarray(line.get_ydata(), dtype=numpy.float64))
+         if y >= low), default=xlim[0])
     inset = axes.inset_axes((0.42, 0.1, 0.55, 0.5))
     for line in lines:
         inset.plot(line.get_xdata(), line.get_ydata(),
                    color=line.get_color(), marker=line.get_marker(),
                    markersize=3, linewidth=1)
-    inset.set_xlim(*xlim)
+    inset.set_xlim(max(xlim[0], first - 0.3), xlim[1])
+    inset.xaxis.set_major_locator(
+        matplotlib.ticker.MaxNLocator(integer=True))
     inset.set_ylim(low, high)
     inset.tick_params(labelsize=7)
     inset.grid(alpha=0.3)
