@@ -150,6 +150,7 @@ class Interruption(object):
             self._previous = signal.set_wakeup_fd(self._write)
         except ValueError:  # not the main thread: no watcher
             self._previous = None
+            os.close(self._read)
         else:
             threading.Thread(target=self._watch, daemon=True).start()
         return self
