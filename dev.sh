@@ -150,7 +150,8 @@ in_ci() {
 # tracked ones removed: a comparison of before and after, so that the files
 # a developer had already changed or added count only if the run touched
 # them. The tools' own caches are left out: tox's envs, the venv, Python's
-# bytecode, pytest's and Hypothesis's caches, the package's egg-info.
+# bytecode, pytest's and Hypothesis's caches, the package's egg-info and
+# setuptools' build folder (tox's packaging may write both).
 checkout_before() {
     : > "$1"
     git -C "$root" status --porcelain=v1 --untracked-files=no 2>/dev/null \
@@ -161,7 +162,8 @@ checkout_changes() {
     local stamp=$1
     {
         find "$root" \( -path "$root/.git" -o -path "$root/.tox" \
-                -o -path "$root/.venv" -o -name __pycache__ \
+                -o -path "$root/.venv" -o -path "$root/build" \
+                -o -name __pycache__ \
                 -o -name .pytest_cache -o -name .hypothesis \
                 -o -name '*.egg-info' \) -prune \
             -o \( -type f -o -type l \) -newer "$stamp" -print 2>/dev/null \
