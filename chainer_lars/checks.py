@@ -111,17 +111,16 @@ def patterns(name, values):
 
 
 def addressed(path, weight, grad, states=(), written=('weight',),
-              one_dtype=False):
+              one_dtype=False, names=('momentum buffer',)):
     """Checks the arrays one row of a compiled loop or CUDA table reads
     and writes through addresses, as NumPy checks Chainer's in-place
     operations on them: each of ``weight``'s size, and writeable where
     ``written`` names it (``'weight'``, ``'gradient'``, ``'momentum
-    buffer'``). Dtype, byte order and layout need no error: rows that differ
-    go through native copies, but with ``one_dtype`` (a GPU, where CuPy's
-    kernels take one) another dtype is a ``TypeError``. Raises ``ValueError``
-    naming ``path``."""
-    named = (('gradient', grad),) + tuple(
-        ('momentum buffer', v) for v in states)
+    buffer'``: the ``names`` of ``states``). Dtype, byte order and layout
+    need no error: rows that differ go through native copies, but with
+    ``one_dtype`` (a GPU, where CuPy's kernels take one) another dtype is
+    a ``TypeError``. Raises ``ValueError`` naming ``path``."""
+    named = (('gradient', grad),) + tuple(zip(names, states))
     for name, a in named:
         if a.size != weight.size:
             raise ValueError(
@@ -196,8 +195,12 @@ def find_check(obj, attr):
     return found.check if isinstance(found, CheckedAttribute) else None
 
 
-def double_adaptation():
+def double_adaptation(face='LARS'):
+    """Refuses GradientLARS on ``face`` (``'LARS'`` or ``'LAMB'``)."""
     raise TypeError(
-        'GradientLARS on a chainer_lars.LARS optimizer would adapt the '
-        'rates twice: use LARS alone (its trust_coefficient is the '
-        "hook's), or the hook on chainer.optimizers.MomentumSGD")
+        'GradientLARS on a chainer_lars.{0} optimizer would adapt the '
+        'rates twice: use {0} alone{1}'.format(face, {
+            'LARS': " (its trust_coefficient is the hook's), or the hook "
+                    'on chainer.optimizers.MomentumSGD',
+            'LAMB': ', or chainer.optimizers.Adam, with or without the '
+                    'hook'}[face]))

@@ -203,10 +203,101 @@ extern "C" __global__ void chainer_lars_multi_momentum(
 }}
 '''
 
+#: LAMB's two kernels (layout.LAMB), after the source above: its second
+#: moments' pointers follow the table, at table[5T + 1 + B + t].
+_LAMB_SOURCE = r'''
+// r = (m / c1) / (sqrt(v / c2) + eps) + wd w of one element.
+__device__ __forceinline__ C lamb_direction(C w, C m, C v, const C* s) {
+    return (m / s[LARS_CORRECTION1])
+        / (sqrt(v / s[LARS_CORRECTION2]) + s[LARS_EPS])
+        + s[LARS_WEIGHT_DECAY] * w;
+}
+
+#define LAMB_POINTERS(T, t) \
+    S* w = (S*)table[t]; \
+    S* m = (S*)table[2 * (T) + (t)]; \
+    S* v = (S*)table[5 * (T) + 1 + LARS_FIRST(T, T) + (t)]; \
+    const C* s = settings + LARS_COLUMNS * (t);
+
+// The gradient unscaled in place, the moments, and as in
+// chainer_lars_multi_norms, stats[3t] = the ratio ||w|| / ||r||,
+// stats[3t+1] = ||w||^2, stats[3t+2] = ||r||^2.
+extern "C" __global__ void chainer_lars_lamb_norms(
+        const long long* table, long long ntensors, const C* settings,
+        C* partial, unsigned int* done, C* stats) {
+    const long long T = ntensors;
+    long long t, begin, end;
+    lars_block_range(table, T, t, begin, end);
+    LAMB_POINTERS(T, t)
+    S* g = (S*)table[T + t];
+    const C loss_scale = s[LARS_LOSS_SCALE];
+    const C b1 = s[LARS_BETA1], b2 = s[LARS_BETA2];
+    C sw = 0, sr = 0;
+    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {
+        if (loss_scale != (C)1) {
+            lars_store(g, i, lars_load(g, i) / loss_scale);
+        }
+        const C gi = lars_load(g, i);
+        lars_store(m, i, b1 * lars_load(m, i) + ((C)1 - b1) * gi);
+        lars_store(v, i, b2 * lars_load(v, i) + ((C)1 - b2) * (gi * gi));
+        const C wi = lars_load(w, i);
+        const C r = lamb_direction(wi, lars_load(m, i), lars_load(v, i), s);
+        sw += wi * wi;
+        sr += r * r;
+    }
+    lars_block_sum2(sw, sr);
+    const long long first = LARS_FIRST(T, t);
+    const long long last = LARS_FIRST(T, t + 1);
+    __shared__ int is_last;
+    if (threadIdx.x == 0) {
+        partial[2 * blockIdx.x] = sw;
+        partial[2 * blockIdx.x + 1] = sr;
+        __threadfence();
+        const unsigned int ticket = atomicAdd(&done[t], 1u);
+        is_last = ticket == (unsigned int)(last - first - 1);
+    }
+    __syncthreads();
+    if (!is_last) {
+        return;
+    }
+    const volatile C* p = partial;
+    C a = 0, b = 0;
+    for (long long k = first + threadIdx.x; k < last; k += LARS_THREADS) {
+        a += p[2 * k];
+        b += p[2 * k + 1];
+    }
+    lars_block_sum2(a, b);
+    if (threadIdx.x == 0) {
+        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
+            sqrt(a), sqrt(b), 0, 0, 1, 0, 1, s[LARS_CLIP_LR]) : (C)1;
+        stats[3 * t + 1] = a;
+        stats[3 * t + 2] = b;
+        done[t] = 0;
+    }
+}
+
+// w <- w - lr ratio r.
+extern "C" __global__ void chainer_lars_lamb_step(
+        const long long* table, long long ntensors, const C* settings,
+        const C* stats) {
+    long long t, begin, end;
+    lars_block_range(table, ntensors, t, begin, end);
+    LAMB_POINTERS(ntensors, t)
+    const C a = s[LARS_LR] * stats[3 * t];
+    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {
+        const C wi = lars_load(w, i);
+        lars_store(w, i, wi - a * lamb_direction(
+            wi, lars_load(m, i), lars_load(v, i), s));
+    }
+}
+'''
+
 _modules = {}
-#: The second kernel of an update, by op.
+#: The kernels of an update, by op.
 _STEPS = {L.RESCALE: 'chainer_lars_multi_scale_add',
-          L.STEP: 'chainer_lars_multi_momentum'}
+          L.STEP: 'chainer_lars_multi_momentum',
+          L.LAMB: 'chainer_lars_lamb_step'}
+_NORMS = {L.LAMB: 'chainer_lars_lamb_norms'}
 
 
 def source(dtype):
@@ -215,7 +306,7 @@ def source(dtype):
     return _SOURCE.format(
         storage=storage, compute=compute, threads=THREADS, chunk=CHUNK,
         defines=L.cuda_defines(), load_store=_LOAD_STORE[storage],
-        trust_ratio=ratio.CUDA_TRUST_RATIO)
+        trust_ratio=ratio.CUDA_TRUST_RATIO) + _LAMB_SOURCE
 
 
 def _kernel(xp, dtype, name):
@@ -253,21 +344,24 @@ class Table(object):
     #: written again only after its copy is done.
     RING = 4
 
-    def __init__(self, xp, dtype, weights, grads, states=None):
+    def __init__(self, xp, dtype, weights, grads, states=None, states2=()):
         ntensors = len(weights)
         sizes = [w.size for w in weights]
         counts = [-(-n // CHUNK) for n in sizes]
         first = numpy.zeros(ntensors + 1, numpy.int64)
         numpy.cumsum(counts, out=first[1:])
         nblocks = int(first[-1])
-        host = empty_pinned(xp, (5 * ntensors + 1 + nblocks,), numpy.int64)
+        host = empty_pinned(xp, (5 * ntensors + 1 + nblocks + len(states2),),
+                            numpy.int64)
         host[:ntensors] = [w.data.ptr for w in weights]
         host[ntensors:2 * ntensors] = [g.data.ptr for g in grads]
         host[2 * ntensors:3 * ntensors] = (
             0 if states is None else [v.data.ptr for v in states])
         host[3 * ntensors:4 * ntensors] = sizes
         host[4 * ntensors:5 * ntensors + 1] = first
-        host[5 * ntensors + 1:] = numpy.repeat(numpy.arange(ntensors), counts)
+        host[5 * ntensors + 1:5 * ntensors + 1 + nblocks] = numpy.repeat(
+            numpy.arange(ntensors), counts)
+        host[5 * ntensors + 1 + nblocks:] = [v.data.ptr for v in states2]
         self.ntensors, self.nblocks = ntensors, nblocks
         self.compute_dtype = _TYPES[numpy.dtype(dtype)][2]
         self.words = xp.empty(host.size, numpy.int64)
@@ -313,14 +407,14 @@ class TableCache(object):
         self.builds = 0
         self._tables = collections.OrderedDict()
 
-    def get(self, key, xp, dtype, weights, grads, states=None):
+    def get(self, key, xp, dtype, weights, grads, states=None, states2=()):
         """The table of these arrays; ``key`` must change whenever an
         address does."""
         table = self._tables.get(key)
         if table is not None:
             self._tables.move_to_end(key)
             return table
-        table = Table(xp, dtype, weights, grads, states)
+        table = Table(xp, dtype, weights, grads, states, states2)
         self.builds += 1
         self._tables[key] = table
         while len(self._tables) > self.capacity:
@@ -383,11 +477,13 @@ class CudaExecutor(object):
             tables.last = None
             return rejected
         weights, rows = group.weights, group.rows
-        states = [s[0] for s in group.states] if op == L.STEP else None
+        states = [s[0] for s in group.states] if op != L.RESCALE else None
+        states2 = [s[1] for s in group.states] if op == L.LAMB else []
         if keep is not None:
             weights = [weights[k] for k in keep]
             grads = [grads[k] for k in keep]
             states = None if states is None else [states[k] for k in keep]
+            states2 = [states2[k] for k in keep] if states2 else []
             rows = rows[keep]
         xp = group.device.xp
         # The op too: the hook's table has no momentum pointers.
@@ -395,15 +491,18 @@ class CudaExecutor(object):
                tuple(map(_POINTER, grads)))
         with group.device.create_context():
             table = tables.cache.get(key, xp, group.dtype, weights, grads,
-                                     states)
+                                     states, states2)
             table.set_settings(rows)
             args = (table.words, numpy.int64(table.ntensors), table.settings)
             grid = (table.nblocks,), (THREADS,)
-            _kernel(xp, group.dtype, 'chainer_lars_multi_norms')(
+            _kernel(xp, group.dtype, _NORMS.get(
+                op, 'chainer_lars_multi_norms'))(
                 *grid, args + (table.partial, table.done, table.stats))
             _kernel(xp, group.dtype, _STEPS[op])(*grid, args + (table.stats,))
+        # LAMB's stats are of the unscaled direction r.
         tables.last = (table, slice(None) if keep is None else keep,
-                       rows[:, L.LOSS_SCALE].copy())
+                       rows[:, L.LOSS_SCALE].copy() if op != L.LAMB
+                       else numpy.ones(len(rows)))
         return rejected
 
     def observe(self, group):
@@ -412,9 +511,9 @@ class CudaExecutor(object):
         out = numpy.full((len(group), 3), numpy.nan)
         for k in group.tables.empty:
             # What the CPU loop records for an empty array.
-            if group.op == L.STEP:
+            if group.op != L.RESCALE:
                 out[k, 0] = 1.0
-                if group.rows[k, L.ADAPT]:
+                if group.rows[k, L.ADAPT] or group.op == L.LAMB:
                     out[k, 1:] = 0.0
         last = group.tables.last
         if last is None:

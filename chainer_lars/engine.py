@@ -28,7 +28,10 @@ LOSS_SCALE = operator.attrgetter('_loss_scale')
 UPDATE_RULE = operator.attrgetter('update_rule')
 _STATE = operator.attrgetter('_state')
 _SHAPE = operator.attrgetter('shape')
-_MOMENTUM = operator.methodcaller('get', 'v')
+
+#: The names of each op's state buffers, for errors.
+STATE_NAMES = {L.RESCALE: (), L.STEP: ('momentum buffer',),
+               L.LAMB: ('first moment', 'second moment')}
 
 
 def executor_for(device):
@@ -44,9 +47,9 @@ def executor_for(device):
 class Group(object):
 
     """Arrays of one device and dtype that one executor updates at once:
-    per array its path, parameter, rule, weight, state buffers (``(v,)``
-    or ``()``) and settings row; ``static``: the face's flags ``(uses
-    weight decay, adapted)``, a 2 x n array once prepared; ``op`` and
+    per array its path, parameter, rule, weight, state buffers (``(v,)``,
+    ``(m, v)`` or ``()``) and settings row; ``static``: the face's flags
+    ``(uses weight decay, adapted)``, a 2 x n array once prepared; ``op`` and
     ``copies`` (row -> group of one) of the last :func:`run`; the
     executor's ``tables``; what the face filled the rows from (``inputs``);
     whether a step writes the gradients (``scaled``: a loss scale to divide
@@ -103,15 +106,16 @@ class Plan(object):
 
     """A face's groups (by device, dtype and a key of the face's), valid
     while ``params`` keep their rules, arrays, ``flags(rules)`` and (with
-    ``states``) momentum buffers and rule hooks; ``where``: each group's
+    ``states``, the keys of the rules' state buffers, ``True`` for
+    ``('v',)``) those buffers and rule hooks; ``where``: each group's
     positions in ``params``; ``others``: what else the face keeps."""
 
     __slots__ = ('_objects', '_flags', '_flag_fn', '_states',
                  '_hooks', '_hook_counts', '_by_key', 'groups', 'where',
                  'others')
 
-    def __init__(self, params, flags, states=False):
-        self._states = states
+    def __init__(self, params, flags, states=()):
+        self._states = ('v',) if states is True else states
         self._flag_fn = flags
         # Held, the objects are known by identity (their ids stay theirs).
         self._objects = objects = self._structure(params)
@@ -146,11 +150,13 @@ class Plan(object):
         objects = (params, rules, list(map(ARRAY, params)))
         if self._states:
             try:
-                states = list(map(_MOMENTUM, map(_STATE, rules)))
+                dicts = list(map(_STATE, rules))
+                objects += tuple(list(map(operator.methodcaller('get', key),
+                                          dicts)) for key in self._states)
             except AttributeError:  # no rule, or no state yet
-                states = [None if r is None or r.state is None
-                          else r.state.get('v') for r in rules]
-            objects += (states,)
+                dicts = [None if r is None else r.state for r in rules]
+                objects += tuple([None if d is None else d.get(key)
+                                  for d in dicts] for key in self._states)
         return objects
 
     def matches(self, params):
@@ -211,13 +217,14 @@ def check(group, grads, op):
         if last == (key, op, group.scaled):
             return
     group.checked = group.grads = None
-    written = [('weight', 'gradient', 'momentum buffer')[i]
+    names = STATE_NAMES[op]
+    written = [(('weight', 'gradient') + names)[i]
                for i in L.written(op, group.scaled)]
     for k, g in enumerate(grads):
         if g is not None:
             checks.addressed(group.paths[k], group.weights[k], g,
                              group.states[k] if op != L.RESCALE else (),
-                             written, not held)
+                             written, not held, names)
     group.checked = (key, op, group.scaled)
     group.grads = grads if held else None
 

@@ -240,6 +240,11 @@ PLANTS = {
     'the partial of a block written to the wrong slot': (
         'partial[2 * blockIdx.x + 1] = sg;',
         'partial[2 * blockIdx.x + 1] = sw;'),
+    "LAMB's second moments read from the first moments' pointers": (
+        'S* v = (S*)table[5 * (T) + 1 + LARS_FIRST(T, T) + (t)];',
+        'S* v = (S*)table[2 * (T) + (t)];'),
+    "LAMB's second bias correction dropped": (
+        '(sqrt(v / s[LARS_CORRECTION2])', '(sqrt(v)'),
 }
 
 
@@ -258,7 +263,8 @@ def test_a_planted_bug_fails_the_gpu_tests(plant):
          tests, '-m', 'not gpu', '-k', '({}) and not fp32'.format(' or '.join(
              ['every_size', 'zero_weight',
               'hook_agrees_with_cpu and static-True',
-              'lars_agrees_with_cpu and static']))],
+              'lars_agrees_with_cpu and static',
+              'lamb_agrees_with_cpu and static-True']))],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         universal_newlines=True, timeout=900)
     # 5 would mean that no test was selected.
