@@ -111,16 +111,21 @@ def patterns(name, values):
 
 
 def addressed(path, weight, grad, states=(), written=('weight',),
-              one_dtype=False, names=('momentum buffer',)):
+              one_dtype=False, half=None, names=('momentum buffer',)):
     """Checks the arrays one row of a compiled loop or CUDA table reads
     and writes through addresses, as NumPy checks Chainer's in-place
     operations on them: each of ``weight``'s size, and writeable where
     ``written`` names it (``'weight'``, ``'gradient'``, ``'momentum
-    buffer'``: the ``names`` of ``states``). Dtype, byte order and layout
-    need no error: rows that differ go through native copies, but with
-    ``one_dtype`` (a GPU, where CuPy's kernels take one) another dtype is
-    a ``TypeError``. Raises ``ValueError`` naming ``path``."""
+    buffer'``: the ``names`` of ``states``; ``half``, the float16 weight
+    of a mixed16 row, always). Dtype, byte order and layout need no error:
+    rows that differ go through native copies, but with ``one_dtype`` (a
+    GPU, where CuPy's kernels take one) another dtype is a ``TypeError``
+    (the gradient's is ``half``'s). Raises ``ValueError`` naming
+    ``path``."""
     named = (('gradient', grad),) + tuple(zip(names, states))
+    if half is not None:
+        named += (('float16 weight', half),)
+        written = tuple(written) + ('float16 weight',)
     for name, a in named:
         if a.size != weight.size:
             raise ValueError(
@@ -128,9 +133,11 @@ def addressed(path, weight, grad, states=(), written=('weight',),
                 'and {}): operands could not be broadcast together'.format(
                     path, name, a.size, weight.size, a.shape, weight.shape))
     for name, a in named:
-        if one_dtype and a.dtype != weight.dtype:
-            raise TypeError('{}: the {} is {} but the weight {}'.format(
-                path, name, a.dtype, weight.dtype))
+        like = weight if half is None or name in names else half
+        if one_dtype and a.dtype != like.dtype:
+            raise TypeError('{}: the {} is {} but the {} {}'.format(
+                path, name, a.dtype, 'float16 weight' if like is half
+                else 'weight', like.dtype))
     for name, a in (('weight', weight),) + named:
         # CuPy arrays have no writeable flag: device memory always is.
         if name in written and not getattr(a.flags, 'writeable', True):
@@ -140,9 +147,10 @@ def addressed(path, weight, grad, states=(), written=('weight',),
 
 def direct(dtype, arrays):
     """Whether ``arrays`` can go through a table's addresses as they are:
-    of ``dtype``, native byte order, C-contiguous (else native copies)."""
+    of ``dtype``, native byte order, C-contiguous and aligned (else native
+    copies)."""
     return all(a.dtype == dtype and a.dtype.isnative and a.flags.c_contiguous
-               for a in arrays)
+               and getattr(a.flags, 'aligned', True) for a in arrays)
 
 
 class CheckedAttribute(object):

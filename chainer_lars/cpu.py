@@ -203,32 +203,75 @@ def numpy_update(row, obs, op, w, g, v=None, v2=None):
             arrays[k][...] = natives[k]
 
 
-class _Tables(object):
+def _bits(dtype):
+    """The type the compiled loop stores ``dtype`` as (float16 as its
+    bits), and computes it in; native (rows of another byte order go as
+    copies)."""
+    dtype = numpy.dtype(dtype).newbyteorder('=')
+    if dtype == numpy.float16:
+        return numpy.dtype(numpy.uint16), numpy.dtype(numpy.float32)
+    return dtype, dtype
 
-    """A group's address table (``None``: the NumPy passes), the ids of
-    the gradients in it (held by the engine's check), sizes, rows it
-    cannot take (``bad``) and observations."""
 
-    __slots__ = ('table', 'sizes', 'ids', 'bad', 'obs', 'like')
+_NDARRAY = id(numpy.ndarray)
+
+
+class _Addresses(object):
+
+    """A group's address table (``None``: the NumPy passes) and what it was
+    built from: the ids and stamps (:func:`chainer_lars._numba.restamp`)
+    of the arrays it holds; the stamps of the gradients last checked
+    (``grads``) and a buffer for the current ones; whether they changed
+    since, and whether the table holds them (``put``); the sizes each row
+    takes (-2: none), the descr of the gradients' dtype, observations and
+    the loop's ``likes`` (empty arrays of the storage and compute types)."""
+
+    __slots__ = ('table', 'ids', 'stamps', 'held', 'now', 'grads',
+                 'changed', 'put', 'sizes', 'gdtype', 'descr', 'obs', 'likes')
 
     def __init__(self, group, jit):
         n = len(group)
         self.obs = numpy.full((n, 3), numpy.nan)
-        self.sizes = [w.size for w in group.weights]
-        self.ids = None
-        self.like = numpy.empty(0, group.dtype.newbyteorder('='))
-        self.table, self.bad = None, []
-        if jit is None or group.dtype.char not in 'fd':
+        self.gdtype = group.gdtype
+        self.table = None
+        if (jit is None or not jit.STAMPS or group.dtype.char not in 'efd'
+                or (numpy.float16 in (group.dtype, group.gdtype)
+                    and not jit.FLOAT16)):
             return
+        storage, compute = _bits(group.dtype)
+        self.likes = (numpy.empty(0, storage),
+                      numpy.empty(0, _bits(group.gdtype)[0]),
+                      numpy.empty(0, compute))
+        # The builtin descr that gradients of this dtype have.
+        self.descr = id(numpy.dtype(group.gdtype.char))
         self.table = table = numpy.zeros((n, L.SIZE + 1), numpy.int64)
         table[:, L.SIZE] = -1  # no gradient until one is given
-        for k, (w, states) in enumerate(zip(group.weights, group.states)):
-            if checks.direct(group.dtype, (w,) + tuple(states)):
+        self.sizes = numpy.array([w.size for w in group.weights], numpy.int64)
+        halves = group.halves or [None] * n
+        held = []
+        for k, (w, states, h) in enumerate(
+                zip(group.weights, group.states, halves)):
+            held += (w,) + tuple(states) + (() if h is None else (h,))
+            if (checks.direct(group.dtype, (w,) + tuple(states))
+                    and (h is None or checks.direct(group.gdtype, (h,)))):
                 table[k, L.W] = w.ctypes.data
-                for column, state in zip((L.V, L.V2), states):
-                    table[k, column] = state.ctypes.data
+                for column, v in zip((L.V, L.V2), states):
+                    table[k, column] = v.ctypes.data
+                if h is not None:
+                    table[k, L.H] = h.ctypes.data
             else:
-                self.bad.append(k)
+                self.sizes[k] = -2
+        # The group holds these arrays: their ids stay theirs.
+        self.ids = numpy.array(list(map(id, held)), numpy.int64)
+        self.stamps = numpy.empty((len(held), jit.STAMP), numpy.int64)
+        self.held = numpy.empty_like(self.stamps)
+        jit.restamp(self.ids, _NDARRAY, self.held, self.stamps)
+        self.grads = numpy.zeros((n, jit.STAMP), numpy.int64)
+        self.now = numpy.zeros_like(self.grads)
+        self.changed, self.put = True, False
+
+
+_NDARRAY = id(numpy.ndarray)
 
 
 class CpuExecutor(object):
@@ -236,25 +279,52 @@ class CpuExecutor(object):
     """The executor of NumPy devices (see :mod:`chainer_lars.engine`)."""
 
     def prepare(self, group):
-        group.tables = _Tables(group, _jit())
+        group.tables = _Addresses(group, _jit())
+
+    def changed(self, group, grads):
+        """Whether the arrays of ``run(group, grads, ...)`` may differ from
+        those of the last :meth:`passed` check: another gradient, or one
+        changed in place (another buffer, dtype, layout, size or flags).
+        The group's own arrays changed in place make its table anew."""
+        tables = group.tables
+        if tables.table is None:
+            return True  # no stamps: NumPy checks every operation
+        restamp = _jit().restamp
+        if restamp(tables.ids, _NDARRAY, tables.stamps, tables.held):
+            self.prepare(group)
+            tables = group.tables
+        tables.changed = restamp(
+            numpy.fromiter(map(id, grads), numpy.int64, len(grads)),
+            _NDARRAY, tables.grads, tables.now) > 0
+        return tables.changed
+
+    def passed(self, group):
+        """The arrays of the last :meth:`changed` passed the engine's
+        checks: later updates compare with them."""
+        tables = group.tables
+        if tables.table is not None and tables.changed:
+            tables.grads, tables.now = tables.now, tables.grads
+            tables.put = False
 
     def run(self, group, grads, op):
         tables, rows = group.tables, group.rows
         slow = range(len(grads))
         if tables.table is not None:
-            slow = self._set_grads(group, grads)
-            _jit().multi_update(tables.table, rows, tables.obs, tables.like,
+            slow = self._put(group, grads)
+            _jit().multi_update(tables.table, rows, tables.obs, tables.likes,
                                 op)
         rejected = []
-        native = group.dtype.newbyteorder('=') if slow else None
+        dtype = group.dtype.newbyteorder('=') if slow else None
         for k in slow:
             g = grads[k]
             states = group.states[k] if op != L.RESCALE else ()
             # Beside the loop, the NumPy passes take only arrays of mixed
             # dtypes; the rest goes back (the loop takes native copies).
-            if g is None or tables.table is not None and all(
-                    a.dtype.newbyteorder('=') == native
-                    for a in (g,) + tuple(states)):
+            # Mixed16 rows go back whole: their rule converts them.
+            if (g is None or group.halves is not None
+                    or tables.table is not None and all(
+                        a.dtype.newbyteorder('=') == dtype
+                        for a in (g,) + tuple(states))):
                 tables.obs[k] = numpy.nan
                 rejected.append(k)
             else:
@@ -262,26 +332,29 @@ class CpuExecutor(object):
                              *states)
         return rejected
 
-    def _set_grads(self, group, grads):
-        """Puts the gradients' addresses in the table; returns the rows it
-        cannot take this update (skipped by the loop)."""
+    def _put(self, group, grads):
+        """Puts the gradients' addresses in the table, unless it holds
+        them; returns the rows it cannot take this update (skipped by the
+        loop)."""
         tables = group.tables
-        ids = None  # unchecked (the engine's copies): put every time
-        if group.grads is grads:
-            ids = group.checked[0]  # a new list whenever a gradient changed
-            if ids is tables.ids:
-                return []
-        table, sizes, put = tables.table, tables.sizes, _jit().put_grad
-        others = []
-        for k, g in enumerate(grads):
-            # Numba cannot type a non-native dtype: checked first.
-            if not (g is not None and k not in tables.bad
-                    and checks.direct(group.dtype, (g,))
-                    and put(table, k, g, sizes[k])):
-                table[k, L.SIZE] = -1
-                others.append(k)
-        tables.ids = None if others else ids
-        return others
+        if group.checked is None:  # the engine's copies: never checked
+            self.changed(group, grads)
+            self.passed(group)
+        if tables.put:
+            return []
+        table, left = tables.table, []
+        if _jit().put_grads(table, tables.grads, tables.descr, tables.sizes):
+            for k in numpy.flatnonzero(table[:, L.SIZE] < 0).tolist():
+                g = grads[k]
+                # Another descr of the dtype, or a subclass: as it is.
+                if (g is not None and tables.sizes[k] == g.size
+                        and checks.direct(tables.gdtype, (g,))):
+                    table[k, L.G] = g.ctypes.data
+                    table[k, L.SIZE] = g.size
+                else:
+                    left.append(k)
+        tables.put = not left
+        return left
 
     def observe(self, group):
         return group.tables.obs

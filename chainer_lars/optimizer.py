@@ -162,7 +162,7 @@ class FusedRule(optimizer.UpdateRule):
         group = self._group  # identity checks only: this path is per array
         if (group is None or group.weights[0] is not w
                 or not engine.same(states, group.states[0])):
-            path = getattr(self, '_path', None) or param.name
+            path = self._path or param.name
             _check_dtype(path, w, self._face)
             group = self._group = engine.group_of_one(
                 None, param.device, path, w, states)
@@ -214,13 +214,13 @@ class LARSRule(FusedRule):
 
 
 _RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
-                                  'uses_adaptation')
+                                  'uses_adaptation', '_use_fp32_update')
 _HYPER_PARENT = operator.attrgetter('hyperparam._parent')
 _HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
 
 
 def _flags(rules):
-    """Per rule: enabled, and the exclusion flags."""
+    """Per rule: enabled, the exclusion flags and the fp32 update flag."""
     try:
         return list(map(_RULE_FLAGS, rules))
     except AttributeError:  # no rule, or not a FusedRule: never batched
@@ -232,14 +232,30 @@ def _batchable(param, rule, cls):
     """Whether the batched step does what ``param.update()`` would: a plain
     ``cls`` (no rule: a link added after setup(), which Chainer skips),
     enabled, with no rule hooks (they run between the division by the loss
-    scale and the step), its state made, Chainer's layout, and no float32
-    master copy to make."""
+    scale and the step), its state made, Chainer's layout, and for a
+    float16 parameter with ``use_fp32_update()``, its float32 master copy
+    made, on the parameter's device (see :func:`_master`)."""
     return (type(rule) is cls and rule.enabled
             and not rule._hookable._pre_update_hooks
             and not rule._hookable._post_update_hooks
             and param.array is not None and rule.state is not None
             and param.layout is None
-            and not (rule._use_fp32_update and param.dtype == numpy.float16))
+            and (_master(param, rule) is not None
+                 or not (rule._use_fp32_update
+                         and param.dtype == numpy.float16)))
+
+
+def _master(param, rule):
+    """The float32 master copy that a float16 parameter's rule steps under
+    ``use_fp32_update()``, where it is made and on the parameter's device
+    (a master loaded from a snapshot lives on the CPU until the rule's
+    first update), else ``None``."""
+    master = rule._fp32_param
+    if (rule._use_fp32_update and param.dtype == numpy.float16
+            and master is not None and master.array is not None
+            and master.device == param.device):
+        return master.array
+    return None
 
 
 def _check_unbatched(param):
@@ -249,7 +265,7 @@ def _check_unbatched(param):
     if (isinstance(rule, FusedRule) and rule.enabled and w is not None
             and g is not None and not (
                 rule._use_fp32_update and w.dtype == numpy.float16)):
-        checks.addressed(getattr(rule, '_path', None) or param.name, w, g,
+        checks.addressed(rule._path or param.name, w, g,
                          tuple(map(rule.state.__getitem__, rule.STATES))
                          if rule.state else (),
                          one_dtype=param.device.xp is not numpy,
@@ -456,9 +472,12 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                     and engine.executor_for(param.device) is not None):
                 path, w = paths[id(param)], param.array
                 _check_dtype(path, w, self._face)
-                plan.add(None, param.device, path, param, rule, w,
+                master = _master(param, rule)
+                plan.add(None, param.device, path, param, rule,
+                         w if master is None else master,
                          tuple(map(rule.state.__getitem__, rule.STATES)),
-                         (rule.uses_weight_decay, rule.uses_adaptation))
+                         (rule.uses_weight_decay, rule.uses_adaptation),
+                         None if master is None else w)
                 rule._observed = False  # the group's observation from now on
             else:
                 plan.others.append(param)

@@ -53,10 +53,11 @@ def nvrtc():
 
 
 @pytest.mark.parametrize('arch', ARCHITECTURES)
-@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
-                                   numpy.float64])
-def test_kernels_compile(nvrtc, dtype, arch):
-    source = cuda_kernels.source(dtype)
+@pytest.mark.parametrize('dtype, mixed16', [
+    (numpy.float16, False), (numpy.float32, False), (numpy.float64, False),
+    (numpy.float32, True)])
+def test_kernels_compile(nvrtc, dtype, mixed16, arch):
+    source = cuda_kernels.source(dtype, mixed16)
     program = nvrtc.createProgram(source, 'chainer_lars.cu', [], [])
     try:
         nvrtc.compileProgram(program, ['-arch=' + arch])

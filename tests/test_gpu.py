@@ -47,8 +47,8 @@ def gpu(request, monkeypatch):
     launches = []
     original = cuda_kernels._kernel
 
-    def counting(xp, dtype, name):
-        kernel = original(xp, dtype, name)
+    def counting(*args):
+        kernel, name = original(*args), args[-1]
 
         def launch(*args, **kwargs):
             launches.append(name)
@@ -291,6 +291,62 @@ def test_lars_fp32_update_agrees_with_cpu(gpu):
         _run(model, chainer_lars.LARS(lr=2.0, weight_decay=1e-3), None,
              'dynamic', fp32_update=True, g_scale=1e-2)
     _assert_close(_host(dev), _host(cpu), numpy.float16)
+
+
+def _masters(link):
+    return {path: cuda.to_cpu(p.update_rule._fp32_param.array)
+            for path, p in link.namedparams()}
+
+
+@pytest.mark.parametrize('scaling', [None, 'static', 'dynamic'])
+def test_lars_mixed16_batched_agrees_with_the_rule_path(gpu, scaling):
+    """The mixed16 group's kernels (float16 gradients and weights, float32
+    masters and momentum) against Chainer's fp32 update of each rule on the
+    device and against the CPU: masters to float32 rounding, float16
+    weights within one unit in the last place."""
+    cpu = Params(MIXED, numpy.float16)
+    devs = [gpu.send(Params(MIXED, numpy.float16)) for _ in range(2)]
+    for model, multi_tensor in ((cpu, True), (devs[0], True),
+                                (devs[1], False)):
+        _run(model, chainer_lars.LARS(lr=2.0, weight_decay=1e-3,
+                                      multi_tensor=multi_tensor),
+             None, scaling, fp32_update=True, steps=3, g_scale=1e-2)
+    batched, per_rule = devs
+    for expected in (per_rule, cpu):
+        _assert_close(_masters(batched), _masters(expected), numpy.float32,
+                      factor=4)
+        for path, half in _host(batched).items():
+            other = _host(expected)[path]
+            # One float16 ulp of the larger magnitude.
+            ulp = numpy.spacing(numpy.maximum(
+                numpy.abs(half), numpy.abs(other)).astype(numpy.float16))
+            assert (numpy.abs(half - other) <= ulp).all(), path
+
+
+def _resnet50_shapes():
+    """The sizes of ResNet-50's 161 parameter arrays, scaled down 1000
+    times (the emulator runs every thread on the CPU)."""
+    with chainer.using_config('dtype', numpy.float16):
+        link = chainer.links.ResNet50Layers(pretrained_model=None)
+    return [max(1, p.size // 1000) for _, p in sorted(link.namedparams())]
+
+
+def test_lars_mixed16_launches_twice_whatever_the_number_of_arrays(gpu):
+    sizes = _resnet50_shapes()
+    counts = []
+    for n in (len(sizes), 8):
+        _, dev = _pair(gpu, sizes[:n], numpy.float16, biases=0)
+        opt = chainer_lars.LARS()
+        opt.setup(dev)
+        opt.use_fp32_update()
+        opt.update()  # the rules make their masters and states
+        del gpu.launches[:]
+        opt.update()
+        mixed = [g for g in opt._plans.plan.groups if g.halves is not None]
+        assert [len(g) for g in mixed] == [n]
+        counts.append(list(gpu.launches))
+    assert counts == [['chainer_lars_multi_norms',
+                       'chainer_lars_multi_momentum']] * 2
 
 
 @pytest.mark.parametrize('multi_tensor', [True, False])
@@ -727,12 +783,27 @@ def _check_lamb(gpu, dtype, kwargs, scaling, sizes):
     _assert_same_observations(opts, dtype)
 
 
-def test_lamb_fp32_update_agrees_with_cpu(gpu):
-    cpu, dev = _pair(gpu, MIXED, numpy.float16)
-    for model in (cpu, dev):
-        _run(model, chainer_lars.LAMB(alpha=0.01, weight_decay_rate=1e-2),
-             None, 'dynamic', fp32_update=True, g_scale=1e-2)
-    _assert_close(_host(dev), _host(cpu), numpy.float16)
+@pytest.mark.parametrize('scaling', [None, 'static', 'dynamic'])
+def test_lamb_mixed16_batched_agrees_with_the_rule_path(gpu, scaling):
+    """As LARS's: the mixed16 group's kernels against the rule's path on
+    the device and against the CPU."""
+    cpu = Params(MIXED, numpy.float16)
+    devs = [gpu.send(Params(MIXED, numpy.float16)) for _ in range(2)]
+    opts = [_run(model, chainer_lars.LAMB(
+        alpha=0.01, weight_decay_rate=1e-2, multi_tensor=multi_tensor),
+        None, scaling, fp32_update=True, steps=3, g_scale=1e-2)
+        for model, multi_tensor in ((cpu, True), (devs[0], True),
+                                    (devs[1], False))]
+    assert all(g.halves is not None for g in opts[1]._plans.plan.groups)
+    batched, per_rule = devs
+    for expected in (per_rule, cpu):
+        _assert_close(_masters(batched), _masters(expected), numpy.float32,
+                      factor=4)
+        for path, half in _host(batched).items():
+            other = _host(expected)[path]
+            ulp = numpy.spacing(numpy.maximum(
+                numpy.abs(half), numpy.abs(other)).astype(numpy.float16))
+            assert (numpy.abs(half - other) <= ulp).all(), path
 
 
 @pytest.mark.parametrize('dtype', DTYPES)

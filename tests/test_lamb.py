@@ -309,6 +309,34 @@ def test_fp32_master_copy_against_reference():
                 numpy.float16)).all()
 
 
+@pytest.mark.parametrize('scale', [64.0, 3.0, None])
+def test_mixed16_batched_equals_the_rule_path_bit_for_bit(scale):
+    # From the second update the masters are batched (a mixed16 group):
+    # gradient divided by the loss scale on the fly, master and moments
+    # stepped in float32, the float16 weight the master rounded; as
+    # Chainer's fp32 update of each rule does it.
+    models = [_model(numpy.float16) for _ in range(2)]
+    opts = [chainer_lars.LAMB(multi_tensor=mt, **dict(CASES[1], alpha=0.01))
+            .setup(model) for mt, model in zip((True, False), models)]
+    for opt in opts:
+        opt.use_fp32_update()
+        if scale is not None:
+            opt.loss_scaling(scale=scale)
+    for step in range(4):
+        for model, opt in zip(models, opts):
+            _set_grads(model, step, loss_scale=scale)
+            opt.update()
+        assert_same_state(*models)
+        assert opts[0].observe() == opts[1].observe()
+    mixed = [g for g in opts[0]._plans.plan.groups if g.halves is not None]
+    assert sorted(p for g in mixed for p in g.paths) == sorted(
+        p for p, _ in models[0].namedparams())
+    theirs = dict(models[1].namedparams())
+    for path, p in models[0].namedparams():
+        assert (p.update_rule._fp32_param.array.tobytes()
+                == theirs[path].update_rule._fp32_param.array.tobytes())
+
+
 @pytest.mark.parametrize('multi_tensor, fp32', [
     (True, False), (False, False), (True, True)])
 def test_resume_is_bit_for_bit(multi_tensor, fp32):

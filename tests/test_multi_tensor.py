@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 
 class Mixed(chainer.Chain):
 
-    """float32 and float16 links side by side (fp16 takes the rule path)."""
+    """float32 and float16 links side by side."""
 
     def __init__(self):
         super(Mixed, self).__init__()
@@ -300,14 +300,32 @@ def fp32_update_at_first_step(opt, step, scale):
         opt.loss_scaling(scale=scale)
 
 
-def test_float16_master_copies_take_the_rule_path():
+@pytest.mark.parametrize('scale', [64.0, 3.0, None])
+@pytest.mark.parametrize('nesterov', [False, True])
+def test_float16_master_copies_are_batched_as_their_rules_step(scale,
+                                                               nesterov):
+    """Mixed16: the first update makes the masters on the rule's path; from
+    the second the batched step updates master, momentum and float16
+    weight bit for bit as Chainer's fp32 update of the rule does."""
     def step_fn(model, opt, step):
-        fp32_update_at_first_step(opt, step, 64.0)
+        if step == 0:
+            opt.use_fp32_update()
+            if scale is not None:
+                opt.loss_scaling(scale=scale)
         train_step()(model, opt, step)
 
-    (model, opt), _ = run_both(make_mixed, 4, step_fn, **KWARGS)
-    assert batched_paths(opt) == ['/a/W', '/a/b']
-    assert model.h.W.update_rule._fp32_param.array.dtype == numpy.float32
+    (model, opt), _ = run_both(make_mixed, 4, step_fn, nesterov=nesterov,
+                               **KWARGS)
+    mixed = [group for group in opt._plans.plan.groups
+             if group.halves is not None]
+    assert [group.paths for group in mixed] == [['/h/W', '/h/b']]
+    assert batched_paths(opt) == ['/a/W', '/a/b', '/h/W', '/h/b']
+    for path, half in zip(mixed[0].paths, mixed[0].halves):
+        param = dict(model.namedparams())[path]
+        assert half is param.array and half.dtype == numpy.float16
+        master = param.update_rule._fp32_param.array
+        assert master.dtype == numpy.float32
+        assert half.tobytes() == master.astype(numpy.float16).tobytes()
 
 
 def test_parameters_added_after_setup():
