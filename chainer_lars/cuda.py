@@ -109,11 +109,46 @@ __device__ __forceinline__ void lars_block_range(
     end = begin + LARS_CHUNK < size ? begin + LARS_CHUNK : size;
 }}
 
+// Adds the block's sums a and b to those of array t (partial[]; the block
+// that counts last sums them in a fixed order). True in that block, where
+// every thread gets the array's sums. done[] counts finished blocks per
+// array; it must be 0 before the launch and is 0 again after it.
+__device__ __forceinline__ bool lars_array_sum2(
+        const long long* table, long long T, long long t, C* partial,
+        unsigned int* done, C& a, C& b) {{
+    lars_block_sum2(a, b);
+    const long long first = LARS_FIRST(T, t);
+    const long long last = LARS_FIRST(T, t + 1);
+    __shared__ int is_last;
+    if (threadIdx.x == 0) {{
+        partial[2 * blockIdx.x] = a;
+        partial[2 * blockIdx.x + 1] = b;
+        // The partials must be visible to the block that counts last.
+        __threadfence();
+        const unsigned int ticket = atomicAdd(&done[t], 1u);
+        is_last = ticket == (unsigned int)(last - first - 1);
+    }}
+    __syncthreads();
+    if (!is_last) {{
+        return false;
+    }}
+    const volatile C* p = partial;
+    a = 0;
+    b = 0;
+    for (long long k = first + threadIdx.x; k < last; k += LARS_THREADS) {{
+        a += p[2 * k];
+        b += p[2 * k + 1];
+    }}
+    lars_block_sum2(a, b);
+    if (threadIdx.x == 0) {{
+        done[t] = 0;
+    }}
+    return true;
+}}
+
 // stats[3t] = the ratio r of array t, stats[3t+1] = ||w||^2 and
 // stats[3t+2] = ||g||^2 of g as stored (loss_scale times the gradient;
 // mixed16: of g / loss_scale in float32, as its rule divides it).
-// done[] counts finished blocks per array; it must be 0 before the launch
-// and is 0 again after it.
 extern "C" __global__ void chainer_lars_multi_norms(
         const long long* table, long long ntensors, const C* settings,
         C* partial, unsigned int* done, C* stats) {{
@@ -136,43 +171,22 @@ extern "C" __global__ void chainer_lars_multi_norms(
         sw += a * a;
         sg += b * b;
     }}
-    lars_block_sum2(sw, sg);
-    const long long first = LARS_FIRST(T, t);
-    const long long last = LARS_FIRST(T, t + 1);
-    __shared__ int is_last;
-    if (threadIdx.x == 0) {{
-        partial[2 * blockIdx.x] = sw;
-        partial[2 * blockIdx.x + 1] = sg;
-        // The partials must be visible to the block that counts last.
-        __threadfence();
-        const unsigned int ticket = atomicAdd(&done[t], 1u);
-        is_last = ticket == (unsigned int)(last - first - 1);
-    }}
-    __syncthreads();
-    if (!is_last) {{
+    if (!lars_array_sum2(table, T, t, partial, done, sw, sg)) {{
         return;
     }}
-    const volatile C* p = partial;
-    C a = 0, b = 0;
-    for (long long k = first + threadIdx.x; k < last; k += LARS_THREADS) {{
-        a += p[2 * k];
-        b += p[2 * k + 1];
-    }}
-    lars_block_sum2(a, b);
     if (threadIdx.x == 0) {{
         const C* s = settings + LARS_COLUMNS * t;
 #if LARS_MIXED16
-        const C g_scale = (C)1;  // b is of g / loss_scale already
+        const C g_scale = (C)1;  // sg is of g / loss_scale already
 #else
         const C g_scale = s[LARS_LOSS_SCALE];
 #endif
         stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
-            sqrt(a), sqrt(b) / g_scale, s[LARS_WEIGHT_DECAY],
+            sqrt(sw), sqrt(sg) / g_scale, s[LARS_WEIGHT_DECAY],
             s[LARS_EPS], s[LARS_TRUST_COEFFICIENT], s[LARS_THRESHOLD],
             s[LARS_REQUIRE_GRAD] != (C)0, s[LARS_CLIP_LR]) : (C)1;
-        stats[3 * t + 1] = a;
-        stats[3 * t + 2] = b;
-        done[t] = 0;
+        stats[3 * t + 1] = sw;
+        stats[3 * t + 2] = sg;
     }}
 }}
 
@@ -280,34 +294,12 @@ extern "C" __global__ void chainer_lars_lamb_norms(
         sw += wi * wi;
         sr += r * r;
     }
-    lars_block_sum2(sw, sr);
-    const long long first = LARS_FIRST(T, t);
-    const long long last = LARS_FIRST(T, t + 1);
-    __shared__ int is_last;
-    if (threadIdx.x == 0) {
-        partial[2 * blockIdx.x] = sw;
-        partial[2 * blockIdx.x + 1] = sr;
-        __threadfence();
-        const unsigned int ticket = atomicAdd(&done[t], 1u);
-        is_last = ticket == (unsigned int)(last - first - 1);
-    }
-    __syncthreads();
-    if (!is_last) {
-        return;
-    }
-    const volatile C* p = partial;
-    C a = 0, b = 0;
-    for (long long k = first + threadIdx.x; k < last; k += LARS_THREADS) {
-        a += p[2 * k];
-        b += p[2 * k + 1];
-    }
-    lars_block_sum2(a, b);
-    if (threadIdx.x == 0) {
+    if (lars_array_sum2(table, T, t, partial, done, sw, sr)
+            && threadIdx.x == 0) {
         stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
-            sqrt(a), sqrt(b), 0, 0, 1, 0, 1, s[LARS_CLIP_LR]) : (C)1;
-        stats[3 * t + 1] = a;
-        stats[3 * t + 2] = b;
-        done[t] = 0;
+            sqrt(sw), sqrt(sr), 0, 0, 1, 0, 1, s[LARS_CLIP_LR]) : (C)1;
+        stats[3 * t + 1] = sw;
+        stats[3 * t + 2] = sr;
     }
 }
 

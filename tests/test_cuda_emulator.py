@@ -243,8 +243,8 @@ PLANTS = {
     'the mixed16 float16 weight left unwritten': (
         '        lars_store(h, i, wn);\n', ''),
     'the partial of a block written to the wrong slot': (
-        'partial[2 * blockIdx.x + 1] = sg;',
-        'partial[2 * blockIdx.x + 1] = sw;'),
+        'partial[2 * blockIdx.x + 1] = b;',
+        'partial[2 * blockIdx.x + 1] = a;'),
     "LAMB's second moments read from the first moments' pointers": (
         'S* v = (S*)table[3 * (T) + (t)];',
         'S* v = (S*)table[2 * (T) + (t)];'),
