@@ -307,6 +307,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     # GradientLARS refuses to run on us (checks.double_adaptation).
     adapts_rates = True
+    # Whether the last update stepped (not skipped for non-finite gradients).
+    _stepped = True
 
     def __init__(self, lr=_default_hyperparam.lr,
                  momentum=_default_hyperparam.momentum,
@@ -378,7 +380,9 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
         # _loss_scaling_* and _set_grad; tests/test_optimizer.py fails if
         # they change (docs/design.rst).
         if not self._multi_tensor:
-            return super(LARS, self).update(lossfun, *args, **kwds)
+            super(LARS, self).update(lossfun, *args, **kwds)
+            self._stepped = self.is_safe_to_update()
+            return
         if lossfun is not None:
             use_cleargrads = getattr(self, '_use_cleargrads', True)
             loss = lossfun(*args, **kwds)
@@ -401,7 +405,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
         self.t += 1
         unbatched = params
-        if self.is_safe_to_update():
+        self._stepped = self.is_safe_to_update()
+        if self._stepped:
             unbatched = self._update_params(params, grads)
 
         # The batched parameters had gradients and the update kept them.
@@ -541,6 +546,8 @@ class LARS(exclusions.ExclusionProperties, optimizer.GradientMethod):
                 'LARS.observe() reports the last update: call '
                 'optimizer.setup(link) and update() first')
         result = {}
+        if not self._stepped:  # skipped: nothing was applied
+            return result
         for path, param in self.target.namedparams():
             rule = getattr(param, 'update_rule', None)
             # A disabled rule made no step in the last update.
