@@ -29,6 +29,9 @@ from chainer_lars import ratio
 
 _REDUCE = {'reassoc', 'contract'}
 _ELEMENTWISE = {'contract'}
+#: Division by 0 gives inf or NaN as in NumPy; Python's error model would
+#: test every divisor and keep the loop from being vectorised (7x slower).
+_DIVIDES = {'error_model': 'numpy'}
 
 trust_ratio = numba.njit(nogil=True, cache=True)(ratio.trust_ratio)
 
@@ -200,6 +203,95 @@ def mixed_step(w, g, v, a, b, momentum, nesterov, s, power_of_two, h):
             _mixed_at(w, v, h, i, load(g, i) / s, a, b, momentum, nesterov)
 
 
+# LAMB (layout.LAMB). ``c``: the constants of lamb_update, in the compute
+# type: b1, 1 - b1, b2, 1 - b2, c1, c2, eps, wd, and the loss scale still
+# in g (mixed16; else 1). Products fused with their sums as written
+# (``fma``), so that the batched and per-rule paths agree bit for bit.
+
+@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE, **_DIVIDES)
+def lamb_direction(wi, mi, vi, c):
+    """LAMB's ``r = (m / c1) / (sqrt(v / c2) + eps) + wd w`` of one
+    element."""
+    return _fma(c[7], wi, (mi / c[4]) / (math.sqrt(vi / c[5]) + c[6]))
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE, **_DIVIDES)
+def _lamb_moments_at(w, m, v, i, gi, c):
+    store(m, i, _fma(c[0], load(m, i), c[1] * gi))
+    store(v, i, _fma(c[2], load(v, i), c[3] * (gi * gi)))
+    return lamb_direction(load(w, i), load(m, i), load(v, i), c)
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_REDUCE, **_DIVIDES)
+def lamb_moments(w, g, m, v, c):
+    """LAMB's ``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2``
+    (``g`` divided by ``c[8]`` on the fly) and ``(||w||^2, ||r||^2)``, ``r``
+    from the moments as stored, in one pass."""
+    sw = 0.0
+    sr = 0.0
+    for i in range(w.size):
+        r = _lamb_moments_at(w, m, v, i, load(g, i) / c[8], c)
+        x = numpy.float64(load(w, i))
+        y = numpy.float64(r)
+        sw += x * x
+        sr += y * y
+    return sw, sr
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE, **_DIVIDES)
+def _lamb_step_at(w, m, v, i, a, c):
+    wi = load(w, i)
+    wn = _fma(-a, lamb_direction(wi, load(m, i), load(v, i), c), wi)
+    store(w, i, wn)
+    return wn
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE, **_DIVIDES)
+def _lamb_mixed_at(w, m, v, h, i, a, c):
+    store(h, i, _lamb_step_at(w, m, v, i, a, c))
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE, **_DIVIDES)
+def lamb_step(w, m, v, a, c, h, mixed):
+    """``w <- w - a r`` (mixed16: and ``h``, the float16 weight, set to the
+    new ``w`` rounded to nearest)."""
+    if mixed:
+        for i in range(w.size):
+            _lamb_mixed_at(w, m, v, h, i, a, c)
+    else:
+        for i in range(w.size):
+            _lamb_step_at(w, m, v, i, a, c)
+
+
+@numba.njit(nogil=True, cache=True)
+def lamb_update(table, k, row, obs, w, g, likes, s, mixed):
+    """Row ``k`` of a LAMB update, ``g`` unscaled (mixed16: divided by ``s``
+    on the fly): the moments, ``(ratio, ||w||, ||r||)`` into ``obs`` and the
+    step."""
+    like_w, like_g, like_c = likes
+    # Stores into this array round the float64 values to the compute type.
+    cast = numpy.empty(10, like_c.dtype)
+    cast[0], cast[1] = row[L.BETA1], 1.0 - row[L.BETA1]
+    cast[2], cast[3] = row[L.BETA2], 1.0 - row[L.BETA2]
+    cast[4], cast[5] = row[L.CORRECTION1], row[L.CORRECTION2]
+    cast[6], cast[7], cast[8] = row[L.EPS], row[L.WEIGHT_DECAY], s
+    # A tuple of values: no array the loops would have to reload.
+    c = (cast[0], cast[1], cast[2], cast[3], cast[4], cast[5], cast[6],
+         cast[7], cast[8])
+    m = _array(table, k, L.V, like_w)
+    v = _array(table, k, L.V2, like_w)
+    w_sq, r_sq = lamb_moments(w, g, m, v, c)
+    w_norm, r_norm = math.sqrt(w_sq), math.sqrt(r_sq)
+    r = 1.0
+    if row[L.ADAPT] != 0.0:
+        r = trust_ratio(w_norm, r_norm, 0.0, 0.0, 1.0, 0.0, True,
+                        row[L.CLIP_LR])
+    obs[k, 0], obs[k, 1], obs[k, 2] = r, w_norm, r_norm
+    cast[9] = row[L.LR] * r
+    lamb_step(w, m, v, cast[9], c,
+              _array(table, k, L.H, like_g) if mixed else g, mixed)
+
+
 @intrinsic
 def _void_pointer(typingctx, addr):
     def codegen(context, builder, signature, args):
@@ -277,7 +369,8 @@ def put_grads(table, stamps, descr, sizes):
 
 @numba.njit(nogil=True, cache=True)
 def multi_update(table, rows, obs, likes, op):
-    """One update (``op``: ``RESCALE`` or ``STEP``) of every array of a table.
+    """One update (``op``: ``RESCALE``, ``STEP`` or ``LAMB``) of every array
+    of a table.
 
     ``likes``: empty arrays of the storage type of the weights and states,
     of the gradients, and of the compute type. ``obs`` gets ``(ratio,
@@ -303,7 +396,7 @@ def multi_update(table, rows, obs, likes, op):
         cast[3] = 1.0
         # Division by a power of two is exact as a product with its inverse.
         power_of_two = True
-        if op == L.STEP and s != 1.0:
+        if op != L.RESCALE and s != 1.0:
             if mixed:  # as the rule divides its float32 copy of g
                 cast[3] = s
                 mantissa, _ = math.frexp(s)
@@ -312,6 +405,9 @@ def multi_update(table, rows, obs, likes, op):
                 store(stored, 0, s)
                 unscale(g, load(stored, 0))
             s = 1.0
+        if op == L.LAMB:
+            lamb_update(table, k, row, obs, w, g, likes, cast[3], mixed)
+            continue
         r = 1.0
         w_norm = g_norm = numpy.nan
         if op == L.RESCALE or row[L.ADAPT] != 0.0:

@@ -133,9 +133,41 @@ def _step(op, p, q, momentum, nesterov, ct, wf, gf, vf=None):
         _store(vf, start, stop, vs)
 
 
-def numpy_update(row, obs, op, w, g, v=None):
+def _lamb(row, obs, arrays):
+    """:func:`chainer_lars._numba.lamb_update` in NumPy, on native flat
+    ``(w, g, m, v)``, computing in float32 or wider."""
+    wf, gf, mf, vf = arrays
+    if row[L.LOSS_SCALE] != 1.0:
+        gf /= row[L.LOSS_SCALE]
+    # NumPy 1 computes float16 arrays with float32 scalars in float16.
+    ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays)).type
+    b1, b2, g, w = row[L.BETA1], row[L.BETA2], gf.astype(ct), wf.astype(ct)
+    mf[...] = ct(b1) * mf.astype(ct) + ct(1.0 - b1) * g
+    vf[...] = ct(b2) * vf.astype(ct) + ct(1.0 - b2) * (g * g)
+    # From the moments as stored, as the step of the compiled loop.
+    r = (mf.astype(ct) / ct(row[L.CORRECTION1])) / (numpy.sqrt(
+        vf.astype(ct) / ct(row[L.CORRECTION2])) + ct(row[L.EPS])) + ct(
+            row[L.WEIGHT_DECAY]) * w
+    w_norm, r_norm = math.sqrt(_sqnorm(wf)), math.sqrt(_sqnorm(r))
+    obs[:] = 1.0, w_norm, r_norm
+    if row[L.ADAPT]:
+        obs[0] = ratio.trust_ratio(w_norm, r_norm, 0.0, 0.0, 1.0, 0.0, True,
+                                   row[L.CLIP_LR])
+    wf[...] = w - ct(row[L.LR] * obs[0]) * r
+
+
+def numpy_update(row, obs, op, w, g, v=None, v2=None):
     """One row of :func:`chainer_lars._numba.multi_update` in NumPy, for
     any dtypes and layouts (through native copies, those written back)."""
+    if op == L.LAMB:
+        arrays = (w, g, v, v2)
+        natives = list(map(native, arrays))
+        with numpy.errstate(over='ignore', invalid='ignore', divide='ignore'):
+            _lamb(row.tolist(), obs, [a.reshape(-1) for a in natives])
+        for k in L.written(op, row[L.LOSS_SCALE] != 1.0):
+            if natives[k] is not arrays[k]:
+                arrays[k][...] = natives[k]
+        return
     arrays = (w, g) if v is None else (w, g, v)
     natives = list(map(native, arrays))
     wf, gf = natives[0].reshape(-1), natives[1].reshape(-1)

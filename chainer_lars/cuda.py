@@ -235,10 +235,111 @@ extern "C" __global__ void chainer_lars_multi_momentum(
 }}
 '''
 
+#: LAMB's two kernels (layout.LAMB), after the source above.
+_LAMB_SOURCE = r'''
+// r = (m / c1) / (sqrt(v / c2) + eps) + wd w of one element.
+__device__ __forceinline__ C lamb_direction(C w, C m, C v, const C* s) {
+    return (m / s[LARS_CORRECTION1])
+        / (sqrt(v / s[LARS_CORRECTION2]) + s[LARS_EPS])
+        + s[LARS_WEIGHT_DECAY] * w;
+}
+
+#define LAMB_POINTERS(T, t) \
+    S* w = (S*)table[t]; \
+    S* m = (S*)table[2 * (T) + (t)]; \
+    S* v = (S*)table[3 * (T) + (t)]; \
+    const C* s = settings + LARS_COLUMNS * (t);
+
+// The gradient unscaled (in place; mixed16: on the fly, g left as it
+// is), the moments, and as in chainer_lars_multi_norms, stats[3t] = the
+// ratio ||w|| / ||r||, stats[3t+1] = ||w||^2, stats[3t+2] = ||r||^2.
+extern "C" __global__ void chainer_lars_lamb_norms(
+        const long long* table, long long ntensors, const C* settings,
+        C* partial, unsigned int* done, C* stats) {
+    const long long T = ntensors;
+    long long t, begin, end;
+    lars_block_range(table, T, t, begin, end);
+    LAMB_POINTERS(T, t)
+    G* g = (G*)table[T + t];
+    const C loss_scale = s[LARS_LOSS_SCALE];
+    const C b1 = s[LARS_BETA1], b2 = s[LARS_BETA2];
+    C sw = 0, sr = 0;
+    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {
+#if LARS_MIXED16
+        const C gi = lars_load(g, i) / loss_scale;
+#else
+        if (loss_scale != (C)1) {
+            lars_store(g, i, lars_load(g, i) / loss_scale);
+        }
+        const C gi = lars_load(g, i);
+#endif
+        lars_store(m, i, b1 * lars_load(m, i) + ((C)1 - b1) * gi);
+        lars_store(v, i, b2 * lars_load(v, i) + ((C)1 - b2) * (gi * gi));
+        const C wi = lars_load(w, i);
+        const C r = lamb_direction(wi, lars_load(m, i), lars_load(v, i), s);
+        sw += wi * wi;
+        sr += r * r;
+    }
+    lars_block_sum2(sw, sr);
+    const long long first = LARS_FIRST(T, t);
+    const long long last = LARS_FIRST(T, t + 1);
+    __shared__ int is_last;
+    if (threadIdx.x == 0) {
+        partial[2 * blockIdx.x] = sw;
+        partial[2 * blockIdx.x + 1] = sr;
+        __threadfence();
+        const unsigned int ticket = atomicAdd(&done[t], 1u);
+        is_last = ticket == (unsigned int)(last - first - 1);
+    }
+    __syncthreads();
+    if (!is_last) {
+        return;
+    }
+    const volatile C* p = partial;
+    C a = 0, b = 0;
+    for (long long k = first + threadIdx.x; k < last; k += LARS_THREADS) {
+        a += p[2 * k];
+        b += p[2 * k + 1];
+    }
+    lars_block_sum2(a, b);
+    if (threadIdx.x == 0) {
+        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
+            sqrt(a), sqrt(b), 0, 0, 1, 0, 1, s[LARS_CLIP_LR]) : (C)1;
+        stats[3 * t + 1] = a;
+        stats[3 * t + 2] = b;
+        done[t] = 0;
+    }
+}
+
+// w <- w - lr ratio r (mixed16: and the float16 weight, w rounded).
+extern "C" __global__ void chainer_lars_lamb_step(
+        const long long* table, long long ntensors, const C* settings,
+        const C* stats) {
+    long long t, begin, end;
+    lars_block_range(table, ntensors, t, begin, end);
+    LAMB_POINTERS(ntensors, t)
+    const C a = s[LARS_LR] * stats[3 * t];
+#if LARS_MIXED16
+    G* h = (G*)table[4 * ntensors + t];
+#endif
+    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {
+        const C wi = lars_load(w, i);
+        const C wn = wi - a * lamb_direction(
+            wi, lars_load(m, i), lars_load(v, i), s);
+        lars_store(w, i, wn);
+#if LARS_MIXED16
+        lars_store(h, i, wn);
+#endif
+    }
+}
+'''
+
 _modules = {}
-#: The second kernel of an update, by op.
+#: The kernels of an update, by op.
 _STEPS = {L.RESCALE: 'chainer_lars_multi_scale_add',
-          L.STEP: 'chainer_lars_multi_momentum'}
+          L.STEP: 'chainer_lars_multi_momentum',
+          L.LAMB: 'chainer_lars_lamb_step'}
+_NORMS = {L.LAMB: 'chainer_lars_lamb_norms'}
 
 
 def source(dtype, mixed16=False):
@@ -250,7 +351,8 @@ def source(dtype, mixed16=False):
     return _SOURCE.format(
         storage=storage, gstorage=gstorage, compute=compute,
         threads=THREADS, chunk=CHUNK, defines=L.cuda_defines(),
-        mixed16=int(mixed16), trust_ratio=ratio.CUDA_TRUST_RATIO)
+        mixed16=int(mixed16), trust_ratio=ratio.CUDA_TRUST_RATIO
+    ) + _LAMB_SOURCE
 
 
 def _kernel(xp, dtype, mixed16, name):
@@ -464,13 +566,16 @@ class CudaExecutor(object):
             table.set_settings(rows)
             args = (table.words, numpy.int64(table.ntensors), table.settings)
             grid = (table.nblocks,), (THREADS,)
-            _kernel(xp, group.dtype, mixed16, 'chainer_lars_multi_norms')(
+            _kernel(xp, group.dtype, mixed16, _NORMS.get(
+                op, 'chainer_lars_multi_norms'))(
                 *grid, args + (table.partial, table.done, table.stats))
             _kernel(xp, group.dtype, mixed16, _STEPS[op])(
                 *grid, args + (table.stats,))
-        # The norms of a mixed16 gradient are of g / loss_scale already.
+        # The norms of a mixed16 gradient are of g / loss_scale already,
+        # LAMB's of its unscaled direction.
         tables.last = (table, slice(None) if keep is None else keep,
-                       1.0 if mixed16 else rows[:, L.LOSS_SCALE].copy())
+                       1.0 if mixed16 or op == L.LAMB
+                       else rows[:, L.LOSS_SCALE].copy())
         return rejected
 
     def observe(self, group):
@@ -479,9 +584,9 @@ class CudaExecutor(object):
         out = numpy.full((len(group), 3), numpy.nan)
         for k in group.tables.empty:
             # What the CPU loop records for an empty array.
-            if group.op == L.STEP:
+            if group.op != L.RESCALE:
                 out[k, 0] = 1.0
-                if group.rows[k, L.ADAPT]:
+                if group.rows[k, L.ADAPT] or group.op == L.LAMB:
                     out[k, 1:] = 0.0
         last = group.tables.last
         if last is None:

@@ -27,7 +27,10 @@ GRAD = operator.attrgetter('grad')
 LOSS_SCALE = operator.attrgetter('_loss_scale')
 UPDATE_RULE = operator.attrgetter('update_rule')
 _STATE = operator.attrgetter('_state')
-_MOMENTUM = operator.methodcaller('get', 'v')
+
+#: The names of each op's state buffers, for errors.
+STATE_NAMES = {L.RESCALE: (), L.STEP: ('momentum buffer',),
+               L.LAMB: ('first moment', 'second moment')}
 
 
 def executor_for(device):
@@ -43,9 +46,9 @@ def executor_for(device):
 class Group(object):
 
     """Arrays of one device and dtype that one executor updates at once:
-    per array its path, parameter, rule, weight, state buffers (``(v,)``
-    or ``()``) and settings row; ``static``: the face's flags ``(uses
-    weight decay, adapted)``, a 2 x n array once prepared; ``op`` and
+    per array its path, parameter, rule, weight, state buffers (``(v,)``,
+    ``(m, v)`` or ``()``) and settings row; ``static``: the face's flags
+    ``(uses weight decay, adapted)``, a 2 x n array once prepared; ``op`` and
     ``copies`` (row -> group of one) of the last :func:`run`; the
     executor's ``tables``; what the face filled the rows from (``inputs``);
     whether a step divides out a loss scale (``scaled``); the op and
@@ -108,16 +111,17 @@ class Plan(object):
 
     """A face's groups (by device, dtype and a key of the face's), valid
     while ``params`` keep their rules, arrays, ``flags(rules)`` and (with
-    ``states``) momentum buffers, rule hooks and the float32 master copies
-    of mixed16 rows; ``where``: each group's positions in ``params``;
+    ``states``, the keys of the rules' state buffers, ``True`` for
+    ``('v',)``) those buffers, rule hooks and the float32 master copies of
+    mixed16 rows; ``where``: each group's positions in ``params``;
     ``others``: what else the face keeps."""
 
     __slots__ = ('_objects', '_flags', '_flag_fn', '_states', '_masters',
                  '_hooks', '_hook_counts', '_by_key', 'groups', 'where',
                  'others')
 
-    def __init__(self, params, flags, states=False):
-        self._states = states
+    def __init__(self, params, flags, states=()):
+        self._states = ('v',) if states is True else states
         self._flag_fn = flags
         # Held, the objects are known by identity (their ids stay theirs).
         self._objects = objects = self._structure(params)
@@ -157,11 +161,13 @@ class Plan(object):
         objects = (params, rules, list(map(ARRAY, params)))
         if self._states:
             try:
-                states = list(map(_MOMENTUM, map(_STATE, rules)))
+                dicts = list(map(_STATE, rules))
+                objects += tuple(list(map(operator.methodcaller('get', key),
+                                          dicts)) for key in self._states)
             except AttributeError:  # no rule, or no state yet
-                states = [None if r is None or r.state is None
-                          else r.state.get('v') for r in rules]
-            objects += (states,)
+                dicts = [None if r is None else r.state for r in rules]
+                objects += tuple([None if d is None else d.get(key)
+                                  for d in dicts] for key in self._states)
         return objects
 
     def matches(self, params):
@@ -216,7 +222,8 @@ def check(group, grads, op):
         return
     group.checked = None
     mixed16 = group.halves is not None
-    written = [('weight', 'gradient', 'momentum buffer')[i]
+    names = STATE_NAMES[op]
+    written = [(('weight', 'gradient') + names)[i]
                for i in L.written(op, group.scaled and not mixed16)]
     one_dtype = group.device.xp is not numpy
     for k, g in enumerate(grads):
@@ -224,7 +231,7 @@ def check(group, grads, op):
             checks.addressed(group.paths[k], group.weights[k], g,
                              group.states[k] if op != L.RESCALE else (),
                              written, one_dtype,
-                             group.halves[k] if mixed16 else None)
+                             group.halves[k] if mixed16 else None, names)
     executor.passed(group)
     group.checked = (op, group.scaled)
 

@@ -189,8 +189,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         if hookable is not None and any(
                 h is self for h in hookable._post_update_hooks.values()):
             _post_refused()
-        if getattr(owner, 'adapts_rates', False):  # LARS, LARSRule
-            checks.double_adaptation()
+        if getattr(owner, 'adapts_rates', False):  # LARS, LAMB, rules
+            checks.double_adaptation(owner._face)
         if len(args) == 1:
             self._update_all(args[0])
         elif len(args) == 2:

@@ -245,6 +245,11 @@ PLANTS = {
     'the partial of a block written to the wrong slot': (
         'partial[2 * blockIdx.x + 1] = sg;',
         'partial[2 * blockIdx.x + 1] = sw;'),
+    "LAMB's second moments read from the first moments' pointers": (
+        'S* v = (S*)table[3 * (T) + (t)];',
+        'S* v = (S*)table[2 * (T) + (t)];'),
+    "LAMB's second bias correction dropped": (
+        '(sqrt(v / s[LARS_CORRECTION2])', '(sqrt(v)'),
 }
 
 
@@ -264,7 +269,8 @@ def test_a_planted_bug_fails_the_gpu_tests(plant):
              ['every_size', 'zero_weight',
               'hook_agrees_with_cpu and static-True',
               'lars_agrees_with_cpu and static',
-              'mixed16_batched_agrees and static']))],
+              'mixed16_batched_agrees and static',
+              'lamb_agrees_with_cpu and static-True']))],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         universal_newlines=True, timeout=900)
     # 5 would mean that no test was selected.
