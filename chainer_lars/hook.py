@@ -327,7 +327,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         is the factor still in the stored gradient (the result keeps it)."""
         w = param.array
         g = None if w is None else param.grad
-        if g is None or g.size == 0 == w.size:
+        if g is None or (g.size == 0 and w.size == 0):
             return
         uses_wd, adapt = self._rules.lookup(path)
         clip_lr = self._clip_lr(rule, path) if adapt and self.clip else -1.0

@@ -100,7 +100,7 @@ MUTATIONS = {
 @pytest.mark.parametrize('face, mt', FACES)
 @pytest.mark.parametrize('mutation', sorted(MUTATIONS))
 def test_an_array_changed_in_place_gives_the_reference_step(face, mt,
-        mutation):
+                                                            mutation):
     reuse = 'same gradient objects' in mutation
     out = lines(_CASE.format(face=face, mt=mt) + textwrap.dedent(
         MUTATIONS[mutation]) + (
