@@ -194,7 +194,7 @@ def measure(log, batchsize, n_train, target):
             best = accuracy
         if steps is None and accuracy >= target:
             steps = entry['iteration']
-    test = log[-1].get('validation/main/accuracy')
+    test = log[-1].get('test/main/accuracy')
     loss = log[-1].get('main/loss')
     gone = results.diverged(log)
     return {'steps_to_target': steps,
