@@ -632,7 +632,7 @@ def test_a_diverged_trial_is_a_result(study, tiny_study, tmp_path):
                                   '-1', stdout)
     finally:
         chainer.dataset.set_dataset_root(previous)
-    record = study.measure(log, 16, 48, 0.3)
+    record = study.measure(log, 16, 48, 0.3, 16)
     assert record['diverged'] is True
     assert record['final_loss'] is None
     assert record['steps_to_target'] is None

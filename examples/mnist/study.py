@@ -529,7 +529,8 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
                      '{:g}'.format(flags['warmup_epochs']),
                      '{:g}'.format(flags['label_smoothing'])])
     rerun_head = ['batch size', 'optimizer', 'trial', 'seeds',
-                  'steps to target', 'best validation (%)', 'test (%)']
+                  'steps to target', 'at (% of the steps run)',
+                  'best validation (%)', 'test (%)']
     rerun_rows = []
     for cell in cells:
         records = reruns.get(cell, [])
@@ -540,15 +541,75 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
             '{}/{}'.format(len(records), seeds),
             _spread([r['steps_to_target'] for r in records],
                     lambda v: '{:.0f}'.format(v)),
+            _spread([_fraction_run(r) for r in records],
+                    lambda v: '{:.0f}'.format(100 * v)),
             _spread([r['best_validation'] for r in records], _percent),
             _spread([r['test_accuracy'] for r in records], _percent)])
-    found = [(head, rows), (rerun_head, rerun_rows)]
+    found = [(head, rows), (rerun_head, rerun_rows),
+             space_table(search, cells, trials)]
     if defaults:
         found.append(defaults_table(search, defaults))
     if budgets:
         found.extend(budget_tables(search, budgets, budget_list,
                                    budget_configs))
     return found
+
+
+def steps_run(r):
+    """The updates the run made: its last evaluation's (the trainer
+    evaluates at the end of the run); fewer for a run that diverged."""
+    return r['curve'][-1][0] if r['curve'] else 0
+
+
+def _fraction_run(r):
+    """Where in its run a trial reached the target, or None."""
+    if r['steps_to_target'] is None:
+        return None
+    return r['steps_to_target'] / steps_run(r)
+
+
+def _range(values, form):
+    values = [v for v in values if v is not None]
+    if not values:
+        return '-'
+    low, high = form(min(values)), form(max(values))
+    return low if low == high else '{}-{}'.format(low, high)
+
+
+def space_table(search, cells, trials=TRIALS):
+    """What each round of each cell's search covered: how many trials
+    diverged and reached the target, the ranges of the rate, of the
+    effective rate lr / (1 - momentum) and of the warm-up (% of the run),
+    the updates of a run, and where in it the trials reached the target
+    (% of the run)."""
+    head = ['batch size', 'optimizer', 'trials', 'diverged', 'reached',
+            'lr', 'lr / (1 - momentum)', 'warm-up (% of the run)',
+            'steps run', 'reached at (% of the steps run)']
+    rows = []
+    for cell in cells:
+        records = search.get(cell, [])
+        for first in range(0, max([r['trial'] for r in records] + [-1]) + 1,
+                           trials):
+            part = [r for r in records if first <= r['trial'] < first
+                    + trials]
+            if not part:
+                continue
+            flags = [r['flags'] for r in part]
+            whole = [r for r in part if not r['diverged']]
+            rows.append([
+                str(cell[0]), cell[1],
+                '{}-{}'.format(first, first + trials - 1),
+                str(sum(bool(r['diverged']) for r in part)),
+                str(sum(r['steps_to_target'] is not None for r in part)),
+                _range([f['lr'] for f in flags], '{:.3g}'.format),
+                _range([f['lr'] / (1 - f['momentum']) for f in flags],
+                       '{:.3g}'.format),
+                _range([100 * f['warmup_epochs'] / r['epochs']
+                        for f, r in zip(flags, part)], '{:.0f}'.format),
+                _range([steps_run(r) for r in whole], str),
+                _range([_fraction_run(r) for r in part],
+                       lambda v: '{:.0f}'.format(100 * v))])
+    return head, rows
 
 
 def _steps(r):
