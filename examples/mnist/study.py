@@ -496,7 +496,8 @@ def _spread(values, form):
 
 def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
            defaults=None, budgets=None, budget_list=BUDGETS,
-           budget_configs=BUDGET_CONFIGS):
+           budget_configs=BUDGET_CONFIGS,
+           budget_batchsizes=BUDGET_BATCHSIZES):
     """The search table, the rerun table and, where runs of the trainer's
     defaults exist, their table, and where budget runs exist, the budget
     sweep's two tables: (header, rows) each."""
@@ -551,7 +552,7 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
         found.append(defaults_table(search, defaults))
     if budgets:
         found.extend(budget_tables(search, budgets, budget_list,
-                                   budget_configs))
+                                   budget_configs, budget_batchsizes))
     return found
 
 
@@ -617,20 +618,25 @@ def _steps(r):
 
 
 def budget_tables(search, budgets, budget_list=BUDGETS,
-                  budget_configs=BUDGET_CONFIGS):
+                  budget_configs=BUDGET_CONFIGS,
+                  budget_batchsizes=BUDGET_BATCHSIZES):
     """The budget sweep: each trial swept, its steps to the target and best
     validation accuracy at each budget (1x: the search trial itself); and
-    per cell the fewest steps to the target over every budget."""
+    per cell the fewest steps to the target over every budget. Every cell
+    of ``budget_batchsizes`` with trials is shown, its runs still to be
+    made as "to run"."""
     multiples = [1] + list(budget_list)
     order = list(OPTIMIZERS)
-    cells = sorted(budgets, key=lambda c: (
+    cells = set(budgets) | {c for c in search if c[0] in budget_batchsizes}
+    cells = sorted(cells, key=lambda c: (
         c[0], order.index(c[1]) if c[1] in order else len(order), c[1]))
     head = (['batch size', 'optimizer', 'trial', 'epochs at 1x']
             + ['steps at {:g}x'.format(m) for m in multiples]
             + ['best validation at {:g}x (%)'.format(m) for m in multiples])
     rows, summary = [], []
     for cell in cells:
-        runs = {(r['trial'], r['budget']): r for r in budgets[cell]}
+        runs = {(r['trial'], r['budget']): r
+                for r in budgets.get(cell, [])}
         swept = ranked(search.get(cell, []))[:budget_configs]
         done = []
         for top in swept:
@@ -796,7 +802,8 @@ def check(args):
         for header, rows in tables(search, reruns, args.trials,
                                    len(args.seeds), args.refine,
                                    load_defaults(args.out), budgets,
-                                   args.budgets, args.budget_configs):
+                                   args.budgets, args.budget_configs,
+                                   args.budget_batchsizes):
             ok, message = results.check_file(path, header, rows)
             print(message)
             status = status or (0 if ok else 1)
@@ -921,7 +928,12 @@ def budget_points(search, budgets, args):
     batch size swept, over the swept trials at every budget (1x: the
     trials themselves)."""
     found = {}
-    for (batchsize, optimizer), records in sorted(budgets.items()):
+    if not budgets:
+        return found
+    cells = set(budgets) | {c for c in search
+                            if c[0] in args.budget_batchsizes}
+    for batchsize, optimizer in sorted(cells):
+        records = budgets.get((batchsize, optimizer), [])
         if batchsize not in args.batchsizes:
             continue
         swept = ranked(search.get((batchsize, optimizer), []))[
@@ -996,13 +1008,10 @@ def plot(args):
         if not drawn:
             continue
         color = STYLES.get(optimizer, {}).get('color')
-        label = '{}: fewest steps, any budget (1x-{:g}x)'.format(
-            LABELS.get(optimizer, optimizer), max([1] + args.budgets))
         for ax, index in ((left, 1), (right, 2)):
             line = [(b, p[index]) for b, p in drawn if p[index] is not None]
             ax.plot([b for b, _ in line], [v for _, v in line], color=color,
-                    marker='D', markerfacecolor='white', linestyle='--',
-                    label=label if ax is left else None)
+                    marker='D', markerfacecolor='white', linestyle='--')
             for b, p in drawn:
                 if index == 1 and p[1] is not None:
                     left.annotate('{}, {:g}x'.format(p[1], p[3]),
@@ -1010,8 +1019,8 @@ def plot(args):
                                   textcoords='offset points', fontsize=7,
                                   color=color)
         for b, p in drawn:
-            if p[1] is None:
-                left.plot([b], [0.97 - 0.04 * row], linestyle='none',
+            if p[1] is None:  # beside the triangle of the search
+                left.plot([b * 1.18], [0.97 - 0.04 * row], linestyle='none',
                           marker='D', color=color, markerfacecolor='white',
                           transform=left.get_xaxis_transform())
     defaults = load_defaults(args.out)
@@ -1022,7 +1031,7 @@ def plot(args):
             # Under the optimizers' lines, which it may cross.
             ax.plot([b for b, _ in drawn], [v for _, v in drawn],
                     color='gray', marker='x', linestyle='--', zorder=1.5,
-                    label="lars, the trainer's defaults (one run each)")
+                    label="LARS, the trainer's defaults (one run each)")
     for b, r in runs:
         if r['steps_to_target'] is None:
             left.plot([b], [0.97 - 0.04 * len(args.optimizers)],
@@ -1058,9 +1067,14 @@ def plot(args):
         ax.set_xlabel('batch size')
         ax.grid(True, which='both', alpha=0.4)
     handles, _ = left.get_legend_handles_labels()
+    if swept:
+        handles.append(matplotlib.lines.Line2D(
+            [], [], linestyle='--', marker='D', color='gray',
+            markerfacecolor='white', label='budget sweep: fewest steps at '
+            '1x-{:g}x the epochs (seed 0)'.format(max([1] + args.budgets))))
     handles.append(matplotlib.lines.Line2D(
         [], [], linestyle='none', marker='v', color='gray',
-        markerfacecolor='white', label='no trial reached it (top edge)'))
+        markerfacecolor='white', label='none reached it (top edge)'))
     left.legend(handles=handles, fontsize=8, loc='lower left')
     refined = [b for b in args.batchsizes if b in args.refine]
     figure.suptitle('MNIST MLP, each cell tuned by {} trials{} on 10,000 '
@@ -1182,7 +1196,8 @@ def main(argv=None):
                                    len(args.seeds), args.refine,
                                    load_defaults(args.out),
                                    load_budgets(args.out), args.budgets,
-                                   args.budget_configs):
+                                   args.budget_configs,
+                                   args.budget_batchsizes):
             print('\n'.join(results.markdown_table(header, rows)) + '\n')
         return 0
     if args.plot_only:
