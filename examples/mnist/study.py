@@ -9,8 +9,10 @@ either side of ``center_lr``), one minus the momentum (log scale, 0.01 to
 0.2), with the same epoch budget for both optimizers. The
 last 10,000 training images are the validation set (``--validation``);
 search trials never evaluate the test set. Each trial records when the
-validation accuracy first reached the target (98 %), its best validation
-accuracy and its command, in ``<out>/<optimizer>-b<B>-t<trial>.json``.
+validation accuracy first reached the target (98 %: 9,800 correct images
+of 10,000, counted, not a float compared), its best validation
+accuracy, its curve and its command, in
+``<out>/<optimizer>-b<B>-t<trial>.json``.
 At the batch sizes of ``--refine`` (8192 and 16384) a second round of as
 many trials follows, at the next points of the same sequence, with the
 rate over half a decade either side of the rate of the cell's best trial
@@ -18,22 +20,31 @@ of round one (the other dimensions as before). Each complete cell's best
 trial (of both rounds) (fewest steps to the target; if none
 reached it, the best validation accuracy) is then rerun with seeds 1, 2
 and 3, which evaluate the test set once, after the last epoch
-(``<optimizer>-b<B>-best-s<seed>.json``). Trials are run round by round
+(``<optimizer>-b<B>-best-s<seed>.json``). Then the budget sweep: the 3
+best trials of each cell of 8192 and 16384 at 2 and 4 times their
+epochs, the warm-up stretched with the run
+(``<optimizer>-b<B>-t<trial>-x<budget>.json``, with ``budget_of``,
+``budget`` and ``epochs``). Trials are run round by round
 (trial 0 of every cell, then trial 1, ...), so that every cell has
 results early; what is done (its JSON exists) is skipped, so an
-interrupted study continues where it stopped.
+interrupted study continues where it stopped. ``--model mlp-bn`` runs
+the study of the MLP with BatchNorm into ``<out>/mlp-bn/``.
 
     python examples/mnist/study.py
 
 ``--check`` runs nothing: it builds the tables from the JSONs and checks
-that ``examples/mnist/README.md`` holds them, and that each JSON is what
+that ``examples/mnist/README.md`` holds them, that each JSON is what
 the study would write now (a search trial's flags are its point's, a
-rerun is of its cell's best trial); it exits with 1 where not. Beside the
+rerun is of its cell's best trial, a run of the budget sweep is of one
+of its cell's best, stretched) and that each JSON's steps to the target
+are its curve's; it exits with 1 where not. Beside the
 search, the trainer runs on its defaults at each batch size, measured the
 same way (``defaults-b<B>.json``): a third table compares them with the
 tuned trials.
 ``--reproduce FILE`` reruns the trial of one JSON in a temporary folder
-and prints ``same`` or what differs (exit 1). ``--plot`` draws the figure
+and prints what changed, then ``same``, ``within tolerance`` (what
+another CPU is expected to change: ``TOLERANCE_*``) or ``differs``
+(exit 1). ``--plot`` draws the figure
 from the JSONs.
 """
 
