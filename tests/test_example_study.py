@@ -818,3 +818,39 @@ def test_budget_sweep_stretches_the_best_trials(study, tiny_study,
         other, other) in printed
     assert 'nesterov-b16-t0: steps_to_target 1000000, its curve first ' \
         'reaches 30 % at' in printed
+
+
+def test_a_study_of_the_model_with_batchnorm(study, tiny_study, tmp_path,
+                                             capsys):
+    """--model mlp-bn: the same protocol, every command with --model
+    mlp-bn, every JSON recording it; --check of those JSONs passes with
+    --model mlp-bn and names the model without it."""
+    out = tmp_path / 'bn'
+    argv = list(tiny_study.argv)
+    argv[argv.index('--out') + 1] = str(out)
+    argv[argv.index('--runs') + 1] = str(tmp_path / 'runs')
+    argv[argv.index('--figure') + 1] = str(tmp_path / 'bn.png')
+    previous = chainer.dataset.get_dataset_root()
+    try:
+        assert study.main(argv + ['--model', 'mlp-bn']) == 0
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    found = records(out)
+    assert sorted(found) == sorted(records(tiny_study.out))
+    for name, record in found.items():
+        assert record['model'] == 'mlp-bn', name
+        assert ' --model mlp-bn ' in record['command'], name
+    log = read_log(tmp_path / 'runs' / 'lars-b16-t0')
+    assert log[-1]['epoch'] == 2
+    assert (tmp_path / 'bn.png').stat().st_size > 0
+    capsys.readouterr()
+    tables = ['--out', str(out), '--trials', '2', '--seeds', '1']
+    assert study.main(tables + ['--model', 'mlp-bn', '--tables']) == 0
+    readme = tmp_path / 'README.md'
+    readme.write_text('# Study\n\n' + capsys.readouterr().out)
+    check = tables + ['--check', str(readme)]
+    assert study.main(check + ['--model', 'mlp-bn']) == 0
+    capsys.readouterr()
+    assert study.main(check) == 1
+    assert 'lars-b16-t0: a run of --model mlp-bn, not mlp' in (
+        capsys.readouterr().out)

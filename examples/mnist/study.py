@@ -802,9 +802,10 @@ def check(args):
         print(problem)
         status = 1
     for batchsize, r in sorted(load_defaults(args.out).items()):
-        want = TRAINER + ['--batchsize', str(batchsize), '--epoch',
-                          str(r['epochs']), '--validation',
-                          str(r['validation'])]
+        want = TRAINER + ['--batchsize', str(batchsize)] + (
+            ['--model', args.model] if args.model != MODELS[0] else []) + [
+            '--epoch', str(r['epochs']), '--validation',
+            str(r['validation'])]
         if not r['command'].startswith(shlex.join(want) + ' ') or r['flags']:
             print('{}: not a run of the trainer\'s defaults: {}'.format(
                 trial_name(DEFAULTS, batchsize), r['command']))
