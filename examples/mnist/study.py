@@ -462,11 +462,11 @@ def sweep(args):
     """The budget sweep: the best ``--budget-configs`` trials of each cell
     of ``--budget-batchsizes`` (complete cells only), each at the budgets
     of ``--budgets``; the best trials first, each at every budget and
-    batch size before the next."""
+    batch size before the next; the shorter budgets first."""
     batchsizes = [b for b in args.budget_batchsizes if b in args.batchsizes]
     for rank in range(args.budget_configs):
-        for batchsize in batchsizes:
-            for budget in args.budgets:
+        for budget in args.budgets:
+            for batchsize in batchsizes:
                 for optimizer in args.optimizers:
                     search, _ = load(args.out)
                     records = search.get((batchsize, optimizer), [])
