@@ -518,8 +518,8 @@ SETTINGS = {
 }
 
 # The settings that older snapshots do not record, with the value their
-# runs had.
-ADDED = {'loss_scale': 'none'}
+# runs had (for the trainers that have them: --model is MNIST's).
+ADDED = {'loss_scale': 'none', 'model': 'mlp'}
 
 
 def run_settings(args, **settings):
@@ -579,7 +579,8 @@ def check_resume(args, **settings):
             'seed and data that define the run; resume it with that '
             'version, or start a new run'.format(args.resume))
     for name, value in ADDED.items():
-        saved.setdefault(name, value)
+        if name in settings:
+            saved.setdefault(name, value)
     # Another trainer's snapshot first: its values would not compare.
     for name in sorted(set(settings) - set(saved)):
         usage_error('--resume {}: the snapshot records no {}: it was '
