@@ -153,7 +153,7 @@ with open(sys.argv[1]) as f:
     last = json.load(f)[-1]
 print('mnist {}: {} updates, test accuracy {:.2%}, elapsed_time {:.1f} s, '
       'loss scale {}, skipped updates {}'.format(
-          sys.argv[2], last['iteration'], last['validation/main/accuracy'],
+          sys.argv[2], last['iteration'], last['test/main/accuracy'],
           last['elapsed_time'], last.get('loss_scale', '(none)'),
           last.get('skipped_updates', '(none)')))
 EOF

@@ -132,6 +132,11 @@ def addressed(path, weight, grad, states=(), written=('weight',),
                 '{}: the {} has {} elements but the weight {} (shapes {} '
                 'and {}): operands could not be broadcast together'.format(
                     path, name, a.size, weight.size, a.shape, weight.shape))
+    for name, a in (('weight', weight),) + named:
+        if a.dtype.kind != 'f':  # as NumPy's casts of the results refuse it
+            raise TypeError(
+                'LARS updates floating-point arrays (float16, float32, '
+                'float64); the {} of {} is {}'.format(name, path, a.dtype))
     for name, a in named:
         like = weight if half is None or name in names else half
         if one_dtype and a.dtype != like.dtype:

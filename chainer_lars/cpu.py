@@ -193,7 +193,9 @@ def numpy_update(row, obs, op, w, g, v=None, v2=None):
     obs[0], obs[1], obs[2] = r, w_norm, g_norm
     p = r if op == L.RESCALE else row[L.LR] * r
     q = p * (s * wd)  # the hook's g still holds the loss scale s
-    if (q != 0 or p != 1) if op == L.RESCALE else gf.size:
+    # The hook leaves g as it is where r is 1 and no decay is added.
+    moves = (q != 0 or p != 1) if op == L.RESCALE else gf.size > 0
+    if moves:
         ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
         with numpy.errstate(over='ignore', invalid='ignore'):
             _step(op, p, q, row[L.MOMENTUM], row[L.NESTEROV], ct, wf, gf,

@@ -90,6 +90,27 @@ def serialize_loss_scaling(optimizer, serializer):
                     bool(value) if isinstance(default, bool) else value)
 
 
+def serialize_master(rule, serializer, device=None):
+    """Saves or loads ``rule``'s float32 master copy, which Chainer leaves
+    out of snapshots (a resumed float16 run would restart from rounded
+    weights): into the copy there is, else a new one (sent to ``device``
+    where given); a snapshot without one loads as before."""
+    master = rule._fp32_param
+    current = None if master is None else master.array
+    if isinstance(serializer, chainer.serializer.Serializer):
+        if current is not None:
+            serializer('fp32_param', current)
+        return
+    try:
+        value = serializer('fp32_param', current)
+    except KeyError:  # not made yet when the snapshot was written
+        return
+    if value is not None and current is None:
+        if device is not None:
+            value = device.send(value)
+        rule._fp32_param = chainer.Parameter(value)
+
+
 class FusedRule(optimizer.UpdateRule):
 
     """What the rules of the fused faces share: the exclusion flags, the
@@ -127,22 +148,10 @@ class FusedRule(optimizer.UpdateRule):
                 self.state[key] = param.device.xp.zeros_like(param.array)
 
     def serialize(self, serializer):
-        """Serializes the state and the float32 master copy, which Chainer
-        leaves out (a resumed float16 run would restart from rounded
-        weights); a snapshot without it loads as before."""
+        """Serializes the state and the float32 master copy
+        (:func:`serialize_master`)."""
         super(FusedRule, self).serialize(serializer)
-        master = self._fp32_param
-        current = None if master is None else master.array
-        if isinstance(serializer, chainer.serializer.Serializer):
-            if current is not None:
-                serializer('fp32_param', current)
-            return
-        try:
-            value = serializer('fp32_param', current)
-        except KeyError:
-            return
-        if value is not None and current is None:
-            self._fp32_param = chainer.Parameter(value)
+        serialize_master(self, serializer)
 
     def update(self, param):
         master = self._fp32_param
@@ -159,13 +168,12 @@ class FusedRule(optimizer.UpdateRule):
         if g is None:
             return
         states = tuple(map(self.state.__getitem__, self.STATES))
-        group = self._group  # identity checks only: this path is per array
-        if (group is None or group.weights[0] is not w
-                or not engine.same(states, group.states[0])):
-            path = self._path or param.name
+        path = self._path or param.name
+        group = engine.group_of_one(self._group, param.device, path, w,
+                                    states)
+        if group is not self._group:
             _check_dtype(path, w, self._face)
-            group = self._group = engine.group_of_one(
-                None, param.device, path, w, states)
+            self._group = group
         # The loss scale is already divided out (UpdateRule.update); t
         # counts this step already.
         inputs = (self._RULE_VALUES(self), self.t if self._STEPPED else None,
@@ -281,6 +289,8 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     # GradientLARS refuses to run on us (checks.double_adaptation).
     adapts_rates = True
+    # Whether the last update stepped (not skipped for non-finite gradients).
+    _stepped = True
 
     def __init__(self, multi_tensor):
         super(FusedMethod, self).__init__()
@@ -325,7 +335,9 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         # _loss_scaling_* and _set_grad; tests/test_optimizer.py fails if
         # they change (docs/design.rst).
         if not self._multi_tensor:
-            return super(FusedMethod, self).update(lossfun, *args, **kwds)
+            super(FusedMethod, self).update(lossfun, *args, **kwds)
+            self._stepped = self.is_safe_to_update()
+            return
         if lossfun is not None:
             use_cleargrads = getattr(self, '_use_cleargrads', True)
             loss = lossfun(*args, **kwds)
@@ -348,7 +360,8 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
         self.t += 1
         unbatched = params
-        if self.is_safe_to_update():
+        self._stepped = self.is_safe_to_update()
+        if self._stepped:
             unbatched = self._update_params(params, grads)
 
         # The batched parameters had gradients and the update kept them.
@@ -493,6 +506,8 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                 'optimizer.setup(link) and update() first'.format(
                     type(self).__name__))
         result = {}
+        if not self._stepped:  # skipped: nothing was applied
+            return result
         for path, param in self.target.namedparams():
             rule = getattr(param, 'update_rule', None)
             # A disabled rule made no step in the last update.
