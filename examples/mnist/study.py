@@ -81,7 +81,7 @@ OPTIMIZERS = {'nesterov': ['--optimizer', 'nesterov'],
               'adam': ['--optimizer', 'adam'],
               'lamb': ['--optimizer', 'lamb']}
 # The study of examples/mnist/README.md's first tables; adam and lamb have
-# their own (--optimizers adam,lamb --out examples/mnist/study-lamb).
+# their own (--optimizers adam,lamb --out examples/mnist/study/adam-lamb).
 DEFAULT_OPTIMIZERS = ['nesterov', 'lars']
 BATCHSIZES = [512, 2048, 8192, 16384]
 # The epoch budget of every trial of a batch size, whatever the optimizer.
