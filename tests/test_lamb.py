@@ -3,8 +3,10 @@ update by update: before each update the arrays as stored are read, and
 the reference's one step from them is what the update must leave, within
 the rounding of the dtype. The GPU path is in tests/test_gpu.py."""
 
+import copy
 import io
 import math
+import pickle
 
 import numpy
 import pytest
@@ -373,6 +375,23 @@ def test_resume_is_bit_for_bit(multi_tensor, fp32):
             assert (p.update_rule._fp32_param.array.tobytes() == theirs[
                 path].update_rule._fp32_param.array.tobytes()), path
     assert opt_resumed._loss_scale == opt_whole._loss_scale
+
+
+@pytest.mark.parametrize('how', ['deepcopy', 'pickle'])
+def test_a_copy_continues_like_the_original(how):
+    model = _model()
+    opt = chainer_lars.LAMB(**CASES[1]).setup(model)
+    _set_grads(model, 0)
+    opt.update()
+    other = (copy.deepcopy(opt) if how == 'deepcopy'
+             else pickle.loads(pickle.dumps(opt)))
+    assert other.target is not model
+    for step in range(1, 3):
+        for o in (opt, other):
+            _set_grads(o.target, step)
+            o.update()
+        assert_same_state(model, other.target)
+    assert other.observe() == opt.observe()
 
 
 @pytest.mark.parametrize('kwargs, error, words', [
