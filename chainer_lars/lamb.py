@@ -26,8 +26,10 @@ _default_hyperparam.weight_decay_rate = 0.0
 _HYPER = ('alpha', 'beta1', 'beta2', 'eps', 'eta', 'weight_decay_rate')
 
 
-def _learning_rate(hp, t):
-    """Adam's ``alpha_t``, the bias-corrected rate of step ``t``."""
+def _alpha_t(self):
+    """float: Adam's bias-corrected rate ``alpha sqrt(1 - beta2^t) / (1 -
+    beta1^t)`` at step ``t`` (Chainer's ``alpha_t``); ``lr`` is the same."""
+    hp, t = self.hyperparam, self.t
     if t == 0:
         raise RuntimeError(
             "Can't determine the learning rate of LAMB optimizer because "
@@ -86,14 +88,7 @@ class LAMBRule(fused.FusedRule):
     _VALUES = operator.attrgetter(*_HYPER)
     _RULE_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
     _DEFAULTS, _fill_rows = _default_hyperparam, staticmethod(_fill_rows)
-
-    @property
-    def alpha_t(self):
-        """float: Adam's bias-corrected rate ``alpha sqrt(1 - beta2^t) /
-        (1 - beta1^t)`` at the rule's step ``t``."""
-        return _learning_rate(self.hyperparam, self.t)
-
-    lr = alpha_t
+    alpha_t = lr = property(_alpha_t)
 
 
 class LAMB(fused.FusedMethod):
@@ -174,12 +169,4 @@ class LAMB(fused.FusedMethod):
                                                      minimum=0.0)
     _REPR = _HYPER + ('exclude_from_weight_decay',
                       'exclude_from_layer_adaptation', '_multi_tensor')
-
-    @property
-    def alpha_t(self):
-        """float: Adam's bias-corrected rate ``alpha sqrt(1 - beta2^t) /
-        (1 - beta1^t)`` at the optimizer's step ``t`` (Chainer's
-        ``Adam.alpha_t``); ``lr`` is the same."""
-        return _learning_rate(self.hyperparam, self.t)
-
-    lr = alpha_t
+    alpha_t = lr = property(_alpha_t)
