@@ -59,7 +59,11 @@ def state_of(model, opt):
             if rule.state:
                 entry.extend(sorted((k, v.tobytes())
                                     for k, v in rule.state.items()))
+            master = rule._fp32_param
+            if master is not None and master.array is not None:
+                entry.append(master.array.tobytes())
         state[path] = entry
+    state['loss_scale'] = opt._loss_scale
     return state
 
 
