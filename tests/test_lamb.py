@@ -377,6 +377,29 @@ def test_resume_is_bit_for_bit(multi_tensor, fp32):
     assert opt_resumed._loss_scale == opt_whole._loss_scale
 
 
+@pytest.mark.parametrize('key', ['m', 'v'])
+def test_a_replaced_moment_buffer_is_the_one_updated(key):
+    # The plan knows both state buffers by identity: a buffer replaced
+    # between updates (a snapshot loaded into a new array, say) is read
+    # and written, the old one left alone, as on the per-rule path.
+    models = [_model() for _ in range(2)]
+    opts = [chainer_lars.LAMB(multi_tensor=mt).setup(model)
+            for mt, model in zip((True, False), models)]
+    for step in range(3):
+        for model, opt in zip(models, opts):
+            if step == 2:
+                state = model.fc.W.update_rule.state
+                old = state[key]
+                state[key] = old.copy()
+                kept = old.copy()
+            _set_grads(model, step)
+            opt.update()
+            if step == 2:
+                assert (old == kept).all()
+                assert not (state[key] == kept).all()
+        assert_same_state(*models)
+
+
 @pytest.mark.parametrize('how', ['deepcopy', 'pickle'])
 def test_a_copy_continues_like_the_original(how):
     model = _model()
