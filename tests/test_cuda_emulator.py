@@ -225,8 +225,8 @@ PLANTS = {
     'a reduction step dropped': (
         's > 0; s >>= 1', 's > 1; s >>= 1'),
     'a table offset off by one': (
-        't = table[5 * T + 1 + blockIdx.x];',
-        't = table[5 * T + blockIdx.x];'),
+        't = table[7 * T + 1 + blockIdx.x];',
+        't = table[7 * T + blockIdx.x];'),
     'the adaptation flag read from the weight-decay column': (
         's[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio',
         's[LARS_WEIGHT_DECAY] != (C)0 ? chainer_lars_trust_ratio'),
