@@ -317,11 +317,12 @@ STAMP = 5
 
 
 @numba.njit(nogil=True, cache=True)
-def restamp(ids, ndarray, last, out):
+def restamp(ids, ndarray, last, out, held):
     """Stamps the objects at the addresses ``ids`` (alive: held by the
-    caller) into ``out``; returns how many differ from ``last``. Only the
-    type is read of an object that is not a plain ndarray."""
-    changed = 0
+    caller) into ``out``; returns how many of the first ``held`` and how
+    many of the rest differ from ``last``. Only the type is read of an
+    object that is not a plain ndarray."""
+    changed_held = changed = 0
     for k in range(ids.size):
         head = numba.carray(_void_pointer(ids[k]), 8, numpy.int64)
         out[k, :] = 0
@@ -339,9 +340,12 @@ def restamp(ids, ndarray, last, out):
             out[k, 4] = 1
         for j in range(STAMP):
             if out[k, j] != last[k, j]:
-                changed += 1
+                if k < held:
+                    changed_held += 1
+                else:
+                    changed += 1
                 break
-    return changed
+    return changed_held, changed
 
 
 #: NumPy's flags that a table's array needs: C-contiguous and aligned.
@@ -474,7 +478,7 @@ def _stamps_agree():
     arrays[0].flags.writeable = False
     ids = numpy.array([id(a) for a in arrays] + [id(None)], numpy.int64)
     out = numpy.empty((ids.size, STAMP), numpy.int64)
-    restamp(ids, id(numpy.ndarray), numpy.zeros_like(out), out)
+    restamp(ids, id(numpy.ndarray), numpy.zeros_like(out), out, 0)
     expected = [[a.ctypes.data, id(a.dtype), a.flags.num, a.size, 1]
                 for a in arrays] + [[0] * STAMP]
     return out.tolist() == expected
