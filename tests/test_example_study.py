@@ -676,7 +676,7 @@ def test_mlp_bn_trains_records_its_model_and_resumes(mnist, dataset_root,
     mnist.main(args + ['--out', str(first), '--snapshots', '2'])
     log = read_log(first)
     assert [e['iteration'] for e in log] == list(range(7))
-    assert 0 <= log[-1]['validation/main/accuracy'] <= 1
+    assert 0 <= log[-1]['test/main/accuracy'] <= 1
     with numpy.load(str(first / 'snapshot_iter_6')) as snapshot:
         keys = snapshot.files
         recorded = {key.split('/')[-1]: snapshot[key].item()
