@@ -19,12 +19,14 @@ _CASE = '''
 import gc, weakref
 from tests import lars_reference as ref
 
-FACE, MT = {face!r}, {mt!r}
+FACE, MT, DEVICE = {face!r}, {mt!r}, {device!r}
 rng = np.random.RandomState(0)
 m = chainer.Link()
 with m.init_scope():
     m.a = chainer.Parameter(rng.standard_normal((3, 4)).astype(np.float32))
     m.b = chainer.Parameter(rng.standard_normal(5).astype(np.float32))
+if DEVICE == 'emulated':
+    m.to_device('@cupy:0')
 params = [m.a, m.b]
 KW = dict(weight_decay=1e-3)
 if FACE == 'lars':
@@ -40,7 +42,7 @@ else:
 def fill(seed):
     r = np.random.RandomState(seed)
     for p in params:
-        p.grad = r.standard_normal(p.shape).astype(p.dtype)
+        p.grad = p.device.send(r.standard_normal(p.shape).astype(p.dtype))
 
 def expected():
     """The float64 reference of the next update, from the arrays now."""
@@ -102,7 +104,7 @@ MUTATIONS = {
 def test_an_array_changed_in_place_gives_the_reference_step(face, mt,
                                                             mutation):
     reuse = 'same gradient objects' in mutation
-    out = lines(_CASE.format(face=face, mt=mt) + textwrap.dedent(
+    out = lines(_CASE.format(face=face, mt=mt, device='cpu') + textwrap.dedent(
         MUTATIONS[mutation]) + (
         'check(mutate, reuse_grads={})\n'.format(reuse)))
     assert out[:2] == ['OK', 'CHANGED'], out
@@ -135,7 +137,8 @@ def test_an_array_changed_in_place_is_refused_before_anything_moves(
         face, mt, mutation):
     code, error, words = REFUSED[mutation]
     reuse = 'same objects' in mutation
-    out = lines(_CASE.format(face=face, mt=mt) + textwrap.dedent(code) + (
+    out = lines(_CASE.format(face=face, mt=mt, device='cpu')
+                + textwrap.dedent(code) + (
         'check(mutate, reuse_grads={})\n'.format(reuse)))
     if 'gradient' in mutation and face == 'lars':
         # LARS writes a gradient only to divide out a loss scale: a
@@ -159,9 +162,14 @@ def test_an_array_changed_in_place_is_refused_before_anything_moves(
     assert out[1] == 'UNCHANGED', out
 
 
+DEVICES = ['cpu', pytest.param('emulated', marks=pytest.mark.emulated)]
+
+
+@pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('face, mt', FACES)
-def test_no_gradient_is_kept_after_the_update(face, mt):
-    out = lines(_CASE.format(face=face, mt=mt) + textwrap.dedent('''
+def test_no_gradient_is_kept_after_the_update(face, mt, device):
+    out = lines(_CASE.format(face=face, mt=mt, device=device)
+                + textwrap.dedent('''
         fill(1)
         o.update()
         fill(2)
@@ -170,7 +178,7 @@ def test_no_gradient_is_kept_after_the_update(face, mt):
         m.cleargrads()
         gc.collect()
         print([r() is None for r in held])
-    '''))
+    '''), emulated=device == 'emulated')
     assert out == ['[True, True]'], out
 
 
@@ -199,13 +207,15 @@ def test_the_hook_keeps_no_deleted_float16_parameter():
     assert out == ['[True, True, False] 1'], out
 
 
+@pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('face', ['lars', 'hook'])
-def test_a_skipped_update_is_not_observed(face):
+def test_a_skipped_update_is_not_observed(face, device):
     """After an overflow under dynamic loss scaling the update is skipped:
     observe() reports nothing for it (not the hook's ratio 0 and infinite
     norm, nor LARS's last real update), so TrustRatioObserver logs no
     made-up ratio."""
-    out = lines(_CASE.format(face=face, mt=True) + textwrap.dedent('''
+    out = lines(_CASE.format(face=face, mt=True, device=device)
+                + textwrap.dedent('''
         observer = o if FACE == 'lars' else HOOK
         o.loss_scaling(interval=1000)
         fill(1)
@@ -218,5 +228,5 @@ def test_a_skipped_update_is_not_observed(face):
         fill(3)
         o.update()
         print(sorted(observer.observe()))
-    '''))
+    '''), emulated=device == 'emulated')
     assert out == ["['/a', '/b']", '{}', "['/a', '/b']"], out
