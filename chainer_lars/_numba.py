@@ -150,6 +150,11 @@ def _scale_add_at(g, i, r, w, c):
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+def _scale_at(g, i, r):
+    store(g, i, r * load(g, i))
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
 def scale_add(g, r, w, c):
     """``g <- r g + c w`` (``w`` unread when ``c`` is 0)."""
     if c != 0:
@@ -157,7 +162,7 @@ def scale_add(g, r, w, c):
             _scale_add_at(g, i, r, w, c)
     else:
         for i in range(g.size):
-            _scale_add_at(g, i, r, g, c)
+            _scale_at(g, i, r)
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
