@@ -107,14 +107,13 @@ def to_halves(x, bits):
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_REDUCE)
-def sqnorms(w, g, s, power_of_two):
+def sqnorms(w, g, s, inverse):
     """``(||w||^2, ||g / s||^2)`` in one pass that reads both arrays (the
-    division in the compute type; by a power of two, the same as a product
-    with ``1 / s``, which is faster)."""
+    division in the compute type; by a power of two, the same as the product
+    with its ``inverse``, which is faster; ``inverse`` 0: divide)."""
     sw = 0.0
     sg = 0.0
-    if power_of_two:
-        inverse = 1 / s
+    if inverse != 0:
         for i in range(w.size):
             x = numpy.float64(load(w, i))
             y = numpy.float64(load(g, i) * inverse)
@@ -193,13 +192,12 @@ def _mixed_at(w, v, h, i, gi, a, b, momentum, nesterov):
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
-def mixed_step(w, g, v, a, b, momentum, nesterov, s, power_of_two, h):
+def mixed_step(w, g, v, a, b, momentum, nesterov, s, inverse, h):
     """:func:`momentum_step` of a float32 master ``w`` and momentum ``v``
-    with the float16 gradient ``g / s`` (``g`` unwritten; by a power of two
-    as a product with ``1 / s``), and ``h``, the float16 weight, set to the
-    new ``w`` rounded to nearest."""
-    if power_of_two:
-        inverse = 1 / s
+    with the float16 gradient ``g / s`` (``g`` unwritten; as the product
+    with ``inverse`` where that is not 0), and ``h``, the float16 weight, set
+    to the new ``w`` rounded to nearest."""
+    if inverse != 0:
         for i in range(w.size):
             _mixed_at(w, v, h, i, load(g, i) * inverse, a, b, momentum,
                       nesterov)
@@ -390,7 +388,7 @@ def multi_update(table, rows, obs, likes, op):
     (``H``) is a mixed16 step."""
     like_w, like_g, like_c = likes
     # Stores into these arrays round the float64 scalars to the types.
-    cast = numpy.empty(4, like_c.dtype)
+    cast = numpy.empty(5, like_c.dtype)
     stored = numpy.empty(1, like_g.dtype)
     for k in range(table.shape[0]):
         size = table[k, L.SIZE]
@@ -402,14 +400,15 @@ def multi_update(table, rows, obs, likes, op):
         g = _array(table, k, L.G, like_g)
         mixed = table[k, L.H] != 0
         s = row[L.LOSS_SCALE]
-        cast[3] = 1.0
-        # Division by a power of two is exact as a product with its inverse.
-        power_of_two = True
+        # The scale to divide g by on the fly (mixed16; else 1), and its
+        # inverse where the product is exactly the quotient (a power of two).
+        cast[3] = cast[4] = 1.0
         if op != L.RESCALE and s != 1.0:
             if mixed:  # as the rule divides its float32 copy of g
                 cast[3] = s
                 mantissa, _ = math.frexp(s)
-                power_of_two = mantissa == 0.5 and 2 ** -126 <= s <= 2 ** 126
+                cast[4] = (1.0 / s if mantissa == 0.5
+                           and 2.0 ** -126 <= s <= 2.0 ** 126 else 0.0)
             else:  # as the rule divides g in place, by s in g's type
                 store(stored, 0, s)
                 unscale(g, load(stored, 0))
@@ -420,7 +419,7 @@ def multi_update(table, rows, obs, likes, op):
         r = 1.0
         w_norm = g_norm = numpy.nan
         if op == L.RESCALE or row[L.ADAPT] != 0.0:
-            w_sq, g_sq = sqnorms(w, g, cast[3], power_of_two)
+            w_sq, g_sq = sqnorms(w, g, cast[3], cast[4])
             w_norm = math.sqrt(w_sq)
             g_norm = math.sqrt(g_sq) / s
         if row[L.ADAPT] != 0.0:
@@ -436,7 +435,7 @@ def multi_update(table, rows, obs, likes, op):
             v = _array(table, k, L.V, like_w)
             if mixed:
                 mixed_step(w, g, v, cast[0], cast[1], cast[2],
-                           row[L.NESTEROV] != 0.0, cast[3], power_of_two,
+                           row[L.NESTEROV] != 0.0, cast[3], cast[4],
                            _array(table, k, L.H, like_g))
             else:
                 momentum_step(w, g, v, cast[0], cast[1], cast[2],
