@@ -4,7 +4,8 @@ Chainer's MNIST MLP (784-1000-1000-10, ReLU) and a small BatchNorm CNN,
 raw pixels from ``chainer.datasets.get_mnist()``, batch 128, a fixed number
 of updates (300 by default) from seed 0, accuracy on the 10,000 test
 images, for the set-ups a user tries first: plain ``MomentumSGD``, the hook
-on ``MomentumSGD``, ``LARS`` on its defaults. ``tests/test_snippets.py``
+on ``MomentumSGD``, ``LARS`` on its defaults, ``Adam()`` and ``LAMB()``.
+``tests/test_snippets.py``
 trains the documentation's own snippets with the same functions::
 
     python benchmarks/first_contact.py
@@ -169,6 +170,8 @@ FIRST = [
     ('LARS()', _plain(chainer_lars.LARS)),
     ('LARS(lr=1e-3, trust_coefficient=1e-3) (TensorFlow)',
      _plain(lambda: chainer_lars.LARS(lr=1e-3, trust_coefficient=1e-3))),
+    ('Adam()', _plain(chainer.optimizers.Adam)),
+    ('LAMB()', _plain(chainer_lars.LAMB)),
 ]
 
 

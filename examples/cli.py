@@ -37,13 +37,14 @@ HELP = {
               'but --out, --snapshots, --device and --dataset-root',
     'snapshots': 'Number of snapshots to keep in --out, the latest ones (one '
                  'is written each epoch); 0 writes none',
-    'lr': 'Peak learning rate (default: from the batch size, see below)',
+    'lr': "Peak learning rate, Adam's and LAMB's alpha (default: from the "
+          'batch size, see below)',
     'warmup_epochs': 'Epochs of linear learning-rate warm-up',
     'decay_power': 'After the warm-up, the learning rate decays to 0 as the '
                    'fraction of the run left to this power',
-    'momentum': 'Momentum',
-    'weight_decay': 'Weight decay, not applied to biases and BatchNorm '
-                    'parameters',
+    'momentum': "Momentum; Adam's and LAMB's beta1",
+    'weight_decay': "Weight decay (Adam's and LAMB's weight_decay_rate), "
+                    'not applied to biases and BatchNorm parameters',
     'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars',
     'seed': 'Seed of the weights, the shuffling and the data augmentation',
     'dtype': 'The precision, as chainer.config.dtype: float32; float16 '
@@ -78,11 +79,15 @@ def lr_rule(batch='the batch size B'):
         'lr = {} * B / {} for momentum and nesterov (linear scaling), and '
         'lr * trust_coefficient = {} * sqrt(B / {}) for lars and '
         'momentum-lars (the step of each layer relative to its weight '
-        'norm, scaled with the square root of the batch size). The rate '
-        'rises linearly for --warmup-epochs, then decays to 0 as the '
-        'fraction of the run left to the power --decay-power.'.format(
+        'norm, scaled with the square root of the batch size); alpha = {} '
+        '* sqrt(B / {}) for adam and {} * sqrt(B / {}) for lamb (its '
+        'relative step). The rate rises linearly for --warmup-epochs, then '
+        'decays to 0 as the fraction of the run left to the power '
+        '--decay-power.'.format(
             batch, recipe.MOMENTUM_LR_PER_256, recipe.REFERENCE_BATCHSIZE,
-            recipe.LARS_STEP_PER_256, recipe.REFERENCE_BATCHSIZE))
+            recipe.LARS_STEP_PER_256, recipe.REFERENCE_BATCHSIZE,
+            recipe.ADAM_ALPHA_PER_256, recipe.REFERENCE_BATCHSIZE,
+            recipe.LAMB_STEP_PER_256, recipe.REFERENCE_BATCHSIZE))
 
 
 def parser(description, defaults, epilog=None, helps=None):
@@ -113,15 +118,17 @@ def parser(description, defaults, epilog=None, helps=None):
     add('snapshots', type=int, default=1)
     parser.add_argument('--optimizer',
                         choices=('lars', 'momentum-lars', 'momentum',
-                                 'nesterov'),
+                                 'nesterov', 'lamb', 'adam'),
                         default='lars',
                         help='lars: chainer_lars.LARS; momentum-lars: '
                         'MomentumSGD with the chainer_lars.GradientLARS '
                         'hook; momentum: MomentumSGD with WeightDecay (the '
                         'baseline); nesterov: chainer_lars.LARS with '
                         'Nesterov momentum and no layer adaptation (lars '
-                        '--nesterov without the trust ratio). Default: '
-                        '%(default)s')
+                        '--nesterov without the trust ratio); lamb: '
+                        "chainer_lars.LAMB; adam: Chainer's Adam with its "
+                        'decoupled weight decay (the baseline of lamb). '
+                        'Default: %(default)s')
     parser.add_argument('--nesterov', action='store_true',
                         help='Nesterov momentum for --optimizer lars')
     add('lr', type=float)
@@ -211,7 +218,7 @@ def derived_lr(error, args, batch):
         lr = math.inf
     if not 0 < lr < math.inf:
         flags = '--batchsize {}'.format(args.batchsize)
-        if args.optimizer != 'momentum':
+        if args.optimizer in ('lars', 'momentum-lars'):
             flags = '--trust-coefficient {} with {}'.format(
                 args.trust_coefficient, flags)
         error('{} gives a learning rate (--lr) of {}, which must be '
@@ -415,14 +422,15 @@ def print_banner(args, *lines, batch=None):
     for line in lines:
         print(line)
     print('# epoch: {}'.format(args.epoch))
-    # MomentumSGD has no trust coefficient.
-    trust = ('' if args.optimizer in ('momentum', 'nesterov') else
+    # Only the LARS optimizers have a trust coefficient.
+    trust = ('' if args.optimizer not in ('lars', 'momentum-lars') else
              ', trust coefficient {:g}'.format(args.trust_coefficient))
     warmup = '{:g} epochs'.format(args.warmup_epochs)
     if getattr(args, 'warmup_note', None):
         warmup += ' ({})'.format(args.warmup_note)
-    print('# optimizer: {}, lr {:g}{}, weight decay {:g}, warm-up {}'.format(
-        args.optimizer, args.lr, trust, args.weight_decay, warmup))
+    print('# optimizer: {}, {} {:g}{}, weight decay {:g}, warm-up {}'.format(
+        args.optimizer, 'alpha' if args.optimizer in recipe.ADAM_LIKE
+        else 'lr', args.lr, trust, args.weight_decay, warmup))
     note = lr_note(args, batch)
     if note:
         print('#   ' + note)
@@ -455,6 +463,11 @@ def lr_note(args, batch):
         return ('lr from the batch size, linear scaling: {:g} * {} = {:g} '
                 '(--lr sets it)'.format(recipe.MOMENTUM_LR_PER_256, scale,
                                         args.lr))
+    if args.optimizer in recipe.ADAM_LIKE:
+        return ('alpha from the batch size: {:g} * sqrt({}) = {:.3g} (--lr '
+                'sets it)'.format(
+                    recipe.ADAM_ALPHA_PER_256 if args.optimizer == 'adam'
+                    else recipe.LAMB_STEP_PER_256, scale, args.lr))
     return ("lr from the batch size, the large-batch recipe's rule: lr * "
             'trust coefficient = {:g} * sqrt({}) = {:.3g} (--lr sets it);\n'
             "#   LARS()'s defaults, lr=2.0 and trust_coefficient=1e-3, make "
@@ -505,8 +518,8 @@ SETTINGS = {
 }
 
 # The settings that older snapshots do not record, with the value their
-# runs had.
-ADDED = {'loss_scale': 'none'}
+# runs had (for the trainers that have them: --model is MNIST's).
+ADDED = {'loss_scale': 'none', 'model': 'mlp'}
 
 
 def run_settings(args, **settings):
@@ -566,7 +579,8 @@ def check_resume(args, **settings):
             'seed and data that define the run; resume it with that '
             'version, or start a new run'.format(args.resume))
     for name, value in ADDED.items():
-        saved.setdefault(name, value)
+        if name in settings:
+            saved.setdefault(name, value)
     # Another trainer's snapshot first: its values would not compare.
     for name in sorted(set(settings) - set(saved)):
         usage_error('--resume {}: the snapshot records no {}: it was '

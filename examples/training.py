@@ -420,7 +420,13 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
         trainer.extend(keep_latest_snapshots(args.snapshots))
     trainer.extend(cli.RunSettings(cli.run_settings(args, **settings)))
-    trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
+    observe = extensions.observe_lr()
+    if args.optimizer in recipe.ADAM_LIKE:
+        # The scheduled rate, alpha: their lr is alpha after bias
+        # correction, undefined before the first update.
+        observe = extensions.observe_value('lr', lambda trainer: (
+            trainer.updater.get_optimizer('main').alpha))
+    trainer.extend(observe, trigger=(1, 'iteration'),
                    call_before_training=True)
     columns = []
     if scaling is not None:

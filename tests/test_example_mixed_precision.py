@@ -73,13 +73,16 @@ def check_precision(out, dtypes):
     ('float16', 'lars', '128'),
     ('float16', 'momentum-lars', '128'),
     ('mixed16', 'momentum', None),
+    ('mixed16', 'lamb', None),
+    ('float16', 'lamb', '128'),
+    ('mixed16', 'adam', None),
 ])
 def test_mnist_in_16_bits_runs_and_resumes_exactly(
         mnist, dataset_root, tmp_path, dtype, optimizer, scale):
     args = ['--dataset-root', dataset_root, '--optimizer', optimizer,
             '--batchsize', '32', '--unit', '32', '--warmup-epochs', '1',
             '--dtype', dtype] + (['--loss-scale', scale] if scale else [])
-    lars_key = None if optimizer == 'momentum' else (
+    lars_key = None if optimizer in ('momentum', 'adam') else (
         'lars/ratio/predictor/l1/W')
     test_examples.check_run_and_resume(mnist.main, args, tmp_path, 64 // 32,
                                        lars_key)

@@ -482,15 +482,60 @@ def test_reproduce_reruns_a_trial(study, tiny_study, tmp_path, capsys):
         assert study.main(argv + [path]) == 0
         assert capsys.readouterr().out.strip().splitlines()[-1] == 'same'
 
+        # Counts of correct images are compared: 2 more of the 16
+        # validation images is a change, and beyond any tolerance.
         record = read_json(path)
-        record['best_validation'] += 0.01
+        record['best_validation'] += 2 / 16
         changed = tmp_path / 'changed.json'
         changed.write_text(json.dumps(record))
         assert study.main(argv + [str(changed)]) == 1
+        printed = capsys.readouterr().out
         assert 'best_validation: recorded {}'.format(
-            record['best_validation']) in capsys.readouterr().out
+            record['best_validation']) in printed
+        assert printed.strip().splitlines()[-1].startswith('differs: ')
     finally:
         chainer.dataset.set_dataset_root(previous)
+
+
+def record_of(steps, best, test=None):
+    return {'steps_to_target': steps, 'best_validation': best,
+            'test_accuracy': test, 'validation': 10000}
+
+
+@pytest.mark.parametrize('again,verdict', [
+    # A float a rounding away from 9,800 of 10,000 is 9,800 images.
+    (record_of(54, 0.97999996, 0.9838), 'same'),
+    # One evaluation interval (2 steps) and 4 images: another CPU.
+    (record_of(52, 0.9804, 0.9838), 'within tolerance'),
+    # Two intervals and 20 images of 10,000 (0.2 point): the edge.
+    (record_of(58, 0.9780, 0.9858), 'within tolerance'),
+    (record_of(59, 0.9800, 0.9838), 'differs'),  # 5 steps > 2 intervals
+    (record_of(54, 0.9779, 0.9838), 'differs'),  # 21 images
+    (record_of(None, 0.9799, 0.9838), 'differs'),  # the target missed
+    (record_of(54, 0.9800, None), 'differs'),
+])
+def test_reproduce_compares_counts_with_a_tolerance(study, again, verdict):
+    record = record_of(54, 0.98, 0.9838)
+    found, different = study.compare(record, again, 2, 10000)
+    assert found.split(':')[0] == verdict
+    assert bool(different) == (verdict != 'same')
+    if verdict != 'same':
+        # The tolerance is named, as README.md states it.
+        assert found.endswith(
+            'steps to the target within 2 evaluation intervals (4 steps), '
+            'accuracies within 0.2 point')
+
+
+def test_first_at_target_counts_images(study):
+    curve = [[0, 0.1], [2, 0.9799], [4, 0.98], [6, 0.9801]]
+    assert study.first_at_target(curve, 10000, 0.98) == 4
+    # The float of 9,800 images a rounding under 0.98 still counts.
+    assert study.first_at_target([[3, 0.97999996]], 10000, 0.98) == 3
+    assert study.first_at_target([[3, 0.9799]], 10000, 0.98) is None
+    assert study.first_at_target([[1, 5 / 16]], 16, 0.3) == 1
+    assert study.first_at_target([[1, 4 / 16]], 16, 0.3) is None
+    assert study.target_count(0.98, 10000) == 9800
+    assert study.target_count(0.3, 16) == 5
 
 
 def test_figure_from_partial_results(study, tiny_study, tmp_path):
@@ -587,7 +632,7 @@ def test_a_diverged_trial_is_a_result(study, tiny_study, tmp_path):
                                   '-1', stdout)
     finally:
         chainer.dataset.set_dataset_root(previous)
-    record = study.measure(log, 16, 48, 0.3)
+    record = study.measure(log, 16, 48, 0.3, 16)
     assert record['diverged'] is True
     assert record['final_loss'] is None
     assert record['steps_to_target'] is None
@@ -604,7 +649,7 @@ def test_the_committed_study_is_complete_and_in_the_readme(study, capsys):
     out = os.path.join(os.path.dirname(study.__file__), 'study')
     search, reruns = study.load(out)
     for batchsize in study.BATCHSIZES:
-        for optimizer in study.OPTIMIZERS:
+        for optimizer in study.DEFAULT_OPTIMIZERS:
             cell = batchsize, optimizer
             n = study.trials_of(batchsize, study.TRIALS, study.REFINED)
             assert sorted(r['trial'] for r in search[cell]) == list(
@@ -613,3 +658,199 @@ def test_the_committed_study_is_complete_and_in_the_readme(study, capsys):
                 study.SEEDS), cell
     assert sorted(study.load_defaults(out)) == study.BATCHSIZES
     assert study.main(['--check']) == 0, capsys.readouterr().out
+
+
+# -- The model with BatchNorm ---------------------------------------------
+
+def test_mlp_bn_trains_records_its_model_and_resumes(mnist, dataset_root,
+                                                     tmp_path, capsys):
+    """--model mlp-bn: BatchNormalization after each hidden layer (the
+    hidden linear maps without bias), trained and evaluated on the tiny
+    data; the snapshot records the model, a resumed run logs the same, and
+    resuming it as the plain MLP is refused."""
+    args = ['--dataset-root', dataset_root, '--model', 'mlp-bn',
+            '--batchsize', '16', '--unit', '8', '--epoch', '2',
+            '--validation', '16', '--eval-every', '1', '--test', 'end',
+            '--noplot']
+    first = tmp_path / 'first'
+    mnist.main(args + ['--out', str(first), '--snapshots', '2'])
+    log = read_log(first)
+    assert [e['iteration'] for e in log] == list(range(7))
+    assert 0 <= log[-1]['test/main/accuracy'] <= 1
+    with numpy.load(str(first / 'snapshot_iter_6')) as snapshot:
+        keys = snapshot.files
+        recorded = {key.split('/')[-1]: snapshot[key].item()
+                    for key in keys if 'RunSettings' in key}
+    assert recorded['model'] == 'mlp-bn'
+    names = {key.split('updater/model:main/predictor/')[-1] for key in keys
+             if key.startswith('updater/model:main/predictor/')}
+    assert {'bn1/gamma', 'bn1/beta', 'bn1/avg_mean', 'bn2/avg_var',
+            'l1/W', 'l3/b'} <= names
+    assert 'l1/b' not in names and 'l2/b' not in names
+
+    # The evaluation uses the running statistics: the last validation
+    # accuracy is the model's on the held-out images in test mode.
+    numpy.random.seed(0)
+    model = L.Classifier(mnist.MLPBN(784, 8, 10))
+    chainer.serializers.load_npz(str(first / 'snapshot_iter_6'), model,
+                                 path='updater/model:main/')
+    train, _ = data.load_mnist()
+    x, t = chainer.dataset.concat_examples(train[48:])
+    with chainer.using_config('train', False):
+        accuracy = (model.predictor(x).array.argmax(axis=1) == t).mean()
+    assert log[-1]['val/main/accuracy'] == pytest.approx(accuracy)
+
+    resumed = tmp_path / 'resumed'
+    mnist.main(args + ['--out', str(resumed),
+                       '--resume', str(first / 'snapshot_iter_3')])
+    assert without_time(read_log(resumed)) == without_time(log)
+    capsys.readouterr()
+    plain = list(args)
+    plain[plain.index('mlp-bn')] = 'mlp'
+    with pytest.raises(SystemExit):
+        mnist.main(plain + ['--out', str(tmp_path / 'plain'), '--resume',
+                            str(first / 'snapshot_iter_3')])
+    assert 'written with --model mlp-bn, this run has mlp' in (
+        capsys.readouterr().err)
+
+
+def test_the_default_model_is_the_plain_mlp(mnist):
+    assert mnist.parse_args([]).model == 'mlp'
+    numpy.random.seed(0)
+    plain = mnist.MODELS['mlp'](784, 8, 10)
+    assert plain.__class__ is mnist.MLP
+    assert not any('bn' in name for name, _ in plain.namedparams())
+
+
+def test_study_commands_name_the_model(study):
+    plain = study.command('lars', 512, 6, {}, 0, 10000, 50000, 'never')
+    assert '--model' not in plain  # the committed trials' commands
+    bn = study.command('lars', 512, 6, {}, 0, 10000, 50000, 'never',
+                       'mlp-bn')
+    assert bn[bn.index('--model') + 1] == 'mlp-bn'
+    assert study.model_out('mlp') == study.OUT
+    assert study.model_out('mlp-bn') == os.path.join(study.OUT, 'mlp-bn')
+
+
+# -- The budget sweep ------------------------------------------------------
+
+def test_budget_sweep_stretches_the_best_trials(study, tiny_study,
+                                                tmp_path, capsys):
+    """--budgets 2 --budget-configs 1: the best trial of each cell again
+    at twice its epochs, its warm-up twice as long (the same fraction of
+    the run); the JSON records budget_of, budget and epochs; the tables
+    give the fewest steps over the budgets, and --check finds a run of a
+    trial that is not among the best."""
+    out = tmp_path / 'json'
+    shutil.copytree(str(tiny_study.out), str(out))
+    argv = list(tiny_study.argv)
+    argv[argv.index('--out') + 1] = str(out)
+    argv[argv.index('--runs') + 1] = str(tmp_path / 'runs')
+    sweep = ['--budgets', '2', '--budget-batchsizes', '16',
+             '--budget-configs', '1']
+    previous = chainer.dataset.get_dataset_root()
+    try:
+        assert study.main(argv + sweep + ['--figure',
+                                          str(tmp_path / 'f.png')]) == 0
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    capsys.readouterr()
+    found = records(out)
+    for optimizer in ('nesterov', 'lars'):
+        top = study.best([found['{}-b16-t{}'.format(optimizer, t)]
+                          for t in (0, 1)])
+        name = '{}-b16-t{}-x2'.format(optimizer, top['trial'])
+        run = found[name]
+        assert run['budget'] == 2 and run['epochs'] == 4
+        assert run['budget_of'] == '{}-b16-t{}'.format(optimizer,
+                                                       top['trial'])
+        assert run['flags']['warmup_epochs'] == pytest.approx(
+            2 * top['flags']['warmup_epochs'], rel=1e-3)
+        assert {k: v for k, v in run['flags'].items()
+                if k != 'warmup_epochs'} == {
+            k: v for k, v in top['flags'].items() if k != 'warmup_epochs'}
+        assert '--epoch 4 ' in run['command']
+        log = read_log(tmp_path / 'runs' / name)
+        assert log[-1]['epoch'] == 4
+        assert run['steps_to_target'] == study.first_at_target(
+            run['curve'], 16, 0.3)
+    assert (tmp_path / 'f.png').stat().st_size > 0
+    # The sweep's runs are not search trials: the search tables and the
+    # reruns are unchanged.
+    search, reruns = study.load(str(out))
+    assert sorted(r['trial'] for r in search[16, 'lars']) == [0, 1]
+    tables = ['--out', str(out), '--trials', '2', '--seeds', '1'] + sweep
+    assert study.main(tables + ['--tables']) == 0
+    printed = capsys.readouterr().out
+    runs = [found['lars-b16-t{}'.format(t)] for t in (0, 1)]
+    top = study.best(runs)
+    stretched = found['lars-b16-t{}-x2'.format(top['trial'])]
+    fastest = min([r for r in (top, stretched)
+                   if r['steps_to_target'] is not None],
+                  key=lambda r: r['steps_to_target'], default=None)
+    row = [line for line in printed.splitlines()
+           if line.startswith('| 16 | lars | 2/2 |')]
+    assert len(row) == 1
+    if fastest is None:
+        assert row[0].startswith('| 16 | lars | 2/2 | 0 | - | - |')
+    else:
+        want = '| {} | {:g}x |'.format(fastest['steps_to_target'],
+                                       fastest.get('budget', 1))
+        assert want in row[0]
+    readme = tmp_path / 'README.md'
+    readme.write_text('# Study\n\n' + printed)
+    check = tables + ['--check', str(readme)]
+    assert study.main(check) == 0
+    capsys.readouterr()
+    # A run of another trial than the best, and a curve that disagrees
+    # with its steps_to_target, are found.
+    other = 1 - top['trial']
+    record = dict(stretched, trial=other,
+                  budget_of='lars-b16-t{}'.format(other))
+    (out / 'lars-b16-t{}-x2.json'.format(other)).write_text(
+        json.dumps(record))
+    record = read_json(out / 'nesterov-b16-t0.json')
+    record['steps_to_target'] = 10 ** 6
+    (out / 'nesterov-b16-t0.json').write_text(json.dumps(record))
+    assert study.main(check) == 1
+    printed = capsys.readouterr().out
+    assert 'lars-b16-t{}-x2: trial {} is not among the 1 best'.format(
+        other, other) in printed
+    assert 'nesterov-b16-t0: steps_to_target 1000000, its curve first ' \
+        'reaches 30 % at' in printed
+
+
+def test_a_study_of_the_model_with_batchnorm(study, tiny_study, tmp_path,
+                                             capsys):
+    """--model mlp-bn: the same protocol, every command with --model
+    mlp-bn, every JSON recording it; --check of those JSONs passes with
+    --model mlp-bn and names the model without it."""
+    out = tmp_path / 'bn'
+    argv = list(tiny_study.argv)
+    argv[argv.index('--out') + 1] = str(out)
+    argv[argv.index('--runs') + 1] = str(tmp_path / 'runs')
+    argv[argv.index('--figure') + 1] = str(tmp_path / 'bn.png')
+    previous = chainer.dataset.get_dataset_root()
+    try:
+        assert study.main(argv + ['--model', 'mlp-bn']) == 0
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    found = records(out)
+    assert sorted(found) == sorted(records(tiny_study.out))
+    for name, record in found.items():
+        assert record['model'] == 'mlp-bn', name
+        assert ' --model mlp-bn ' in record['command'], name
+    log = read_log(tmp_path / 'runs' / 'lars-b16-t0')
+    assert log[-1]['epoch'] == 2
+    assert (tmp_path / 'bn.png').stat().st_size > 0
+    capsys.readouterr()
+    tables = ['--out', str(out), '--trials', '2', '--seeds', '1']
+    assert study.main(tables + ['--model', 'mlp-bn', '--tables']) == 0
+    readme = tmp_path / 'README.md'
+    readme.write_text('# Study\n\n' + capsys.readouterr().out)
+    check = tables + ['--check', str(readme)]
+    assert study.main(check + ['--model', 'mlp-bn']) == 0
+    capsys.readouterr()
+    assert study.main(check) == 1
+    assert 'lars-b16-t0: a run of --model mlp-bn, not mlp' in (
+        capsys.readouterr().out)

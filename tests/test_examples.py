@@ -108,6 +108,8 @@ def check_run_and_resume(main, args, out_dir, iterations_per_epoch,
     ('lars', 'lars/ratio/predictor/l1/W'),
     ('momentum-lars', 'lars/ratio/predictor/l1/W'),
     ('momentum', None),
+    ('lamb', 'lars/ratio/predictor/l1/W'),
+    ('adam', None),
 ])
 def test_mnist_runs_and_resumes_exactly(mnist, dataset_root, tmp_path,
                                         optimizer, lars_key):
@@ -120,6 +122,7 @@ def test_mnist_runs_and_resumes_exactly(mnist, dataset_root, tmp_path,
     ('cifar10', 'lars', 'lars/ratio/predictor/res3/0/conv1/W'),
     ('cifar100', 'momentum-lars', 'lars/ratio/predictor/fc/W'),
     ('cifar10', 'momentum', None),
+    ('cifar10', 'lamb', 'lars/ratio/predictor/res3/0/conv1/W'),
 ])
 def test_cifar_runs_and_resumes_exactly(cifar, dataset_root, tmp_path,
                                         dataset, optimizer, lars_key):
@@ -230,6 +233,9 @@ def test_decay_power_sets_the_schedule(request, dataset_root, tmp_path,
     ('lars', 256, 0.005 / 0.02),
     ('lars', 8192, 0.005 * math.sqrt(32) / 0.02),
     ('momentum-lars', 1024, 0.005 * 2 / 0.02),
+    ('adam', 256, 0.001),
+    ('adam', 8192, 0.001 * math.sqrt(32)),
+    ('lamb', 1024, 0.01 * 2),
 ])
 def test_default_lr_rule(mnist, cifar, optimizer, batchsize, lr):
     for example in (mnist, cifar):
@@ -241,8 +247,10 @@ def test_default_lr_rule(mnist, cifar, optimizer, batchsize, lr):
         args = example.parse_args(['--optimizer', optimizer,
                                    '--batchsize', str(batchsize),
                                    '--trust-coefficient', '0.5'])
-        if optimizer != 'momentum':
+        if optimizer in ('lars', 'momentum-lars'):
             assert math.isclose(args.lr * 0.5, lr * 0.02, rel_tol=1e-12)
+        elif optimizer != 'momentum':  # Adam's alpha has no coefficient
+            assert math.isclose(args.lr, lr, rel_tol=1e-12)
 
 
 def run_script(module, args, root):
@@ -531,12 +539,36 @@ def test_default_warmup_longer_than_the_run_is_the_run(
                                           '1']).warmup_epochs == 1
 
 
-@pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars', 'momentum'])
+@pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars', 'momentum',
+                                       'lamb', 'adam'])
 def test_banner_names_a_trust_coefficient_only_for_lars(mnist, capsys,
                                                         optimizer):
     cli.print_banner(mnist.parse_args(['--optimizer', optimizer]))
     out = capsys.readouterr().out
-    assert ('trust coefficient 0.02' in out) == (optimizer != 'momentum')
+    assert ('trust coefficient 0.02' in out) == (
+        optimizer in ('lars', 'momentum-lars'))
+    # Adam's and LAMB's rate is alpha.
+    assert (', alpha ' in out) == (optimizer in ('lamb', 'adam'))
+
+
+@pytest.mark.parametrize('optimizer', ['lamb', 'adam'])
+def test_adam_and_lamb_take_the_recipe_s_flags_and_exclusions(
+        mnist, optimizer):
+    args = mnist.parse_args(['--optimizer', optimizer, '--lr', '0.03',
+                             '--momentum', '0.8', '--weight-decay', '0.01'])
+    model = chainer.links.Classifier(mnist.MLP(784, 4, 10))
+    opt, observed = recipe.make_optimizer(args, model)
+    assert (opt.alpha, opt.beta1, opt.weight_decay_rate) == (0.03, 0.8, 0.01)
+    assert (observed is opt) == (optimizer == 'lamb')
+    for path, param in model.namedparams():
+        rule = param.update_rule
+        decayed = not path.endswith('/b')
+        if optimizer == 'adam':
+            assert rule.hyperparam.weight_decay_rate == 0.01 * decayed
+        else:
+            assert (rule.uses_weight_decay, rule.uses_adaptation) == (
+                decayed, decayed)
+    assert recipe.schedule(args, 10)._attr == 'alpha'
 
 
 @pytest.mark.parametrize('flags,says', [

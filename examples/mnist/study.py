@@ -9,8 +9,10 @@ either side of ``center_lr``), one minus the momentum (log scale, 0.01 to
 0.2), with the same epoch budget for both optimizers. The
 last 10,000 training images are the validation set (``--validation``);
 search trials never evaluate the test set. Each trial records when the
-validation accuracy first reached the target (98 %), its best validation
-accuracy and its command, in ``<out>/<optimizer>-b<B>-t<trial>.json``.
+validation accuracy first reached the target (98 %: 9,800 correct images
+of 10,000, counted, not a float compared), its best validation
+accuracy, its curve and its command, in
+``<out>/<optimizer>-b<B>-t<trial>.json``.
 At the batch sizes of ``--refine`` (8192 and 16384) a second round of as
 many trials follows, at the next points of the same sequence, with the
 rate over half a decade either side of the rate of the cell's best trial
@@ -18,22 +20,31 @@ of round one (the other dimensions as before). Each complete cell's best
 trial (of both rounds) (fewest steps to the target; if none
 reached it, the best validation accuracy) is then rerun with seeds 1, 2
 and 3, which evaluate the test set once, after the last epoch
-(``<optimizer>-b<B>-best-s<seed>.json``). Trials are run round by round
+(``<optimizer>-b<B>-best-s<seed>.json``). Then the budget sweep: the 3
+best trials of each cell of 8192 and 16384 at 2 and 4 times their
+epochs, the warm-up stretched with the run
+(``<optimizer>-b<B>-t<trial>-x<budget>.json``, with ``budget_of``,
+``budget`` and ``epochs``). Trials are run round by round
 (trial 0 of every cell, then trial 1, ...), so that every cell has
 results early; what is done (its JSON exists) is skipped, so an
-interrupted study continues where it stopped.
+interrupted study continues where it stopped. ``--model mlp-bn`` runs
+the study of the MLP with BatchNorm into ``<out>/mlp-bn/``.
 
     python examples/mnist/study.py
 
 ``--check`` runs nothing: it builds the tables from the JSONs and checks
-that ``examples/mnist/README.md`` holds them, and that each JSON is what
+that ``examples/mnist/README.md`` holds them, that each JSON is what
 the study would write now (a search trial's flags are its point's, a
-rerun is of its cell's best trial); it exits with 1 where not. Beside the
+rerun is of its cell's best trial, a run of the budget sweep is of one
+of its cell's best, stretched) and that each JSON's steps to the target
+are its curve's; it exits with 1 where not. Beside the
 search, the trainer runs on its defaults at each batch size, measured the
 same way (``defaults-b<B>.json``): a third table compares them with the
 tuned trials.
 ``--reproduce FILE`` reruns the trial of one JSON in a temporary folder
-and prints ``same`` or what differs (exit 1). ``--plot`` draws the figure
+and prints what changed, then ``same``, ``within tolerance`` (what
+another CPU is expected to change: ``TOLERANCE_*``) or ``differs``
+(exit 1). ``--plot`` draws the figure
 from the JSONs.
 """
 
@@ -64,7 +75,14 @@ FIGURE = os.path.join(HERE, 'study.png')
 # lars runs with Nesterov momentum, so that the trust ratio is the only
 # difference from nesterov (examples/recipe.py).
 OPTIMIZERS = {'nesterov': ['--optimizer', 'nesterov'],
-              'lars': ['--optimizer', 'lars', '--nesterov']}
+              'lars': ['--optimizer', 'lars', '--nesterov'],
+              # LAMB against its baseline, Adam: the rate is their alpha,
+              # the momentum their beta1.
+              'adam': ['--optimizer', 'adam'],
+              'lamb': ['--optimizer', 'lamb']}
+# The study of examples/mnist/README.md's first tables; adam and lamb have
+# their own (--optimizers adam,lamb --out examples/mnist/study/adam-lamb).
+DEFAULT_OPTIMIZERS = ['nesterov', 'lars']
 BATCHSIZES = [512, 2048, 8192, 16384]
 # The epoch budget of every trial of a batch size, whatever the optimizer.
 EPOCHS = {512: 6, 2048: 8, 8192: 14, 16384: 24}
@@ -81,6 +99,23 @@ PRIMES = (2, 3, 5, 7)
 TRUST_COEFFICIENT = 0.02  # the trainers' default
 
 TRAINER = ['python', '-m', 'examples.mnist.train_mnist']
+# The trainer's --model; the JSONs of a model other than the first go to
+# a folder of its own under --out's default (``model_out``).
+MODELS = ('mlp', 'mlp-bn')
+
+# The budget sweep: the best BUDGET_CONFIGS trials of each cell of
+# BUDGET_BATCHSIZES run again at these multiples of the epoch budget, the
+# warm-up stretched with the run (``budget_flags``); 1x is the trial.
+BUDGETS = [2, 4]
+BUDGET_BATCHSIZES = [8192, 16384]
+BUDGET_CONFIGS = 3
+
+# What --reproduce calls "within tolerance": the change expected on
+# another CPU, whose BLAS sums the matrix products in another order
+# (README.md, "Repeating a trial"): the step to the target within two
+# evaluation intervals, the accuracies within 0.2 point.
+TOLERANCE_INTERVALS = 2
+TOLERANCE_POINTS = 0.2
 # Besides the search: the trainer on its defaults (--optimizer lars, its
 # rate rule, no other flag) at each batch size, measured the same way.
 DEFAULTS = 'defaults'
@@ -163,9 +198,11 @@ def eval_every(batchsize, n_train):
 
 
 def command(optimizer, batchsize, epochs, flags, seed, validation, n_train,
-            test):
+            test, model=MODELS[0]):
     cmd = TRAINER + ['--batchsize', str(batchsize)] + OPTIMIZERS.get(
         optimizer, [])
+    if model != MODELS[0]:
+        cmd += ['--model', model]
     cmd += ['--epoch', str(epochs), '--validation', str(validation),
             '--eval-every', str(eval_every(batchsize, n_train)),
             '--test', test]
@@ -174,19 +211,45 @@ def command(optimizer, batchsize, epochs, flags, seed, validation, n_train,
     return cmd + ['--seed', str(seed), '--snapshots', '0', '--noplot']
 
 
-def measure(log, batchsize, n_train, target):
-    """Steps and epochs to ``target``, best validation, test accuracy."""
-    steps = best = None
+def target_count(target, n):
+    """The fewest correct images of ``n`` that reach ``target``: the
+    ceiling of ``target * n``, exact for a target of up to 9 decimals."""
+    return -(-round(target * 10 ** 9) * n // 10 ** 9)
+
+
+def count(accuracy, n):
+    """The correct images of ``n`` behind an accuracy, a mean over them
+    (exact for a float within half an image of it)."""
+    return round(accuracy * n)
+
+
+def first_at_target(curve, n, target):
+    """The first iteration of ``curve`` (``[iteration, accuracy]`` pairs
+    on ``n`` validation images) at which ``target_count`` images or more
+    were correct, or None. Integer counts: an accuracy of 9,800 images in
+    10,000 reaches 98 % however its float rounds."""
+    need = target_count(target, n)
+    for iteration, accuracy in curve:
+        if (accuracy is not None and not math.isnan(accuracy)
+                and count(accuracy, n) >= need):
+            return iteration
+    return None
+
+
+def measure(log, batchsize, n_train, target, validation):
+    """Steps and epochs to ``target`` (``first_at_target`` of the curve
+    on ``validation`` images), best validation, test accuracy."""
+    best = None
     curve = []
     for entry in log:
         accuracy = entry.get('val/main/accuracy')
         if accuracy is None:
             continue
+        # 4 decimals: exact for 10,000 images or fewer.
         curve.append([entry['iteration'], round(accuracy, 4)])
         if not math.isnan(accuracy) and (best is None or accuracy > best):
             best = accuracy
-        if steps is None and accuracy >= target:
-            steps = entry['iteration']
+    steps = first_at_target(curve, validation, target)
     test = log[-1].get('test/main/accuracy')
     loss = log[-1].get('main/loss')
     gone = results.diverged(log)
@@ -229,18 +292,28 @@ def run_command(cmd, out, dataset_root, device, stdout):
     return log
 
 
-def trial_name(optimizer, batchsize, trial=None, seed=None):
+def model_out(model):
+    """The default folder of a model's JSONs."""
+    return OUT if model == MODELS[0] else os.path.join(OUT, model)
+
+
+def trial_name(optimizer, batchsize, trial=None, seed=None, budget=None):
     if optimizer == DEFAULTS:
         return '{}-b{}'.format(DEFAULTS, batchsize)
+    if budget is not None:
+        return '{}-b{}-t{}-x{:g}'.format(optimizer, batchsize, trial, budget)
     if seed is None:
         return '{}-b{}-t{}'.format(optimizer, batchsize, trial)
     return '{}-b{}-best-s{}'.format(optimizer, batchsize, seed)
 
 
-def run_trial(args, optimizer, batchsize, trial, flags, seed, test):
-    """Runs one trial unless its JSON exists; returns its record."""
+def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
+              budget=None):
+    """Runs one trial unless its JSON exists; returns its record. With
+    ``budget``, the run of search trial ``trial`` at ``budget`` times its
+    epochs (``flags`` stretched by ``budget_flags``)."""
     name = trial_name(optimizer, batchsize,
-                      trial, None if test == 'never' else seed)
+                      trial, None if test == 'never' else seed, budget)
     path = os.path.join(args.out, name + '.json')
     if os.path.exists(path):
         record = read(path)
@@ -251,8 +324,10 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test):
         print('  {}: a rerun of trial {}, the best is now trial {}: run '
               'again'.format(name, record['trial'], trial), flush=True)
     epochs = args.epochs or EPOCHS[batchsize]
+    if budget is not None:
+        epochs *= budget
     cmd = command(optimizer, batchsize, epochs, flags, seed,
-                  args.validation, args.n_train, test)
+                  args.validation, args.n_train, test, args.model)
     text = shlex.join(cmd)
     print('$ ' + text, flush=True)
     out = os.path.join(args.runs, name)
@@ -263,8 +338,12 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test):
     record = {'optimizer': optimizer, 'batchsize': batchsize,
               'trial': trial, 'seed': seed, 'flags': flags,
               'command': text, 'target': args.target, 'epochs': epochs,
-              'validation': args.validation}
-    record.update(measure(log, batchsize, args.n_train, args.target))
+              'validation': args.validation, 'model': args.model}
+    if budget is not None:
+        record['budget'] = budget
+        record['budget_of'] = trial_name(optimizer, batchsize, trial)
+    record.update(measure(log, batchsize, args.n_train, args.target,
+                          args.validation))
     if test == 'never':
         record['test_accuracy'] = None
     record['seconds'] = round(time.time() - start)
@@ -289,23 +368,38 @@ def write(path, record):
     os.replace(path + '.tmp', path)
 
 
+def _rank(r):
+    steps = r['steps_to_target']
+    return (steps is None, steps or 0, -(r['best_validation'] or 0),
+            r['trial'])
+
+
+def ranked(trials):
+    """The trials, best first: the fewest steps to the target; then, among
+    those that never reached it, the best validation accuracy (ties: the
+    lower trial number)."""
+    return sorted(trials, key=_rank)
+
+
 def best(trials):
-    """The best trial: the fewest steps to the target; if none reached it,
-    the best validation accuracy (ties: the lower trial number)."""
-    def key(r):
-        steps = r['steps_to_target']
-        return (steps is None, steps or 0, -(r['best_validation'] or 0),
-                r['trial'])
-    return min(trials, key=key)
+    """The best trial (``ranked``'s first)."""
+    return min(trials, key=_rank)
+
+
+def _records(out):
+    """``(name, record)`` of each JSON in ``out``."""
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        if name.endswith('.json'):
+            yield name[:-len('.json')], read(os.path.join(out, name))
 
 
 def load(out):
-    """The records in ``out``: ``(search, reruns)`` by (batch, optimizer)."""
+    """The records in ``out``: ``(search, reruns)`` by (batch, optimizer);
+    the budget sweep's are ``load_budgets``'."""
     search, reruns = {}, {}
-    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
-        if not name.endswith('.json') or name.startswith(DEFAULTS + '-'):
+    for name, record in _records(out):
+        if name.startswith(DEFAULTS + '-') or 'budget_of' in record:
             continue
-        record = read(os.path.join(out, name))
         cell = record['batchsize'], record['optimizer']
         if '-best-' in name:
             reruns.setdefault(cell, []).append(record)
@@ -314,6 +408,25 @@ def load(out):
     for records in list(search.values()) + list(reruns.values()):
         records.sort(key=lambda r: (r['trial'], r['seed']))
     return search, reruns
+
+
+def load_budgets(out):
+    """The budget sweep's records in ``out``, by (batch, optimizer)."""
+    found = {}
+    for _, record in _records(out):
+        if 'budget_of' in record:
+            found.setdefault((record['batchsize'], record['optimizer']),
+                             []).append(record)
+    for records in found.values():
+        records.sort(key=lambda r: (r['trial'], r['budget']))
+    return found
+
+
+def budget_flags(flags, budget):
+    """A trial's flags for ``budget`` times its epochs: the warm-up
+    stretched with the run (the decay, to 0 at the end of the run,
+    stretches by itself); the same fraction of the run."""
+    return dict(flags, warmup_epochs=_round(flags['warmup_epochs'] * budget))
 
 
 def load_defaults(out):
@@ -339,7 +452,8 @@ def study(args):
                                  search.get((batchsize, optimizer), []))
             run_trial(args, optimizer, batchsize, trial, flags, 0, 'never')
             redraw(args)
-    for batchsize in args.batchsizes:
+    # The trainer's defaults are lars's: measured beside lars only.
+    for batchsize in args.batchsizes if 'lars' in args.optimizers else ():
         run_trial(args, DEFAULTS, batchsize, None, {}, 0, 'never')
         redraw(args)
     for seed in args.seeds:
@@ -349,6 +463,29 @@ def study(args):
             run_trial(args, optimizer, batchsize, chosen['trial'],
                       chosen['flags'], seed, 'end')
             redraw(args)
+    sweep(args)
+
+
+def sweep(args):
+    """The budget sweep: the best ``--budget-configs`` trials of each cell
+    of ``--budget-batchsizes`` (complete cells only), each at the budgets
+    of ``--budgets``; the best trials first, each at every budget and
+    batch size before the next; the shorter budgets first."""
+    batchsizes = [b for b in args.budget_batchsizes if b in args.batchsizes]
+    for rank in range(args.budget_configs):
+        for budget in args.budgets:
+            for batchsize in batchsizes:
+                for optimizer in args.optimizers:
+                    search, _ = load(args.out)
+                    records = search.get((batchsize, optimizer), [])
+                    n = trials_of(batchsize, args.trials, args.refine)
+                    if len(records) < n or rank >= len(records):
+                        continue
+                    top = ranked(records)[rank]
+                    run_trial(args, optimizer, batchsize, top['trial'],
+                              budget_flags(top['flags'], budget), 0,
+                              'never', budget)
+                    redraw(args)
 
 
 def redraw(args):
@@ -377,9 +514,12 @@ def _spread(values, form):
 
 
 def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
-           defaults=None):
+           defaults=None, budgets=None, budget_list=BUDGETS,
+           budget_configs=BUDGET_CONFIGS,
+           budget_batchsizes=BUDGET_BATCHSIZES):
     """The search table, the rerun table and, where runs of the trainer's
-    defaults exist, their table: (header, rows) each."""
+    defaults exist, their table, and where budget runs exist, the budget
+    sweep's two tables: (header, rows) each."""
     order = list(OPTIMIZERS)
     cells = sorted(set(search) | set(reruns), key=lambda c: (
         c[0], order.index(c[1]) if c[1] in order else len(order), c[1]))
@@ -409,7 +549,8 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
                      '{:g}'.format(flags['warmup_epochs']),
                      '{:g}'.format(flags['label_smoothing'])])
     rerun_head = ['batch size', 'optimizer', 'trial', 'seeds',
-                  'steps to target', 'best validation (%)', 'test (%)']
+                  'steps to target', 'at (% of the steps run)',
+                  'best validation (%)', 'test (%)']
     rerun_rows = []
     for cell in cells:
         records = reruns.get(cell, [])
@@ -420,12 +561,130 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
             '{}/{}'.format(len(records), seeds),
             _spread([r['steps_to_target'] for r in records],
                     lambda v: '{:.0f}'.format(v)),
+            _spread([_fraction_run(r) for r in records],
+                    lambda v: '{:.0f}'.format(100 * v)),
             _spread([r['best_validation'] for r in records], _percent),
             _spread([r['test_accuracy'] for r in records], _percent)])
-    found = [(head, rows), (rerun_head, rerun_rows)]
+    found = [(head, rows), (rerun_head, rerun_rows),
+             space_table(search, cells, trials)]
     if defaults:
         found.append(defaults_table(search, defaults))
+    if budgets:
+        found.extend(budget_tables(search, budgets, budget_list,
+                                   budget_configs, budget_batchsizes))
     return found
+
+
+def steps_run(r):
+    """The updates the run made: its last evaluation's (the trainer
+    evaluates at the end of the run); fewer for a run that diverged."""
+    return r['curve'][-1][0] if r['curve'] else 0
+
+
+def _fraction_run(r):
+    """Where in its run a trial reached the target, or None."""
+    if r['steps_to_target'] is None:
+        return None
+    return r['steps_to_target'] / steps_run(r)
+
+
+def _range(values, form):
+    values = [v for v in values if v is not None]
+    if not values:
+        return '-'
+    low, high = form(min(values)), form(max(values))
+    return low if low == high else '{}-{}'.format(low, high)
+
+
+def space_table(search, cells, trials=TRIALS):
+    """What each round of each cell's search covered: how many trials
+    diverged and reached the target, the ranges of the rate, of the
+    effective rate lr / (1 - momentum) and of the warm-up (% of the run),
+    the updates of a run, and where in it the trials reached the target
+    (% of the run)."""
+    head = ['batch size', 'optimizer', 'trials', 'diverged', 'reached',
+            'lr', 'lr / (1 - momentum)', 'warm-up (% of the run)',
+            'steps run', 'reached at (% of the steps run)']
+    rows = []
+    for cell in cells:
+        records = search.get(cell, [])
+        for first in range(0, max([r['trial'] for r in records] + [-1]) + 1,
+                           trials):
+            part = [r for r in records if first <= r['trial'] < first
+                    + trials]
+            if not part:
+                continue
+            flags = [r['flags'] for r in part]
+            whole = [r for r in part if not r['diverged']]
+            rows.append([
+                str(cell[0]), cell[1],
+                '{}-{}'.format(first, first + trials - 1),
+                str(sum(bool(r['diverged']) for r in part)),
+                str(sum(r['steps_to_target'] is not None for r in part)),
+                _range([f['lr'] for f in flags], '{:.3g}'.format),
+                _range([f['lr'] / (1 - f['momentum']) for f in flags],
+                       '{:.3g}'.format),
+                _range([100 * f['warmup_epochs'] / r['epochs']
+                        for f, r in zip(flags, part)], '{:.0f}'.format),
+                _range([steps_run(r) for r in whole], str),
+                _range([_fraction_run(r) for r in part],
+                       lambda v: '{:.0f}'.format(100 * v))])
+    return head, rows
+
+
+def _steps(r):
+    return '-' if r['steps_to_target'] is None else str(r['steps_to_target'])
+
+
+def budget_tables(search, budgets, budget_list=BUDGETS,
+                  budget_configs=BUDGET_CONFIGS,
+                  budget_batchsizes=BUDGET_BATCHSIZES):
+    """The budget sweep: each trial swept, its steps to the target and best
+    validation accuracy at each budget (1x: the search trial itself); and
+    per cell the fewest steps to the target over every budget. Every cell
+    of ``budget_batchsizes`` with trials is shown, its runs still to be
+    made as "to run"."""
+    multiples = [1] + list(budget_list)
+    order = list(OPTIMIZERS)
+    cells = set(budgets) | {c for c in search if c[0] in budget_batchsizes}
+    cells = sorted(cells, key=lambda c: (
+        c[0], order.index(c[1]) if c[1] in order else len(order), c[1]))
+    head = (['batch size', 'optimizer', 'trial', 'epochs at 1x']
+            + ['steps at {:g}x'.format(m) for m in multiples]
+            + ['best validation at {:g}x (%)'.format(m) for m in multiples])
+    rows, summary = [], []
+    for cell in cells:
+        runs = {(r['trial'], r['budget']): r
+                for r in budgets.get(cell, [])}
+        swept = ranked(search.get(cell, []))[:budget_configs]
+        done = []
+        for top in swept:
+            at = [top] + [runs.get((top['trial'], m)) for m in budget_list]
+            done += [r for r in at if r is not None]
+            rows.append([str(cell[0]), cell[1], str(top['trial']),
+                         str(top['epochs'])]
+                        + ['to run' if r is None else _steps(r) for r in at]
+                        + ['to run' if r is None else
+                           _percent(r['best_validation']) for r in at])
+        if not done:
+            continue
+        fastest = min(done, key=lambda r: (
+            r['steps_to_target'] is None, r['steps_to_target'] or 0,
+            r.get('budget', 1), r['trial']))
+        reached = fastest['steps_to_target'] is not None
+        summary.append([
+            str(cell[0]), cell[1],
+            '{}/{}'.format(len(done), len(swept) * len(multiples)),
+            str(sum(r['steps_to_target'] is not None for r in done)),
+            _steps(fastest),
+            '{:g}x'.format(fastest.get('budget', 1)) if reached else '-',
+            str(fastest['trial']) if reached else '-',
+            str(fastest['epochs']) if reached else '-',
+            _percent(max(r['best_validation'] or 0 for r in done))])
+    summary_head = ['batch size', 'optimizer', 'runs', 'reached',
+                    'fewest steps to target, any budget', 'budget',
+                    'trial', 'epochs', 'best validation, any run (%)']
+    return [(head, rows), (summary_head, summary)]
 
 
 def defaults_table(search, defaults):
@@ -483,16 +742,78 @@ def inconsistent(search, reruns, trials, refine=REFINED):
     return problems
 
 
+def inconsistent_budgets(search, budgets, trials, refine=REFINED,
+                         budget_configs=BUDGET_CONFIGS):
+    """What in the budget sweep's records the study would not have written
+    now: a run of a trial that is not among its cell's best, or whose
+    flags or epochs are not its trial's stretched by its budget."""
+    problems = []
+    for cell, records in sorted(budgets.items()):
+        swept = ranked(search.get(cell, []))[:budget_configs]
+        by_trial = {r['trial']: r for r in swept}
+        for r in records:
+            name = trial_name(cell[1], cell[0], r['trial'],
+                              budget=r['budget'])
+            base = by_trial.get(r['trial'])
+            if base is None:
+                problems.append('{}: trial {} is not among the {} best of '
+                                'its cell ({})'.format(
+                                    name, r['trial'], budget_configs,
+                                    ', '.join(str(t['trial'])
+                                              for t in swept)))
+                continue
+            want = budget_flags(base['flags'], r['budget'])
+            if r['flags'] != want:
+                problems.append('{}: flags {}, the trial stretched gives {}'
+                                .format(name, r['flags'], want))
+            if r['epochs'] != base['epochs'] * r['budget']:
+                problems.append('{}: {} epochs, {} times trial {}\'s {}'
+                                .format(name, r['epochs'], r['budget'],
+                                        r['trial'], base['epochs']))
+            if r['budget_of'] != trial_name(cell[1], cell[0], r['trial']):
+                problems.append('{}: budget_of {}'.format(name,
+                                                          r['budget_of']))
+    return problems
+
+
+def other_model(out, model):
+    """Each JSON of ``out`` of another model than ``model`` (the JSONs
+    that predate --model are of the first, ``mlp``)."""
+    return ['{}: a run of --model {}, not {}'.format(
+        name, r.get('model', MODELS[0]), model)
+        for name, r in _records(out) if r.get('model', MODELS[0]) != model]
+
+
+def off_the_curve(out):
+    """Each JSON of ``out`` whose steps_to_target is not the first point
+    of its own curve at the target (``first_at_target``)."""
+    problems = []
+    for name, r in _records(out):
+        want = first_at_target(r['curve'], r['validation'], r['target'])
+        if r['steps_to_target'] != want:
+            problems.append('{}: steps_to_target {}, its curve first '
+                            'reaches {:g} % at {}'.format(
+                                name, r['steps_to_target'],
+                                100 * r['target'], want))
+    return problems
+
+
 def check(args):
     search, reruns = load(args.out)
+    budgets = load_budgets(args.out)
     status = 0
-    for problem in inconsistent(search, reruns, args.trials, args.refine):
+    for problem in (inconsistent(search, reruns, args.trials, args.refine)
+                    + inconsistent_budgets(search, budgets, args.trials,
+                                           args.refine, args.budget_configs)
+                    + off_the_curve(args.out)
+                    + other_model(args.out, args.model)):
         print(problem)
         status = 1
     for batchsize, r in sorted(load_defaults(args.out).items()):
-        want = TRAINER + ['--batchsize', str(batchsize), '--epoch',
-                          str(r['epochs']), '--validation',
-                          str(r['validation'])]
+        want = TRAINER + ['--batchsize', str(batchsize)] + (
+            ['--model', args.model] if args.model != MODELS[0] else []) + [
+            '--epoch', str(r['epochs']), '--validation',
+            str(r['validation'])]
         if not r['command'].startswith(shlex.join(want) + ' ') or r['flags']:
             print('{}: not a run of the trainer\'s defaults: {}'.format(
                 trial_name(DEFAULTS, batchsize), r['command']))
@@ -500,7 +821,9 @@ def check(args):
     for path in args.check or [README]:
         for header, rows in tables(search, reruns, args.trials,
                                    len(args.seeds), args.refine,
-                                   load_defaults(args.out)):
+                                   load_defaults(args.out), budgets,
+                                   args.budgets, args.budget_configs,
+                                   args.budget_batchsizes):
             ok, message = results.check_file(path, header, rows)
             print(message)
             status = status or (0 if ok else 1)
@@ -523,15 +846,61 @@ def reproduce(args):
                     sys.stderr.write(f.read())
                 raise
         n_train = n_training_images(record['validation'])
-    again = measure(log, record['batchsize'], n_train, record['target'])
+    again = measure(log, record['batchsize'], n_train, record['target'],
+                    record['validation'])
     if record['test_accuracy'] is None:
         again['test_accuracy'] = None
-    different = [
-        '{}: recorded {}, now {}'.format(key, record[key], again[key])
-        for key in ('steps_to_target', 'best_validation', 'test_accuracy')
-        if record[key] != again[key]]
-    print('\n'.join(different) if different else 'same')
-    return 1 if different else 0
+    verdict, different = compare(record, again, _eval_every(cmd),
+                                 n_test_images())
+    print('\n'.join(different + [verdict]))
+    return 1 if verdict.startswith('differs') else 0
+
+
+def tolerance(eval_every):
+    """``TOLERANCE_*`` in words, for a run evaluated every ``eval_every``
+    iterations."""
+    return ('steps to the target within {} evaluation intervals ({} '
+            'steps), accuracies within {:g} point'.format(
+                TOLERANCE_INTERVALS, TOLERANCE_INTERVALS * eval_every,
+                TOLERANCE_POINTS))
+
+
+def compare(record, again, eval_every, n_test):
+    """``(verdict, differences)`` between a record and its rerun: the
+    verdict is ``same`` (every count of correct images and the step to
+    the target equal), ``within tolerance: ...`` (``tolerance``, what
+    another CPU is expected to change) or ``differs: ...``."""
+    different, within = [], True
+    steps, now = record['steps_to_target'], again['steps_to_target']
+    if steps != now:
+        different.append('steps_to_target: recorded {}, now {}'.format(
+            steps, now))
+        within = (steps is not None and now is not None and abs(
+            steps - now) <= TOLERANCE_INTERVALS * eval_every)
+    for key, n in (('best_validation', record['validation']),
+                   ('test_accuracy', n_test)):
+        was, value = record[key], again[key]
+        if (was is None) != (value is None):
+            different.append('{}: recorded {}, now {}'.format(key, was,
+                                                              value))
+            within = False
+        elif was is not None and count(was, n) != count(value, n):
+            different.append('{}: recorded {}, now {} ({} and {} correct of '
+                             '{})'.format(key, was, value, count(was, n),
+                                          count(value, n), n))
+            within = within and (abs(count(was, n) - count(value, n))
+                                 <= TOLERANCE_POINTS / 100 * n)
+    if not different:
+        return 'same', different
+    return ('{}: {}'.format('within tolerance' if within else 'differs',
+                            tolerance(eval_every))), different
+
+
+def _eval_every(cmd):
+    """The evaluation interval of a recorded command (1 if not given)."""
+    if '--eval-every' in cmd:
+        return int(cmd[cmd.index('--eval-every') + 1])
+    return 1
 
 
 def n_training_images(validation):
@@ -540,10 +909,22 @@ def n_training_images(validation):
     return len(chainer.datasets.get_mnist()[0]) - validation
 
 
+def n_test_images():
+    import chainer
+    return len(chainer.datasets.get_mnist()[1])
+
+
 # -- The figure ------------------------------------------------------------
 
 STYLES = {'nesterov': {'color': 'tab:blue', 'marker': 'o'},
-          'lars': {'color': 'tab:green', 'marker': 's'}}
+          'lars': {'color': 'tab:green', 'marker': 's'},
+          'adam': {'color': 'tab:orange', 'marker': 'o'},
+          'lamb': {'color': 'tab:purple', 'marker': 's'}}
+# The figure names each optimizer by what sets it apart.
+LABELS = {'nesterov': 'Nesterov (no trust ratio)',
+          'lars': 'LARS (Nesterov momentum)',
+          'adam': 'Adam (no trust ratio)',
+          'lamb': 'LAMB (Adam with trust ratio)'}
 
 
 def cell_summary(records, done, trials, seeds):
@@ -563,6 +944,34 @@ def cell_summary(records, done, trials, seeds):
              '{}/{} reruns'.format(len(done), seeds))
     return (top['steps_to_target'],
             max(r['best_validation'] or 0 for r in records), False, label)
+
+
+def budget_points(search, budgets, args):
+    """What the figure shows of the budget sweep, by optimizer: ``(batch,
+    (batch, fewest steps or None, best validation, budget))`` for each
+    batch size swept, over the swept trials at every budget (1x: the
+    trials themselves)."""
+    found = {}
+    if not budgets:
+        return found
+    cells = set(budgets) | {c for c in search
+                            if c[0] in args.budget_batchsizes}
+    for batchsize, optimizer in sorted(cells):
+        records = budgets.get((batchsize, optimizer), [])
+        if batchsize not in args.batchsizes:
+            continue
+        swept = ranked(search.get((batchsize, optimizer), []))[
+            :args.budget_configs]
+        runs = swept + [r for r in records
+                        if r['trial'] in {t['trial'] for t in swept}]
+        reached = [r for r in runs if r['steps_to_target'] is not None]
+        fastest = min(reached, key=lambda r: (
+            r['steps_to_target'], r.get('budget', 1))) if reached else None
+        found.setdefault(optimizer, []).append((batchsize, (
+            batchsize, fastest and fastest['steps_to_target'],
+            max(r['best_validation'] or 0 for r in runs),
+            fastest.get('budget', 1) if fastest else None)))
+    return found
 
 
 def plot(args):
@@ -595,7 +1004,7 @@ def plot(args):
                     trials_of(batchsize, args.trials, args.refine),
                     len(args.seeds)))
                 under_way = under_way or not points[-1][3]
-        label = {'lars': 'lars (--nesterov)'}.get(optimizer, optimizer)
+        label = LABELS.get(optimizer, optimizer)
         for ax, index in ((left, 1), (right, 2)):
             drawn = [(p[0], p[index]) for p in points if p[index] is not None]
             ax.plot([b for b, _ in drawn], [v for _, v in drawn],
@@ -617,6 +1026,27 @@ def plot(args):
                           transform=left.get_xaxis_transform())
             else:
                 anchors.append((p[0], p[1]))
+    swept = budget_points(search, load_budgets(args.out), args)
+    for row, optimizer in enumerate(args.optimizers):
+        drawn = swept.get(optimizer)
+        if not drawn:
+            continue
+        color = STYLES.get(optimizer, {}).get('color')
+        for ax, index in ((left, 1), (right, 2)):
+            line = [(b, p[index]) for b, p in drawn if p[index] is not None]
+            ax.plot([b for b, _ in line], [v for _, v in line], color=color,
+                    marker='D', markerfacecolor='white', linestyle='--')
+            for b, p in drawn:
+                if index == 1 and p[1] is not None:
+                    left.annotate('{}, {:g}x'.format(p[1], p[3]),
+                                  xy=(b, p[1]), xytext=(6, -10),
+                                  textcoords='offset points', fontsize=7,
+                                  color=color)
+        for b, p in drawn:
+            if p[1] is None:  # beside the triangle of the search
+                left.plot([b * 1.18], [0.97 - 0.04 * row], linestyle='none',
+                          marker='D', color=color, markerfacecolor='white',
+                          transform=left.get_xaxis_transform())
     defaults = load_defaults(args.out)
     runs = [(b, defaults[b]) for b in args.batchsizes if b in defaults]
     for ax, key in ((left, 'steps_to_target'), (right, 'best_validation')):
@@ -625,7 +1055,7 @@ def plot(args):
             # Under the optimizers' lines, which it may cross.
             ax.plot([b for b, _ in drawn], [v for _, v in drawn],
                     color='gray', marker='x', linestyle='--', zorder=1.5,
-                    label="lars, the trainer's defaults (one run each)")
+                    label="LARS, the trainer's defaults (one run each)")
     for b, r in runs:
         if r['steps_to_target'] is None:
             left.plot([b], [0.97 - 0.04 * len(args.optimizers)],
@@ -661,9 +1091,14 @@ def plot(args):
         ax.set_xlabel('batch size')
         ax.grid(True, which='both', alpha=0.4)
     handles, _ = left.get_legend_handles_labels()
+    if swept:
+        handles.append(matplotlib.lines.Line2D(
+            [], [], linestyle='--', marker='D', color='gray',
+            markerfacecolor='white', label='budget sweep: fewest steps at '
+            '1x-{:g}x the epochs (seed 0)'.format(max([1] + args.budgets))))
     handles.append(matplotlib.lines.Line2D(
         [], [], linestyle='none', marker='v', color='gray',
-        markerfacecolor='white', label='no trial reached it (top edge)'))
+        markerfacecolor='white', label='none reached it (top edge)'))
     left.legend(handles=handles, fontsize=8, loc='lower left')
     refined = [b for b in args.batchsizes if b in args.refine]
     figure.suptitle('MNIST MLP, each cell tuned by {} trials{} on 10,000 '
@@ -687,8 +1122,8 @@ def main(argv=None):
                         type=results._integer(1), default=BATCHSIZES,
                         help='Batch sizes (default: %(default)s)')
     parser.add_argument('--optimizers', action=results.ListFlag,
-                        default=list(OPTIMIZERS),
-                        help='From {} (default: both)'.format(
+                        default=DEFAULT_OPTIMIZERS,
+                        help='From {} (default: %(default)s)'.format(
                             ', '.join(OPTIMIZERS)))
     parser.add_argument('--trials', type=results._integer(1),
                         default=TRIALS, help='Trials per cell and round '
@@ -701,6 +1136,23 @@ def main(argv=None):
     parser.add_argument('--seeds', action=results.ListFlag,
                         type=results._integer(0), default=SEEDS,
                         help='Seeds of the reruns (default: %(default)s)')
+    parser.add_argument('--budgets', action=results.ListFlag,
+                        type=results._integer(2), default=BUDGETS,
+                        help='The budget sweep: multiples of the epoch '
+                        'budget to run the best trials at, beside 1x (the '
+                        'trials themselves) (default: %(default)s)')
+    parser.add_argument('--budget-batchsizes', action=results.ListFlag,
+                        type=results._integer(1), default=BUDGET_BATCHSIZES,
+                        help='The batch sizes of the budget sweep (default: '
+                        '%(default)s)')
+    parser.add_argument('--budget-configs', type=results._integer(0),
+                        default=BUDGET_CONFIGS,
+                        help='How many of the best trials of a cell the '
+                        'budget sweep runs (default: %(default)s)')
+    parser.add_argument('--model', choices=MODELS, default=MODELS[0],
+                        help='The trainer\'s --model; the JSONs of mlp-bn '
+                        'go to examples/mnist/study/mlp-bn/, its figure to '
+                        'study-mlp-bn.png (default: %(default)s)')
     parser.add_argument('--epochs', type=results._integer(1),
                         help='One epoch budget for every batch size '
                         '(default: {})'.format(', '.join(
@@ -716,14 +1168,15 @@ def main(argv=None):
     parser.add_argument('--device', '-d', default='-1')
     parser.add_argument('--dataset-root',
                         help='Passed on to train_mnist.py')
-    parser.add_argument('--out', default=OUT,
+    parser.add_argument('--out',
                         help='Folder of the JSONs (default: '
-                        'examples/mnist/study)')
+                        'examples/mnist/study, or study/<model> for '
+                        'another --model)')
     parser.add_argument('--runs', default='result_study',
                         help='Folder of the runs (default: %(default)s)')
-    parser.add_argument('--figure', default=FIGURE,
+    parser.add_argument('--figure',
                         help='The figure (default: examples/mnist/'
-                        'study.png)')
+                        'study.png, or study-<model>.png)')
     parser.add_argument('--noplot', dest='plot', action='store_false',
                         help='Do not redraw the figure after each trial')
     parser.add_argument('--check', nargs='*', metavar='FILE',
@@ -739,6 +1192,11 @@ def main(argv=None):
     parser.add_argument('--plot-only', action='store_true',
                         help='Run nothing: draw the figure from the JSONs')
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = model_out(args.model)
+    if args.figure is None:
+        args.figure = (FIGURE if args.model == MODELS[0] else os.path.join(
+            HERE, 'study-{}.png'.format(args.model)))
     for name in args.optimizers:
         if name not in OPTIMIZERS:
             parser.error('--optimizers {}: choose from {}'.format(
@@ -760,7 +1218,10 @@ def main(argv=None):
         search, reruns = load(args.out)
         for header, rows in tables(search, reruns, args.trials,
                                    len(args.seeds), args.refine,
-                                   load_defaults(args.out)):
+                                   load_defaults(args.out),
+                                   load_budgets(args.out), args.budgets,
+                                   args.budget_configs,
+                                   args.budget_batchsizes):
             print('\n'.join(results.markdown_table(header, rows)) + '\n')
         return 0
     if args.plot_only:

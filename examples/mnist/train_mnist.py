@@ -46,11 +46,40 @@ class MLP(chainer.Chain):
         return self.l3(h2)
 
 
+class MLPBN(chainer.Chain):
+    """The MLP with batch normalization after each hidden layer's linear
+    map, before the ReLU; those maps have no bias (BatchNorm's ``beta``
+    takes its place)."""
+
+    def __init__(self, n_in, n_units, n_out):
+        super(MLPBN, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(n_in, n_units, nobias=True)
+            self.bn1 = L.BatchNormalization(n_units)
+            self.l2 = L.Linear(n_units, n_units, nobias=True)
+            self.bn2 = L.BatchNormalization(n_units)
+            self.l3 = L.Linear(n_units, n_out)
+
+    def forward(self, x):
+        h1 = F.relu(self.bn1(self.l1(x)))
+        h2 = F.relu(self.bn2(self.l2(h1)))
+        return self.l3(h2)
+
+
+# --model: the MLP of Chainer's example, or the same with BatchNorm.
+MODELS = {'mlp': MLP, 'mlp-bn': MLPBN}
+
+
 def parse_args(argv=None):
     parser = cli.parser('chainer-lars example: large-batch MNIST',
                         DEFAULTS)
     parser.add_argument('--unit', '-u', type=int, default=1000,
                         help='Number of units (default: %(default)s)')
+    parser.add_argument('--model', choices=tuple(MODELS), default='mlp',
+                        help='mlp: 784-unit-unit-10 with ReLU, as in '
+                        "Chainer's example; mlp-bn: the same with "
+                        'BatchNormalization after each hidden layer '
+                        '(default: %(default)s)')
     return cli.parse_args(parser, argv, positive=['unit'])
 
 
@@ -70,7 +99,7 @@ def run(args):
     train, validation = data.hold_out(args, train)
 
     numpy.random.seed(args.seed)  # the initial weights
-    model = L.Classifier(MLP(784, args.unit, 10),
+    model = L.Classifier(MODELS[args.model](784, args.unit, 10),
                          lossfun=recipe.loss_function(args))
     model.to_device(device)
     device.use()

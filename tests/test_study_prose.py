@@ -1,0 +1,213 @@
+"""The numbers the prose quotes from the study (the README.rst headline,
+examples/mnist/README.md, docs/examples.rst) against the tables of
+``examples/mnist/study.py --tables``, which examples/mnist/README.md holds
+(``study.py --check``): a number changed in one place and not the other
+fails here.
+"""
+
+import importlib
+import math
+import os
+import re
+
+import pytest
+
+
+pytestmark = pytest.mark.example
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='module')
+def tables():
+    """The tables ``study.py --tables`` prints, by their first column
+    names: ``{header: [row as a dict]}``."""
+    study = importlib.import_module('examples.mnist.study')
+    search, reruns = study.load(study.OUT)
+    found = {}
+    for header, rows in study.tables(
+            search, reruns, defaults=study.load_defaults(study.OUT),
+            budgets=study.load_budgets(study.OUT)):
+        found[tuple(header[:4])] = [dict(zip(header, row)) for row in rows]
+    return found
+
+
+def row(tables, header, batchsize, optimizer=None, **match):
+    rows = [r for r in tables[header] if r['batch size'] == str(batchsize)
+            and (optimizer is None or r['optimizer'] == optimizer)
+            and all(r[k] == v for k, v in match.items())]
+    assert len(rows) == 1, (header, batchsize, optimizer, match)
+    return rows[0]
+
+
+SEARCH = ('batch size', 'optimizer', 'epochs', 'trials')
+RERUNS = ('batch size', 'optimizer', 'trial', 'seeds')
+SPACE = ('batch size', 'optimizer', 'trials', 'diverged')
+DEFAULTS = ('batch size', 'epochs', 'lr', 'steps to target')
+
+
+def mean(cell):
+    """The mean of a "mean (low-high)" cell."""
+    return cell.split(' ')[0]
+
+
+def bounds(cell):
+    """The range of a "low-high" or "mean (low-high)" cell, as numbers."""
+    inner = cell[cell.index('(') + 1:-1] if '(' in cell else cell
+    low, _, high = inner.partition('-')
+    return float(low), float(high or low)
+
+
+@pytest.fixture(scope='module')
+def quoted(tables):
+    """Every number the prose quotes, from the tables."""
+    q = {}
+    for b in (512, 2048, 8192, 16384):
+        for o in ('nesterov', 'lars'):
+            r = row(tables, RERUNS, b, o)
+            q['{}{}'.format(o, b)] = mean(r['steps to target'])
+            q['{}{}_steps'.format(o, b)] = r['steps to target']
+            q['{}{}_val'.format(o, b)] = mean(r['best validation (%)'])
+            q['{}{}_test'.format(o, b)] = mean(r['test (%)'])
+            s = row(tables, SEARCH, b, o)
+            q['{}{}_best_trial_steps'.format(o, b)] = s['steps to target']
+            q['{}{}_any'.format(o, b)] = s[
+                'best validation, any trial (%)']
+            q['{}{}_trials'.format(o, b)] = s['trials'].split('/')[0]
+            q['{}{}_epochs'.format(o, b)] = s['epochs']
+        q['updates{}'.format(b)] = row(tables, SPACE, b, 'lars',
+                                       trials='0-7')['steps run']
+    steps = {k: float(v) for k, v in q.items()
+             if re.match(r'^(nesterov|lars)\d+$', k) and v != '-'}
+    q['lars512_more'] = '{:.0f}'.format(
+        100 * (steps['lars512'] / steps['nesterov512'] - 1))
+    q['gap512'] = '{:.0f}'.format(steps['lars512'] - steps['nesterov512'])
+    q['fewer2048'] = '{:.0f}'.format(
+        100 * (1 - steps['lars2048'] / steps['nesterov2048']))
+    q['scale_512_2048'] = '{:.1f}'.format(steps['lars512']
+                                          / steps['lars2048'])
+    q['scale_2048_8192'] = '{:.1f}'.format(steps['lars2048']
+                                           / steps['lars8192'])
+    # Where in their runs the lars runs that reached 98 % at 8192 and
+    # 16384 did: the search rounds and the reruns.
+    where = [bounds(r['reached at (% of the steps run)'])
+             for r in tables[SPACE] if r['optimizer'] == 'lars'
+             and r['batch size'] in ('8192', '16384')]
+    where += [bounds(r['at (% of the steps run)'])
+              for r in tables[RERUNS] if r['optimizer'] == 'lars'
+              and r['batch size'] in ('8192', '16384')]
+    q['tail_low'] = '{:.0f}'.format(min(w[0] for w in where))
+    q['tail_high'] = '{:.0f}'.format(max(w[1] for w in where))
+    # The home field.
+    first = {b: row(tables, SPACE, b, 'nesterov', trials='0-7')
+             for b in (8192, 16384)}
+    q['nesterov_diverged8192'] = first[8192]['diverged']
+    q['nesterov_diverged16384'] = first[16384]['diverged']
+    lars = [r for r in tables[SPACE] if r['optimizer'] == 'lars']
+    q['lars_diverged'] = str(sum(int(r['diverged']) for r in lars))
+    q['lars_trials'] = str(sum(int(bounds(r['trials'])[1])
+                               - int(bounds(r['trials'])[0]) + 1
+                               for r in lars))
+    second = row(tables, SPACE, 8192, 'nesterov', trials='8-15')
+    q['effective_low'], q['effective_high'] = (
+        second['lr / (1 - momentum)'].split('-'))
+    best = row(tables, SEARCH, 8192, 'nesterov')
+    q['nesterov8192_lr'] = best['lr']
+    q['centre_ratio'] = '{:.1f}'.format(
+        0.1 * math.sqrt(8192 / 256) / float(best['lr']))
+    q['nesterov8192_warmup'] = best['warm-up']
+    q['nesterov8192_warmup_pct'] = '{:.0f}'.format(
+        100 * float(best['warm-up']) / float(best['epochs']))
+    for b in (8192, 16384):
+        d = row(tables, DEFAULTS, b)
+        q['defaults{}'.format(b)] = d['steps to target']
+        q['defaults_best{}'.format(b)] = d['best lars trial: steps to target']
+    return q
+
+
+CLAIMS = {
+    'README.rst': [
+        'takes more steps to 98 % validation accuracy at batch 512 '
+        '({lars512} against {nesterov512}), {fewer2048} % fewer at 2048 '
+        '({lars2048} against {nesterov2048})',
+        "at 8192 and 16384, {updates8192} and {updates16384} updates "
+        "({lars8192} and {lars16384} steps; Nesterov's best "
+        "{nesterov8192_val} % and {nesterov16384_val} %)",
+    ],
+    'examples/mnist/README.md': [
+        'best trials both reached 98 % in {nesterov512_best_trial_steps} '
+        'steps',
+        '`nesterov` took {nesterov512_steps} steps and `lars` '
+        '{lars512_steps}, {lars512_more} % more',
+        'The difference, {gap512} steps',
+        'best validation {lars512_val} % against {nesterov512_val} %, test '
+        '{lars512_test} % against {nesterov512_test} %',
+        '{lars2048_steps} against {nesterov2048_steps}, {fewer2048} % fewer',
+        '{lars8192_epochs} and {lars16384_epochs} epochs, that is '
+        '{updates8192} and {updates16384} updates: {lars8192} steps',
+        'No `nesterov` trial of {nesterov8192_trials} reached it: its best '
+        'validation accuracy was {nesterov8192_any} % and '
+        '{nesterov16384_any} % (reruns {nesterov8192_val} % and '
+        '{nesterov16384_val} %)',
+        '`lars` took {scale_512_2048} times fewer steps at 2048 than at 512',
+        'and {scale_2048_8192} times fewer at 8192 than at 2048; at 16384 '
+        'it took {lars16384} steps against {lars8192} at 8192',
+        '({updates512}, {updates2048}, {updates8192} and {updates16384} '
+        'updates at the four sizes)',
+        'did so at {tail_low} to {tail_high} % of its updates',
+        '{centre_ratio} times the rate of its best trial '
+        '({nesterov8192_lr}); {nesterov_diverged8192} of its 8 first-round '
+        'trials diverged',
+        'and no `lars` trial of {lars_trials} did',
+        'still spans {effective_low} to {effective_high}',
+        'uses {nesterov8192_warmup} of its {nesterov8192_epochs} epochs '
+        '({nesterov8192_warmup_pct} %)',
+    ],
+    'docs/examples.rst': [
+        'over the reruns {nesterov512} against {lars512}',
+        'At 2048 LARS needs {fewer2048} % fewer steps',
+        "within the search's budgets of {updates8192} and {updates16384} "
+        'updates ({lars8192_epochs} and {lars16384_epochs} epochs)',
+        'no ``nesterov`` trial of {nesterov8192_trials} did (best '
+        'validation {nesterov8192_any} % and {nesterov16384_any} %)',
+        'did so at {tail_low} to {tail_high} % of its updates',
+        'in {defaults8192} and {defaults16384} steps, against '
+        '{defaults_best8192} and {defaults_best16384} for the best',
+    ],
+}
+
+
+def test_the_home_field_counts_agree(quoted):
+    """Both first rounds at 8192 and 16384 diverged as often; the prose
+    says it once for both."""
+    assert quoted['nesterov_diverged8192'] == (
+        quoted['nesterov_diverged16384'])
+    assert quoted['lars_diverged'] == '0'
+
+
+@pytest.mark.parametrize('path', sorted(CLAIMS))
+def test_the_prose_quotes_the_tables(quoted, path):
+    with open(os.path.join(ROOT, path)) as f:
+        text = ' '.join(f.read().split())
+    missing = [claim.format(**quoted) for claim in CLAIMS[path]
+               if claim.format(**quoted) not in text]
+    assert not missing, '{} does not say:\n{}'.format(
+        path, '\n'.join(missing))
+
+
+def test_the_documentation_table_is_the_reruns(tables):
+    """docs/examples.rst's table of the reruns."""
+    with open(os.path.join(ROOT, 'docs', 'examples.rst')) as f:
+        text = f.read()
+    for b in (512, 2048, 8192, 16384):
+        cells = []
+        for o in ('nesterov', 'lars'):
+            r = row(tables, RERUNS, b, o)
+            cells.append(r['steps to target'] if r['steps to target'] != '-'
+                         else 'not reached ({} %)'.format(
+                             mean(r['best validation (%)'])))
+        test = ' / '.join(mean(row(tables, RERUNS, b, o)['test (%)'])
+                          for o in ('nesterov', 'lars'))
+        line = re.compile(r'^{}\s+{}\s+{}\s+{}$'.format(
+            b, *(re.escape(c) for c in cells + [test])), re.M)
+        assert line.search(text), (b, cells, test)
