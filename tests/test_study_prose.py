@@ -44,6 +44,8 @@ SEARCH = ('batch size', 'optimizer', 'epochs', 'trials')
 RERUNS = ('batch size', 'optimizer', 'trial', 'seeds')
 SPACE = ('batch size', 'optimizer', 'trials', 'diverged')
 DEFAULTS = ('batch size', 'epochs', 'lr', 'steps to target')
+SWEPT = ('batch size', 'optimizer', 'trial', 'epochs at 1x')
+SWEEP = ('batch size', 'optimizer', 'runs', 'reached')
 
 
 def mean(cell):
@@ -122,6 +124,23 @@ def quoted(tables):
         d = row(tables, DEFAULTS, b)
         q['defaults{}'.format(b)] = d['steps to target']
         q['defaults_best{}'.format(b)] = d['best lars trial: steps to target']
+    # The budget sweep: the best trial of each cell at each budget, and
+    # the fewest steps of each cell at any budget.
+    for b in (8192, 16384):
+        for o in ('nesterov', 'lars'):
+            first = [r for r in tables[SWEPT] if r['batch size'] == str(b)
+                     and r['optimizer'] == o][0]
+            for m in (1, 2, 4):
+                key = 'b_{}{}_{}x'.format(o, b, m)
+                q[key] = first['steps at {}x'.format(m)]
+                q[key + '_val'] = first[
+                    'best validation at {}x (%)'.format(m)]
+                q[key + '_epochs'] = str(m * int(first['epochs at 1x']))
+            r = row(tables, SWEEP, b, o)
+            q['sweep_{}{}'.format(o, b)] = r[
+                'fewest steps to target, any budget']
+            q['sweep_{}{}_budget'.format(o, b)] = r['budget']
+    q['sweep_half'] = '{:.0f}'.format(int(q['sweep_lars8192']) / 2)
     return q
 
 
@@ -162,6 +181,23 @@ CLAIMS = {
         'still spans {effective_low} to {effective_high}',
         'uses {nesterov8192_warmup} of its {nesterov8192_epochs} epochs '
         '({nesterov8192_warmup_pct} %)',
+        # The budget sweep.
+        'stretched to {b_nesterov8192_2x_epochs} epochs (2x), reached 98 % '
+        'in {b_nesterov8192_2x} steps, with a best validation accuracy of '
+        "{b_nesterov8192_2x_val} %, where in the search's "
+        '{b_nesterov8192_1x_epochs} epochs it stopped at '
+        '{b_nesterov8192_1x_val} %',
+        '{b_nesterov8192_2x} against {sweep_lars8192}, the fewest of LARS '
+        'at any budget',
+        'rose from {b_nesterov16384_1x_val} % at 1x to '
+        '{b_nesterov16384_2x_val} % at 2x ({b_nesterov16384_2x_epochs} '
+        'epochs)',
+        'its best trial took {b_lars8192_1x} steps at 1x and '
+        '{b_lars8192_2x} at 2x at 8192, and {b_lars16384_1x} and '
+        '{b_lars16384_2x} at 16384',
+        'Its fewest steps at any budget are {sweep_lars8192} at 8192 and '
+        '{sweep_lars16384} at 16384',
+        '(perfect scaling would take {sweep_half})',
     ],
     'docs/examples.rst': [
         'over the reruns {nesterov512} against {lars512}',
