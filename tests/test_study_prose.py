@@ -190,7 +190,9 @@ CLAIMS = {
         'in {b_nesterov8192_2x} steps, with a best validation accuracy of '
         "{b_nesterov8192_2x_val} %, where in the search's "
         '{b_nesterov8192_1x_epochs} epochs it stopped at '
-        '{b_nesterov8192_1x_val} %',
+        '{b_nesterov8192_1x_val} %; at {b_nesterov8192_4x_epochs} epochs '
+        '(4x) it took {b_nesterov8192_4x} steps and reached '
+        '{b_nesterov8192_4x_val} %',
         '{b_nesterov8192_2x} against {sweep_lars8192}, the fewest of LARS '
         'at any budget',
         'rose from {b_nesterov16384_1x_val} % at 1x to '
