@@ -198,9 +198,9 @@ CLAIMS = {
         'rose from {b_nesterov16384_1x_val} % at 1x to '
         '{b_nesterov16384_2x_val} % at 2x ({b_nesterov16384_2x_epochs} '
         'epochs)',
-        'its best trial took {b_lars8192_1x} steps at 1x and '
-        '{b_lars8192_2x} at 2x at 8192, and {b_lars16384_1x} and '
-        '{b_lars16384_2x} at 16384',
+        'its best trial took {b_lars8192_1x} steps at 1x, '
+        '{b_lars8192_2x} at 2x and {b_lars8192_4x} at 4x at 8192, and '
+        '{b_lars16384_1x} and {b_lars16384_2x} at 1x and 2x at 16384',
         'Its fewest steps at any budget are {sweep_lars8192} at 8192 and '
         '{sweep_lars16384} at 16384',
         '(perfect scaling would take {sweep_half})',
