@@ -33,10 +33,17 @@
 #                               (default auto: one per core; 1: one at a
 #                               time, with their output live); envs named
 #                               with -e run one at a time
-#   CHAINER_DATASET_ROOT        where Chainer caches data sets; for mnist and
-#                               chainermn it defaults to ../shared/datasets
-#                               next to the checkout when that folder holds
-#                               MNIST
+#   CHAINER_DATASET_ROOT        where Chainer caches data sets; for mnist,
+#                               chainermn and test it defaults to
+#                               ../shared/datasets next to the checkout when
+#                               that folder holds MNIST (else Chainer's own
+#                               cache, ~/.chainer/dataset)
+#   CI                          set (and not false or 0), as hosted CI
+#                               services and .ci/run set it: test fails
+#                               where the test run changed the checkout
+#                               (elsewhere it warns), and the tests that
+#                               need the real MNIST fail where none can be
+#                               had (elsewhere they skip)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -130,6 +137,57 @@ default_dataset_root() {
     fi
 }
 
+# Whether CI is set to something true, as hosted CI services set it.
+in_ci() {
+    case ${CI:-} in ''|0|false|False|FALSE) return 1 ;; esac
+}
+
+# The check that a test run leaves the checkout as it was (no test may
+# write outside its temporary folder). checkout_before records the moment
+# and git's view of the checkout into the files $1 and $1.git;
+# checkout_changes prints, one a line, the files of the checkout written
+# since (created or changed, ignored ones such as result/ included) and the
+# tracked ones removed: a comparison of before and after, so that the files
+# a developer had already changed or added count only if the run touched
+# them. The tools' own caches are left out: tox's envs, the venv, Python's
+# bytecode, pytest's and Hypothesis's caches, the package's egg-info and
+# setuptools' build folder (tox's packaging may write both).
+checkout_before() {
+    : > "$1"
+    git -C "$root" status --porcelain=v1 --untracked-files=no 2>/dev/null \
+        > "$1.git" || true
+}
+
+checkout_changes() {
+    local stamp=$1
+    {
+        find "$root" \( -path "$root/.git" -o -path "$root/.tox" \
+                -o -path "$root/.venv" -o -path "$root/build" \
+                -o -name __pycache__ \
+                -o -name .pytest_cache -o -name .hypothesis \
+                -o -name '*.egg-info' \) -prune \
+            -o \( -type f -o -type l \) -newer "$stamp" -print 2>/dev/null \
+            | sed "s|^$root/||" || true
+        git -C "$root" status --porcelain=v1 --untracked-files=no 2>/dev/null \
+            | grep -vxF -f "$stamp.git" | sed -n 's/^\(D.\|.D\) //p' || true
+    } | sort -u
+}
+
+# Says which files the test run changed in the checkout; fails in CI.
+check_checkout() {
+    local changed
+    changed=$(checkout_changes "$1")
+    rm -f "$1" "$1.git"
+    [ -n "$changed" ] || return 0
+    say "the test run changed the checkout (a test wrote outside its temporary folder):"
+    printf '%s\n' "$changed" | sed 's/^/dev.sh:     /' >&2
+    if in_ci; then
+        say "error: the checkout must be as it was (CI is set)"
+        return 1
+    fi
+    say "warning: not an error outside CI (CI=true), in case you changed them yourself"
+}
+
 # Open MPI's mpiexec, and mpicc to build mpi4py: installed where we may.
 ensure_mpi() {
     if ! command -v mpiexec >/dev/null || ! command -v mpicc >/dev/null; then
@@ -161,6 +219,9 @@ cmd_mnist() {
     [ -f "$script" ] || die "$script does not exist (yet)"
     ensure_venv examples
     default_dataset_root
+    # The trainer's Ctrl-C message gives the command to resume: this one.
+    export CHAINER_LARS_LAUNCHER
+    CHAINER_LARS_LAUNCHER="bash $(printf %q "$0") mnist"
     exec "$venv/bin/python" "$script" "$@"
 }
 
@@ -176,6 +237,8 @@ cmd_chainermn() {
     ensure_mpi
     ensure_venv examples,mpi
     default_dataset_root
+    export CHAINER_LARS_LAUNCHER
+    CHAINER_LARS_LAUNCHER="bash $(printf %q "$0") chainermn -n $n"
     case $(mpiexec --version 2>&1) in
         *'Open MPI'*|*OpenRTE*)
             # Open MPI refuses to run as root, and to start more processes
@@ -203,7 +266,8 @@ cmd_docs() {
 # While tox runs its envs in parallel (and holds their output back until
 # each ends), prints when each env starts, when its pytest session ends,
 # and every CHAINER_LARS_HEARTBEAT seconds (default 30) how far each one
-# is: its tests done of those collected (from the files that
+# is: its tests done of those collected, and the test running once it has
+# run longer than that (from the files that
 # tests/progress.py writes into $1), or that it waits, installs or runs.
 # $1/tox.out is tox's own output, which says when an env ended; $2... are
 # the envs. An env has started once tox has cleared its log folder.
@@ -224,7 +288,8 @@ def say(text):
 def progress(env):
     try:
         with open(os.path.join(folder, env)) as f:
-            return f.read().split()
+            # the test's node id, the fifth word, may hold spaces
+            return f.read().strip().split(None, 4)
     except OSError:
         return None
 
@@ -248,10 +313,20 @@ def state(env):
         return 'collecting tests'
     if words[0] == 'finished':
         return 'pytest done, {} tests, {} failed'.format(words[2], words[3])
-    done, total, failed = map(int, words)
-    return '{}/{} tests ({:.0%}){}'.format(
+    done, total, failed = map(int, words[:3])
+    text = '{}/{} tests ({:.0%}){}'.format(
         done, total, done / total if total else 0,
         ', {} failed'.format(failed) if failed else '')
+    # The test running now, once it has run longer than a heartbeat: the
+    # percentage counts tests, and one can take minutes.
+    if len(words) > 4:
+        running = time.time() - float(words[3])
+        if running >= interval:
+            minutes, seconds = divmod(int(running), 60)
+            text += ', running {} for {}'.format(
+                words[4], '{} min {:02d} s'.format(minutes, seconds)
+                if minutes else '{} s'.format(seconds))
+    return text
 
 
 beat = start
@@ -279,8 +354,9 @@ PY
 
 cmd_test() {
     local version python newest="" path="" envs=() order arg jobs journal status \
-        work monitor
+        work monitor before
     cd "$root"
+    default_dataset_root
     for version in 3.11 3.10 3.9; do
         if python=$(python_for "$version"); then
             say "Python $version: $python"
@@ -334,11 +410,16 @@ cmd_test() {
     # tox finds each env's Python by name (python3.9, ...) on PATH.
     export PATH="$path$PATH"
     jobs=${CHAINER_LARS_TOX_PARALLEL:-auto}
+    before=$(mktemp)
+    checkout_before "$before"
+    status=0
     if [ ${#envs[@]} -eq 0 ] || [ "$jobs" = 0 ] || [ "$jobs" = 1 ]; then
         if [ ${#envs[@]} -gt 0 ]; then
             say "running the tox envs one at a time, their output live: about twice as long as two at a time"
         fi
-        exec .tox/.bootstrap/bin/tox "$@"
+        .tox/.bootstrap/bin/tox "$@" || status=$?
+        check_checkout "$before" || [ "$status" != 0 ] || status=1
+        return "$status"
     fi
     # Our env list: $jobs envs at a time (auto: one per core), which on 2
     # cores takes about half the time of one at a time. tox then shows only
@@ -351,7 +432,6 @@ cmd_test() {
     # The pytest sessions write their progress there (tests/progress.py);
     # tox passes CHAINER_* on.
     export CHAINER_LARS_PROGRESS=$work
-    status=0
     progress_monitor "$work" "${order[@]}" lint docs &
     monitor=$!
     .tox/.bootstrap/bin/tox p -p "$jobs" --parallel-no-spinner \
@@ -379,6 +459,7 @@ for name, env in envs.items():
         result.get('duration', 0)))
 PY
     rm -f "$journal"
+    check_checkout "$before" || [ "$status" != 0 ] || status=1
     return "$status"
 }
 

@@ -121,10 +121,13 @@ except ImportError:
 MODELS = ('mlp', 'cifar_resnet20', 'resnet50', 'one_32m', 'many_1k')
 #: The parameter sets whose time per element is reported.
 LINEAR_COST = ('one_32m', 'many_1k')
-DTYPES = ('float32', 'float16')
+#: ``mixed16``: float16 parameters and gradients with float32 master copies
+#: (``use_fp32_update()``), as large batches are trained on GPUs.
+DTYPES = ('float32', 'float16', 'mixed16')
+MIXED16 = 'mixed16'
 VARIANTS = ('floor', 'momentum_sgd', 'momentum_sgd+chainer',
             'momentum_sgd+hook', 'momentum_sgd+hook_pa', 'chainer_hook',
-            'hook', 'hook_pa', 'lars', 'lars_pa')
+            'hook', 'hook_pa', 'lars', 'lars_pa', 'lars_float32')
 #: (name, faster variant, slower variant): reported as slower / faster.
 SPEEDUPS = (
     ('hook_vs_chainer_hook', 'hook', 'chainer_hook'),
@@ -133,18 +136,25 @@ SPEEDUPS = (
     ('hook_vs_per_array', 'hook', 'hook_pa'),
     ('lars_vs_per_array', 'lars', 'lars_pa'),
 )
-#: (model, name, kind, variant, other, bound): the CPU targets, checked on
-#: the float32 cases. ``ratio``: median of variant / other must be at most
-#: bound; ``floor``: variant's fraction of the floor at least bound;
-#: ``below``: median of variant / other less than bound.
+#: (model, dtype, name, kind, variant, other, bound): the CPU targets,
+#: checked on the cases of that dtype. ``ratio``: median of variant / other
+#: must be at most bound; ``floor``: variant's fraction of the floor at
+#: least bound; ``below``: median of variant / other less than bound;
+#: ``float32``: the variant's median over its median in the float32 case of
+#: the same model and weight decay (run apart) at most bound.
 TARGETS = (
-    ('cifar_resnet20', 'LARS / MomentumSGD', 'ratio', 'lars',
+    ('cifar_resnet20', 'float32', 'LARS / MomentumSGD', 'ratio', 'lars',
      'momentum_sgd', 0.6),
-    ('cifar_resnet20', '(MomentumSGD + hook) / MomentumSGD', 'ratio',
-     'momentum_sgd+hook', 'momentum_sgd', 1.25),
-    ('resnet50', 'hook, fraction of the floor', 'floor', 'hook', None, 0.9),
-    ('resnet50', 'LARS / MomentumSGD', 'below', 'lars', 'momentum_sgd',
-     1.0),
+    ('cifar_resnet20', 'float32', '(MomentumSGD + hook) / MomentumSGD',
+     'ratio', 'momentum_sgd+hook', 'momentum_sgd', 1.25),
+    ('resnet50', 'float32', 'hook, fraction of the floor', 'floor', 'hook',
+     None, 0.9),
+    ('resnet50', 'float32', 'LARS / MomentumSGD', 'below', 'lars',
+     'momentum_sgd', 1.0),
+    ('resnet50', MIXED16, 'LARS / MomentumSGD, both mixed16', 'ratio',
+     'lars', 'momentum_sgd', 0.5),
+    ('resnet50', MIXED16, 'LARS mixed16 / LARS float32', 'ratio', 'lars',
+     'lars_float32', 1.2),
 )
 
 # Hyperparameters only matter for the values, not the cost, except that
@@ -271,7 +281,8 @@ class _Case(object):
     """
 
     def __init__(self, model, dtype, device, seed):
-        link = build_model(model, dtype)
+        self.mixed16 = dtype == MIXED16
+        link = build_model(model, 'float16' if self.mixed16 else dtype)
         link.to_device(device)
         rng = numpy.random.RandomState(seed)
         self.device = device
@@ -296,9 +307,24 @@ class _Case(object):
             xp.copyto(w, w0)
             xp.copyto(g, g0)
 
+    def float32_copy(self):
+        """A float32 copy of the link, with float32 gradients."""
+        copy = self.link.copy(mode='copy')
+        for path, param in copy.namedparams():
+            param.array = param.array.astype(numpy.float32)
+        for param, (_, g) in zip(
+                (dict(copy.namedparams())[p] for p in self.paths),
+                self.pairs):
+            param.grad = g.astype(numpy.float32)
+        return copy
+
     def share(self):
-        """A copy of the link whose parameters hold the same arrays."""
-        copy = self.link.copy(mode='share')
+        """A copy of the link whose parameters hold the same arrays
+        (mixed16: arrays of their own, since Chainer's fp32 update assigns
+        each rule's parameter a new float16 array, which the parameters of
+        a shared copy share: every other variant would see its arrays
+        replaced, and its plan made anew, at each update)."""
+        copy = self.link.copy(mode='copy' if self.mixed16 else 'share')
         params = dict(copy.namedparams())
         for path, (_, g) in zip(self.paths, self.pairs):
             params[path].grad = g
@@ -309,17 +335,27 @@ def _make_variants(case, weight_decay):
     """``{name: callable}``: one timed call of each variant on ``case``."""
     xp = case.device.xp
     variants = {}
+    # mixed16: the float32 floor, on float32 copies (the masters' traffic).
+    flat = case.flat
+    if case.mixed16:
+        flat = [(w.astype(numpy.float32), g.astype(numpy.float32))
+                for w, g in flat]
 
     def floor():
-        for w, g in case.flat:
+        for w, g in flat:
             xp.dot(w, w)
             xp.dot(g, g)
             xp.add(g, w, out=g)
     variants['floor'] = floor
 
+    def fp32_update(opt):
+        if case.mixed16:
+            opt.use_fp32_update()
+        return opt
+
     def momentum_sgd(hook=None):
         opt = chainer.optimizers.MomentumSGD(lr=LR, momentum=MOMENTUM)
-        opt.setup(case.share())
+        fp32_update(opt).setup(case.share())
         if hook is not None:
             opt.add_hook(hook)
         return opt.update
@@ -332,6 +368,25 @@ def _make_variants(case, weight_decay):
     variants['momentum_sgd+hook_pa'] = momentum_sgd(
         chainer_lars.GradientLARS(weight_decay=weight_decay,
                                   multi_tensor=False))
+
+    for name, multi_tensor in (('lars', True), ('lars_pa', False)):
+        lars = chainer_lars.LARS(lr=LARS_LR, momentum=MOMENTUM,
+                                 weight_decay=weight_decay,
+                                 trust_coefficient=TRUST_COEFFICIENT,
+                                 multi_tensor=multi_tensor)
+        fp32_update(lars).setup(case.share())
+        variants[name] = lars.update
+    if case.mixed16:
+        # The same update of float32 parameters of the same sizes, timed
+        # in turn with the others: mixed16 against float32 in one run.
+        lars = chainer_lars.LARS(lr=LARS_LR, momentum=MOMENTUM,
+                                 weight_decay=weight_decay,
+                                 trust_coefficient=TRUST_COEFFICIENT)
+        lars.setup(case.float32_copy())
+        variants['lars_float32'] = lars.update
+        # The hooks alone would rescale the float16 gradients, which in
+        # mixed16 their delegates rescale on the masters inside the rules.
+        return variants
 
     target = case.share()
     opt = chainer.optimizers.MomentumSGD(lr=LR, momentum=MOMENTUM)
@@ -352,14 +407,6 @@ def _make_variants(case, weight_decay):
             chainer_lars.GradientLARS(weight_decay=weight_decay,
                                       multi_tensor=multi_tensor),
             opt, rules_params, fp16)
-
-    for name, multi_tensor in (('lars', True), ('lars_pa', False)):
-        lars = chainer_lars.LARS(lr=LARS_LR, momentum=MOMENTUM,
-                                 weight_decay=weight_decay,
-                                 trust_coefficient=TRUST_COEFFICIENT,
-                                 multi_tensor=multi_tensor)
-        lars.setup(case.share())
-        variants[name] = lars.update
     return variants
 
 
@@ -442,8 +489,8 @@ def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0,
                 for name, fast, slow in SPEEDUPS
                 if fast in median and slow in median}
     targets = []
-    if dtype == 'float32' and device.xp is numpy:
-        targets = _targets(model, basis, median, fraction)
+    if device.xp is numpy:
+        targets = _targets(model, dtype, basis, median, fraction)
     return {
         'model': model, 'dtype': dtype, 'weight_decay': weight_decay,
         'n_arrays': len(case.pairs), 'n_params': case.n_params,
@@ -454,12 +501,15 @@ def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0,
     }
 
 
-def _targets(model, basis, median, fraction):
-    """The :data:`TARGETS` of ``model``, each with its value and verdict."""
+def _targets(model, dtype, basis, median, fraction):
+    """The :data:`TARGETS` of ``model`` and ``dtype`` within one case, each
+    with its value and verdict."""
     out = []
-    for target_model, name, kind, variant, other, bound in TARGETS:
-        if target_model != model or variant not in median or (
-                other is not None and other not in median):
+    for target in TARGETS:
+        target_model, target_dtype, name, kind, variant, other, bound = target
+        if (target_model != model or target_dtype != dtype
+                or variant not in median
+                or (other is not None and other not in median)):
             continue
         if kind == 'floor':
             value = fraction.get(variant)
@@ -536,7 +586,7 @@ def run(models=MODELS, dtypes=DTYPES, weight_decays=(5e-4, 0.0),
             raise ValueError('unknown model {!r}; choose from {}'.format(
                 model, ', '.join(MODELS)))
     for dtype in dtypes:
-        if numpy.dtype(dtype).kind != 'f':
+        if dtype != MIXED16 and numpy.dtype(dtype).kind != 'f':
             raise ValueError('dtypes must be floating point, not {!r}'.format(
                 dtype))
     device = chainer.get_device(device)
@@ -574,7 +624,7 @@ _SHORT = {'floor': 'floor', 'momentum_sgd': 'sgd',
           'momentum_sgd+chainer': 'sgd+ch', 'momentum_sgd+hook': 'sgd+ours',
           'momentum_sgd+hook_pa': 'sgd+o_pa', 'chainer_hook': 'ch_hook',
           'hook': 'our_hook', 'hook_pa': 'hook_pa', 'lars': 'LARS',
-          'lars_pa': 'LARS_pa'}
+          'lars_pa': 'LARS_pa', 'lars_float32': 'LARS_f32'}
 
 
 def format_tables(result, header=True):
@@ -595,7 +645,8 @@ def format_tables(result, header=True):
             continue
         ms = ' '.join(
             '{:8.3f}'.format(1e3 * c['median_s'][v]) if v in c['median_s']
-            else '{:>8}'.format('error') for v in VARIANTS)
+            else '{:>8}'.format('error' if v in c['errors'] else '-')
+            for v in VARIANTS)
         frac = ' '.join(
             '{:8.2f}'.format(c['floor_fraction'][v])
             if v in c['floor_fraction'] else '{:>8}'.format('-')
@@ -627,11 +678,12 @@ def summary(result):
     cases = [c for c in result['cases'] if 'error' not in c]
     targets = [(c, t) for c in cases for t in c.get('targets', ())]
     if targets:
-        lines.append('\ntargets ({} clock, float32):'.format(
+        lines.append('\ntargets ({} clock):'.format(
             result.get('clock', 'wall')))
         for c, t in targets:
-            lines.append('  {} wd={:g}: {} = {:.3f} {} {:g}  {}'.format(
-                c['model'], c['weight_decay'], t['name'], t['value'],
+            lines.append('  {} {} wd={:g}: {} = {:.3f} {} {:g}  {}'.format(
+                c['model'], c['dtype'], c['weight_decay'], t['name'],
+                t['value'],
                 t['op'], t['bound'], 'PASS' if t['pass'] else 'FAIL'))
     by_key = {(c['model'], c['dtype'], c['weight_decay']): c for c in cases}
     pairs = [(c, by_key.get(('many_1k', c['dtype'], c['weight_decay'])))
@@ -719,6 +771,8 @@ def _model(name):
 
 
 def _float_dtype(name):
+    if name == MIXED16:
+        return name
     try:
         kind = numpy.dtype(name).kind
     except TypeError:

@@ -4,14 +4,17 @@ Chainer's MNIST MLP (784-1000-1000-10, ReLU) and a small BatchNorm CNN,
 raw pixels from ``chainer.datasets.get_mnist()``, batch 128, a fixed number
 of updates (300 by default) from seed 0, accuracy on the 10,000 test
 images, for the set-ups a user tries first: plain ``MomentumSGD``, the hook
-on ``MomentumSGD``, ``LARS`` on its defaults. ``tests/test_snippets.py``
+on ``MomentumSGD``, ``LARS`` on its defaults, ``Adam()`` and ``LAMB()``.
+``tests/test_snippets.py``
 trains the documentation's own snippets with the same functions::
 
-    python benchmarks/first_contact.py --dataset-root ../shared/datasets
+    python benchmarks/first_contact.py
     python benchmarks/first_contact.py --sweep   # LARS's lr around its default
 
-The dataset root defaults to ``CHAINER_DATASET_ROOT``, else
-``../shared/datasets`` beside the checkout.
+MNIST is read where the trainers read it: ``--dataset-root DIR``, else
+Chainer's dataset root (``CHAINER_DATASET_ROOT``, else Chainer's cache,
+``~/.chainer/dataset``), where Chainer downloads it the first time if the
+network allows.
 """
 
 import argparse
@@ -30,26 +33,35 @@ if ROOT not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, ROOT)
 
 import chainer_lars  # NOQA: E402
+from examples import data  # NOQA: E402
 
 
-def dataset_root():
-    """``CHAINER_DATASET_ROOT`` if set, else ``../shared/datasets`` beside
-    the checkout; ``None`` where neither holds MNIST."""
-    for root in (os.environ.get('CHAINER_DATASET_ROOT'),
-                 os.path.join(os.path.dirname(ROOT), 'shared', 'datasets')):
-        if root and os.path.isfile(os.path.join(
-                root, 'pfnet', 'chainer', 'mnist', 'test.npz')):
-            return root
-    return None
+class MnistMissing(OSError):
+    """MNIST is not in the dataset root and cannot be downloaded there."""
 
 
-def load_mnist(root):
+def load_mnist(root=None):
     """``(x_train, t_train, x_test, t_test)``: Chainer's MNIST as arrays,
-    pixels in [0, 1], images flat (784)."""
+    pixels in [0, 1], images flat (784).
+
+    Read where the trainers read it: the dataset root ``root``, else
+    Chainer's (``CHAINER_DATASET_ROOT``, else ``~/.chainer/dataset``),
+    downloaded there by Chainer the first time where the network allows;
+    ``MnistMissing`` says where it looked where it cannot be had.
+    """
     previous = chainer.dataset.get_dataset_root()
-    chainer.dataset.set_dataset_root(root)
+    if root is not None:
+        chainer.dataset.set_dataset_root(root)
     try:
-        train, test = chainer.datasets.get_mnist()
+        where = chainer.dataset.get_dataset_root()
+        train, test = data.read_cached(chainer.datasets.get_mnist, 'mnist')
+    except (OSError, RuntimeError) as e:
+        raise MnistMissing(
+            'no MNIST in the dataset root {} (pfnet/chainer/mnist/'
+            'train.npz, test.npz), and it cannot be downloaded there ({}); '
+            'set CHAINER_DATASET_ROOT (or --dataset-root) to a folder that '
+            'holds it, or run where the network reaches Chainer\'s '
+            'download'.format(where, ' '.join(str(e).split())))
     finally:
         chainer.dataset.set_dataset_root(previous)
     return tuple(a for split in (train, test)
@@ -158,6 +170,8 @@ FIRST = [
     ('LARS()', _plain(chainer_lars.LARS)),
     ('LARS(lr=1e-3, trust_coefficient=1e-3) (TensorFlow)',
      _plain(lambda: chainer_lars.LARS(lr=1e-3, trust_coefficient=1e-3))),
+    ('Adam()', _plain(chainer.optimizers.Adam)),
+    ('LAMB()', _plain(chainer_lars.LAMB)),
 ]
 
 
@@ -175,9 +189,10 @@ def _sweep():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--dataset-root', default=None,
-                        help='folder holding pfnet/chainer/mnist '
-                        '(default: CHAINER_DATASET_ROOT, else '
-                        '../shared/datasets beside the checkout)')
+                        help="Chainer's dataset root, the folder holding "
+                        'pfnet/chainer/mnist (default: CHAINER_DATASET_ROOT, '
+                        'else ~/.chainer/dataset, where Chainer downloads '
+                        'MNIST the first time)')
     parser.add_argument('--models', default='mlp,cnn')
     parser.add_argument('--updates', type=int, default=300)
     parser.add_argument('--batchsize', type=int, default=128)
@@ -186,10 +201,14 @@ def main(argv=None):
                         help="LARS's lr and the hook's MomentumSGD lr "
                         'around the defaults instead of the first set-ups')
     args = parser.parse_args(argv)
-    root = args.dataset_root or dataset_root()
-    if root is None:
-        parser.error('no MNIST found: pass --dataset-root')
-    data = load_mnist(root)
+    if args.dataset_root is not None and not os.path.isdir(
+            args.dataset_root):
+        parser.error('--dataset-root {}: no such folder'.format(
+            args.dataset_root))
+    try:
+        mnist = load_mnist(args.dataset_root)
+    except MnistMissing as e:
+        parser.exit(1, 'first_contact.py: {}\n'.format(e))
     print('{} updates of batch {}, seed {}, accuracy (%) on the 10,000 '
           'test images; chainer-lars {}'.format(
               args.updates, args.batchsize, args.seed,
@@ -198,7 +217,7 @@ def main(argv=None):
         for name, make in (_sweep() if args.sweep else FIRST):
             model = make_model(model_name, args.seed)
             start = time.time()
-            accuracy = train(model, make(model), data, args.updates,
+            accuracy = train(model, make(model), mnist, args.updates,
                              args.batchsize, args.seed)
             print('{:4} {:60} {:6.2f}  ({:.0f} s)'.format(
                 model_name, name, accuracy, time.time() - start), flush=True)

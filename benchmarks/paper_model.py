@@ -55,13 +55,24 @@ LAUNCHES = {
     'lars_pa': ('array', 2),
 }
 ITEMSIZE = {'float32': 4, 'float16': 2, 'float64': 8}
+#: mixed16 (float16 weights and gradients, float32 masters and momentum):
+#: variant -> (bytes per parameter, launches as in LAUNCHES). ``lars``:
+#: norms read w32, g16; the step reads g16, w32, v32 and writes w32, v32
+#: and w16. ``momentum_sgd`` (Chainer's fp32 update of each rule): g16 up
+#: to a new g32, g32 divided in place, the step, w32 down to a new w16.
+MIXED16 = {'lars': (6 + 20, ('dtype', 2)),
+           'momentum_sgd': (6 + 8 + 20 + 6, ('array', 4))}
 
 
 def model(variant, n_params, n_arrays, dtype, bandwidth=H200_BANDWIDTH):
     """``{'bytes', 'launches', 'seconds'}`` of one update of ``variant``."""
-    reads, writes = PASSES[variant]
-    nbytes = (reads + writes) * n_params * ITEMSIZE[dtype]
-    spec = LAUNCHES[variant]
+    if dtype == 'mixed16':
+        per_param, spec = MIXED16[variant]
+        nbytes = per_param * n_params
+    else:
+        reads, writes = PASSES[variant]
+        nbytes = (reads + writes) * n_params * ITEMSIZE[dtype]
+        spec = LAUNCHES[variant]
     launches = 0
     for kind, k in zip(spec[::2], spec[1::2]):
         launches += k * (n_arrays if kind == 'array' else 1)
@@ -106,7 +117,8 @@ def fractions(result, bandwidth):
             continue
         name = '{} {}'.format(case['model'], case['dtype'])
         for variant, measured in case['median_s'].items():
-            if variant not in PASSES or case['dtype'] not in ITEMSIZE:
+            if not (variant in PASSES and case['dtype'] in ITEMSIZE
+                    or variant in MIXED16 and case['dtype'] == 'mixed16'):
                 continue
             m = model(variant, case['n_params'], case['n_arrays'],
                       case['dtype'], bandwidth)
@@ -131,6 +143,11 @@ def main(argv=None):
             n_params, n_arrays))
         for line in model_table(n_params, n_arrays, args.bandwidth):
             print(line)
+        for variant in MIXED16:
+            m = model(variant, n_params, n_arrays, 'mixed16', args.bandwidth)
+            print('mixed16 `{}`: {} N = {:.0f} MB, {} launches, {:.3f} '
+                  'ms'.format(variant, MIXED16[variant][0], m['bytes'] / 1e6,
+                              m['launches'], m['seconds'] * 1e3))
         return 0
     try:
         with open(args.result) as f:

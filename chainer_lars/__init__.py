@@ -1,13 +1,16 @@
-"""chainer-lars: Layer-wise Adaptive Rate Scaling (LARS) for Chainer."""
+"""chainer-lars: Layer-wise Adaptive Rate Scaling (LARS, LAMB) for Chainer."""
 
 from chainer_lars.extensions import LossScaleState  # NOQA
 from chainer_lars.extensions import TrustRatioObserver  # NOQA
 from chainer_lars.extensions import WarmupPolynomialShift  # NOQA
 from chainer_lars.hook import GradientLARS  # NOQA
+from chainer_lars.lamb import LAMB  # NOQA
+from chainer_lars.lamb import LAMBRule  # NOQA
 from chainer_lars.optimizer import LARS  # NOQA
 from chainer_lars.optimizer import LARSRule  # NOQA
 
 __version__ = '0.2.0'
 
-__all__ = ['GradientLARS', 'LARS', 'LARSRule', 'LossScaleState',
-           'TrustRatioObserver', 'WarmupPolynomialShift', '__version__']
+__all__ = ['GradientLARS', 'LAMB', 'LAMBRule', 'LARS', 'LARSRule',
+           'LossScaleState', 'TrustRatioObserver', 'WarmupPolynomialShift',
+           '__version__']

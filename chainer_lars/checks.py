@@ -111,27 +111,38 @@ def patterns(name, values):
 
 
 def addressed(path, weight, grad, states=(), written=('weight',),
-              one_dtype=False):
+              one_dtype=False, half=None, names=('momentum buffer',)):
     """Checks the arrays one row of a compiled loop or CUDA table reads
     and writes through addresses, as NumPy checks Chainer's in-place
     operations on them: each of ``weight``'s size, and writeable where
     ``written`` names it (``'weight'``, ``'gradient'``, ``'momentum
-    buffer'``). Dtype, byte order and layout need no error: rows that differ
-    go through native copies, but with ``one_dtype`` (a GPU, where CuPy's
-    kernels take one) another dtype is a ``TypeError``. Raises ``ValueError``
-    naming ``path``."""
-    named = (('gradient', grad),) + tuple(
-        ('momentum buffer', v) for v in states)
+    buffer'``: the ``names`` of ``states``; ``half``, the float16 weight
+    of a mixed16 row, always). Dtype, byte order and layout need no error:
+    rows that differ go through native copies, but with ``one_dtype`` (a
+    GPU, where CuPy's kernels take one) another dtype is a ``TypeError``
+    (the gradient's is ``half``'s). Raises ``ValueError`` naming
+    ``path``."""
+    named = (('gradient', grad),) + tuple(zip(names, states))
+    if half is not None:
+        named += (('float16 weight', half),)
+        written = tuple(written) + ('float16 weight',)
     for name, a in named:
         if a.size != weight.size:
             raise ValueError(
                 '{}: the {} has {} elements but the weight {} (shapes {} '
                 'and {}): operands could not be broadcast together'.format(
                     path, name, a.size, weight.size, a.shape, weight.shape))
+    for name, a in (('weight', weight),) + named:
+        if a.dtype.kind != 'f':  # as NumPy's casts of the results refuse it
+            raise TypeError(
+                'LARS updates floating-point arrays (float16, float32, '
+                'float64); the {} of {} is {}'.format(name, path, a.dtype))
     for name, a in named:
-        if one_dtype and a.dtype != weight.dtype:
-            raise TypeError('{}: the {} is {} but the weight {}'.format(
-                path, name, a.dtype, weight.dtype))
+        like = weight if half is None or name in names else half
+        if one_dtype and a.dtype != like.dtype:
+            raise TypeError('{}: the {} is {} but the {} {}'.format(
+                path, name, a.dtype, 'float16 weight' if like is half
+                else 'weight', like.dtype))
     for name, a in (('weight', weight),) + named:
         # CuPy arrays have no writeable flag: device memory always is.
         if name in written and not getattr(a.flags, 'writeable', True):
@@ -141,9 +152,10 @@ def addressed(path, weight, grad, states=(), written=('weight',),
 
 def direct(dtype, arrays):
     """Whether ``arrays`` can go through a table's addresses as they are:
-    of ``dtype``, native byte order, C-contiguous (else native copies)."""
+    of ``dtype``, native byte order, C-contiguous and aligned (else native
+    copies)."""
     return all(a.dtype == dtype and a.dtype.isnative and a.flags.c_contiguous
-               for a in arrays)
+               and getattr(a.flags, 'aligned', True) for a in arrays)
 
 
 class CheckedAttribute(object):
@@ -196,8 +208,12 @@ def find_check(obj, attr):
     return found.check if isinstance(found, CheckedAttribute) else None
 
 
-def double_adaptation():
+def double_adaptation(face='LARS'):
+    """Refuses GradientLARS on ``face`` (``'LARS'`` or ``'LAMB'``)."""
     raise TypeError(
-        'GradientLARS on a chainer_lars.LARS optimizer would adapt the '
-        'rates twice: use LARS alone (its trust_coefficient is the '
-        "hook's), or the hook on chainer.optimizers.MomentumSGD")
+        'GradientLARS on a chainer_lars.{0} optimizer would adapt the '
+        'rates twice: use {0} alone{1}'.format(face, {
+            'LARS': " (its trust_coefficient is the hook's), or the hook "
+                    'on chainer.optimizers.MomentumSGD',
+            'LAMB': ', or chainer.optimizers.Adam, with or without the '
+                    'hook'}[face]))

@@ -133,9 +133,41 @@ def _step(op, p, q, momentum, nesterov, ct, wf, gf, vf=None):
         _store(vf, start, stop, vs)
 
 
-def numpy_update(row, obs, op, w, g, v=None):
+def _lamb(row, obs, arrays):
+    """:func:`chainer_lars._numba.lamb_update` in NumPy, on native flat
+    ``(w, g, m, v)``, computing in float32 or wider."""
+    wf, gf, mf, vf = arrays
+    if row[L.LOSS_SCALE] != 1.0:
+        gf /= row[L.LOSS_SCALE]
+    # NumPy 1 computes float16 arrays with float32 scalars in float16.
+    ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays)).type
+    b1, b2, g, w = row[L.BETA1], row[L.BETA2], gf.astype(ct), wf.astype(ct)
+    mf[...] = ct(b1) * mf.astype(ct) + ct(1.0 - b1) * g
+    vf[...] = ct(b2) * vf.astype(ct) + ct(1.0 - b2) * (g * g)
+    # From the moments as stored, as the step of the compiled loop.
+    r = (mf.astype(ct) / ct(row[L.CORRECTION1])) / (numpy.sqrt(
+        vf.astype(ct) / ct(row[L.CORRECTION2])) + ct(row[L.EPS])) + ct(
+            row[L.WEIGHT_DECAY]) * w
+    w_norm, r_norm = math.sqrt(_sqnorm(wf)), math.sqrt(_sqnorm(r))
+    obs[:] = 1.0, w_norm, r_norm
+    if row[L.ADAPT]:
+        obs[0] = ratio.trust_ratio(w_norm, r_norm, 0.0, 0.0, 1.0, 0.0, True,
+                                   row[L.CLIP_LR])
+    wf[...] = w - ct(row[L.LR] * obs[0]) * r
+
+
+def numpy_update(row, obs, op, w, g, v=None, v2=None):
     """One row of :func:`chainer_lars._numba.multi_update` in NumPy, for
     any dtypes and layouts (through native copies, those written back)."""
+    if op == L.LAMB:
+        arrays = (w, g, v, v2)
+        natives = list(map(native, arrays))
+        with numpy.errstate(over='ignore', invalid='ignore', divide='ignore'):
+            _lamb(row.tolist(), obs, [a.reshape(-1) for a in natives])
+        for k in L.written(op, row[L.LOSS_SCALE] != 1.0):
+            if natives[k] is not arrays[k]:
+                arrays[k][...] = natives[k]
+        return
     arrays = (w, g) if v is None else (w, g, v)
     natives = list(map(native, arrays))
     wf, gf = natives[0].reshape(-1), natives[1].reshape(-1)
@@ -161,7 +193,9 @@ def numpy_update(row, obs, op, w, g, v=None):
     obs[0], obs[1], obs[2] = r, w_norm, g_norm
     p = r if op == L.RESCALE else row[L.LR] * r
     q = p * (s * wd)  # the hook's g still holds the loss scale s
-    if (q != 0 or p != 1) if op == L.RESCALE else gf.size:
+    # The hook leaves g as it is where r is 1 and no decay is added.
+    moves = (q != 0 or p != 1) if op == L.RESCALE else gf.size > 0
+    if moves:
         ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
         with numpy.errstate(over='ignore', invalid='ignore'):
             _step(op, p, q, row[L.MOMENTUM], row[L.NESTEROV], ct, wf, gf,
@@ -171,32 +205,77 @@ def numpy_update(row, obs, op, w, g, v=None):
             arrays[k][...] = natives[k]
 
 
-class _Tables(object):
+def _bits(dtype):
+    """The type the compiled loop stores ``dtype`` as (float16 as its
+    bits), and computes it in; native (rows of another byte order go as
+    copies)."""
+    dtype = numpy.dtype(dtype).newbyteorder('=')
+    if dtype == numpy.float16:
+        return numpy.dtype(numpy.uint16), numpy.dtype(numpy.float32)
+    return dtype, dtype
 
-    """A group's address table (``None``: the NumPy passes), the ids of
-    the gradients in it (held by the engine's check), sizes, rows it
-    cannot take (``bad``) and observations."""
 
-    __slots__ = ('table', 'sizes', 'ids', 'bad', 'obs', 'like')
+_NDARRAY = id(numpy.ndarray)
+
+
+class _Addresses(object):
+
+    """A group's address table (``None``: the NumPy passes) and what it was
+    built from: the ids of the arrays it holds (``held`` of them), then of
+    the current gradients; their stamps (:func:`chainer_lars._numba.
+    restamp`) at the last check passed, and a buffer for the current ones;
+    whether the gradients changed since, and whether the table holds them
+    (``put``); the sizes each row takes (-2: none), the descr of the
+    gradients' dtype, observations and the loop's ``likes`` (empty arrays
+    of the storage and compute types)."""
+
+    __slots__ = ('table', 'ids', 'held', 'stamps', 'now', 'changed', 'put',
+                 'sizes', 'gdtype', 'descr', 'obs', 'likes')
 
     def __init__(self, group, jit):
         n = len(group)
         self.obs = numpy.full((n, 3), numpy.nan)
-        self.sizes = [w.size for w in group.weights]
-        self.ids = None
-        self.like = numpy.empty(0, group.dtype.newbyteorder('='))
-        self.table, self.bad = None, []
-        if jit is None or group.dtype.char not in 'fd':
+        self.gdtype = group.gdtype
+        self.table = None
+        if (jit is None or not jit.STAMPS or group.dtype.char not in 'efd'
+                or (numpy.float16 in (group.dtype, group.gdtype)
+                    and not jit.FLOAT16)):
             return
+        storage, compute = _bits(group.dtype)
+        self.likes = (numpy.empty(0, storage),
+                      numpy.empty(0, _bits(group.gdtype)[0]),
+                      numpy.empty(0, compute))
+        # The builtin descr that gradients of this dtype have.
+        self.descr = id(numpy.dtype(group.gdtype.char))
         self.table = table = numpy.zeros((n, L.SIZE + 1), numpy.int64)
         table[:, L.SIZE] = -1  # no gradient until one is given
-        for k, (w, states) in enumerate(zip(group.weights, group.states)):
-            if checks.direct(group.dtype, (w,) + tuple(states)):
+        self.sizes = numpy.array([w.size for w in group.weights], numpy.int64)
+        halves = group.halves or [None] * n
+        held = []
+        for k, (w, states, h) in enumerate(
+                zip(group.weights, group.states, halves)):
+            held += (w,) + tuple(states) + (() if h is None else (h,))
+            if (checks.direct(group.dtype, (w,) + tuple(states))
+                    and (h is None or checks.direct(group.gdtype, (h,)))):
                 table[k, L.W] = w.ctypes.data
-                if states:
-                    table[k, L.V] = states[0].ctypes.data
+                for column, v in zip((L.V, L.V2), states):
+                    table[k, column] = v.ctypes.data
+                if h is not None:
+                    table[k, L.H] = h.ctypes.data
             else:
-                self.bad.append(k)
+                self.sizes[k] = -2
+        # The group holds these arrays: their ids stay theirs.
+        self.held = len(held)
+        self.ids = numpy.zeros(len(held) + n, numpy.int64)
+        self.ids[:len(held)] = list(map(id, held))
+        self.now = numpy.zeros((len(self.ids), jit.STAMP), numpy.int64)
+        self.stamps = numpy.zeros_like(self.now)
+        jit.restamp(self.ids[:len(held)], _NDARRAY, self.now, self.stamps,
+                    len(held))
+        self.changed, self.put = True, False
+
+
+_NDARRAY = id(numpy.ndarray)
 
 
 class CpuExecutor(object):
@@ -204,25 +283,56 @@ class CpuExecutor(object):
     """The executor of NumPy devices (see :mod:`chainer_lars.engine`)."""
 
     def prepare(self, group):
-        group.tables = _Tables(group, _jit())
+        group.tables = _Addresses(group, _jit())
+
+    def changed(self, group, grads):
+        """Whether the arrays of ``run(group, grads, ...)`` may differ from
+        those of the last :meth:`passed` check: another gradient, or one
+        changed in place (another buffer, dtype, layout, size or flags).
+        The group's own arrays changed in place make its table anew."""
+        tables = group.tables
+        if tables.table is None:
+            return True  # no stamps: NumPy checks every operation
+        ids = tables.ids
+        if len(grads) == 1:  # a group of one: item assignment is 6x faster
+            ids[-1] = id(grads[0])
+        else:
+            ids[tables.held:] = list(map(id, grads))
+        held, changed = _jit().restamp(ids, _NDARRAY, tables.stamps,
+                                       tables.now, tables.held)
+        if held:
+            self.prepare(group)
+            return self.changed(group, grads)
+        tables.changed = changed > 0
+        return tables.changed
+
+    def passed(self, group):
+        """The arrays of the last :meth:`changed` passed the engine's
+        checks: later updates compare with them."""
+        tables = group.tables
+        if tables.table is not None and tables.changed:
+            tables.stamps, tables.now = tables.now, tables.stamps
+            tables.put = False
 
     def run(self, group, grads, op):
         tables, rows = group.tables, group.rows
         slow = range(len(grads))
         if tables.table is not None:
-            slow = self._set_grads(group, grads)
-            _jit().multi_update(tables.table, rows, tables.obs, tables.like,
+            slow = self._put(group, grads)
+            _jit().multi_update(tables.table, rows, tables.obs, tables.likes,
                                 op)
         rejected = []
-        native = group.dtype.newbyteorder('=') if slow else None
+        dtype = group.dtype.newbyteorder('=') if slow else None
         for k in slow:
             g = grads[k]
             states = group.states[k] if op != L.RESCALE else ()
             # Beside the loop, the NumPy passes take only arrays of mixed
             # dtypes; the rest goes back (the loop takes native copies).
-            if g is None or tables.table is not None and all(
-                    a.dtype.newbyteorder('=') == native
-                    for a in (g,) + tuple(states)):
+            # Mixed16 rows go back whole: their rule converts them.
+            if (g is None or group.halves is not None
+                    or tables.table is not None and all(
+                        a.dtype.newbyteorder('=') == dtype
+                        for a in (g,) + tuple(states))):
                 tables.obs[k] = numpy.nan
                 rejected.append(k)
             else:
@@ -230,26 +340,30 @@ class CpuExecutor(object):
                              *states)
         return rejected
 
-    def _set_grads(self, group, grads):
-        """Puts the gradients' addresses in the table; returns the rows it
-        cannot take this update (skipped by the loop)."""
+    def _put(self, group, grads):
+        """Puts the gradients' addresses in the table, unless it holds
+        them; returns the rows it cannot take this update (skipped by the
+        loop)."""
         tables = group.tables
-        ids = None  # unchecked (the engine's copies): put every time
-        if group.grads is grads:
-            ids = group.checked[0]  # a new list whenever a gradient changed
-            if ids is tables.ids:
-                return []
-        table, sizes, put = tables.table, tables.sizes, _jit().put_grad
-        others = []
-        for k, g in enumerate(grads):
-            # Numba cannot type a non-native dtype: checked first.
-            if not (g is not None and k not in tables.bad
-                    and checks.direct(group.dtype, (g,))
-                    and put(table, k, g, sizes[k])):
-                table[k, L.SIZE] = -1
-                others.append(k)
-        tables.ids = None if others else ids
-        return others
+        if group.checked is None:  # the engine's copies: never checked
+            self.changed(group, grads)
+            self.passed(group)
+        if tables.put:
+            return []
+        table, left = tables.table, []
+        if _jit().put_grads(table, tables.stamps[tables.held:], tables.descr,
+                            tables.sizes):
+            for k in numpy.flatnonzero(table[:, L.SIZE] < 0).tolist():
+                g = grads[k]
+                # Another descr of the dtype, or a subclass: as it is.
+                if (g is not None and tables.sizes[k] == g.size
+                        and checks.direct(tables.gdtype, (g,))):
+                    table[k, L.G] = g.ctypes.data
+                    table[k, L.SIZE] = g.size
+                else:
+                    left.append(k)
+        tables.put = not left
+        return left
 
     def observe(self, group):
         return group.tables.obs

@@ -23,6 +23,7 @@ THREADS = 256
 CHUNK = 16 * THREADS
 
 _SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')
+_SHAPE = operator.attrgetter('shape')
 _POINTER = operator.attrgetter('data.ptr')
 
 #: dtype -> (C storage type, C compute type, NumPy compute dtype)
@@ -31,32 +32,38 @@ _TYPES = {numpy.dtype(d): (storage, compute, numpy.dtype(c))
                                          ('f', 'float', 'float', 'f'),
                                          ('d', 'double', 'double', 'd'))}
 
-_LOAD_STORE = {
-    'unsigned short': r'''
-__device__ __forceinline__ C lars_load(const S* p, long long i) {
-    float f;
-    asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(p[i]));
-    return f;
-}
-__device__ __forceinline__ void lars_store(S* p, long long i, C x) {
-    unsigned short h;
-    asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(x));
-    p[i] = h;
-}
-''',
-}
-_LOAD_STORE['float'] = _LOAD_STORE['double'] = r'''
-#define lars_load(p, i) ((C)(p)[i])
-#define lars_store(p, i, x) ((p)[i] = (x))
-'''
-
 _SOURCE = r'''
 typedef {storage} S;
+typedef {gstorage} G;
 typedef {compute} C;
 #define LARS_THREADS {threads}
 #define LARS_CHUNK {chunk}
+// A mixed16 group: float32 weights (the masters) and states, float16
+// gradients, and the float16 weights written as the masters rounded.
+#define LARS_MIXED16 {mixed16}
 
-{load_store}
+// Loads in the compute type and stores rounded to nearest; float16 is
+// stored as its bits, with the hardware's conversions.
+template <typename T>
+__device__ __forceinline__ T lars_load(const T* p, long long i) {{
+    return p[i];
+}}
+template <typename T, typename X>
+__device__ __forceinline__ void lars_store(T* p, long long i, X x) {{
+    p[i] = (T)x;
+}}
+__device__ __forceinline__ float lars_load(const unsigned short* p,
+                                           long long i) {{
+    float f;
+    asm("{{ cvt.f32.f16 %0, %1; }}" : "=f"(f) : "h"(p[i]));
+    return f;
+}}
+__device__ __forceinline__ void lars_store(unsigned short* p, long long i,
+                                           float x) {{
+    unsigned short h;
+    asm("{{ cvt.rn.f16.f32 %0, %1; }}" : "=h"(h) : "f"(x));
+    p[i] = h;
+}}
 
 {trust_ratio}
 
@@ -81,11 +88,12 @@ __device__ __forceinline__ void lars_block_sum2(C& a, C& b) {{
 
 // The table (int64 words) of T arrays split into B blocks:
 //   [0, T)            weights          [T, 2T)     gradients
-//   [2T, 3T)          momentum buffers (the optimizer; 0 for the hook)
-//   [3T, 4T)          sizes
-//   [4T, 5T]          first block of each array, then B
-//   [5T+1, 5T+1+B)    array of each block
-#define LARS_FIRST(T, t) table[4 * (T) + (t)]
+//   [2T, 3T)          first states (momentum buffers; 0 for the hook)
+//   [3T, 4T)          second states    [4T, 5T)    float16 weights (mixed16)
+//   [5T, 6T)          sizes
+//   [6T, 7T]          first block of each array, then B
+//   [7T+1, 7T+1+B)    array of each block
+#define LARS_FIRST(T, t) table[6 * (T) + (t)]
 
 // The settings of array t: one row of LARS_COLUMNS values (the layout of
 // chainer_lars/layout.py), uploaded for every update.
@@ -95,38 +103,26 @@ __device__ __forceinline__ void lars_block_sum2(C& a, C& b) {{
 __device__ __forceinline__ void lars_block_range(
         const long long* table, long long T, long long& t,
         long long& begin, long long& end) {{
-    t = table[5 * T + 1 + blockIdx.x];
+    t = table[7 * T + 1 + blockIdx.x];
     begin = ((long long)blockIdx.x - LARS_FIRST(T, t)) * LARS_CHUNK;
-    const long long size = table[3 * T + t];
+    const long long size = table[5 * T + t];
     end = begin + LARS_CHUNK < size ? begin + LARS_CHUNK : size;
 }}
 
-// stats[3t] = the ratio r of array t, stats[3t+1] = ||w||^2 and
-// stats[3t+2] = ||g||^2 of g as stored (loss_scale times the gradient).
-// done[] counts finished blocks per array; it must be 0 before the launch
-// and is 0 again after it.
-extern "C" __global__ void chainer_lars_multi_norms(
-        const long long* table, long long ntensors, const C* settings,
-        C* partial, unsigned int* done, C* stats) {{
-    const long long T = ntensors;
-    long long t, begin, end;
-    lars_block_range(table, T, t, begin, end);
-    const S* w = (const S*)table[t];
-    const S* g = (const S*)table[T + t];
-    C sw = 0, sg = 0;
-    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {{
-        C a = lars_load(w, i);
-        C b = lars_load(g, i);
-        sw += a * a;
-        sg += b * b;
-    }}
-    lars_block_sum2(sw, sg);
+// Adds the block's sums a and b to those of array t (partial[]; the block
+// that counts last sums them in a fixed order). True in that block, where
+// every thread gets the array's sums. done[] counts finished blocks per
+// array; it must be 0 before the launch and is 0 again after it.
+__device__ __forceinline__ bool lars_array_sum2(
+        const long long* table, long long T, long long t, C* partial,
+        unsigned int* done, C& a, C& b) {{
+    lars_block_sum2(a, b);
     const long long first = LARS_FIRST(T, t);
     const long long last = LARS_FIRST(T, t + 1);
     __shared__ int is_last;
     if (threadIdx.x == 0) {{
-        partial[2 * blockIdx.x] = sw;
-        partial[2 * blockIdx.x + 1] = sg;
+        partial[2 * blockIdx.x] = a;
+        partial[2 * blockIdx.x + 1] = b;
         // The partials must be visible to the block that counts last.
         __threadfence();
         const unsigned int ticket = atomicAdd(&done[t], 1u);
@@ -134,24 +130,63 @@ extern "C" __global__ void chainer_lars_multi_norms(
     }}
     __syncthreads();
     if (!is_last) {{
-        return;
+        return false;
     }}
     const volatile C* p = partial;
-    C a = 0, b = 0;
+    a = 0;
+    b = 0;
     for (long long k = first + threadIdx.x; k < last; k += LARS_THREADS) {{
         a += p[2 * k];
         b += p[2 * k + 1];
     }}
     lars_block_sum2(a, b);
     if (threadIdx.x == 0) {{
+        done[t] = 0;
+    }}
+    return true;
+}}
+
+// stats[3t] = the ratio r of array t, stats[3t+1] = ||w||^2 and
+// stats[3t+2] = ||g||^2 of g as stored (loss_scale times the gradient;
+// mixed16: of g / loss_scale in float32, as its rule divides it).
+extern "C" __global__ void chainer_lars_multi_norms(
+        const long long* table, long long ntensors, const C* settings,
+        C* partial, unsigned int* done, C* stats) {{
+    const long long T = ntensors;
+    long long t, begin, end;
+    lars_block_range(table, T, t, begin, end);
+    const S* w = (const S*)table[t];
+    const G* g = (const G*)table[T + t];
+#if LARS_MIXED16
+    const C unscale = settings[LARS_COLUMNS * t + LARS_LOSS_SCALE];
+#endif
+    C sw = 0, sg = 0;
+    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {{
+        C a = lars_load(w, i);
+#if LARS_MIXED16
+        C b = lars_load(g, i) / unscale;
+#else
+        C b = lars_load(g, i);
+#endif
+        sw += a * a;
+        sg += b * b;
+    }}
+    if (!lars_array_sum2(table, T, t, partial, done, sw, sg)) {{
+        return;
+    }}
+    if (threadIdx.x == 0) {{
         const C* s = settings + LARS_COLUMNS * t;
+#if LARS_MIXED16
+        const C g_scale = (C)1;  // sg is of g / loss_scale already
+#else
+        const C g_scale = s[LARS_LOSS_SCALE];
+#endif
         stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
-            sqrt(a), sqrt(b) / s[LARS_LOSS_SCALE], s[LARS_WEIGHT_DECAY],
+            sqrt(sw), sqrt(sg) / g_scale, s[LARS_WEIGHT_DECAY],
             s[LARS_EPS], s[LARS_TRUST_COEFFICIENT], s[LARS_THRESHOLD],
             s[LARS_REQUIRE_GRAD] != (C)0, s[LARS_CLIP_LR]) : (C)1;
-        stats[3 * t + 1] = a;
-        stats[3 * t + 2] = b;
-        done[t] = 0;
+        stats[3 * t + 1] = sw;
+        stats[3 * t + 2] = sg;
     }}
 }}
 
@@ -163,7 +198,7 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
     long long t, begin, end;
     lars_block_range(table, ntensors, t, begin, end);
     const S* w = (const S*)table[t];
-    S* g = (S*)table[ntensors + t];
+    G* g = (G*)table[ntensors + t];
     const C* s = settings + LARS_COLUMNS * t;
     const C r = stats[3 * t];
     const C c = r * s[LARS_LOSS_SCALE] * s[LARS_WEIGHT_DECAY];
@@ -181,7 +216,7 @@ extern "C" __global__ void chainer_lars_multi_momentum(
     long long t, begin, end;
     lars_block_range(table, ntensors, t, begin, end);
     S* w = (S*)table[t];
-    S* g = (S*)table[ntensors + t];
+    G* g = (G*)table[ntensors + t];
     S* v = (S*)table[2 * ntensors + t];
     const C* s = settings + LARS_COLUMNS * t;
     const C a = s[LARS_LR] * stats[3 * t];
@@ -189,43 +224,137 @@ extern "C" __global__ void chainer_lars_multi_momentum(
     const C loss_scale = s[LARS_LOSS_SCALE];
     const C momentum = s[LARS_MOMENTUM];
     const bool nesterov = s[LARS_NESTEROV] != (C)0;
+#if LARS_MIXED16
+    G* h = (G*)table[4 * ntensors + t];
+#endif
     for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {{
+#if LARS_MIXED16
+        const C gi = lars_load(g, i) / loss_scale;  // g left as it is
+#else
         if (loss_scale != (C)1) {{
             lars_store(g, i, lars_load(g, i) / loss_scale);
         }}
         const C gi = lars_load(g, i);
+#endif
         const C wi = lars_load(w, i);
         const C u = a * gi + b * wi;
         const C vi = momentum * lars_load(v, i) + u;
         lars_store(v, i, vi);
-        lars_store(w, i, wi - (nesterov ? u + momentum * vi : vi));
+        const C wn = wi - (nesterov ? u + momentum * vi : vi);
+        lars_store(w, i, wn);
+#if LARS_MIXED16
+        lars_store(h, i, wn);
+#endif
     }}
 }}
 '''
 
+#: LAMB's two kernels (layout.LAMB), after the source above.
+_LAMB_SOURCE = r'''
+// r = (m / c1) / (sqrt(v / c2) + eps) + wd w of one element.
+__device__ __forceinline__ C lamb_direction(C w, C m, C v, const C* s) {
+    return (m / s[LARS_CORRECTION1])
+        / (sqrt(v / s[LARS_CORRECTION2]) + s[LARS_EPS])
+        + s[LARS_WEIGHT_DECAY] * w;
+}
+
+#define LAMB_POINTERS(T, t) \
+    S* w = (S*)table[t]; \
+    S* m = (S*)table[2 * (T) + (t)]; \
+    S* v = (S*)table[3 * (T) + (t)]; \
+    const C* s = settings + LARS_COLUMNS * (t);
+
+// The gradient unscaled (in place; mixed16: on the fly, g left as it
+// is), the moments, and as in chainer_lars_multi_norms, stats[3t] = the
+// ratio ||w|| / ||r||, stats[3t+1] = ||w||^2, stats[3t+2] = ||r||^2.
+extern "C" __global__ void chainer_lars_lamb_norms(
+        const long long* table, long long ntensors, const C* settings,
+        C* partial, unsigned int* done, C* stats) {
+    const long long T = ntensors;
+    long long t, begin, end;
+    lars_block_range(table, T, t, begin, end);
+    LAMB_POINTERS(T, t)
+    G* g = (G*)table[T + t];
+    const C loss_scale = s[LARS_LOSS_SCALE];
+    const C b1 = s[LARS_BETA1], b2 = s[LARS_BETA2];
+    C sw = 0, sr = 0;
+    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {
+#if LARS_MIXED16
+        const C gi = lars_load(g, i) / loss_scale;
+#else
+        if (loss_scale != (C)1) {
+            lars_store(g, i, lars_load(g, i) / loss_scale);
+        }
+        const C gi = lars_load(g, i);
+#endif
+        lars_store(m, i, b1 * lars_load(m, i) + ((C)1 - b1) * gi);
+        lars_store(v, i, b2 * lars_load(v, i) + ((C)1 - b2) * (gi * gi));
+        const C wi = lars_load(w, i);
+        const C r = lamb_direction(wi, lars_load(m, i), lars_load(v, i), s);
+        sw += wi * wi;
+        sr += r * r;
+    }
+    if (lars_array_sum2(table, T, t, partial, done, sw, sr)
+            && threadIdx.x == 0) {
+        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
+            sqrt(sw), sqrt(sr), 0, 0, 1, 0, 1, s[LARS_CLIP_LR]) : (C)1;
+        stats[3 * t + 1] = sw;
+        stats[3 * t + 2] = sr;
+    }
+}
+
+// w <- w - lr ratio r (mixed16: and the float16 weight, w rounded).
+extern "C" __global__ void chainer_lars_lamb_step(
+        const long long* table, long long ntensors, const C* settings,
+        const C* stats) {
+    long long t, begin, end;
+    lars_block_range(table, ntensors, t, begin, end);
+    LAMB_POINTERS(ntensors, t)
+    const C a = s[LARS_LR] * stats[3 * t];
+#if LARS_MIXED16
+    G* h = (G*)table[4 * ntensors + t];
+#endif
+    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {
+        const C wi = lars_load(w, i);
+        const C wn = wi - a * lamb_direction(
+            wi, lars_load(m, i), lars_load(v, i), s);
+        lars_store(w, i, wn);
+#if LARS_MIXED16
+        lars_store(h, i, wn);
+#endif
+    }
+}
+'''
+
 _modules = {}
-#: The second kernel of an update, by op.
+#: The kernels of an update, by op.
 _STEPS = {L.RESCALE: 'chainer_lars_multi_scale_add',
-          L.STEP: 'chainer_lars_multi_momentum'}
+          L.STEP: 'chainer_lars_multi_momentum',
+          L.LAMB: 'chainer_lars_lamb_step'}
+_NORMS = {L.LAMB: 'chainer_lars_lamb_norms'}
 
 
-def source(dtype):
-    """The CUDA source of the kernels for arrays of ``dtype``."""
+def source(dtype, mixed16=False):
+    """The CUDA source of the kernels for arrays of ``dtype`` (with
+    ``mixed16``, float32 masters and states with float16 gradients and
+    weights)."""
     storage, compute, _ = _TYPES[numpy.dtype(dtype)]
+    gstorage = _TYPES[numpy.dtype(numpy.float16)][0] if mixed16 else storage
     return _SOURCE.format(
-        storage=storage, compute=compute, threads=THREADS, chunk=CHUNK,
-        defines=L.cuda_defines(), load_store=_LOAD_STORE[storage],
-        trust_ratio=ratio.CUDA_TRUST_RATIO)
+        storage=storage, gstorage=gstorage, compute=compute,
+        threads=THREADS, chunk=CHUNK, defines=L.cuda_defines(),
+        mixed16=int(mixed16), trust_ratio=ratio.CUDA_TRUST_RATIO
+    ) + _LAMB_SOURCE
 
 
-def _kernel(xp, dtype, name):
+def _kernel(xp, dtype, mixed16, name):
     """The kernel ``name`` for ``dtype``, compiled once per device (CuPy
     loads a module on the device current when a function is taken)."""
     dtype = numpy.dtype(dtype)
-    key = (xp, xp.cuda.Device().id, dtype)
+    key = (xp, xp.cuda.Device().id, dtype, mixed16)
     module = _modules.get(key)
     if module is None:
-        module = _modules[key] = xp.RawModule(code=source(dtype))
+        module = _modules[key] = xp.RawModule(code=source(dtype, mixed16))
     return module.get_function(name)
 
 
@@ -253,21 +382,25 @@ class Table(object):
     #: written again only after its copy is done.
     RING = 4
 
-    def __init__(self, xp, dtype, weights, grads, states=None):
+    def __init__(self, xp, dtype, weights, grads, states=(), halves=None):
         ntensors = len(weights)
         sizes = [w.size for w in weights]
         counts = [-(-n // CHUNK) for n in sizes]
         first = numpy.zeros(ntensors + 1, numpy.int64)
         numpy.cumsum(counts, out=first[1:])
         nblocks = int(first[-1])
-        host = empty_pinned(xp, (5 * ntensors + 1 + nblocks,), numpy.int64)
-        host[:ntensors] = [w.data.ptr for w in weights]
-        host[ntensors:2 * ntensors] = [g.data.ptr for g in grads]
-        host[2 * ntensors:3 * ntensors] = (
-            0 if states is None else [v.data.ptr for v in states])
-        host[3 * ntensors:4 * ntensors] = sizes
-        host[4 * ntensors:5 * ntensors + 1] = first
-        host[5 * ntensors + 1:] = numpy.repeat(numpy.arange(ntensors), counts)
+        host = empty_pinned(xp, (7 * ntensors + 1 + nblocks,), numpy.int64)
+        host[:5 * ntensors] = 0
+        words = host[:5 * ntensors].reshape(5, ntensors)
+        words[0] = list(map(_POINTER, weights))
+        words[1] = list(map(_POINTER, grads))
+        for k, arrays in enumerate(states):  # per row (v,) or (m, v)
+            words[2:2 + len(arrays), k] = list(map(_POINTER, arrays))
+        if halves is not None:
+            words[4] = list(map(_POINTER, halves))
+        host[5 * ntensors:6 * ntensors] = sizes
+        host[6 * ntensors:7 * ntensors + 1] = first
+        host[7 * ntensors + 1:] = numpy.repeat(numpy.arange(ntensors), counts)
         self.ntensors, self.nblocks = ntensors, nblocks
         self.compute_dtype = _TYPES[numpy.dtype(dtype)][2]
         self.words = xp.empty(host.size, numpy.int64)
@@ -313,14 +446,14 @@ class TableCache(object):
         self.builds = 0
         self._tables = collections.OrderedDict()
 
-    def get(self, key, xp, dtype, weights, grads, states=None):
+    def get(self, key, xp, dtype, weights, grads, states=(), halves=None):
         """The table of these arrays; ``key`` must change whenever an
         address does."""
         table = self._tables.get(key)
         if table is not None:
             self._tables.move_to_end(key)
             return table
-        table = Table(xp, dtype, weights, grads, states)
+        table = Table(xp, dtype, weights, grads, states, halves)
         self.builds += 1
         self._tables[key] = table
         while len(self._tables) > self.capacity:
@@ -328,20 +461,26 @@ class TableCache(object):
         return table
 
 
-class _Tables(object):
+class _GroupTables(object):
 
     """A group's tables, weights' signatures, whether every row goes as it
-    is, and the last update's table, rows and loss scales."""
+    is, the gradients' shapes of the last check passed and of the current
+    one, and the last update's table, rows and loss scales."""
 
-    __slots__ = ('cache', 'signature', 'direct', 'last', 'empty')
+    __slots__ = ('cache', 'signature', 'direct', 'last', 'empty', 'shapes',
+                 'now')
 
     def __init__(self, group):
         self.cache = TableCache(capacity=4)
-        self.signature = list(map(_SIGNATURE, group.weights))
+        # What the gradients must be like: the weights (mixed16: halves).
+        self.signature = list(map(_SIGNATURE, group.halves or group.weights))
+        halves = group.halves or [None] * len(group)
         self.direct = all(
-            w.size and supports(w, *states)
-            for w, states in zip(group.weights, group.states))
+            w.size and supports(w, *states) and (
+                h is None or supports(h))
+            for w, states, h in zip(group.weights, group.states, halves))
         self.last, self.empty = None, []
+        self.shapes = self.now = None
 
 
 class CudaExecutor(object):
@@ -349,7 +488,22 @@ class CudaExecutor(object):
     """The executor of CUDA devices (see :mod:`chainer_lars.engine`)."""
 
     def prepare(self, group):
-        group.tables = _Tables(group)
+        group.tables = _GroupTables(group)
+
+    def changed(self, group, grads):
+        """Whether the gradients' shapes differ from those of the last
+        :meth:`passed` check (on a GPU, the engine checks sizes and dtypes,
+        known from the shapes and the kernels' dtype checks)."""
+        tables = group.tables
+        try:
+            tables.now = list(map(_SHAPE, grads))
+        except AttributeError:  # a gradient is None
+            tables.now = [None if g is None else g.shape for g in grads]
+        return tables.now != tables.shapes
+
+    def passed(self, group):
+        tables = group.tables
+        tables.shapes = tables.now
 
     def _select(self, group, grads, op):
         """``(keep, rejected, empty)``: the rows the kernels take (``None``
@@ -365,9 +519,12 @@ class CudaExecutor(object):
         except AttributeError:  # a gradient is None
             pass
         keep, rejected, empty = [], [], []
-        for k, (w, g) in enumerate(zip(group.weights, grads)):
+        halves = group.halves or [None] * len(group)
+        for k, (w, g, h) in enumerate(zip(group.weights, grads, halves)):
             states = group.states[k] if op != L.RESCALE else ()
-            if g is None or g.size != w.size or not supports(w, g, *states):
+            if (g is None or g.size != w.size or not supports(w, *states)
+                    or not supports(g, *(() if h is None else (h,)))
+                    or g.dtype != group.gdtype):
                 rejected.append(k)
             elif w.size:
                 keep.append(k)
@@ -382,28 +539,35 @@ class CudaExecutor(object):
         if keep is not None and not keep:
             tables.last = None
             return rejected
-        weights, rows = group.weights, group.rows
-        states = [s[0] for s in group.states] if op == L.STEP else None
+        weights, rows, halves = group.weights, group.rows, group.halves
+        states = group.states if op != L.RESCALE else ()
         if keep is not None:
             weights = [weights[k] for k in keep]
             grads = [grads[k] for k in keep]
-            states = None if states is None else [states[k] for k in keep]
+            states = [states[k] for k in keep] if states else ()
+            halves = halves and [halves[k] for k in keep]
             rows = rows[keep]
         xp = group.device.xp
+        mixed16 = halves is not None
         # The op too: the hook's table has no momentum pointers.
         key = (op, None if keep is None else tuple(keep),
                tuple(map(_POINTER, grads)))
         with group.device.create_context():
             table = tables.cache.get(key, xp, group.dtype, weights, grads,
-                                     states)
+                                     states, halves)
             table.set_settings(rows)
             args = (table.words, numpy.int64(table.ntensors), table.settings)
             grid = (table.nblocks,), (THREADS,)
-            _kernel(xp, group.dtype, 'chainer_lars_multi_norms')(
+            _kernel(xp, group.dtype, mixed16, _NORMS.get(
+                op, 'chainer_lars_multi_norms'))(
                 *grid, args + (table.partial, table.done, table.stats))
-            _kernel(xp, group.dtype, _STEPS[op])(*grid, args + (table.stats,))
+            _kernel(xp, group.dtype, mixed16, _STEPS[op])(
+                *grid, args + (table.stats,))
+        # The norms of a mixed16 gradient are of g / loss_scale already,
+        # LAMB's of its unscaled direction.
         tables.last = (table, slice(None) if keep is None else keep,
-                       rows[:, L.LOSS_SCALE].copy())
+                       1.0 if mixed16 or op == L.LAMB
+                       else rows[:, L.LOSS_SCALE].copy())
         return rejected
 
     def observe(self, group):
@@ -412,9 +576,9 @@ class CudaExecutor(object):
         out = numpy.full((len(group), 3), numpy.nan)
         for k in group.tables.empty:
             # What the CPU loop records for an empty array.
-            if group.op == L.STEP:
+            if group.op != L.RESCALE:
                 out[k, 0] = 1.0
-                if group.rows[k, L.ADAPT]:
+                if group.rows[k, L.ADAPT] or group.op == L.LAMB:
                     out[k, 1:] = 0.0
         last = group.tables.last
         if last is None:

@@ -27,8 +27,10 @@ GRAD = operator.attrgetter('grad')
 LOSS_SCALE = operator.attrgetter('_loss_scale')
 UPDATE_RULE = operator.attrgetter('update_rule')
 _STATE = operator.attrgetter('_state')
-_SHAPE = operator.attrgetter('shape')
-_MOMENTUM = operator.methodcaller('get', 'v')
+
+#: The names of each op's state buffers, for errors.
+STATE_NAMES = {L.RESCALE: (), L.STEP: ('momentum buffer',),
+               L.LAMB: ('first moment', 'second moment')}
 
 
 def executor_for(device):
@@ -44,41 +46,47 @@ def executor_for(device):
 class Group(object):
 
     """Arrays of one device and dtype that one executor updates at once:
-    per array its path, parameter, rule, weight, state buffers (``(v,)``
-    or ``()``) and settings row; ``static``: the face's flags ``(uses
-    weight decay, adapted)``, a 2 x n array once prepared; ``op`` and
+    per array its path, parameter, rule, weight, state buffers (``(v,)``,
+    ``(m, v)`` or ``()``) and settings row; ``static``: the face's flags
+    ``(uses weight decay, adapted)``, a 2 x n array once prepared; ``op`` and
     ``copies`` (row -> group of one) of the last :func:`run`; the
     executor's ``tables``; what the face filled the rows from (``inputs``);
-    whether a step writes the gradients (``scaled``: a loss scale to divide
-    out); what :func:`check` last passed (``checked``: the gradients or
-    their shapes, the op, ``scaled``) and the ``grads`` held.
+    whether a step divides out a loss scale (``scaled``); the op and
+    ``scaled`` of the last :func:`check` passed (``checked``). A mixed16
+    group (``halves``: the float16 weights) steps float32 masters (the
+    ``weights``) with float16 gradients (``gdtype``).
     """
 
-    __slots__ = ('executor', 'device', 'dtype', 'paths', 'params', 'rules',
-                 'weights', 'states', 'rows', 'op', 'copies', 'tables',
-                 'static', 'inputs', 'scaled', 'checked', 'grads')
+    __slots__ = ('executor', 'device', 'dtype', 'gdtype', 'paths', 'params',
+                 'rules', 'weights', 'halves', 'states', 'rows', 'op',
+                 'copies', 'tables', 'static', 'inputs', 'scaled', 'checked')
 
-    def __init__(self, device, dtype):
+    def __init__(self, device, dtype, mixed16=False):
         self.executor = executor_for(device)
         self.device = device
         self.dtype = numpy.dtype(dtype)
+        self.gdtype = numpy.dtype(numpy.float16 if mixed16 else dtype)
+        self.halves = [] if mixed16 else None
         self.paths, self.params, self.rules = [], [], []
         self.weights, self.states, self.static = [], [], []
         self.rows = self.tables = self.op = self.inputs = None
-        self.checked = self.grads = None
+        self.checked = None
         self.scaled = False
         self.copies = {}
 
     def __len__(self):
         return len(self.weights)
 
-    def add(self, path, param, rule, weight, states=(), static=(1, 1)):
+    def add(self, path, param, rule, weight, states=(), static=(1, 1),
+            half=None):
         self.paths.append(path)
         self.params.append(param)
         self.rules.append(rule)
         self.weights.append(weight)
         self.states.append(states)
         self.static.append(static)
+        if half is not None:
+            self.halves.append(half)
 
     def prepare(self):
         self.rows = L.rows(len(self))
@@ -103,15 +111,17 @@ class Plan(object):
 
     """A face's groups (by device, dtype and a key of the face's), valid
     while ``params`` keep their rules, arrays, ``flags(rules)`` and (with
-    ``states``) momentum buffers and rule hooks; ``where``: each group's
-    positions in ``params``; ``others``: what else the face keeps."""
+    ``states``, the keys of the rules' state buffers, ``True`` for
+    ``('v',)``) those buffers, rule hooks and the float32 master copies of
+    mixed16 rows; ``where``: each group's positions in ``params``;
+    ``others``: what else the face keeps."""
 
-    __slots__ = ('_objects', '_flags', '_flag_fn', '_states',
+    __slots__ = ('_objects', '_flags', '_flag_fn', '_states', '_masters',
                  '_hooks', '_hook_counts', '_by_key', 'groups', 'where',
                  'others')
 
-    def __init__(self, params, flags, states=False):
-        self._states = states
+    def __init__(self, params, flags, states=()):
+        self._states = ('v',) if states is True else states
         self._flag_fn = flags
         # Held, the objects are known by identity (their ids stay theirs).
         self._objects = objects = self._structure(params)
@@ -121,17 +131,22 @@ class Plan(object):
                        for d in (r._hookable._pre_update_hooks,
                                  r._hookable._post_update_hooks)]
         self._hook_counts = list(map(len, self._hooks))
+        self._masters = []  # (rule, master array) of the mixed16 rows
         self._by_key = {}
         self.groups, self.where, self.others = [], [], []
 
     def add(self, key, device, path, param, rule, weight, states=(),
-            static=(1, 1)):
-        """Puts an array in the group of its device, dtype and ``key``."""
-        key = (str(device), weight.dtype, key)
+            static=(1, 1), half=None):
+        """Puts an array in the group of its device, dtype and ``key``
+        (with ``half``, its float16 weight: of its mixed16 group)."""
+        mixed16 = half is not None
+        if mixed16:
+            self._masters.append((rule, weight))
+        key = (str(device), weight.dtype, mixed16, key)
         group = self._by_key.get(key)
         if group is None:
-            group = self._by_key[key] = Group(device, weight.dtype)
-        group.add(path, param, rule, weight, states, static)
+            group = self._by_key[key] = Group(device, weight.dtype, mixed16)
+        group.add(path, param, rule, weight, states, static, half)
 
     def finish(self, params):
         """Prepares the groups; returns the plan."""
@@ -146,11 +161,13 @@ class Plan(object):
         objects = (params, rules, list(map(ARRAY, params)))
         if self._states:
             try:
-                states = list(map(_MOMENTUM, map(_STATE, rules)))
+                dicts = list(map(_STATE, rules))
+                objects += tuple(list(map(operator.methodcaller('get', key),
+                                          dicts)) for key in self._states)
             except AttributeError:  # no rule, or no state yet
-                states = [None if r is None or r.state is None
-                          else r.state.get('v') for r in rules]
-            objects += (states,)
+                dicts = [None if r is None else r.state for r in rules]
+                objects += tuple([None if d is None else d.get(key)
+                                  for d in dicts] for key in self._states)
         return objects
 
     def matches(self, params):
@@ -159,7 +176,10 @@ class Plan(object):
         objects = self._structure(params)
         return (all(map(same, objects[1:], self._objects[1:]))
                 and self._flag_fn(objects[1]) == self._flags
-                and list(map(len, self._hooks)) == self._hook_counts)
+                and list(map(len, self._hooks)) == self._hook_counts
+                and all(rule._fp32_param is not None
+                        and rule._fp32_param.array is master
+                        for rule, master in self._masters))
 
 
 class PlanCache(object):
@@ -190,36 +210,30 @@ def same(objects, held):
 
 def check(group, grads, op):
     """Checks the arrays of ``run(group, grads, op)`` (:func:`chainer_lars.
-    checks.addressed`) unless they are those last checked: a face checks
-    every group before it runs any, so an error leaves all as it was. The
-    weights and momentum buffers of a group never change (a face makes a
-    new one); gradients are known by identity on the CPU (held; the flags
-    may differ), by shape on a GPU (holding them would keep their memory
-    from the next backward pass)."""
-    held, last = group.device.xp is numpy, group.checked
-    if held:
-        if (last is not None and last[1] == op and last[2] == group.scaled
-                and same(grads, last[0])):
-            group.grads = grads
-            return
-        key = list(grads)
-    else:
-        try:
-            key = list(map(_SHAPE, grads))
-        except AttributeError:  # a gradient is None
-            key = [None if g is None else g.shape for g in grads]
-        if last == (key, op, group.scaled):
-            return
-    group.checked = group.grads = None
-    written = [('weight', 'gradient', 'momentum buffer')[i]
-               for i in L.written(op, group.scaled)]
+    checks.addressed`) unless the executor finds them as they were at the
+    last check passed, with the same op and ``scaled``: a face checks every
+    group before it runs any, so an error leaves all as it was. The CPU
+    executor knows arrays by their stamps (address, dtype, flags, size),
+    the CUDA one gradients by shape (device memory has no read-only flag);
+    neither holds a gradient past the update."""
+    executor = group.executor
+    if not executor.changed(group, grads) and group.checked == (
+            op, group.scaled):
+        return
+    group.checked = None
+    mixed16 = group.halves is not None
+    names = STATE_NAMES[op]
+    written = [(('weight', 'gradient') + names)[i]
+               for i in L.written(op, group.scaled and not mixed16)]
+    one_dtype = group.device.xp is not numpy
     for k, g in enumerate(grads):
         if g is not None:
             checks.addressed(group.paths[k], group.weights[k], g,
                              group.states[k] if op != L.RESCALE else (),
-                             written, not held)
-    group.checked = (key, op, group.scaled)
-    group.grads = grads if held else None
+                             written, one_dtype,
+                             group.halves[k] if mixed16 else None, names)
+    executor.passed(group)
+    group.checked = (op, group.scaled)
 
 
 def run(group, grads, op, checked=False):
@@ -235,7 +249,8 @@ def run(group, grads, op, checked=False):
     left = []
     for k in group.executor.run(group, grads, op):
         g = grads[k]
-        if g is None:
+        # A mixed16 row goes to its rule, which converts the arrays.
+        if g is None or group.halves is not None:
             left.append(k)
             continue
         arrays = (group.weights[k], g) + (

@@ -284,21 +284,9 @@ class LossScaleState(extension.Extension):
         loading = isinstance(serializer, chainer.serializer.Deserializer)
         for path, param in optimizer.target.namedparams():
             rule = getattr(param, 'update_rule', None)
-            if rule is None or isinstance(rule, optimizer_module.LARSRule):
-                continue  # no update, or LARSRule saves its own copy
-            master = rule._fp32_param
-            if not loading:
-                if master is not None and master.array is not None:
-                    serializer[path]('fp32_param', master.array)
+            # No update; a fused rule saves its own copy.
+            if (rule is None or isinstance(rule, optimizer_module.FusedRule)
+                    or loading and param.array is None):
                 continue
-            try:
-                value = serializer[path]('fp32_param', None)
-            except KeyError:  # not made yet when the snapshot was written
-                continue
-            if value is not None and param.array is not None:
-                value = param.device.send(value)
-                if master is None:
-                    rule._fp32_param = chainer.Parameter(value,
-                                                         name=param.name)
-                else:
-                    master.array = value
+            optimizer_module.serialize_master(rule, serializer[path],
+                                              param.device)

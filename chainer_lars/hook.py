@@ -189,8 +189,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         if hookable is not None and any(
                 h is self for h in hookable._post_update_hooks.values()):
             _post_refused()
-        if getattr(owner, 'adapts_rates', False):  # LARS, LARSRule
-            checks.double_adaptation()
+        if getattr(owner, 'adapts_rates', False):  # LARS, LAMB, rules
+            checks.double_adaptation(owner._face)
         if len(args) == 1:
             self._update_all(args[0])
         elif len(args) == 2:
@@ -222,6 +222,12 @@ class GradientLARS(exclusions.ExclusionProperties):
             raise TypeError(
                 'GradientLARS must be registered on a set-up optimizer '
                 '(optimizer.setup(link) first); got {!r}'.format(optimizer))
+        self._observed = {}
+        if getattr(optimizer, '_loss_scaling_isnan', False):
+            # Non-finite gradients under dynamic loss scaling (Chainer's
+            # check_nan_in_grads): the update is skipped, and so is the
+            # rescaling (nothing to observe).
+            return
         params = list(target.params())
         plan = self._plans.plan
         if plan is None or not plan.matches(params):
@@ -251,7 +257,6 @@ class GradientLARS(exclusions.ExclusionProperties):
                     self._clip_lr(rule, path)
                 others.append((param, rule, path))
 
-        self._observed = {}
         for param, rule, path in others:
             if param.dtype == numpy.float16:
                 self._delegate(rule).arm(optimizer, path)
@@ -322,7 +327,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         is the factor still in the stored gradient (the result keeps it)."""
         w = param.array
         g = None if w is None else param.grad
-        if g is None or g.size == 0 == w.size:
+        if g is None or (g.size == 0 and w.size == 0):
             return
         uses_wd, adapt = self._rules.lookup(path)
         clip_lr = self._clip_lr(rule, path) if adapt and self.clip else -1.0
@@ -330,12 +335,14 @@ class GradientLARS(exclusions.ExclusionProperties):
         if device.xp is chainer.backend.chainerx:  # as Chainer's rules do
             w, g = chainer.backend.from_chx(w), chainer.backend.from_chx(g)
             device = chainer.backend.get_device_from_array(w)
-        cached = self._singles.get(id(param), (None, None))[1]
+        key = id(param)
+        cached = self._singles.get(key, (None, None))[1]
         group = engine.group_of_one(cached, device, path, w)
         if group is not cached:
-            if len(self._singles) > 4096:
-                self._singles.clear()
-            self._singles[id(param)] = (param, group)
+            # Held weakly: a deleted parameter takes its entry with it.
+            self._singles[key] = (weakref.ref(
+                param, lambda _, singles=self._singles, key=key:
+                singles.pop(key, None)), group)
         group.static = (uses_wd, adapt)
         self._fill(group, clip_lr, [loss_scale])
         if engine.run(group, [g], L.RESCALE):

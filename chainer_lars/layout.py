@@ -36,9 +36,10 @@ RESCALE, STEP, LAMB = 0, 1, 2
 STATES = {RESCALE: 0, STEP: 1, LAMB: 2}
 
 #: Columns of the CPU executor's address table (int64, a row per array):
-#: the addresses of the weight, gradient, first and second state buffer,
-#: and the size (negative: no gradient this update).
-W, G, V, V2, SIZE = range(5)
+#: the addresses of the weight, gradient, first and second state buffer
+#: and float16 weight (of a mixed16 row, whose weight is the float32
+#: master; else 0), and the size (negative: no gradient this update).
+W, G, V, V2, H, SIZE = range(6)
 
 
 def written(op, scaled):

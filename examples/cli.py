@@ -18,8 +18,10 @@ import numpy
 import chainer
 from chainer.backends import cuda
 from chainer import training
+from chainer.training import extensions
 
 from examples import folders
+from examples import logs
 from examples import recipe
 
 
@@ -35,20 +37,25 @@ HELP = {
               'but --out, --snapshots, --device and --dataset-root',
     'snapshots': 'Number of snapshots to keep in --out, the latest ones (one '
                  'is written each epoch); 0 writes none',
-    'lr': 'Peak learning rate (default: from the batch size, see below)',
+    'lr': "Peak learning rate, Adam's and LAMB's alpha (default: from the "
+          'batch size, see below)',
     'warmup_epochs': 'Epochs of linear learning-rate warm-up',
     'decay_power': 'After the warm-up, the learning rate decays to 0 as the '
                    'fraction of the run left to this power',
-    'momentum': 'Momentum',
-    'weight_decay': 'Weight decay, not applied to biases and BatchNorm '
-                    'parameters',
+    'momentum': "Momentum; Adam's and LAMB's beta1",
+    'weight_decay': "Weight decay (Adam's and LAMB's weight_decay_rate), "
+                    'not applied to biases and BatchNorm parameters',
     'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars',
     'seed': 'Seed of the weights, the shuffling and the data augmentation',
     'dtype': 'The precision, as chainer.config.dtype: float32; float16 '
              '(float16 arrays throughout); mixed16 (float16 arrays, '
              'BatchNorm parameters and statistics in float32). In 16 bits '
              'the loss is scaled and the update made on float32 master '
-             "copies (default: CHAINER_DTYPE's, float32 if unset)",
+             "copies (default: CHAINER_DTYPE's, float32 if unset). On the "
+             "CPU, 16 bits are for a functional try: NumPy's float16 has "
+             'no fast matrix product, and an update takes some 100 times '
+             "as long as in float32 (this example's defaults: hours); use "
+             'a GPU, or a small model (MNIST: -u 50)',
     'loss_scale': 'A static loss scale, for --dtype float16 and mixed16 '
                   '(default: dynamic loss scaling)',
     'label_smoothing': 'Label smoothing of the loss: the target puts 1 - '
@@ -72,11 +79,15 @@ def lr_rule(batch='the batch size B'):
         'lr = {} * B / {} for momentum and nesterov (linear scaling), and '
         'lr * trust_coefficient = {} * sqrt(B / {}) for lars and '
         'momentum-lars (the step of each layer relative to its weight '
-        'norm, scaled with the square root of the batch size). The rate '
-        'rises linearly for --warmup-epochs, then decays to 0 as the '
-        'fraction of the run left to the power --decay-power.'.format(
+        'norm, scaled with the square root of the batch size); alpha = {} '
+        '* sqrt(B / {}) for adam and {} * sqrt(B / {}) for lamb (its '
+        'relative step). The rate rises linearly for --warmup-epochs, then '
+        'decays to 0 as the fraction of the run left to the power '
+        '--decay-power.'.format(
             batch, recipe.MOMENTUM_LR_PER_256, recipe.REFERENCE_BATCHSIZE,
-            recipe.LARS_STEP_PER_256, recipe.REFERENCE_BATCHSIZE))
+            recipe.LARS_STEP_PER_256, recipe.REFERENCE_BATCHSIZE,
+            recipe.ADAM_ALPHA_PER_256, recipe.REFERENCE_BATCHSIZE,
+            recipe.LAMB_STEP_PER_256, recipe.REFERENCE_BATCHSIZE))
 
 
 def parser(description, defaults, epilog=None, helps=None):
@@ -107,15 +118,17 @@ def parser(description, defaults, epilog=None, helps=None):
     add('snapshots', type=int, default=1)
     parser.add_argument('--optimizer',
                         choices=('lars', 'momentum-lars', 'momentum',
-                                 'nesterov'),
+                                 'nesterov', 'lamb', 'adam'),
                         default='lars',
                         help='lars: chainer_lars.LARS; momentum-lars: '
                         'MomentumSGD with the chainer_lars.GradientLARS '
                         'hook; momentum: MomentumSGD with WeightDecay (the '
                         'baseline); nesterov: chainer_lars.LARS with '
                         'Nesterov momentum and no layer adaptation (lars '
-                        '--nesterov without the trust ratio). Default: '
-                        '%(default)s')
+                        '--nesterov without the trust ratio); lamb: '
+                        "chainer_lars.LAMB; adam: Chainer's Adam with its "
+                        'decoupled weight decay (the baseline of lamb). '
+                        'Default: %(default)s')
     parser.add_argument('--nesterov', action='store_true',
                         help='Nesterov momentum for --optimizer lars')
     add('lr', type=float)
@@ -140,7 +153,7 @@ def parser(description, defaults, epilog=None, helps=None):
     parser.add_argument('--test', choices=('each-epoch', 'end', 'never'),
                         default='each-epoch',
                         help='When to evaluate the test set (reported as '
-                        'validation/main/accuracy): at the end of each '
+                        'test/main/accuracy): at the end of each '
                         'epoch, after the last one only, or never (tuning '
                         'on --validation). Default: %(default)s')
     add('dataset_root')
@@ -160,7 +173,8 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     (``check_resume``); both follow from the global batch, which a
     ChainerMN trainer (``distributed``) knows once its communicator is up,
     so it does them itself, and it checks --out and --dataset-root on
-    rank 0 alone (``check_rank0_paths``).
+    rank 0 alone (``check_rank0_paths``), and warns of float16 on the
+    CPU (``warn_of_slow_precision``) there.
     """
     args = parser.parse_args(argv)
     check_ranges(parser, args, positive)
@@ -184,6 +198,8 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     if not distributed:
         args.lr = derived_lr(parser.error, args, args.batchsize)
         check_resume(args)
+        # Once the flags are good: a usage error is the only line.
+        warn_of_slow_precision(args)
     else:
         # The global batch is at least --batchsize, and the rate grows
         # with it: what fails here fails for every number of processes.
@@ -202,7 +218,7 @@ def derived_lr(error, args, batch):
         lr = math.inf
     if not 0 < lr < math.inf:
         flags = '--batchsize {}'.format(args.batchsize)
-        if args.optimizer != 'momentum':
+        if args.optimizer in ('lars', 'momentum-lars'):
             flags = '--trust-coefficient {} with {}'.format(
                 args.trust_coefficient, flags)
         error('{} gives a learning rate (--lr) of {}, which must be '
@@ -264,6 +280,28 @@ def check_ranges(parser, args, positive=()):
 # --dtype's values: Chainer's ImageNet example's.
 DTYPES = {'float32': numpy.float32, 'float16': numpy.float16,
           'mixed16': chainer.mixed16}
+
+
+def slow_precision(args):
+    """Whether the run computes in float16 on the CPU, where NumPy's
+    float16 has no BLAS: matrix products in a plain loop, about 100 times
+    slower than float32's (an update of the MNIST defaults takes
+    minutes)."""
+    return (args.dtype in ('float16', 'mixed16')
+            and chainer.get_device(args.device).xp is numpy)
+
+
+def warn_of_slow_precision(args):
+    """Says at start-up, in one line, what 16 bits on the CPU cost and
+    what to do instead."""
+    if slow_precision(args):
+        say('warning: --dtype {} on the CPU is slow: NumPy has no fast '
+            'float16 matrix product, so an update takes some 100 times as '
+            'long as in float32 (with the defaults of these examples, '
+            'minutes each, hours in all); use a GPU (--device 0), or a '
+            'small model for a functional try{}'
+            .format(args.dtype,
+                    ' (-u 50)' if 'unit' in vars(args) else ''))
 
 
 def check_precision(parser, args):
@@ -374,27 +412,68 @@ def device_error(error):
     return ' '.join(str(error).split())
 
 
-def print_banner(args, *lines):
-    """Prints the settings of the run: ``lines``, then the schedule's."""
+def print_banner(args, *lines, batch=None):
+    """Prints the settings of the run: ``lines``, then the schedule's,
+    where the rate comes from, and what the reported names mean.
+
+    ``batch`` is the global batch (ChainerMN's), --batchsize by default.
+    """
+    batch = args.batchsize if batch is None else batch
     for line in lines:
         print(line)
     print('# epoch: {}'.format(args.epoch))
-    # MomentumSGD has no trust coefficient.
-    trust = ('' if args.optimizer in ('momentum', 'nesterov') else
+    # Only the LARS optimizers have a trust coefficient.
+    trust = ('' if args.optimizer not in ('lars', 'momentum-lars') else
              ', trust coefficient {:g}'.format(args.trust_coefficient))
     warmup = '{:g} epochs'.format(args.warmup_epochs)
     if getattr(args, 'warmup_note', None):
         warmup += ' ({})'.format(args.warmup_note)
-    print('# optimizer: {}, lr {:g}{}, weight decay {:g}, warm-up {}'.format(
-        args.optimizer, args.lr, trust, args.weight_decay, warmup))
+    print('# optimizer: {}, {} {:g}{}, weight decay {:g}, warm-up {}'.format(
+        args.optimizer, 'alpha' if args.optimizer in recipe.ADAM_LIKE
+        else 'lr', args.lr, trust, args.weight_decay, warmup))
+    note = lr_note(args, batch)
+    if note:
+        print('#   ' + note)
     scaling = ''
     if args.dtype != 'float32':
         scaling = ', loss scale {}'.format(
             'dynamic' if args.loss_scale is None
             else '{:g} (static)'.format(args.loss_scale))
     print('# dtype: {}{}'.format(args.dtype, scaling))
+    names = []
+    if args.test != 'never':
+        names.append('test/main/...: the test set')
+    if args.validation:
+        names.append('val/main/...: the validation set, the last {} '
+                     'training images (--validation)'.format(
+                         args.validation))
+    print('# reported: main/...: the training batches; ' + '; '.join(names))
     print('')
     sys.stdout.flush()
+
+
+def lr_note(args, batch):
+    """Where the rate comes from, when the recipe set it (no --lr): a
+    user who knows ``LARS()``'s defaults reads why these differ."""
+    if not math.isclose(args.lr, recipe.default_lr(
+            args.optimizer, batch, args.trust_coefficient)):
+        return None
+    scale = '{} / {}'.format(batch, recipe.REFERENCE_BATCHSIZE)
+    if args.optimizer in ('momentum', 'nesterov'):
+        return ('lr from the batch size, linear scaling: {:g} * {} = {:g} '
+                '(--lr sets it)'.format(recipe.MOMENTUM_LR_PER_256, scale,
+                                        args.lr))
+    if args.optimizer in recipe.ADAM_LIKE:
+        return ('alpha from the batch size: {:g} * sqrt({}) = {:.3g} (--lr '
+                'sets it)'.format(
+                    recipe.ADAM_ALPHA_PER_256 if args.optimizer == 'adam'
+                    else recipe.LAMB_STEP_PER_256, scale, args.lr))
+    return ("lr from the batch size, the large-batch recipe's rule: lr * "
+            'trust coefficient = {:g} * sqrt({}) = {:.3g} (--lr sets it);\n'
+            "#   LARS()'s defaults, lr=2.0 and trust_coefficient=1e-3, make "
+            'a step of 0.002, a start for small batches'.format(
+                recipe.LARS_STEP_PER_256, scale,
+                args.lr * args.trust_coefficient))
 
 
 def say(message):
@@ -609,6 +688,7 @@ def load_snapshot(args, trainer):
             usage_error('--resume {}: the snapshot has {}; it was not '
                         'written by this run of these examples: start a new '
                         'run'.format(args.resume, e.args[1]))
+    upgrade_reports(trainer)
     optimizer = trainer.updater.get_optimizer('main')
     for path, param in optimizer.target.namedparams():
         rule = param.update_rule
@@ -620,6 +700,23 @@ def load_snapshot(args, trainer):
                     'not written by this run of these examples: start a new '
                     'run'.format(args.resume, path, name, a.shape,
                                  param.shape))
+
+
+def upgrade_reports(trainer):
+    """Renames the test set's keys of an older version in what a snapshot
+    loaded into the log and the plots (``examples/logs.py``), so that a
+    resumed run logs and draws the whole run under today's names."""
+    # Chainer has no public setter: its attributes, as in 7.8.1.
+    for entry in trainer._extensions.values():
+        extension = entry.extension
+        if isinstance(extension, extensions.LogReport):
+            extension._log = logs.upgraded(extension._log)
+        elif isinstance(extension, extensions.PlotReport):
+            data = {logs.upgraded_key(key): values
+                    for key, values in extension._data.items()}
+            for key in extension._y_keys:
+                data.setdefault(key, [])
+            extension._data = data
 
 
 class RunSettings(training.Extension):

@@ -72,13 +72,24 @@ def _cache(name):
 
 
 def _load(name, loader, folder, files, paths):
-    """``loader()``, or exit with what is missing, the dataset root as it was.
+    """``loader()``, or exit with what is missing, the dataset root as it was
+    (``read_cached``)."""
+    try:
+        return read_cached(loader, folder)
+    except (OSError, RuntimeError) as e:
+        _missing(name, e, files, paths)
+
+
+def read_cached(loader, folder):
+    """``loader()`` (Chainer's, of the dataset cached in ``folder``), the
+    dataset root as it was if it fails.
 
     With the cache files there, Chainer's loader only reads them. Without
     them it makes the cache's folders and its download lock under the
     dataset root, then downloads; if that fails, what it made is removed
     again, so that a failed lookup in a shared root leaves no trace (and
-    one in a read-only root fails before it writes).
+    one in a read-only root fails before it writes), and the error
+    (``OSError`` or ``RuntimeError``) is raised.
     """
     root = chainer.dataset.get_dataset_root()
     made = [root] + [os.path.join(root, *parts) for parts in (
@@ -87,7 +98,7 @@ def _load(name, loader, folder, files, paths):
     made = [path for path in made if not os.path.lexists(path)]
     try:
         return loader()
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError):
         for path in reversed(made):
             try:
                 if os.path.isdir(path):
@@ -96,7 +107,7 @@ def _load(name, loader, folder, files, paths):
                     os.remove(path)
             except OSError:
                 pass
-        _missing(name, e, files, paths)
+        raise
 
 
 def _missing(name, error, files, paths):

@@ -2,7 +2,7 @@
 of our own (the learning rate of every update, the trust ratios as a heat
 map).
 
-``examples/plotting.py`` holds what ``results.py`` shares with them
+``examples/plotting.py`` holds what ``study.py`` shares with them
 without importing Chainer.
 """
 
@@ -18,8 +18,8 @@ from examples import plotting
 
 
 # The legends' names of the reported values.
-LABELS = {'main/loss': 'train', 'validation/main/loss': 'test',
-          'main/accuracy': 'train', 'validation/main/accuracy': 'test'}
+LABELS = {'main/loss': 'train', 'test/main/loss': 'test',
+          'main/accuracy': 'train', 'test/main/accuracy': 'test'}
 
 
 def run_title(args, processes=None):
@@ -41,7 +41,8 @@ def epoch_axes(ylabel, log=False, percent=False, title=None,
     """A PlotReport postprocess: labels, title, and where a run diverged.
 
     It names the curves train and test, labels the y axis (log: on a log
-    scale; percent: the fractions drawn in %, from 0 to 100), puts whole
+    scale; percent: the fractions drawn in %, from 0 to 100, with a zoom
+    on the values above 90 % in an inset, ``zoom_inset``), puts whole
     epochs on the x axis, and titles the plot ``title``. From where the
     run diverged (the ``training.Divergence`` extension ``divergence``
     found the loss not finite, or a value drawn is not finite), the values
@@ -93,6 +94,8 @@ def epoch_axes(ylabel, log=False, percent=False, title=None,
         axes.set_xlim(low - pad, high + pad)
         axes.xaxis.set_major_locator(
             matplotlib.ticker.MaxNLocator(integer=True))
+        if percent:
+            zoom_inset(axes, lines, (low - pad, high + pad))
         if first is not None:
             axes.axvspan(first, high + pad, color='red', alpha=0.15,
                          linewidth=0,
@@ -105,6 +108,45 @@ def epoch_axes(ylabel, log=False, percent=False, title=None,
         if title_:
             axes.set_title(title_, fontsize=10)
     return postprocess
+
+
+def zoom_inset(axes, lines, xlim, floor=90.0):
+    """Draws ``lines`` (accuracies in %) again in an inset of ``axes``,
+    zoomed on where they end above ``floor``: on 0 to 100 %, 98.0 and
+    98.2 look the same. From the lowest of their last values (in whole
+    points, at least ``floor``) to the highest value, in the lower right
+    corner, which rising curves leave empty; none where no line ends
+    above ``floor``."""
+    import matplotlib.ticker
+    ends = []
+    for line in lines:
+        y = numpy.asarray(line.get_ydata(), dtype=numpy.float64)
+        y = y[numpy.isfinite(y)]
+        if len(y):
+            ends.append(y[-1])
+    if not ends or max(ends) < floor:
+        return None
+    low = max(floor, math.floor(min(ends)) - 1)
+    high = min(100.0, math.floor(max(ends)) + 1)
+    # The epochs from the first value in the zoom on.
+    first = min(
+        (x for line in lines for x, y in zip(
+            numpy.asarray(line.get_xdata(), dtype=numpy.float64),
+            numpy.asarray(line.get_ydata(), dtype=numpy.float64))
+         if y >= low), default=xlim[0])
+    inset = axes.inset_axes((0.42, 0.1, 0.55, 0.5))
+    for line in lines:
+        inset.plot(line.get_xdata(), line.get_ydata(),
+                   color=line.get_color(), marker=line.get_marker(),
+                   markersize=3, linewidth=1)
+    inset.set_xlim(max(xlim[0], first - 0.3), xlim[1])
+    inset.xaxis.set_major_locator(
+        matplotlib.ticker.MaxNLocator(integer=True))
+    inset.set_ylim(low, high)
+    inset.tick_params(labelsize=7)
+    inset.grid(alpha=0.3)
+    inset.set_title('zoom: {:g} to {:g} %'.format(low, high), fontsize=8)
+    return inset
 
 
 class IterationPlot(training.Extension):

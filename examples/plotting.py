@@ -1,6 +1,6 @@
 """Plain tick labels for the examples' log-scale plots.
 
-Kept apart from ``plots.py`` so that ``results.py`` uses it without
+Kept apart from ``plots.py`` so that ``study.py`` uses it without
 importing Chainer.
 """
 

@@ -31,7 +31,12 @@ ALL = ('',)
 # The learning-rate rules (see --help and examples/mnist/README.md).
 MOMENTUM_LR_PER_256 = 0.1
 LARS_STEP_PER_256 = 0.005
+ADAM_ALPHA_PER_256 = 0.001
+LAMB_STEP_PER_256 = 0.01
 REFERENCE_BATCHSIZE = 256
+# The optimizers whose rate is Adam's alpha (--lr sets it; their lr is the
+# rate after bias correction), and --momentum their beta1.
+ADAM_LIKE = ('adam', 'lamb')
 
 
 def default_lr(optimizer, batchsize, trust_coefficient):
@@ -43,11 +48,16 @@ def default_lr(optimizer, batchsize, trust_coefficient):
     relative step, is scaled with the square root of the batch size
     (Krizhevsky, 2014; Hoffer et al., 2017), and ``lr`` follows from the
     trust coefficient. ``lr`` itself is the rate of the parameters excluded
-    from adaptation (biases, BatchNorm's beta and gamma).
+    from adaptation (biases, BatchNorm's beta and gamma). Adam's ``alpha``
+    and LAMB's (the step of an adapted layer relative to its weight norm)
+    are scaled with the square root of the batch size too.
     """
     scale = batchsize / REFERENCE_BATCHSIZE
     if optimizer in ('momentum', 'nesterov'):
         return MOMENTUM_LR_PER_256 * scale
+    if optimizer in ADAM_LIKE:
+        return math.sqrt(scale) * (ADAM_ALPHA_PER_256 if optimizer == 'adam'
+                                   else LAMB_STEP_PER_256)
     return LARS_STEP_PER_256 * math.sqrt(scale) / trust_coefficient
 
 
@@ -55,7 +65,7 @@ def make_optimizer(args, model, comm=None):
     """Sets up the optimizer chosen by --optimizer on the model.
 
     Returns the optimizer and the object whose ``observe()`` gives the trust
-    ratios (``None`` for the baseline). With a ChainerMN communicator
+    ratios (``None`` for the baselines). With a ChainerMN communicator
     ``comm`` the optimizer is multi-node: it averages the gradients over
     the processes before the actual optimizer, its hooks and its update
     rules see them, so LARS takes the norms of the global batch's gradient.
@@ -78,6 +88,19 @@ def make_optimizer(args, model, comm=None):
             weight_decay=args.weight_decay, nesterov=True,
             exclude_from_weight_decay=EXCLUDE,
             exclude_from_layer_adaptation=ALL)
+        lars = None
+    elif args.optimizer == 'lamb':
+        actual = lars = chainer_lars.LAMB(
+            alpha=args.lr, beta1=args.momentum,
+            weight_decay_rate=args.weight_decay,
+            exclude_from_weight_decay=EXCLUDE,
+            exclude_from_layer_adaptation=EXCLUDE)
+    elif args.optimizer == 'adam':
+        # Chainer's Adam, its weight decay decoupled (AdamW's), taken off
+        # the excluded parameters below.
+        actual = chainer.optimizers.Adam(
+            alpha=args.lr, beta1=args.momentum,
+            weight_decay_rate=args.weight_decay)
         lars = None
     else:
         actual = chainer.optimizers.MomentumSGD(
@@ -103,12 +126,15 @@ def make_optimizer(args, model, comm=None):
             exclude_from_weight_decay=EXCLUDE,
             exclude_from_layer_adaptation=EXCLUDE)
         optimizer.add_hook(lars)
-    elif args.optimizer == 'momentum':
-        # The baseline: weight decay on the weights only, through
-        # per-parameter hooks since Chainer's WeightDecay has no exclusion
-        # list.
+    elif args.optimizer in ('momentum', 'adam'):
+        # The baselines: weight decay on the weights only, through
+        # per-parameter hooks (Chainer's WeightDecay has no exclusion
+        # list) or Adam's per-rule hyperparameter.
         for path, param in model.namedparams():
-            if not any(re.search(pattern, path) for pattern in EXCLUDE):
+            excluded = any(re.search(pattern, path) for pattern in EXCLUDE)
+            if args.optimizer == 'adam' and excluded:
+                param.update_rule.hyperparam.weight_decay_rate = 0.0
+            elif args.optimizer == 'momentum' and not excluded:
                 param.update_rule.add_hook(
                     chainer.optimizer_hooks.WeightDecay(args.weight_decay))
     return optimizer, lars
@@ -148,11 +174,13 @@ def smoothed_cross_entropy(y, t, eps):
 
 
 def schedule(args, iterations_per_epoch):
-    """The recipe's schedule: linear warm-up, then polynomial decay to 0."""
+    """The recipe's schedule: linear warm-up, then polynomial decay to 0,
+    of the rate (Adam's and LAMB's ``alpha``)."""
     iterations = math.ceil(args.epoch * iterations_per_epoch)
     warmup = min(round(args.warmup_epochs * iterations_per_epoch), iterations)
     return chainer_lars.WarmupPolynomialShift(
-        'lr', warmup_count=warmup, max_count=iterations, init=args.lr,
+        'alpha' if args.optimizer in ADAM_LIKE else 'lr',
+        warmup_count=warmup, max_count=iterations, init=args.lr,
         power=args.decay_power)
 
 

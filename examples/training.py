@@ -5,16 +5,24 @@ reports are an evaluator that weights each batch by its size, the log, the
 plots (``examples/plots.py``) and the snapshots.
 """
 
+import gc
 import math
 import os
 import re
+import shlex
+import shutil
+import signal
 import sys
+import threading
+import time
+import traceback
 
 import chainer
 from chainer import training
 from chainer.training import extensions
 
 from examples import cli
+from examples import logs
 from examples import plots
 from examples import recipe
 
@@ -58,13 +66,14 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         evaluators.append((Evaluator(
             chainer.iterators.SerialIterator(test, args.batchsize,
                                              repeat=False, shuffle=False),
-            model, device=device), 'validation', test_trigger(args),
+            model, device=device), logs.TEST, test_trigger(args),
             args.test == 'each-epoch'))
     if validation is not None:
         evaluators.append((Evaluator(
             chainer.iterators.SerialIterator(validation, args.batchsize,
                                              repeat=False, shuffle=False),
-            model, device=device), 'val', evaluation_trigger(args), True))
+            model, device=device), logs.VALIDATION, evaluation_trigger(args),
+            True))
     if comm is not None:
         import chainermn
         evaluators = [(chainermn.create_multi_node_evaluator(e, comm), n,
@@ -76,8 +85,8 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         for key in averaged:
             trainer.extend(
                 chainermn.extensions.ObservationAggregator(comm, key))
-    # The name is the prefix of the keys: validation/main/accuracy is the
-    # test set's, as it always was; val/main/accuracy the validation set's.
+    # The name is the prefix of the keys: test/main/accuracy is the test
+    # set's, val/main/accuracy the validation set's (examples/logs.py).
     for evaluator, name, trigger, before in evaluators:
         trainer.extend(evaluator, name=name, trigger=trigger,
                        call_before_training=before)
@@ -99,12 +108,159 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
     if args.resume is not None:
         cli.load_snapshot(args, trainer)
 
-    trainer.run()
+    with Interruption(args, trainer,
+                      say=comm is None or comm.rank == 0):
+        trainer.run()
     if divergence.found is not None:
         if divergence.say:
             cli.say('stopped: the run diverged (see above); the log and the '
                     'plots in {} show it'.format(args.out))
         sys.exit(1)
+
+
+class Interruption(object):
+
+    """Ctrl-C during ``trainer.run()``: one line, no traceback, status 130.
+
+    The line says where the run stopped and, where this run wrote a
+    snapshot (or was resumed from one), the command that continues it:
+    the same command with ``--resume`` (``resume_command``); where there
+    is none, it says so. Python acts on Ctrl-C between two of its
+    operations, so a single long one (a float16 matrix product on the
+    CPU takes minutes) would hold it back: a watcher thread sees the
+    signal at once (``signal.set_wakeup_fd``), and if the run has not
+    stopped within ``GRACE`` seconds it says the same and ends the
+    process itself. ``say``: this process prints (ChainerMN's rank 0).
+    """
+
+    GRACE = 3.0
+
+    def __init__(self, args, trainer, say=True):
+        self._args = args
+        self._trainer = trainer
+        self._say = say
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def __enter__(self):
+        self._start = time.time()
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        try:
+            self._previous = signal.set_wakeup_fd(self._write)
+        except ValueError:  # not the main thread: no watcher
+            self._previous = None
+            os.close(self._read)
+        else:
+            threading.Thread(target=self._watch, daemon=True).start()
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if self._previous is not None:
+            signal.set_wakeup_fd(self._previous)
+        os.close(self._write)  # the watcher reads the end and returns
+        if not isinstance(value, KeyboardInterrupt):
+            return False
+        if self._stop():
+            # A snapshot being written when the signal came holds an open
+            # zip file: let it go now, without the warning Python would
+            # print at exit.
+            hook, sys.unraisablehook = sys.unraisablehook, lambda _: None
+            try:
+                traceback.clear_frames(tb)
+                gc.collect()
+            finally:
+                sys.unraisablehook = hook
+        sys.exit(130)
+
+    def _watch(self):
+        while True:
+            try:
+                byte = os.read(self._read, 1)
+            except OSError:
+                break
+            if not byte:  # the run ended
+                break
+            if byte[0] == signal.SIGINT:
+                time.sleep(self.GRACE)
+                if self._stop():
+                    os._exit(130)
+                break
+        os.close(self._read)
+
+    def _stop(self):
+        """Says where the run stopped, once; whether this call said it."""
+        with self._lock:
+            if self._stopping:
+                return False
+            self._stopping = True
+        if self._say:
+            sys.stdout.write('\n')
+            cli.say(self.message())
+        return True
+
+    def message(self):
+        updater = self._trainer.updater
+        where = 'interrupted at iteration {} (epoch {:.2f} of {})'.format(
+            updater.iteration, updater.epoch_detail, self._args.epoch)
+        snapshot = self.snapshot()
+        if snapshot is None:
+            why = ('--snapshots 0 writes none' if not self._args.snapshots
+                   else 'the first is written at the end of epoch 1')
+            return '{}; no snapshot to resume from ({}): run the command ' \
+                'again to start over'.format(where, why)
+        return '{}; to continue from {}, run: {}'.format(
+            where, snapshot, resume_command(snapshot))
+
+    def snapshot(self):
+        """The latest snapshot this run wrote in --out, else the one it
+        was resumed from, else None."""
+        out = self._args.out
+        found = []
+        try:
+            names = os.listdir(out)
+        except OSError:
+            names = []
+        for name in names:
+            match = re.match(r'snapshot_iter_(\d+)$', name)
+            path = os.path.join(out, name)
+            if match and os.stat(path).st_mtime >= self._start - 1:
+                found.append((int(match.group(1)), path))
+        if found:
+            return max(found)[1]
+        return self._args.resume
+
+
+def resume_command(snapshot, argv=None):
+    """The command of this run with ``--resume snapshot``, to paste.
+
+    The script as it was started (``dev.sh`` names itself in
+    ``CHAINER_LARS_LAUNCHER``; a module is run with ``-m``), its
+    arguments without a --resume of their own.
+    """
+    argv = list(sys.argv if argv is None else argv)
+    launcher = os.environ.get('CHAINER_LARS_LAUNCHER')
+    if launcher:
+        command = shlex.split(launcher)
+    else:
+        python = 'python' if shutil.which('python') and os.path.realpath(
+            shutil.which('python')) == os.path.realpath(
+                sys.executable) else sys.executable
+        main = sys.modules.get('__main__')
+        spec = getattr(main, '__spec__', None)
+        if spec is not None and spec.name:
+            command = [python, '-m', spec.name]
+        else:
+            command = [python, argv[0]]
+    args, skip = [], False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+        elif arg in ('--resume', '-r'):
+            skip = True
+        elif not arg.startswith(('--resume=', '-r')):  # -rPATH too
+            args.append(arg)
+    return shlex.join(command + args + ['--resume', snapshot])
 
 
 def _unwrap_variables(keys):
@@ -222,8 +378,8 @@ class Evaluator(extensions.Evaluator):
     batch, so that a short last batch counts as much as a full one: with
     10,000 test images in batches of 8192, the last 1808 images would make
     half of the result. This one weights what the model reports for a batch
-    by the number of its examples, so that ``validation/main/accuracy`` is
-    the accuracy on the whole test set.
+    by the number of its examples, so that ``test/main/accuracy`` is the
+    accuracy on the whole test set.
     """
 
     def __init__(self, iterator, target, **kwargs):
@@ -264,7 +420,13 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         trainer.extend(extensions.snapshot(), trigger=(1, 'epoch'))
         trainer.extend(keep_latest_snapshots(args.snapshots))
     trainer.extend(cli.RunSettings(cli.run_settings(args, **settings)))
-    trainer.extend(extensions.observe_lr(), trigger=(1, 'iteration'),
+    observe = extensions.observe_lr()
+    if args.optimizer in recipe.ADAM_LIKE:
+        # The scheduled rate, alpha: their lr is alpha after bias
+        # correction, undefined before the first update.
+        observe = extensions.observe_value('lr', lambda trainer: (
+            trainer.updater.get_optimizer('main').alpha))
+    trainer.extend(observe, trigger=(1, 'iteration'),
                    call_before_training=True)
     columns = []
     if scaling is not None:
@@ -279,14 +441,14 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         import matplotlib
         matplotlib.use('Agg')
         trainer.extend(extensions.PlotReport(
-            ['main/loss', 'validation/main/loss'], 'epoch',
+            ['main/loss', 'test/main/loss'], 'epoch',
             filename='loss.png', trigger=end_of_epoch,
             postprocess=plots.epoch_axes(
                 'loss (softmax cross entropy, log scale)', log=True,
                 title=title, divergence=divergence)),
             call_before_training=True)
         trainer.extend(extensions.PlotReport(
-            ['main/accuracy', 'validation/main/accuracy'], 'epoch',
+            ['main/accuracy', 'test/main/accuracy'], 'epoch',
             filename='accuracy.png', trigger=end_of_epoch,
             postprocess=plots.epoch_axes(
                 'accuracy (%)', percent=True, title=title,
@@ -300,13 +462,59 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         if scaling is not None:
             trainer.extend(plots.LossScalePlot(scaling))
 
-    printed = ['epoch', 'main/loss', 'validation/main/loss',
-               'main/accuracy', 'validation/main/accuracy', 'lr'] + columns
+    printed = ['epoch', 'main/loss', 'test/main/loss',
+               'main/accuracy', 'test/main/accuracy', 'lr'] + columns
     if args.validation:
         printed[5:5] = ['val/main/accuracy']
     trainer.extend(extensions.PrintReport(printed + ['elapsed_time']),
                    call_before_training=True)
-    trainer.extend(extensions.ProgressBar(update_interval=10))
+    if cli.slow_precision(args):
+        # Minutes an update: every update, and a line while one runs.
+        trainer.extend(extensions.ProgressBar(update_interval=1))
+        trainer.extend(Heartbeat())
+    else:
+        trainer.extend(extensions.ProgressBar(update_interval=10))
+
+
+class Heartbeat(training.Extension):
+
+    """Prints a line every ``interval`` seconds while an update (or an
+    evaluation) runs longer than that, so that a slow run (float16 on the
+    CPU: minutes an update) shows it is alive. A thread prints it: NumPy
+    releases Python's lock during a matrix product."""
+
+    trigger = 1, 'iteration'
+    priority = training.PRIORITY_READER
+
+    def __init__(self, interval=10.0):
+        self._interval = interval
+        self._since = time.time()
+        self._iteration = 0
+        self._done = threading.Event()
+        self._thread = None
+
+    def initialize(self, trainer):
+        self._since = time.time()
+        self._iteration = trainer.updater.iteration
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._beat, args=(trainer,), daemon=True)
+            self._thread.start()
+
+    def __call__(self, trainer):
+        self._since = time.time()
+        self._iteration = trainer.updater.iteration
+
+    def _beat(self, trainer):
+        while not self._done.wait(self._interval):
+            running = time.time() - self._since
+            if running >= self._interval:
+                print('  ... {:.0f} s since update {} of the run, still '
+                      'computing (float16 on the CPU: minutes an update)'
+                      .format(running, self._iteration), flush=True)
+
+    def finalize(self):
+        self._done.set()
 
 
 def report_loss_scale(scaling):

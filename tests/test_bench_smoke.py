@@ -26,7 +26,8 @@ def bench():
 def test_main_writes_table_and_json(bench, tmp_path, capsys):
     out = tmp_path / 'bench.json'
     bench.main(['--device', '@numpy', '--models', 'mlp',
-                '--dtypes', 'float32,float16', '--weight-decays', '5e-4,0',
+                '--dtypes', 'float32,float16,mixed16',
+                '--weight-decays', '5e-4,0',
                 '--reps', '2', '--warmup', '1', '--json', str(out)])
     printed = capsys.readouterr().out
     assert 'clock: wall' in printed and 'frac = floor / variant' in printed
@@ -39,18 +40,30 @@ def test_main_writes_table_and_json(bench, tmp_path, capsys):
     cases = result['cases']
     assert [(c['dtype'], c['weight_decay']) for c in cases] == [
         ('float32', 5e-4), ('float32', 0.0),
-        ('float16', 5e-4), ('float16', 0.0)]
+        ('float16', 5e-4), ('float16', 0.0),
+        ('mixed16', 5e-4), ('mixed16', 0.0)]
     for c in cases:
         assert c['model'] == 'mlp'
         assert c['n_arrays'] == 6
         assert c['n_params'] == 784 * 1000 + 1000 * 1000 + 1000 * 10 + 2010
         assert c['errors'] == {}
-        assert set(c['median_s']) == set(bench.VARIANTS)
-        assert set(c['floor_fraction']) == set(bench.VARIANTS)
+        # mixed16: the optimizers' variants (the hooks alone would rescale
+        # float16 gradients that their rules rescale on the masters), and
+        # LARS in float32 beside them.
+        assert set(c['median_s']) == (
+            set(bench.VARIANTS) - {'lars_float32'}
+            if c['dtype'] != 'mixed16' else
+            {'floor', 'momentum_sgd', 'momentum_sgd+chainer',
+             'momentum_sgd+hook', 'momentum_sgd+hook_pa', 'lars', 'lars_pa',
+             'lars_float32'})
+        assert set(c['floor_fraction']) == set(c['median_s'])
         assert all(v > 0 for v in c['median_s'].values())
         assert all(v > 0 for v in c['floor_fraction'].values())
         assert c['floor_fraction']['floor'] == 1.0
-        assert set(c['speedups']) == {s for s, _, _ in bench.SPEEDUPS}
+        assert set(c['speedups']) == {
+            s for s, fast, slow in bench.SPEEDUPS
+            if fast in c['median_s'] and slow in c['median_s']}
+        assert len(c['speedups']) == (3 if c['dtype'] == 'mixed16' else 5)
         assert c['reps'] == 2 and c['clock'] == 'wall'
         assert all(len(t) == 2 for t in c['times_s'].values())
         assert all(len(t) == 2 for t in c['cpu_times_s'].values())
@@ -92,17 +105,25 @@ def test_targets_are_judged_from_the_ratios(bench):
              'momentum_sgd+hook': [2.4, 1.3], 'floor': [1.0, 1.0],
              'hook': [1.0, 1.2]}
     median = {k: 1.0 for k in basis}
-    got = bench._targets('cifar_resnet20', basis, median, {})
+    got = bench._targets('cifar_resnet20', 'float32', basis, median, {})
     assert [(t['value'], t['pass']) for t in got] == [
         (0.75, False), (1.25, True)]
-    got = bench._targets('resnet50', basis, median, {'hook': 0.95})
+    got = bench._targets('resnet50', 'float32', basis, median,
+                         {'hook': 0.95})
     assert [(t['value'], t['pass']) for t in got] == [
         (0.95, True), (0.75, True)]
     lines = bench.summary({'clock': 'cpu', 'cases': [
         {'model': 'resnet50', 'dtype': 'float32', 'weight_decay': 0.0,
          'targets': got}]})
-    assert lines[0].strip() == 'targets (cpu clock, float32):'
-    assert lines[1].endswith('PASS')
+    assert lines[0].strip() == 'targets (cpu clock):'
+    assert lines[1].endswith('PASS') and 'resnet50 float32 wd=0' in lines[1]
+    mixed = dict(basis, lars=[1.25, 1.0], lars_float32=[1.0, 1.0],
+                 momentum_sgd=[3.0, 2.0])
+    got = bench._targets('resnet50', 'mixed16', mixed,
+                         {k: 1.0 for k in mixed}, {})
+    assert [(t['name'], round(t['value'], 3), t['pass']) for t in got] == [
+        ('LARS / MomentumSGD, both mixed16', 0.458, True),
+        ('LARS mixed16 / LARS float32', 1.125, True)]
 
 
 def _module(name):

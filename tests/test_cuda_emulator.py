@@ -225,27 +225,45 @@ PLANTS = {
     'a reduction step dropped': (
         's > 0; s >>= 1', 's > 1; s >>= 1'),
     'a table offset off by one': (
-        't = table[5 * T + 1 + blockIdx.x];',
-        't = table[5 * T + blockIdx.x];'),
+        't = table[7 * T + 1 + blockIdx.x];',
+        't = table[7 * T + blockIdx.x];'),
     'the adaptation flag read from the weight-decay column': (
         's[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio',
         's[LARS_WEIGHT_DECAY] != (C)0 ? chainer_lars_trust_ratio'),
     'the loss scale ignored in the ratio': (
-        'sqrt(b) / s[LARS_LOSS_SCALE],', 'sqrt(b),'),
+        'const C g_scale = s[LARS_LOSS_SCALE];', 'const C g_scale = 1;'),
     'the last block miscounted': (
         'is_last = ticket == (unsigned int)(last - first - 1);',
         'is_last = ticket == (unsigned int)(last - first);'),
     'a zero weight array adapted (threshold compared with >=)': (
         '!(w_norm > threshold)', '!(w_norm >= threshold)'),
+    'the mixed16 gradient stepped with its loss scale in it': (
+        'const C gi = lars_load(g, i) / loss_scale;  // g left as it is',
+        'const C gi = lars_load(g, i);'),
+    'the mixed16 float16 weight left unwritten': (
+        '        lars_store(h, i, wn);\n', ''),
     'the partial of a block written to the wrong slot': (
-        'partial[2 * blockIdx.x + 1] = sg;',
-        'partial[2 * blockIdx.x + 1] = sw;'),
+        'partial[2 * blockIdx.x + 1] = b;',
+        'partial[2 * blockIdx.x + 1] = a;'),
+    "LAMB's second moments read from the first moments' pointers": (
+        'S* v = (S*)table[3 * (T) + (t)];',
+        'S* v = (S*)table[2 * (T) + (t)];'),
+    "LAMB's second bias correction dropped": (
+        '(sqrt(v / s[LARS_CORRECTION2])', '(sqrt(v)'),
 }
 
 
 @pytest.mark.parametrize('plant', sorted(PLANTS))
 def test_a_planted_bug_fails_the_gpu_tests(plant):
     old, new = PLANTS[plant]
+    # The tests that exercise the planted code: the mixed16 and LAMB
+    # kernels' own, else those of LARS and the hook.
+    selection = (['mixed16_batched_agrees and static'] if 'mixed16' in plant
+                 else ['lamb_agrees_with_cpu and static-True']
+                 if 'LAMB' in plant else
+                 ['every_size', 'zero_weight',
+                  'hook_agrees_with_cpu and static-True',
+                  'lars_agrees_with_cpu and static'])
     for dtype in (numpy.float16, numpy.float32, numpy.float64):
         assert old in cuda_kernels.source(dtype)
     env = dict(os.environ,
@@ -255,10 +273,8 @@ def test_a_planted_bug_fails_the_gpu_tests(plant):
     # word): that is caught too, so it runs in a child process.
     result = subprocess.run(
         [sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider',
-         tests, '-m', 'not gpu', '-k', '({}) and not fp32'.format(' or '.join(
-             ['every_size', 'zero_weight',
-              'hook_agrees_with_cpu and static-True',
-              'lars_agrees_with_cpu and static']))],
+         tests, '-m', 'not gpu', '-k', '({}) and not fp32'.format(
+             ' or '.join(selection))],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         universal_newlines=True, timeout=900)
     # 5 would mean that no test was selected.

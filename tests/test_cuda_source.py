@@ -53,10 +53,11 @@ def nvrtc():
 
 
 @pytest.mark.parametrize('arch', ARCHITECTURES)
-@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
-                                   numpy.float64])
-def test_kernels_compile(nvrtc, dtype, arch):
-    source = cuda_kernels.source(dtype)
+@pytest.mark.parametrize('dtype, mixed16', [
+    (numpy.float16, False), (numpy.float32, False), (numpy.float64, False),
+    (numpy.float32, True)])
+def test_kernels_compile(nvrtc, dtype, mixed16, arch):
+    source = cuda_kernels.source(dtype, mixed16)
     program = nvrtc.createProgram(source, 'chainer_lars.cu', [], [])
     try:
         nvrtc.compileProgram(program, ['-arch=' + arch])
@@ -64,7 +65,8 @@ def test_kernels_compile(nvrtc, dtype, arch):
         pytest.fail(nvrtc.getProgramLog(program))
     # Every kernel the emulator runs is one the GPU gets.
     names = sorted(cuda_emulator.parse_kernels(source))
-    assert names == ['chainer_lars_multi_momentum',
+    assert names == ['chainer_lars_lamb_norms', 'chainer_lars_lamb_step',
+                     'chainer_lars_multi_momentum',
                      'chainer_lars_multi_norms',
                      'chainer_lars_multi_scale_add']
     if arch.startswith('compute_'):

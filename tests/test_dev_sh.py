@@ -386,3 +386,117 @@ def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
     # The monitor is gone, and with it the progress folder.
     assert not any(line.startswith('dev.sh: ') and ' min ' in line
                    for line in lines[lines.index('dev.sh: docs: OK in 4 s'):])
+
+
+LONG_TEST = """import time
+
+
+def test_quick():
+    pass
+
+
+def test_long():
+    time.sleep(3.5)
+"""
+
+
+def test_test_names_a_test_that_runs_long(checkout, tmp_path):
+    """The percentage counts tests, and one test can take minutes: the
+    heartbeat names the test running once it has run longer than a
+    heartbeat's interval."""
+    repo = checkout['repo']
+    tests = tmp_path / 'long_tests'
+    tests.mkdir()
+    (tests / 'test_long.py').write_text(LONG_TEST)
+    (tests / 'conftest.py').write_text(
+        'from tests.conftest import pytest_configure  # NOQA\n')
+    bootstrap = repo / '.tox' / '.bootstrap' / 'bin'
+    bootstrap.mkdir(parents=True)
+    write_script(str(bootstrap / 'python'),
+                 '#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then '
+                 'exit 0; fi\nexec {} "$@"\n'.format(sys.executable))
+    write_script(str(bootstrap / 'tox'), FAKE_TOX.format(
+        python=sys.executable, tests=str(tests), repo=REPO_ROOT))
+    write_script(str(checkout['bin'] / 'g++'), '#!/bin/sh\nexit 0\n')
+    environment = dict(os.environ)
+    environment['PATH'] = '{}{}{}'.format(checkout['bin'], os.pathsep,
+                                          environment['PATH'])
+    for name in ('CHAINER_LARS_TOX_PARALLEL', 'CHAINER_LARS_PROGRESS'):
+        environment.pop(name, None)
+    environment['CHAINER_LARS_HEARTBEAT'] = '1'
+    result = subprocess.run(
+        ['bash', str(repo / 'dev.sh'), 'test'], cwd=str(checkout['caller']),
+        env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True, timeout=120)
+    assert result.returncode == 0, result.stdout
+    named = [line for line in result.stdout.splitlines() if re.match(
+        r'dev\.sh: \d+ min \d\d s: .*-cpu 1/2 tests \(50%\), running '
+        r'(\S+/)?test_long\.py::test_long for [1-4] s', line)]
+    assert named, result.stdout
+    # Not while it has run for less than an interval, nor the quick one.
+    assert 'test_long.py::test_long for 0 s' not in result.stdout
+    assert 'test_quick' not in result.stdout
+
+
+# A tox that writes into the checkout, as a test that leaves Chainer's
+# Trainer its default out='result' does, and removes a tracked file.
+WRITING_TOX = """#!/bin/sh
+mkdir -p result
+echo '[{"iteration": 1}]' > result/log
+echo 'changed' > notes.txt.orig
+rm -f tracked.txt
+exit 0
+"""
+
+
+@pytest.mark.skipif(shutil.which('git') is None, reason='no git')
+@pytest.mark.parametrize('ci', ['true', None])
+def test_test_names_what_the_run_changed_in_the_checkout(checkout, ci):
+    """dev.sh test compares the checkout before and after the run: the
+    files written (ignored ones such as result/ too) and the tracked ones
+    removed are named, and CI fails on them; the files a developer had
+    already added or changed, and the tools' caches, do not count."""
+    repo = checkout['repo']
+    (repo / '.gitignore').write_text('result*/\n.tox/\n.venv/\n')
+    (repo / 'tracked.txt').write_text('tracked\n')
+    git = ['git', '-c', 'user.name=t', '-c', 'user.email=t@t',
+           '-c', 'init.defaultBranch=main']
+    for command in (['init', '-q'], ['add', '.'], ['commit', '-qm', 'c']):
+        subprocess.run(git + command, cwd=str(repo), check=True)
+    # The developer's own: an untracked file, a change to a tracked one,
+    # and an earlier run's result/ folder, all older than the run.
+    (repo / 'notes.txt').write_text('mine\n')
+    (repo / 'setup.cfg').write_text('# edited\n')
+    (repo / 'result_old').mkdir()
+    (repo / 'result_old' / 'log').write_text('[]')
+    past = os.stat(str(repo / 'tracked.txt')).st_mtime - 60
+    for path in ('notes.txt', 'setup.cfg', 'result_old/log'):
+        os.utime(str(repo / path), (past, past))
+    bootstrap = repo / '.tox' / '.bootstrap' / 'bin'
+    bootstrap.mkdir(parents=True)
+    write_script(str(bootstrap / 'python'),
+                 '#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then '
+                 'exit 0; fi\nexec {} "$@"\n'.format(sys.executable))
+    write_script(str(bootstrap / 'tox'), WRITING_TOX)
+    write_script(str(checkout['bin'] / 'g++'), '#!/bin/sh\nexit 0\n')
+    environment = dict(os.environ)
+    environment['PATH'] = '{}{}{}'.format(checkout['bin'], os.pathsep,
+                                          environment['PATH'])
+    environment['CHAINER_LARS_TOX_PARALLEL'] = '1'
+    environment.pop('CI', None)
+    if ci is not None:
+        environment['CI'] = ci
+    result = subprocess.run(
+        ['bash', str(repo / 'dev.sh'), 'test'], cwd=str(checkout['caller']),
+        env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=120)
+    lines = result.stderr.splitlines()
+    start = lines.index('dev.sh: the test run changed the checkout (a test '
+                        'wrote outside its temporary folder):')
+    named = [line.split()[-1] for line in lines[start + 1:]
+             if line.startswith('dev.sh:     ')]
+    assert named == ['notes.txt.orig', 'result/log', 'tracked.txt'], (
+        result.stderr)
+    assert result.returncode == (1 if ci else 0), result.stderr
+    assert ('error: the checkout must be as it was' in result.stderr) == (
+        ci is not None)

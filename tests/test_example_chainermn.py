@@ -49,7 +49,7 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     assert result.returncode == 0
     assert 'Number of processes: {}'.format(RANKS) in result.stdout
     # Rank 0 alone prints the report (its header once).
-    assert result.stdout.count('validation/main/accuracy') == 1
+    assert result.stdout.count('test/main/accuracy') == 1
     assert '# Minibatch-size: {} per process, {} global'.format(
         BATCH_PER_RANK, BATCH_PER_RANK * RANKS) in result.stdout
 
@@ -60,8 +60,8 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     assert [e['iteration'] for e in log] == [
         0, ITERS_PER_EPOCH, 2 * ITERS_PER_EPOCH]
     for entry in log[1:]:
-        for key in ('main/loss', 'main/accuracy', 'validation/main/loss',
-                    'validation/main/accuracy', 'lr',
+        for key in ('main/loss', 'main/accuracy', 'test/main/loss',
+                    'test/main/accuracy', 'lr',
                     'lars/ratio/predictor/l1/W', 'lars/g_norm/predictor/l3/W'):
             assert math.isfinite(entry[key]), (key, entry)
     # The peak rate follows the global batch (the single-process rule);
@@ -166,7 +166,7 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
         assert 'ResNet-8, BatchNorm statistics {}'.format(batchnorm) in (
             result.stdout)
         entry = read_log(out)[-1]
-        for key in ('main/loss', 'validation/main/accuracy',
+        for key in ('main/loss', 'test/main/accuracy',
                     'lars/ratio/predictor/res3/0/conv1/W'):
             assert math.isfinite(entry[key]), key
         snapshot = 'snapshot_iter_{}'.format(32 // RANKS // BATCH_PER_RANK)

@@ -6,6 +6,8 @@ refuse a resume in another precision or with another loss scale.
 import argparse
 import importlib
 import os
+import re
+import time
 
 import numpy
 import pytest
@@ -71,13 +73,16 @@ def check_precision(out, dtypes):
     ('float16', 'lars', '128'),
     ('float16', 'momentum-lars', '128'),
     ('mixed16', 'momentum', None),
+    ('mixed16', 'lamb', None),
+    ('float16', 'lamb', '128'),
+    ('mixed16', 'adam', None),
 ])
 def test_mnist_in_16_bits_runs_and_resumes_exactly(
         mnist, dataset_root, tmp_path, dtype, optimizer, scale):
     args = ['--dataset-root', dataset_root, '--optimizer', optimizer,
             '--batchsize', '32', '--unit', '32', '--warmup-epochs', '1',
             '--dtype', dtype] + (['--loss-scale', scale] if scale else [])
-    lars_key = None if optimizer == 'momentum' else (
+    lars_key = None if optimizer in ('momentum', 'adam') else (
         'lars/ratio/predictor/l1/W')
     test_examples.check_run_and_resume(mnist.main, args, tmp_path, 64 // 32,
                                        lars_key)
@@ -229,3 +234,70 @@ def test_dtype_defaults_to_chainers(mnist, capsys):
         err = usage_error(mnist.parse_args, [], capsys)
     assert ('--dtype: chainer.config.dtype (CHAINER_DTYPE) is float64; '
             'give --dtype float32, float16 or mixed16') in err
+
+
+WARNING = ('warning: --dtype {} on the CPU is slow: NumPy has no fast '
+           'float16 matrix product')
+
+
+@pytest.mark.parametrize('dtype', ['float16', 'mixed16', 'float32'])
+def test_16_bits_on_the_cpu_warn_at_start_up(mnist, dataset_root, tmp_path,
+                                             capsys, dtype):
+    """A float16 or mixed16 run on the CPU says at once, in one line
+    before the banner, what it costs and what to do; and it shows every
+    update in the progress bar, and a line while an update runs long."""
+    mnist.main(['--dtype', dtype, '-b', '32', '-u', '8', '-e', '1',
+                '--noplot', '--out', str(tmp_path / 'out')])
+    out, err = capsys.readouterr()
+    warnings = [line for line in err.splitlines()
+                if WARNING.format(dtype) in line]
+    if dtype == 'float32':
+        assert not warnings and 'warning: --dtype' not in err
+        return
+    assert len(warnings) == 1, err
+    assert warnings[0].endswith('use a GPU (--device 0), or a small model '
+                                'for a functional try (-u 50)')
+    assert out.startswith('Device: @numpy')  # the banner after the warning
+
+
+def test_help_says_what_16_bits_cost_on_the_cpu(mnist, capsys):
+    with pytest.raises(SystemExit):
+        mnist.parse_args(['--help'])
+    text = ' '.join(capsys.readouterr().out.split())
+    assert ('On the CPU, 16 bits are for a functional try: NumPy\'s float16 '
+            'has no fast matrix product') in text
+    assert 'use a GPU, or a small model (MNIST: -u 50)' in text
+
+
+def test_a_slow_run_shows_it_is_alive(mnist, dataset_root, tmp_path,
+                                      capsys, monkeypatch):
+    """float16 on the CPU: every update on the progress bar, and a line
+    every interval (10 s; 0.2 here) while an update runs longer."""
+    from chainer.training import extensions
+    from chainer.training import updaters
+    from examples import training
+    intervals = []
+    bar = extensions.ProgressBar.__init__
+
+    def record(self, *args, **kwargs):
+        intervals.append(kwargs.get('update_interval'))
+        bar(self, *args, **kwargs)
+
+    monkeypatch.setattr(extensions.ProgressBar, '__init__', record)
+    monkeypatch.setattr(training.Heartbeat.__init__, '__defaults__', (0.2,))
+    update = updaters.StandardUpdater.update_core
+
+    def slow(self):
+        update(self)
+        if self.iteration == 1:
+            time.sleep(0.7)
+
+    monkeypatch.setattr(updaters.StandardUpdater, 'update_core', slow)
+    mnist.main(['--dtype', 'float16', '-b', '32', '-u', '8', '-e', '1',
+                '--noplot', '--out', str(tmp_path / 'out')])
+    assert intervals == [1]
+    beats = [line for line in capsys.readouterr().out.splitlines()
+             if 'still computing (float16 on the CPU' in line]
+    # (after the progress bar's escape codes)
+    assert beats and all(re.search(r'  \.\.\. \d+ s since update \d+ of '
+                                   'the run', line) for line in beats)

@@ -166,7 +166,7 @@ def test_mnist_validation_eval_every_and_resume(mnist, dataset_root,
     log = read_log(first)
     assert [e['iteration'] for e in log] == list(range(10))
     assert all('val/main/accuracy' in e for e in log)
-    assert not any('validation/main/accuracy' in e for e in log)
+    assert not any('test/main/accuracy' in e for e in log)
 
     # The final weights, evaluated here on the held-out images.
     numpy.random.seed(0)
@@ -217,7 +217,7 @@ def test_test_at_the_end_only(mnist, dataset_root, tmp_path):
                 '--out', str(out)])
     log = read_log(out)
     assert [e['epoch'] for e in log] == [0, 1, 2]
-    assert ['validation/main/accuracy' in e for e in log] == [
+    assert ['test/main/accuracy' in e for e in log] == [
         False, False, True]
     assert all('val/main/accuracy' in e for e in log)
 
@@ -232,7 +232,7 @@ def test_cifar_validation(dataset_root, tmp_path):
     log = read_log(out)
     assert log[-1]['iteration'] == 2  # 16 of the 32 images left
     assert 0 <= log[-1]['val/main/accuracy'] <= 1
-    assert 'validation/main/accuracy' in log[-1]
+    assert 'test/main/accuracy' in log[-1]
 
 
 @pytest.mark.mpi
@@ -391,7 +391,7 @@ def test_study_writes_one_json_per_trial_and_rerun(tiny_study):
         if '-best-' in name:
             assert record['seed'] == 1
             assert record['test_accuracy'] == (
-                log[-1]['validation/main/accuracy'])
+                log[-1]['test/main/accuracy'])
             assert '--test end' in record['command']
             search = [found['{}-b16-t{}'.format(record['optimizer'], t)]
                       for t in (0, 1)]
@@ -405,7 +405,7 @@ def test_study_writes_one_json_per_trial_and_rerun(tiny_study):
             assert record['seed'] == 0
             assert record['test_accuracy'] is None
             assert '--test never' in record['command']
-            assert not any('validation/main/accuracy' in e for e in log)
+            assert not any('test/main/accuracy' in e for e in log)
     assert (tiny_study.folder / 'study.png').exists()
 
 
@@ -649,7 +649,7 @@ def test_the_committed_study_is_complete_and_in_the_readme(study, capsys):
     out = os.path.join(os.path.dirname(study.__file__), 'study')
     search, reruns = study.load(out)
     for batchsize in study.BATCHSIZES:
-        for optimizer in study.OPTIMIZERS:
+        for optimizer in study.DEFAULT_OPTIMIZERS:
             cell = batchsize, optimizer
             n = study.trials_of(batchsize, study.TRIALS, study.REFINED)
             assert sorted(r['trial'] for r in search[cell]) == list(
@@ -676,7 +676,7 @@ def test_mlp_bn_trains_records_its_model_and_resumes(mnist, dataset_root,
     mnist.main(args + ['--out', str(first), '--snapshots', '2'])
     log = read_log(first)
     assert [e['iteration'] for e in log] == list(range(7))
-    assert 0 <= log[-1]['validation/main/accuracy'] <= 1
+    assert 0 <= log[-1]['test/main/accuracy'] <= 1
     with numpy.load(str(first / 'snapshot_iter_6')) as snapshot:
         keys = snapshot.files
         recorded = {key.split('/')[-1]: snapshot[key].item()

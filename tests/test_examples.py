@@ -10,8 +10,11 @@ import json
 import math
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import numpy
 import pytest
@@ -75,8 +78,8 @@ def check_run_and_resume(main, args, out_dir, iterations_per_epoch,
     assert [entry['epoch'] for entry in log] == [0, 1, 2, 3]
     assert [entry['iteration'] for entry in log] == [
         i * iterations_per_epoch for i in range(4)]
-    for key in ('main/loss', 'validation/main/loss', 'main/accuracy',
-                'validation/main/accuracy', 'lr'):
+    for key in ('main/loss', 'test/main/loss', 'main/accuracy',
+                'test/main/accuracy', 'lr'):
         assert all(math.isfinite(entry[key]) for entry in log[1:]), key
     plots = {'loss.png', 'accuracy.png', 'lr.png'}
     if lars_key is not None:
@@ -105,6 +108,8 @@ def check_run_and_resume(main, args, out_dir, iterations_per_epoch,
     ('lars', 'lars/ratio/predictor/l1/W'),
     ('momentum-lars', 'lars/ratio/predictor/l1/W'),
     ('momentum', None),
+    ('lamb', 'lars/ratio/predictor/l1/W'),
+    ('adam', None),
 ])
 def test_mnist_runs_and_resumes_exactly(mnist, dataset_root, tmp_path,
                                         optimizer, lars_key):
@@ -117,6 +122,7 @@ def test_mnist_runs_and_resumes_exactly(mnist, dataset_root, tmp_path,
     ('cifar10', 'lars', 'lars/ratio/predictor/res3/0/conv1/W'),
     ('cifar100', 'momentum-lars', 'lars/ratio/predictor/fc/W'),
     ('cifar10', 'momentum', None),
+    ('cifar10', 'lamb', 'lars/ratio/predictor/res3/0/conv1/W'),
 ])
 def test_cifar_runs_and_resumes_exactly(cifar, dataset_root, tmp_path,
                                         dataset, optimizer, lars_key):
@@ -227,6 +233,9 @@ def test_decay_power_sets_the_schedule(request, dataset_root, tmp_path,
     ('lars', 256, 0.005 / 0.02),
     ('lars', 8192, 0.005 * math.sqrt(32) / 0.02),
     ('momentum-lars', 1024, 0.005 * 2 / 0.02),
+    ('adam', 256, 0.001),
+    ('adam', 8192, 0.001 * math.sqrt(32)),
+    ('lamb', 1024, 0.01 * 2),
 ])
 def test_default_lr_rule(mnist, cifar, optimizer, batchsize, lr):
     for example in (mnist, cifar):
@@ -238,8 +247,10 @@ def test_default_lr_rule(mnist, cifar, optimizer, batchsize, lr):
         args = example.parse_args(['--optimizer', optimizer,
                                    '--batchsize', str(batchsize),
                                    '--trust-coefficient', '0.5'])
-        if optimizer != 'momentum':
+        if optimizer in ('lars', 'momentum-lars'):
             assert math.isclose(args.lr * 0.5, lr * 0.02, rel_tol=1e-12)
+        elif optimizer != 'momentum':  # Adam's alpha has no coefficient
+            assert math.isclose(args.lr, lr, rel_tol=1e-12)
 
 
 def run_script(module, args, root):
@@ -318,7 +329,7 @@ def test_mnist_results_table(dataset_root, tmp_path):
         for optimizer, cell in zip(('momentum', 'lars'), cells[1:]):
             runs = [os.path.join(out, 'b{}-{}-s{}'.format(
                 batchsize, optimizer, seed)) for seed in (0, 1)]
-            accuracies = [100 * read_log(run)[-1]['validation/main/accuracy']
+            accuracies = [100 * read_log(run)[-1]['test/main/accuracy']
                           for run in runs]
             mean, low, high = cell.replace('(', ' ').replace(
                 '-', ' ').replace(')', ' ').split()
@@ -334,7 +345,7 @@ def test_mnist_results_table(dataset_root, tmp_path):
                     'python -m examples.mnist.train_mnist --batchsize 32 '
                     '--optimizer lars --epoch 1 --seed 1\n'):
         assert command in md and command in rst
-    assert os.path.getsize(os.path.join(out, 'error.png')) > 0
+    assert os.path.getsize(os.path.join(out, 'accuracy.png')) > 0
     # Done configurations are not run again.
     stamp = os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log'))
     results.main(argv)
@@ -376,8 +387,8 @@ def test_mnist_results_takes_a_diverged_run_as_done(dataset_root,
     printed = capsys.readouterr().out
     assert '  diverged: stopped after epoch 1 (' in printed
     assert '| 16 | {:.2f} |'.format(
-        100 * log[-1]['validation/main/accuracy']) in printed
-    assert os.path.getsize(os.path.join(out, 'error.png')) > 0
+        100 * log[-1]['test/main/accuracy']) in printed
+    assert os.path.getsize(os.path.join(out, 'accuracy.png')) > 0
     results.main(argv)
     assert '$ python' not in capsys.readouterr().out
     assert results.main(argv[:-4] + ['--out', out, '--check', os.path.join(
@@ -528,12 +539,67 @@ def test_default_warmup_longer_than_the_run_is_the_run(
                                           '1']).warmup_epochs == 1
 
 
-@pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars', 'momentum'])
+@pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars', 'momentum',
+                                       'lamb', 'adam'])
 def test_banner_names_a_trust_coefficient_only_for_lars(mnist, capsys,
                                                         optimizer):
     cli.print_banner(mnist.parse_args(['--optimizer', optimizer]))
     out = capsys.readouterr().out
-    assert ('trust coefficient 0.02' in out) == (optimizer != 'momentum')
+    assert ('trust coefficient 0.02' in out) == (
+        optimizer in ('lars', 'momentum-lars'))
+    # Adam's and LAMB's rate is alpha.
+    assert (', alpha ' in out) == (optimizer in ('lamb', 'adam'))
+
+
+@pytest.mark.parametrize('optimizer', ['lamb', 'adam'])
+def test_adam_and_lamb_take_the_recipe_s_flags_and_exclusions(
+        mnist, optimizer):
+    args = mnist.parse_args(['--optimizer', optimizer, '--lr', '0.03',
+                             '--momentum', '0.8', '--weight-decay', '0.01'])
+    model = chainer.links.Classifier(mnist.MLP(784, 4, 10))
+    opt, observed = recipe.make_optimizer(args, model)
+    assert (opt.alpha, opt.beta1, opt.weight_decay_rate) == (0.03, 0.8, 0.01)
+    assert (observed is opt) == (optimizer == 'lamb')
+    for path, param in model.namedparams():
+        rule = param.update_rule
+        decayed = not path.endswith('/b')
+        if optimizer == 'adam':
+            assert rule.hyperparam.weight_decay_rate == 0.01 * decayed
+        else:
+            assert (rule.uses_weight_decay, rule.uses_adaptation) == (
+                decayed, decayed)
+    assert recipe.schedule(args, 10)._attr == 'alpha'
+
+
+@pytest.mark.parametrize('flags,says', [
+    ([], 'lr * trust coefficient = 0.005 * sqrt(8192 / 256) = 0.0283'),
+    (['--optimizer', 'momentum-lars', '-b', '1024'],
+     'lr * trust coefficient = 0.005 * sqrt(1024 / 256) = 0.01'),
+    (['--optimizer', 'momentum'], 'linear scaling: 0.1 * 8192 / 256 = 3.2'),
+    (['--lr', '1'], None),
+])
+def test_banner_says_where_the_rate_comes_from(mnist, capsys, flags, says):
+    """The rate the trainer prints is not LARS()'s default: the banner
+    says which rule made it, and how LARS()'s defaults compare."""
+    cli.print_banner(mnist.parse_args(flags))
+    out = capsys.readouterr().out
+    if says is None:
+        assert 'lr from the batch size' not in out
+    else:
+        assert says in out
+    assert ("LARS()'s defaults, lr=2.0 and trust_coefficient=1e-3" in out
+            ) == (says is not None and 'trust' in says)
+
+
+@pytest.mark.parametrize('flags', [[], ['--validation', '100'],
+                                   ['--validation', '100', '--test',
+                                    'never']])
+def test_banner_names_the_test_and_the_validation_set(mnist, capsys, flags):
+    cli.print_banner(mnist.parse_args(flags))
+    out = capsys.readouterr().out
+    assert ('test/main/...: the test set' in out) == ('never' not in flags)
+    assert ('val/main/...: the validation set, the last 100 training '
+            'images (--validation)' in out) == ('100' in flags)
 
 
 @pytest.mark.parametrize('depth', ['21', '2', '-4'])
@@ -736,6 +802,41 @@ def test_resume_refuses_another_run(mnist, mnist_snapshot, tmp_path,
     assert not out.exists()
 
 
+def test_resume_of_an_older_snapshot_names_the_test_set_test(
+        mnist, dataset_root, tmp_path):
+    """A snapshot of the version that named the test set Chainer's way
+    (validation/main/...) resumes into a run whose log and plots name it
+    test/main/... from the first epoch on."""
+    args = ['-b', '32', '-u', '8', '--warmup-epochs', '1', '-e', '2']
+    first = tmp_path / 'first'
+    mnist.main(args + ['--out', str(first), '--snapshots', '2'])
+    old = str(tmp_path / 'old_snapshot')
+    with numpy.load(str(first / 'snapshot_iter_2')) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    renamed = 0
+    for key, value in arrays.items():
+        if key.endswith('LogReport/_log') or '/_plot_' in key:
+            text = str(value).replace('"test/main/', '"validation/main/')
+            renamed += text != str(value)
+            arrays[key] = numpy.array(text)
+    assert renamed == 3  # the log, the loss plot, the accuracy plot
+    with open(old, 'wb') as f:  # a file: savez would add .npz to a name
+        numpy.savez(f, **arrays)
+    resumed = tmp_path / 'resumed'
+    mnist.main(args + ['--out', str(resumed), '--resume', old])
+    log = read_log(str(resumed))
+    assert [entry['epoch'] for entry in log] == [0, 1, 2]
+    assert all('test/main/accuracy' in entry for entry in log)
+    assert not any(key.startswith('validation/') for entry in log
+                   for key in entry)
+    assert without_time(log) == without_time(read_log(str(first)))
+    with numpy.load(str(resumed / 'snapshot_iter_4')) as npz:
+        plotted = json.loads(str(npz['extensions/PlotReport_1/'
+                                     '_plot_accuracy.png']))
+    assert sorted(plotted) == ['main/accuracy', 'test/main/accuracy']
+    assert len(plotted['test/main/accuracy']) == 3
+
+
 def test_resume_of_a_finished_run_says_so(mnist, mnist_snapshot,
                                           tmp_path, capsys):
     """The snapshot of the last epoch would resume into a run that stops
@@ -850,6 +951,135 @@ def test_a_kill_while_writing_leaves_no_snapshot_cut_short(
     assert read_log(str(resumed))[-1]['epoch'] == 3
 
 
+# The MNIST trainer, each update slowed down so that a run lasts long
+# enough to be interrupted; from its first update on, the update given by
+# SLOW_UPDATE instead (a long C call that holds Python's signal handlers
+# back), if set.
+SLOW_DRIVER = """import hashlib, os, sys, time
+from chainer.training import updaters
+from examples import training
+from examples.mnist import train_mnist
+training.Interruption.GRACE = 0.5
+update = updaters.StandardUpdater.update_core
+def slow(self):
+    update(self)
+    if os.environ.get('SLOW_UPDATE') and self.iteration > 2:
+        hashlib.pbkdf2_hmac('sha256', b'x', b'y', 100000000)
+    time.sleep(0.05)
+updaters.StandardUpdater.update_core = slow
+train_mnist.main(sys.argv[1:])
+"""
+
+
+def interrupt(tmp_path, root, args, wait_for_snapshot=True, env=None):
+    """Starts the slowed trainer, sends it SIGINT once it has written a
+    snapshot (or after a second), and returns its result and the time
+    from the signal to its end."""
+    driver = tmp_path / 'driver.py'
+    driver.write_text(SLOW_DRIVER)
+    out = tmp_path / 'out'
+    environment = dict(os.environ, PYTHONPATH=REPO_ROOT,
+                       CHAINER_DATASET_ROOT=root, PYTHONWARNINGS='ignore')
+    environment.pop('CHAINER_LARS_LAUNCHER', None)
+    environment.update(env or {})
+    command = [sys.executable, str(driver)] + args + ['--out', str(out)]
+    process = subprocess.Popen(
+        command, cwd=str(tmp_path), env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and process.poll() is None:
+            time.sleep(0.1)
+            if not wait_for_snapshot and os.path.exists(str(out / 'log')):
+                break
+            if wait_for_snapshot and out.exists() and any(
+                    n.startswith('snapshot_iter_') for n in os.listdir(
+                        str(out))):
+                break
+        time.sleep(0.3)
+        sent = time.time()
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return (subprocess.CompletedProcess(command, process.returncode,
+                                        stdout, stderr),
+            time.time() - sent, environment)
+
+
+INTERRUPTED = re.compile(r'^driver\.py: interrupted at iteration (\d+) '
+                         r'\(epoch ([\d.]+) of 6\); ')
+
+
+def test_ctrl_c_says_how_to_resume_and_exits_130(dataset_root, tmp_path):
+    """Ctrl-C: no traceback, one line that says where the run stopped and
+    the command that resumes it from the snapshot this run wrote, status
+    130; that command finishes the run."""
+    args = ['-b', '32', '-u', '8', '-e', '6', '--noplot', '--warmup-epochs',
+            '1', '--snapshots', '2']
+    result, _, environment = interrupt(tmp_path, dataset_root, args)
+    assert result.returncode == 130, result.stderr
+    assert 'Traceback' not in result.stderr
+    assert 'Exception ignored' not in result.stderr
+    line, = result.stderr.strip().splitlines()
+    match = INTERRUPTED.match(line)
+    assert match, line
+    snapshot, command = re.search(
+        r'; to continue from (\S+), run: (.*)$', line).groups()
+    assert os.path.isfile(str(tmp_path / snapshot))
+    assert shlex.split(command) == (
+        [shlex.split(command)[0], str(tmp_path / 'driver.py')] + args
+        + ['--out', str(tmp_path / 'out'), '--resume', snapshot])
+    resumed = subprocess.run(
+        shlex.split(command), cwd=str(tmp_path), env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_log(str(tmp_path / 'out'))[-1]['epoch'] == 6
+
+
+def test_resume_command_replaces_a_resume_of_its_own(monkeypatch):
+    monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh mnist')
+    argv = ['train_mnist.py', '-b', '64', '--resume', 'a/snapshot_iter_1',
+            '-ra/b', '--resume=a/c', '-o', 'my result']
+    assert training.resume_command('my result/snapshot_iter_8', argv) == (
+        "bash dev.sh mnist -b 64 -o 'my result' --resume "
+        "'my result/snapshot_iter_8'")
+
+
+def test_ctrl_c_without_a_snapshot_says_there_is_none(
+        dataset_root, tmp_path):
+    result, _, _ = interrupt(
+        tmp_path, dataset_root, ['-b', '32', '-u', '8', '-e', '6',
+                                 '--noplot', '--snapshots', '0'],
+        wait_for_snapshot=False)
+    assert result.returncode == 130, result.stderr
+    line, = result.stderr.strip().splitlines()
+    assert INTERRUPTED.match(line), line
+    assert line.endswith('; no snapshot to resume from (--snapshots 0 '
+                         'writes none): run the command again to start '
+                         'over'), line
+
+
+def test_ctrl_c_during_a_long_update_acts_at_once(dataset_root, tmp_path):
+    """Python runs its handler of Ctrl-C only between its operations: an
+    update that is one long C call (a float16 matrix product on the CPU)
+    would hold it back for minutes; the run says where it stopped and
+    ends after a short grace (0.5 s here) instead."""
+    result, took, _ = interrupt(
+        tmp_path, dataset_root, ['-b', '32', '-u', '8', '-e', '6',
+                                 '--noplot', '--warmup-epochs', '1'],
+        env={'SLOW_UPDATE': '1'})
+    assert result.returncode == 130, result.stderr
+    line, = result.stderr.strip().splitlines()
+    assert INTERRUPTED.match(line), line
+    assert 'to continue from ' in line
+    # The C call alone takes about a minute.
+    assert took < 20
+
+
 def test_lr_plot_has_every_iteration_and_one_snapshot_is_kept(
         mnist, dataset_root, tmp_path):
     """3 epochs of 2 updates, warm-up over the first epoch.
@@ -937,7 +1167,7 @@ def test_loss_plot_names_train_and_test_and_marks_divergence():
     import matplotlib.pyplot as plt
     figure, axes = draw_epochs(
         {'main/loss': [2.3, 1.5, numpy.nan, numpy.nan],
-         'validation/main/loss': [2.3, 1e30, numpy.inf, numpy.nan]},
+         'test/main/loss': [2.3, 1e30, numpy.inf, numpy.nan]},
         ylabel='loss', log=True, title='lars, batch 32')
     legend = axes.legend()
     labels = [text.get_text() for text in legend.get_texts()]
@@ -967,7 +1197,7 @@ def test_accuracy_plot_is_in_percent_and_hides_a_diverged_runs_values():
     finite, nothing is drawn, and the y axis stays 0-100 %."""
     import matplotlib.pyplot as plt
     accuracy = {'main/accuracy': [None, 0.5, 0.098],
-                'validation/main/accuracy': [0.1, 0.6, 0.098]}
+                'test/main/accuracy': [0.1, 0.6, 0.098]}
     divergence = training.Divergence('out')
     figure, axes = draw_epochs(accuracy, percent=True,
                                divergence=divergence)
@@ -993,7 +1223,7 @@ def test_epoch_axis_has_whole_epochs(epochs):
     """A one-epoch run reads 0 and 1, not 0, 0.2, ..., 1."""
     import matplotlib.pyplot as plt
     figure, axes = draw_epochs(
-        {'validation/main/accuracy': numpy.linspace(0.1, 0.9, epochs + 1)},
+        {'test/main/accuracy': numpy.linspace(0.1, 0.9, epochs + 1)},
         percent=True)
     figure.canvas.draw()
     ticks = [t for t in axes.get_xticks()

@@ -14,12 +14,14 @@ import chainer.links as L
 import chainer_lars
 
 
-def make_trainer(optimizer_factory, iterations, data_size=20, batchsize=5,
-                 hooks=()):
+def make_trainer(optimizer_factory, iterations, out, data_size=20,
+                 batchsize=5, hooks=()):
     """A real trainer on a tiny linear classifier, stopped after iterations.
 
     ``data_size / batchsize`` iterations make one epoch; ``hooks`` are added
-    to the optimizer in order.
+    to the optimizer in order. ``out`` is the trainer's folder, a test's
+    temporary one: Chainer's default, ``result`` in the current folder,
+    would be the user's (a LogReport writes its log there).
     """
     rng = numpy.random.RandomState(0)
     x = rng.randn(data_size, 3).astype(numpy.float32)
@@ -32,7 +34,7 @@ def make_trainer(optimizer_factory, iterations, data_size=20, batchsize=5,
     it = chainer.iterators.SerialIterator(
         chainer.datasets.TupleDataset(x, t), batchsize, shuffle=False)
     updater = training.updaters.StandardUpdater(it, optimizer)
-    return training.Trainer(updater, (iterations, 'iteration'))
+    return training.Trainer(updater, (iterations, 'iteration'), out=str(out))
 
 
 def record(trainer, attr='lr'):
@@ -87,10 +89,10 @@ SCHEDULES = [
 
 
 @pytest.mark.parametrize('args,want', SCHEDULES)
-def test_schedule_in_trainer(args, want):
+def test_schedule_in_trainer(args, want, tmp_path):
     warmup, total, power, end = args
     trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.3),
-                           iterations=len(want))
+                           iterations=len(want), out=tmp_path)
     trainer.extend(chainer_lars.WarmupPolynomialShift(
         'lr', warmup, total, power=power, end=end))
     used = record(trainer)
@@ -99,9 +101,9 @@ def test_schedule_in_trainer(args, want):
     assert used[-1] == end
 
 
-def test_schedule_any_attribute():
+def test_schedule_any_attribute(tmp_path):
     trainer = make_trainer(lambda: optimizers.MomentumSGD(momentum=0.5),
-                           iterations=6)
+                           iterations=6, out=tmp_path)
     trainer.extend(chainer_lars.WarmupPolynomialShift(
         'momentum', 2, 6, init=0.8))
     used = record(trainer, 'momentum')
@@ -111,8 +113,9 @@ def test_schedule_any_attribute():
     numpy.testing.assert_allclose(used, want, rtol=1e-12)
 
 
-def test_schedule_drives_lars_lr():
-    trainer = make_trainer(lambda: chainer_lars.LARS(lr=5.0), iterations=8)
+def test_schedule_drives_lars_lr(tmp_path):
+    trainer = make_trainer(lambda: chainer_lars.LARS(lr=5.0), iterations=8,
+                           out=tmp_path)
     trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 3, 8))
     used = record(trainer)
     trainer.run()
@@ -124,7 +127,7 @@ def test_schedule_drives_lars_lr():
 def test_schedule_resumes_from_snapshot(tmp_path):
     def run(iterations, resume=None):
         trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.2),
-                               iterations)
+                               iterations, out=tmp_path / 'out')
         trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 3, 10),
                        name='schedule')
         used = record(trainer)
@@ -137,7 +140,8 @@ def test_schedule_resumes_from_snapshot(tmp_path):
     first, head = run(4)
     serializers.save_npz(str(tmp_path / 'snapshot'), first)
     # A trainer built with another initial lr: the snapshot's peak wins.
-    trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=99.0), 10)
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=99.0), 10,
+                           out=tmp_path / 'out')
     trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 3, 10),
                    name='schedule')
     tail = record(trainer)
@@ -195,9 +199,9 @@ def test_schedule_may_keep_a_negative_sign():
     assert [shift.value(t) for t in range(3)] == [-0.5, -0.125, 0.0]
 
 
-def run_refused(optimizer, attr, error=ValueError, **kwargs):
+def run_refused(out, optimizer, attr, error=ValueError, **kwargs):
     """Runs a trainer whose schedule is refused when training starts."""
-    trainer = make_trainer(lambda: optimizer, iterations=3)
+    trainer = make_trainer(lambda: optimizer, iterations=3, out=out)
     trainer.extend(chainer_lars.WarmupPolynomialShift(attr, 1, 3, **kwargs))
     before = dict(vars(optimizer.hyperparam))
     with pytest.raises(error) as info:
@@ -208,10 +212,10 @@ def run_refused(optimizer, attr, error=ValueError, **kwargs):
     return str(info.value)
 
 
-def test_schedule_of_a_missing_attribute_is_refused_at_start():
+def test_schedule_of_a_missing_attribute_is_refused_at_start(tmp_path):
     # 'lrr' used to be created on the optimizer, leaving lr alone.
     optimizer = optimizers.MomentumSGD(lr=0.1)
-    message = run_refused(optimizer, 'lrr', init=0.1)
+    message = run_refused(tmp_path, optimizer, 'lrr', init=0.1)
     assert message.startswith("attr 'lrr': the optimizer (MomentumSGD) has "
                               'no attribute')
     assert not hasattr(optimizer, 'lrr')
@@ -221,37 +225,39 @@ ADAM_LR = (r"^attr 'lr': the optimizer's \(Adam\) lr is read only: "
            r"Adam's learning rate is 'alpha' .*schedule 'alpha' instead$")
 
 
-def test_schedule_of_adams_lr_names_alpha():
+def test_schedule_of_adams_lr_names_alpha(tmp_path):
     """Adam's lr is a read-only property; before the first update reading
     it raises RuntimeError (which used to escape the check)."""
     optimizer = optimizers.Adam()
     optimizer.setup(chainer.links.Linear(2, 2))
     with pytest.raises(ValueError, match=ADAM_LR):
         chainer_lars.WarmupPolynomialShift('lr', 1, 3, optimizer=optimizer)
-    assert re.match(ADAM_LR, run_refused(optimizers.Adam(), 'lr',
-                                         init=1e-3))
+    assert re.match(ADAM_LR, run_refused(tmp_path, optimizers.Adam(),
+                                         'lr', init=1e-3))
     # The advice works.
     chainer_lars.WarmupPolynomialShift('alpha', 1, 3, optimizer=optimizer)
 
 
-def test_schedule_to_a_negative_end_is_refused_at_start():
-    message = run_refused(optimizers.MomentumSGD(lr=0.1), 'lr', end=-1e-3)
+def test_schedule_to_a_negative_end_is_refused_at_start(tmp_path):
+    message = run_refused(tmp_path, optimizers.MomentumSGD(lr=0.1), 'lr',
+                          end=-1e-3)
     assert message.startswith(
         'end must not be negative when init is non-negative (0.1)')
 
 
-def test_schedule_outside_a_checked_attribute_is_refused_at_start():
+def test_schedule_outside_a_checked_attribute_is_refused_at_start(tmp_path):
     # The trust coefficient of LARS must stay positive: a decay to the
     # default end of 0 would fail only at the last iteration.
-    message = run_refused(chainer_lars.LARS(), 'trust_coefficient')
+    message = run_refused(tmp_path, chainer_lars.LARS(),
+                          'trust_coefficient')
     assert message.startswith(
         "end=0.0 is not a valid value of the optimizer's trust_coefficient")
 
 
-def test_schedule_of_a_non_number_is_refused_at_start():
+def test_schedule_of_a_non_number_is_refused_at_start(tmp_path):
     optimizer = optimizers.MomentumSGD()
     optimizer.tag = 'sgd'
-    message = run_refused(optimizer, 'tag', error=TypeError)
+    message = run_refused(tmp_path, optimizer, 'tag', error=TypeError)
     assert message.startswith("the optimizer's tag (read for init=None) "
                               "must be a real number, not 'sgd' (str)")
 
@@ -320,10 +326,10 @@ def test_observer_takes_a_compiled_pattern():
         'lars/g_norm/l1/b', 'lars/ratio/l1/b', 'lars/w_norm/l1/b']
 
 
-def test_observer_checks_source():
+def test_observer_checks_source(tmp_path):
     with pytest.raises(TypeError):
         chainer_lars.TrustRatioObserver(object())
-    trainer = make_trainer(lambda: optimizers.MomentumSGD(), 1)
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(), 1, out=tmp_path)
     trainer.extend(chainer_lars.TrustRatioObserver(), trigger=(1, 'iteration'))
     with pytest.raises(TypeError, match='GradientLARS'):
         trainer.run(show_loop_exception_msg=False)
@@ -338,9 +344,11 @@ def test_observer_refuses_a_source_it_cannot_read(source):
 
 
 @pytest.mark.parametrize('hooked', [False, True])
-def test_observer_checks_the_main_optimizer_before_the_first_update(hooked):
+def test_observer_checks_the_main_optimizer_before_the_first_update(
+        hooked, tmp_path):
     hooks = [chainer_lars.GradientLARS()] if hooked else []
-    trainer = make_trainer(lambda: optimizers.MomentumSGD(), 3, hooks=hooks)
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(), 3, out=tmp_path,
+                           hooks=hooks)
     trainer.extend(chainer_lars.TrustRatioObserver())  # once per epoch
     with pytest.raises(TypeError, match=(
             r'^TrustRatioObserver: the main optimizer \(MomentumSGD\) has '
@@ -349,9 +357,9 @@ def test_observer_checks_the_main_optimizer_before_the_first_update(hooked):
     assert trainer.updater.get_optimizer('main').t == 0
 
 
-def test_observer_observes_only_at_its_interval():
+def test_observer_observes_only_at_its_interval(tmp_path):
     source = FakeSource({'/l1/W': (0.5, 2.0, 3.0)})
-    trainer = make_trainer(lambda: optimizers.MomentumSGD(), 12)
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(), 12, out=tmp_path)
     trainer.extend(chainer_lars.TrustRatioObserver(source),
                    trigger=(4, 'iteration'))
     trainer.run()
@@ -381,12 +389,13 @@ class GradCapture(object):
         self.arrays[param.name] = (param.array.copy(), param.grad.copy())
 
 
-def check_observer_in_trainer(optimizer, hook, source, wd, eta, eps,
+def check_observer_in_trainer(out, optimizer, hook, source, wd, eta, eps,
                               threshold, excluded):
     capture = GradCapture()
     # The capture runs first, so it sees the gradient before the hook.
     hooks = [capture] + ([hook] if hook is not None else [])
-    trainer = make_trainer(lambda: optimizer, iterations=3, hooks=hooks)
+    trainer = make_trainer(lambda: optimizer, iterations=3, out=out,
+                           hooks=hooks)
     trainer.extend(chainer_lars.TrustRatioObserver(source),
                    trigger=(1, 'iteration'))
     trainer.extend(training.extensions.LogReport(
@@ -410,29 +419,30 @@ def check_observer_in_trainer(optimizer, hook, source, wd, eta, eps,
             testing.assert_allclose(log[-1][key], value, rtol=1e-5)
 
 
-def test_observer_with_lars_optimizer():
+def test_observer_with_lars_optimizer(tmp_path):
     optimizer = chainer_lars.LARS(lr=0.5, weight_decay=1e-2,
                                   trust_coefficient=0.1)
-    check_observer_in_trainer(optimizer, None, optimizer, wd=1e-2, eta=0.1,
-                              eps=0.0, threshold=0.0, excluded=())
+    check_observer_in_trainer(tmp_path, optimizer, None, optimizer, wd=1e-2,
+                              eta=0.1, eps=0.0, threshold=0.0, excluded=())
 
 
-def test_observer_with_lars_optimizer_as_default_source():
+def test_observer_with_lars_optimizer_as_default_source(tmp_path):
     optimizer = chainer_lars.LARS(
         lr=0.5, weight_decay=1e-2, trust_coefficient=0.1,
         exclude_from_weight_decay=['/b$'],
         exclude_from_layer_adaptation=['/b$'])
-    check_observer_in_trainer(optimizer, None, None, wd=1e-2, eta=0.1,
-                              eps=0.0, threshold=0.0, excluded=('b',))
+    check_observer_in_trainer(tmp_path, optimizer, None, None, wd=1e-2,
+                              eta=0.1, eps=0.0, threshold=0.0,
+                              excluded=('b',))
 
 
-def test_observer_with_gradient_lars_hook():
+def test_observer_with_gradient_lars_hook(tmp_path):
     hook = chainer_lars.GradientLARS(
         weight_decay=1e-3, exclude_from_weight_decay=['/b$'],
         exclude_from_layer_adaptation=['/b$'])
-    check_observer_in_trainer(optimizers.MomentumSGD(lr=0.1), hook, hook,
-                              wd=1e-3, eta=1.0, eps=1e-9, threshold=1e-2,
-                              excluded=('b',))
+    check_observer_in_trainer(tmp_path, optimizers.MomentumSGD(lr=0.1),
+                              hook, hook, wd=1e-3, eta=1.0, eps=1e-9,
+                              threshold=1e-2, excluded=('b',))
 
 
 def test_hand_ratio_is_the_spec():

@@ -2,7 +2,8 @@
 
 Between updates of a small model, hypothesis changes its parameters at
 random: arrays replaced by others of another shape, dtype, byte order or
-layout, read-only, memory-mapped or made from ``bytes``; gradients dropped
+layout, read-only, memory-mapped or made from ``bytes``, or changed in
+place (buffer reallocated, strides, byte order, read-only); gradients dropped
 or replaced; update rules disabled and enabled; hooks added and removed;
 hyperparameters changed, to invalid values too. A twin model takes the same
 changes under Chainer's ``MomentumSGD`` with a hook that applies the float64
@@ -50,6 +51,28 @@ TOL = {numpy.dtype(numpy.float16): (2e-2, 2e-2),
        numpy.dtype(numpy.float64): (1e-9, 1e-12)}
 HOOK_HYPER = ('threshold', 'weight_decay', 'eps', 'trust_coefficient')
 LARS_HYPER = ('lr', 'momentum', 'weight_decay', 'trust_coefficient', 'eps')
+
+
+#: Changes made to an array object in place (CPU only: CuPy's arrays have
+#: none of them), to the twin's as well.
+IN_PLACE = ['resize', 'fortran strides', 'byte order', 'read-only']
+
+
+def change_in_place(a, how):
+    """Changes ``a`` in place: its buffer reallocated (the values kept),
+    Fortran strides over the same memory, the other byte order (the values
+    kept) or the writeable flag off; where NumPy allows it."""
+    if how == 'resize' and a.flags.owndata and a.flags.writeable:
+        shape = a.shape
+        a.resize((a.size * 64 + 4096,), refcheck=False)
+        a.resize(shape, refcheck=False)
+    elif how == 'fortran strides' and a.ndim == 2 and a.flags.c_contiguous:
+        a.strides = (a.itemsize, a.shape[0] * a.itemsize)
+    elif how == 'byte order' and a.flags.writeable:
+        a[...] = a.byteswap()
+        a.dtype = a.dtype.newbyteorder('S')
+    elif how == 'read-only':
+        a.flags.writeable = False
 
 
 def _run_worker(face, device):
@@ -241,7 +264,8 @@ class _Example(object):
     def change(self):
         st = self.st
         what = self.draw(st.sampled_from(
-            ['array', 'grad', 'no grad', 'rule', 'hook', 'hyper']))
+            ['array', 'grad', 'no grad', 'rule', 'hook', 'hyper']
+            + (['in place'] if len(self.kinds) > 1 else [])))
         k = self.draw(st.integers(0, 2))
         p, q = self.pairs()[k]
         if what == 'array':
@@ -259,6 +283,14 @@ class _Example(object):
                 self.fresh_grad(p, q, kind)
             except (TypeError, ValueError) as e:  # Chainer's setter
                 self.say('  refused by Chainer:', type(e).__name__)
+        elif what == 'in place':
+            target = self.draw(st.sampled_from(['array', 'grad']))
+            how = self.draw(st.sampled_from(IN_PLACE))
+            self.say('in place', k, target, how)
+            for param in (p, q):
+                a = param.array if target == 'array' else param.grad
+                if a is not None:
+                    change_in_place(a, how)
         elif what == 'no grad':
             self.say('no grad', k)
             p.grad = q.grad = None

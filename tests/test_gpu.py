@@ -47,8 +47,8 @@ def gpu(request, monkeypatch):
     launches = []
     original = cuda_kernels._kernel
 
-    def counting(xp, dtype, name):
-        kernel = original(xp, dtype, name)
+    def counting(*args):
+        kernel, name = original(*args), args[-1]
 
         def launch(*args, **kwargs):
             launches.append(name)
@@ -293,6 +293,62 @@ def test_lars_fp32_update_agrees_with_cpu(gpu):
     _assert_close(_host(dev), _host(cpu), numpy.float16)
 
 
+def _masters(link):
+    return {path: cuda.to_cpu(p.update_rule._fp32_param.array)
+            for path, p in link.namedparams()}
+
+
+@pytest.mark.parametrize('scaling', [None, 'static', 'dynamic'])
+def test_lars_mixed16_batched_agrees_with_the_rule_path(gpu, scaling):
+    """The mixed16 group's kernels (float16 gradients and weights, float32
+    masters and momentum) against Chainer's fp32 update of each rule on the
+    device and against the CPU: masters to float32 rounding, float16
+    weights within one unit in the last place."""
+    cpu = Params(MIXED, numpy.float16)
+    devs = [gpu.send(Params(MIXED, numpy.float16)) for _ in range(2)]
+    for model, multi_tensor in ((cpu, True), (devs[0], True),
+                                (devs[1], False)):
+        _run(model, chainer_lars.LARS(lr=2.0, weight_decay=1e-3,
+                                      multi_tensor=multi_tensor),
+             None, scaling, fp32_update=True, steps=3, g_scale=1e-2)
+    batched, per_rule = devs
+    for expected in (per_rule, cpu):
+        _assert_close(_masters(batched), _masters(expected), numpy.float32,
+                      factor=4)
+        for path, half in _host(batched).items():
+            other = _host(expected)[path]
+            # One float16 ulp of the larger magnitude.
+            ulp = numpy.spacing(numpy.maximum(
+                numpy.abs(half), numpy.abs(other)).astype(numpy.float16))
+            assert (numpy.abs(half - other) <= ulp).all(), path
+
+
+def _resnet50_shapes():
+    """The sizes of ResNet-50's 161 parameter arrays, scaled down 1000
+    times (the emulator runs every thread on the CPU)."""
+    with chainer.using_config('dtype', numpy.float16):
+        link = chainer.links.ResNet50Layers(pretrained_model=None)
+    return [max(1, p.size // 1000) for _, p in sorted(link.namedparams())]
+
+
+def test_lars_mixed16_launches_twice_whatever_the_number_of_arrays(gpu):
+    sizes = _resnet50_shapes()
+    counts = []
+    for n in (len(sizes), 8):
+        _, dev = _pair(gpu, sizes[:n], numpy.float16, biases=0)
+        opt = chainer_lars.LARS()
+        opt.setup(dev)
+        opt.use_fp32_update()
+        opt.update()  # the rules make their masters and states
+        del gpu.launches[:]
+        opt.update()
+        mixed = [g for g in opt._plans.plan.groups if g.halves is not None]
+        assert [len(g) for g in mixed] == [n]
+        counts.append(list(gpu.launches))
+    assert counts == [['chainer_lars_multi_norms',
+                       'chainer_lars_multi_momentum']] * 2
+
+
 @pytest.mark.parametrize('multi_tensor', [True, False])
 def test_zero_weight_array_moves_as_on_the_cpu(gpu, multi_tensor):
     # ||w|| = 0 is not above the threshold (0 for both forms here): r = 1,
@@ -387,6 +443,7 @@ def test_lars_per_array_launches_twice_per_array(gpu):
              chainer_lars.GradientLARS(weight_decay=1e-4,
                                        multi_tensor=False, clip=True)),
     lambda: (chainer_lars.LARS(), None),
+    lambda: (chainer_lars.LAMB(), None),
 ])
 @pytest.mark.parametrize('dtype', DTYPES)
 def test_no_transfer_to_the_host_in_an_update(gpu, make, dtype):
@@ -409,6 +466,7 @@ def test_no_transfer_to_the_host_in_an_update(gpu, make, dtype):
     lambda: (optimizers.MomentumSGD(lr=0.05),
              chainer_lars.GradientLARS(multi_tensor=False)),
     lambda: (chainer_lars.LARS(), None),
+    lambda: (chainer_lars.LAMB(), None),
 ])
 def test_table_is_reused_until_a_pointer_changes(gpu, make, monkeypatch):
     builds = []
@@ -451,6 +509,7 @@ extern "C" __global__ void chainer_lars_test_spin(long long cycles) {
              chainer_lars.GradientLARS(weight_decay=1e-4,
                                        multi_tensor=False)),
     lambda: (chainer_lars.LARS(), None),
+    lambda: (chainer_lars.LAMB(), None),
 ])
 def test_no_host_synchronisation(gpu, make):
     # A kernel that keeps the device busy for about a second is queued
@@ -684,3 +743,86 @@ def test_dynamic_loss_scaling_checks_with_one_transfer(gpu):
 
 def _bytes(link):
     return {path: array.tobytes() for path, array in _host(link).items()}
+
+
+LAMB_CASES = [
+    dict(),
+    dict(alpha=0.05, beta1=0.8, beta2=0.99, eps=1e-3, eta=0.5,
+         weight_decay_rate=0.1, exclude_from_weight_decay=['/b$', 'l2/'],
+         exclude_from_layer_adaptation=['l1/', 'l3/W']),
+]
+LAMB_RUNS = ([(kwargs, 'static', True) for kwargs in LAMB_CASES]
+             + [(LAMB_CASES[1], scaling, True)
+                for scaling in (None, 'dynamic')]
+             + [(LAMB_CASES[1], 'static', False)])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('kwargs, scaling, multi_tensor', LAMB_RUNS)
+def test_lamb_agrees_with_cpu(gpu, dtype, kwargs, scaling, multi_tensor):
+    _check_lamb(gpu, dtype, dict(kwargs, multi_tensor=multi_tensor),
+                scaling, MIXED)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_lamb_agrees_with_cpu_at_every_size(gpu, dtype):
+    _check_lamb(gpu, dtype, LAMB_CASES[1], 'static', SIZES)
+
+
+def _check_lamb(gpu, dtype, kwargs, scaling, sizes):
+    # Gradients near 1: float16 moments hold their squares.
+    cpu, dev = _pair(gpu, sizes, dtype)
+    opts = [_run(model, chainer_lars.LAMB(**kwargs), None, scaling,
+                 steps=3) for model in (cpu, dev)]
+    _assert_close(_host(dev), _host(cpu), dtype, factor=4)
+    for key in ('m', 'v'):
+        _assert_close(*({path: numpy.asarray(cuda.to_cpu(
+            p.update_rule.state[key]), numpy.float64)
+            for path, p in model.namedparams()} for model in (dev, cpu)),
+            dtype, factor=4)
+    _assert_same_observations(opts, dtype)
+
+
+@pytest.mark.parametrize('scaling', [None, 'static', 'dynamic'])
+def test_lamb_mixed16_batched_agrees_with_the_rule_path(gpu, scaling):
+    """As LARS's: the mixed16 group's kernels against the rule's path on
+    the device and against the CPU."""
+    cpu = Params(MIXED, numpy.float16)
+    devs = [gpu.send(Params(MIXED, numpy.float16)) for _ in range(2)]
+    opts = [_run(model, chainer_lars.LAMB(
+        alpha=0.01, weight_decay_rate=1e-2, multi_tensor=multi_tensor),
+        None, scaling, fp32_update=True, steps=3, g_scale=1e-2)
+        for model, multi_tensor in ((cpu, True), (devs[0], True),
+                                    (devs[1], False))]
+    assert all(g.halves is not None for g in opts[1]._plans.plan.groups)
+    batched, per_rule = devs
+    for expected in (per_rule, cpu):
+        _assert_close(_masters(batched), _masters(expected), numpy.float32,
+                      factor=4)
+        for path, half in _host(batched).items():
+            other = _host(expected)[path]
+            ulp = numpy.spacing(numpy.maximum(
+                numpy.abs(half), numpy.abs(other)).astype(numpy.float16))
+            assert (numpy.abs(half - other) <= ulp).all(), path
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_lamb_launches_twice_per_dtype(gpu, dtype):
+    _, dev = _pair(gpu, MIXED, dtype)
+    opt = chainer_lars.LAMB()
+    opt.setup(dev)
+    opt.update()  # the first update of a rule makes its state: per rule
+    del gpu.launches[:]
+    opt.update()
+    assert gpu.launches == ['chainer_lars_lamb_norms',
+                            'chainer_lars_lamb_step']
+
+
+def test_lamb_per_array_launches_twice_per_array(gpu):
+    _, dev = _pair(gpu, MIXED, numpy.float32)
+    opt = chainer_lars.LAMB(multi_tensor=False)
+    opt.setup(dev)
+    opt.update()
+    arrays = sum(1 for p in dev.params() if p.size)
+    assert gpu.launches == ['chainer_lars_lamb_norms',
+                            'chainer_lars_lamb_step'] * arrays

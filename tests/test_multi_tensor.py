@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 
 class Mixed(chainer.Chain):
 
-    """float32 and float16 links side by side (fp16 takes the rule path)."""
+    """float32 and float16 links side by side."""
 
     def __init__(self):
         super(Mixed, self).__init__()
@@ -59,7 +59,11 @@ def state_of(model, opt):
             if rule.state:
                 entry.extend(sorted((k, v.tobytes())
                                     for k, v in rule.state.items()))
+            master = rule._fp32_param
+            if master is not None and master.array is not None:
+                entry.append(master.array.tobytes())
         state[path] = entry
+    state['loss_scale'] = opt._loss_scale
     return state
 
 
@@ -300,14 +304,66 @@ def fp32_update_at_first_step(opt, step, scale):
         opt.loss_scaling(scale=scale)
 
 
-def test_float16_master_copies_take_the_rule_path():
+@pytest.mark.parametrize('scale', [64.0, 3.0, None])
+@pytest.mark.parametrize('nesterov', [False, True])
+def test_float16_master_copies_are_batched_as_their_rules_step(scale,
+                                                               nesterov):
+    """Mixed16: the first update makes the masters on the rule's path; from
+    the second the batched step updates master, momentum and float16
+    weight bit for bit as Chainer's fp32 update of the rule does."""
     def step_fn(model, opt, step):
-        fp32_update_at_first_step(opt, step, 64.0)
+        if step == 0:
+            opt.use_fp32_update()
+            if scale is not None:
+                opt.loss_scaling(scale=scale)
         train_step()(model, opt, step)
 
-    (model, opt), _ = run_both(make_mixed, 4, step_fn, **KWARGS)
-    assert batched_paths(opt) == ['/a/W', '/a/b']
-    assert model.h.W.update_rule._fp32_param.array.dtype == numpy.float32
+    (model, opt), _ = run_both(make_mixed, 4, step_fn, nesterov=nesterov,
+                               **KWARGS)
+    mixed = [group for group in opt._plans.plan.groups
+             if group.halves is not None]
+    assert [group.paths for group in mixed] == [['/h/W', '/h/b']]
+    assert batched_paths(opt) == ['/a/W', '/a/b', '/h/W', '/h/b']
+    for path, half in zip(mixed[0].paths, mixed[0].halves):
+        param = dict(model.namedparams())[path]
+        assert half is param.array and half.dtype == numpy.float16
+        master = param.update_rule._fp32_param.array
+        assert master.dtype == numpy.float32
+        assert half.tobytes() == master.astype(numpy.float16).tobytes()
+
+
+def test_float16_master_copies_through_an_overflow_with_dynamic_scaling():
+    """Dynamic loss scaling from 2 ** 10: an infinite float16 gradient at
+    the third update skips it and halves the scale; the batched mixed16
+    update and Chainer's fp32 update of each rule stay equal bit for bit,
+    the loss scale and the skip included."""
+    def step_fn(model, opt, step):
+        if step == 0:
+            opt.use_fp32_update()
+            opt.loss_scaling(interval=1000)
+            opt._loss_scale = 2.0 ** 10  # dynamic scaling starts at 1
+        x, t = ref.batch(step)
+        model.cleargrads()
+        ref.loss_fn(model, x, t)().backward(loss_scale=opt._loss_scale)
+        if step == 2:
+            model.h.W.grad[0, 0] = numpy.inf
+        with pytest.warns(UserWarning) if step == 2 else _no_warning():
+            opt.update()
+
+    runs = run_both(make_mixed, 5, step_fn, **KWARGS)
+    assert runs[0][1]._loss_scale == runs[1][1]._loss_scale
+    assert [opt.t for _, opt in runs] == [5, 5]
+    mixed = [g for g in runs[0][1]._plans.plan.groups if g.halves is not None]
+    assert [g.paths for g in mixed] == [['/h/W', '/h/b']]
+
+
+class _no_warning(object):
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def test_parameters_added_after_setup():

@@ -110,9 +110,26 @@ def write(tmp_path, name, text):
 def test_table_of_the_runs(results, runs):
     args = argparse.Namespace(
         batchsizes=[128, 8192], optimizers=list(OPTIMIZERS), seeds=[0, 1])
-    logs = {key: [{'epoch': 1, 'validation/main/accuracy': value}]
+    logs = {key: [{'epoch': 1, 'test/main/accuracy': value}]
             for key, value in ACCURACIES.items()}
     assert results.table(logs, args) == (HEADER, ROWS)
+
+
+def test_old_logs_read_as_new_ones(results, tmp_path):
+    """Logs written before the test set was named test/ (Chainer's
+    validation/ was the test set's, val/ the held-out split's) read with
+    today's names, and so make the same tables and figures."""
+    old = [{'epoch': 1, 'main/loss': 0.5, 'validation/main/accuracy': 0.97,
+            'validation/main/loss': 0.1, 'val/main/accuracy': 0.96}]
+    (tmp_path / 'log').write_text(json.dumps(old))
+    assert results.read_log(str(tmp_path)) == [
+        {'epoch': 1, 'main/loss': 0.5, 'test/main/accuracy': 0.97,
+         'test/main/loss': 0.1, 'val/main/accuracy': 0.96}]
+    # Today's logs are read as they are.
+    new = [{'epoch': 1, 'test/main/accuracy': 0.97,
+            'val/main/accuracy': 0.96}]
+    (tmp_path / 'log').write_text(json.dumps(new))
+    assert results.read_log(str(tmp_path)) == new
 
 
 @pytest.mark.parametrize('name,text', [('README.md', MARKDOWN),
@@ -251,70 +268,107 @@ def curve_logs(args, bad):
                 logs[batchsize, optimizer, seed] = [
                     {'epoch': e,
                      'main/loss': float('nan') if diverges and e else 1.0,
-                     'validation/main/accuracy': 0.098 if diverges and e
+                     'test/main/accuracy': 0.098 if diverges and e
                      else 0.5 + e / 10 + seed / 100}
                     for e in range(2 if diverges else 3)]
     return logs
 
 
 def drawn(line):
-    return [(x, round(y, 6)) for x, y in zip(line.get_xdata(),
-                                             line.get_ydata())
+    return [(round(x, 6), round(y, 6)) for x, y in zip(line.get_xdata(),
+                                                       line.get_ydata())
             if y == y]
 
 
 def test_every_curve_shows_and_a_diverged_one_says_so(results):
-    """The LARS variants coincide: big hollow circles around crosses, no
-    band that would read as a range of seeds; one seed: no band at all. A
+    """Test accuracy in %, one panel a batch size: the LARS variants'
+    points coincide, so each optimizer has its own marker and its points
+    are drawn side by side around each epoch; one seed: no range. A
     diverged run is not drawn from the epoch its loss stopped being
-    finite, and says so."""
+    finite, and a note says so where no point is."""
     args = argparse.Namespace(batchsizes=[128, 8192],
                               optimizers=list(OPTIMIZERS), seeds=[0])
     logs = curve_logs(args, lambda b, o, s: b == 8192 and o == 'momentum')
     figure = results.draw(logs, args)
+    # No run reaches 90 %: one row, no zoom.
     first, second = figure.axes
+    assert first.get_ylabel() == 'test accuracy (%)'
+    assert first.get_ylim() == (0, 100)
     lines = {line.get_label(): line for line in first.get_lines()}
-    assert lines['lars'].get_marker() == 'o'
-    assert lines['lars'].get_markerfacecolor() == 'none'
-    assert lines['momentum-lars'].get_marker() == 'x'
-    assert (lines['lars'].get_markersize()
-            > lines['momentum-lars'].get_markersize())
-    assert len({line.get_linewidth() for line in lines.values()}) == 1
+    markers = {name: line.get_marker() for name, line in lines.items()}
+    assert len(set(markers.values())) == 3, markers
     assert not first.collections and not second.collections
     assert [t.get_text() for t in figure.legends[0].get_texts()] == list(
         OPTIMIZERS)
-    assert figure._suptitle.get_text().endswith(
+    assert figure._suptitle.get_text().splitlines()[0].endswith(
         'one run (seed 0), so no range')
     assert [t.get_text() for t in first.texts] == []
-    assert [t.get_text() for t in second.texts] == ['momentum: diverged']
+    note, = second.texts
+    assert note.get_text().startswith('momentum: diverged in epoch 1')
+    assert note.get_color() == lines['momentum'].get_color()
     momentum = [line for line in second.get_lines()
                 if line.get_label() == 'momentum'][0]
-    assert drawn(momentum) == [(0, 50.0)]
-    assert drawn(lines['lars']) == [(0, 50.0), (1, 40.0), (2, 30.0)]
+    dodge = results.DODGE
+    assert drawn(momentum) == [(-dodge, 50.0)]
+    assert drawn(lines['momentum-lars']) == [(0, 50.0), (1, 60.0),
+                                             (2, 70.0)]
+    assert drawn(lines['lars']) == [(dodge, 50.0), (1 + dodge, 60.0),
+                                    (2 + dodge, 70.0)]
     import matplotlib.pyplot as plt
     plt.close(figure)
 
 
-def test_seeds_are_a_mean_and_a_band_that_the_legend_names(results):
+def test_seeds_are_a_mean_and_a_range_that_the_title_names(results):
     args = argparse.Namespace(batchsizes=[8192], optimizers=['lars'],
                               seeds=[0, 1, 2])
     logs = curve_logs(args, lambda b, o, s: s == 2)
     figure = results.draw(logs, args)
     axes, = figure.axes
     line, = axes.get_lines()[:1]
-    # Seeds 0 and 1 (seed 2 diverged at epoch 1): errors 50, 49 at
-    # epoch 0 with seed 2's 48; then 40, 39; 30, 29.
-    assert drawn(line) == [(0, 49.0), (1, 39.5), (2, 29.5)]
-    band, = axes.collections
-    low_high = band.get_paths()[0].vertices[:, 1]
-    assert min(low_high) == pytest.approx(29) and max(
-        low_high) == pytest.approx(50)
+    # Seeds 0 and 1 (seed 2 diverged at epoch 1): accuracies 50, 51 at
+    # epoch 0 with seed 2's 52; then 60, 61; 70, 71.
+    assert drawn(line) == [(0, 51.0), (1, 60.5), (2, 70.5)]
+    # The bars: from the lowest to the highest seed.
+    bars, = axes.collections
+    ends = sorted(round(y, 6) for segment in bars.get_segments()
+                  for _, y in segment)
+    assert ends == [50, 52, 60, 61, 70, 71]
     assert [t.get_text() for t in figure.legends[0].get_texts()] == [
-        'lars', 'range over the 3 seeds']
-    assert figure._suptitle.get_text().endswith(
-        'mean of 3 seeds (0, 1, 2); shaded: their range')
-    assert [t.get_text() for t in axes.texts] == [
+        'lars']
+    assert figure._suptitle.get_text().splitlines()[0].endswith(
+        'mean of 3 seeds (0, 1, 2); bars: their range')
+    assert [t.get_text().splitlines()[0] for t in axes.texts] == [
         'lars: 1 of 3 seeds diverged']
+    import matplotlib.pyplot as plt
+    plt.close(figure)
+
+
+def test_runs_above_90_percent_get_a_zoomed_row(results):
+    """The last epoch's means are the table's cells, and where they are
+    above 90 % a second row zooms on them: 98.0 and 98.2 differ there."""
+    args = argparse.Namespace(batchsizes=[128, 8192],
+                              optimizers=list(OPTIMIZERS), seeds=[0, 1])
+    keys = [(b, o, s) for b in args.batchsizes for o in OPTIMIZERS
+            for s in args.seeds]
+    # 10 % at epoch 0; at epoch 1 98.02 % and 98.12 % at batch 8192,
+    # 98.44 % and 98.54 % at 128.
+    logs = {key: [{'epoch': e, 'main/loss': 0.1,
+                   'test/main/accuracy': 0.1 + e * (
+                       (0.8802 if key[0] == 8192 else 0.8844)
+                       + key[2] / 1000)} for e in range(2)]
+            for key in keys}
+    figure = results.draw(logs, args)
+    whole, _, zoom, _ = figure.axes
+    assert whole.get_ylim() == (0, 100)
+    # From the lowest last mean (98.07) to the highest (98.49), rounded
+    # out to whole points, the lowest less a point.
+    assert zoom.get_ylim() == (97, 99)
+    assert zoom.get_ylabel() == 'test accuracy (%), zoomed'
+    _, rows = results.table(logs, args)
+    means = [float(cell.split()[0]) for cell in rows[0][1:]]
+    last = [round(bars.lines[0].get_ydata()[-1], 2)
+            for bars in zoom.containers]
+    assert last == means
     import matplotlib.pyplot as plt
     plt.close(figure)
 

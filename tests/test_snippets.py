@@ -15,11 +15,14 @@ import ast
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 import types
 
 import pytest
 
 from tests import REPO_ROOT
+from tests import conftest
 
 
 UPDATES = 300
@@ -154,17 +157,44 @@ def _cases():
     return cases
 
 
+def in_ci():
+    """Whether ``CI`` is set to something true, as hosted CI services and
+    ``.ci/run`` set it."""
+    return os.environ.get('CI', '') not in ('', '0', 'false', 'False',
+                                            'FALSE')
+
+
 @pytest.fixture(scope='module')
-def mnist():
+def loaded():
+    """``(first_contact, data)``, or the reason no MNIST can be had.
+
+    MNIST is read where the trainers read it (``first_contact.load_mnist``:
+    ``CHAINER_DATASET_ROOT``, else Chainer's cache, downloaded there the
+    first time where the network allows).
+    """
     bench = _first_contact()
-    root = bench.dataset_root()
-    if root is None:
-        message = ('no MNIST: set CHAINER_DATASET_ROOT to a folder holding '
-                   'pfnet/chainer/mnist')
-        if os.environ.get('CI'):
-            pytest.fail(message)
-        pytest.skip(message)
-    return bench, bench.load_mnist(root)
+    try:
+        return bench, bench.load_mnist()
+    except bench.MnistMissing as e:
+        return None, str(e)
+
+
+def test_mnist_can_be_read(loaded):
+    """Says once why the snippets cannot train: fails in CI, skips
+    elsewhere (the snippets' tests then skip, pointing here)."""
+    bench, data = loaded
+    if bench is None:
+        if in_ci():
+            pytest.fail(data)
+        pytest.skip(data)
+    assert len(data[0]) == len(data[1]) and len(data[2]) == len(data[3])
+
+
+@pytest.fixture
+def mnist(loaded):
+    if loaded[0] is None:
+        pytest.skip('no MNIST: test_mnist_can_be_read says why')
+    return loaded
 
 
 def set_up(blocks, make_model):
@@ -226,3 +256,65 @@ def test_snippets_train(mnist, name):
             '{}, the snippet at line {}: {!r} reached {:.2f} % after {} '
             'updates (at least {} % expected)'.format(
                 name, line, optimizer, accuracy, UPDATES, ACCURACY))
+
+
+def _run_here(tmp_path, home, args, env=None):
+    """Runs ``python args`` with ``home`` as the home folder, no
+    CHAINER_DATASET_ROOT, no CI, and downloads sent to a closed local
+    port (they fail at once and never leave the machine)."""
+    environment = dict(os.environ, HOME=str(home), PYTHONPATH=REPO_ROOT,
+                       PYTHONWARNINGS='ignore')
+    for name in ('CHAINER_DATASET_ROOT', 'CI', 'no_proxy', 'NO_PROXY'):
+        environment.pop(name, None)
+    for name in ('http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY'):
+        environment[name] = 'http://127.0.0.1:9'
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable] + args, cwd=str(tmp_path), env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True, timeout=600)
+
+
+def _pytest_here(tmp_path, home, select, env=None):
+    return _run_here(tmp_path, home, [
+        '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+        os.path.join(REPO_ROOT, 'tests', 'test_snippets.py'), '-k', select],
+        env)
+
+
+def test_mnist_is_read_from_chainers_cache(tmp_path):
+    """A user who ran ``bash dev.sh mnist`` has MNIST in Chainer's cache,
+    ~/.chainer/dataset, and no CHAINER_DATASET_ROOT: the benchmark and
+    the snippets' tests read it there (a tiny one here)."""
+    home = tmp_path / 'home'
+    conftest._write_mnist(str(home / '.chainer' / 'dataset'))
+    result = _run_here(tmp_path, home, ['-c', (
+        'import runpy; bench = runpy.run_path({!r}); '
+        'print([len(a) for a in bench["load_mnist"]()])'.format(
+            os.path.join(REPO_ROOT, 'benchmarks', 'first_contact.py')))])
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.strip().splitlines()[-1] == '[{0}, {0}, {1}, {1}]' \
+        .format(*conftest.MNIST_SIZES)
+    result = _pytest_here(tmp_path, home, 'mnist_can_be_read')
+    assert result.returncode == 0, result.stdout
+    assert '1 passed' in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize('ci', ['true', None])
+def test_no_mnist_says_so_once_fails_in_ci_skips_elsewhere(tmp_path, ci):
+    home = tmp_path / 'home'
+    home.mkdir()
+    result = _pytest_here(
+        tmp_path, home, 'mnist_can_be_read or does_not_train',
+        env={'CI': ci} if ci else None)
+    said = 'no MNIST in the dataset root {}'.format(
+        home / '.chainer' / 'dataset')
+    if ci:
+        assert result.returncode == 1, result.stdout
+        assert '1 failed, 1 skipped' in result.stdout, result.stdout
+        assert said in result.stdout
+    else:
+        assert result.returncode == 0, result.stdout
+        assert '2 skipped' in result.stdout, result.stdout
+    # Chainer's cache is as it was: the failed download left nothing.
+    assert not (home / '.chainer' / 'dataset' / 'pfnet').exists()

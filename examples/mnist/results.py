@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import difflib
 import io
-import json
 import math
 import os
 import re
@@ -43,7 +42,7 @@ import warnings
 if not __package__:  # run as a file: examples/README.md
     import _examples_path  # NOQA
 from examples import folders  # NOQA: E402 (after the path is set)
-from examples import plotting  # NOQA: E402
+from examples import logs  # NOQA: E402
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,15 +51,15 @@ REPOSITORY = os.path.dirname(os.path.dirname(HERE))
 READMES = (os.path.join(REPOSITORY, 'README.rst'),
            os.path.join(HERE, 'README.md'))
 OPTIMIZERS = ('momentum', 'momentum-lars', 'lars')
-# The two LARS variants compute the same update, and their curves
-# coincide: lars's big hollow circles around momentum-lars's crosses let
-# both show (a wide pale line would read as a range).
-STYLES = {'momentum': {'marker': '.', 'color': 'tab:blue'},
-          'momentum-lars': {'marker': 'x', 'linestyle': '--',
-                            'color': 'tab:orange', 'zorder': 3},
-          'lars': {'marker': 'o', 'markersize': 9, 'fillstyle': 'none',
-                   'markeredgewidth': 1.5, 'color': 'tab:green',
-                   'zorder': 2}}
+# A marker and a colour each. The two LARS variants compute the same
+# update, and their points coincide: the optimizers' points are drawn
+# DODGE epochs apart, side by side around each epoch, so that all show.
+STYLES = {'momentum': {'marker': 'o', 'color': 'tab:blue'},
+          'momentum-lars': {'marker': 's', 'color': 'tab:orange'},
+          'lars': {'marker': 'D', 'color': 'tab:green'}}
+DODGE = 0.15
+# The zoomed panels show accuracies from this (%) up.
+ZOOM_FLOOR = 90.0
 
 
 # How a run is shown: as the READMEs run the trainers, as a module from the
@@ -79,9 +78,11 @@ def command(batchsize, optimizer, seed, args):
 
 
 def read_log(out):
+    """The log of the run in ``out``, its keys as the trainers name them
+    now (``examples/logs.py``: older logs name the test set
+    ``validation/main/...``), or None."""
     try:
-        with open(os.path.join(out, 'log')) as f:
-            return json.load(f)
+        return logs.read(os.path.join(out, 'log'))
     except (OSError, ValueError):
         return None
 
@@ -130,9 +131,10 @@ def run(batchsize, optimizer, seed, args):
     return read_log(out)
 
 
-def cell(logs):
-    """The mean test accuracy (%) of the runs, and its range."""
-    accuracies = [100 * log[-1]['validation/main/accuracy'] for log in logs]
+def cell(runs):
+    """The mean test accuracy (%) of the runs (their logs), and its
+    range."""
+    accuracies = [100 * log[-1]['test/main/accuracy'] for log in runs]
     text = '{:.2f}'.format(sum(accuracies) / len(accuracies))
     if len(accuracies) > 1:
         text += ' ({:.2f}-{:.2f})'.format(min(accuracies), max(accuracies))
@@ -349,60 +351,75 @@ def diverged(log):
                for entry in log)
 
 
-def error_curve(log):
-    """A run's test error (%) by epoch, NaN from the epoch its loss was
-    not finite: a diverged model's error is no model's."""
-    error, dead = [], False
+def accuracy_curve(log):
+    """A run's test accuracy (%) by epoch, NaN from the epoch its loss was
+    not finite: a diverged model's accuracy is no model's."""
+    accuracy, dead = [], False
     for entry in log:
         dead = dead or not math.isfinite(entry.get('main/loss', 0.0))
-        error.append(math.nan if dead else
-                     100 - 100 * entry['validation/main/accuracy'])
-    return [entry['epoch'] for entry in log], error
+        accuracy.append(math.nan if dead else
+                        100 * entry['test/main/accuracy'])
+    return [entry['epoch'] for entry in log], accuracy
 
 
 def seeds_text(seeds):
     if len(seeds) == 1:
         return 'one run (seed {}), so no range'.format(seeds[0])
-    return 'mean of {} seeds ({}); shaded: their range'.format(
+    return 'mean of {} seeds ({}); bars: their range'.format(
         len(seeds), ', '.join(map(str, seeds)))
 
 
-def draw(results, args):
-    """Test error per epoch, one panel per batch size, seeds averaged.
+def zoom_range(values):
+    """The accuracy (%) range of the zoomed panels, or None: from the
+    lowest of ``values`` (the last epoch's means) to the highest accuracy
+    drawn, in whole points, within 90 to 100; None where no mean reaches
+    90 %."""
+    finite = _finite(values)
+    if not finite or max(finite) < ZOOM_FLOOR:
+        return None
+    low = max(ZOOM_FLOOR, math.floor(min(finite)) - 1)
+    high = min(100.0, math.floor(max(finite)) + 1)
+    return low, high
 
-    The error is drawn on a log scale, so that runs near 1% and runs far
-    from it show on the same axes. With several seeds, the line is their
-    mean and a shaded band their range (min to max); the title says how
-    many seeds each line holds. The two LARS variants compute the same
-    update and their curves coincide: ``lars`` is drawn as big hollow
-    circles around ``momentum-lars``'s crosses, so that both show. A run
-    whose loss stopped being finite is not drawn from that epoch: a
-    dotted line marks the epoch, labelled "diverged" (or how many of the
-    seeds did). Returns the figure.
+
+def draw(results, args):
+    """Test accuracy per epoch, one column per batch size, seeds averaged.
+
+    The top row draws the whole run, from 0 to 100 %; the row below
+    zooms on the last epochs' range above 90 % (``zoom_range``), where
+    the optimizers differ by tenths of a point (none where no run reaches
+    90 %). The points of the last epoch are the tables' cells. With
+    several seeds, a point is their mean and a bar their range (min to
+    max); the title says how many seeds each point holds. The two LARS
+    variants compute the same update and their points coincide: the
+    optimizers' points are drawn side by side around each epoch
+    (``DODGE``), each with its own marker, so that all show. A run whose
+    loss stopped being finite is not drawn from that epoch: a dotted line
+    marks the epoch, and a note in the corner says which optimizer
+    diverged (or how many of its seeds did). Returns the figure.
     """
     import matplotlib
     matplotlib.use('Agg')
-    import matplotlib.patches
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    figure, axes = plt.subplots(
-        1, len(args.batchsizes), sharey=True, squeeze=False,
-        figsize=(4 * len(args.batchsizes), 4))
-    for ax, batchsize in zip(axes[0], args.batchsizes):
-        for optimizer in args.optimizers:
-            curves = [error_curve(results[batchsize, optimizer, seed])
+    columns = len(args.batchsizes)
+    drawn = {}  # (batchsize, optimizer): (x, mean, low, high)
+    finals, notes = [], {}
+    for batchsize in args.batchsizes:
+        notes[batchsize] = []
+        for i, optimizer in enumerate(args.optimizers):
+            curves = [accuracy_curve(results[batchsize, optimizer, seed])
                       for seed in args.seeds]
             epochs = max((c[0] for c in curves), key=len)
             values = by_epoch([c[1] for c in curves], len(epochs))
-            mean = [_nanmean(column) for column in values]
-            style = dict(STYLES.get(optimizer, {}))
-            line, = ax.plot(epochs, mean, label=optimizer, **style)
-            if len(args.seeds) > 1:
-                ax.fill_between(
-                    epochs, [_nanmin(column) for column in values],
-                    [_nanmax(column) for column in values],
-                    color=line.get_color(), alpha=0.15, linewidth=0)
+            shift = (i - (len(args.optimizers) - 1) / 2) * DODGE
+            drawn[batchsize, optimizer] = (
+                [e + shift for e in epochs],
+                [_nanmean(column) for column in values],
+                [_nanmin(column) for column in values],
+                [_nanmax(column) for column in values])
+            finals.append(drawn[batchsize, optimizer][1][-1])
             gone = [seed for seed in args.seeds
                     if diverged(results[batchsize, optimizer, seed])]
             if gone:
@@ -411,35 +428,62 @@ def draw(results, args):
                          results[batchsize, optimizer, seed]
                          if not math.isfinite(entry.get('main/loss', 0.0)))
                     for seed in gone)
-                ax.axvline(first, color=line.get_color(), linestyle=':')
-                ax.annotate(
-                    '{}: diverged'.format(optimizer) if len(gone) == len(
-                        args.seeds) else '{}: {} of {} seeds diverged'
-                    .format(optimizer, len(gone), len(args.seeds)),
-                    # left of the line (the last epoch is at the
-                    # edge), side by side where several diverged at once
-                    xy=(first, 60), xytext=(-3 - 11 * len(ax.texts), 0),
-                    textcoords='offset points', rotation=90, ha='right',
-                    va='top', color=line.get_color(), fontsize=9)
-        ax.set_title('batch {}'.format(batchsize))
-        ax.set_xlabel('epoch')
-        ax.xaxis.set_major_locator(
-            matplotlib.ticker.MaxNLocator(integer=True))
-        ax.set_yscale('log')
-        plotting.plain_log_ticks(ax.yaxis)
-        ax.grid(True, which='both', alpha=0.4)
-    axes[0][0].set_ylabel('test error (%, log scale)')
-    axes[0][0].set_ylim(1, 100)
-    figure.suptitle('MNIST MLP, test error after each epoch: {}'.format(
-        seeds_text(args.seeds)), fontsize=10)
+                notes[batchsize].append((first, optimizer, (
+                    '{}: diverged in epoch {}\n(not drawn from there)'
+                    .format(optimizer, first)
+                    if len(gone) == len(args.seeds) else
+                    '{}: {} of {} seeds diverged\n(from epoch {}; drawn: '
+                    'the others)'.format(optimizer, len(gone),
+                                         len(args.seeds), first))))
+    zoom = zoom_range(finals)
+    rows = 1 if zoom is None else 2
+    figure, axes = plt.subplots(
+        rows, columns, sharex='col', sharey='row', squeeze=False,
+        figsize=(4 * columns, 3.2 + 3.0 * (rows - 1)),
+        gridspec_kw={'height_ratios': (2, 3)[:rows]})
+    for column, batchsize in enumerate(args.batchsizes):
+        for row in range(rows):
+            ax = axes[row][column]
+            for optimizer in args.optimizers:
+                x, mean, low, high = drawn[batchsize, optimizer]
+                style = dict(STYLES.get(optimizer, {}), markersize=4,
+                             linewidth=1.2, label=optimizer)
+                if len(args.seeds) > 1:
+                    ax.errorbar(x, mean, yerr=[
+                        [m - v for m, v in zip(mean, low)],
+                        [v - m for m, v in zip(mean, high)]],
+                        capsize=2, elinewidth=1, **style)
+                else:
+                    ax.plot(x, mean, **style)
+            for first, optimizer, _ in notes[batchsize]:
+                ax.axvline(first, linestyle=':', color=STYLES.get(
+                    optimizer, {}).get('color', 'gray'))
+            ax.xaxis.set_major_locator(
+                matplotlib.ticker.MaxNLocator(integer=True))
+            ax.grid(True, alpha=0.4)
+        top = axes[0][column]
+        top.set_title('batch {}'.format(batchsize))
+        # In the lower right corner, which the rising curves leave empty.
+        for k, (_, optimizer, text) in enumerate(notes[batchsize]):
+            top.text(0.97, 0.05 + 0.2 * k, text, transform=top.transAxes,
+                     ha='right', va='bottom', fontsize=8,
+                     color=STYLES.get(optimizer, {}).get('color', 'gray'))
+        axes[-1][column].set_xlabel('epoch')
+    axes[0][0].set_ylabel('test accuracy (%)')
+    axes[0][0].set_ylim(0, 100)
+    if zoom is not None:
+        axes[1][0].set_ylabel('test accuracy (%), zoomed')
+        axes[1][0].set_ylim(*zoom)
+    figure.suptitle(
+        'MNIST MLP, test accuracy after each epoch: {}\nthe last epoch\'s '
+        'points are the tables\' cells; the optimizers\' points are drawn '
+        'side by side around each epoch'.format(seeds_text(args.seeds)),
+        fontsize=10)
     # One legend for all panels, below them, where it hides no curve.
     handles, labels = axes[0][0].get_legend_handles_labels()
-    if len(args.seeds) > 1:
-        handles.append(matplotlib.patches.Patch(color='gray', alpha=0.3))
-        labels.append('range over the {} seeds'.format(len(args.seeds)))
     figure.legend(handles, labels, loc='lower center', ncol=len(labels),
                   frameon=False)
-    figure.tight_layout(rect=(0, 0.08, 1, 1))
+    figure.tight_layout(rect=(0, 0.06 if rows == 2 else 0.09, 1, 1))
     return figure
 
 
@@ -636,7 +680,7 @@ def main(argv=None):
     parser.add_argument('--rerun', action='store_true',
                         help='Run again the configurations already done')
     parser.add_argument('--noplot', dest='plot', action='store_false',
-                        help='Do not draw error.png')
+                        help='Do not draw accuracy.png')
     parser.add_argument('--keep-snapshots', action='store_true',
                         help='Keep the snapshots of each run (by default '
                         'they are deleted once it ends)')
@@ -683,7 +727,7 @@ def main(argv=None):
         with open(os.path.join(args.out, name), 'w') as f:
             f.write(text)
     if args.plot:
-        plot(results, args, os.path.join(args.out, 'error.png'))
+        plot(results, args, os.path.join(args.out, 'accuracy.png'))
     print(md)
     return 0
 

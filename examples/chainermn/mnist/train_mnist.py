@@ -180,6 +180,8 @@ def run(args):
     global_batchsize = args.batchsize * comm.size
     args.lr = cli.derived_lr(cli.usage_error, args, global_batchsize)
     cli.check_resume(args, processes=comm.size)
+    if comm.rank == 0:
+        cli.warn_of_slow_precision(args)
 
     if comm.rank == 0:
         lines = [
@@ -192,7 +194,7 @@ def run(args):
         if args.dataset != 'mnist':
             lines.append('# dataset: {}, ResNet-{}, BatchNorm statistics {}'
                          .format(args.dataset, args.depth, args.batchnorm))
-        cli.print_banner(args, *lines)
+        cli.print_banner(args, *lines, batch=global_batchsize)
 
     # Every process draws weights; the first update replaces them with
     # rank 0's.

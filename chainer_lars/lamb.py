@@ -1,0 +1,172 @@
+"""LAMB, a face of :mod:`chainer_lars.engine` with the names of Chainer's
+``Adam``: :class:`LAMB` updates its arrays in groups, :class:`LAMBRule`
+one array as a group of one."""
+
+import math
+import operator
+
+import numpy
+
+from chainer import optimizer
+
+from chainer_lars import checks
+from chainer_lars import exclusions
+from chainer_lars import layout as L
+from chainer_lars import optimizer as fused
+
+
+_default_hyperparam = optimizer.Hyperparameter()
+_default_hyperparam.alpha = 0.001
+_default_hyperparam.beta1 = 0.9
+_default_hyperparam.beta2 = 0.999
+_default_hyperparam.eps = 1e-6
+_default_hyperparam.eta = 1.0
+_default_hyperparam.weight_decay_rate = 0.0
+
+_HYPER = ('alpha', 'beta1', 'beta2', 'eps', 'eta', 'weight_decay_rate')
+
+
+def _alpha_t(self):
+    """float: Adam's bias-corrected rate ``alpha sqrt(1 - beta2^t) / (1 -
+    beta1^t)`` at step ``t`` (Chainer's ``alpha_t``); ``lr`` is the same."""
+    hp, t = self.hyperparam, self.t
+    if t == 0:
+        raise RuntimeError(
+            "Can't determine the learning rate of LAMB optimizer because "
+            'the update steps have not been started.')
+    return (hp.alpha * math.sqrt(1.0 - math.pow(hp.beta2, t))
+            / (1.0 - math.pow(hp.beta1, t)))
+
+
+def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
+    """LAMB's settings rows (``values``: one tuple of ``_HYPER`` or one a
+    row; ``steps``: the step ``t`` of each), checked as :class:`LAMB`
+    checks assignments: values set on a hyperparameter directly fail at
+    the update. As in Chainer's ``Adam``, ``eps`` must not round to 0 in
+    the arrays' compute dtype (float32 for float16 ``dtype``)."""
+    v = numpy.empty((len(rows), len(_HYPER)))
+    v[...] = values
+    alpha, b1, b2, eps, eta, wd = v.T
+    with numpy.errstate(invalid='ignore'):
+        ok = (numpy.isfinite(v).all(axis=1) & (v >= 0).all(axis=1)
+              & (b1 < 1) & (b2 < 1))
+    for k in numpy.flatnonzero(~ok)[:1]:
+        for j, name in enumerate(_HYPER):
+            getattr(LAMB, name).check(v[k, j], (
+                'LAMB hyperparameter {} of {}'.format(name, paths[k])))
+    ct = numpy.promote_types(numpy.float32, dtype)
+    for k in numpy.flatnonzero((eps != 0) & (eps.astype(ct) == 0))[:1]:
+        raise ValueError('eps of LAMB optimizer is too small for {} ({}), '
+                         'at {}'.format(ct.name, eps[k], paths[k]))
+    t = numpy.asarray(steps, numpy.float64)
+    rows[:, L.LR] = alpha * eta
+    rows[:, L.BETA1], rows[:, L.BETA2] = b1, b2
+    rows[:, L.CORRECTION1] = 1.0 - b1 ** t
+    rows[:, L.CORRECTION2] = 1.0 - b2 ** t
+    rows[:, L.EPS] = eps
+    rows[:, L.WEIGHT_DECAY] = wd * uses_wd
+    rows[:, L.ADAPT] = adapt
+
+
+class LAMBRule(fused.FusedRule):
+
+    """Update rule of :class:`LAMB` for one parameter array (reads its
+    hyperparameters at every update; state ``m`` and ``v``).
+
+    Args:
+        parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
+        uses_weight_decay (bool): ``False``: no weight decay on this array.
+        uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
+
+    Attributes:
+        uses_weight_decay (bool): As the argument.
+        uses_adaptation (bool): As the argument.
+
+    """
+
+    _face, STATES, OP, _STEPPED = 'LAMB', ('m', 'v'), L.LAMB, True
+    _VALUES = operator.attrgetter(*_HYPER)
+    _RULE_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
+    _DEFAULTS, _fill_rows = _default_hyperparam, staticmethod(_fill_rows)
+    alpha_t = lr = property(_alpha_t)
+
+
+class LAMB(fused.FusedMethod):
+
+    """Adam with layer-wise adaptive rate scaling (`LAMB
+    <https://arxiv.org/abs/1904.00962>`_, Algorithm 2). Per array, step
+    :math:`t` from 1, :math:`g` unscaled,
+
+    .. math::
+
+        m &\\leftarrow \\beta_1 m + (1 - \\beta_1) g, \\qquad
+        v \\leftarrow \\beta_2 v + (1 - \\beta_2) g^2, \\\\
+        r &= \\frac{m / (1 - \\beta_1^t)}{\\sqrt{v / (1 - \\beta_2^t)}
+             + \\epsilon} + \\lambda w, \\qquad
+        w \\leftarrow w - \\alpha \\eta \\frac{\\|w\\|}{\\|r\\|} r,
+
+    the ratio 1 where :math:`\\|w\\|` or :math:`\\|r\\|` is 0 or the array is
+    excluded from adaptation, :math:`\\lambda` 0 where it is excluded from
+    weight decay. The names are those of Chainer's
+    :class:`~chainer.optimizers.Adam` (the weight decay decoupled, as in
+    it); no gradient clipping. An adapted array moves by ``alpha * eta``
+    times its own norm per update: start from the defaults and scale
+    ``alpha`` with the batch (with a warm-up), or drive ``eta``.
+
+    Args:
+        alpha (float): The rate :math:`\\alpha`.
+        beta1 (float): Decay rate of the first moment, in ``[0, 1)``.
+        beta2 (float): Decay rate of the second moment, in ``[0, 1)``.
+        eps (float): :math:`\\epsilon`, for numerical stability.
+        eta (float): Schedule multiplier :math:`\\eta`.
+        weight_decay_rate (float): :math:`\\lambda`.
+        exclude_from_weight_decay (list of str): Regular expressions
+            searched in the parameter paths (e.g. ``'/b$'``).
+        exclude_from_layer_adaptation (list of str): Likewise: ratio 1.
+        multi_tensor (bool): Update each device's and dtype's together.
+
+    Attributes:
+        alpha (float): The rate; settable (e.g. by a schedule) and checked
+            on assignment, as are the four below and ``eta``.
+        beta1 (float): The first moment's decay rate.
+        beta2 (float): The second moment's decay rate.
+        eps (float): The term added to the denominator.
+        weight_decay_rate (float): The weight decay rate.
+        eta (float): The schedule multiplier.
+        exclude_from_weight_decay (tuple of str): The patterns, read only.
+        exclude_from_layer_adaptation (tuple of str): Likewise.
+
+    """
+
+    _rule, _face = LAMBRule, 'LAMB'
+
+    def __init__(self, alpha=_default_hyperparam.alpha,
+                 beta1=_default_hyperparam.beta1,
+                 beta2=_default_hyperparam.beta2,
+                 eps=_default_hyperparam.eps,
+                 eta=_default_hyperparam.eta,
+                 weight_decay_rate=_default_hyperparam.weight_decay_rate,
+                 exclude_from_weight_decay=(),
+                 exclude_from_layer_adaptation=(), multi_tensor=True):
+        super(LAMB, self).__init__(multi_tensor)
+        self.alpha = alpha
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.eps = eps
+        self.eta = eta
+        self.weight_decay_rate = weight_decay_rate
+        self._rules = exclusions.ExclusionRules(
+            exclude_from_weight_decay, exclude_from_layer_adaptation)
+
+    alpha = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    beta1 = checks.CheckedHyperparameter(checks.real, minimum=0.0,
+                                         maximum=1.0)
+    beta2 = checks.CheckedHyperparameter(checks.real, minimum=0.0,
+                                         maximum=1.0)
+    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    eta = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    weight_decay_rate = checks.CheckedHyperparameter(checks.real,
+                                                     minimum=0.0)
+    _REPR = _HYPER + ('exclude_from_weight_decay',
+                      'exclude_from_layer_adaptation', '_multi_tensor')
+    alpha_t = lr = property(_alpha_t)

@@ -1,0 +1,584 @@
+"""LAMB against Algorithm 2 written out in float64 (tests/lamb_reference.py),
+update by update: before each update the arrays as stored are read, and
+the reference's one step from them is what the update must leave, within
+the rounding of the dtype. The GPU path is in tests/test_gpu.py."""
+
+import copy
+import io
+import math
+import pickle
+
+import numpy
+import pytest
+
+from chainer import optimizers
+from chainer import serializers
+
+import chainer_lars
+from chainer_lars import cpu
+from tests import lamb_reference as ref
+from tests import lars_reference
+from tests.lars_reference import EXCLUDED_FLAGS
+from tests.lars_reference import EXCLUDE_FROM_LAYER_ADAPTATION
+from tests.lars_reference import EXCLUDE_FROM_WEIGHT_DECAY
+from tests.lars_reference import Net
+
+
+DTYPES = [numpy.float16, numpy.float32, numpy.float64]
+#: Relative tolerance of one update, by dtype (of the largest value).
+RTOL = {numpy.float16: 4e-3, numpy.float32: 2e-6, numpy.float64: 1e-12}
+HYPER = ('alpha', 'beta1', 'beta2', 'eps', 'eta', 'weight_decay_rate')
+CASES = [
+    dict(),
+    dict(alpha=0.05, beta1=0.8, beta2=0.99, eps=1e-3, eta=0.5,
+         weight_decay_rate=0.1,
+         exclude_from_weight_decay=EXCLUDE_FROM_WEIGHT_DECAY,
+         exclude_from_layer_adaptation=EXCLUDE_FROM_LAYER_ADAPTATION),
+]
+
+
+def _model(dtype=numpy.float32, seed=0):
+    model = Net(dtype)
+    lars_reference.fill(model, seed)
+    return model
+
+
+def _set_grads(model, seed, scale=1.0, loss_scale=None):
+    """Random gradients (times ``loss_scale``, as backward leaves them)."""
+    rng = numpy.random.RandomState(seed)
+    for _, param in sorted(model.namedparams()):
+        g = rng.standard_normal(param.shape) * scale
+        if loss_scale is not None:
+            g *= loss_scale
+        param.grad = g.astype(param.dtype)
+        param._loss_scale = loss_scale
+
+
+def _before(model, loss_scale=None):
+    """``{path: (w, g unscaled, m, v, t)}`` in float64, as stored."""
+    out = {}
+    for path, p in model.namedparams():
+        rule, f = p.update_rule, lambda a: numpy.array(a, numpy.float64)
+        zeros = numpy.zeros(p.shape)
+        state = rule.state or {}
+        out[path] = (f(p.array), f(p.grad) / (loss_scale or 1.0),
+                     f(state.get('m', zeros)), f(state.get('v', zeros)),
+                     rule.t)
+    return out
+
+
+def _hyper(opt):
+    return {name: getattr(opt, name) for name in HYPER}
+
+
+def _check(model, before, hyper, flags=None, rtol=2e-6):
+    """Each array, its ``m`` and ``v`` are the reference's step from
+    ``before``; returns the reference ratios."""
+    ratios = {}
+    for path, p in model.namedparams():
+        w, g, m, v, t = before[path]
+        uses_wd, adapt = (flags or {}).get(path, (True, True))
+        expected = ref.lamb_step(w, g, m, v, t + 1, uses_weight_decay=uses_wd,
+                                 uses_adaptation=adapt, **hyper)
+        assert p.update_rule.t == t + 1, path
+        actual = (p.array, p.update_rule.state['m'],
+                  p.update_rule.state['v'])
+        for name, a, e in zip('wmv', actual, expected):
+            numpy.testing.assert_allclose(
+                numpy.asarray(a, numpy.float64), e, rtol=rtol,
+                atol=rtol * numpy.abs(e).max(), err_msg=path + ' ' + name)
+        ratios[path] = expected[3]
+    return ratios
+
+
+@pytest.mark.parametrize('case', CASES)
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_steps_against_reference(dtype, multi_tensor, case):
+    model = _model(dtype)
+    opt = chainer_lars.LAMB(multi_tensor=multi_tensor, **case).setup(model)
+    flags = EXCLUDED_FLAGS if 'exclude_from_weight_decay' in case else None
+    for step in range(4):
+        _set_grads(model, 100 + step)
+        before = _before(model)
+        opt.update()
+        ratios = _check(model, before, _hyper(opt), flags, RTOL[dtype])
+    observed = opt.observe()
+    adapted = [p for p in ratios if (flags or {}).get(p, (1, 1))[1]]
+    assert sorted(observed) == sorted(adapted)
+    for path in adapted:
+        assert observed[path][0] == pytest.approx(ratios[path], rel=1e-2)
+    # (ratio, ||w||, ||r||): the ratio is ||w|| / ||r|| before the step.
+    for ratio, w_norm, r_norm in observed.values():
+        assert ratio == pytest.approx(w_norm / r_norm, rel=1e-12)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_per_rule_and_fused_agree_bit_for_bit(dtype):
+    models = [_model(dtype) for _ in range(2)]
+    opts = [chainer_lars.LAMB(multi_tensor=mt, **CASES[1]).setup(model)
+            for mt, model in zip((True, False), models)]
+    for step in range(3):
+        for model, opt in zip(models, opts):
+            _set_grads(model, step)
+            opt.update()
+    assert_same_state(*models)
+    assert opts[0].observe() == opts[1].observe()
+
+
+def assert_same_state(a, b):
+    theirs = dict(b.namedparams())
+    for path, p in a.namedparams():
+        q = theirs[path]
+        assert p.array.tobytes() == q.array.tobytes(), path
+        for key in ('m', 'v'):
+            assert (p.update_rule.state[key].tobytes()
+                    == q.update_rule.state[key].tobytes()), (path, key)
+        assert p.update_rule.t == q.update_rule.t
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_zero_weights_and_zero_gradients(multi_tensor):
+    # ||w|| = 0: ratio 1, the array moves by alpha * r (it is not frozen);
+    # g = 0 with m = v = 0 and no weight decay: r = 0, nothing moves.
+    model = _model()
+    model.fc.W.array[...] = 0
+    opt = chainer_lars.LAMB(alpha=0.1, multi_tensor=multi_tensor)
+    opt.setup(model)
+    _set_grads(model, 1)
+    model.conv1.W.grad[...] = 0
+    w_conv = model.conv1.W.array.copy()
+    before = _before(model)
+    opt.update()
+    ratios = _check(model, before, _hyper(opt))
+    assert ratios['/fc/W'] == 1.0 and ratios['/conv1/W'] == 1.0
+    assert numpy.abs(model.fc.W.array).max() > 0.05
+    assert (model.conv1.W.array == w_conv).all()
+    observed = opt.observe()
+    assert observed['/fc/W'][:2] == (1.0, 0.0)
+    assert observed['/conv1/W'][0] == 1.0 and observed['/conv1/W'][2] == 0
+    assert all(numpy.isfinite(p.array).all() for p in model.params())
+
+
+def test_exclusions_act_independently():
+    model = _model()
+    opt = chainer_lars.LAMB(
+        weight_decay_rate=0.5, exclude_from_weight_decay=['/b$'],
+        exclude_from_layer_adaptation=['/fc/']).setup(model)
+    flags = {path: (p.update_rule.uses_weight_decay,
+                    p.update_rule.uses_adaptation)
+             for path, p in model.namedparams()}
+    assert flags['/fc/W'] == (True, False)  # decayed, not adapted
+    assert flags['/conv1/b'] == (False, True)  # adapted, not decayed
+    assert flags['/fc/b'] == (False, False)
+    _set_grads(model, 3)
+    before = _before(model)
+    opt.update()
+    ratios = _check(model, before, _hyper(opt), flags)
+    assert ratios['/fc/W'] == 1.0 and ratios['/conv1/b'] != 1.0
+    assert sorted(opt.observe()) == ['/bn1/beta', '/bn1/gamma', '/conv1/W',
+                                     '/conv1/b']
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_eta_and_alpha_schedules_and_rule_values(multi_tensor):
+    model = _model()
+    opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
+    for step, (alpha, eta) in enumerate([(1e-3, 0.1), (1e-3, 1.0),
+                                         (2e-2, 0.5), (0.0, 1.0)]):
+        opt.alpha, opt.eta = alpha, eta
+        _set_grads(model, step)
+        before = _before(model)
+        opt.update()
+        _check(model, before, _hyper(opt))
+    # A rule's own value, read from its hyperparameter.
+    rule = model.fc.W.update_rule
+    rule.hyperparam.beta1 = 0.5
+    _set_grads(model, 9)
+    before = _before(model)
+    opt.update()
+    others = {p: b for p, b in before.items() if p != '/fc/W'}
+    _check_subset(model, others, _hyper(opt))
+    _check_subset(model, {'/fc/W': before['/fc/W']},
+                  dict(_hyper(opt), beta1=0.5))
+
+
+def _check_subset(model, before, hyper):
+    for path, (w, g, m, v, t) in before.items():
+        p = dict(model.namedparams())[path]
+        expected = ref.lamb_step(w, g, m, v, t + 1, **hyper)[0]
+        numpy.testing.assert_allclose(p.array, expected, rtol=2e-6,
+                                      atol=1e-7, err_msg=path)
+
+
+def test_warmup_shift_drives_eta():
+    model = _model()
+    opt = chainer_lars.LAMB(alpha=0.01).setup(model)
+    shift = chainer_lars.WarmupPolynomialShift(
+        'eta', warmup_count=2, max_count=4, init=1.0, end=0.0,
+        optimizer=opt)
+    shift.initialize(None)
+    etas = []
+    for step in range(4):
+        etas.append(opt.eta)
+        _set_grads(model, step)
+        before = _before(model)
+        opt.update()
+        _check(model, before, _hyper(opt))
+        shift(None)
+    assert etas == [0.5, 1.0, 1.0, 0.25]
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_static_loss_scale_is_divided_out(dtype, multi_tensor):
+    model = _model(dtype)
+    opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
+    opt.loss_scaling(scale=2.0 ** 8)
+    for step in range(2):
+        _set_grads(model, step, scale=0.1, loss_scale=2.0 ** 8)
+        before = _before(model, 2.0 ** 8)
+        opt.update()
+        _check(model, before, _hyper(opt), rtol=RTOL[dtype])
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_dynamic_loss_scale_skips_an_overflow(multi_tensor):
+    model = _model(numpy.float16)
+    opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
+    opt.loss_scaling(interval=1000)
+    opt._loss_scale = 2.0 ** 10
+    # Gradients near 1: v, stored in float16, holds their squares.
+    _set_grads(model, 0, loss_scale=2.0 ** 10)
+    opt.update()
+    arrays = {p: (a.array.copy(), a.update_rule.state['m'].copy())
+              for p, a in model.namedparams()}
+    scale = opt._loss_scale
+    assert scale == 2.0 ** 11
+    _set_grads(model, 1, loss_scale=scale)
+    model.fc.W.grad[0, 0] = numpy.inf
+    with pytest.warns(UserWarning, match='Non finite'):
+        opt.update()
+    assert opt._loss_scale == scale / 2
+    for path, p in model.namedparams():
+        assert (p.array == arrays[path][0]).all(), path
+        assert (p.update_rule.state['m'] == arrays[path][1]).all(), path
+        assert p.update_rule.t == 1  # the bias corrections skip it too
+    _set_grads(model, 2, loss_scale=scale / 2)
+    before = _before(model, scale / 2)
+    opt.update()
+    _check(model, before, _hyper(opt), rtol=RTOL[numpy.float16])
+
+
+def _save(*objects):
+    bufs = []
+    for obj in objects:
+        buf = io.BytesIO()
+        serializers.save_npz(buf, obj)
+        buf.seek(0)
+        bufs.append(buf)
+    return bufs
+
+
+def test_fp32_master_copy_against_reference():
+    model = _model(numpy.float16)
+    opt = chainer_lars.LAMB(**dict(CASES[1], alpha=0.01)).setup(model)
+    opt.use_fp32_update()
+    for step in range(3):
+        _set_grads(model, step, scale=1e-2)
+        before = _before(model)
+        for path, p in model.namedparams():
+            master = p.update_rule._fp32_param
+            if master is not None:
+                before[path] = (numpy.array(master.array, numpy.float64),
+                                ) + before[path][1:]
+        opt.update()
+        for path, p in model.namedparams():
+            w, g, m, v, t = before[path]
+            uses_wd, adapt = EXCLUDED_FLAGS[path]
+            expected = ref.lamb_step(
+                w, g, m, v, t + 1, uses_weight_decay=uses_wd,
+                uses_adaptation=adapt, **_hyper(opt))
+            rule = p.update_rule
+            assert rule.state['v'].dtype == numpy.float32
+            for name, a, e in zip('wmv', (rule._fp32_param.array,
+                                          rule.state['m'], rule.state['v']),
+                                  expected):
+                numpy.testing.assert_allclose(
+                    a, e, rtol=2e-6, atol=2e-6 * numpy.abs(e).max(),
+                    err_msg=path + ' ' + name)
+            assert (p.array == rule._fp32_param.array.astype(
+                numpy.float16)).all()
+
+
+@pytest.mark.parametrize('scale', [64.0, 3.0, None])
+def test_mixed16_batched_equals_the_rule_path_bit_for_bit(scale):
+    # From the second update the masters are batched (a mixed16 group):
+    # gradient divided by the loss scale on the fly, master and moments
+    # stepped in float32, the float16 weight the master rounded; as
+    # Chainer's fp32 update of each rule does it.
+    models = [_model(numpy.float16) for _ in range(2)]
+    opts = [chainer_lars.LAMB(multi_tensor=mt, **dict(CASES[1], alpha=0.01))
+            .setup(model) for mt, model in zip((True, False), models)]
+    for opt in opts:
+        opt.use_fp32_update()
+        if scale is not None:
+            opt.loss_scaling(scale=scale)
+    for step in range(4):
+        for model, opt in zip(models, opts):
+            _set_grads(model, step, loss_scale=scale)
+            opt.update()
+        assert_same_state(*models)
+        assert opts[0].observe() == opts[1].observe()
+    mixed = [g for g in opts[0]._plans.plan.groups if g.halves is not None]
+    assert sorted(p for g in mixed for p in g.paths) == sorted(
+        p for p, _ in models[0].namedparams())
+    theirs = dict(models[1].namedparams())
+    for path, p in models[0].namedparams():
+        assert (p.update_rule._fp32_param.array.tobytes()
+                == theirs[path].update_rule._fp32_param.array.tobytes())
+
+
+@pytest.mark.parametrize('multi_tensor, fp32', [
+    (True, False), (False, False), (True, True)])
+def test_resume_is_bit_for_bit(multi_tensor, fp32):
+    def make():
+        model = _model(numpy.float16 if fp32 else numpy.float32)
+        opt = chainer_lars.LAMB(multi_tensor=multi_tensor,
+                                **dict(CASES[1], alpha=0.01)).setup(model)
+        if fp32:
+            opt.use_fp32_update()
+        opt.loss_scaling(interval=2)
+        opt._loss_scale = 2.0 ** 4
+        return model, opt
+
+    def train(model, opt, steps):
+        for step in steps:
+            x, t = lars_reference.batch(step, dtype=model.fc.W.dtype)
+            opt.update(lars_reference.loss_fn(model, x, t))
+
+    whole, opt_whole = make()
+    train(whole, opt_whole, range(6))
+    first, opt_first = make()
+    train(first, opt_first, range(3))
+    model_buf, opt_buf = _save(first, opt_first)
+    resumed, opt_resumed = make()
+    serializers.load_npz(model_buf, resumed)
+    serializers.load_npz(opt_buf, opt_resumed)
+    assert opt_resumed.t == 3
+    assert opt_resumed._loss_scale == opt_first._loss_scale
+    train(resumed, opt_resumed, range(3, 6))
+    assert_same_state(whole, resumed)
+    if fp32:
+        theirs = dict(resumed.namedparams())
+        for path, p in whole.namedparams():
+            assert (p.update_rule._fp32_param.array.tobytes() == theirs[
+                path].update_rule._fp32_param.array.tobytes()), path
+    assert opt_resumed._loss_scale == opt_whole._loss_scale
+
+
+@pytest.mark.parametrize('key', ['m', 'v'])
+def test_a_replaced_moment_buffer_is_the_one_updated(key):
+    # The plan knows both state buffers by identity: a buffer replaced
+    # between updates (a snapshot loaded into a new array, say) is read
+    # and written, the old one left alone, as on the per-rule path.
+    models = [_model() for _ in range(2)]
+    opts = [chainer_lars.LAMB(multi_tensor=mt).setup(model)
+            for mt, model in zip((True, False), models)]
+    for step in range(3):
+        for model, opt in zip(models, opts):
+            if step == 2:
+                state = model.fc.W.update_rule.state
+                old = state[key]
+                state[key] = old.copy()
+                kept = old.copy()
+            _set_grads(model, step)
+            opt.update()
+            if step == 2:
+                assert (old == kept).all()
+                assert not (state[key] == kept).all()
+        assert_same_state(*models)
+
+
+@pytest.mark.parametrize('how', ['deepcopy', 'pickle'])
+def test_a_copy_continues_like_the_original(how):
+    model = _model()
+    opt = chainer_lars.LAMB(**CASES[1]).setup(model)
+    _set_grads(model, 0)
+    opt.update()
+    other = (copy.deepcopy(opt) if how == 'deepcopy'
+             else pickle.loads(pickle.dumps(opt)))
+    assert other.target is not model
+    for step in range(1, 3):
+        for o in (opt, other):
+            _set_grads(o.target, step)
+            o.update()
+        assert_same_state(model, other.target)
+    assert other.observe() == opt.observe()
+
+
+@pytest.mark.parametrize('kwargs, error, words', [
+    ({'beta1': 1.0}, ValueError, 'beta1 must be less than 1'),
+    ({'beta1': -0.1}, ValueError, 'beta1 must be at least 0'),
+    ({'beta2': 1.0}, ValueError, 'beta2 must be less than 1'),
+    ({'beta2': float('nan')}, ValueError, 'beta2 must be finite'),
+    ({'alpha': -1e-3}, ValueError, 'alpha must be at least 0'),
+    ({'alpha': float('nan')}, ValueError, 'alpha must be finite'),
+    ({'eps': -1e-8}, ValueError, 'eps must be at least 0'),
+    ({'eps': float('nan')}, ValueError, 'eps must be finite'),
+    ({'weight_decay_rate': -0.1}, ValueError, 'weight_decay_rate'),
+    ({'weight_decay_rate': float('nan')}, ValueError,
+     'weight_decay_rate must be finite'),
+    ({'eta': -1.0}, ValueError, 'eta must be at least 0'),
+    ({'alpha': '0.1'}, TypeError, "alpha.*'0.1'"),
+    ({'multi_tensor': 1}, TypeError, 'multi_tensor'),
+    ({'exclude_from_weight_decay': ['[']}, ValueError,
+     r'exclude_from_weight_decay.*\['),
+])
+def test_bad_arguments(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        chainer_lars.LAMB(**kwargs)
+
+
+def test_bad_assignment_is_refused():
+    opt = chainer_lars.LAMB()
+    with pytest.raises(ValueError, match='beta2'):
+        opt.beta2 = 1.0
+    assert opt.beta2 == 0.999
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_values_set_under_the_optimizer_fail_before_anything_moves(
+        multi_tensor):
+    model = _model()
+    opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
+    _set_grads(model, 0)
+    opt.update()
+    w = {p: a.array.copy() for p, a in model.namedparams()}
+    model.fc.W.update_rule.hyperparam.beta2 = 1.0
+    _set_grads(model, 1)
+    with pytest.raises(ValueError,
+                       match='LAMB hyperparameter beta2 of /fc/W'):
+        opt.update()
+    if multi_tensor:
+        for path, p in model.namedparams():
+            assert (p.array == w[path]).all(), path
+
+
+def test_eps_that_rounds_to_zero_is_refused_as_by_adam():
+    model = _model(numpy.float16)
+    opt = chainer_lars.LAMB(eps=1e-50).setup(model)
+    _set_grads(model, 0)
+    with pytest.raises(ValueError, match='eps of LAMB optimizer is too '
+                       'small for float32'):
+        opt.update()
+    model = _model(numpy.float64)
+    opt = chainer_lars.LAMB(eps=1e-50).setup(model)
+    _set_grads(model, 0)
+    opt.update()  # float64 holds it
+
+
+def test_the_hook_is_refused():
+    model = _model()
+    opt = chainer_lars.LAMB().setup(model)
+    with pytest.raises(TypeError, match=(
+            '^GradientLARS on a chainer_lars.LAMB optimizer would adapt '
+            'the rates twice: use LAMB alone')):
+        opt.add_hook(chainer_lars.GradientLARS())
+    hook = chainer_lars.GradientLARS()
+    with pytest.raises(TypeError, match='adapt the rates twice'):
+        hook(model.fc.W.update_rule, model.fc.W)
+    with pytest.raises(TypeError, match='LAMB alone'):
+        hook(opt)
+
+
+def test_names_and_lr_are_adam_s():
+    lamb, adam = chainer_lars.LAMB(), optimizers.Adam()
+    for name in HYPER:
+        assert hasattr(adam, name) and hasattr(lamb, name), name
+    assert (lamb.alpha, lamb.beta1, lamb.beta2, lamb.eta,
+            lamb.weight_decay_rate) == (adam.alpha, adam.beta1, adam.beta2,
+                                        adam.eta, adam.weight_decay_rate)
+    with pytest.raises(RuntimeError, match='not been started'):
+        lamb.lr
+    lamb.t = adam.t = 7
+    assert lamb.alpha_t == adam.alpha_t
+    assert lamb.lr == lamb.alpha_t == (
+        1e-3 * math.sqrt(1 - 0.999 ** 7) / (1 - 0.9 ** 7))
+    model = _model()
+    lamb.setup(model)
+    _set_grads(model, 0)
+    lamb.update()
+    rule = model.fc.W.update_rule
+    assert rule.lr == rule.alpha_t == pytest.approx(
+        1e-3 * math.sqrt(1 - 0.999) / (1 - 0.9), rel=1e-15)
+
+
+def test_without_adaptation_it_is_adam_without_eps():
+    # Ratio 1 everywhere, eps 0, no weight decay: Adam's step exactly
+    # (Adam folds the bias corrections into alpha_t; LAMB's eps would sit
+    # inside them).
+    models = [_model(numpy.float64) for _ in range(2)]
+    lamb = chainer_lars.LAMB(alpha=0.01, eps=0.0,
+                             exclude_from_layer_adaptation=['.'])
+    adam = optimizers.Adam(alpha=0.01, eps=0.0)
+    for model, opt in zip(models, (lamb, adam)):
+        opt.setup(model)
+        for step in range(3):
+            _set_grads(model, step)
+            opt.update()
+    theirs = dict(models[1].namedparams())
+    for path, p in models[0].namedparams():
+        numpy.testing.assert_allclose(p.array, theirs[path].array,
+                                      rtol=1e-13, err_msg=path)
+
+
+def test_numpy_passes_equal_the_compiled_loop(monkeypatch):
+    if cpu.backend() != 'numba':
+        pytest.skip('Numba is not installed')
+    models = [_model(numpy.float32) for _ in range(2)]
+    opts = [chainer_lars.LAMB(**CASES[1]).setup(m) for m in models]
+    for step in range(2):
+        for k, (model, opt) in enumerate(zip(models, opts)):
+            if k:
+                monkeypatch.setattr(cpu, '_jit', lambda: None)
+            _set_grads(model, step, loss_scale=4.0)
+            opt.update()
+            monkeypatch.undo()
+    theirs = dict(models[1].namedparams())
+    for path, p in models[0].namedparams():
+        for a, b in ((p.array, theirs[path].array),
+                     (p.update_rule.state['v'],
+                      theirs[path].update_rule.state['v'])):
+            numpy.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7,
+                                          err_msg=path)
+
+
+def test_repr_and_exports():
+    assert 'LAMB' in chainer_lars.__all__
+    assert 'LAMBRule' in chainer_lars.__all__
+    text = repr(chainer_lars.LAMB(exclude_from_weight_decay=['/b$']))
+    assert text.startswith('LAMB(alpha=0.001, beta1=0.9, beta2=0.999, '
+                           'eps=1e-06, eta=1.0, weight_decay_rate=0.0, ')
+    assert "exclude_from_weight_decay=('/b$',)" in text
+    assert isinstance(chainer_lars.LAMB().create_update_rule(),
+                      chainer_lars.LAMBRule)
+    assert not isinstance(chainer_lars.LAMB(), chainer_lars.LARS)
+
+
+def test_observe_before_setup_says_what_to_do():
+    with pytest.raises(RuntimeError, match=r'^LAMB.observe\(\) reports'):
+        chainer_lars.LAMB().observe()
+
+
+def test_snapshot_holds_t_moments_and_loss_scale():
+    # Under Chainer's keys, and the loss-scaling state Chainer leaves out.
+    model = _model()
+    opt = chainer_lars.LAMB().setup(model)
+    opt.loss_scaling(interval=5)
+    _set_grads(model, 0)
+    opt.update()
+    buf = _save(opt)[0]
+    keys = set(numpy.load(buf).keys())
+    assert {'t', 'conv1/W/t', 'conv1/W/m', 'conv1/W/v', 'loss_scale',
+            'loss_scaling_is_dynamic'} <= keys, keys
