@@ -73,8 +73,11 @@ def batched_paths(opt):
     return sorted(path for group in plan.groups for path in group.paths)
 
 
-def run_both(make, steps, step_fn, **lars_kwargs):
-    """Runs ``steps`` updates with and without multi_tensor, comparing.
+def run_both(make, steps, step_fn, mixed16=False, **lars_kwargs):
+    """Runs ``steps`` updates with and without multi_tensor, comparing:
+    bit for bit, or (``mixed16``) float16 parameters as
+    :func:`tests.lars_reference.assert_mixed16_close` and the rest bit for
+    bit.
 
     ``make()`` returns a fresh model; ``step_fn(model, opt, step)`` makes
     one update. Returns the two (model, optimizer) pairs.
@@ -92,8 +95,17 @@ def run_both(make, steps, step_fn, **lars_kwargs):
             step_fn(model, opt, step)
             states.append((state_of(model, opt), opt.observe()))
         where = 'after update {}'.format(step)
+        if mixed16:
+            ref.assert_mixed16_close(runs[0][0].h, runs[1][0].h, ('v',))
+            for state in (states[0][0], states[1][0]):
+                del state['/h/W'], state['/h/b']
+            for path in states[0][1]:
+                numpy.testing.assert_allclose(
+                    states[0][1][path], states[1][1][path], rtol=1e-6,
+                    err_msg=where)
+        else:
+            assert states[0][1] == states[1][1], where
         assert states[0][0] == states[1][0], where
-        assert states[0][1] == states[1][1], where
     return runs
 
 
@@ -318,8 +330,8 @@ def test_float16_master_copies_are_batched_as_their_rules_step(scale,
                 opt.loss_scaling(scale=scale)
         train_step()(model, opt, step)
 
-    (model, opt), _ = run_both(make_mixed, 4, step_fn, nesterov=nesterov,
-                               **KWARGS)
+    (model, opt), _ = run_both(make_mixed, 4, step_fn, mixed16=True,
+                               nesterov=nesterov, **KWARGS)
     mixed = [group for group in opt._plans.plan.groups
              if group.halves is not None]
     assert [group.paths for group in mixed] == [['/h/W', '/h/b']]
@@ -335,8 +347,8 @@ def test_float16_master_copies_are_batched_as_their_rules_step(scale,
 def test_float16_master_copies_through_an_overflow_with_dynamic_scaling():
     """Dynamic loss scaling from 2 ** 10: an infinite float16 gradient at
     the third update skips it and halves the scale; the batched mixed16
-    update and Chainer's fp32 update of each rule stay equal bit for bit,
-    the loss scale and the skip included."""
+    update and Chainer's fp32 update of each rule stay equal, the loss
+    scale and the skip included."""
     def step_fn(model, opt, step):
         if step == 0:
             opt.use_fp32_update()
@@ -350,7 +362,7 @@ def test_float16_master_copies_through_an_overflow_with_dynamic_scaling():
         with pytest.warns(UserWarning) if step == 2 else _no_warning():
             opt.update()
 
-    runs = run_both(make_mixed, 5, step_fn, **KWARGS)
+    runs = run_both(make_mixed, 5, step_fn, mixed16=True, **KWARGS)
     assert runs[0][1]._loss_scale == runs[1][1]._loss_scale
     assert [opt.t for _, opt in runs] == [5, 5]
     mixed = [g for g in runs[0][1]._plans.plan.groups if g.halves is not None]
