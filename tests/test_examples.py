@@ -983,10 +983,13 @@ def interrupt(tmp_path, root, args, wait_for_snapshot=True, env=None):
     environment.pop('CHAINER_LARS_LAUNCHER', None)
     environment.update(env or {})
     command = [sys.executable, str(driver)] + args + ['--out', str(out)]
+    # As a terminal's Ctrl-C finds it: a test run started in the background
+    # of a non-interactive shell ignores SIGINT, and its children would too.
     process = subprocess.Popen(
         command, cwd=str(tmp_path), env=environment,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        universal_newlines=True)
+        universal_newlines=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 60
         while time.time() < deadline and process.poll() is None:
