@@ -660,6 +660,26 @@ def test_the_committed_study_is_complete_and_in_the_readme(study, capsys):
     assert study.main(['--check']) == 0, capsys.readouterr().out
 
 
+def test_the_committed_lamb_study_is_complete_and_in_the_readme(study,
+                                                                 capsys):
+    """LAMB against Adam (examples/mnist/study/adam-lamb/): the 8 trials
+    of each cell at 8192 and 16384 and the three seeded reruns of each
+    cell's best; examples/mnist/README.md holds their tables."""
+    flags = ['--optimizers', 'adam,lamb', '--batchsizes', '8192,16384',
+             '--refine', '0', '--out', os.path.join(
+                 os.path.dirname(study.__file__), 'study', 'adam-lamb')]
+    search, reruns = study.load(flags[-1])
+    for batchsize in (8192, 16384):
+        for optimizer in ('adam', 'lamb'):
+            cell = batchsize, optimizer
+            assert sorted(r['trial'] for r in search[cell]) == list(
+                range(study.TRIALS)), cell
+            assert sorted(r['seed'] for r in reruns[cell]) == (
+                study.SEEDS), cell
+    assert len(search) == len(reruns) == 4
+    assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
+
+
 # -- The model with BatchNorm ---------------------------------------------
 
 def test_mlp_bn_trains_records_its_model_and_resumes(mnist, dataset_root,

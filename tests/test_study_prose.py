@@ -206,7 +206,8 @@ CLAIMS = {
         '{sweep_lars16384}',
         'its best trial took {b_lars8192_1x} steps at 1x, '
         '{b_lars8192_2x} at 2x and {b_lars8192_4x} at 4x at 8192, and '
-        '{b_lars16384_1x} and {b_lars16384_2x} at 1x and 2x at 16384',
+        '{b_lars16384_1x}, {b_lars16384_2x} and {b_lars16384_4x} at '
+        '16384',
         'Its fewest steps at any budget are {sweep_lars8192} at 8192 and '
         '{sweep_lars16384} at 16384',
         '(perfect scaling would take {sweep_half})',
@@ -268,3 +269,74 @@ def test_the_documentation_table_is_the_reruns(tables):
         line = re.compile(r'^{}\s+{}\s+{}\s+{}$'.format(
             b, *(re.escape(c) for c in cells + [test])), re.M)
         assert line.search(text), (b, cells, test)
+
+
+# -- LAMB against Adam (study.py --optimizers adam,lamb --out study/adam-lamb)
+
+LAMB_CLAIMS = {
+    'examples/mnist/README.md': [
+        "LAMB's best trial reached 98 % in {lamb8192_steps} steps "
+        '({lamb8192_reached} of 3 seeds; `lars` took {lars8192_steps} in '
+        'the study above), with a best validation accuracy of '
+        '{lamb8192_val} % and a test accuracy of {lamb8192_test} %',
+        'none of the {adam8192_trials} trials (best {adam8192_any} %) and '
+        'none of the reruns (best validation {adam8192_val} %, test '
+        '{adam8192_test} %)',
+        '{lamb16384_reached} of its 3 reruns reached 98 % (in '
+        '{lamb16384_steps} steps), the other two stopped at '
+        '{lamb16384_missed} %, and none of the {lamb16384_trials} search '
+        'trials reached it (best {lamb16384_any} %)',
+        "Adam's reruns reached {adam16384_val} % (test {adam16384_test} %)",
+        '{lamb8192_val} % against {adam8192_val} % at 8192, '
+        '{lamb16384_val} % against {adam16384_val} % at 16384',
+        'the best trial of all four cells is the same point of the search '
+        '(trial {best_trial})',
+    ],
+}
+
+
+@pytest.fixture(scope='module')
+def lamb_quoted(tables):
+    study = importlib.import_module('examples.mnist.study')
+    out = os.path.join(os.path.dirname(study.OUT), 'study', 'adam-lamb')
+    search, reruns = study.load(out)
+    found = {}
+    for header, rows in study.tables(search, reruns, refine=[]):
+        found[tuple(header[:4])] = [dict(zip(header, r)) for r in rows]
+    q = {'lars8192_steps': row(tables, RERUNS, 8192, 'lars')[
+        'steps to target']}
+    best = set()
+    for b in (8192, 16384):
+        for o in ('adam', 'lamb'):
+            r = row(found, RERUNS, b, o)
+            q['{}{}_steps'.format(o, b)] = r['steps to target']
+            q['{}{}_reached'.format(o, b)] = r['reached']
+            q['{}{}_val'.format(o, b)] = mean(r['best validation (%)'])
+            q['{}{}_test'.format(o, b)] = mean(r['test (%)'])
+            s = row(found, SEARCH, b, o)
+            q['{}{}_any'.format(o, b)] = s['best validation, any trial (%)']
+            q['{}{}_trials'.format(o, b)] = s['trials'].split('/')[0]
+            best.add(s['best trial'])
+            assert row(found, SPACE, b, o)['diverged'] == '0'
+            # Adam never reaches 98 %: the prose says "none".
+            if o == 'adam':
+                assert s['reached'] == r['reached'] == '0'
+    assert len(best) == 1  # "the same point of the search"
+    q['best_trial'] = best.pop()
+    assert row(found, SEARCH, 16384, 'lamb')['reached'] == '0'
+    missed = {'{:.2f}'.format(100 * r['best_validation'])
+              for r in reruns[16384, 'lamb'] if r['steps_to_target'] is None}
+    assert len(missed) == 1  # "the other two stopped at"
+    q['lamb16384_missed'] = missed.pop()
+    return q
+
+
+@pytest.mark.parametrize('path', sorted(LAMB_CLAIMS))
+def test_the_lamb_prose_quotes_its_tables(lamb_quoted, path):
+    with open(os.path.join(ROOT, path)) as f:
+        text = ' '.join(f.read().split())
+    missing = [claim.format(**lamb_quoted) for claim in LAMB_CLAIMS[path]
+               if claim.format(**lamb_quoted) not in text]
+    assert not missing, '{} does not say:\n{}'.format(
+        path, '\n'.join(missing))
+

@@ -548,7 +548,7 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
                      '{:g}'.format(flags['momentum']),
                      '{:g}'.format(flags['warmup_epochs']),
                      '{:g}'.format(flags['label_smoothing'])])
-    rerun_head = ['batch size', 'optimizer', 'trial', 'seeds',
+    rerun_head = ['batch size', 'optimizer', 'trial', 'seeds', 'reached',
                   'steps to target', 'at (% of the steps run)',
                   'best validation (%)', 'test (%)']
     rerun_rows = []
@@ -559,6 +559,8 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
         rerun_rows.append([
             str(cell[0]), cell[1], str(records[0]['trial']),
             '{}/{}'.format(len(records), seeds),
+            # The steps are those of the seeds that reached the target.
+            str(sum(r['steps_to_target'] is not None for r in records)),
             _spread([r['steps_to_target'] for r in records],
                     lambda v: '{:.0f}'.format(v)),
             _spread([_fraction_run(r) for r in records],
@@ -937,7 +939,10 @@ def cell_summary(records, done, trials, seeds):
         reached = [r['steps_to_target'] for r in done]
         steps = None if None in reached else sum(reached) / len(reached)
         accuracy = sum(r['best_validation'] for r in done) / len(done)
-        return steps, accuracy, True, None
+        hits = len(reached) - reached.count(None)
+        return steps, accuracy, True, (
+            '{}/{} seeds reached it'.format(hits, len(done))
+            if 0 < hits < len(done) else None)
     top = best(records)
     label = ('{}/{} trials'.format(len(records), trials)
              if len(records) < trials else
@@ -1015,7 +1020,7 @@ def plot(args):
                 ax.plot([p[0]], [p[index]], linestyle='none',
                         marker=style.get('marker'), color=color,
                         markerfacecolor=color if p[3] else 'white')
-                if p[4]:
+                if p[4] and (index == 1 or not p[3]):
                     ax.annotate(p[4], xy=(p[0], p[index]), xytext=(5, 3),
                                 textcoords='offset points', fontsize=7,
                                 color=color)
@@ -1024,6 +1029,11 @@ def plot(args):
                 left.plot([p[0]], [0.97 - 0.04 * row], linestyle='none',
                           marker='v', color=color, markerfacecolor='white',
                           transform=left.get_xaxis_transform())
+                if p[4]:  # a complete cell some of whose seeds reached it
+                    left.annotate(p[4], xy=(p[0], 0.97 - 0.04 * row),
+                                  xycoords=left.get_xaxis_transform(),
+                                  xytext=(7, -3), textcoords='offset points',
+                                  fontsize=7, color=color)
             else:
                 anchors.append((p[0], p[1]))
     swept = budget_points(search, load_budgets(args.out), args)
@@ -1072,6 +1082,12 @@ def plot(args):
     else:  # no cell has reached the target yet
         left.set_ylim(1, 1000)
     left.set_yscale('log')
+    # Room above the highest point for the triangles of the top edge: the
+    # points in the lower 88 % of the (log) axis.
+    low, high = left.get_ylim()
+    top = max([v for line in left.get_lines() if line.get_transform()
+               is left.transData for v in line.get_ydata()] or [high])
+    left.set_ylim(low, max(high, low * (top / low) ** (1 / 0.88)))
     plotting.plain_log_ticks(left.yaxis)
     left.set_ylabel('steps to {:g} % validation accuracy'.format(
         100 * args.target))
@@ -1101,9 +1117,10 @@ def plot(args):
         markerfacecolor='white', label='none reached it (top edge)'))
     left.legend(handles=handles, fontsize=8, loc='lower left')
     refined = [b for b in args.batchsizes if b in args.refine]
-    figure.suptitle('MNIST MLP, each cell tuned by {} trials{} on 10,000 '
+    figure.suptitle('MNIST MLP{}, each cell tuned by {} trials{} on 10,000 '
                     'held-out images; {}: mean of {} seeded reruns of '
                     'the best{}'.format(
+                        ' with BatchNorm' if args.model == 'mlp-bn' else '',
                         args.trials, ' ({} at {})'.format(
                             2 * args.trials, ' and '.join(
                                 str(b) for b in refined)) if refined else '',
