@@ -106,7 +106,8 @@ MODELS = ('mlp', 'mlp-bn')
 # The budget sweep: the best BUDGET_CONFIGS trials of each cell of
 # BUDGET_BATCHSIZES run again at these multiples of the epoch budget, the
 # warm-up stretched with the run (``budget_flags``); 1x is the trial.
-BUDGETS = [2, 4]
+# Half the budget asks whether a shorter schedule takes fewer steps.
+BUDGETS = [0.5, 2, 4]
 BUDGET_BATCHSIZES = [8192, 16384]
 BUDGET_CONFIGS = 3
 
@@ -325,7 +326,7 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
               'again'.format(name, record['trial'], trial), flush=True)
     epochs = args.epochs or EPOCHS[batchsize]
     if budget is not None:
-        epochs *= budget
+        epochs = budget_epochs(epochs, budget)
     cmd = command(optimizer, batchsize, epochs, flags, seed,
                   args.validation, args.n_train, test, args.model)
     text = shlex.join(cmd)
@@ -420,6 +421,16 @@ def load_budgets(out):
     for records in found.values():
         records.sort(key=lambda r: (r['trial'], r['budget']))
     return found
+
+
+def budget_epochs(epochs, budget):
+    """``budget`` times ``epochs``, a whole number of epochs."""
+    stretched = epochs * budget
+    if stretched != int(stretched):
+        raise SystemExit('--budgets {:g}: {:g} times {} epochs is not a '
+                         'whole number of epochs'.format(budget, budget,
+                                                         epochs))
+    return int(stretched)
 
 
 def budget_flags(flags, budget):
@@ -646,7 +657,7 @@ def budget_tables(search, budgets, budget_list=BUDGETS,
     per cell the fewest steps to the target over every budget. Every cell
     of ``budget_batchsizes`` with trials is shown, its runs still to be
     made as "to run"."""
-    multiples = [1] + list(budget_list)
+    multiples = sorted(set([1] + list(budget_list)))
     order = list(OPTIMIZERS)
     cells = set(budgets) | {c for c in search if c[0] in budget_batchsizes}
     cells = sorted(cells, key=lambda c: (
@@ -661,7 +672,8 @@ def budget_tables(search, budgets, budget_list=BUDGETS,
         swept = ranked(search.get(cell, []))[:budget_configs]
         done = []
         for top in swept:
-            at = [top] + [runs.get((top['trial'], m)) for m in budget_list]
+            at = [top if m == 1 else runs.get((top['trial'], m))
+                  for m in multiples]
             done += [r for r in at if r is not None]
             rows.append([str(cell[0]), cell[1], str(top['trial']),
                          str(top['epochs'])]
@@ -1111,7 +1123,8 @@ def plot(args):
         handles.append(matplotlib.lines.Line2D(
             [], [], linestyle='--', marker='D', color='gray',
             markerfacecolor='white', label='budget sweep: fewest steps at '
-            '1x-{:g}x the epochs (seed 0)'.format(max([1] + args.budgets))))
+            '{:g}x-{:g}x the epochs (seed 0)'.format(
+                min([1] + args.budgets), max([1] + args.budgets))))
     handles.append(matplotlib.lines.Line2D(
         [], [], linestyle='none', marker='v', color='gray',
         markerfacecolor='white', label='none reached it (top edge)'))
@@ -1131,6 +1144,14 @@ def plot(args):
     figure.tight_layout()
     figure.savefig(args.figure)
     plt.close(figure)
+
+
+def _budget(text):
+    value = float(text)
+    if not (0 < value < math.inf) or value == 1:
+        raise argparse.ArgumentTypeError(
+            'a positive multiple other than 1 (1x is the trial itself)')
+    return value
 
 
 def main(argv=None):
@@ -1154,10 +1175,11 @@ def main(argv=None):
                         type=results._integer(0), default=SEEDS,
                         help='Seeds of the reruns (default: %(default)s)')
     parser.add_argument('--budgets', action=results.ListFlag,
-                        type=results._integer(2), default=BUDGETS,
+                        type=_budget, default=BUDGETS,
                         help='The budget sweep: multiples of the epoch '
                         'budget to run the best trials at, beside 1x (the '
-                        'trials themselves) (default: %(default)s)')
+                        'trials themselves), each a whole number of epochs '
+                        'at every batch size swept (default: %(default)s)')
     parser.add_argument('--budget-batchsizes', action=results.ListFlag,
                         type=results._integer(1), default=BUDGET_BATCHSIZES,
                         help='The batch sizes of the budget sweep (default: '
@@ -1248,6 +1270,13 @@ def main(argv=None):
         if args.epochs is None and name not in EPOCHS:
             parser.error('--batchsizes {}: no epoch budget for it; give '
                          '--epochs'.format(name))
+    for name in args.budget_batchsizes if args.budget_configs else ():
+        epochs = args.epochs or EPOCHS.get(name)
+        for budget in args.budgets if epochs else ():
+            if epochs * budget != int(epochs * budget):
+                parser.error('--budgets {:g}: {:g} times the {} epochs of '
+                             'batch size {} is not a whole number of '
+                             'epochs'.format(budget, budget, epochs, name))
     args.n_train = n_training_images(args.validation)
     os.makedirs(args.runs, exist_ok=True)
     # SIGTERM stops the study as Ctrl-C does, its current run with it.
