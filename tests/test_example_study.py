@@ -660,8 +660,8 @@ def test_the_committed_study_is_complete_and_in_the_readme(study, capsys):
     assert study.main(['--check']) == 0, capsys.readouterr().out
 
 
-def test_the_committed_lamb_study_is_complete_and_in_the_readme(study,
-                                                                 capsys):
+def test_the_committed_lamb_study_is_complete_and_in_the_readme(
+        study, capsys):
     """LAMB against Adam (examples/mnist/study/adam-lamb/): the 8 trials
     of each cell at 8192 and 16384 and the three seeded reruns of each
     cell's best; examples/mnist/README.md holds their tables."""

@@ -414,26 +414,33 @@ def test_hook_per_array_launches_twice_per_array(gpu):
                             'chainer_lars_multi_scale_add'] * arrays
 
 
+# Each fused face's two kernels.
+FACES = [(chainer_lars.LARS, ['chainer_lars_multi_norms',
+                              'chainer_lars_multi_momentum']),
+         (chainer_lars.LAMB, ['chainer_lars_lamb_norms',
+                              'chainer_lars_lamb_step'])]
+
+
+@pytest.mark.parametrize('face, kernels', FACES)
 @pytest.mark.parametrize('dtype', DTYPES)
-def test_lars_launches_twice_per_dtype(gpu, dtype):
+def test_fused_faces_launch_twice_per_dtype(gpu, dtype, face, kernels):
     _, dev = _pair(gpu, MIXED, dtype)
-    opt = chainer_lars.LARS()
+    opt = face()
     opt.setup(dev)
     opt.update()  # the first update of a rule makes its state: per rule
     del gpu.launches[:]
     opt.update()
-    assert gpu.launches == ['chainer_lars_multi_norms',
-                            'chainer_lars_multi_momentum']
+    assert gpu.launches == kernels
 
 
-def test_lars_per_array_launches_twice_per_array(gpu):
+@pytest.mark.parametrize('face, kernels', FACES)
+def test_fused_faces_per_array_launch_twice_per_array(gpu, face, kernels):
     _, dev = _pair(gpu, MIXED, numpy.float32)
-    opt = chainer_lars.LARS(multi_tensor=False)
+    opt = face(multi_tensor=False)
     opt.setup(dev)
     opt.update()
     arrays = sum(1 for p in dev.params() if p.size)
-    assert gpu.launches == ['chainer_lars_multi_norms',
-                            'chainer_lars_multi_momentum'] * arrays
+    assert gpu.launches == kernels * arrays
 
 
 @pytest.mark.parametrize('make', [
@@ -804,25 +811,3 @@ def test_lamb_mixed16_batched_agrees_with_the_rule_path(gpu, scaling):
             ulp = numpy.spacing(numpy.maximum(
                 numpy.abs(half), numpy.abs(other)).astype(numpy.float16))
             assert (numpy.abs(half - other) <= ulp).all(), path
-
-
-@pytest.mark.parametrize('dtype', DTYPES)
-def test_lamb_launches_twice_per_dtype(gpu, dtype):
-    _, dev = _pair(gpu, MIXED, dtype)
-    opt = chainer_lars.LAMB()
-    opt.setup(dev)
-    opt.update()  # the first update of a rule makes its state: per rule
-    del gpu.launches[:]
-    opt.update()
-    assert gpu.launches == ['chainer_lars_lamb_norms',
-                            'chainer_lars_lamb_step']
-
-
-def test_lamb_per_array_launches_twice_per_array(gpu):
-    _, dev = _pair(gpu, MIXED, numpy.float32)
-    opt = chainer_lars.LAMB(multi_tensor=False)
-    opt.setup(dev)
-    opt.update()
-    arrays = sum(1 for p in dev.params() if p.size)
-    assert gpu.launches == ['chainer_lars_lamb_norms',
-                            'chainer_lars_lamb_step'] * arrays

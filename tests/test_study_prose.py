@@ -350,4 +350,3 @@ def test_the_lamb_prose_quotes_its_tables(lamb_quoted, path):
                if claim.format(**lamb_quoted) not in text]
     assert not missing, '{} does not say:\n{}'.format(
         path, '\n'.join(missing))
-
