@@ -680,6 +680,71 @@ def test_the_committed_lamb_study_is_complete_and_in_the_readme(
     assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
 
 
+# -- The same pre-tuning for both ------------------------------------------
+
+def test_pretune_runs_a_pilot_then_the_grid_at_the_working_rate(
+        study, tiny_study, tmp_path, monkeypatch, capsys):
+    """--pretune: for each optimizer the same pilot (rates around its own
+    rule, momentum 0.9, warm-up 20 %, no smoothing), then weight decay and
+    decay power at its working rate; the tables and --check cover it."""
+    monkeypatch.setattr(study, 'PILOT', [-1, 1])
+    monkeypatch.setattr(study, 'WEIGHT_DECAYS', [0.0, 1e-4])
+    monkeypatch.setattr(study, 'DECAY_POWERS', [1.0])
+    out = tmp_path / 'json'
+    argv = ['--dataset-root', tiny_study.root, '--epochs', '2',
+            '--validation', '16', '--target', '0.3', '--out', str(out),
+            '--runs', str(tmp_path / 'runs'), '--noplot']
+    previous = chainer.dataset.get_dataset_root()
+    try:
+        assert study.main(argv + ['--pretune', '--pretune-batchsize',
+                                  '16']) == 0
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    found = records(out / 'pretune')
+    assert sorted(found) == sorted(
+        '{}-b16-{}'.format(o, run) for o in ('nesterov', 'lars')
+        for run in ('pilot-1', 'pilot1', 'grid0', 'grid1'))
+    assert not (out / 'nesterov-b16-t0.json').exists()  # no search
+    for o in ('nesterov', 'lars'):
+        pilot = [found['{}-b16-pilot{}'.format(o, k)] for k in (-1, 1)]
+        centre = study.center_lr(o, 16)
+        for k, r in zip((-1, 1), pilot):
+            assert r['stage'] == 'pilot' and r['trial'] == k
+            assert r['flags'] == {
+                'lr': study._round(centre * 10 ** (k / 2)),
+                'momentum': 0.9, 'warmup_epochs': 0.4,
+                'label_smoothing': 0.0}
+        rate = max(pilot, key=lambda r: (r['best_validation'],
+                                         -r['flags']['lr']))['flags']['lr']
+        for index, decay in enumerate((0.0, 1e-4)):
+            r = found['{}-b16-grid{}'.format(o, index)]
+            assert r['stage'] == 'grid'
+            assert r['flags']['lr'] == rate
+            assert (r['flags']['weight_decay'],
+                    r['flags']['decay_power']) == (decay, 1.0)
+            assert '--weight-decay {:g} --decay-power 1 '.format(
+                decay) in r['command']
+    tables = [h for h, _ in study.pretune_tables(
+        study.load_pretune(str(out)))]
+    assert tables[0][:4] == ['batch size', 'optimizer', 'stage', 'run']
+    assert tables[1][3] == 'working rate'
+    # --check finds the tables in a README that holds them, and a grid
+    # run away from the working rate.
+    readme = tmp_path / 'README.md'
+    capsys.readouterr()
+    assert study.main(['--out', str(out), '--tables']) == 0
+    readme.write_text(capsys.readouterr().out)
+    check = ['--out', str(out), '--check', str(readme)]
+    assert study.main(check) == 0, capsys.readouterr().out
+    grid = out / 'pretune' / 'lars-b16-grid0.json'
+    record = read_json(grid)
+    record['flags']['lr'] *= 2
+    grid.write_text(json.dumps(record))
+    capsys.readouterr()
+    assert study.main(check) == 1
+    assert 'lars-b16-grid0: flags' in capsys.readouterr().out
+
+
 # -- The model with BatchNorm ---------------------------------------------
 
 def test_mlp_bn_trains_records_its_model_and_resumes(mnist, dataset_root,

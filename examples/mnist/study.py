@@ -111,6 +111,19 @@ BUDGETS = [0.5, 2, 4]
 BUDGET_BATCHSIZES = [8192, 16384]
 BUDGET_CONFIGS = 3
 
+# The same pre-tuning for every optimizer (``--pretune``), at one batch
+# size, on the validation split, the same runs for each: a pilot of rates
+# half a decade apart around the optimizer's square-root rule
+# (``center_lr * 10 ** (k / 2)``), momentum 0.9, warm-up 20 % of the run,
+# no label smoothing, finds its working rate (the best validation
+# accuracy); then the settings the search holds fixed, weight decay and
+# decay power, crossed at that rate. JSONs in ``<out>/pretune/``.
+PRETUNE_BATCHSIZE = 8192
+PILOT = [-3, -2, -1, 0, 1, 2, 3]
+WEIGHT_DECAYS = [0.0, 1e-5, 1e-4, 5e-4]
+DECAY_POWERS = [1.0, 2.0]
+PRETUNE = 'pretune'
+
 # What --reproduce calls "within tolerance": the change expected on
 # another CPU, whose BLAS sums the matrix products in another order
 # (README.md, "Repeating a trial"): the step to the target within two
@@ -309,13 +322,19 @@ def trial_name(optimizer, batchsize, trial=None, seed=None, budget=None):
 
 
 def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
-              budget=None):
+              budget=None, stage=None):
     """Runs one trial unless its JSON exists; returns its record. With
     ``budget``, the run of search trial ``trial`` at ``budget`` times its
-    epochs (``flags`` stretched by ``budget_flags``)."""
+    epochs (``flags`` stretched by ``budget_flags``); with ``stage``
+    (``pilot`` or ``grid``), run ``trial`` of that stage of the
+    pre-tuning, in ``<out>/pretune/``."""
     name = trial_name(optimizer, batchsize,
                       trial, None if test == 'never' else seed, budget)
-    path = os.path.join(args.out, name + '.json')
+    out = args.out
+    if stage is not None:
+        name = '{}-b{}-{}{}'.format(optimizer, batchsize, stage, trial)
+        out = os.path.join(args.out, PRETUNE)
+    path = os.path.join(out, name + '.json')
     if os.path.exists(path):
         record = read(path)
         if record['trial'] == trial and record['flags'] == flags:
@@ -343,6 +362,8 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
     if budget is not None:
         record['budget'] = budget
         record['budget_of'] = trial_name(optimizer, batchsize, trial)
+    if stage is not None:
+        record['stage'] = stage
     record.update(measure(log, batchsize, args.n_train, args.target,
                           args.validation))
     if test == 'never':
@@ -431,6 +452,118 @@ def budget_epochs(epochs, budget):
                          'whole number of epochs'.format(budget, budget,
                                                          epochs))
     return int(stretched)
+
+
+def pilot_flags(optimizer, batchsize, epochs, k):
+    """The flags of pilot run ``k`` of the pre-tuning."""
+    return {'lr': _round(center_lr(optimizer, batchsize) * 10 ** (k / 2)),
+            'momentum': 0.9, 'warmup_epochs': _round(0.2 * epochs),
+            'label_smoothing': 0.0}
+
+
+def grid_flags(working, index):
+    """The flags of grid run ``index`` of the pre-tuning: the working
+    rate's pilot flags with a weight decay and a decay power."""
+    decay, power = divmod(index, len(DECAY_POWERS))
+    return dict(working, weight_decay=WEIGHT_DECAYS[decay],
+                decay_power=DECAY_POWERS[power])
+
+
+def working(pilot):
+    """The pilot run of the best validation accuracy (ties: the lower
+    rate): its flags are the working rate's."""
+    return max(pilot, key=lambda r: (r['best_validation'] or 0,
+                                     -r['flags']['lr']))
+
+
+def load_pretune(out):
+    """The pre-tuning's records, by (batch size, optimizer, stage)."""
+    found = {}
+    for _, record in _records(os.path.join(out, PRETUNE)):
+        found.setdefault((record['batchsize'], record['optimizer'],
+                          record['stage']), []).append(record)
+    for records in found.values():
+        records.sort(key=lambda r: r['trial'])
+    return found
+
+
+def pretune(args):
+    """The pre-tuning at ``--pretune-batchsize``: the pilots of every
+    optimizer, then their grids, each run in turn for every optimizer."""
+    batchsize = args.pretune_batchsize
+    epochs = args.epochs or EPOCHS[batchsize]
+    for k in PILOT:
+        for optimizer in args.optimizers:
+            run_trial(args, optimizer, batchsize, k,
+                      pilot_flags(optimizer, batchsize, epochs, k), 0,
+                      'never', stage='pilot')
+    for index in range(len(WEIGHT_DECAYS) * len(DECAY_POWERS)):
+        for optimizer in args.optimizers:
+            pilot = load_pretune(args.out)[batchsize, optimizer, 'pilot']
+            run_trial(args, optimizer, batchsize, index,
+                      grid_flags(working(pilot)['flags'], index), 0,
+                      'never', stage='grid')
+
+
+def pretune_tables(found):
+    """The pre-tuning's runs, and per optimizer its working rate and the
+    best weight decay and decay power at it."""
+    order = list(OPTIMIZERS)
+    cells = sorted({(b, o) for b, o, _ in found}, key=lambda c: (
+        c[0], order.index(c[1]) if c[1] in order else len(order), c[1]))
+    head = ['batch size', 'optimizer', 'stage', 'run', 'lr',
+            'weight decay', 'decay power', 'steps to target',
+            'best validation (%)']
+    rows, summary = [], []
+    for b, o in cells:
+        for stage in ('pilot', 'grid'):
+            for r in found.get((b, o, stage), []):
+                f = r['flags']
+                rows.append([str(b), o, stage, str(r['trial']),
+                             '{:g}'.format(f['lr']),
+                             '{:g}'.format(f.get('weight_decay', 1e-4)),
+                             '{:g}'.format(f.get('decay_power', 2)),
+                             _steps(r), _percent(r['best_validation'])])
+        pilot, grid = found.get((b, o, 'pilot')), found.get((b, o, 'grid'))
+        if not pilot or len(pilot) < len(PILOT):
+            continue
+        top = best(grid) if grid else None
+        summary.append([
+            str(b), o, '{}/{}'.format(len(pilot) + len(grid or ()),
+                                      len(PILOT) + len(WEIGHT_DECAYS)
+                                      * len(DECAY_POWERS)),
+            '{:g}'.format(working(pilot)['flags']['lr']),
+            '-' if top is None else '{:g}'.format(
+                top['flags']['weight_decay']),
+            '-' if top is None else '{:g}'.format(
+                top['flags']['decay_power']),
+            '-' if top is None else _steps(top),
+            '-' if top is None else _percent(top['best_validation'])])
+    summary_head = ['batch size', 'optimizer', 'runs', 'working rate',
+                    'best weight decay', 'best decay power',
+                    'steps to target', 'best validation (%)']
+    return [(head, rows), (summary_head, summary)]
+
+
+def inconsistent_pretune(found):
+    """Pre-tuning records the study would not have written now: a pilot
+    whose flags are not its point's, a grid run not at its optimizer's
+    working rate."""
+    problems = []
+    for (b, o, stage), records in sorted(found.items()):
+        pilot = found.get((b, o, 'pilot'), [])
+        for r in records:
+            name = '{}-b{}-{}{}'.format(o, b, stage, r['trial'])
+            if stage == 'pilot':
+                want = pilot_flags(o, b, r['epochs'], r['trial'])
+            elif len(pilot) == len(PILOT):
+                want = grid_flags(working(pilot)['flags'], r['trial'])
+            else:
+                want = r['flags']  # checked once its pilot is complete
+            if r['flags'] != want:
+                problems.append('{}: flags {}, the pre-tuning gives {}'
+                                .format(name, r['flags'], want))
+    return problems
 
 
 def budget_flags(flags, budget):
@@ -820,6 +953,7 @@ def check(args):
                     + inconsistent_budgets(search, budgets, args.trials,
                                            args.refine, args.budget_configs)
                     + off_the_curve(args.out)
+                    + inconsistent_pretune(load_pretune(args.out))
                     + other_model(args.out, args.model)):
         print(problem)
         status = 1
@@ -837,7 +971,9 @@ def check(args):
                                    len(args.seeds), args.refine,
                                    load_defaults(args.out), budgets,
                                    args.budgets, args.budget_configs,
-                                   args.budget_batchsizes):
+                                   args.budget_batchsizes) + (
+                pretune_tables(load_pretune(args.out))
+                if load_pretune(args.out) else []):
             ok, message = results.check_file(path, header, rows)
             print(message)
             status = status or (0 if ok else 1)
@@ -1188,6 +1324,19 @@ def main(argv=None):
                         default=BUDGET_CONFIGS,
                         help='How many of the best trials of a cell the '
                         'budget sweep runs (default: %(default)s)')
+    parser.add_argument('--pretune', action='store_true',
+                        help='Run only the pre-tuning: for each optimizer, '
+                        'a pilot of {} rates around its rule finds its '
+                        'working rate, then weight decay ({}) crossed with '
+                        'decay power ({}) at it, into <out>/{}/'.format(
+                            len(PILOT), ', '.join(
+                                '{:g}'.format(w) for w in WEIGHT_DECAYS),
+                            ', '.join('{:g}'.format(p)
+                                      for p in DECAY_POWERS), PRETUNE))
+    parser.add_argument('--pretune-batchsize', type=results._integer(1),
+                        default=PRETUNE_BATCHSIZE,
+                        help='The batch size of the pre-tuning (default: '
+                        '%(default)s)')
     parser.add_argument('--model', choices=MODELS, default=MODELS[0],
                         help='The trainer\'s --model; the JSONs of mlp-bn '
                         'go to examples/mnist/study/mlp-bn/, its figure to '
@@ -1260,7 +1409,9 @@ def main(argv=None):
                                    load_defaults(args.out),
                                    load_budgets(args.out), args.budgets,
                                    args.budget_configs,
-                                   args.budget_batchsizes):
+                                   args.budget_batchsizes) + (
+                pretune_tables(load_pretune(args.out))
+                if load_pretune(args.out) else []):
             print('\n'.join(results.markdown_table(header, rows)) + '\n')
         return 0
     if args.plot_only:
@@ -1281,7 +1432,13 @@ def main(argv=None):
     os.makedirs(args.runs, exist_ok=True)
     # SIGTERM stops the study as Ctrl-C does, its current run with it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    study(args)
+    if args.pretune:
+        if args.epochs is None and args.pretune_batchsize not in EPOCHS:
+            parser.error('--pretune-batchsize {}: no epoch budget for it; '
+                         'give --epochs'.format(args.pretune_batchsize))
+        pretune(args)
+    else:
+        study(args)
     return 0
 
 
