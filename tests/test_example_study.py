@@ -680,6 +680,18 @@ def test_the_committed_lamb_study_is_complete_and_in_the_readme(
     assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
 
 
+def test_the_committed_batchnorm_study_is_in_the_readme(study, capsys):
+    """The cells of the MLP with BatchNorm (examples/mnist/study/mlp-bn/,
+    still being run): every JSON is of that model and what the study
+    would write, and examples/mnist/README.md holds their tables."""
+    flags = ['--model', 'mlp-bn', '--batchsizes', '8192,16384,512',
+             '--refine', '0', '--budget-configs', '0']
+    search, _ = study.load(os.path.join(os.path.dirname(study.__file__),
+                                        'study', 'mlp-bn'))
+    assert search  # the study has begun
+    assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
+
+
 # -- The same pre-tuning for both ------------------------------------------
 
 def test_pretune_runs_a_pilot_then_the_grid_at_the_working_rate(
