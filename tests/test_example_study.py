@@ -748,6 +748,41 @@ def test_pretune_runs_a_pilot_then_the_grid_at_the_working_rate(
     readme.write_text(capsys.readouterr().out)
     check = ['--out', str(out), '--check', str(readme)]
     assert study.main(check) == 0, capsys.readouterr().out
+    # --pretuned: the search again with each optimizer's own settings.
+    pretuned = argv + ['--pretuned', '--pretune-batchsize', '16',
+                       '--batchsizes', '16', '--trials', '2', '--seeds', '1',
+                       '--refine', '0', '--budget-configs', '0']
+    try:
+        assert study.main(pretuned) == 0
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    settings = study.pretuned_settings(str(out), 16, ['nesterov', 'lars'])
+    found = records(out / 'pretuned')
+    assert sorted(found) == sorted(
+        '{}-b16-{}'.format(o, run) for o in ('nesterov', 'lars')
+        for run in ('t0', 't1', 'best-s1'))
+    for o in ('nesterov', 'lars'):
+        own = settings[o]
+        grid = [r for r in records(out / 'pretune').values()
+                if r['optimizer'] == o and r['stage'] == 'grid']
+        top = study.best(grid)['flags']
+        assert (own['weight_decay'], own['decay_power']) == (
+            top['weight_decay'], top['decay_power'])
+        for trial in (0, 1):
+            flags = found['{}-b16-t{}'.format(o, trial)]['flags']
+            u = study.points(trial + 1)[trial]
+            assert flags['lr'] == study._round(
+                own['lr'] * 10 ** (-1 + 2 * u[0]))
+            assert flags['warmup_epochs'] == study._round(0.5 * 2 * u[2])
+            assert (flags['weight_decay'], flags['decay_power']) == (
+                own['weight_decay'], own['decay_power'])
+    capsys.readouterr()
+    assert study.main(pretuned[:-2] + ['--tables']) == 0
+    readme.write_text(capsys.readouterr().out)
+    assert study.main(pretuned[:-2] + ['--check', str(readme)]) == 0, (
+        capsys.readouterr().out)
+    # A run of the pre-tuning changed: its grid run is no longer at the
+    # working rate.
     grid = out / 'pretune' / 'lars-b16-grid0.json'
     record = read_json(grid)
     record['flags']['lr'] *= 2
@@ -755,6 +790,11 @@ def test_pretune_runs_a_pilot_then_the_grid_at_the_working_rate(
     capsys.readouterr()
     assert study.main(check) == 1
     assert 'lars-b16-grid0: flags' in capsys.readouterr().out
+    # --pretuned before the pre-tuning is complete.
+    (out / 'pretune' / 'lars-b16-grid1.json').unlink()
+    with pytest.raises(SystemExit, match='pre-tuning of lars at batch size '
+                       '16 has 3 of its 4 runs'):
+        study.main(pretuned)
 
 
 # -- The model with BatchNorm ---------------------------------------------

@@ -123,6 +123,14 @@ PILOT = [-3, -2, -1, 0, 1, 2, 3]
 WEIGHT_DECAYS = [0.0, 1e-5, 1e-4, 5e-4]
 DECAY_POWERS = [1.0, 2.0]
 PRETUNE = 'pretune'
+# The search again with the pre-tuning's settings (``--pretuned``): each
+# optimizer's rate range centred on its own working rate (scaled with the
+# square root of the batch size from the pre-tuning's), its best weight
+# decay and decay power, and warm-up up to half the run for both; JSONs
+# in ``<out>/pretuned/``.
+PRETUNED = 'pretuned'
+WARMUP_CAP = 0.4  # of the run, in the search
+PRETUNED_WARMUP_CAP = 0.5
 
 # What --reproduce calls "within tolerance": the change expected on
 # another CPU, whose BLAS sums the matrix products in another order
@@ -168,7 +176,8 @@ def center_lr(optimizer, batchsize):
         batchsize / recipe.REFERENCE_BATCHSIZE)
 
 
-def hyperparameters(optimizer, batchsize, epochs, u, around=None):
+def hyperparameters(optimizer, batchsize, epochs, u, around=None,
+                    settings=None):
     """The flags of the trial at the point ``u`` of the unit hypercube.
 
     The dimensions in order of their expected weight, since the first bases
@@ -176,15 +185,26 @@ def hyperparameters(optimizer, batchsize, epochs, u, around=None):
     2), the momentum (3), the warm-up (5), the label smoothing (7). The
     rate spans a decade either side of ``center_lr``, or, in round two,
     half a decade either side of ``around`` (round one's best rate).
+    ``settings`` (``--pretuned``: ``pretuned_settings``) centre the rate on
+    the optimizer's working rate, set its weight decay and decay power,
+    and let the warm-up reach half the run.
     """
+    own = (settings or {}).get(optimizer)
+    centre = center_lr(optimizer, batchsize) if own is None else (
+        own['lr'] * math.sqrt(batchsize / own['batchsize']))
     if around is None:
-        lr = center_lr(optimizer, batchsize) * 10 ** (-1 + 2 * u[0])
+        lr = centre * 10 ** (-1 + 2 * u[0])
     else:
         lr = around * 10 ** (-0.5 + u[0])
-    return {'lr': _round(lr),
-            'momentum': _round(1 - 10 ** (-2 + 1.5 * u[1])),
-            'warmup_epochs': _round(0.4 * epochs * u[2]),
-            'label_smoothing': _round(0.2 * u[3])}
+    cap = WARMUP_CAP if own is None else PRETUNED_WARMUP_CAP
+    flags = {'lr': _round(lr),
+             'momentum': _round(1 - 10 ** (-2 + 1.5 * u[1])),
+             'warmup_epochs': _round(cap * epochs * u[2]),
+             'label_smoothing': _round(0.2 * u[3])}
+    if own is not None:
+        flags.update(weight_decay=own['weight_decay'],
+                     decay_power=own['decay_power'])
+    return flags
 
 
 def trials_of(batchsize, trials, refine):
@@ -192,18 +212,21 @@ def trials_of(batchsize, trials, refine):
     return trials * (2 if batchsize in refine else 1)
 
 
-def search_flags(optimizer, batchsize, epochs, trial, trials, records):
+def search_flags(optimizer, batchsize, epochs, trial, trials, records,
+                 settings=None):
     """The flags of search trial ``trial`` of a cell of ``trials`` trials
     a round; a trial of round two centres its rate on the best of round
     one's ``records`` (None while round one is not complete)."""
     u = points(trial + 1)[trial]
     if trial < trials:
-        return hyperparameters(optimizer, batchsize, epochs, u)
+        return hyperparameters(optimizer, batchsize, epochs, u,
+                               settings=settings)
     first = [r for r in records if r['trial'] < trials]
     if len(first) < trials:
         return None
     return hyperparameters(optimizer, batchsize, epochs, u,
-                           around=best(first)['flags']['lr'])
+                           around=best(first)['flags']['lr'],
+                           settings=settings)
 
 
 def eval_every(batchsize, n_train):
@@ -487,6 +510,29 @@ def load_pretune(out):
     return found
 
 
+def pretuned_settings(out, batchsize, optimizers):
+    """Each optimizer's settings from its complete pre-tuning in
+    ``<out>/pretune/`` at ``batchsize``: the working rate, and the weight
+    decay and decay power of the grid's best run."""
+    found, settings = load_pretune(out), {}
+    runs = len(WEIGHT_DECAYS) * len(DECAY_POWERS)
+    for optimizer in optimizers:
+        pilot = found.get((batchsize, optimizer, 'pilot'), [])
+        grid = found.get((batchsize, optimizer, 'grid'), [])
+        if len(pilot) < len(PILOT) or len(grid) < runs:
+            raise SystemExit(
+                '--pretuned: the pre-tuning of {} at batch size {} has {} '
+                'of its {} runs in {}: run --pretune first'.format(
+                    optimizer, batchsize, len(pilot) + len(grid),
+                    len(PILOT) + runs, os.path.join(out, PRETUNE)))
+        top = best(grid)['flags']
+        settings[optimizer] = {
+            'lr': working(pilot)['flags']['lr'], 'batchsize': batchsize,
+            'weight_decay': top['weight_decay'],
+            'decay_power': top['decay_power']}
+    return settings
+
+
 def pretune(args):
     """The pre-tuning at ``--pretune-batchsize``: the pilots of every
     optimizer, then their grids, each run in turn for every optimizer."""
@@ -593,11 +639,14 @@ def study(args):
             flags = search_flags(optimizer, batchsize,
                                  args.epochs or EPOCHS[batchsize], trial,
                                  args.trials,
-                                 search.get((batchsize, optimizer), []))
+                                 search.get((batchsize, optimizer), []),
+                                 args.settings)
             run_trial(args, optimizer, batchsize, trial, flags, 0, 'never')
             redraw(args)
     # The trainer's defaults are lars's: measured beside lars only.
-    for batchsize in args.batchsizes if 'lars' in args.optimizers else ():
+    # (Not again with --pretuned: the defaults take no pre-tuned setting.)
+    for batchsize in (args.batchsizes if 'lars' in args.optimizers
+                      and args.settings is None else ()):
         run_trial(args, DEFAULTS, batchsize, None, {}, 0, 'never')
         redraw(args)
     for seed in args.seeds:
@@ -856,7 +905,7 @@ def defaults_table(search, defaults):
     return head, rows
 
 
-def inconsistent(search, reruns, trials, refine=REFINED):
+def inconsistent(search, reruns, trials, refine=REFINED, settings=None):
     """What in the records the study would not have written now: a search
     trial's flags that are not those of its point of the search (the
     search was changed after it ran), a rerun of another trial than its
@@ -871,7 +920,7 @@ def inconsistent(search, reruns, trials, refine=REFINED):
                     r['trial'], n))
                 continue
             want = search_flags(optimizer, batchsize, r['epochs'],
-                                r['trial'], trials, records)
+                                r['trial'], trials, records, settings)
             if r['flags'] != want:
                 problems.append('{}: flags {}, the search gives {}'.format(
                     trial_name(optimizer, batchsize, r['trial']),
@@ -949,7 +998,8 @@ def check(args):
     search, reruns = load(args.out)
     budgets = load_budgets(args.out)
     status = 0
-    for problem in (inconsistent(search, reruns, args.trials, args.refine)
+    for problem in (inconsistent(search, reruns, args.trials, args.refine,
+                                 args.settings)
                     + inconsistent_budgets(search, budgets, args.trials,
                                            args.refine, args.budget_configs)
                     + off_the_curve(args.out)
@@ -1333,6 +1383,12 @@ def main(argv=None):
                                 '{:g}'.format(w) for w in WEIGHT_DECAYS),
                             ', '.join('{:g}'.format(p)
                                       for p in DECAY_POWERS), PRETUNE))
+    parser.add_argument('--pretuned', action='store_true',
+                        help='The search (and its reruns) with the '
+                        'settings of the pre-tuning: each optimizer\'s '
+                        'rate range centred on its working rate, its best '
+                        'weight decay and decay power, warm-up up to half '
+                        'the run; into <out>/{}/'.format(PRETUNED))
     parser.add_argument('--pretune-batchsize', type=results._integer(1),
                         default=PRETUNE_BATCHSIZE,
                         help='The batch size of the pre-tuning (default: '
@@ -1385,6 +1441,16 @@ def main(argv=None):
     if args.figure is None:
         args.figure = (FIGURE if args.model == MODELS[0] else os.path.join(
             HERE, 'study-{}.png'.format(args.model)))
+        if args.pretuned:
+            args.figure = args.figure[:-len('.png')] + '-pretuned.png'
+    args.settings = None
+    if args.pretuned:
+        if args.pretune:
+            parser.error('--pretune runs the pre-tuning, --pretuned the '
+                         'search after it: give one')
+        args.settings = pretuned_settings(
+            args.out, args.pretune_batchsize, args.optimizers)
+        args.out = os.path.join(args.out, PRETUNED)
     for name in args.optimizers:
         if name not in OPTIMIZERS:
             parser.error('--optimizers {}: choose from {}'.format(
