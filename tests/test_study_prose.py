@@ -369,3 +369,120 @@ def test_the_lamb_prose_quotes_its_tables(lamb_quoted, path):
                if claim.format(**lamb_quoted) not in text]
     assert not missing, '{} does not say:\n{}'.format(
         path, '\n'.join(missing))
+
+
+# -- BatchNorm, the pre-tuning and the pre-tuned search --------------------
+
+def _tables_of(found):
+    return {tuple(header[:4]): [dict(zip(header, r)) for r in rows]
+            for header, rows in found}
+
+
+@pytest.fixture(scope='module')
+def more_tables():
+    """The tables of the MLP with BatchNorm (study/mlp-bn), of the
+    pre-tuning (study/pretune) and of the pre-tuned search
+    (study/pretuned), as study.py --tables prints them."""
+    study = importlib.import_module('examples.mnist.study')
+    bn = os.path.join(study.OUT, 'mlp-bn')
+    found = {'bn': _tables_of(study.tables(
+        *study.load(bn), refine=[], defaults=study.load_defaults(bn)))}
+    found['pretune'] = _tables_of(study.pretune_tables(
+        study.load_pretune(study.OUT)))
+    pretuned = os.path.join(study.OUT, study.PRETUNED)
+    found['pretuned'] = _tables_of(study.tables(
+        *study.load(pretuned), refine=[])) if os.path.isdir(pretuned) else {}
+    return found
+
+
+PRETUNE_RUNS = ('batch size', 'optimizer', 'stage', 'run')
+PRETUNE_SUMMARY = ('batch size', 'optimizer', 'runs', 'working rate')
+
+
+MORE_CLAIMS = {
+    'examples/mnist/README.md': [
+        # The pre-tuning.
+        "LARS's working rate is its rule's own ({lars_working} at 8192) "
+        'and its best settings are those the search held fixed, weight '
+        'decay 1e-4 and decay power 2 ({lars_pt_steps} steps, '
+        '{lars_pt_val} %)',
+        "Nesterov's working rate is {nesterov_working}, a third of its "
+        "rule's {nesterov_rule} (which reached {nesterov_rule_val} %)",
+        '({power1_low} % to {power1_high} % at every weight decay, '
+        'against {power2_low} % to {power2_high} % with power 2), best with '
+        'weight decay 1e-5 ({nesterov_pt_val} %); no Nesterov run of the '
+        '15 reached 98 %',
+        # The MLP with BatchNorm at 8192.
+        "LARS's best trial reached 98 % in {bn_lars_best} steps and its "
+        'reruns in {bn_lars_steps} steps ({bn_lars_reached} of 3 seeds), '
+        'fewer than the {lars8192} of the MLP without BatchNorm',
+        'in any of its {bn_nesterov_trials} trials (best {bn_nesterov_any} '
+        '%) or reruns (best validation {bn_nesterov_val} %, test '
+        '{bn_nesterov_test} %), though it ends higher than without '
+        'BatchNorm ({nesterov8192_val} %)',
+        "The trainer's defaults reach 98 % in {bn_defaults} steps",
+    ],
+}
+
+
+@pytest.fixture(scope='module')
+def more_quoted(more_tables, quoted):
+    q = {'lars8192': quoted['lars8192'],
+         'nesterov8192_val': quoted['nesterov8192_val']}
+    pt = more_tables['pretune']
+    runs = pt[PRETUNE_RUNS]
+    for o in ('nesterov', 'lars'):
+        summary = row(pt, PRETUNE_SUMMARY, 8192, o)
+        assert summary['runs'] == '15/15'
+        q['{}_working'.format(o)] = summary['working rate']
+        q['{}_pt_steps'.format(o)] = summary['steps to target']
+        q['{}_pt_val'.format(o)] = summary['best validation (%)']
+        rule = [r for r in runs if r['optimizer'] == o
+                and r['stage'] == 'pilot' and r['run'] == '0'][0]
+        q['{}_rule'.format(o)] = rule['lr']
+        q['{}_rule_val'.format(o)] = rule['best validation (%)']
+        q['{}_wd'.format(o)] = summary['best weight decay']
+        q['{}_power'.format(o)] = summary['best decay power']
+    # "its rule's own", "those the search held fixed"; "power 1", "1e-5".
+    assert q['lars_working'] == q['lars_rule']
+    assert (q['lars_wd'], q['lars_power']) == ('0.0001', '2')
+    assert (q['nesterov_wd'], q['nesterov_power']) == ('1e-05', '1')
+    assert round(float(q['nesterov_rule'])
+                 / float(q['nesterov_working'])) == 3  # "a third"
+    grid = [r for r in runs if r['optimizer'] == 'nesterov'
+            and r['stage'] == 'grid']
+    assert all(r['steps to target'] == '-' for r in runs
+               if r['optimizer'] == 'nesterov')
+    for power in ('1', '2'):
+        values = sorted(float(r['best validation (%)']) for r in grid
+                        if r['decay power'] == power)
+        q['power{}_low'.format(power)] = '{:.2f}'.format(values[0])
+        q['power{}_high'.format(power)] = '{:.2f}'.format(values[-1])
+    bn = more_tables['bn']
+    for o in ('nesterov', 'lars'):
+        s = row(bn, SEARCH, 8192, o)
+        r = row(bn, RERUNS, 8192, o)
+        q['bn_{}_best'.format(o)] = s['steps to target']
+        q['bn_{}_any'.format(o)] = s['best validation, any trial (%)']
+        q['bn_{}_trials'.format(o)] = s['trials'].split('/')[0]
+        q['bn_{}_steps'.format(o)] = r['steps to target']
+        q['bn_{}_reached'.format(o)] = r['reached']
+        q['bn_{}_val'.format(o)] = mean(r['best validation (%)'])
+        q['bn_{}_test'.format(o)] = mean(r['test (%)'])
+    assert row(bn, SEARCH, 8192, 'nesterov')['reached'] == '0'
+    assert row(bn, RERUNS, 8192, 'nesterov')['reached'] == '0'
+    q['bn_defaults'] = row(bn, DEFAULTS, 8192)['steps to target']
+    assert int(mean(q['bn_lars_steps'])) < int(q['lars8192'])  # "fewer"
+    assert float(q['bn_nesterov_val']) > float(q['nesterov8192_val'])
+    return q
+
+
+@pytest.mark.parametrize('path', sorted(MORE_CLAIMS))
+def test_the_batchnorm_and_pretuning_prose_quotes_the_tables(more_quoted,
+                                                             path):
+    with open(os.path.join(ROOT, path)) as f:
+        text = ' '.join(f.read().split())
+    missing = [claim.format(**more_quoted) for claim in MORE_CLAIMS[path]
+               if claim.format(**more_quoted) not in text]
+    assert not missing, '{} does not say:\n{}'.format(
+        path, '\n'.join(missing))
