@@ -692,6 +692,18 @@ def test_the_committed_batchnorm_study_is_in_the_readme(study, capsys):
     assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
 
 
+def test_the_committed_pretuned_search_is_in_the_readme(study, capsys):
+    """The search with each optimizer's pre-tuned settings
+    (examples/mnist/study/pretuned/, still being run): its flags are those
+    of the committed pre-tuning, and examples/mnist/README.md holds its
+    tables."""
+    flags = ['--pretuned', '--batchsizes', '8192', '--refine', '0',
+             '--budget-configs', '0']
+    search, _ = study.load(os.path.join(study.OUT, study.PRETUNED))
+    assert search  # the search has begun
+    assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
+
+
 # -- The same pre-tuning for both ------------------------------------------
 
 def test_pretune_runs_a_pilot_then_the_grid_at_the_working_rate(

@@ -162,7 +162,7 @@ CLAIMS = {
         "{nesterov8192_val} % and {nesterov16384_val} %)",
         'Given longer runs, Nesterov reaches 98 % at 8192 and 16384 too: in '
         '{sweep_nesterov8192} steps at 8192 (twice the epochs) and '
-        "{sweep_nesterov16384} at 16384 (four times), against LARS's "
+        "{sweep_nesterov16384} at 16384 (twice), against LARS's "
         "{sweep_lars8192}; LARS's fewest steps over the budgets tried are "
         '{sweep_lars8192} at both 8192 and 16384',
     ],
@@ -208,7 +208,8 @@ CLAIMS = {
         '{b_nesterov16384_2x_val} % at 2x ({b_nesterov16384_2x_epochs} '
         'epochs), and at {b_nesterov16384_4x_epochs} epochs (4x) reached '
         '98 % in {b_nesterov16384_4x} steps (best validation '
-        "{b_nesterov16384_4x_val} %), against LARS's {sweep_lars16384}",
+        '{b_nesterov16384_4x_val} %); its second-best trial reached it at '
+        '{sweep_nesterov16384_budget}, in {sweep_nesterov16384} steps',
         "Nesterov's fewest steps fall from {sweep_nesterov8192} at 8192 to "
         "{sweep_nesterov16384} at 16384, where LARS's stay at "
         '{sweep_lars16384}',
@@ -236,7 +237,7 @@ CLAIMS = {
         '{defaults_best8192} and {defaults_best16384} for the best',
         'With twice the epochs, Nesterov reaches 98 % at 8192 in '
         "{sweep_nesterov8192} steps, against LARS's {sweep_lars8192}, and "
-        'with four times the epochs at 16384, in {sweep_nesterov16384} '
+        'with twice the epochs at 16384, in {sweep_nesterov16384} '
         "steps; LARS's fewest steps at any budget so far are "
         '{sweep_lars8192} at both 8192 and 16384',
     ],
@@ -421,6 +422,10 @@ MORE_CLAIMS = {
         '{bn_nesterov_test} %), though it ends higher than without '
         'BatchNorm ({nesterov8192_val} %)',
         "The trainer's defaults reach 98 % in {bn_defaults} steps",
+        'At 16384 the search is under way ({bn_nesterov16384_trials} '
+        'Nesterov and {bn_lars16384_trials} LARS trials of 8): LARS\'s best '
+        'trial so far reached 98 % in {bn_lars16384_best} steps, as at '
+        '8192, and no Nesterov trial has (best {bn_nesterov16384_any} %)',
     ],
 }
 
@@ -472,6 +477,13 @@ def more_quoted(more_tables, quoted):
     assert row(bn, SEARCH, 8192, 'nesterov')['reached'] == '0'
     assert row(bn, RERUNS, 8192, 'nesterov')['reached'] == '0'
     q['bn_defaults'] = row(bn, DEFAULTS, 8192)['steps to target']
+    for o in ('nesterov', 'lars'):
+        s = row(bn, SEARCH, 16384, o)
+        q['bn_{}16384_trials'.format(o)] = s['trials'].split('/')[0]
+        q['bn_{}16384_best'.format(o)] = s['steps to target']
+        q['bn_{}16384_any'.format(o)] = s['best validation, any trial (%)']
+    assert row(bn, SEARCH, 16384, 'nesterov')['reached'] == '0'
+    assert q['bn_lars16384_best'] == q['bn_lars_best']  # "as at 8192"
     assert int(mean(q['bn_lars_steps'])) < int(q['lars8192'])  # "fewer"
     assert float(q['bn_nesterov_val']) > float(q['nesterov8192_val'])
     return q
