@@ -265,9 +265,14 @@ def test_what_the_prose_says_once_for_two_cells(quoted):
 
 @pytest.mark.parametrize('path', sorted(CLAIMS))
 def test_the_prose_quotes_the_tables(quoted, path):
+    assert_says(path, CLAIMS[path], quoted)
+
+
+def assert_says(path, claims, quoted):
+    """``path`` (whitespace aside) holds every claim, formatted."""
     with open(os.path.join(ROOT, path)) as f:
         text = ' '.join(f.read().split())
-    missing = [claim.format(**quoted) for claim in CLAIMS[path]
+    missing = [claim.format(**quoted) for claim in claims
                if claim.format(**quoted) not in text]
     assert not missing, '{} does not say:\n{}'.format(
         path, '\n'.join(missing))
@@ -364,12 +369,7 @@ def lamb_quoted(tables):
 
 @pytest.mark.parametrize('path', sorted(LAMB_CLAIMS))
 def test_the_lamb_prose_quotes_its_tables(lamb_quoted, path):
-    with open(os.path.join(ROOT, path)) as f:
-        text = ' '.join(f.read().split())
-    missing = [claim.format(**lamb_quoted) for claim in LAMB_CLAIMS[path]
-               if claim.format(**lamb_quoted) not in text]
-    assert not missing, '{} does not say:\n{}'.format(
-        path, '\n'.join(missing))
+    assert_says(path, LAMB_CLAIMS[path], lamb_quoted)
 
 
 # -- BatchNorm, the pre-tuning and the pre-tuned search --------------------
@@ -492,9 +492,4 @@ def more_quoted(more_tables, quoted):
 @pytest.mark.parametrize('path', sorted(MORE_CLAIMS))
 def test_the_batchnorm_and_pretuning_prose_quotes_the_tables(more_quoted,
                                                              path):
-    with open(os.path.join(ROOT, path)) as f:
-        text = ' '.join(f.read().split())
-    missing = [claim.format(**more_quoted) for claim in MORE_CLAIMS[path]
-               if claim.format(**more_quoted) not in text]
-    assert not missing, '{} does not say:\n{}'.format(
-        path, '\n'.join(missing))
+    assert_says(path, MORE_CLAIMS[path], more_quoted)

@@ -334,7 +334,10 @@ def model_out(model):
     return OUT if model == MODELS[0] else os.path.join(OUT, model)
 
 
-def trial_name(optimizer, batchsize, trial=None, seed=None, budget=None):
+def trial_name(optimizer, batchsize, trial=None, seed=None, budget=None,
+               stage=None):
+    if stage is not None:  # a run of the pre-tuning
+        return '{}-b{}-{}{}'.format(optimizer, batchsize, stage, trial)
     if optimizer == DEFAULTS:
         return '{}-b{}'.format(DEFAULTS, batchsize)
     if budget is not None:
@@ -351,12 +354,9 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
     epochs (``flags`` stretched by ``budget_flags``); with ``stage``
     (``pilot`` or ``grid``), run ``trial`` of that stage of the
     pre-tuning, in ``<out>/pretune/``."""
-    name = trial_name(optimizer, batchsize,
-                      trial, None if test == 'never' else seed, budget)
-    out = args.out
-    if stage is not None:
-        name = '{}-b{}-{}{}'.format(optimizer, batchsize, stage, trial)
-        out = os.path.join(args.out, PRETUNE)
+    name = trial_name(optimizer, batchsize, trial,
+                      None if test == 'never' else seed, budget, stage)
+    out = args.out if stage is None else os.path.join(args.out, PRETUNE)
     path = os.path.join(out, name + '.json')
     if os.path.exists(path):
         record = read(path)
@@ -368,7 +368,7 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
               'again'.format(name, record['trial'], trial), flush=True)
     epochs = args.epochs or EPOCHS[batchsize]
     if budget is not None:
-        epochs = budget_epochs(epochs, budget)
+        epochs = int(epochs * budget)  # a whole number: main checks it
     cmd = command(optimizer, batchsize, epochs, flags, seed,
                   args.validation, args.n_train, test, args.model)
     text = shlex.join(cmd)
@@ -467,21 +467,16 @@ def load_budgets(out):
     return found
 
 
-def budget_epochs(epochs, budget):
-    """``budget`` times ``epochs``, a whole number of epochs."""
-    stretched = epochs * budget
-    if stretched != int(stretched):
-        raise SystemExit('--budgets {:g}: {:g} times {} epochs is not a '
-                         'whole number of epochs'.format(budget, budget,
-                                                         epochs))
-    return int(stretched)
-
-
 def pilot_flags(optimizer, batchsize, epochs, k):
     """The flags of pilot run ``k`` of the pre-tuning."""
     return {'lr': _round(center_lr(optimizer, batchsize) * 10 ** (k / 2)),
             'momentum': 0.9, 'warmup_epochs': _round(0.2 * epochs),
             'label_smoothing': 0.0}
+
+
+def grid_runs():
+    """The runs of a pre-tuning grid."""
+    return len(WEIGHT_DECAYS) * len(DECAY_POWERS)
 
 
 def grid_flags(working, index):
@@ -515,7 +510,7 @@ def pretuned_settings(out, batchsize, optimizers):
     ``<out>/pretune/`` at ``batchsize``: the working rate, and the weight
     decay and decay power of the grid's best run."""
     found, settings = load_pretune(out), {}
-    runs = len(WEIGHT_DECAYS) * len(DECAY_POWERS)
+    runs = grid_runs()
     for optimizer in optimizers:
         pilot = found.get((batchsize, optimizer, 'pilot'), [])
         grid = found.get((batchsize, optimizer, 'grid'), [])
@@ -543,7 +538,7 @@ def pretune(args):
             run_trial(args, optimizer, batchsize, k,
                       pilot_flags(optimizer, batchsize, epochs, k), 0,
                       'never', stage='pilot')
-    for index in range(len(WEIGHT_DECAYS) * len(DECAY_POWERS)):
+    for index in range(grid_runs()):
         for optimizer in args.optimizers:
             pilot = load_pretune(args.out)[batchsize, optimizer, 'pilot']
             run_trial(args, optimizer, batchsize, index,
@@ -576,8 +571,7 @@ def pretune_tables(found):
         top = best(grid) if grid else None
         summary.append([
             str(b), o, '{}/{}'.format(len(pilot) + len(grid or ()),
-                                      len(PILOT) + len(WEIGHT_DECAYS)
-                                      * len(DECAY_POWERS)),
+                                      len(PILOT) + grid_runs()),
             '{:g}'.format(working(pilot)['flags']['lr']),
             '-' if top is None else '{:g}'.format(
                 top['flags']['weight_decay']),
@@ -599,7 +593,7 @@ def inconsistent_pretune(found):
     for (b, o, stage), records in sorted(found.items()):
         pilot = found.get((b, o, 'pilot'), [])
         for r in records:
-            name = '{}-b{}-{}{}'.format(o, b, stage, r['trial'])
+            name = trial_name(o, b, r['trial'], stage=stage)
             if stage == 'pilot':
                 want = pilot_flags(o, b, r['epochs'], r['trial'])
             elif len(pilot) == len(PILOT):
@@ -994,6 +988,17 @@ def off_the_curve(out):
     return problems
 
 
+def all_tables(args, search, reruns, budgets):
+    """Every table of ``--out``, as ``--tables`` prints them and
+    ``--check`` expects them: the study's and, where it has run, the
+    pre-tuning's."""
+    pre = load_pretune(args.out)
+    return tables(search, reruns, args.trials, len(args.seeds), args.refine,
+                  load_defaults(args.out), budgets, args.budgets,
+                  args.budget_configs, args.budget_batchsizes) + (
+        pretune_tables(pre) if pre else [])
+
+
 def check(args):
     search, reruns = load(args.out)
     budgets = load_budgets(args.out)
@@ -1017,13 +1022,7 @@ def check(args):
                 trial_name(DEFAULTS, batchsize), r['command']))
             status = 1
     for path in args.check or [README]:
-        for header, rows in tables(search, reruns, args.trials,
-                                   len(args.seeds), args.refine,
-                                   load_defaults(args.out), budgets,
-                                   args.budgets, args.budget_configs,
-                                   args.budget_batchsizes) + (
-                pretune_tables(load_pretune(args.out))
-                if load_pretune(args.out) else []):
+        for header, rows in all_tables(args, search, reruns, budgets):
             ok, message = results.check_file(path, header, rows)
             print(message)
             status = status or (0 if ok else 1)
@@ -1470,14 +1469,8 @@ def main(argv=None):
         return reproduce(args)
     if args.tables:
         search, reruns = load(args.out)
-        for header, rows in tables(search, reruns, args.trials,
-                                   len(args.seeds), args.refine,
-                                   load_defaults(args.out),
-                                   load_budgets(args.out), args.budgets,
-                                   args.budget_configs,
-                                   args.budget_batchsizes) + (
-                pretune_tables(load_pretune(args.out))
-                if load_pretune(args.out) else []):
+        for header, rows in all_tables(args, search, reruns,
+                                       load_budgets(args.out)):
             print('\n'.join(results.markdown_table(header, rows)) + '\n')
         return 0
     if args.plot_only:
