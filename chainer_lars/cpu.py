@@ -8,6 +8,7 @@ the NumPy passes, in float32 or wider with float64 norms, in chunks of
 """
 
 import math
+import operator
 import os
 import threading
 import warnings
@@ -216,6 +217,20 @@ def _bits(dtype):
 
 
 _NDARRAY = id(numpy.ndarray)
+_LIKES = {}
+
+
+def _likes(dtype, gdtype):
+    """The loop's empty arrays of the storage type of ``dtype``, of
+    ``gdtype`` and of the compute type, shared by the groups (each cold
+    array costs the loop's call a cache miss)."""
+    key = (dtype, gdtype)
+    if key not in _LIKES:
+        storage, compute = _bits(dtype)
+        _LIKES[key] = (numpy.empty(0, storage),
+                       numpy.empty(0, _bits(gdtype)[0]),
+                       numpy.empty(0, compute))
+    return _LIKES[key]
 
 
 class _Addresses(object):
@@ -241,10 +256,7 @@ class _Addresses(object):
                 or (numpy.float16 in (group.dtype, group.gdtype)
                     and not jit.FLOAT16)):
             return
-        storage, compute = _bits(group.dtype)
-        self.likes = (numpy.empty(0, storage),
-                      numpy.empty(0, _bits(group.gdtype)[0]),
-                      numpy.empty(0, compute))
+        self.likes = _likes(group.dtype, group.gdtype)
         # The builtin descr that gradients of this dtype have.
         self.descr = id(numpy.dtype(group.gdtype.char))
         self.table = table = numpy.zeros((n, L.SIZE + 1), numpy.int64)
@@ -275,7 +287,33 @@ class _Addresses(object):
         self.changed, self.put = True, False
 
 
-_NDARRAY = id(numpy.ndarray)
+class _Batch(object):
+
+    """The stamps of several groups' tables in one set of arrays, which
+    :func:`chainer_lars._numba.restamp_groups` reads in one call: each
+    table's ``ids``, ``now`` and ``stamps`` become views of them. Valid
+    while the groups keep these ``tables``."""
+
+    __slots__ = ('tables', 'ids', 'now', 'stamps', 'bounds', 'helds',
+                 'slots', 'result')
+
+    def __init__(self, tables):
+        self.tables = tables
+        self.bounds = numpy.zeros(len(tables) + 1, numpy.int64)
+        numpy.cumsum([len(t.ids) for t in tables], out=self.bounds[1:])
+        self.ids = numpy.concatenate([t.ids for t in tables])
+        self.stamps = numpy.concatenate([t.stamps for t in tables])
+        self.now = numpy.zeros_like(self.stamps)
+        self.helds = numpy.array([t.held for t in tables], numpy.int64)
+        # Where each gradient's id goes, in the groups' order.
+        self.slots = numpy.concatenate([numpy.arange(a + t.held, b) for t, a, b
+                                        in zip(tables, self.bounds,
+                                               self.bounds[1:])])
+        self.result = numpy.zeros((len(tables), 2), numpy.int64)
+        for t, a, b in zip(tables, self.bounds.tolist(),
+                           self.bounds[1:].tolist()):
+            t.ids, t.now, t.stamps = (
+                self.ids[a:b], self.now[a:b], self.stamps[a:b])
 
 
 class CpuExecutor(object):
@@ -311,16 +349,55 @@ class CpuExecutor(object):
         checks: later updates compare with them."""
         tables = group.tables
         if tables.table is not None and tables.changed:
-            tables.stamps, tables.now = tables.now, tables.stamps
+            tables.stamps[...] = tables.now  # views of a _Batch's
             tables.put = False
+
+    def unchanged(self, groups, grads, holder):
+        """Per group, whether ``changed(group, grads[k])`` would be
+        ``False``, the stamps of all read in one call (kept in ``holder.
+        stamps``); ``False`` for a group that is not of this executor or
+        has no stamps."""
+        stamped = [k for k, group in enumerate(groups) if group.executor
+                   is self and group.tables.table is not None]
+        result = [False] * len(groups)
+        if not stamped:
+            return result
+        tables = [groups[k].tables for k in stamped]
+        batch = holder.stamps
+        if batch is None or len(batch.tables) != len(tables) or not all(
+                map(operator.is_, tables, batch.tables)):
+            batch = holder.stamps = _Batch(tables)
+        batch.ids[batch.slots] = [id(g) for k in stamped for g in grads[k]]
+        _jit().restamp_groups(batch.ids, _NDARRAY, batch.stamps, batch.now,
+                              batch.bounds, batch.helds, batch.result)
+        for k, (held, changed) in zip(stamped, batch.result.tolist()):
+            groups[k].tables.changed = bool(held or changed)
+            result[k] = not (held or changed)
+        return result
+
+    def run_unchanged(self, group, grads, op):
+        """Runs the update of :meth:`run`, in one compiled call, if the
+        arrays are as at the last check passed and the table holds the
+        gradients; returns whether it did."""
+        tables = group.tables
+        if tables.table is None or not tables.put:
+            return False
+        ids = tables.ids
+        if len(grads) == 1:
+            ids[-1] = id(grads[0])
+        else:
+            ids[tables.held:] = list(map(id, grads))
+        return _jit().restamp_update(
+            ids, _NDARRAY, tables.stamps, tables.now, tables.held,
+            tables.table, group.rows, tables.obs, *tables.likes, op)
 
     def run(self, group, grads, op):
         tables, rows = group.tables, group.rows
         slow = range(len(grads))
         if tables.table is not None:
             slow = self._put(group, grads)
-            _jit().multi_update(tables.table, rows, tables.obs, tables.likes,
-                                op)
+            _jit().multi_update(tables.table, rows, tables.obs,
+                                *tables.likes, op)
         rejected = []
         dtype = group.dtype.newbyteorder('=') if slow else None
         for k in slow:

@@ -118,7 +118,7 @@ class Plan(object):
 
     __slots__ = ('_objects', '_flags', '_flag_fn', '_states', '_masters',
                  '_hooks', '_hook_counts', '_by_key', 'groups', 'where',
-                 'others')
+                 'others', 'stamps')
 
     def __init__(self, params, flags, states=()):
         self._states = ('v',) if states is True else states
@@ -134,6 +134,7 @@ class Plan(object):
         self._masters = []  # (rule, master array) of the mixed16 rows
         self._by_key = {}
         self.groups, self.where, self.others = [], [], []
+        self.stamps = None  # the CPU executor's, of all groups at once
 
     def add(self, key, device, path, param, rule, weight, states=(),
             static=(1, 1), half=None):
@@ -236,6 +237,15 @@ def check(group, grads, op):
     group.checked = (op, group.scaled)
 
 
+def check_all(groups, grads, op, plan):
+    """:func:`check` of each group with its ``grads``, the CPU groups'
+    stamps read in one call (kept by the ``plan``)."""
+    unchanged = cpu.executor.unchanged(groups, grads, plan)
+    for group, g, same_arrays in zip(groups, grads, unchanged):
+        if not same_arrays or group.checked != (op, group.scaled):
+            check(group, g, op)
+
+
 def run(group, grads, op, checked=False):
     """One update of a group's arrays with its rows, once :func:`check`
     passes them (``checked``: the caller has just checked these
@@ -243,6 +253,11 @@ def run(group, grads, op, checked=False):
     executor takes even as a contiguous copy (on a GPU, of another dtype
     than its weight)."""
     if not checked:
+        # Arrays as at the last check passed: the executor's one call.
+        if group.checked == (op, group.scaled) and (
+                group.executor.run_unchanged(group, grads, op)):
+            group.copies.clear()
+            return []
         check(group, grads, op)
     group.op = op
     group.copies.clear()

@@ -242,8 +242,9 @@ class GradientLARS(exclusions.ExclusionProperties):
                 clips = [self._clip_lr(rule, path) if a and g is not None
                          and g.size else -1.0 for rule, path, a, g in zip(
                              group.rules, group.paths, group.static[1], grads)]
-            engine.check(group, grads, L.RESCALE)
             jobs.append((group, grads, clips))
+        engine.check_all(plan.groups, [job[1] for job in jobs], L.RESCALE,
+                         plan)
         others = []
         for param, rule, path, adapt in plan.others:
             g = param.grad
