@@ -112,6 +112,57 @@ def test_both_faces_share_one_executor_per_device():
     assert executors == {engine.executor_for(CPU)}
 
 
+@pytest.mark.parametrize('face', ['hook', 'lars'])
+def test_the_per_array_paths_check_only_the_arrays_that_changed(
+        face, monkeypatch):
+    """The hook's per-array plan stamps all its groups in one call and
+    LARS's per-rule path stamps and steps in one: each checks again
+    exactly the arrays whose stamps changed, and the steps stay those of
+    the multi-tensor path."""
+    if chainer_lars.cpu.backend() != 'numba':
+        pytest.skip('stamps are read by the compiled loop')
+    checked, stamped = [], []
+    real = chainer_lars.checks.addressed
+    monkeypatch.setattr(chainer_lars.checks, 'addressed',
+                        lambda path, *a, **k: checked.append(path) or real(
+                            path, *a, **k))
+    # A group's own stamps are read where the one call found a change.
+    executor = type(chainer_lars.cpu.executor)
+    changed = executor.changed
+    monkeypatch.setattr(executor, 'changed', lambda self, group, grads: (
+        stamped.extend(group.paths) or changed(self, group, grads)))
+    models = [ref.Net(), ref.Net()]
+    for model, multi_tensor in zip(models, (False, True)):
+        ref.fill(model, 0)
+        if face == 'hook':
+            opt = optimizers.MomentumSGD(lr=0.01).setup(model)
+            opt.add_hook(chainer_lars.GradientLARS(multi_tensor=multi_tensor))
+        else:
+            opt = chainer_lars.LARS(multi_tensor=multi_tensor).setup(model)
+        model.opt = opt
+    paths = sorted(p for p, _ in models[0].namedparams())
+    rng = numpy.random.RandomState(0)
+    grads = {p: rng.standard_normal(a.shape).astype(a.dtype)
+             for p, a in models[0].namedparams()}
+    for model in models:
+        for path, param in model.namedparams():
+            param.grad = grads[path].copy()
+    for step, change in enumerate([None, None, paths[-1], None, paths[1]]):
+        for model in models:
+            if change is not None:  # another buffer, the same values
+                param = dict(model.namedparams())[change]
+                param.grad = param.grad.copy()
+            del checked[:], stamped[:]
+            model.opt.update()
+            if model is models[0]:
+                first = sorted(checked), sorted(stamped)
+        want = [] if change is None else [change]
+        assert first == ((paths, paths) if step == 0 else (want, want)), step
+    for (path, a), (_, b) in zip(sorted(models[0].namedparams()),
+                                 sorted(models[1].namedparams())):
+        numpy.testing.assert_array_equal(a.array, b.array, err_msg=path)
+
+
 def _imports():
     """Module -> the modules of the package (not testing/) it imports."""
     root = os.path.dirname(chainer_lars.__file__)
