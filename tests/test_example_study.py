@@ -358,8 +358,16 @@ def test_study_writes_one_json_per_trial_and_rerun(tiny_study):
     found = records(tiny_study.out)
     assert sorted(found) == sorted([
         'nesterov-b16-t0', 'nesterov-b16-t1', 'lars-b16-t0', 'lars-b16-t1',
-        'nesterov-b16-best-s1', 'lars-b16-best-s1', 'defaults-b16'])
-    # The trainer on its defaults, measured as the search trials are.
+        'nesterov-b16-best-s1', 'lars-b16-best-s1', 'defaults-b16',
+        'defaults-b16-s1'])
+    # The trainer on its defaults, measured as the search trials are, and
+    # rerun with the seeds of the best trials' reruns.
+    rerun = found.pop('defaults-b16-s1')
+    assert rerun['flags'] == {} and rerun['seed'] == 1
+    assert '--seed 1' in rerun['command'] and '--test end' in (
+        rerun['command'])
+    assert rerun['test_accuracy'] == read_log(
+        tiny_study.runs / 'defaults-b16-s1')[-1]['test/main/accuracy']
     defaults = found.pop('defaults-b16')
     assert defaults['flags'] == {} and defaults['test_accuracy'] is None
     assert defaults['command'].startswith(
@@ -436,6 +444,14 @@ def test_check_compares_the_readme_with_the_jsons(study, tiny_study,
            if line.startswith('| 16 | lars | 2 | 2/2 |')]
     assert len(row) == 1
     assert '| {} |'.format(best['trial']) in row[0]
+    # The defaults' seeded reruns: a row of the rerun table, after lars's.
+    rerun = found['defaults-b16-s1']
+    rows = [line for line in printed.splitlines()
+            if line.startswith('| 16 | ') and '| 1/1 |' in line]
+    assert [r.split(' | ')[1] for r in rows] == [
+        'nesterov', 'lars', 'defaults'], rows
+    assert rows[2].startswith('| 16 | defaults | - | 1/1 | {} | '.format(
+        int(rerun['steps_to_target'] is not None))), rows
     readme = tmp_path / 'README.md'
     readme.write_text('# Study\n\n' + printed)
     argv = ['--out', str(tiny_study.out), '--trials', '2', '--seeds', '1',

@@ -40,7 +40,8 @@ of its cell's best, stretched) and that each JSON's steps to the target
 are its curve's; it exits with 1 where not. Beside the
 search, the trainer runs on its defaults at each batch size, measured the
 same way (``defaults-b<B>.json``): a third table compares them with the
-tuned trials.
+tuned trials; with the reruns' seeds (``defaults-b<B>-s<seed>.json``) they
+are a ``defaults`` row of the rerun table.
 ``--reproduce FILE`` reruns the trial of one JSON in a temporary folder
 and prints what changed, then ``same``, ``within tolerance`` (what
 another CPU is expected to change: ``TOLERANCE_*``) or ``differs``
@@ -338,8 +339,9 @@ def trial_name(optimizer, batchsize, trial=None, seed=None, budget=None,
                stage=None):
     if stage is not None:  # a run of the pre-tuning
         return '{}-b{}-{}{}'.format(optimizer, batchsize, stage, trial)
-    if optimizer == DEFAULTS:
-        return '{}-b{}'.format(DEFAULTS, batchsize)
+    if optimizer == DEFAULTS:  # seed 0, and the seeded reruns
+        return '{}-b{}{}'.format(DEFAULTS, batchsize,
+                                 '' if seed is None else '-s{}'.format(seed))
     if budget is not None:
         return '{}-b{}-t{}-x{:g}'.format(optimizer, batchsize, trial, budget)
     if seed is None:
@@ -613,13 +615,19 @@ def budget_flags(flags, budget):
     return dict(flags, warmup_epochs=_round(flags['warmup_epochs'] * budget))
 
 
-def load_defaults(out):
-    """The runs of the trainer's defaults in ``out``, by batch size."""
+def load_defaults(out, reruns=False):
+    """The runs of the trainer's defaults in ``out``: the search's (seed
+    0, ``--test never``) by batch size; with ``reruns``, the seeded
+    reruns' by batch size, in a list ordered by seed."""
     found = {}
-    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
-        if name.startswith(DEFAULTS + '-') and name.endswith('.json'):
-            record = read(os.path.join(out, name))
-            found[record['batchsize']] = record
+    for name, record in _records(out):
+        if name.startswith(DEFAULTS + '-') and ('-s' in name) == reruns:
+            if reruns:
+                found.setdefault(record['batchsize'], []).append(record)
+            else:
+                found[record['batchsize']] = record
+    for records in found.values() if reruns else ():
+        records.sort(key=lambda r: r['seed'])
     return found
 
 
@@ -650,6 +658,10 @@ def study(args):
             run_trial(args, optimizer, batchsize, chosen['trial'],
                       chosen['flags'], seed, 'end')
             redraw(args)
+        # The defaults with the same seeds: what a new user gets.
+        for batchsize in (args.batchsizes if 'lars' in args.optimizers
+                          and args.settings is None else ()):
+            run_trial(args, DEFAULTS, batchsize, None, {}, seed, 'end')
     sweep(args)
 
 
@@ -703,10 +715,12 @@ def _spread(values, form):
 def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
            defaults=None, budgets=None, budget_list=BUDGETS,
            budget_configs=BUDGET_CONFIGS,
-           budget_batchsizes=BUDGET_BATCHSIZES):
-    """The search table, the rerun table and, where runs of the trainer's
-    defaults exist, their table, and where budget runs exist, the budget
-    sweep's two tables: (header, rows) each."""
+           budget_batchsizes=BUDGET_BATCHSIZES, default_reruns=None):
+    """The search table, the rerun table (with a ``defaults`` row per batch
+    size where ``default_reruns`` has the defaults' seeded reruns) and,
+    where runs of the trainer's defaults exist, their table, and where
+    budget runs exist, the budget sweep's two tables: (header, rows)
+    each."""
     order = list(OPTIMIZERS)
     cells = sorted(set(search) | set(reruns), key=lambda c: (
         c[0], order.index(c[1]) if c[1] in order else len(order), c[1]))
@@ -739,12 +753,15 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
                   'steps to target', 'at (% of the steps run)',
                   'best validation (%)', 'test (%)']
     rerun_rows = []
-    for cell in cells:
-        records = reruns.get(cell, [])
-        if not records:
-            continue
+    reruns = dict(reruns)
+    reruns.update(((b, DEFAULTS), records) for b, records in (
+        default_reruns or {}).items())
+    for cell in sorted(reruns, key=lambda c: (c[0], order.index(c[1]) if c[1]
+                                              in order else len(order), c[1])):
+        records = reruns[cell]
         rerun_rows.append([
-            str(cell[0]), cell[1], str(records[0]['trial']),
+            str(cell[0]), cell[1], '-' if cell[1] == DEFAULTS
+            else str(records[0]['trial']),
             '{}/{}'.format(len(records), seeds),
             # The steps are those of the seeds that reached the target.
             str(sum(r['steps_to_target'] is not None for r in records)),
@@ -995,7 +1012,8 @@ def all_tables(args, search, reruns, budgets):
     pre = load_pretune(args.out)
     return tables(search, reruns, args.trials, len(args.seeds), args.refine,
                   load_defaults(args.out), budgets, args.budgets,
-                  args.budget_configs, args.budget_batchsizes) + (
+                  args.budget_configs, args.budget_batchsizes,
+                  load_defaults(args.out, reruns=True)) + (
         pretune_tables(pre) if pre else [])
 
 
@@ -1012,14 +1030,16 @@ def check(args):
                     + other_model(args.out, args.model)):
         print(problem)
         status = 1
-    for batchsize, r in sorted(load_defaults(args.out).items()):
-        want = TRAINER + ['--batchsize', str(batchsize)] + (
+    for name, r in _records(args.out):
+        if not name.startswith(DEFAULTS + '-'):
+            continue
+        want = TRAINER + ['--batchsize', str(r['batchsize'])] + (
             ['--model', args.model] if args.model != MODELS[0] else []) + [
             '--epoch', str(r['epochs']), '--validation',
             str(r['validation'])]
         if not r['command'].startswith(shlex.join(want) + ' ') or r['flags']:
             print('{}: not a run of the trainer\'s defaults: {}'.format(
-                trial_name(DEFAULTS, batchsize), r['command']))
+                name, r['command']))
             status = 1
     for path in args.check or [README]:
         for header, rows in all_tables(args, search, reruns, budgets):
