@@ -629,6 +629,38 @@ def test_round_two_centres_the_rate_on_round_one(study, tiny_study,
         capsys.readouterr().out)
 
 
+def test_check_finds_each_study_s_tables_in_its_own_section(
+        study, tiny_study, tmp_path, capsys):
+    """In a README of several studies, a study's tables count only after
+    the ``<!-- study.py ... -->`` line that names its flag (the main
+    study's: before the first such line, or after one with no flag): the
+    tables of one study written over another's fail the check."""
+    argv = ['--out', str(tiny_study.out), '--trials', '2', '--seeds', '1']
+    assert study.main(argv + ['--tables']) == 0
+    printed = capsys.readouterr().out
+    readme = tmp_path / 'README.md'
+    check = argv + ['--check', str(readme)]
+    bn = '<!-- study.py --model mlp-bn --tables -->\n\n'
+    for text, status in [
+            (printed, 0),  # no markers: the whole file
+            (printed + '\n' + bn, 0),
+            (bn + printed, 1),  # under the BatchNorm model's marker
+            (bn + '<!-- study.py --batchsizes 16 --tables -->\n\n'
+             + printed, 0)]:
+        readme.write_text(text)
+        assert study.main(check) == status, text
+        out = capsys.readouterr().out
+        if status:
+            assert 'no table with the header batch size | optimizer | ' \
+                'epochs | trials | reached' in out
+            assert ' in its lines (none); expected' in out
+    # The BatchNorm model's tables need their marker.
+    readme.write_text(printed + '\n' + bn.replace('mlp-bn', 'cnn'))
+    assert study.main(check[:-2] + ['--model', 'mlp-bn'] + check[-2:]) == 1
+    assert 'no line "<!-- study.py ... --model mlp-bn ... --tables -->"' \
+        in capsys.readouterr().out
+
+
 def test_a_diverged_trial_is_a_result(study, tiny_study, tmp_path):
     """A trial whose loss stops being finite (the trainer stops with
     status 1, its log written) is recorded as never reaching the target,

@@ -254,12 +254,14 @@ def rst_tables(lines):
         i = j + 1
 
 
-def check_file(path, header, rows):
+def check_file(path, header, rows, spans=None):
     """Whether ``path`` holds the table; ``(ok, message)``.
 
     The file's tables (RST simple tables in ``.rst`` files, Markdown
-    tables otherwise) whose header is ``header`` are compared cell by cell
-    with ``rows``; the message of a mismatch is a diff against the first.
+    tables otherwise) whose header is ``header`` (and with ``spans``, a
+    list of ``(first, last)``, that start in those lines) are compared
+    cell by cell with ``rows``; the message of a mismatch is a diff
+    against the first.
     """
     with open(path) as f:
         lines = f.read().splitlines()
@@ -267,15 +269,20 @@ def check_file(path, header, rows):
         found, expected = rst_tables(lines), rst_table(header, rows)
     else:
         found, expected = markdown_tables(lines), markdown_table(header, rows)
-    candidates = [(first, last, cells) for first, last, cells in found
-                  if cells and cells[0] == header]
+    spans = spans or [(0, len(lines))]
+    candidates = [(a, b, cells) for a, b, cells in found
+                  if cells and cells[0] == header
+                  and any(first <= a < last for first, last in spans)]
     for _, _, cells in candidates:
         if cells == [header] + rows:
             return True, '{}: the table matches'.format(path)
     if not candidates:
         return False, '\n'.join(
-            ['{}: no table with the header {}; expected:'.format(
-                path, ' | '.join(header))] + expected)
+            ['{}: no table with the header {}{}; expected:'.format(
+                path, ' | '.join(header), '' if spans is None else
+                ' in its lines ({})'.format(', '.join(
+                    '{} to {}'.format(a + 1, b) for a, b in spans
+                    if b > a) or 'none'))] + expected)
     first, last, _ = candidates[0]
     diff = difflib.unified_diff(
         lines[first:last], expected, lineterm='',

@@ -1042,11 +1042,49 @@ def check(args):
                 name, r['command']))
             status = 1
     for path in args.check or [README]:
+        spans = section(path, args)
+        if isinstance(spans, str):
+            print(spans)
+            status = 1
+            continue
         for header, rows in all_tables(args, search, reruns, budgets):
-            ok, message = results.check_file(path, header, rows)
+            ok, message = results.check_file(path, header, rows, spans)
             print(message)
             status = status or (0 if ok else 1)
     return status
+
+
+#: The line before a study's tables in a README that holds several
+#: studies: ``<!-- study.py <its flags> --tables -->`` (the main study's:
+#: no flag, or its tables before the first such line).
+MARKER = '<!-- study.py '
+
+
+def section(path, args):
+    """The spans of lines ``[(first, last)]`` of ``path`` that may hold
+    this study's tables: after each marker line that names its flag
+    (``--pretuned``, ``--model M``, ``--optimizers ...``; the main study:
+    none of these, and the lines before the first marker) up to the next
+    marker; ``None`` in a file without markers (the whole file); a
+    message where the study has no marker."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    marks = [i for i, line in enumerate(lines) if line.startswith(MARKER)]
+    if not marks:
+        return None
+    flag = ('--pretuned' if args.settings is not None
+            else '--model ' + args.model if args.model != MODELS[0]
+            else '--optimizers ' + ','.join(args.optimizers)
+            if list(args.optimizers) != list(DEFAULT_OPTIMIZERS) else None)
+    named = ['--pretuned', '--model', '--optimizers']
+    spans = [(0, marks[0])] if flag is None else []
+    for i, end in zip(marks, marks[1:] + [len(lines)]):
+        words = lines[i].replace('-->', ' ') + ' '
+        if (' {} '.format(flag) in words if flag is not None
+                else not any(' {} '.format(n) in words for n in named)):
+            spans.append((i, end))
+    return spans or '{}: no line "{}... {} ... --tables -->" before its ' \
+        'tables'.format(path, MARKER, flag)
 
 
 def reproduce(args):
