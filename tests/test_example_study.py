@@ -728,15 +728,29 @@ def test_the_committed_lamb_study_is_complete_and_in_the_readme(
     assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
 
 
-def test_the_committed_batchnorm_study_is_in_the_readme(study, capsys):
-    """The cells of the MLP with BatchNorm (examples/mnist/study/mlp-bn/,
-    still being run): every JSON is of that model and what the study
-    would write, and examples/mnist/README.md holds their tables."""
+def test_the_committed_batchnorm_study_is_complete_and_in_the_readme(
+        study, capsys):
+    """The MLP with BatchNorm (examples/mnist/study/mlp-bn/): at 512, 8192
+    and 16384 the 8 trials of each cell, the three seeded reruns of each
+    cell's best, and the trainer's defaults once and with the same seeds;
+    every JSON is of that model and what the study would write, and
+    examples/mnist/README.md holds their tables."""
     flags = ['--model', 'mlp-bn', '--batchsizes', '8192,16384,512',
              '--refine', '0', '--budget-configs', '0']
-    search, _ = study.load(os.path.join(os.path.dirname(study.__file__),
-                                        'study', 'mlp-bn'))
-    assert search  # the study has begun
+    out = os.path.join(os.path.dirname(study.__file__), 'study', 'mlp-bn')
+    search, reruns = study.load(out)
+    sizes = [512, 8192, 16384]
+    for batchsize in sizes:
+        for optimizer in study.DEFAULT_OPTIMIZERS:
+            cell = batchsize, optimizer
+            assert sorted(r['trial'] for r in search[cell]) == list(
+                range(study.TRIALS)), cell
+            assert sorted(r['seed'] for r in reruns[cell]) == (
+                study.SEEDS), cell
+    assert sorted(study.load_defaults(out)) == sizes
+    assert {b: [r['seed'] for r in records] for b, records in
+            study.load_defaults(out, reruns=True).items()} == {
+                b: study.SEEDS for b in sizes}
     assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
 
 

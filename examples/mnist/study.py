@@ -1248,6 +1248,9 @@ def plot(args):
     import matplotlib.pyplot as plt
     from examples import plotting
 
+    # The lines join the batch sizes in order, whatever order ran them.
+    args = argparse.Namespace(**dict(vars(args),
+                                     batchsizes=sorted(args.batchsizes)))
     search, reruns = load(args.out)
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
     anchors = []
