@@ -222,6 +222,8 @@ CLAIMS = {
         '{b_lars16384_halfx_val} %)',
         'Its fewest steps at any budget are {sweep_lars8192} at 8192 and '
         '{sweep_lars16384} at 16384',
+        'no Nesterov trial took fewer steps than {sweep_nesterov8192} at '
+        '8192 and {sweep_nesterov16384} at 16384',
         '(perfect scaling would take {sweep_half})',
         'took {lamb16384_best} steps, below LARS\'s {lars8192} at 8192',
     ],
@@ -238,7 +240,7 @@ CLAIMS = {
         'With twice the epochs, Nesterov reaches 98 % at 8192 in '
         "{sweep_nesterov8192} steps, against LARS's {sweep_lars8192}, and "
         'with twice the epochs at 16384, in {sweep_nesterov16384} '
-        "steps; LARS's fewest steps at any budget so far are "
+        "steps; LARS's fewest steps at any budget are "
         '{sweep_lars8192} at both 8192 and 16384',
     ],
 }
@@ -249,6 +251,21 @@ def test_what_the_prose_says_of_the_half_budget(quoted):
     LARS's fewest steps at 16384 are not 40 or fewer (the goal)."""
     assert quoted['b_lars8192_halfx'] == quoted['b_lars16384_halfx'] == '-'
     assert int(quoted['sweep_lars16384']) > 40
+
+
+def test_what_the_prose_says_of_the_whole_sweep(tables):
+    """"Every LARS trial swept took its fewest steps at 1x and more at
+    each longer budget, and no run of either optimizer reached 98 % at
+    half the budget": of every row of the complete sweep."""
+    rows = tables[SWEPT]
+    assert len(rows) == 12 and all(
+        row(tables, SWEEP, b, o)['runs'] == '12/12'
+        for b in (8192, 16384) for o in ('nesterov', 'lars'))
+    for r in rows:
+        assert r['steps at 0.5x'] == '-', r
+        if r['optimizer'] == 'lars':
+            steps = [int(r['steps at {}x'.format(m)]) for m in (1, 2, 4)]
+            assert steps == sorted(set(steps)), r
 
 
 def test_what_the_prose_says_once_for_two_cells(quoted):
