@@ -287,6 +287,16 @@ class _Addresses(object):
         self.changed, self.put = True, False
 
 
+def _grad_ids(tables, grads):
+    """``tables.ids`` with the ids of ``grads`` after the held arrays'."""
+    ids = tables.ids
+    if len(grads) == 1:  # a group of one: item assignment is 6x faster
+        ids[-1] = id(grads[0])
+    else:
+        ids[tables.held:] = list(map(id, grads))
+    return ids
+
+
 class _Batch(object):
 
     """The stamps of several groups' tables in one set of arrays, which
@@ -331,13 +341,8 @@ class CpuExecutor(object):
         tables = group.tables
         if tables.table is None:
             return True  # no stamps: NumPy checks every operation
-        ids = tables.ids
-        if len(grads) == 1:  # a group of one: item assignment is 6x faster
-            ids[-1] = id(grads[0])
-        else:
-            ids[tables.held:] = list(map(id, grads))
-        held, changed = _jit().restamp(ids, _NDARRAY, tables.stamps,
-                                       tables.now, tables.held)
+        held, changed = _jit().restamp(_grad_ids(tables, grads), _NDARRAY,
+                                       tables.stamps, tables.now, tables.held)
         if held:
             self.prepare(group)
             return self.changed(group, grads)
@@ -382,13 +387,9 @@ class CpuExecutor(object):
         tables = group.tables
         if tables.table is None or not tables.put:
             return False
-        ids = tables.ids
-        if len(grads) == 1:
-            ids[-1] = id(grads[0])
-        else:
-            ids[tables.held:] = list(map(id, grads))
         return _jit().restamp_update(
-            ids, _NDARRAY, tables.stamps, tables.now, tables.held,
+            _grad_ids(tables, grads), _NDARRAY, tables.stamps, tables.now,
+            tables.held,
             tables.table, group.rows, tables.obs, *tables.likes, op)
 
     def run(self, group, grads, op):

@@ -487,9 +487,6 @@ class CudaExecutor(object):
 
     """The executor of CUDA devices (see :mod:`chainer_lars.engine`)."""
 
-    def unchanged(self, groups, grads, holder):
-        return [False] * len(groups)
-
     def run_unchanged(self, group, grads, op):
         return False
 

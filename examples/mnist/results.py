@@ -269,10 +269,10 @@ def check_file(path, header, rows, spans=None):
         found, expected = rst_tables(lines), rst_table(header, rows)
     else:
         found, expected = markdown_tables(lines), markdown_table(header, rows)
-    spans = spans or [(0, len(lines))]
     candidates = [(a, b, cells) for a, b, cells in found
-                  if cells and cells[0] == header
-                  and any(first <= a < last for first, last in spans)]
+                  if cells and cells[0] == header and any(
+                      first <= a < last
+                      for first, last in spans or [(0, len(lines))])]
     for _, _, cells in candidates:
         if cells == [header] + rows:
             return True, '{}: the table matches'.format(path)

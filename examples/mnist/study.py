@@ -551,9 +551,7 @@ def pretune(args):
 def pretune_tables(found):
     """The pre-tuning's runs, and per optimizer its working rate and the
     best weight decay and decay power at it."""
-    order = list(OPTIMIZERS)
-    cells = sorted({(b, o) for b, o, _ in found}, key=lambda c: (
-        c[0], order.index(c[1]) if c[1] in order else len(order), c[1]))
+    cells = sorted({(b, o) for b, o, _ in found}, key=_cell_order)
     head = ['batch size', 'optimizer', 'stage', 'run', 'lr',
             'weight decay', 'decay power', 'steps to target',
             'best validation (%)']
@@ -712,6 +710,15 @@ def _spread(values, form):
     return text
 
 
+def _cell_order(cell):
+    """Cells by batch size, then in the order of ``OPTIMIZERS`` (others,
+    such as the defaults, after them)."""
+    batchsize, optimizer = cell
+    order = list(OPTIMIZERS)
+    return (batchsize, order.index(optimizer) if optimizer in order
+            else len(order), optimizer)
+
+
 def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
            defaults=None, budgets=None, budget_list=BUDGETS,
            budget_configs=BUDGET_CONFIGS,
@@ -721,9 +728,7 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
     where runs of the trainer's defaults exist, their table, and where
     budget runs exist, the budget sweep's two tables: (header, rows)
     each."""
-    order = list(OPTIMIZERS)
-    cells = sorted(set(search) | set(reruns), key=lambda c: (
-        c[0], order.index(c[1]) if c[1] in order else len(order), c[1]))
+    cells = sorted(set(search) | set(reruns), key=_cell_order)
     head = ['batch size', 'optimizer', 'epochs', 'trials', 'reached',
             'best trial', 'steps to target', 'epochs to target',
             'best validation, any trial (%)', 'lr', 'momentum', 'warm-up',
@@ -756,8 +761,7 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
     reruns = dict(reruns)
     reruns.update(((b, DEFAULTS), records) for b, records in (
         default_reruns or {}).items())
-    for cell in sorted(reruns, key=lambda c: (c[0], order.index(c[1]) if c[1]
-                                              in order else len(order), c[1])):
+    for cell in sorted(reruns, key=_cell_order):
         records = reruns[cell]
         rerun_rows.append([
             str(cell[0]), cell[1], '-' if cell[1] == DEFAULTS
@@ -851,10 +855,8 @@ def budget_tables(search, budgets, budget_list=BUDGETS,
     of ``budget_batchsizes`` with trials is shown, its runs still to be
     made as "to run"."""
     multiples = sorted(set([1] + list(budget_list)))
-    order = list(OPTIMIZERS)
     cells = set(budgets) | {c for c in search if c[0] in budget_batchsizes}
-    cells = sorted(cells, key=lambda c: (
-        c[0], order.index(c[1]) if c[1] in order else len(order), c[1]))
+    cells = sorted(cells, key=_cell_order)
     head = (['batch size', 'optimizer', 'trial', 'epochs at 1x']
             + ['steps at {:g}x'.format(m) for m in multiples]
             + ['best validation at {:g}x (%)'.format(m) for m in multiples])
