@@ -565,6 +565,34 @@ def test_figure_from_partial_results(study, tiny_study, tmp_path):
     assert figure.stat().st_size > 0
 
 
+def test_figure_draws_the_defaults_mean_over_seeds(study, tiny_study,
+                                                   tmp_path):
+    """The defaults' line, like the optimizers', is the mean of the seeded
+    reruns where all have run, and the one run of seed 0 until then."""
+    out = tmp_path / 'json'
+    shutil.copytree(str(tiny_study.out), str(out))
+    once = read_json(out / 'defaults-b16.json')
+    again = read_json(out / 'defaults-b16-s1.json')
+    again['best_validation'] = once['best_validation'] - 0.25
+    again['steps_to_target'] = 3
+    seed2 = dict(again, seed=2, best_validation=once['best_validation'],
+                 steps_to_target=6)
+    (out / 'defaults-b16-s1.json').write_text(json.dumps(again))
+    assert study.defaults_points(str(out), [16], 1) == (
+        [(16, 3, again['best_validation'])], 1)
+    # Seed 2 not yet run: seed 0's run.
+    assert study.defaults_points(str(out), [16], 2) == (
+        [(16, once['steps_to_target'], once['best_validation'])], 0)
+    (out / 'defaults-b16-s2.json').write_text(json.dumps(seed2))
+    assert study.defaults_points(str(out), [16], 2) == ([(
+        16, 4.5, pytest.approx(once['best_validation'] - 0.125))], 1)
+    # A seed that missed the target: no mean of the steps.
+    seed2['steps_to_target'] = None
+    (out / 'defaults-b16-s2.json').write_text(json.dumps(seed2))
+    assert study.defaults_points(str(out), [16], 2)[0][0][1] is None
+    assert study.defaults_points(str(out), [32], 2) == ([], 0)
+
+
 def test_round_two_centres_the_rate_on_round_one(study, tiny_study,
                                                  tmp_path, capsys):
     """--refine: a second round at the next points of the sequence, the

@@ -1236,6 +1236,30 @@ def budget_points(search, budgets, args):
     return found
 
 
+def defaults_points(out, batchsizes, seeds):
+    """What the figure shows of the trainer's defaults: ``(batch, steps,
+    accuracy)`` for each batch size run, the mean of its ``seeds`` seeded
+    reruns where all have run (steps None if one missed the target), as
+    the optimizers' points are, else its one run with seed 0; and how many
+    points are such means."""
+    once, again = load_defaults(out), load_defaults(out, reruns=True)
+    found, means = [], 0
+    for batchsize in batchsizes:
+        done = again.get(batchsize, [])
+        if len(done) >= seeds > 0:
+            reached = [r['steps_to_target'] for r in done]
+            found.append((batchsize, None if None in reached else
+                          sum(reached) / len(reached),
+                          sum(r['best_validation'] for r in done)
+                          / len(done)))
+            means += 1
+        elif batchsize in once:
+            r = once[batchsize]
+            found.append((batchsize, r['steps_to_target'],
+                          r['best_validation']))
+    return found, means
+
+
 def plot(args):
     """Steps to the target and best validation accuracy against batch size.
 
@@ -1317,17 +1341,21 @@ def plot(args):
                 left.plot([b * 1.18], [0.97 - 0.04 * row], linestyle='none',
                           marker='D', color=color, markerfacecolor='white',
                           transform=left.get_xaxis_transform())
-    defaults = load_defaults(args.out)
-    runs = [(b, defaults[b]) for b in args.batchsizes if b in defaults]
-    for ax, key in ((left, 'steps_to_target'), (right, 'best_validation')):
-        drawn = [(b, r[key]) for b, r in runs if r[key] is not None]
+    runs, seeded = defaults_points(args.out, args.batchsizes,
+                                   len(args.seeds))
+    for ax, index in ((left, 1), (right, 2)):
+        drawn = [(p[0], p[index]) for p in runs if p[index] is not None]
         if drawn:
             # Under the optimizers' lines, which it may cross.
             ax.plot([b for b, _ in drawn], [v for _, v in drawn],
                     color='gray', marker='x', linestyle='--', zorder=1.5,
-                    label="LARS, the trainer's defaults (one run each)")
-    for b, r in runs:
-        if r['steps_to_target'] is None:
+                    label="LARS, the trainer's defaults ({})".format(
+                        'mean of {} seeds'.format(len(args.seeds))
+                        if seeded == len(runs) else 'one run each'
+                        if not seeded else 'mean of {} seeds, seed 0 where '
+                        'not yet run'.format(len(args.seeds))))
+    for b, steps, _ in runs:
+        if steps is None:
             left.plot([b], [0.97 - 0.04 * len(args.optimizers)],
                       linestyle='none', marker='v', color='gray',
                       markerfacecolor='white',
