@@ -28,6 +28,10 @@
 # MNIST_ROOT, TRAIN_TIMEOUT (120 s a run), MNIST_ARGS (extra flags for
 # train_mnist.py; on a CPU, where float16 has no BLAS: MNIST_ARGS='-u 50
 # -e 1' TRAIN_TIMEOUT=900).
+# With MNIST there, beside the GPU work, on the CPU with one BLAS thread:
+# examples/mnist/study.py --reproduce of REPRODUCE (default the BatchNorm
+# model's best LARS trial at 16384), the study's check of a trial on
+# another machine (REPRODUCE_TIMEOUT, default 480 s; REPRODUCE= skips it).
 # After the benchmark, benchmarks/paper_model.py prints each variant's
 # measured time as a fraction of the H200 paper model (paper_model.txt).
 # Exit status: 0 when CUDA was available and the tests, the benchmark and
@@ -102,6 +106,19 @@ if [ $env_rc -ne 0 ] || ! grep -q '^cuda.devices [1-9]' "$out/env.txt"; then
     exit 1
 fi
 
+# Started first, it runs on the CPU while the GPU works: a study trial
+# repeated on this machine (same, within tolerance or differs).
+mnist_root=${MNIST_ROOT:-$root/.whl/datasets}
+reproduce=${REPRODUCE-examples/mnist/study/mlp-bn/lars-b16384-t2.json}
+repro_pid=
+if [ -n "$reproduce" ] && [ -f "$mnist_root/pfnet/chainer/mnist/train.npz" ]; then
+    log "study --reproduce $reproduce, on the CPU, in the background"
+    OPENBLAS_NUM_THREADS=1 timeout "${REPRODUCE_TIMEOUT:-480}" "$py" \
+        examples/mnist/study.py --reproduce "$reproduce" --device -1 \
+        --dataset-root "$mnist_root" > "$out/reproduce.txt" 2>&1 &
+    repro_pid=$!
+fi
+
 log "gpu tests"
 timeout "${TEST_TIMEOUT:-120}" "$py" -m pytest -m gpu -q -rs \
     -p no:cacheprovider --junitxml="$out/pytest_gpu.xml" tests \
@@ -134,7 +151,6 @@ fi
 
 # The MNIST example, 3 epochs of batch 512 (352 updates): the test
 # accuracy, the time, and what the loss scaler did, from each run's log.
-mnist_root=${MNIST_ROOT:-$root/.whl/datasets}
 train_rc=0
 if [ ! -f "$mnist_root/pfnet/chainer/mnist/train.npz" ]; then
     log "no MNIST under $mnist_root: the MNIST runs are skipped"
@@ -165,9 +181,18 @@ EOF
     done
 fi
 
-if [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $train_rc -eq 0 ]; then
+repro_rc=0
+if [ -n "$repro_pid" ]; then
+    log "waiting for study --reproduce"
+    wait "$repro_pid"
+    repro_rc=$?
+    log "study --reproduce $reproduce: $(tail -n 1 "$out/reproduce.txt") (exit status $repro_rc; reproduce.txt)"
+fi
+
+if [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $train_rc -eq 0 ] &&
+        [ $repro_rc -eq 0 ]; then
     log "GPU check passed"
     exit 0
 fi
-log "GPU check FAILED (tests $tests_rc, benchmark $bench_rc, MNIST $train_rc)"
+log "GPU check FAILED (tests $tests_rc, benchmark $bench_rc, MNIST $train_rc, reproduce $repro_rc)"
 exit 1

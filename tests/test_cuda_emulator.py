@@ -198,6 +198,26 @@ def test_fresh_device_memory_reads_as_nan():
     assert numpy.isnan(xp.empty(4, numpy.float16).get()).all()
 
 
+def test_the_array_header_is_read_only_as_cupys():
+    """CuPy sets a shape in place (a reshape without a copy) and refuses
+    every other field of the header: so does the emulation, so that no
+    test changes a device array in a way a GPU run cannot."""
+    x = xp.arange(12, dtype=numpy.float32)
+    address = x.data.ptr
+    x.shape = (3, 4)
+    assert (x.shape, x.strides, x.ndim, x.data.ptr) == (
+        (3, 4), (16, 4), 2, address)
+    numpy.testing.assert_array_equal(x.get()[1], [4, 5, 6, 7])
+    with pytest.raises(AttributeError):  # a copy would be needed
+        x.T.shape = (12,)
+    for name, value in (('dtype', numpy.int32), ('strides', (4, 12)),
+                        ('size', 6), ('nbytes', 24), ('ndim', 1),
+                        ('itemsize', 8), ('data', None)):
+        with pytest.raises(AttributeError, match=name):
+            setattr(x, name, value)
+    assert (x.dtype, x.strides, x.shape) == (numpy.float32, (16, 4), (3, 4))
+
+
 def test_other_inline_asm_is_refused():
     with pytest.raises(cuda_emulator.EmulatorError, match='inline asm'):
         cuda_emulator.Module(r'''

@@ -227,6 +227,10 @@ class _Flags(object):
         self.owndata = False
 
 
+_HEADER = frozenset(['dtype', 'size', 'ndim', 'itemsize', 'nbytes', 'strides',
+                     'data', 'flags', 'device', 'T', 'base'])
+
+
 class ndarray(object):
 
     """An array in emulated device memory (a view of its host buffer)."""
@@ -244,17 +248,30 @@ class ndarray(object):
         self._bind(self._alloc, raw.view(dtype).reshape(shape, order=order))
 
     def _bind(self, alloc, a):
-        self._alloc = alloc
-        self._a = a
         # Plain attributes, read at C speed as CuPy's are, so that timing
-        # the host code on this module does not count Python properties.
-        self.shape = a.shape
-        self.dtype = a.dtype
-        self.size = a.size
-        self.ndim = a.ndim
-        self.itemsize = a.itemsize
-        self.nbytes = a.nbytes
-        self.strides = a.strides
+        # the host code on this module does not count Python properties
+        # (set past __setattr__, which refuses most of them).
+        self.__dict__.update(
+            _alloc=alloc, _a=a, shape=a.shape, dtype=a.dtype, size=a.size,
+            ndim=a.ndim, itemsize=a.itemsize, nbytes=a.nbytes,
+            strides=a.strides)
+
+    def __setattr__(self, name, value):
+        # As CuPy's: the shape may be set (a reshape without a copy, refused
+        # where one would be needed), the rest of the header not.
+        if name == 'shape':
+            a = self._a.reshape(value)
+            if a.size and not numpy.shares_memory(a, self._a):
+                raise AttributeError(
+                    'Incompatible shape for in-place modification. Use '
+                    '`.reshape()` to make a copy with the desired shape.')
+            self._bind(self._alloc, a)
+        elif name in _HEADER:
+            raise AttributeError(
+                "attribute '{}' of 'cupy.ndarray' objects is not "
+                "writable".format(name))
+        else:
+            object.__setattr__(self, name, value)
 
     def __reduce__(self):
         # As CuPy's: through the host, into a new allocation.
