@@ -719,9 +719,9 @@ def test_a_diverged_trial_is_a_result(study, tiny_study, tmp_path):
 
 def test_the_committed_study_is_complete_and_in_the_readme(study, capsys):
     """The JSONs under examples/mnist/study/ hold every trial of every
-    cell, the three seeded reruns of each cell's best and a run of the
-    defaults per batch size; examples/mnist/README.md holds their tables
-    (study.py --check)."""
+    cell, the three seeded reruns of each cell's best and the trainer's
+    defaults per batch size, once and with the same seeds;
+    examples/mnist/README.md holds their tables (study.py --check)."""
     out = os.path.join(os.path.dirname(study.__file__), 'study')
     search, reruns = study.load(out)
     for batchsize in study.BATCHSIZES:
@@ -733,6 +733,9 @@ def test_the_committed_study_is_complete_and_in_the_readme(study, capsys):
             assert sorted(r['seed'] for r in reruns[cell]) == (
                 study.SEEDS), cell
     assert sorted(study.load_defaults(out)) == study.BATCHSIZES
+    assert {b: [r['seed'] for r in records] for b, records in
+            study.load_defaults(out, reruns=True).items()} == {
+                b: study.SEEDS for b in study.BATCHSIZES}
     assert study.main(['--check']) == 0, capsys.readouterr().out
 
 
