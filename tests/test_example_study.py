@@ -764,10 +764,11 @@ def test_the_committed_batchnorm_study_is_complete_and_in_the_readme(
     """The MLP with BatchNorm (examples/mnist/study/mlp-bn/): at 512, 8192
     and 16384 the 8 trials of each cell, the three seeded reruns of each
     cell's best, and the trainer's defaults once and with the same seeds;
-    every JSON is of that model and what the study would write, and
+    at 8192 and 16384 the budget sweep of each cell's best trial at 2x and
+    4x; every JSON is of that model and what the study would write, and
     examples/mnist/README.md holds their tables."""
     flags = ['--model', 'mlp-bn', '--batchsizes', '8192,16384,512',
-             '--refine', '0', '--budget-configs', '0']
+             '--refine', '0', '--budget-configs', '1', '--budgets', '2,4']
     out = os.path.join(os.path.dirname(study.__file__), 'study', 'mlp-bn')
     search, reruns = study.load(out)
     sizes = [512, 8192, 16384]
@@ -782,6 +783,13 @@ def test_the_committed_batchnorm_study_is_complete_and_in_the_readme(
     assert {b: [r['seed'] for r in records] for b, records in
             study.load_defaults(out, reruns=True).items()} == {
                 b: study.SEEDS for b in sizes}
+    budgets = study.load_budgets(out)
+    assert sorted(budgets) == sorted((b, o) for b in (8192, 16384)
+                                     for o in study.DEFAULT_OPTIMIZERS)
+    for cell, records in budgets.items():
+        top = study.best(search[cell])['trial']
+        assert sorted((r['trial'], r['budget']) for r in records) == [
+            (top, 2), (top, 4)], cell
     assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
 
 
