@@ -717,6 +717,20 @@ def test_a_diverged_trial_is_a_result(study, tiny_study, tmp_path):
         assert record['diverged'] is False, name
 
 
+def assert_complete(study, search, reruns, batchsizes, optimizers,
+                    refine=()):
+    """Every trial of each cell (two rounds at the ``refine`` batch sizes)
+    and the seeded reruns of its best."""
+    for batchsize in batchsizes:
+        for optimizer in optimizers:
+            cell = batchsize, optimizer
+            n = study.trials_of(batchsize, study.TRIALS, refine)
+            assert sorted(r['trial'] for r in search[cell]) == list(
+                range(n)), cell
+            assert sorted(r['seed'] for r in reruns[cell]) == (
+                study.SEEDS), cell
+
+
 def test_the_committed_study_is_complete_and_in_the_readme(study, capsys):
     """The JSONs under examples/mnist/study/ hold every trial of every
     cell, the three seeded reruns of each cell's best and the trainer's
@@ -724,14 +738,8 @@ def test_the_committed_study_is_complete_and_in_the_readme(study, capsys):
     examples/mnist/README.md holds their tables (study.py --check)."""
     out = os.path.join(os.path.dirname(study.__file__), 'study')
     search, reruns = study.load(out)
-    for batchsize in study.BATCHSIZES:
-        for optimizer in study.DEFAULT_OPTIMIZERS:
-            cell = batchsize, optimizer
-            n = study.trials_of(batchsize, study.TRIALS, study.REFINED)
-            assert sorted(r['trial'] for r in search[cell]) == list(
-                range(n)), cell
-            assert sorted(r['seed'] for r in reruns[cell]) == (
-                study.SEEDS), cell
+    assert_complete(study, search, reruns, study.BATCHSIZES,
+                    study.DEFAULT_OPTIMIZERS, study.REFINED)
     assert sorted(study.load_defaults(out)) == study.BATCHSIZES
     assert {b: [r['seed'] for r in records] for b, records in
             study.load_defaults(out, reruns=True).items()} == {
@@ -748,13 +756,7 @@ def test_the_committed_lamb_study_is_complete_and_in_the_readme(
              '--refine', '0', '--out', os.path.join(
                  os.path.dirname(study.__file__), 'study', 'adam-lamb')]
     search, reruns = study.load(flags[-1])
-    for batchsize in (8192, 16384):
-        for optimizer in ('adam', 'lamb'):
-            cell = batchsize, optimizer
-            assert sorted(r['trial'] for r in search[cell]) == list(
-                range(study.TRIALS)), cell
-            assert sorted(r['seed'] for r in reruns[cell]) == (
-                study.SEEDS), cell
+    assert_complete(study, search, reruns, (8192, 16384), ('adam', 'lamb'))
     assert len(search) == len(reruns) == 4
     assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
 
@@ -772,13 +774,7 @@ def test_the_committed_batchnorm_study_is_complete_and_in_the_readme(
     out = os.path.join(os.path.dirname(study.__file__), 'study', 'mlp-bn')
     search, reruns = study.load(out)
     sizes = [512, 8192, 16384]
-    for batchsize in sizes:
-        for optimizer in study.DEFAULT_OPTIMIZERS:
-            cell = batchsize, optimizer
-            assert sorted(r['trial'] for r in search[cell]) == list(
-                range(study.TRIALS)), cell
-            assert sorted(r['seed'] for r in reruns[cell]) == (
-                study.SEEDS), cell
+    assert_complete(study, search, reruns, sizes, study.DEFAULT_OPTIMIZERS)
     assert sorted(study.load_defaults(out)) == sizes
     assert {b: [r['seed'] for r in records] for b, records in
             study.load_defaults(out, reruns=True).items()} == {
@@ -802,13 +798,8 @@ def test_the_committed_pretuned_search_is_in_the_readme(study, capsys):
     flags = ['--pretuned', '--batchsizes', '8192,16384', '--refine', '0',
              '--budget-configs', '0']
     search, reruns = study.load(os.path.join(study.OUT, study.PRETUNED))
-    for batchsize in (8192, 16384):
-        for optimizer in study.DEFAULT_OPTIMIZERS:
-            cell = batchsize, optimizer
-            assert sorted(r['trial'] for r in search[cell]) == list(
-                range(study.TRIALS)), cell
-            assert sorted(r['seed'] for r in reruns[cell]) == (
-                study.SEEDS), cell
+    assert_complete(study, search, reruns, (8192, 16384),
+                    study.DEFAULT_OPTIMIZERS)
     assert len(search) == len(reruns) == 4
     assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
 

@@ -1186,6 +1186,14 @@ LABELS = {'nesterov': 'Nesterov (no trust ratio)',
           'lamb': 'LAMB (Adam with trust ratio)'}
 
 
+def rerun_means(done):
+    """The mean steps to the target of seeded runs (None if one missed
+    it) and their mean best validation accuracy."""
+    reached = [r['steps_to_target'] for r in done]
+    return (None if None in reached else sum(reached) / len(reached),
+            sum(r['best_validation'] for r in done) / len(done))
+
+
 def cell_summary(records, done, trials, seeds):
     """What the figure shows of a cell: ``(steps, accuracy, complete,
     label)``. Complete (all trials and reruns done): the reruns' mean steps
@@ -1193,10 +1201,8 @@ def cell_summary(records, done, trials, seeds):
     otherwise the best search trial so far and the fraction of the trials
     done."""
     if len(records) >= trials and len(done) >= seeds:
-        reached = [r['steps_to_target'] for r in done]
-        steps = None if None in reached else sum(reached) / len(reached)
-        accuracy = sum(r['best_validation'] for r in done) / len(done)
-        hits = len(reached) - reached.count(None)
+        steps, accuracy = rerun_means(done)
+        hits = sum(r['steps_to_target'] is not None for r in done)
         return steps, accuracy, True, (
             '{}/{} seeds reached it'.format(hits, len(done))
             if 0 < hits < len(done) else None)
@@ -1247,11 +1253,7 @@ def defaults_points(out, batchsizes, seeds):
     for batchsize in batchsizes:
         done = again.get(batchsize, [])
         if len(done) >= seeds > 0:
-            reached = [r['steps_to_target'] for r in done]
-            found.append((batchsize, None if None in reached else
-                          sum(reached) / len(reached),
-                          sum(r['best_validation'] for r in done)
-                          / len(done)))
+            found.append((batchsize,) + rerun_means(done))
             means += 1
         elif batchsize in once:
             r = once[batchsize]
