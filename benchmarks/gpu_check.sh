@@ -32,6 +32,9 @@
 # examples/mnist/study.py --reproduce of REPRODUCE (default the BatchNorm
 # model's best LARS trial at 16384), the study's check of a trial on
 # another machine (REPRODUCE_TIMEOUT, default 480 s; REPRODUCE= skips it).
+# After the MNIST runs, compute-sanitizer (memcheck, racecheck, synccheck)
+# runs a part of tests/test_gpu.py (SANITIZE_TIMEOUT, default 150 s a tool;
+# SANITIZE= skips it).
 # After the benchmark, benchmarks/paper_model.py prints each variant's
 # measured time as a fraction of the H200 paper model (paper_model.txt).
 # Exit status: 0 when CUDA was available and the tests, the benchmark and
@@ -89,6 +92,11 @@ from chainer.backends import cuda
 print('python', sys.version.replace('\n', ' '))
 print('platform', platform.platform())
 print('numpy', numpy.__version__, 'chainer', chainer.__version__)
+try:
+    import numba
+    print('numba', numba.__version__)
+except Exception as e:  # chainer_lars needs it: the tests will say so too
+    print('numba does not import:', e)
 print('cuda.available', cuda.available)
 if cuda.available:
     import cupy
@@ -181,6 +189,38 @@ EOF
     done
 fi
 
+# compute-sanitizer over the kernels' tests, while the reproduce runs on:
+# memcheck (a read or write outside an array) on the tests at the sizes
+# around a block's threads and chunk, strided and mixed16; racecheck and
+# synccheck (the reductions' shared memory and barriers) on a few. CuPy's
+# pool is off (tests/conftest.py), so each array is its own allocation.
+sanitize_rc=0
+sanitizer=$(command -v compute-sanitizer ||
+    ls /usr/local/cuda*/bin/compute-sanitizer \
+       /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -n 1)
+if [ -z "${SANITIZE-1}" ]; then
+    log "compute-sanitizer: skipped (SANITIZE=)"
+elif [ -z "$sanitizer" ]; then
+    log "compute-sanitizer: not found; the kernels' memory checks are not run"
+else
+    for check in \
+        "memcheck|cuda and (every_size or strided or mixed16 or zero_weight or fp32_update or skipped_update)" \
+        "racecheck|cuda and ((every_size and float32) or mixed16_batched)" \
+        "synccheck|cuda and every_size and float32"; do
+        tool=${check%%|*}
+        log "compute-sanitizer --tool $tool on: ${check#*|}"
+        CHAINER_LARS_NO_MEMORY_POOL=1 timeout "${SANITIZE_TIMEOUT:-150}" \
+            "$sanitizer" --tool "$tool" --error-exitcode 99 \
+            "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py \
+            -k "${check#*|}" > "$out/sanitize_$tool.txt" 2>&1
+        rc=$?
+        # A run whose tests all skipped checked nothing.
+        grep -q ' passed' "$out/sanitize_$tool.txt" || [ "$rc" -ne 0 ] || rc=1
+        log "compute-sanitizer $tool: $(grep -E 'ERROR SUMMARY| passed| failed| skipped' "$out/sanitize_$tool.txt" | tr '\n' ' ') (exit status $rc; sanitize_$tool.txt)"
+        [ "$rc" -eq 0 ] || sanitize_rc=$rc
+    done
+fi
+
 repro_rc=0
 if [ -n "$repro_pid" ]; then
     log "waiting for study --reproduce"
@@ -190,9 +230,9 @@ if [ -n "$repro_pid" ]; then
 fi
 
 if [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $train_rc -eq 0 ] &&
-        [ $repro_rc -eq 0 ]; then
+        [ $sanitize_rc -eq 0 ] && [ $repro_rc -eq 0 ]; then
     log "GPU check passed"
     exit 0
 fi
-log "GPU check FAILED (tests $tests_rc, benchmark $bench_rc, MNIST $train_rc, reproduce $repro_rc)"
+log "GPU check FAILED (tests $tests_rc, benchmark $bench_rc, MNIST $train_rc, sanitizer $sanitize_rc, reproduce $repro_rc)"
 exit 1

@@ -24,6 +24,11 @@
 * Where ``CHAINER_LARS_PROGRESS`` names a folder (``dev.sh test`` sets it),
   the session writes how far it is into a file there
   (``tests/progress.py``).
+* With ``CHAINER_LARS_NO_MEMORY_POOL=1`` (``benchmarks/gpu_check.sh`` sets it
+  under compute-sanitizer), CuPy allocates every array with its own
+  ``cudaMalloc`` instead of from its pool, so that the sanitizer knows each
+  array's bounds (in the pool, a write past an array's end lands in memory
+  the process owns and goes unseen).
 * The ``dataset_root`` fixture makes a tiny MNIST, CIFAR-10 and CIFAR-100
   for Chainer's own loaders.
 
@@ -86,6 +91,13 @@ ONE_ENV = {
 def pytest_configure(config):
     # dev.sh test's heartbeat (tests/progress.py)
     progress.register(config)
+    if os.environ.get('CHAINER_LARS_NO_MEMORY_POOL') == '1':
+        if not cuda.available:
+            raise pytest.UsageError(
+                'CHAINER_LARS_NO_MEMORY_POOL=1 needs CuPy, which does not '
+                'import here')
+        cuda.cupy.cuda.set_allocator(None)
+        cuda.cupy.cuda.set_pinned_memory_allocator(None)
 
 
 # After the -m selection, so that what is counted here is only ours.
