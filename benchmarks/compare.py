@@ -29,7 +29,12 @@ import tempfile
 
 
 def _run(tree, args, out):
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+    tree = os.path.abspath(tree)  # the script runs in it
+    # The tree first, before what PYTHONPATH already holds (a Chainer
+    # installed apart, the numpy-2 shims of gpu_check.sh).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [tree] + [p for p in os.environ.get(
+            'PYTHONPATH', '').split(os.pathsep) if p]))
     # bench_lars.py exits 1 when a target fails, having written its JSON:
     # the verdicts are reported below the table, not raised here.
     done = subprocess.run(

@@ -390,15 +390,9 @@ class Table(object):
         numpy.cumsum(counts, out=first[1:])
         nblocks = int(first[-1])
         host = empty_pinned(xp, (7 * ntensors + 1 + nblocks,), numpy.int64)
-        host[:5 * ntensors] = 0
-        words = host[:5 * ntensors].reshape(5, ntensors)
-        words[0] = list(map(_POINTER, weights))
-        words[1] = list(map(_POINTER, grads))
-        for k, arrays in enumerate(states):  # per row (v,) or (m, v)
-            words[2:2 + len(arrays), k] = list(map(_POINTER, arrays))
-        if halves is not None:
-            words[4] = list(map(_POINTER, halves))
+        _point(host, ntensors, weights, grads, states, halves)
         host[5 * ntensors:6 * ntensors] = sizes
+        self.layout = layout(dtype, weights, states, halves)
         host[6 * ntensors:7 * ntensors + 1] = first
         host[7 * ntensors + 1:] = numpy.repeat(numpy.arange(ntensors), counts)
         self.ntensors, self.nblocks = ntensors, nblocks
@@ -407,7 +401,7 @@ class Table(object):
         stream = xp.cuda.get_current_stream()
         self.words.set(host, stream)
         # Each pinned source must outlive its asynchronous copy.
-        self._uploads = [(host, stream.record())]
+        self._upload = (host, stream.record())
         shape = (ntensors, len(L.COLUMNS))
         self._ring = [[empty_pinned(xp, shape, self.compute_dtype), None]
                       for _ in range(self.RING)]
@@ -429,21 +423,55 @@ class Table(object):
         self.settings.set(slot[0], stream)
         slot[1] = stream.record()
 
+    def repoint(self, weights, grads, states=(), halves=None):
+        """Points the table at other arrays of its :func:`layout`: only
+        the pointers are written and uploaded, nothing is allocated."""
+        host, event = self._upload
+        event.synchronize()  # the last upload from ``host`` is done
+        n = self.ntensors
+        _point(host, n, weights, grads, states, halves)
+        stream = self._xp.cuda.get_current_stream()
+        # In stream order: launches queued with the old pointers read them.
+        self.words[:5 * n].set(host[:5 * n], stream)
+        self._upload = (host, stream.record())
+
     def release(self):
         """Waits until no upload needs the table's host buffers."""
-        for _, event in self._uploads + self._ring:
+        for _, event in [self._upload] + self._ring:
             if event is not None:
                 event.synchronize()
+
+
+def _point(host, n, weights, grads, states, halves):
+    """Writes the pointer rows of a table of ``n`` arrays into ``host``."""
+    host[:5 * n] = 0
+    words = host[:5 * n].reshape(5, n)
+    words[0] = list(map(_POINTER, weights))
+    words[1] = list(map(_POINTER, grads))
+    for k, arrays in enumerate(states):  # per row (v,) or (m, v)
+        words[2:2 + len(arrays), k] = list(map(_POINTER, arrays))
+    if halves is not None:
+        words[4] = list(map(_POINTER, halves))
+
+
+def layout(dtype, weights, states=(), halves=None):
+    """What a table's arrays must share for it to be repointed to them:
+    the dtype, the sizes, the states per row, whether there are halves."""
+    return (numpy.dtype(dtype), tuple(w.size for w in weights),
+            tuple(map(len, states)), halves is None)
 
 
 class TableCache(object):
 
     """The tables of the last sets of arrays, by key (least recently used
-    go; ``builds`` counts them)."""
+    go; ``builds`` counts them). When full, a miss repoints the least
+    recently used table if it has the arrays' layout (``repoints`` counts
+    them): the gradients of a real run are new arrays at every update, and
+    their addresses need not repeat."""
 
     def __init__(self, capacity=8):
         self.capacity = capacity
-        self.builds = 0
+        self.builds = self.repoints = 0
         self._tables = collections.OrderedDict()
 
     def get(self, key, xp, dtype, weights, grads, states=(), halves=None):
@@ -453,6 +481,14 @@ class TableCache(object):
         if table is not None:
             self._tables.move_to_end(key)
             return table
+        if len(self._tables) >= self.capacity:
+            old = next(iter(self._tables.values()))
+            if old.layout == layout(dtype, weights, states, halves):
+                del self._tables[next(iter(self._tables))]
+                old.repoint(weights, grads, states, halves)
+                self.repoints += 1
+                self._tables[key] = old
+                return old
         table = Table(xp, dtype, weights, grads, states, halves)
         self.builds += 1
         self._tables[key] = table

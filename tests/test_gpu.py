@@ -501,6 +501,65 @@ def test_table_is_reused_until_a_pointer_changes(gpu, make, monkeypatch):
     del keep
 
 
+@pytest.mark.parametrize('make, dtype, fp32_update', [
+    (lambda: (optimizers.MomentumSGD(lr=0.05),
+              chainer_lars.GradientLARS(weight_decay=1e-3)),
+     numpy.float32, False),
+    (lambda: (optimizers.MomentumSGD(lr=0.05),
+              chainer_lars.GradientLARS(multi_tensor=False)),
+     numpy.float32, False),
+    # The hook's delegates rescale the masters' new gradients per rule.
+    (lambda: (optimizers.MomentumSGD(lr=0.05), chainer_lars.GradientLARS()),
+     numpy.float16, True),
+    (lambda: (chainer_lars.LARS(weight_decay=1e-3), None),
+     numpy.float32, False),
+    (lambda: (chainer_lars.LARS(weight_decay=1e-3), None),
+     numpy.float16, True),
+    (lambda: (chainer_lars.LAMB(), None), numpy.float64, False),
+])
+def test_tables_are_repointed_to_gradients_at_new_addresses(
+        gpu, make, dtype, fp32_update, monkeypatch):
+    """Gradients at new addresses at every update, as in a run, where their
+    memory is the pool's to give: once a group's cache is full, its least
+    recent table takes the new pointers (no table is built), and every
+    update is the CPU's."""
+    counts = {'built': 0, 'repointed': 0}
+    for name, key in (('__init__', 'built'), ('repoint', 'repointed')):
+        def counting(self, *args, _method=getattr(cuda_kernels.Table, name),
+                     _key=key):
+            counts[_key] += 1
+            _method(self, *args)
+        monkeypatch.setattr(cuda_kernels.Table, name, counting)
+    cpu, dev = _pair(gpu, MIXED, dtype, g_scale=1e-2)
+    kept = []  # every gradient stays alive: no address comes back
+    runs = []
+    for model in (cpu, dev):
+        opt, hook = make()
+        _run(model, opt, hook, None, fp32_update=fp32_update, steps=0)
+        runs.append(opt)
+        for param in model.params():
+            # Chainer's fp32 update makes the masters' gradients with
+            # astype and drops them after the update: keep those too.
+            param.update_rule.add_hook(
+                lambda rule, param: kept.append(param.grad),
+                name='keep', timing='pre')
+    capacity = 4  # _GroupTables' cache
+    for step in range(capacity + 3):
+        if step == capacity:
+            built = counts['built']
+            assert built and not counts['repointed']
+        for model, opt in zip((cpu, dev), runs):
+            model.refill_grads(200 + step, 1e-2)
+            kept.append([p.grad for p in model.params()])
+            opt.update()
+    assert counts['built'] == built
+    assert counts['repointed'] >= 3
+    if fp32_update:
+        _assert_close(_masters(dev), _masters(cpu), numpy.float32, factor=4)
+    else:
+        _assert_close(_host(dev), _host(cpu), dtype, factor=4)
+
+
 _SPIN = r'''
 extern "C" __global__ void chainer_lars_test_spin(long long cycles) {
     long long start = clock64();
