@@ -19,6 +19,7 @@ new array at every update, in its rule.
 """
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -66,19 +67,26 @@ class MLP(chainer.ChainList):
         return self[-1](x)
 
 
-def _count_tables():
-    """Counts the tables built and repointed, from now on."""
+@contextlib.contextmanager
+def _counting_tables():
+    """Counts the tables built and repointed while in the context."""
     counts = {'built': 0, 'repointed': 0}
+    saved = {}
     for name, key in (('__init__', 'built'), ('repoint', 'repointed')):
-        method = getattr(cuda_kernels.Table, name, None)
+        method = vars(cuda_kernels.Table).get(name)
         if method is None:  # a version without repoint
             continue
 
         def counting(self, *args, _method=method, _key=key, **kwargs):
             counts[_key] += 1
             return _method(self, *args, **kwargs)
+        saved[name] = method
         setattr(cuda_kernels.Table, name, counting)
-    return counts
+    try:
+        yield counts
+    finally:
+        for name, method in saved.items():
+            setattr(cuda_kernels.Table, name, method)
 
 
 def run_variant(name, device, dtype, args, counts):
@@ -140,16 +148,16 @@ def main(argv=None):
             parser.error('--variants: unknown {!r}; choose from {}'.format(
                 name, ', '.join(VARIANTS)))
     device = chainer.get_device(args.device)
-    counts = _count_tables()
     print('{} {}, MLP of {} layers of {}, batch {}, median of {} updates'
           .format(device, args.dtype, args.layers, args.width, args.batch,
                   args.iters - 5))
     print('{:24} {:>8} {:>10} {:>14} {:>17}'.format(
         'variant', 'arrays', 'update ms', 'tables built', 'tables repointed'))
-    for name in names:
-        r = run_variant(name, device, args.dtype, args, counts)
-        print('{:24} {:>8} {:>10.3f} {:>14.2f} {:>17.2f}'.format(
-            name, r['arrays'], r['ms'], r['built'], r['repointed']))
+    with _counting_tables() as counts:
+        for name in names:
+            r = run_variant(name, device, args.dtype, args, counts)
+            print('{:24} {:>8} {:>10.3f} {:>14.2f} {:>17.2f}'.format(
+                name, r['arrays'], r['ms'], r['built'], r['repointed']))
 
 
 if __name__ == '__main__':

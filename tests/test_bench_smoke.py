@@ -291,3 +291,65 @@ def test_compare_prints_ratios_and_both_versions_targets(tmp_path, capsys,
         assert ('targets of new: 0 of 1 PASS in every round\n'
                 '  FAIL in a round: mlp float32 wd=0.0005: lars <= 2 x floor'
                 in printed)
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(
+        os.path.dirname(_PATH), name + '.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compare_runs_a_relative_tree_with_pythonpath_kept(
+        tmp_path, monkeypatch):
+    # What gpu_check.sh's machine needs: Chainer and the numpy-2 shims on
+    # PYTHONPATH stay there, after the tree.
+    compare = _load('compare')
+    (tmp_path / 'old' / 'benchmarks').mkdir(parents=True)
+    (tmp_path / 'old' / 'benchmarks' / 'bench_lars.py').write_text(
+        'import json, os, sys\n'
+        'with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:\n'
+        '    json.dump({"pythonpath": os.environ["PYTHONPATH"],\n'
+        '               "cwd": os.getcwd()}, f)\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv('PYTHONPATH', os.pathsep.join(['/x/shims', '/x/site']))
+    result = compare._run('old', [], str(tmp_path / 'out.json'))
+    tree = str(tmp_path / 'old')
+    assert result == {'pythonpath': os.pathsep.join(
+        [tree, '/x/shims', '/x/site']), 'cwd': tree}
+
+
+def test_train_loop_times_every_variant_on_the_cpu(capsys):
+    train_loop = _load('train_loop')
+    train_loop.main(['--layers', '3', '--width', '8', '--batch', '4',
+                     '--iters', '6', '--dtype', 'mixed16'])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ('@numpy mixed16, MLP of 3 layers of 8, batch 4, '
+                        'median of 1 updates')
+    rows = [line.split() for line in lines[2:]]
+    assert [row[0] for row in rows] == list(train_loop.VARIANTS)
+    for row in rows:
+        # 6 arrays; on the CPU no pointer table is built or repointed.
+        assert row[1] == '6' and float(row[2]) > 0
+        assert row[3:] == ['0.00', '0.00']
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--iters', '5'], '--iters must be more than 5'),
+    (['--variants', 'lars,sgd'], "--variants: unknown 'sgd'"),
+])
+def test_train_loop_refuses_bad_flags(capsys, argv, message):
+    train_loop = _load('train_loop')
+    with pytest.raises(SystemExit) as raised:
+        train_loop.main(argv)
+    assert raised.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_train_loop_leaves_the_table_class_as_it_was():
+    from chainer_lars import cuda as cuda_kernels
+    before = dict(vars(cuda_kernels.Table))
+    _load('train_loop').main(['--layers', '2', '--width', '4', '--batch',
+                              '2', '--iters', '6', '--variants', 'lars'])
+    assert dict(vars(cuda_kernels.Table)) == before
