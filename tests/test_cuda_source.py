@@ -57,6 +57,11 @@ def nvrtc():
     (numpy.float16, False), (numpy.float32, False), (numpy.float64, False),
     (numpy.float32, True)])
 def test_kernels_compile(nvrtc, dtype, mixed16, arch):
+    if int(arch.split('_')[1]) not in nvrtc.getSupportedArchs():
+        # CUDA 13's NVRTC (CuPy 14's) compiles from Turing on: Volta is
+        # CuPy 13's and CUDA 12's oldest, not its.
+        pytest.skip('NVRTC {}.{} does not compile for {}'.format(
+            *nvrtc.getVersion(), arch))
     source = cuda_kernels.source(dtype, mixed16)
     program = nvrtc.createProgram(source, 'chainer_lars.cu', [], [])
     try:
