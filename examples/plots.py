@@ -31,9 +31,10 @@ def run_title(args, processes=None):
     if processes is not None:
         batch = 'batch {} ({} x {} processes)'.format(
             args.batchsize * processes, args.batchsize, processes)
+    dtype = chainer.config.dtype  # mixed16 is float16 to NumPy
     return '{}, {}, peak lr {:g}, {}'.format(
-        args.optimizer, batch, args.lr,
-        numpy.dtype(chainer.config.dtype).name)
+        args.optimizer, batch, args.lr, 'mixed16' if dtype is chainer.mixed16
+        else numpy.dtype(dtype).name)
 
 
 def epoch_axes(ylabel, log=False, percent=False, title=None,

@@ -1244,6 +1244,10 @@ def test_run_title_names_optimizer_batch_rate_and_dtype():
     with chainer.using_config('dtype', numpy.float16):
         assert plots.run_title(args, processes=4) == (
             'lars, batch 4096 (1024 x 4 processes), peak lr 0.5, float16')
+    # float16 parameters with float32 masters: not plain float16.
+    with chainer.using_config('dtype', chainer.mixed16):
+        assert plots.run_title(args) == (
+            'lars, batch 1024, peak lr 0.5, mixed16')
 
 
 def test_trust_ratio_heatmap_columns_span_their_epochs(mnist, dataset_root,
