@@ -481,10 +481,10 @@ class TableCache(object):
         if table is not None:
             self._tables.move_to_end(key)
             return table
-        if len(self._tables) >= self.capacity:
-            old = next(iter(self._tables.values()))
+        if self._tables and len(self._tables) >= self.capacity:
+            oldest, old = next(iter(self._tables.items()))
             if old.layout == layout(dtype, weights, states, halves):
-                del self._tables[next(iter(self._tables))]
+                del self._tables[oldest]
                 old.repoint(weights, grads, states, halves)
                 self.repoints += 1
                 self._tables[key] = old
