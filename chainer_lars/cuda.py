@@ -505,9 +505,10 @@ class _GroupTables(object):
 
     __slots__ = ('cache', 'signature', 'direct', 'last', 'empty', 'shapes',
                  'now')
+    CAPACITY = 4
 
     def __init__(self, group):
-        self.cache = TableCache(capacity=4)
+        self.cache = TableCache(capacity=self.CAPACITY)
         # What the gradients must be like: the weights (mixed16: halves).
         self.signature = list(map(_SIGNATURE, group.halves or group.weights))
         halves = group.halves or [None] * len(group)

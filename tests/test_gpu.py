@@ -475,30 +475,36 @@ def test_no_transfer_to_the_host_in_an_update(gpu, make, dtype):
     lambda: (chainer_lars.LARS(), None),
     lambda: (chainer_lars.LAMB(), None),
 ])
-def test_table_is_reused_until_a_pointer_changes(gpu, make, monkeypatch):
-    builds = []
-    init = cuda_kernels.Table.__init__
-
-    def counting(self, *args, **kwargs):
-        builds.append(1)
-        init(self, *args, **kwargs)
-    monkeypatch.setattr(cuda_kernels.Table, '__init__', counting)
+def test_table_is_reused_until_a_pointer_changes(gpu, make, tables):
     _, dev = _pair(gpu, MIXED, numpy.float32)
     opt, hook = make()
     _run(dev, opt, hook, None, steps=2)
-    del builds[:]
+    tables['built'] = 0
     opt.update()  # new gradient objects in the same memory: no new table
     dev.refill_grads(3)
     opt.update()
-    assert builds == []
+    assert tables['built'] == 0
     keep = dev.l2.W.grad
     dev.l2.W.grad = gpu.xp.zeros_like(dev.l2.W.array)  # another address
     opt.update()
-    built = len(builds)
+    built = tables['built']
     assert built >= 1
     opt.update()
-    assert len(builds) == built
+    assert tables['built'] == built
     del keep
+
+
+@pytest.fixture
+def tables(monkeypatch):
+    """Counts the tables built and repointed: ``{'built', 'repointed'}``."""
+    counts = {'built': 0, 'repointed': 0}
+    for name, key in (('__init__', 'built'), ('repoint', 'repointed')):
+        def counting(self, *args, _method=getattr(cuda_kernels.Table, name),
+                     _key=key):
+            counts[_key] += 1
+            _method(self, *args)
+        monkeypatch.setattr(cuda_kernels.Table, name, counting)
+    return counts
 
 
 @pytest.mark.parametrize('make, dtype, fp32_update', [
@@ -518,18 +524,11 @@ def test_table_is_reused_until_a_pointer_changes(gpu, make, monkeypatch):
     (lambda: (chainer_lars.LAMB(), None), numpy.float64, False),
 ])
 def test_tables_are_repointed_to_gradients_at_new_addresses(
-        gpu, make, dtype, fp32_update, monkeypatch):
+        gpu, make, dtype, fp32_update, tables):
     """Gradients at new addresses at every update, as in a run, where their
     memory is the pool's to give: once a group's cache is full, its least
     recent table takes the new pointers (no table is built), and every
     update is the CPU's."""
-    counts = {'built': 0, 'repointed': 0}
-    for name, key in (('__init__', 'built'), ('repoint', 'repointed')):
-        def counting(self, *args, _method=getattr(cuda_kernels.Table, name),
-                     _key=key):
-            counts[_key] += 1
-            _method(self, *args)
-        monkeypatch.setattr(cuda_kernels.Table, name, counting)
     cpu, dev = _pair(gpu, MIXED, dtype, g_scale=1e-2)
     kept = []  # every gradient stays alive: no address comes back
     runs = []
@@ -543,17 +542,17 @@ def test_tables_are_repointed_to_gradients_at_new_addresses(
             param.update_rule.add_hook(
                 lambda rule, param: kept.append(param.grad),
                 name='keep', timing='pre')
-    capacity = 4  # _GroupTables' cache
+    capacity = cuda_kernels._GroupTables.CAPACITY
     for step in range(capacity + 3):
         if step == capacity:
-            built = counts['built']
-            assert built and not counts['repointed']
+            built = tables['built']
+            assert built and not tables['repointed']
         for model, opt in zip((cpu, dev), runs):
             model.refill_grads(200 + step, 1e-2)
             kept.append([p.grad for p in model.params()])
             opt.update()
-    assert counts['built'] == built
-    assert counts['repointed'] >= 3
+    assert tables['built'] == built
+    assert tables['repointed'] >= 3
     if fp32_update:
         _assert_close(_masters(dev), _masters(cpu), numpy.float32, factor=4)
     else:
