@@ -6,8 +6,8 @@ from chainer_lars.extensions import WarmupPolynomialShift  # NOQA
 from chainer_lars.hook import GradientLARS  # NOQA
 from chainer_lars.lamb import LAMB  # NOQA
 from chainer_lars.lamb import LAMBRule  # NOQA
-from chainer_lars.optimizer import LARS  # NOQA
-from chainer_lars.optimizer import LARSRule  # NOQA
+from chainer_lars.lars import LARS  # NOQA
+from chainer_lars.lars import LARSRule  # NOQA
 
 __version__ = '0.2.0'
 

@@ -1,16 +1,13 @@
 """The CPU loops, compiled with Numba.
 
-:func:`multi_update` updates every array of a group in one call through a
-table of addresses (a group of one runs the same loop: every path agrees
-bit for bit). Arrays are stored as float32, float64 or float16, the last
-read and written through their bits (``uint16``: Numba has no float16) with
-the processor's conversions (:func:`load`, :func:`store`); float16 computes
-in float32. A mixed16 row steps its float32 master and momentum from the
-float16 gradient, divided by the loss scale on the fly, and writes the
-float16 weight as the master rounded to nearest. Norms accumulate in
+:func:`multi_update` updates the arrays of a group in one call through a
+table of addresses, one function per op's row; a group of one runs the
+same loop, so every path agrees bit for bit. float16 is stored as its bits
+(``uint16``: Numba has no float16), converted by the processor
+(:func:`load`, :func:`store`), and computes in float32. Norms accumulate in
 float64; ``fastmath`` allows only reassociation (sums) and contraction, so
-non-finite values propagate as in NumPy; the ratio and the division by the
-loss scale round as on the host.
+non-finite values propagate as in NumPy. :func:`restamp` reads the arrays'
+headers for the checks (:mod:`chainer_lars.cpu`).
 """
 
 import math
@@ -32,8 +29,9 @@ _ELEMENTWISE = {'contract'}
 #: Division by 0 gives inf or NaN as in NumPy; Python's error model would
 #: test every divisor and keep the loop from being vectorised (7x slower).
 _DIVIDES = {'error_model': 'numpy'}
+_JIT = dict(nogil=True, cache=True)
 
-trust_ratio = numba.njit(nogil=True, cache=True)(ratio.trust_ratio)
+trust_ratio = numba.njit(**_JIT)(ratio.trust_ratio)
 
 
 @intrinsic
@@ -64,12 +62,28 @@ def _fma(typingctx, a, b, c):
     return a(a, a, a), codegen
 
 
+@intrinsic
+def _void_pointer(typingctx, addr):
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+    return types.voidptr(types.int64), codegen
+
+
 def load(a, i):
     """``a[i]`` in the compute type (float16 bits widen to float32)."""
 
 
 def store(a, i, x):
     """``a[i] = x``, rounded to nearest in the storage type."""
+
+
+def compute(like, x):
+    """``x`` rounded to nearest in the dtype of ``like``."""
+
+
+def rounds_away(a, i, x):
+    """Whether storing ``x`` into float16 ``a[i]`` leaves it as it was
+    though ``x`` differs from it (always ``False`` for other types)."""
 
 
 @overload(load)
@@ -91,22 +105,36 @@ def _store(a, i, x):
     return store_plain
 
 
-@numba.njit(nogil=True, cache=True)
+@overload(compute)
+def _compute(like, x):
+    if like.dtype == types.float32:
+        return lambda like, x: numpy.float32(x)
+    return lambda like, x: numpy.float64(x)
+
+
+@overload(rounds_away)
+def _rounds_away(a, i, x):
+    if a.dtype == types.uint16:
+        return lambda a, i, x: (x != _half_to_float(a[i]) and _float_to_half(
+            numpy.float32(x)) == a[i])
+    return lambda a, i, x: False
+
+
+@numba.njit(**_JIT)
 def halves(bits, out):
-    """float16 bits to float32 through :func:`load` (tested against
-    NumPy at import by :mod:`chainer_lars.cpu`)."""
+    """float16 bits to float32 through :func:`load`."""
     for i in range(bits.size):
         out[i] = load(bits, i)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(**_JIT)
 def to_halves(x, bits):
     """float32 to float16 bits through :func:`store`."""
     for i in range(x.size):
         store(bits, i, x[i])
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_REDUCE)
+@numba.njit(fastmath=_REDUCE, **_JIT)
 def sqnorms(w, g, s, inverse):
     """``(||w||^2, ||g / s||^2)`` in one pass that reads both arrays (the
     division in the compute type; by a power of two, the same as the product
@@ -132,28 +160,29 @@ def sqnorms(w, g, s, inverse):
 # whose stores go through store() only so (one loop of two stores of it,
 # written out, runs element by element).
 
-@numba.njit(nogil=True, cache=True)
-def _unscale_at(g, i, s):
-    store(g, i, load(g, i) / s)
+@numba.njit(**_JIT)
+def _unscale_at(out, g, i, s):
+    store(out, i, load(g, i) / s)
 
 
-@numba.njit(nogil=True, cache=True)
-def unscale(g, s):
+@numba.njit(**_JIT)
+def unscale(out, g, s):
+    """``out <- g / s`` in the compute type (``out`` may be ``g``)."""
     for i in range(g.size):
-        _unscale_at(g, i, s)
+        _unscale_at(out, g, i, s)
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+@numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def _scale_add_at(g, i, r, w, c):
     store(g, i, r * load(g, i) + c * load(w, i))
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+@numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def _scale_at(g, i, r):
     store(g, i, r * load(g, i))
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+@numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def scale_add(g, r, w, c):
     """``g <- r g + c w`` (``w`` unread when ``c`` is 0)."""
     if c != 0:
@@ -164,39 +193,42 @@ def scale_add(g, r, w, c):
             _scale_at(g, i, r)
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+@numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def _step_at(w, v, i, gi, a, b, momentum, nesterov):
-    """The step of element ``i`` with the gradient ``gi``. The products
-    are fused with their sums as written (``fma``), not as the compiler
-    might choose, so that every path that steps agrees bit for bit."""
+    """The step of element ``i``; returns the new weight and whether its
+    store rounded the change away. The products are fused with their sums
+    as written (``fma``), so that every path agrees bit for bit."""
     wi = load(w, i)
     u = _fma(a, gi, b * wi)
     vi = _fma(momentum, load(v, i), u)
     store(v, i, vi)
-    wi = wi - (_fma(momentum, vi, u) if nesterov else vi)
-    store(w, i, wi)
-    return wi
+    wn = wi - (_fma(momentum, vi, u) if nesterov else vi)
+    lost = rounds_away(w, i, wn)
+    store(w, i, wn)
+    return wn, lost
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+@numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def momentum_step(w, g, v, a, b, momentum, nesterov):
-    """``u = a g + b w; v <- m v + u; w <- w - v`` in one pass (Nesterov:
-    ``w <- w - (u + m v)``), in the storage type of ``w``."""
+    """``u = a g + b w; v <- m v + u; w <- w - v`` (Nesterov: ``w <- w - (u
+    + m v)``) in one pass; returns how many float16 weights kept their
+    value though their step was not 0."""
+    lost = 0
     for i in range(w.size):
-        _step_at(w, v, i, load(g, i), a, b, momentum, nesterov)
+        lost += _step_at(w, v, i, load(g, i), a, b, momentum, nesterov)[1]
+    return lost
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+@numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def _mixed_at(w, v, h, i, gi, a, b, momentum, nesterov):
-    store(h, i, _step_at(w, v, i, gi, a, b, momentum, nesterov))
+    store(h, i, _step_at(w, v, i, gi, a, b, momentum, nesterov)[0])
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE)
+@numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def mixed_step(w, g, v, a, b, momentum, nesterov, s, inverse, h):
-    """:func:`momentum_step` of a float32 master ``w`` and momentum ``v``
-    with the float16 gradient ``g / s`` (``g`` unwritten; as the product
-    with ``inverse`` where that is not 0), and ``h``, the float16 weight, set
-    to the new ``w`` rounded to nearest."""
+    """:func:`momentum_step` of a float32 master with the float16 ``g /
+    s`` (the product with ``inverse`` where that is not 0), and ``h``, the
+    float16 weight, set to the new master rounded to nearest."""
     if inverse != 0:
         for i in range(w.size):
             _mixed_at(w, v, h, i, load(g, i) * inverse, a, b, momentum,
@@ -206,34 +238,36 @@ def mixed_step(w, g, v, a, b, momentum, nesterov, s, inverse, h):
             _mixed_at(w, v, h, i, load(g, i) / s, a, b, momentum, nesterov)
 
 
-# LAMB (layout.LAMB). ``c``: the constants of lamb_update, in the compute
-# type: b1, 1 - b1, b2, 1 - b2, c1, c2, eps, wd, and the loss scale still
-# in g (mixed16; else 1). Products fused with their sums as written
-# (``fma``), so that the batched and per-rule paths agree bit for bit.
+# LAMB (layout.LAMB), in the compute type: b1, b2, ob1 = 1 - b1, ob2 = 1 -
+# b2 (rounded from float64), the corrections c1 = 1 - b1^t, c2 = 1 - b2^t,
+# eps, the weight decay wd, the loss scale s still in g (mixed16; else 1).
+# Products fused with their sums as written (``fma``), so that the batched
+# and per-rule paths agree bit for bit.
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE, **_DIVIDES)
-def lamb_direction(wi, mi, vi, c):
+@numba.njit(fastmath=_ELEMENTWISE, **_DIVIDES, **_JIT)
+def lamb_direction(wi, mi, vi, c1, c2, eps, wd):
     """LAMB's ``r = (m / c1) / (sqrt(v / c2) + eps) + wd w`` of one
     element."""
-    return _fma(c[7], wi, (mi / c[4]) / (math.sqrt(vi / c[5]) + c[6]))
+    return _fma(wd, wi, (mi / c1) / (math.sqrt(vi / c2) + eps))
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE, **_DIVIDES)
-def _lamb_moments_at(w, m, v, i, gi, c):
-    store(m, i, _fma(c[0], load(m, i), c[1] * gi))
-    store(v, i, _fma(c[2], load(v, i), c[3] * (gi * gi)))
-    return lamb_direction(load(w, i), load(m, i), load(v, i), c)
+@numba.njit(fastmath=_ELEMENTWISE, **_DIVIDES, **_JIT)
+def _lamb_moments_at(w, m, v, i, gi, b1, ob1, b2, ob2, c1, c2, eps, wd):
+    store(m, i, _fma(b1, load(m, i), ob1 * gi))
+    store(v, i, _fma(b2, load(v, i), ob2 * (gi * gi)))
+    return lamb_direction(load(w, i), load(m, i), load(v, i), c1, c2, eps,
+                          wd)
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_REDUCE, **_DIVIDES)
-def lamb_moments(w, g, m, v, c):
-    """LAMB's ``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2``
-    (``g`` divided by ``c[8]`` on the fly) and ``(||w||^2, ||r||^2)``, ``r``
-    from the moments as stored, in one pass."""
+@numba.njit(fastmath=_REDUCE, **_DIVIDES, **_JIT)
+def lamb_moments(w, g, m, v, b1, ob1, b2, ob2, c1, c2, eps, wd, s):
+    """``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2`` (``g / s``)
+    and ``(||w||^2, ||r||^2)``, ``r`` from the moments as stored."""
     sw = 0.0
     sr = 0.0
     for i in range(w.size):
-        r = _lamb_moments_at(w, m, v, i, load(g, i) / c[8], c)
+        r = _lamb_moments_at(w, m, v, i, load(g, i) / s, b1, ob1, b2, ob2,
+                             c1, c2, eps, wd)
         x = numpy.float64(load(w, i))
         y = numpy.float64(r)
         sw += x * x
@@ -241,239 +275,246 @@ def lamb_moments(w, g, m, v, c):
     return sw, sr
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE, **_DIVIDES)
-def _lamb_step_at(w, m, v, i, a, c):
+@numba.njit(fastmath=_ELEMENTWISE, **_DIVIDES, **_JIT)
+def _lamb_step_at(w, m, v, i, a, c1, c2, eps, wd):
     wi = load(w, i)
-    wn = _fma(-a, lamb_direction(wi, load(m, i), load(v, i), c), wi)
+    wn = _fma(-a, lamb_direction(wi, load(m, i), load(v, i), c1, c2, eps, wd),
+              wi)
+    lost = rounds_away(w, i, wn)
     store(w, i, wn)
-    return wn
+    return wn, lost
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE, **_DIVIDES)
-def _lamb_mixed_at(w, m, v, h, i, a, c):
-    store(h, i, _lamb_step_at(w, m, v, i, a, c))
+@numba.njit(fastmath=_ELEMENTWISE, **_DIVIDES, **_JIT)
+def _lamb_mixed_at(w, m, v, h, i, a, c1, c2, eps, wd):
+    store(h, i, _lamb_step_at(w, m, v, i, a, c1, c2, eps, wd)[0])
 
 
-@numba.njit(nogil=True, cache=True, fastmath=_ELEMENTWISE, **_DIVIDES)
-def lamb_step(w, m, v, a, c, h, mixed):
-    """``w <- w - a r`` (mixed16: and ``h``, the float16 weight, set to the
-    new ``w`` rounded to nearest)."""
+@numba.njit(fastmath=_ELEMENTWISE, **_DIVIDES, **_JIT)
+def lamb_step(w, m, v, a, c1, c2, eps, wd, h, mixed):
+    """``w <- w - a r`` (mixed16: and the float16 ``h``); returns what
+    :func:`momentum_step` does."""
+    lost = 0
     if mixed:
         for i in range(w.size):
-            _lamb_mixed_at(w, m, v, h, i, a, c)
+            _lamb_mixed_at(w, m, v, h, i, a, c1, c2, eps, wd)
     else:
         for i in range(w.size):
-            _lamb_step_at(w, m, v, i, a, c)
+            lost += _lamb_step_at(w, m, v, i, a, c1, c2, eps, wd)[1]
+    return lost
 
 
-@numba.njit(nogil=True, cache=True)
-def lamb_update(table, k, row, obs, w, g, likes, s, mixed):
-    """Row ``k`` of a LAMB update, ``g`` unscaled (mixed16: divided by ``s``
-    on the fly): the moments, ``(ratio, ||w||, ||r||)`` into ``obs`` and the
-    step."""
-    like_w, like_g, like_c = likes
-    # Stores into this array round the float64 values to the compute type.
-    cast = numpy.empty(10, like_c.dtype)
-    cast[0], cast[1] = row[L.BETA1], 1.0 - row[L.BETA1]
-    cast[2], cast[3] = row[L.BETA2], 1.0 - row[L.BETA2]
-    cast[4], cast[5] = row[L.CORRECTION1], row[L.CORRECTION2]
-    cast[6], cast[7], cast[8] = row[L.EPS], row[L.WEIGHT_DECAY], s
-    # A tuple of values: no array the loops would have to reload.
-    c = (cast[0], cast[1], cast[2], cast[3], cast[4], cast[5], cast[6],
-         cast[7], cast[8])
-    m = _array(table, k, L.V, like_w)
-    v = _array(table, k, L.V2, like_w)
-    w_sq, r_sq = lamb_moments(w, g, m, v, c)
+@numba.njit(**_JIT)
+def _array(address, size, like):
+    return numba.carray(_void_pointer(address), size, like.dtype)
+
+
+@numba.njit(**_JIT)
+def _divisor(like, s):
+    """``s`` and its inverse where the product is the quotient exactly (a
+    power of two; else 0), in the compute type."""
+    mantissa, _ = math.frexp(s)
+    exact = mantissa == 0.5 and 2.0 ** -126 <= s <= 2.0 ** 126
+    return compute(like, s), compute(like, 1.0 / s if exact else 0.0)
+
+
+@numba.njit(**_JIT)
+def rescale_row(row, obs, w, g, out, mixed, like_c):
+    """The hook's row: ``g <- r g + r s wd w`` (``s`` the loss scale still
+    in ``g``); a ``mixed`` row: ``out <- r (g / s) + r wd w``, the float32
+    gradient its rule makes (first ``g / s``, as the rule does), rescaled."""
+    s = row[L.LOSS_SCALE]
+    one = compute(like_c, 1.0)
+    if mixed:
+        unscale(out, g, compute(like_c, s))
+        s = 1.0
+    w_sq, g_sq = sqnorms(w, out, one, one)
+    w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq) / s
+    r = 1.0
+    if row[L.ADAPT] != 0.0:
+        r = trust_ratio(w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
+                        row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
+                        row[L.REQUIRE_GRAD] != 0.0, row[L.CLIP_LR])
+    obs[0], obs[1], obs[2] = r, w_norm, g_norm
+    c = r * (s * row[L.WEIGHT_DECAY])
+    # The gradient stays as it is where r is 1 and no decay is added.
+    if c != 0.0 or r != 1.0:
+        scale_add(out, compute(like_c, r), w, compute(like_c, c))
+
+
+@numba.njit(**_JIT)
+def step_row(row, obs, w, g, v, h, mixed, like_c):
+    """LARS's step of a row, ``g`` unscaled (a ``mixed`` row's divided by
+    the loss scale on the fly, its float16 weight ``h`` written)."""
+    scale, inverse = _divisor(like_c, row[L.LOSS_SCALE])
+    r = 1.0
+    w_norm = g_norm = numpy.nan
+    if row[L.ADAPT] != 0.0:
+        w_sq, g_sq = sqnorms(w, g, scale, inverse) if mixed else sqnorms(
+            w, g, compute(like_c, 1.0), compute(like_c, 1.0))
+        w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
+        r = trust_ratio(w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
+                        row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
+                        row[L.REQUIRE_GRAD] != 0.0, row[L.CLIP_LR])
+    obs[0], obs[1], obs[2] = r, w_norm, g_norm
+    a = row[L.LR] * r
+    a_c, b_c = compute(like_c, a), compute(like_c, a * row[L.WEIGHT_DECAY])
+    momentum, nesterov = compute(like_c, row[L.MOMENTUM]), row[
+        L.NESTEROV] != 0.0
+    if mixed:
+        mixed_step(w, g, v, a_c, b_c, momentum, nesterov, scale, inverse, h)
+    else:
+        obs[3] = momentum_step(w, g, v, a_c, b_c, momentum, nesterov)
+
+
+@numba.njit(**_JIT)
+def lamb_row(row, obs, w, g, m, v, h, mixed, like_c):
+    """LAMB's row, ``g`` unscaled (``mixed`` as :func:`step_row`): the
+    moments, ``(ratio, ||w||, ||r||)`` and the step."""
+    b1, b2 = compute(like_c, row[L.BETA1]), compute(like_c, row[L.BETA2])
+    ob1 = compute(like_c, 1.0 - row[L.BETA1])
+    ob2 = compute(like_c, 1.0 - row[L.BETA2])
+    c1 = compute(like_c, row[L.CORRECTION1])
+    c2 = compute(like_c, row[L.CORRECTION2])
+    eps, wd = compute(like_c, row[L.EPS]), compute(like_c,
+                                                   row[L.WEIGHT_DECAY])
+    s = compute(like_c, row[L.LOSS_SCALE] if mixed else 1.0)
+    w_sq, r_sq = lamb_moments(w, g, m, v, b1, ob1, b2, ob2, c1, c2, eps, wd,
+                              s)
     w_norm, r_norm = math.sqrt(w_sq), math.sqrt(r_sq)
     r = 1.0
     if row[L.ADAPT] != 0.0:
         r = trust_ratio(w_norm, r_norm, 0.0, 0.0, 1.0, 0.0, True,
                         row[L.CLIP_LR])
-    obs[k, 0], obs[k, 1], obs[k, 2] = r, w_norm, r_norm
-    cast[9] = row[L.LR] * r
-    lamb_step(w, m, v, cast[9], c,
-              _array(table, k, L.H, like_g) if mixed else g, mixed)
+    obs[0], obs[1], obs[2] = r, w_norm, r_norm
+    obs[3] = lamb_step(w, m, v, compute(like_c, row[L.LR] * r), c1, c2, eps,
+                       wd, h, mixed)
 
 
-@intrinsic
-def _void_pointer(typingctx, addr):
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], cgutils.voidptr_t)
-    return types.voidptr(types.int64), codegen
+@numba.njit(**_JIT)
+def multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op):
+    """One update (``op``) of the rows of a table whose gradient address
+    ``gptr`` gives (0: the row is left). ``like_w``, ``like_g``, ``like_c``:
+    empty arrays of the storage type of the weights and states, of the
+    gradients, and of the compute type. ``obs`` gets ``(ratio, ||w||,
+    ||g||, rounded)`` per row (``g`` unscaled; ``rounded``: float16 weights
+    whose step rounded away), NaN where nothing was applied. Each array's
+    step follows its norms while it is in the cache. A row with an ``OUT``
+    address is mixed16."""
+    for k in range(table.shape[0]):
+        size = table[k, L.SIZE]
+        obs[k, :] = numpy.nan
+        if gptr[k] == 0 or (op == L.RESCALE and size == 0):
+            continue
+        obs[k, 3] = 0.0
+        w = _array(table[k, L.W], size, like_w)
+        g = _array(gptr[k], size, like_g)
+        mixed = table[k, L.OUT] != 0
+        s = rows[k, L.LOSS_SCALE]
+        if op != L.RESCALE and s != 1.0 and not mixed:
+            # As the rule divides g in place, by s in g's storage type.
+            one = numpy.empty(1, like_g.dtype)
+            store(one, 0, s)
+            unscale(g, g, load(one, 0))
+        if op == L.RESCALE:
+            # Not mixed16: out is g, of the weights' type then.
+            out = _array(table[k, L.OUT] if mixed else gptr[k], size, like_w)
+            rescale_row(rows[k], obs[k], w, g, out, mixed, like_c)
+            continue
+        h = _array(table[k, L.OUT], size, like_g) if mixed else g
+        v = _array(table[k, L.V], size, like_w)
+        if op == L.STEP:
+            step_row(rows[k], obs[k], w, g, v, h, mixed, like_c)
+        else:
+            lamb_row(rows[k], obs[k], w, g, v,
+                     _array(table[k, L.V2], size, like_w), h, mixed, like_c)
 
 
-@numba.njit(nogil=True, cache=True)
-def _array(table, k, column, like):
-    return numba.carray(_void_pointer(table[k, column]), table[k, L.SIZE],
-                        like.dtype)
-
-
-#: Byte offsets in NumPy's array object (``PyArrayObject_fields``, part of
-#: NumPy's ABI: its C macros read these fields in compiled extensions), in
-#: 32-bit words: nd, and flags; in 64-bit words: type, data, dimensions,
-#: descr. :data:`STAMPS` says whether they read as NumPy reports.
+#: Offsets in NumPy's array object (``PyArrayObject_fields``, NumPy's ABI)
+#: in 32-bit words (nd, flags) and 64-bit words (type, data, dimensions,
+#: descr). :data:`STAMPS` says whether they read as NumPy reports.
 _ND, _FLAGS = 6, 16
 _TYPE, _DATA, _DIMS, _DESCR = 1, 2, 4, 7
 #: The columns of a stamp: data address, descr, flags, size; and 1 for a
 #: plain ``numpy.ndarray`` (the rest 0 for any other object).
 STAMP = 5
+DATA, DESCR, FLAGS, SIZE, PLAIN = range(STAMP)
+#: What a row expects of its gradient: size, descr, required flags, and
+#: whether the row's own arrays go through the table (1) or not (0).
+EXPECT = 4
 
 
-@numba.njit(nogil=True, cache=True)
-def restamp(ids, ndarray, last, out, held):
-    """Stamps the objects at the addresses ``ids`` (alive: held by the
-    caller) into ``out``; returns how many of the first ``held`` and how
-    many of the rest differ from ``last``. Only the type is read of an
-    object that is not a plain ndarray."""
-    changed_held = changed = 0
+@numba.njit(**_JIT)
+def _stamp(address, ndarray, out):
+    """Stamps the object at ``address`` (alive: held by the caller)."""
+    head = numba.carray(_void_pointer(address), 8, numpy.int64)
+    out[:] = 0
+    if head[_TYPE] == ndarray:
+        ints = numba.carray(_void_pointer(address), 17, numpy.int32)
+        dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND],
+                            numpy.int64)
+        size = 1
+        for d in dims:
+            size *= d
+        out[DATA], out[DESCR], out[FLAGS] = head[_DATA], head[_DESCR], ints[
+            _FLAGS]
+        out[SIZE], out[PLAIN] = size, 1
+
+
+@numba.njit(**_JIT)
+def stamp(ids, ndarray, out):
+    """Stamps the objects at the addresses ``ids`` into ``out``."""
     for k in range(ids.size):
-        head = numba.carray(_void_pointer(ids[k]), 8, numpy.int64)
-        out[k, :] = 0
-        if head[_TYPE] == ndarray:
-            ints = numba.carray(_void_pointer(ids[k]), 17, numpy.int32)
-            dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND],
-                                numpy.int64)
-            size = 1
-            for d in dims:
-                size *= d
-            out[k, 0] = head[_DATA]
-            out[k, 1] = head[_DESCR]
-            out[k, 2] = ints[_FLAGS]
-            out[k, 3] = size
-            out[k, 4] = 1
+        _stamp(ids[k], ndarray, out[k])
+
+
+@numba.njit(**_JIT)
+def restamp(ids, stamps, owner, changed, gids, none, expect, gptr, ndarray):
+    """Reads the headers of a plan's arrays in one pass: ``changed[g]``
+    counts the held arrays (``ids``) of group ``g`` whose stamp differs
+    from ``stamps``; a gradient (``gids``; ``none``: the id of ``None``)
+    that is a plain ndarray as its row ``expect``-s gets its address in
+    ``gptr`` (else 0). Returns how many gradients are not taken."""
+    now = numpy.empty(STAMP, numpy.int64)
+    changed[:] = 0
+    for k in range(ids.size):
+        _stamp(ids[k], ndarray, now)
         for j in range(STAMP):
-            if out[k, j] != last[k, j]:
-                if k < held:
-                    changed_held += 1
-                else:
-                    changed += 1
+            if now[j] != stamps[k, j]:
+                changed[owner[k]] += 1
                 break
-    return changed_held, changed
-
-
-@numba.njit(nogil=True, cache=True)
-def restamp_groups(ids, ndarray, last, out, bounds, helds, result):
-    """:func:`restamp` of several groups' objects at once, group ``j`` in
-    rows ``bounds[j]`` to ``bounds[j + 1]`` with ``helds[j]`` held; its
-    two counts into ``result[j]``."""
-    for j in range(helds.size):
-        a, b = bounds[j], bounds[j + 1]
-        result[j, 0], result[j, 1] = restamp(ids[a:b], ndarray, last[a:b],
-                                             out[a:b], helds[j])
-
-
-#: NumPy's flags that a table's array needs: C-contiguous and aligned.
-_DIRECT = 0x1 | 0x100
-
-
-@numba.njit(nogil=True, cache=True)
-def put_grads(table, stamps, descr, sizes):
-    """Puts in ``table`` the gradients whose stamps say they can go as
-    they are (a plain ndarray of the dtype whose descr is ``descr``,
-    C-contiguous, aligned, of the row's size; ``sizes`` -2: the row's
-    other arrays cannot); returns the number of rows left (size -1)."""
     left = 0
-    for k in range(table.shape[0]):
-        st = stamps[k]
-        if (st[4] == 1 and st[1] == descr and st[3] == sizes[k]
-                and (st[2] & _DIRECT) == _DIRECT):
-            table[k, L.G] = st[0]
-            table[k, L.SIZE] = st[3]
-        else:
-            table[k, L.SIZE] = -1
-            left += 1
+    for k in range(gids.size):
+        gptr[k] = 0
+        left += 1
+        if gids[k] == none:
+            continue
+        _stamp(gids[k], ndarray, now)
+        e = expect[k]
+        if (e[3] and now[PLAIN] and now[DESCR] == e[1] and now[SIZE] == e[0]
+                and (now[FLAGS] & e[2]) == e[2]):
+            gptr[k] = now[DATA]
+            left -= 1
     return left
 
 
-@numba.njit(nogil=True, cache=True)
-def multi_update(table, rows, obs, like_w, like_g, like_c, op):
-    """One update (``op``: ``RESCALE``, ``STEP`` or ``LAMB``) of every array
-    of a table.
-
-    ``like_w``, ``like_g``, ``like_c``: empty arrays (passed apart: a tuple
-    costs the call 0.4 us) of the storage type of the weights and states,
-    of the gradients, and of the compute type. ``obs`` gets ``(ratio,
-    ||w||, ||g||)`` per array (``g`` unscaled): all NaN for a skipped row
-    (no gradient; the hook's empty arrays), NaN norms where the optimizer
-    does not adapt. Each array's step follows its norms while it is in the
-    cache (6 to 20 % faster than norms first). A row with a half weight
-    (``H``) is a mixed16 step."""
-    likes = (like_w, like_g, like_c)
-    # Stores into these arrays round the float64 scalars to the types.
-    cast = numpy.empty(5, like_c.dtype)
-    stored = numpy.empty(1, like_g.dtype)
-    for k in range(table.shape[0]):
-        size = table[k, L.SIZE]
-        if size < 0 or (op == L.RESCALE and size == 0):
-            obs[k, 0] = obs[k, 1] = obs[k, 2] = numpy.nan
-            continue
-        row = rows[k]
-        w = _array(table, k, L.W, like_w)
-        g = _array(table, k, L.G, like_g)
-        mixed = table[k, L.H] != 0
-        s = row[L.LOSS_SCALE]
-        # The scale to divide g by on the fly (mixed16; else 1), and its
-        # inverse where the product is exactly the quotient (a power of two).
-        cast[3] = cast[4] = 1.0
-        if op != L.RESCALE and s != 1.0:
-            if mixed:  # as the rule divides its float32 copy of g
-                cast[3] = s
-                mantissa, _ = math.frexp(s)
-                cast[4] = (1.0 / s if mantissa == 0.5
-                           and 2.0 ** -126 <= s <= 2.0 ** 126 else 0.0)
-            else:  # as the rule divides g in place, by s in g's type
-                store(stored, 0, s)
-                unscale(g, load(stored, 0))
-            s = 1.0
-        if op == L.LAMB:
-            lamb_update(table, k, row, obs, w, g, likes, cast[3], mixed)
-            continue
-        r = 1.0
-        w_norm = g_norm = numpy.nan
-        if op == L.RESCALE or row[L.ADAPT] != 0.0:
-            w_sq, g_sq = sqnorms(w, g, cast[3], cast[4])
-            w_norm = math.sqrt(w_sq)
-            g_norm = math.sqrt(g_sq) / s
-        if row[L.ADAPT] != 0.0:
-            r = trust_ratio(w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
-                            row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
-                            row[L.REQUIRE_GRAD] != 0.0, row[L.CLIP_LR])
-        obs[k, 0], obs[k, 1], obs[k, 2] = r, w_norm, g_norm
-        # u = p g + q w; the hook's g still holds the loss scale s.
-        p = r if op == L.RESCALE else row[L.LR] * r
-        q = p * (s * row[L.WEIGHT_DECAY])
-        cast[0], cast[1], cast[2] = p, q, row[L.MOMENTUM]
-        if op == L.STEP:
-            v = _array(table, k, L.V, like_w)
-            if mixed:
-                mixed_step(w, g, v, cast[0], cast[1], cast[2],
-                           row[L.NESTEROV] != 0.0, cast[3], cast[4],
-                           _array(table, k, L.H, like_g))
-            else:
-                momentum_step(w, g, v, cast[0], cast[1], cast[2],
-                              row[L.NESTEROV] != 0.0)
-        elif q != 0.0 or p != 1.0:
-            scale_add(g, cast[0], w, cast[1])
-
-
-@numba.njit(nogil=True, cache=True)
-def restamp_update(ids, ndarray, last, out, held, table, rows, obs, like_w,
-                   like_g, like_c, op):
-    """:func:`multi_update` of ``table``, if :func:`restamp` finds every
-    object as it was at ``last`` (one call where two would be); returns
-    whether it ran."""
-    changed_held, changed = restamp(ids, ndarray, last, out, held)
-    if changed_held or changed:
+@numba.njit(**_JIT)
+def restamp_update(ids, stamps, owner, changed, gids, none, expect, gptr,
+                   ndarray, table, rows, obs, like_w, like_g, like_c, op):
+    """:func:`restamp`, then :func:`multi_update` if every held array is as
+    it was and every gradient is taken (a plan of one group's one call);
+    returns whether it ran."""
+    if restamp(ids, stamps, owner, changed, gids, none, expect, gptr,
+               ndarray) or changed.any():
         return False
-    multi_update(table, rows, obs, like_w, like_g, like_c, op)
+    multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op)
     return True
 
 
 def _halves_agree():
     """Whether :func:`load` and :func:`store` convert as NumPy does: every
-    float16, the midpoints between neighbours (ties to even) and the
-    values next to them, and the overflow to infinity (NaN payloads may
-    differ: the processor quiets them)."""
+    float16, the midpoints between neighbours and the values next to them,
+    the overflow (NaN payloads may differ: the processor quiets them)."""
     bits = numpy.arange(1 << 16, dtype=numpy.uint16)
     wide = numpy.empty(bits.size, numpy.float32)
     halves(bits, wide)
@@ -507,7 +548,7 @@ def _stamps_agree():
     arrays[0].flags.writeable = False
     ids = numpy.array([id(a) for a in arrays] + [id(None)], numpy.int64)
     out = numpy.empty((ids.size, STAMP), numpy.int64)
-    restamp(ids, id(numpy.ndarray), numpy.zeros_like(out), out, 0)
+    stamp(ids, id(numpy.ndarray), out)
     expected = [[a.ctypes.data, id(a.dtype), a.flags.num, a.size, 1]
                 for a in arrays] + [[0] * STAMP]
     return out.tolist() == expected

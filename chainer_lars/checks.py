@@ -111,21 +111,25 @@ def patterns(name, values):
 
 
 def addressed(path, weight, grad, states=(), written=('weight',),
-              one_dtype=False, half=None, names=('momentum buffer',)):
+              one_dtype=False, extra=None, names=('momentum buffer',),
+              extra_name='float16 weight', gdtype=None):
     """Checks the arrays one row of a compiled loop or CUDA table reads
     and writes through addresses, as NumPy checks Chainer's in-place
     operations on them: each of ``weight``'s size, and writeable where
     ``written`` names it (``'weight'``, ``'gradient'``, ``'momentum
-    buffer'``: the ``names`` of ``states``; ``half``, the float16 weight
-    of a mixed16 row, always). Dtype, byte order and layout need no error:
-    rows that differ go through native copies, but with ``one_dtype`` (a
-    GPU, where CuPy's kernels take one) another dtype is a ``TypeError``
-    (the gradient's is ``half``'s). Raises ``ValueError`` naming
-    ``path``."""
-    named = (('gradient', grad),) + tuple(zip(names, states))
-    if half is not None:
-        named += (('float16 weight', half),)
-        written = tuple(written) + ('float16 weight',)
+    buffer'``: the ``names`` of ``states``; ``extra``, what a mixed16 row
+    writes besides, always). ``grad`` ``None``: the row's own arrays only.
+    Dtype, byte order and layout need no error: rows that differ go
+    through native copies, but with ``one_dtype`` (a GPU, where CuPy's
+    kernels take one) another dtype is a ``TypeError`` (a gradient's is
+    ``gdtype``, the float16 weight's in a mixed16 row). Raises
+    ``ValueError`` naming ``path``."""
+    named = tuple(zip(names, states))
+    if grad is not None:
+        named = (('gradient', grad),) + named
+    if extra is not None:
+        named += ((extra_name, extra),)
+        written = tuple(written) + (extra_name,)
     for name, a in named:
         if a.size != weight.size:
             raise ValueError(
@@ -138,11 +142,12 @@ def addressed(path, weight, grad, states=(), written=('weight',),
                 'LARS updates floating-point arrays (float16, float32, '
                 'float64); the {} of {} is {}'.format(name, path, a.dtype))
     for name, a in named:
-        like = weight if half is None or name in names else half
-        if one_dtype and a.dtype != like.dtype:
+        like = gdtype if name == 'gradient' and gdtype is not None else (
+            weight.dtype if name != extra_name else a.dtype)
+        if one_dtype and a.dtype != like:
             raise TypeError('{}: the {} is {} but the {} {}'.format(
-                path, name, a.dtype, 'float16 weight' if like is half
-                else 'weight', like.dtype))
+                path, name, a.dtype, 'weight' if like == weight.dtype
+                else 'float16 weight', like))
     for name, a in (('weight', weight),) + named:
         # CuPy arrays have no writeable flag: device memory always is.
         if name in written and not getattr(a.flags, 'writeable', True):
@@ -206,6 +211,15 @@ def find_check(obj, attr):
     ``None`` when it is not a checked one."""
     found = getattr(type(obj), attr, None)
     return found.check if isinstance(found, CheckedAttribute) else None
+
+
+def unexpected(face, kwargs, hints):
+    """Refuses the keyword arguments ``face``'s constructor does not take,
+    with ``hints`` (name -> what to write instead) where one applies."""
+    for name in sorted(kwargs):
+        raise TypeError('{}() got an unexpected keyword argument {!r}{}'
+                        .format(face, name, ': ' + hints[name]
+                                if name in hints else ''))
 
 
 def double_adaptation(face='LARS'):

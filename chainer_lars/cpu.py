@@ -2,15 +2,13 @@
 
 Native float16, float32 and float64 groups (mixed16 ones included) take
 :func:`chainer_lars._numba.multi_update` through a table of addresses;
-mixed dtypes, and all arrays without Numba (or ``CHAINER_LARS_NUMBA=0``),
-the NumPy passes, in float32 or wider with float64 norms, in chunks of
-:data:`CHUNK` elements with reused buffers.
+arrays of mixed dtypes, and all arrays without Numba (or
+``CHAINER_LARS_NUMBA=0``), the NumPy passes, in float32 or wider with
+float64 norms.
 """
 
 import math
-import operator
 import os
-import threading
 import warnings
 
 import numpy
@@ -50,22 +48,6 @@ def backend():
     return 'numpy' if _jit() is None else 'numba'
 
 
-#: Elements per chunk of the NumPy passes: chunks and scratch buffers stay
-#: in the last-level cache while several ufuncs run over them.
-CHUNK = 1 << 17
-
-_local = threading.local()
-
-
-def _scratch(index, dtype):
-    """A reused buffer of :data:`CHUNK` elements (one set per thread)."""
-    bufs = _local.__dict__.setdefault('bufs', {})
-    key = (index, dtype, CHUNK)
-    if key not in bufs:
-        bufs[key] = numpy.empty(CHUNK, dtype=dtype)
-    return bufs[key]
-
-
 def native(a):
     """``a`` as a native C-contiguous array: itself, or a copy."""
     if a.flags.c_contiguous and a.dtype.isnative:
@@ -73,257 +55,209 @@ def native(a):
     return numpy.array(a, dtype=a.dtype.newbyteorder('='), order='C')
 
 
-def _chunk(flat, index, ct, start, stop):
-    """``flat[start:stop]`` in the compute dtype ``ct``: the slice itself
-    where it has that dtype (operations on it write ``flat``), else a
-    scratch copy (written back by :func:`_store`)."""
-    piece = flat[start:stop]
-    if piece.dtype == ct:
-        return piece
-    buf = _scratch(index, ct)[:stop - start]
-    numpy.copyto(buf, piece)
-    return buf
-
-
-def _store(flat, start, stop, piece):
-    if piece.dtype != flat.dtype:
-        numpy.copyto(flat[start:stop], piece, casting='unsafe')
-
-
-_FLOAT64 = numpy.dtype(numpy.float64)
-
-
-def _sqnorm(flat):
-    """``||a||^2`` summed in float64 with BLAS ``dot``, which neither warns
+def _norm(a):
+    """``||a||`` summed in float64 with BLAS ``dot``, which neither warns
     nor raises on overflow or NaN."""
-    total = 0.0
-    for start in range(0, flat.size, CHUNK):
-        piece = _chunk(flat, 0, _FLOAT64, start, min(start + CHUNK, flat.size))
-        total += float(numpy.dot(piece, piece))
-    return total
+    a = a.astype(numpy.float64, copy=False)
+    return math.sqrt(float(numpy.dot(a, a)))
 
 
-def _step(op, p, q, momentum, nesterov, ct, wf, gf, vf=None):
-    """``u = p g + q w`` in chunks (``w`` unread when ``q`` is 0 for the
-    hook), which is the hook's new ``g``, or the optimizer's step of
-    :func:`chainer_lars._numba.momentum_step` with ``u``."""
-    p, q, momentum = ct.type(p), ct.type(q), ct.type(momentum)
-    multiply, add = numpy.multiply, numpy.add
-    for start in range(0, gf.size, CHUNK):
-        stop = min(start + CHUNK, gf.size)
-        gs = _chunk(gf, 1, ct, start, stop)
-        u = gs if op == L.RESCALE else _scratch(3, ct)[:stop - start]
-        t = _scratch(4, ct)[:stop - start]
-        multiply(gs, p, out=u)
-        if q != 0 or op == L.STEP:
-            ws = _chunk(wf, 0, ct, start, stop)
-        if q != 0:
-            multiply(ws, q, out=t)
-            add(u, t, out=u)
-        if op == L.RESCALE:
-            _store(gf, start, stop, u)
-            continue
-        vs = _chunk(vf, 2, ct, start, stop)
-        multiply(vs, momentum, out=vs)
-        add(vs, u, out=vs)
-        if nesterov:
-            multiply(vs, momentum, out=t)
-            add(u, t, out=u)
-        numpy.subtract(ws, u if nesterov else vs, out=ws)
-        _store(wf, start, stop, ws)
-        _store(vf, start, stop, vs)
-
-
-def _lamb(row, obs, arrays):
-    """:func:`chainer_lars._numba.lamb_update` in NumPy, on native flat
-    ``(w, g, m, v)``, computing in float32 or wider."""
-    wf, gf, mf, vf = arrays
-    if row[L.LOSS_SCALE] != 1.0:
-        gf /= row[L.LOSS_SCALE]
-    # NumPy 1 computes float16 arrays with float32 scalars in float16.
-    ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays)).type
-    b1, b2, g, w = row[L.BETA1], row[L.BETA2], gf.astype(ct), wf.astype(ct)
-    mf[...] = ct(b1) * mf.astype(ct) + ct(1.0 - b1) * g
-    vf[...] = ct(b2) * vf.astype(ct) + ct(1.0 - b2) * (g * g)
+def _lamb(row, obs, w, g, m, v, ct):
+    """:func:`chainer_lars._numba.lamb_row` in NumPy; returns the new
+    ``w``."""
+    b1, b2, g, w = row[L.BETA1], row[L.BETA2], g.astype(ct), w.astype(ct)
+    m[...] = ct(b1) * m.astype(ct) + ct(1.0 - b1) * g
+    v[...] = ct(b2) * v.astype(ct) + ct(1.0 - b2) * (g * g)
     # From the moments as stored, as the step of the compiled loop.
-    r = (mf.astype(ct) / ct(row[L.CORRECTION1])) / (numpy.sqrt(
-        vf.astype(ct) / ct(row[L.CORRECTION2])) + ct(row[L.EPS])) + ct(
+    r = (m.astype(ct) / ct(row[L.CORRECTION1])) / (numpy.sqrt(
+        v.astype(ct) / ct(row[L.CORRECTION2])) + ct(row[L.EPS])) + ct(
             row[L.WEIGHT_DECAY]) * w
-    w_norm, r_norm = math.sqrt(_sqnorm(wf)), math.sqrt(_sqnorm(r))
-    obs[:] = 1.0, w_norm, r_norm
+    obs[:3] = 1.0, _norm(w), _norm(r)
     if row[L.ADAPT]:
-        obs[0] = ratio.trust_ratio(w_norm, r_norm, 0.0, 0.0, 1.0, 0.0, True,
+        obs[0] = ratio.trust_ratio(obs[1], obs[2], 0.0, 0.0, 1.0, 0.0, True,
                                    row[L.CLIP_LR])
-    wf[...] = w - ct(row[L.LR] * obs[0]) * r
+    return w - ct(row[L.LR] * obs[0]) * r
+
+
+def _momentum(row, obs, op, w, g, v, ct):
+    """The hook's rescaled ``g`` (``op`` RESCALE) or the new ``w`` of
+    :func:`chainer_lars._numba.step_row`, in NumPy."""
+    s = row[L.LOSS_SCALE] if op == L.RESCALE else 1.0
+    r, w_norm, g_norm = 1.0, math.nan, math.nan
+    if op == L.RESCALE or row[L.ADAPT]:
+        w_norm, g_norm = _norm(w), _norm(g) / s
+    if row[L.ADAPT]:
+        r = ratio.trust_ratio(
+            w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
+            row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
+            bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
+    obs[:3] = r, w_norm, g_norm
+    p = r if op == L.RESCALE else row[L.LR] * r
+    q = p * (s * row[L.WEIGHT_DECAY])  # the hook's g holds the loss scale
+    u = ct(p) * g.astype(ct)
+    if q != 0:  # w unread where 0: 0 * inf would be NaN
+        u += ct(q) * w.astype(ct)
+    if op == L.RESCALE:
+        return u
+    m = ct(row[L.MOMENTUM])
+    v[...] = v.astype(ct) * m + u
+    v = v.astype(ct)
+    return w.astype(ct) - (u + v * m if row[L.NESTEROV] else v)
 
 
 def numpy_update(row, obs, op, w, g, v=None, v2=None):
     """One row of :func:`chainer_lars._numba.multi_update` in NumPy, for
-    any dtypes and layouts (through native copies, those written back)."""
-    if op == L.LAMB:
-        arrays = (w, g, v, v2)
-        natives = list(map(native, arrays))
-        with numpy.errstate(over='ignore', invalid='ignore', divide='ignore'):
-            _lamb(row.tolist(), obs, [a.reshape(-1) for a in natives])
-        for k in L.written(op, row[L.LOSS_SCALE] != 1.0):
-            if natives[k] is not arrays[k]:
-                arrays[k][...] = natives[k]
-        return
-    arrays = (w, g) if v is None else (w, g, v)
+    any dtypes and layouts (through native copies, those written back),
+    computing in float32 or wider with float64 norms."""
+    arrays = (w, g) + tuple(a for a in (v, v2) if a is not None)
     natives = list(map(native, arrays))
-    wf, gf = natives[0].reshape(-1), natives[1].reshape(-1)
-    if op == L.RESCALE and gf.size == 0:
-        obs[:] = numpy.nan
-        return
+    flat = [a.reshape(-1) for a in natives]
     row = row.tolist()  # Python floats: faster than NumPy scalars
-    s, wd = row[L.LOSS_SCALE], row[L.WEIGHT_DECAY]
-    written = L.written(op, s != 1.0)
-    r, w_norm, g_norm = 1.0, math.nan, math.nan
-    # Only the ufuncs need the error state: dot and floats do not warn.
-    if op == L.STEP and s != 1.0:
-        with numpy.errstate(over='ignore', invalid='ignore', divide='ignore'):
-            gf /= s
-        s = 1.0
-    if op == L.RESCALE or row[L.ADAPT]:
-        w_norm = math.sqrt(_sqnorm(wf))
-        g_norm = math.sqrt(_sqnorm(gf)) / s
-    if row[L.ADAPT]:
-        r = ratio.trust_ratio(
-            w_norm, g_norm, wd, row[L.EPS], row[L.TRUST_COEFFICIENT],
-            row[L.THRESHOLD], bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
-    obs[0], obs[1], obs[2] = r, w_norm, g_norm
-    p = r if op == L.RESCALE else row[L.LR] * r
-    q = p * (s * wd)  # the hook's g still holds the loss scale s
-    # The hook leaves g as it is where r is 1 and no decay is added.
-    moves = (q != 0 or p != 1) if op == L.RESCALE else gf.size > 0
-    if moves:
-        ct = numpy.promote_types(numpy.float32, numpy.result_type(*arrays))
-        with numpy.errstate(over='ignore', invalid='ignore'):
-            _step(op, p, q, row[L.MOMENTUM], row[L.NESTEROV], ct, wf, gf,
-                  *[a.reshape(-1) for a in natives[2:]])
-    for k in written[:len(arrays)]:  # a read-only input stays unwritten
-        if natives[k] is not arrays[k]:
+    obs[:] = numpy.nan
+    # NumPy 1 computes float16 arrays with float32 scalars in float16.
+    ct = numpy.promote_types(numpy.float32, numpy.result_type(*flat)).type
+    with numpy.errstate(over='ignore', invalid='ignore', divide='ignore'):
+        if op != L.RESCALE and row[L.LOSS_SCALE] != 1.0:
+            flat[1] /= row[L.LOSS_SCALE]  # as the rule divides g in place
+        if op == L.LAMB:
+            flat[0][...] = _lamb(row, obs, *flat, ct)
+        elif op == L.STEP:
+            flat[0][...] = _momentum(row, obs, op, *flat, ct)
+        elif flat[1].size:  # the hook reports no empty array
+            flat[1][...] = _momentum(row, obs, op, *flat, None, ct)
+    for k in L.written(op, row[L.LOSS_SCALE] != 1.0):
+        if natives[k] is not arrays[k]:  # a read-only input stays unwritten
             arrays[k][...] = natives[k]
 
 
 def _bits(dtype):
     """The type the compiled loop stores ``dtype`` as (float16 as its
-    bits), and computes it in; native (rows of another byte order go as
-    copies)."""
-    dtype = numpy.dtype(dtype).newbyteorder('=')
+    bits), and computes it in."""
+    dtype = numpy.dtype(dtype)
     if dtype == numpy.float16:
         return numpy.dtype(numpy.uint16), numpy.dtype(numpy.float32)
     return dtype, dtype
 
 
+#: The loop's empty arrays of the storage type of the weights, of the
+#: gradients and of the compute type, by ``(dtype, gradients' dtype)``.
+LIKES = {(numpy.dtype(w), numpy.dtype(g)): (
+    numpy.empty(0, _bits(w)[0]), numpy.empty(0, _bits(g)[0]),
+    numpy.empty(0, _bits(w)[1]))
+    for w, g in (('e', 'e'), ('f', 'f'), ('d', 'd'), ('f', 'e'))}
+
 _NDARRAY = id(numpy.ndarray)
-_LIKES = {}
+_NONE = id(None)
+#: NumPy's flags that a table's array needs: C-contiguous and aligned;
+#: and writeable, for one the op writes.
+_DIRECT, _WRITEABLE = 0x1 | 0x100, 0x400
 
 
-def _likes(dtype, gdtype):
-    """The loop's empty arrays of the storage type of ``dtype``, of
-    ``gdtype`` and of the compute type, shared by the groups (each cold
-    array costs the loop's call a cache miss)."""
-    key = (dtype, gdtype)
-    if key not in _LIKES:
-        storage, compute = _bits(dtype)
-        _LIKES[key] = (numpy.empty(0, storage),
-                       numpy.empty(0, _bits(gdtype)[0]),
-                       numpy.empty(0, compute))
-    return _LIKES[key]
+class _Table(object):
 
+    """A group's table of addresses (``table``, the columns of
+    :data:`chainer_lars.layout.W` to ``SIZE``, or ``None`` where the
+    compiled loop does not take the group's dtypes; a row whose own arrays
+    cannot go as they are has no addresses) and its observations
+    (``obs``: ratio, norms and rounded-away float16 weights per row)."""
 
-class _Addresses(object):
+    __slots__ = ('table', 'obs', 'likes', 'descr')
 
-    """A group's address table (``None``: the NumPy passes) and what it was
-    built from: the ids of the arrays it holds (``held`` of them), then of
-    the current gradients; their stamps (:func:`chainer_lars._numba.
-    restamp`) at the last check passed, and a buffer for the current ones;
-    whether the gradients changed since, and whether the table holds them
-    (``put``); the sizes each row takes (-2: none), the descr of the
-    gradients' dtype, observations and the loop's ``likes`` (empty arrays
-    of the storage and compute types)."""
-
-    __slots__ = ('table', 'ids', 'held', 'stamps', 'now', 'changed', 'put',
-                 'sizes', 'gdtype', 'descr', 'obs', 'likes')
-
-    def __init__(self, group, jit):
+    def __init__(self, group, compiled):
         n = len(group)
-        self.obs = numpy.full((n, 3), numpy.nan)
-        self.gdtype = group.gdtype
+        self.obs = numpy.full((n, 4), numpy.nan)
         self.table = None
-        if (jit is None or not jit.STAMPS or group.dtype.char not in 'efd'
-                or (numpy.float16 in (group.dtype, group.gdtype)
-                    and not jit.FLOAT16)):
+        if not compiled:
             return
-        self.likes = _likes(group.dtype, group.gdtype)
-        # The builtin descr that gradients of this dtype have.
+        self.table = numpy.zeros((n, L.SIZE + 1), numpy.int64)
+        self.likes = LIKES[group.dtype, group.gdtype]
+        # The builtin descr of the gradients' dtype: another descr of the
+        # same dtype, or a subclass, goes through the engine's route.
         self.descr = id(numpy.dtype(group.gdtype.char))
-        self.table = table = numpy.zeros((n, L.SIZE + 1), numpy.int64)
-        table[:, L.SIZE] = -1  # no gradient until one is given
-        self.sizes = numpy.array([w.size for w in group.weights], numpy.int64)
-        halves = group.halves or [None] * n
-        held = []
-        for k, (w, states, h) in enumerate(
-                zip(group.weights, group.states, halves)):
-            held += (w,) + tuple(states) + (() if h is None else (h,))
-            if (checks.direct(group.dtype, (w,) + tuple(states))
-                    and (h is None or checks.direct(group.gdtype, (h,)))):
-                table[k, L.W] = w.ctypes.data
+        for k, (w, states, x) in enumerate(
+                zip(group.weights, group.states, group.extras)):
+            self.table[k, L.SIZE] = w.size
+            if checks.direct(group.dtype, (w,) + tuple(states)) and (
+                    x is None or checks.direct(x.dtype, (x,))):
+                self.table[k, L.W] = w.ctypes.data
                 for column, v in zip((L.V, L.V2), states):
-                    table[k, column] = v.ctypes.data
-                if h is not None:
-                    table[k, L.H] = h.ctypes.data
-            else:
-                self.sizes[k] = -2
-        # The group holds these arrays: their ids stay theirs.
-        self.held = len(held)
-        self.ids = numpy.zeros(len(held) + n, numpy.int64)
-        self.ids[:len(held)] = list(map(id, held))
-        self.now = numpy.zeros((len(self.ids), jit.STAMP), numpy.int64)
-        self.stamps = numpy.zeros_like(self.now)
-        jit.restamp(self.ids[:len(held)], _NDARRAY, self.now, self.stamps,
-                    len(held))
-        self.changed, self.put = True, False
+                    self.table[k, column] = v.ctypes.data
+                if x is not None:
+                    self.table[k, L.OUT] = x.ctypes.data
 
 
-def _grad_ids(tables, grads):
-    """``tables.ids`` with the ids of ``grads`` after the held arrays'."""
-    ids = tables.ids
-    if len(grads) == 1:  # a group of one: item assignment is 6x faster
-        ids[-1] = id(grads[0])
-    else:
-        ids[tables.held:] = list(map(id, grads))
-    return ids
+class Record(object):
 
+    """The stamps of a plan's tables, read in one compiled call
+    (:func:`chainer_lars._numba.restamp`): those of the arrays the tables
+    point to, taken when they were built (a change is a buffer
+    reallocated, or dtype, strides or a flag set on the same object), and
+    what each row expects of its gradient (size, dtype, flags, and whether
+    the row's own arrays go as they are). ``gptr`` gets each gradient's
+    address where it can go as it is, 0 where not."""
 
-class _Batch(object):
+    def __init__(self, groups):
+        jit = _jit()
+        self.groups = groups
+        self.tables = [g.state for g in groups]
+        # The arrays the tables point to (the groups hold them).
+        held = [[a for w, states, x in zip(g.weights, g.states, g.extras)
+                 for a in (w,) + states + (() if x is None else (x,))]
+                for g in groups]
+        self.ids = numpy.array([id(a) for h in held for a in h], numpy.int64)
+        self.stamps = numpy.zeros((len(self.ids), jit.STAMP), numpy.int64)
+        jit.stamp(self.ids, _NDARRAY, self.stamps)
+        self.owner = numpy.repeat(numpy.arange(len(groups)),
+                                  list(map(len, held)))
+        self.changed = numpy.zeros(len(groups), numpy.int64)
+        rows = sum(map(len, groups))
+        self.gids = numpy.zeros(rows, numpy.int64)
+        self.gptr = numpy.zeros(rows, numpy.int64)
+        self.expect = numpy.zeros((rows, jit.EXPECT), numpy.int64)
+        self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()
+        for t, a, b in zip(self.tables, self.bounds, self.bounds[1:]):
+            e = self.expect[a:b]
+            e[:, 0] = t.table[:, L.SIZE]
+            e[:, 1] = t.descr
+            e[:, 3] = t.table[:, L.W] != 0
+        self.scaled = None
 
-    """The stamps of several groups' tables in one set of arrays, which
-    :func:`chainer_lars._numba.restamp_groups` reads in one call: each
-    table's ``ids``, ``now`` and ``stamps`` become views of them. Valid
-    while the groups keep these ``tables``."""
+    def take(self, grads):
+        """Stamps every array in one call; returns whether every held
+        array is as it was. ``gptr`` then has each gradient's address, 0
+        where the table cannot take it."""
+        self._required()
+        self.gids[:] = [id(a) for gs in grads for a in gs]
+        _jit().restamp(self.ids, self.stamps, self.owner, self.changed,
+                       self.gids, _NONE, self.expect, self.gptr, _NDARRAY)
+        return not self.changed.any()
 
-    __slots__ = ('tables', 'ids', 'now', 'stamps', 'bounds', 'helds',
-                 'slots', 'result')
+    def update(self, grads):
+        """:meth:`take` and the update of its one group, in one call, if
+        every array is as it was and the table takes every gradient;
+        returns whether it ran."""
+        self._required()
+        group, table = self.groups[0], self.tables[0]
+        self.gids[:] = list(map(id, grads))
+        return _jit().restamp_update(
+            self.ids, self.stamps, self.owner, self.changed, self.gids,
+            _NONE, self.expect, self.gptr, _NDARRAY, table.table, group.rows,
+            table.obs, *table.likes, group.op)
 
-    def __init__(self, tables):
-        self.tables = tables
-        self.bounds = numpy.zeros(len(tables) + 1, numpy.int64)
-        numpy.cumsum([len(t.ids) for t in tables], out=self.bounds[1:])
-        self.ids = numpy.concatenate([t.ids for t in tables])
-        self.stamps = numpy.concatenate([t.stamps for t in tables])
-        self.now = numpy.zeros_like(self.stamps)
-        self.helds = numpy.array([t.held for t in tables], numpy.int64)
-        # Where each gradient's id goes, in the groups' order.
-        self.slots = numpy.concatenate([numpy.arange(a + t.held, b) for t, a, b
-                                        in zip(tables, self.bounds,
-                                               self.bounds[1:])])
-        self.result = numpy.zeros((len(tables), 2), numpy.int64)
-        for t, a, b in zip(tables, self.bounds.tolist(),
-                           self.bounds[1:].tolist()):
-            t.ids, t.now, t.stamps = (
-                self.ids[a:b], self.now[a:b], self.stamps[a:b])
+    def _required(self):
+        """The flags each group's gradients need: a step writes ``g``
+        where it divides out a loss scale, the hook always."""
+        scaled = [g.scaled for g in self.groups]
+        if scaled != self.scaled:
+            for group, a, b in zip(self.groups, self.bounds,
+                                   self.bounds[1:]):
+                writes = 1 in L.written(group.op, group.scaled)
+                self.expect[a:b, 2] = _DIRECT | (_WRITEABLE if writes else 0)
+            self.scaled = scaled
+
+    def gptrs(self):
+        """Each group's gradient addresses (views of ``gptr``)."""
+        return [self.gptr[a:b] for a, b in zip(self.bounds, self.bounds[1:])]
 
 
 class CpuExecutor(object):
@@ -331,120 +265,67 @@ class CpuExecutor(object):
     """The executor of NumPy devices (see :mod:`chainer_lars.engine`)."""
 
     def prepare(self, group):
-        group.tables = _Addresses(group, _jit())
+        jit = _jit()
+        group.state = _Table(group, jit is not None and jit.STAMPS and (
+            group.dtype, group.gdtype) in LIKES and (jit.FLOAT16 or (
+                numpy.float16 not in (group.dtype, group.gdtype))))
 
-    def changed(self, group, grads):
-        """Whether the arrays of ``run(group, grads, ...)`` may differ from
-        those of the last :meth:`passed` check: another gradient, or one
-        changed in place (another buffer, dtype, layout, size or flags).
-        The group's own arrays changed in place make its table anew."""
-        tables = group.tables
-        if tables.table is None:
-            return True  # no stamps: NumPy checks every operation
-        held, changed = _jit().restamp(_grad_ids(tables, grads), _NDARRAY,
-                                       tables.stamps, tables.now, tables.held)
-        if held:
-            self.prepare(group)
-            return self.changed(group, grads)
-        tables.changed = changed > 0
-        return tables.changed
+    def take(self, plan, groups, grads):
+        """Each group's gradient addresses that its table takes as they
+        are (0: not taken), the tables' stamps read in one call; ``None``
+        where a group's own arrays changed in place (the engine prepares
+        and checks it again)."""
+        compiled = [g for g in groups if g.state.table is not None]
+        found = {}
+        if compiled:
+            record = plan.record
+            if record is None or record.groups != compiled:
+                record = plan.record = Record(compiled)
+            if not record.take([grads[groups.index(g)] for g in compiled]
+                               if len(compiled) != len(groups) else grads):
+                return None
+            found = dict(zip(map(id, compiled), record.gptrs()))
+        return [found[id(g)] if id(g) in found else numpy.zeros(
+            len(g), numpy.int64) for g in groups]
 
-    def passed(self, group):
-        """The arrays of the last :meth:`changed` passed the engine's
-        checks: later updates compare with them."""
-        tables = group.tables
-        if tables.table is not None and tables.changed:
-            tables.stamps[...] = tables.now  # views of a _Batch's
-            tables.put = False
+    @staticmethod
+    def changed(plan):
+        """The groups whose own arrays the last :meth:`take` found changed
+        in place."""
+        record = plan.record
+        return [g for g, n in zip(record.groups, record.changed) if n]
 
-    def unchanged(self, groups, grads, holder):
-        """Per group, whether ``changed(group, grads[k])`` would be
-        ``False``, the stamps of all read in one call (kept in ``holder.
-        stamps``); ``False`` for a group that is not of this executor or
-        has no stamps."""
-        stamped = [k for k, group in enumerate(groups) if group.executor
-                   is self and group.tables.table is not None]
-        result = [False] * len(groups)
-        if not stamped:
-            return result
-        tables = [groups[k].tables for k in stamped]
-        batch = holder.stamps
-        if batch is None or len(batch.tables) != len(tables) or not all(
-                map(operator.is_, tables, batch.tables)):
-            batch = holder.stamps = _Batch(tables)
-        batch.ids[batch.slots] = [id(g) for k in stamped for g in grads[k]]
-        _jit().restamp_groups(batch.ids, _NDARRAY, batch.stamps, batch.now,
-                              batch.bounds, batch.helds, batch.result)
-        for k, (held, changed) in zip(stamped, batch.result.tolist()):
-            groups[k].tables.changed = bool(held or changed)
-            result[k] = not (held or changed)
-        return result
-
-    def run_unchanged(self, group, grads, op):
-        """Runs the update of :meth:`run`, in one compiled call, if the
-        arrays are as at the last check passed and the table holds the
-        gradients; returns whether it did."""
-        tables = group.tables
-        if tables.table is None or not tables.put:
+    def update(self, plan, grads):
+        """The update of a plan of one compiled group in one call, where
+        every array goes as it is; returns whether it ran."""
+        group, = plan.groups
+        if group.state.table is None:
             return False
-        return _jit().restamp_update(
-            _grad_ids(tables, grads), _NDARRAY, tables.stamps, tables.now,
-            tables.held,
-            tables.table, group.rows, tables.obs, *tables.likes, op)
+        if plan.record is None:
+            plan.record = Record(plan.groups)
+        return plan.record.update(grads)
 
-    def run(self, group, grads, op):
-        tables, rows = group.tables, group.rows
-        slow = range(len(grads))
-        if tables.table is not None:
-            slow = self._put(group, grads)
-            _jit().multi_update(tables.table, rows, tables.obs,
-                                *tables.likes, op)
-        rejected = []
-        dtype = group.dtype.newbyteorder('=') if slow else None
-        for k in slow:
-            g = grads[k]
-            states = group.states[k] if op != L.RESCALE else ()
-            # Beside the loop, the NumPy passes take only arrays of mixed
-            # dtypes; the rest goes back (the loop takes native copies).
-            # Mixed16 rows go back whole: their rule converts them.
-            if (g is None or group.halves is not None
-                    or tables.table is not None and all(
-                        a.dtype.newbyteorder('=') == dtype
-                        for a in (g,) + tuple(states))):
-                tables.obs[k] = numpy.nan
-                rejected.append(k)
-            else:
-                numpy_update(rows[k], tables.obs[k], op, group.weights[k], g,
-                             *states)
-        return rejected
+    @staticmethod
+    def address(array):
+        return array.ctypes.data
 
-    def _put(self, group, grads):
-        """Puts the gradients' addresses in the table, unless it holds
-        them; returns the rows it cannot take this update (skipped by the
-        loop)."""
-        tables = group.tables
-        if group.checked is None:  # the engine's copies: never checked
-            self.changed(group, grads)
-            self.passed(group)
-        if tables.put:
-            return []
-        table, left = tables.table, []
-        if _jit().put_grads(table, tables.stamps[tables.held:], tables.descr,
-                            tables.sizes):
-            for k in numpy.flatnonzero(table[:, L.SIZE] < 0).tolist():
-                g = grads[k]
-                # Another descr of the dtype, or a subclass: as it is.
-                if (g is not None and tables.sizes[k] == g.size
-                        and checks.direct(tables.gdtype, (g,))):
-                    table[k, L.G] = g.ctypes.data
-                    table[k, L.SIZE] = g.size
-                else:
-                    left.append(k)
-        tables.put = not left
-        return left
+    def run(self, group, gptr):
+        """The update of the rows whose gradient address ``gptr`` gives
+        (the others' observations NaN)."""
+        table = group.state
+        if table.table is not None:
+            _jit().multi_update(table.table, gptr, group.rows, table.obs,
+                                *table.likes, group.op)
+        else:
+            table.obs[...] = numpy.nan
 
-    def observe(self, group):
-        return group.tables.obs
+    @staticmethod
+    def observe(table):
+        return table.obs[:, :3]
+
+    @staticmethod
+    def rounded(table):
+        return table.obs[:, 3]
 
 
 executor = CpuExecutor()

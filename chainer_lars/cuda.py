@@ -1,13 +1,15 @@
 """The CUDA executor: two launches per update for a group of any size.
 
 The norms kernel (the last block of each array sums its partials in a fixed
-order), then the hook's or the optimizer's step, over a table of pointers
-(:class:`Table`) cached by address (:class:`TableCache`), the settings
-uploaded from pinned buffers, no synchronisation; float16 computes in
-float32. CuPy is reached only through the device's ``xp``: the code runs
-unchanged on :mod:`chainer_lars.testing.emulated_cupy`."""
+order), then the hook's or the optimizer's step. Each update uploads, in
+one asynchronous copy from pinned memory, the arrays' addresses and the
+settings rows; which block takes which part of which array is uploaded
+once per group. Loads and stores are 16 bytes wide where the arrays are
+aligned; float16 computes in float32. No synchronisation: the ring of
+pinned buffers lets the host run ahead. CuPy is reached only through the
+device's ``xp``: the code runs unchanged on
+:mod:`chainer_lars.testing.emulated_cupy`."""
 
-import collections
 import operator
 
 import numpy
@@ -19,11 +21,11 @@ from chainer_lars import ratio
 
 #: Threads per block, a power of two (the block reductions rely on it).
 THREADS = 256
-#: Elements per block: 16 a thread, enough to hide the loads' latency.
-CHUNK = 16 * THREADS
+#: Elements per block: 32 a thread, enough loads in flight to hide their
+#: latency.
+CHUNK = 32 * THREADS
 
 _SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')
-_SHAPE = operator.attrgetter('shape')
 _POINTER = operator.attrgetter('data.ptr')
 
 #: dtype -> (C storage type, C compute type, NumPy compute dtype)
@@ -38,31 +40,59 @@ typedef {gstorage} G;
 typedef {compute} C;
 #define LARS_THREADS {threads}
 #define LARS_CHUNK {chunk}
+// Elements per vector access: 16 bytes of S.
+#define LARS_VEC (16 / (int)sizeof(S))
 // A mixed16 group: float32 weights (the masters) and states, float16
-// gradients, and the float16 weights written as the masters rounded.
+// gradients; a step writes the float16 weights as the masters rounded,
+// the hook the rescaled float32 gradients.
 #define LARS_MIXED16 {mixed16}
+// float16 weights without masters: count the steps that round away.
+#define LARS_COUNT_ROUNDED {count}
 
-// Loads in the compute type and stores rounded to nearest; float16 is
-// stored as its bits, with the hardware's conversions.
-template <typename T>
-__device__ __forceinline__ T lars_load(const T* p, long long i) {{
-    return p[i];
-}}
-template <typename T, typename X>
-__device__ __forceinline__ void lars_store(T* p, long long i, X x) {{
-    p[i] = (T)x;
-}}
-__device__ __forceinline__ float lars_load(const unsigned short* p,
-                                           long long i) {{
+// Conversions to the compute type and back to storage, rounded to
+// nearest; float16 is stored as its bits, with the hardware's conversions.
+__device__ __forceinline__ C lars_c(float x) {{ return (C)x; }}
+__device__ __forceinline__ C lars_c(double x) {{ return (C)x; }}
+__device__ __forceinline__ C lars_c(unsigned short h) {{
     float f;
-    asm("{{ cvt.f32.f16 %0, %1; }}" : "=f"(f) : "h"(p[i]));
+    asm("{{ cvt.f32.f16 %0, %1; }}" : "=f"(f) : "h"(h));
     return f;
 }}
-__device__ __forceinline__ void lars_store(unsigned short* p, long long i,
-                                           float x) {{
+__device__ __forceinline__ void lars_s(float& y, C x) {{ y = (float)x; }}
+__device__ __forceinline__ void lars_s(double& y, C x) {{ y = (double)x; }}
+__device__ __forceinline__ void lars_s(unsigned short& y, C x) {{
     unsigned short h;
-    asm("{{ cvt.rn.f16.f32 %0, %1; }}" : "=h"(h) : "f"(x));
-    p[i] = h;
+    asm("{{ cvt.rn.f16.f32 %0, %1; }}" : "=h"(h) : "f"((float)x));
+    y = h;
+}}
+
+// n <= LARS_VEC elements of an array from i, as one 16-byte access where
+// the vector is whole and the arrays aligned (p, packed), else one by one.
+template <typename T> struct alignas(sizeof(T) * LARS_VEC) lars_pack {{
+    T v[LARS_VEC];
+}};
+template <typename T> __device__ __forceinline__ void lars_get(
+        const T* a, long long i, int n, bool p, C* x) {{
+    if (p) {{
+        const lars_pack<T> v = *(const lars_pack<T>*)(a + i);
+        for (int j = 0; j < LARS_VEC; ++j) x[j] = lars_c(v.v[j]);
+    }} else {{
+        for (int j = 0; j < n; ++j) x[j] = lars_c(a[i + j]);
+    }}
+}}
+template <typename T> __device__ __forceinline__ void lars_put(
+        T* a, long long i, int n, bool p, const C* x) {{
+    if (p) {{
+        lars_pack<T> v;
+        for (int j = 0; j < LARS_VEC; ++j) lars_s(v.v[j], x[j]);
+        *(lars_pack<T>*)(a + i) = v;
+    }} else {{
+        for (int j = 0; j < n; ++j) lars_s(a[i + j], x[j]);
+    }}
+}}
+template <typename T> __device__ __forceinline__ bool lars_aligned(
+        const T* a) {{
+    return (unsigned long long)a % (sizeof(T) * LARS_VEC) == 0;
 }}
 
 {trust_ratio}
@@ -86,39 +116,52 @@ __device__ __forceinline__ void lars_block_sum2(C& a, C& b) {{
     __syncthreads();
 }}
 
-// The table (int64 words) of T arrays split into B blocks:
-//   [0, T)            weights          [T, 2T)     gradients
-//   [2T, 3T)          first states (momentum buffers; 0 for the hook)
-//   [3T, 4T)          second states    [4T, 5T)    float16 weights (mixed16)
-//   [5T, 6T)          sizes
-//   [6T, 7T]          first block of each array, then B
-//   [7T+1, 7T+1+B)    array of each block
-#define LARS_FIRST(T, t) table[6 * (T) + (t)]
-
-// The settings of array t: one row of LARS_COLUMNS values (the layout of
-// chainer_lars/layout.py), uploaded for every update.
+// The words of an update (int64), for T arrays:
+//   [0, T)      weights        [T, 2T)     gradients (0: the row is left)
+//   [2T, 3T)    first states (momentum buffers; 0 for the hook)
+//   [3T, 4T)    second states  [4T, 5T)    what a mixed16 row writes
+//   then the settings, T rows of LARS_COLUMNS values of C (the layout of
+//   chainer_lars/layout.py).
+// The blocks of a group (int64), uploaded once: [0, T] the first block
+// of each array, then B, then the array of each block, then the sizes.
 {defines}
 
-// The array of this block and the range of its elements.
-__device__ __forceinline__ void lars_block_range(
-        const long long* table, long long T, long long& t,
-        long long& begin, long long& end) {{
-    t = table[7 * T + 1 + blockIdx.x];
-    begin = ((long long)blockIdx.x - LARS_FIRST(T, t)) * LARS_CHUNK;
-    const long long size = table[5 * T + t];
+// This block's array t, the range of its elements and its settings s;
+// false where the array's row is left (every thread returns then).
+__device__ __forceinline__ bool lars_block_range(
+        const long long* words, const long long* blocks, long long T,
+        long long& t, long long& begin, long long& end, const C*& s) {{
+    const long long B = blocks[T];
+    t = blocks[T + 1 + blockIdx.x];
+    begin = ((long long)blockIdx.x - blocks[t]) * LARS_CHUNK;
+    const long long size = blocks[T + 1 + B + t];
     end = begin + LARS_CHUNK < size ? begin + LARS_CHUNK : size;
+    s = (const C*)(words + 5 * T) + LARS_COLUMNS * t;
+    return words[T + t] != 0;
 }}
+
+// The kernels' common start: the block's range, and a loop over its
+// vectors of n elements from i, packed where the flag packed allows.
+#define LARS_BLOCK \
+    long long t, begin, end; \
+    const C* s; \
+    if (!lars_block_range(words, blocks, T, t, begin, end, s)) return;
+#define LARS_FOR_EACH(i, n, p) \
+    for (long long i = begin + threadIdx.x * LARS_VEC; i < end; \
+         i += LARS_THREADS * LARS_VEC) \
+        for (int n = end - i < LARS_VEC ? (int)(end - i) : LARS_VEC, \
+             p = packed && n == LARS_VEC, once = 1; once; once = 0)
 
 // Adds the block's sums a and b to those of array t (partial[]; the block
 // that counts last sums them in a fixed order). True in that block, where
 // every thread gets the array's sums. done[] counts finished blocks per
 // array; it must be 0 before the launch and is 0 again after it.
 __device__ __forceinline__ bool lars_array_sum2(
-        const long long* table, long long T, long long t, C* partial,
+        const long long* blocks, long long t, C* partial,
         unsigned int* done, C& a, C& b) {{
     lars_block_sum2(a, b);
-    const long long first = LARS_FIRST(T, t);
-    const long long last = LARS_FIRST(T, t + 1);
+    const long long first = blocks[t];
+    const long long last = blocks[t + 1];
     __shared__ int is_last;
     if (threadIdx.x == 0) {{
         partial[2 * blockIdx.x] = a;
@@ -132,12 +175,12 @@ __device__ __forceinline__ bool lars_array_sum2(
     if (!is_last) {{
         return false;
     }}
-    const volatile C* p = partial;
+    const volatile C* q = partial;
     a = 0;
     b = 0;
     for (long long k = first + threadIdx.x; k < last; k += LARS_THREADS) {{
-        a += p[2 * k];
-        b += p[2 * k + 1];
+        a += q[2 * k];
+        b += q[2 * k + 1];
     }}
     lars_block_sum2(a, b);
     if (threadIdx.x == 0) {{
@@ -146,106 +189,169 @@ __device__ __forceinline__ bool lars_array_sum2(
     return true;
 }}
 
+// The ratio and sums of array t (by the block that summed them), and the
+// float16 weights whose step rounded away, counted anew.
+__device__ __forceinline__ void lars_stats(
+        C* stats, unsigned int* rounded, long long t, C r, C sw, C sg) {{
+    if (threadIdx.x == 0) {{
+        stats[3 * t] = r;
+        stats[3 * t + 1] = sw;
+        stats[3 * t + 2] = sg;
+        rounded[t] = 0;
+    }}
+}}
+
+// Adds the block's count of float16 weights whose step rounded away
+// (lost) to rounded[t].
+__device__ __forceinline__ void lars_count(unsigned int* rounded,
+                                           long long t, C lost) {{
+#if LARS_COUNT_ROUNDED
+    C none = 0;
+    lars_block_sum2(lost, none);
+    if (threadIdx.x == 0 && lost > (C)0) {{
+        atomicAdd(&rounded[t], (unsigned int)lost);
+    }}
+#endif
+}}
+
 // stats[3t] = the ratio r of array t, stats[3t+1] = ||w||^2 and
 // stats[3t+2] = ||g||^2 of g as stored (loss_scale times the gradient;
 // mixed16: of g / loss_scale in float32, as its rule divides it).
 extern "C" __global__ void chainer_lars_multi_norms(
-        const long long* table, long long ntensors, const C* settings,
-        C* partial, unsigned int* done, C* stats) {{
-    const long long T = ntensors;
-    long long t, begin, end;
-    lars_block_range(table, T, t, begin, end);
-    const S* w = (const S*)table[t];
-    const G* g = (const G*)table[T + t];
+        const long long* words, const long long* blocks, long long T,
+        C* partial, unsigned int* done, C* stats, unsigned int* rounded) {{
+    LARS_BLOCK
+    const S* w = (const S*)words[t];
+    const G* g = (const G*)words[T + t];
+    const bool packed = lars_aligned(w) && lars_aligned(g);
 #if LARS_MIXED16
-    const C unscale = settings[LARS_COLUMNS * t + LARS_LOSS_SCALE];
+    const C unscale = s[LARS_LOSS_SCALE];
+    const C g_scale = (C)1;  // sg is of g / loss_scale already
+#else
+    const C unscale = 1;
+    const C g_scale = s[LARS_LOSS_SCALE];
 #endif
     C sw = 0, sg = 0;
-    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {{
-        C a = lars_load(w, i);
-#if LARS_MIXED16
-        C b = lars_load(g, i) / unscale;
-#else
-        C b = lars_load(g, i);
-#endif
-        sw += a * a;
-        sg += b * b;
+    LARS_FOR_EACH(i, n, p) {{
+        C a[LARS_VEC], b[LARS_VEC];
+        lars_get(w, i, n, p, a);
+        lars_get(g, i, n, p, b);
+        for (int j = 0; j < n; ++j) {{
+            b[j] = b[j] / unscale;
+            sw += a[j] * a[j];
+            sg += b[j] * b[j];
+        }}
     }}
-    if (!lars_array_sum2(table, T, t, partial, done, sw, sg)) {{
-        return;
-    }}
-    if (threadIdx.x == 0) {{
-        const C* s = settings + LARS_COLUMNS * t;
-#if LARS_MIXED16
-        const C g_scale = (C)1;  // sg is of g / loss_scale already
-#else
-        const C g_scale = s[LARS_LOSS_SCALE];
-#endif
-        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
-            sqrt(sw), sqrt(sg) / g_scale, s[LARS_WEIGHT_DECAY],
-            s[LARS_EPS], s[LARS_TRUST_COEFFICIENT], s[LARS_THRESHOLD],
-            s[LARS_REQUIRE_GRAD] != (C)0, s[LARS_CLIP_LR]) : (C)1;
-        stats[3 * t + 1] = sw;
-        stats[3 * t + 2] = sg;
+    if (lars_array_sum2(blocks, t, partial, done, sw, sg)) {{
+        lars_stats(stats, rounded, t, s[LARS_ADAPT] != (C)0
+                   ? chainer_lars_trust_ratio<C>(
+                       sqrt(sw), sqrt(sg) / g_scale, s[LARS_WEIGHT_DECAY],
+                       s[LARS_EPS], s[LARS_TRUST_COEFFICIENT],
+                       s[LARS_THRESHOLD], s[LARS_REQUIRE_GRAD] != (C)0,
+                       s[LARS_CLIP_LR]) : (C)1, sw, sg);
     }}
 }}
 
 // The hook: g <- r * g + r * loss_scale * weight_decay * w, which is the
-// rescaled gradient still multiplied by the loss scale.
+// rescaled gradient still multiplied by the loss scale. A mixed16 row
+// writes x <- r * (g / loss_scale) + r * weight_decay * w in float32
+// instead, the gradient its rule would make, rescaled.
 extern "C" __global__ void chainer_lars_multi_scale_add(
-        const long long* table, long long ntensors, const C* settings,
-        const C* stats) {{
-    long long t, begin, end;
-    lars_block_range(table, ntensors, t, begin, end);
-    const S* w = (const S*)table[t];
-    G* g = (G*)table[ntensors + t];
-    const C* s = settings + LARS_COLUMNS * t;
+        const long long* words, const long long* blocks, long long T,
+        const C* stats, unsigned int* rounded) {{
+    LARS_BLOCK
+    const S* w = (const S*)words[t];
+    G* g = (G*)words[T + t];
     const C r = stats[3 * t];
+#if LARS_MIXED16
+    S* x = (S*)words[4 * T + t];
+    const C unscale = s[LARS_LOSS_SCALE];
+    const C c = r * s[LARS_WEIGHT_DECAY];
+    const bool packed = lars_aligned(w) && lars_aligned(g) && lars_aligned(x);
+#else
+    const C unscale = 1;
     const C c = r * s[LARS_LOSS_SCALE] * s[LARS_WEIGHT_DECAY];
-    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {{
-        lars_store(g, i, r * lars_load(g, i) + c * lars_load(w, i));
+    const bool packed = lars_aligned(w) && lars_aligned(g);
+#endif
+    LARS_FOR_EACH(i, n, p) {{
+        C a[LARS_VEC], b[LARS_VEC];
+        lars_get(w, i, n, p, a);
+        lars_get(g, i, n, p, b);
+        for (int j = 0; j < n; ++j) {{
+            b[j] = r * (b[j] / unscale) + c * a[j];
+        }}
+#if LARS_MIXED16
+        lars_put(x, i, n, p, b);
+#else
+        lars_put(g, i, n, p, b);
+#endif
     }}
 }}
 
-// The optimizer: one LARS momentum step with the ratio r of stats. The
-// gradient is divided by the loss scale in place first, as Chainer's
-// update rules do, and used as stored (rounded to S).
+// Reads a gradient in the compute type, divided by the loss scale: in
+// place first, as Chainer's update rules do, and used as stored (rounded
+// to G); a mixed16 row divides it on the fly and leaves it as it is.
+__device__ __forceinline__ void lars_unscaled(
+        G* g, long long i, int n, bool p, C loss_scale, C* x) {{
+    lars_get(g, i, n, p, x);
+    for (int j = 0; j < n; ++j) {{
+        x[j] = x[j] / loss_scale;
+    }}
+#if !LARS_MIXED16
+    if (loss_scale != (C)1) {{
+        lars_put(g, i, n, p, x);
+        lars_get(g, i, n, p, x);  // as stored
+    }}
+#endif
+}}
+
+// Writes the new weights wn (mixed16: and the float16 weights), and
+// counts the float16 ones whose nonzero step rounded away into lost.
+__device__ __forceinline__ void lars_write(
+        S* w, G* h, long long i, int n, bool p, const C* wi, const C* wn,
+        C& lost) {{
+    lars_put(w, i, n, p, wn);
+#if LARS_MIXED16
+    lars_put(h, i, n, p, wn);
+#elif LARS_COUNT_ROUNDED
+    C stored[LARS_VEC];
+    lars_get(w, i, n, p, stored);
+    for (int j = 0; j < n; ++j) {{
+        lost += (C)(stored[j] == wi[j] && wn[j] != wi[j]);
+    }}
+#endif
+}}
+
+// The optimizer: one LARS momentum step with the ratio r of stats.
 extern "C" __global__ void chainer_lars_multi_momentum(
-        const long long* table, long long ntensors, const C* settings,
-        const C* stats) {{
-    long long t, begin, end;
-    lars_block_range(table, ntensors, t, begin, end);
-    S* w = (S*)table[t];
-    G* g = (G*)table[ntensors + t];
-    S* v = (S*)table[2 * ntensors + t];
-    const C* s = settings + LARS_COLUMNS * t;
+        const long long* words, const long long* blocks, long long T,
+        const C* stats, unsigned int* rounded) {{
+    LARS_BLOCK
+    S* w = (S*)words[t];
+    G* g = (G*)words[T + t];
+    S* v = (S*)words[2 * T + t];
+    G* h = (G*)words[4 * T + t];
     const C a = s[LARS_LR] * stats[3 * t];
     const C b = a * s[LARS_WEIGHT_DECAY];
-    const C loss_scale = s[LARS_LOSS_SCALE];
     const C momentum = s[LARS_MOMENTUM];
     const bool nesterov = s[LARS_NESTEROV] != (C)0;
-#if LARS_MIXED16
-    G* h = (G*)table[4 * ntensors + t];
-#endif
-    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {{
-#if LARS_MIXED16
-        const C gi = lars_load(g, i) / loss_scale;  // g left as it is
-#else
-        if (loss_scale != (C)1) {{
-            lars_store(g, i, lars_load(g, i) / loss_scale);
+    const bool packed = lars_aligned(w) && lars_aligned(g) && lars_aligned(v)
+                        && lars_aligned(h);
+    C lost = 0;
+    LARS_FOR_EACH(i, n, p) {{
+        C wi[LARS_VEC], gi[LARS_VEC], vi[LARS_VEC], wn[LARS_VEC];
+        lars_unscaled(g, i, n, p, s[LARS_LOSS_SCALE], gi);
+        lars_get(w, i, n, p, wi);
+        lars_get(v, i, n, p, vi);
+        for (int j = 0; j < n; ++j) {{
+            const C u = a * gi[j] + b * wi[j];
+            vi[j] = momentum * vi[j] + u;
+            wn[j] = wi[j] - (nesterov ? u + momentum * vi[j] : vi[j]);
         }}
-        const C gi = lars_load(g, i);
-#endif
-        const C wi = lars_load(w, i);
-        const C u = a * gi + b * wi;
-        const C vi = momentum * lars_load(v, i) + u;
-        lars_store(v, i, vi);
-        const C wn = wi - (nesterov ? u + momentum * vi : vi);
-        lars_store(w, i, wn);
-#if LARS_MIXED16
-        lars_store(h, i, wn);
-#endif
+        lars_put(v, i, n, p, vi);
+        lars_write(w, h, i, n, p, wi, wn, lost);
     }}
+    lars_count(rounded, t, lost);
 }}
 '''
 
@@ -258,92 +364,94 @@ __device__ __forceinline__ C lamb_direction(C w, C m, C v, const C* s) {
         + s[LARS_WEIGHT_DECAY] * w;
 }
 
-#define LAMB_POINTERS(T, t) \
-    S* w = (S*)table[t]; \
-    S* m = (S*)table[2 * (T) + (t)]; \
-    S* v = (S*)table[3 * (T) + (t)]; \
-    const C* s = settings + LARS_COLUMNS * (t);
+#define LAMB_POINTERS \
+    S* w = (S*)words[t]; \
+    G* g = (G*)words[T + t]; \
+    S* m = (S*)words[2 * T + t]; \
+    S* v = (S*)words[3 * T + t]; \
+    G* h = (G*)words[4 * T + t]; \
+    const bool packed = lars_aligned(w) && lars_aligned(g) \
+        && lars_aligned(m) && lars_aligned(v) && lars_aligned(h);
 
-// The gradient unscaled (in place; mixed16: on the fly, g left as it
-// is), the moments, and as in chainer_lars_multi_norms, stats[3t] = the
-// ratio ||w|| / ||r||, stats[3t+1] = ||w||^2, stats[3t+2] = ||r||^2.
+// The gradient unscaled (as in chainer_lars_multi_momentum), the moments,
+// and as in chainer_lars_multi_norms, stats[3t] = the ratio ||w|| / ||r||,
+// stats[3t+1] = ||w||^2, stats[3t+2] = ||r||^2.
 extern "C" __global__ void chainer_lars_lamb_norms(
-        const long long* table, long long ntensors, const C* settings,
-        C* partial, unsigned int* done, C* stats) {
-    const long long T = ntensors;
-    long long t, begin, end;
-    lars_block_range(table, T, t, begin, end);
-    LAMB_POINTERS(T, t)
-    G* g = (G*)table[T + t];
-    const C loss_scale = s[LARS_LOSS_SCALE];
+        const long long* words, const long long* blocks, long long T,
+        C* partial, unsigned int* done, C* stats, unsigned int* rounded) {
+    LARS_BLOCK
+    LAMB_POINTERS
     const C b1 = s[LARS_BETA1], b2 = s[LARS_BETA2];
     C sw = 0, sr = 0;
-    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {
-#if LARS_MIXED16
-        const C gi = lars_load(g, i) / loss_scale;
-#else
-        if (loss_scale != (C)1) {
-            lars_store(g, i, lars_load(g, i) / loss_scale);
+    LARS_FOR_EACH(i, n, p) {
+        C wi[LARS_VEC], gi[LARS_VEC], mi[LARS_VEC], vi[LARS_VEC];
+        lars_unscaled(g, i, n, p, s[LARS_LOSS_SCALE], gi);
+        lars_get(m, i, n, p, mi);
+        lars_get(v, i, n, p, vi);
+        for (int j = 0; j < n; ++j) {
+            mi[j] = b1 * mi[j] + ((C)1 - b1) * gi[j];
+            vi[j] = b2 * vi[j] + ((C)1 - b2) * (gi[j] * gi[j]);
         }
-        const C gi = lars_load(g, i);
-#endif
-        lars_store(m, i, b1 * lars_load(m, i) + ((C)1 - b1) * gi);
-        lars_store(v, i, b2 * lars_load(v, i) + ((C)1 - b2) * (gi * gi));
-        const C wi = lars_load(w, i);
-        const C r = lamb_direction(wi, lars_load(m, i), lars_load(v, i), s);
-        sw += wi * wi;
-        sr += r * r;
+        lars_put(m, i, n, p, mi);
+        lars_put(v, i, n, p, vi);
+        lars_get(m, i, n, p, mi);  // as stored
+        lars_get(v, i, n, p, vi);
+        lars_get(w, i, n, p, wi);
+        for (int j = 0; j < n; ++j) {
+            const C r = lamb_direction(wi[j], mi[j], vi[j], s);
+            sw += wi[j] * wi[j];
+            sr += r * r;
+        }
     }
-    if (lars_array_sum2(table, T, t, partial, done, sw, sr)
-            && threadIdx.x == 0) {
-        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
-            sqrt(sw), sqrt(sr), 0, 0, 1, 0, 1, s[LARS_CLIP_LR]) : (C)1;
-        stats[3 * t + 1] = sw;
-        stats[3 * t + 2] = sr;
+    if (lars_array_sum2(blocks, t, partial, done, sw, sr)) {
+        lars_stats(stats, rounded, t, s[LARS_ADAPT] != (C)0
+                   ? chainer_lars_trust_ratio<C>(
+                       sqrt(sw), sqrt(sr), 0, 0, 1, 0, 1, s[LARS_CLIP_LR])
+                   : (C)1, sw, sr);
     }
 }
 
 // w <- w - lr ratio r (mixed16: and the float16 weight, w rounded).
 extern "C" __global__ void chainer_lars_lamb_step(
-        const long long* table, long long ntensors, const C* settings,
-        const C* stats) {
-    long long t, begin, end;
-    lars_block_range(table, ntensors, t, begin, end);
-    LAMB_POINTERS(ntensors, t)
+        const long long* words, const long long* blocks, long long T,
+        const C* stats, unsigned int* rounded) {
+    LARS_BLOCK
+    LAMB_POINTERS
     const C a = s[LARS_LR] * stats[3 * t];
-#if LARS_MIXED16
-    G* h = (G*)table[4 * ntensors + t];
-#endif
-    for (long long i = begin + threadIdx.x; i < end; i += LARS_THREADS) {
-        const C wi = lars_load(w, i);
-        const C wn = wi - a * lamb_direction(
-            wi, lars_load(m, i), lars_load(v, i), s);
-        lars_store(w, i, wn);
-#if LARS_MIXED16
-        lars_store(h, i, wn);
-#endif
+    C lost = 0;
+    LARS_FOR_EACH(i, n, p) {
+        C wi[LARS_VEC], mi[LARS_VEC], vi[LARS_VEC], wn[LARS_VEC];
+        lars_get(w, i, n, p, wi);
+        lars_get(m, i, n, p, mi);
+        lars_get(v, i, n, p, vi);
+        for (int j = 0; j < n; ++j) {
+            wn[j] = wi[j] - a * lamb_direction(wi[j], mi[j], vi[j], s);
+        }
+        lars_write(w, h, i, n, p, wi, wn, lost);
     }
+    lars_count(rounded, t, lost);
 }
 '''
 
 _modules = {}
-#: The kernels of an update, by op.
-_STEPS = {L.RESCALE: 'chainer_lars_multi_scale_add',
-          L.STEP: 'chainer_lars_multi_momentum',
-          L.LAMB: 'chainer_lars_lamb_step'}
-_NORMS = {L.LAMB: 'chainer_lars_lamb_norms'}
+#: The kernels of an update, by op: the norms, then the step.
+_KERNELS = {L.RESCALE: ('chainer_lars_multi_norms',
+                        'chainer_lars_multi_scale_add'),
+            L.STEP: ('chainer_lars_multi_norms',
+                     'chainer_lars_multi_momentum'),
+            L.LAMB: ('chainer_lars_lamb_norms', 'chainer_lars_lamb_step')}
 
 
 def source(dtype, mixed16=False):
     """The CUDA source of the kernels for arrays of ``dtype`` (with
-    ``mixed16``, float32 masters and states with float16 gradients and
-    weights)."""
+    ``mixed16``, float32 masters and states with float16 gradients)."""
     storage, compute, _ = _TYPES[numpy.dtype(dtype)]
     gstorage = _TYPES[numpy.dtype(numpy.float16)][0] if mixed16 else storage
     return _SOURCE.format(
         storage=storage, gstorage=gstorage, compute=compute,
         threads=THREADS, chunk=CHUNK, defines=L.cuda_defines(),
-        mixed16=int(mixed16), trust_ratio=ratio.CUDA_TRUST_RATIO
+        mixed16=int(mixed16), trust_ratio=ratio.CUDA_TRUST_RATIO,
+        count=int(numpy.dtype(dtype) == numpy.float16 and not mixed16)
     ) + _LAMB_SOURCE
 
 
@@ -372,263 +480,164 @@ def empty_pinned(xp, shape, dtype):
     return numpy.frombuffer(memory, dtype, count).reshape(shape)
 
 
-class Table(object):
+def _strides(shape, itemsize):
+    """The strides of a C-contiguous array."""
+    return tuple(itemsize * int(numpy.prod(shape[k + 1:], dtype=numpy.int64))
+                 for k in range(len(shape)))
 
-    """The device table of a set of arrays (its layout is in the source),
-    the current ``settings`` rows, and ``stats``: per array ``(r, ||w||^2,
-    ||g||^2)`` of the last launch."""
 
-    #: Pinned buffers the settings are uploaded from, in turn: one is
-    #: written again only after its copy is done.
+class _DeviceState(object):
+
+    """A group's device side: the block map (``blocks``), the words of the
+    group's own arrays (``own``), a ring of pinned buffers the words of
+    each update are written into in turn (one is written again only once
+    its copy is done: the host may run ahead), the device's copy of the
+    words, the norms' partial sums, ``stats`` per row ``(r, ||w||^2,
+    ||g||^2)``, the ``rounded`` float16 weights (with their copy to the
+    host, ``counted``, and the last read, ``lost``), what a gradient must
+    be like to go as it is (``signature``, ``direct``), and ``last``: the
+    rows taken, flags and loss scales of the last update."""
+
     RING = 4
 
-    def __init__(self, xp, dtype, weights, grads, states=(), halves=None):
-        ntensors = len(weights)
-        sizes = [w.size for w in weights]
-        counts = [-(-n // CHUNK) for n in sizes]
-        first = numpy.zeros(ntensors + 1, numpy.int64)
-        numpy.cumsum(counts, out=first[1:])
-        nblocks = int(first[-1])
-        host = empty_pinned(xp, (7 * ntensors + 1 + nblocks,), numpy.int64)
-        _point(host, ntensors, weights, grads, states, halves)
-        host[5 * ntensors:6 * ntensors] = sizes
-        self.layout = layout(dtype, weights, states, halves)
-        host[6 * ntensors:7 * ntensors + 1] = first
-        host[7 * ntensors + 1:] = numpy.repeat(numpy.arange(ntensors), counts)
-        self.ntensors, self.nblocks = ntensors, nblocks
-        self.compute_dtype = _TYPES[numpy.dtype(dtype)][2]
-        self.words = xp.empty(host.size, numpy.int64)
-        stream = xp.cuda.get_current_stream()
-        self.words.set(host, stream)
-        # Each pinned source must outlive its asynchronous copy.
-        self._upload = (host, stream.record())
-        shape = (ntensors, len(L.COLUMNS))
-        self._ring = [[empty_pinned(xp, shape, self.compute_dtype), None]
-                      for _ in range(self.RING)]
-        self._next = 0
-        self.settings = xp.empty(shape, self.compute_dtype)
-        self.partial = xp.empty(2 * nblocks, self.compute_dtype)
-        self.done = xp.zeros(ntensors, numpy.uint32)
-        self.stats = xp.empty((ntensors, 3), self.compute_dtype)
-        self._xp = xp
-
-    def set_settings(self, rows):
-        """Uploads this update's settings rows."""
-        slot = self._ring[self._next]
-        self._next = (self._next + 1) % self.RING
-        if slot[1] is not None:
-            slot[1].synchronize()
-        slot[0][...] = rows
-        stream = self._xp.cuda.get_current_stream()
-        self.settings.set(slot[0], stream)
-        slot[1] = stream.record()
-
-    def repoint(self, weights, grads, states=(), halves=None):
-        """Points the table at other arrays of its :func:`layout`: only
-        the pointers are written and uploaded, nothing is allocated."""
-        host, event = self._upload
-        event.synchronize()  # the last upload from ``host`` is done
-        n = self.ntensors
-        _point(host, n, weights, grads, states, halves)
-        stream = self._xp.cuda.get_current_stream()
-        # In stream order: launches queued with the old pointers read them.
-        self.words[:5 * n].set(host[:5 * n], stream)
-        self._upload = (host, stream.record())
-
-    def release(self):
-        """Waits until no upload needs the table's host buffers."""
-        for _, event in [self._upload] + self._ring:
-            if event is not None:
-                event.synchronize()
-
-
-def _point(host, n, weights, grads, states, halves):
-    """Writes the pointer rows of a table of ``n`` arrays into ``host``."""
-    host[:5 * n] = 0
-    words = host[:5 * n].reshape(5, n)
-    words[0] = list(map(_POINTER, weights))
-    words[1] = list(map(_POINTER, grads))
-    for k, arrays in enumerate(states):  # per row (v,) or (m, v)
-        words[2:2 + len(arrays), k] = list(map(_POINTER, arrays))
-    if halves is not None:
-        words[4] = list(map(_POINTER, halves))
-
-
-def layout(dtype, weights, states=(), halves=None):
-    """What a table's arrays must share for it to be repointed to them:
-    the dtype, the sizes, the states per row, whether there are halves."""
-    return (numpy.dtype(dtype), tuple(w.size for w in weights),
-            tuple(map(len, states)), halves is None)
-
-
-class TableCache(object):
-
-    """The tables of the last sets of arrays, by key (least recently used
-    go; ``builds`` counts them). When full, a miss repoints the least
-    recently used table if it has the arrays' layout (``repoints`` counts
-    them): the gradients of a real run are new arrays at every update, and
-    their addresses need not repeat."""
-
-    def __init__(self, capacity=8):
-        self.capacity = capacity
-        self.builds = self.repoints = 0
-        self._tables = collections.OrderedDict()
-
-    def get(self, key, xp, dtype, weights, grads, states=(), halves=None):
-        """The table of these arrays; ``key`` must change whenever an
-        address does."""
-        table = self._tables.get(key)
-        if table is not None:
-            self._tables.move_to_end(key)
-            return table
-        if self._tables and len(self._tables) >= self.capacity:
-            oldest, old = next(iter(self._tables.items()))
-            if old.layout == layout(dtype, weights, states, halves):
-                del self._tables[oldest]
-                old.repoint(weights, grads, states, halves)
-                self.repoints += 1
-                self._tables[key] = old
-                return old
-        table = Table(xp, dtype, weights, grads, states, halves)
-        self.builds += 1
-        self._tables[key] = table
-        while len(self._tables) > self.capacity:
-            self._tables.popitem(last=False)[1].release()
-        return table
-
-
-class _GroupTables(object):
-
-    """A group's tables, weights' signatures, whether every row goes as it
-    is, the gradients' shapes of the last check passed and of the current
-    one, and the last update's table, rows and loss scales."""
-
-    __slots__ = ('cache', 'signature', 'direct', 'last', 'empty', 'shapes',
-                 'now')
-    CAPACITY = 4
-
     def __init__(self, group):
-        self.cache = TableCache(capacity=self.CAPACITY)
-        # What the gradients must be like: the weights (mixed16: halves).
-        self.signature = list(map(_SIGNATURE, group.halves or group.weights))
-        halves = group.halves or [None] * len(group)
-        self.direct = all(
-            w.size and supports(w, *states) and (
-                h is None or supports(h))
-            for w, states, h in zip(group.weights, group.states, halves))
-        self.last, self.empty = None, []
-        self.shapes = self.now = None
+        xp, n = group.device.xp, len(group)
+        self.compute_dtype = _TYPES[group.dtype][2]
+        sizes = [w.size for w in group.weights]
+        counts = [-(-k // CHUNK) for k in sizes]
+        self.nblocks = sum(counts)
+        self.blocks = xp.asarray(numpy.concatenate([
+            numpy.cumsum([0] + counts), numpy.repeat(numpy.arange(n), counts),
+            sizes]).astype(numpy.int64))
+        self.own = numpy.zeros((5, n), numpy.int64)
+        for k, (w, states, x) in enumerate(
+                zip(group.weights, group.states, group.extras)):
+            for j, a in ((0, w), (4, x)) + tuple(enumerate(states, 2)):
+                self.own[j, k] = 0 if a is None else a.data.ptr
+        self.direct = numpy.array([all(map(supports, (w,) + v + (
+            () if x is None else (x,)))) for w, v, x in zip(
+                group.weights, group.states, group.extras)], bool)
+        self.signature = [(group.gdtype, w.shape, _strides(
+            w.shape, group.gdtype.itemsize)) for w in group.weights]
+        self.empty = numpy.array(sizes) == 0
+        words = 5 * n + -(-n * len(L.COLUMNS) * self.compute_dtype.itemsize
+                          // 8)
+        self.ring = [[empty_pinned(xp, (words,), numpy.int64), None]
+                     for _ in range(self.RING)]
+        self.next = 0
+        self.words = xp.empty(words, numpy.int64)
+        self.partial = xp.empty(2 * max(self.nblocks, 1), self.compute_dtype)
+        self.done = xp.zeros(n, numpy.uint32)
+        self.stats = xp.empty((n, 3), self.compute_dtype)
+        self.rounded = xp.zeros(n, numpy.uint32)
+        self.counts = self.counted = self.lost = self.last = None
+        if group.dtype == numpy.float16 and group.op != L.RESCALE:
+            self.counts = empty_pinned(xp, (n,), numpy.uint32)
+
+    def upload(self, group, gptr, stream):
+        """Writes the words of this update and uploads them."""
+        slot = self.ring[self.next]
+        self.next = (self.next + 1) % self.RING
+        if slot[1] is not None:
+            slot[1].synchronize()  # its last copy is done
+        host, n = slot[0], len(group)
+        host[:5 * n] = self.own.reshape(-1)
+        host[n:2 * n] = gptr
+        host[5 * n:].view(self.compute_dtype)[:group.rows.size] = (
+            group.rows.reshape(-1))
+        self.words.set(host, stream)
+        slot[1] = stream.record()
 
 
 class CudaExecutor(object):
 
     """The executor of CUDA devices (see :mod:`chainer_lars.engine`)."""
 
-    def run_unchanged(self, group, grads, op):
-        return False
-
     def prepare(self, group):
-        group.tables = _GroupTables(group)
-
-    def changed(self, group, grads):
-        """Whether the gradients' shapes differ from those of the last
-        :meth:`passed` check (on a GPU, the engine checks sizes and dtypes,
-        known from the shapes and the kernels' dtype checks)."""
-        tables = group.tables
-        try:
-            tables.now = list(map(_SHAPE, grads))
-        except AttributeError:  # a gradient is None
-            tables.now = [None if g is None else g.shape for g in grads]
-        return tables.now != tables.shapes
-
-    def passed(self, group):
-        tables = group.tables
-        tables.shapes = tables.now
-
-    def _select(self, group, grads, op):
-        """``(keep, rejected, empty)``: the rows the kernels take (``None``
-        for all), those they cannot take as they are, and the empty ones
-        (no block would write their stats)."""
-        tables = group.tables
-        try:
-            # Gradients of the weights' dtype, shape and strides: one
-            # comparison of lists in the usual case.
-            if tables.direct and (list(map(_SIGNATURE, grads))
-                                  == tables.signature):
-                return None, [], []
-        except AttributeError:  # a gradient is None
-            pass
-        keep, rejected, empty = [], [], []
-        halves = group.halves or [None] * len(group)
-        for k, (w, g, h) in enumerate(zip(group.weights, grads, halves)):
-            states = group.states[k] if op != L.RESCALE else ()
-            if (g is None or g.size != w.size or not supports(w, *states)
-                    or not supports(g, *(() if h is None else (h,)))
-                    or g.dtype != group.gdtype):
-                rejected.append(k)
-            elif w.size:
-                keep.append(k)
-            else:
-                empty.append(k)
-        return keep, rejected, empty
-
-    def run(self, group, grads, op):
-        keep, rejected, empty = self._select(group, grads, op)
-        tables = group.tables
-        tables.empty = empty
-        if keep is not None and not keep:
-            tables.last = None
-            return rejected
-        weights, rows, halves = group.weights, group.rows, group.halves
-        states = group.states if op != L.RESCALE else ()
-        if keep is not None:
-            weights = [weights[k] for k in keep]
-            grads = [grads[k] for k in keep]
-            states = [states[k] for k in keep] if states else ()
-            halves = halves and [halves[k] for k in keep]
-            rows = rows[keep]
-        xp = group.device.xp
-        mixed16 = halves is not None
-        # The op too: the hook's table has no momentum pointers.
-        key = (op, None if keep is None else tuple(keep),
-               tuple(map(_POINTER, grads)))
         with group.device.create_context():
-            table = tables.cache.get(key, xp, group.dtype, weights, grads,
-                                     states, halves)
-            table.set_settings(rows)
-            args = (table.words, numpy.int64(table.ntensors), table.settings)
-            grid = (table.nblocks,), (THREADS,)
-            _kernel(xp, group.dtype, mixed16, _NORMS.get(
-                op, 'chainer_lars_multi_norms'))(
-                *grid, args + (table.partial, table.done, table.stats))
-            _kernel(xp, group.dtype, mixed16, _STEPS[op])(
-                *grid, args + (table.stats,))
-        # The norms of a mixed16 gradient are of g / loss_scale already,
-        # LAMB's of its unscaled direction.
-        tables.last = (table, slice(None) if keep is None else keep,
-                       1.0 if mixed16 or op == L.LAMB
-                       else rows[:, L.LOSS_SCALE].copy())
-        return rejected
+            group.state = _DeviceState(group)
 
-    def observe(self, group):
+    def take(self, plan, groups, grads):
+        """Each group's gradient pointers that the kernels take as they
+        are (0: not taken): of the weights' shape, C-contiguous, of the
+        group's gradient dtype, in a row whose own arrays go as they
+        are."""
+        found = []
+        for group, g in zip(groups, grads):
+            state = group.state
+            try:
+                # One comparison of lists in the usual case.
+                if state.direct.all() and (list(map(_SIGNATURE, g))
+                                           == state.signature):
+                    found.append(numpy.array(list(map(_POINTER, g)),
+                                             numpy.int64))
+                    continue
+            except AttributeError:  # a gradient is None
+                pass
+            found.append(numpy.array([
+                a.data.ptr if a is not None and ok and a.size == w.size
+                and a.dtype == group.gdtype and supports(a) else 0
+                for a, w, ok in zip(g, group.weights, state.direct)],
+                numpy.int64))
+        return found
+
+    @staticmethod
+    def address(array):
+        return array.data.ptr
+
+    def run(self, group, gptr):
+        state = group.state
+        state.last = (gptr != 0, group.op, group.adapt.copy(), 1.0 if (
+            group.mixed16 or group.op == L.LAMB) else group.rows[
+                :, L.LOSS_SCALE].copy())
+        if not (state.last[0] & ~state.empty).any():
+            return
+        xp = group.device.xp
+        with group.device.create_context():
+            stream = xp.cuda.get_current_stream()
+            state.upload(group, gptr, stream)
+            norms, step = (_kernel(xp, group.dtype, group.mixed16, name)
+                           for name in _KERNELS[group.op])
+            grid = (state.nblocks,), (THREADS,)
+            head = (state.words, state.blocks, numpy.int64(len(group)))
+            norms(*grid, head + (state.partial, state.done, state.stats,
+                                 state.rounded))
+            step(*grid, head + (state.stats, state.rounded))
+            if state.counts is not None:
+                # Read once done, never waited for (rounded()).
+                self.rounded(state)
+                state.rounded.get(stream, out=state.counts, blocking=False)
+                state.counted = (state.last[0], stream.record())
+
+    @staticmethod
+    def observe(state):
         """``(ratio, ||w||, ||g||)`` per array, NaN where none was taken;
         one transfer from the device."""
-        out = numpy.full((len(group), 3), numpy.nan)
-        for k in group.tables.empty:
-            # What the CPU loop records for an empty array.
-            if group.op != L.RESCALE:
-                out[k, 0] = 1.0
-                if group.rows[k, L.ADAPT] or group.op == L.LAMB:
-                    out[k, 1:] = 0.0
-        last = group.tables.last
-        if last is None:
+        out = numpy.full((len(state.empty), 3), numpy.nan)
+        if state.last is None:
             return out
-        table, keep, loss_scales = last
-        stats = table.stats.get().astype(numpy.float64)
-        out[keep, 0] = stats[:, 0]
-        out[keep, 1:] = numpy.sqrt(stats[:, 1:])
-        out[keep, 2] /= loss_scales
+        taken, op, adapt, loss_scales = state.last
+        empty = taken & state.empty
+        if op != L.RESCALE:  # what the CPU loop records of no element
+            out[empty, 0] = 1.0
+            out[empty & ((adapt != 0) | (op == L.LAMB)), 1:] = 0.0
+        full = taken & ~state.empty
+        if full.any():
+            stats = state.stats.get().astype(numpy.float64)
+            out[full, 0] = stats[full, 0]
+            out[full, 1:] = numpy.sqrt(stats[full, 1:])
+            out[full, 2] /= (loss_scales if numpy.ndim(loss_scales) == 0
+                             else loss_scales[full])
         return out
+
+    @staticmethod
+    def rounded(state):
+        """The counts of float16 weights whose step rounded away, of the
+        last update whose copy to the host is done (``None``: none yet)."""
+        if state.counted is not None and state.counted[1].done:
+            state.lost = numpy.where(state.counted[0], state.counts, 0)
+            state.counted = None
+        return state.lost
 
 
 executor = CudaExecutor()

@@ -1,14 +1,16 @@
-"""The engine under both faces: plans, groups, executors, observations.
+"""The engine under the faces: plans, groups, routes, observations.
 
-A face keeps a :class:`Plan` of its target's arrays in :class:`Group` s of
-one device and dtype, fills each group's settings rows and calls
-:func:`run`. An executor (:mod:`chainer_lars.cpu`, :mod:`chainer_lars.cuda`)
-has ``prepare(group)``, ``run(group, grads, op)`` (returns the rows it
-cannot take as they are) and ``observe(group)`` (``(ratio, ||w||, ||g||)``
-per row, NaN where nothing was applied); ``docs/design.rst`` has more.
+A face keeps a :class:`Plan` of its arrays in :class:`Group` s of one
+device, dtype and op, fills each group's settings rows (:func:`settings`)
+and calls :func:`update`. An executor (:mod:`chainer_lars.cpu`,
+:mod:`chainer_lars.cuda`) has ``prepare(group)``, ``take(plan, groups,
+grads)`` (the address of each gradient it takes as it is, 0 where not),
+``run(group, gptr)`` and ``observe(state)``; ``docs/design.rst`` has more,
+and the table of every cache.
 """
 
 import operator
+import weakref
 
 import numpy
 
@@ -26,11 +28,6 @@ ARRAY = operator.attrgetter('array')
 GRAD = operator.attrgetter('grad')
 LOSS_SCALE = operator.attrgetter('_loss_scale')
 UPDATE_RULE = operator.attrgetter('update_rule')
-_STATE = operator.attrgetter('_state')
-
-#: The names of each op's state buffers, for errors.
-STATE_NAMES = {L.RESCALE: (), L.STEP: ('momentum buffer',),
-               L.LAMB: ('first moment', 'second moment')}
 
 
 def executor_for(device):
@@ -45,156 +42,246 @@ def executor_for(device):
 
 class Group(object):
 
-    """Arrays of one device and dtype that one executor updates at once:
-    per array its path, parameter, rule, weight, state buffers (``(v,)``,
-    ``(m, v)`` or ``()``) and settings row; ``static``: the face's flags
-    ``(uses weight decay, adapted)``, a 2 x n array once prepared; ``op`` and
-    ``copies`` (row -> group of one) of the last :func:`run`; the
-    executor's ``tables``; what the face filled the rows from (``inputs``);
-    whether a step divides out a loss scale (``scaled``); the op and
-    ``scaled`` of the last :func:`check` passed (``checked``). A mixed16
-    group (``halves``: the float16 weights) steps float32 masters (the
-    ``weights``) with float16 gradients (``gdtype``).
-    """
+    """Arrays of one device and dtype that one executor updates at once
+    with one ``op``: per row its path, parameter, rule, weight, state
+    buffers (``()``, ``(v,)`` or ``(m, v)``) and, in a ``mixed16`` group
+    (float32 masters as weights, float16 gradients), what it writes
+    besides (``extras``: the float16 weight of a step, the hook's float32
+    gradient); the face's flags (``uses_wd``, ``adapt``); the settings
+    ``rows`` and the ``key`` they were filled from; whether a row divides
+    out a loss scale (``scaled``); the executor's ``state``; what
+    :func:`observe` reads of the last update (``last``)."""
 
-    __slots__ = ('executor', 'device', 'dtype', 'gdtype', 'paths', 'params',
-                 'rules', 'weights', 'halves', 'states', 'rows', 'op',
-                 'copies', 'tables', 'static', 'inputs', 'scaled', 'checked')
+    __slots__ = ('executor', 'device', 'op', 'dtype', 'gdtype', 'mixed16',
+                 'paths', 'params', 'rules', 'weights', 'states', 'extras',
+                 'uses_wd', 'adapt', 'rows', 'key', 'scaled', 'state',
+                 'last')
 
-    def __init__(self, device, dtype, mixed16=False):
+    def __init__(self, device, dtype, op, mixed16=False):
         self.executor = executor_for(device)
-        self.device = device
-        self.dtype = numpy.dtype(dtype)
-        self.gdtype = numpy.dtype(numpy.float16 if mixed16 else dtype)
-        self.halves = [] if mixed16 else None
+        self.device, self.op, self.mixed16 = device, op, mixed16
+        # Native: arrays of another byte order go through native copies.
+        self.dtype = numpy.dtype(dtype).newbyteorder('=')
+        self.gdtype = numpy.dtype(numpy.float16) if mixed16 else self.dtype
         self.paths, self.params, self.rules = [], [], []
-        self.weights, self.states, self.static = [], [], []
-        self.rows = self.tables = self.op = self.inputs = None
-        self.checked = None
+        self.weights, self.states, self.extras = [], [], []
+        self.uses_wd, self.adapt = [], []
+        self.rows = self.key = self.state = self.last = None
         self.scaled = False
-        self.copies = {}
 
     def __len__(self):
         return len(self.weights)
 
-    def add(self, path, param, rule, weight, states=(), static=(1, 1),
-            half=None):
+    def add(self, path, param, rule, weight, states=(), flags=(1, 1),
+            extra=None):
         self.paths.append(path)
         self.params.append(param)
         self.rules.append(rule)
         self.weights.append(weight)
-        self.states.append(states)
-        self.static.append(static)
-        if half is not None:
-            self.halves.append(half)
+        self.states.append(tuple(states))
+        self.extras.append(extra)
+        self.uses_wd.append(flags[0])
+        self.adapt.append(flags[1])
 
     def prepare(self):
+        """Makes the rows and flags, then :meth:`refresh`."""
         self.rows = L.rows(len(self))
-        self.static = numpy.array(self.static, numpy.float64).reshape(-1, 2).T
+        self.uses_wd = numpy.array(self.uses_wd, numpy.float64)
+        self.adapt = numpy.array(self.adapt, numpy.float64)
+        return self.refresh()
+
+    def refresh(self):
+        """Checks the group's own arrays and prepares its executor (again,
+        where they changed in place)."""
+        self.check()
         self.executor.prepare(self)
+        self.last = Last(self)
         return self
 
+    def check(self, k=None, grad=None):
+        """:func:`chainer_lars.checks.addressed` of every row's own arrays,
+        or of row ``k``'s with its gradient."""
+        names = L.STATE_NAMES[self.op]
+        written = [(('weight', 'gradient') + names)[i] for i in L.written(
+            self.op, self.scaled and not self.mixed16)]
+        one_dtype = self.device.xp is not numpy
+        for j in range(len(self)) if k is None else (k,):
+            checks.addressed(
+                self.paths[j], self.weights[j], grad, self.states[j],
+                written, one_dtype, self.extras[j], names,
+                'float16 weight' if self.op != L.RESCALE else
+                'float32 gradient', self.gdtype)
 
-def group_of_one(cached, device, path, weight, states=()):
-    """``cached`` if it is the group of these very arrays, else a new one."""
-    if (cached is not None and cached.weights[0] is weight
-            and (cached.device is device or cached.device == device)
-            and len(cached.states[0]) == len(states)
-            and all(map(operator.is_, cached.states[0], states))):
-        return cached
-    group = Group(device, weight.dtype)
-    group.add(path, None, None, weight, states)
-    return group.prepare()
+
+class Last(object):
+
+    """What :func:`observe` reads of a group's last update: its paths, its
+    executor's state and the copies' (row -> :class:`Last`), none of the
+    group's arrays, so that a face may keep it past its plan."""
+
+    __slots__ = ('paths', 'executor', 'state', 'copies')
+
+    def __init__(self, group):
+        self.paths, self.executor = group.paths, group.executor
+        self.state, self.copies = group.state, {}
 
 
 class Plan(object):
 
-    """A face's groups (by device, dtype and a key of the face's), valid
-    while ``params`` keep their rules, arrays, ``flags(rules)`` and (with
-    ``states``, the keys of the rules' state buffers, ``True`` for
-    ``('v',)``) those buffers, rule hooks and the float32 master copies of
-    mixed16 rows; ``where``: each group's positions in ``params``;
-    ``others``: what else the face keeps."""
+    """A face's groups of its parameters (by device, dtype, op and a key
+    of the face's), valid while :meth:`matches`: ``depends(params)`` gives
+    what the plan was made from, ``(objects, values)``: lists compared by
+    identity and values compared by equality. ``where``: each group's
+    positions in ``params``; ``others``: what else the face keeps;
+    ``record``: the CPU executor's stamps."""
 
-    __slots__ = ('_objects', '_flags', '_flag_fn', '_states', '_masters',
-                 '_hooks', '_hook_counts', '_by_key', 'groups', 'where',
-                 'others', 'stamps')
+    __slots__ = ('groups', 'where', 'others', 'record', '_by_key',
+                 '_depends', '_objects', '_values')
 
-    def __init__(self, params, flags, states=()):
-        self._states = ('v',) if states is True else states
-        self._flag_fn = flags
-        # Held, the objects are known by identity (their ids stay theirs).
-        self._objects = objects = self._structure(params)
-        self._flags = flags(objects[1])
-        # Rules keep their hooks in these dicts, changed in place.
-        self._hooks = [d for r in objects[1] if states and r is not None
-                       for d in (r._hookable._pre_update_hooks,
-                                 r._hookable._post_update_hooks)]
-        self._hook_counts = list(map(len, self._hooks))
-        self._masters = []  # (rule, master array) of the mixed16 rows
+    def __init__(self, params, depends):
+        self._depends = depends
+        self._objects, self._values = depends(params)
         self._by_key = {}
         self.groups, self.where, self.others = [], [], []
-        self.stamps = None  # the CPU executor's, of all groups at once
+        self.record = None
 
-    def add(self, key, device, path, param, rule, weight, states=(),
-            static=(1, 1), half=None):
-        """Puts an array in the group of its device, dtype and ``key``
-        (with ``half``, its float16 weight: of its mixed16 group)."""
-        mixed16 = half is not None
-        if mixed16:
-            self._masters.append((rule, weight))
-        key = (str(device), weight.dtype, mixed16, key)
+    def add(self, key, device, op, path, param, rule, weight, states=(),
+            flags=(1, 1), extra=None):
+        """Puts an array in the group of its device, dtype, op and ``key``
+        (with ``extra``, in its mixed16 group)."""
+        mixed16 = extra is not None
+        key = (str(device), weight.dtype.newbyteorder('='), op, mixed16, key)
         group = self._by_key.get(key)
         if group is None:
-            group = self._by_key[key] = Group(device, weight.dtype, mixed16)
-        group.add(path, param, rule, weight, states, static, half)
+            group = self._by_key[key] = Group(device, weight.dtype, op,
+                                              mixed16)
+        group.add(path, param, rule, weight, states, flags, extra)
 
-    def finish(self, params):
-        """Prepares the groups; returns the plan."""
+    def finish(self, params=()):
+        """Checks and prepares the groups (``where`` from ``params``);
+        returns the plan."""
         self.groups = [group.prepare() for group in self._by_key.values()]
         position = {id(p): k for k, p in enumerate(params)}
-        self.where = [[position[id(p)] for p in group.params]
+        self.where = [[position.get(id(p)) for p in group.params]
                       for group in self.groups]
         return self
-
-    def _structure(self, params):
-        rules = list(map(UPDATE_RULE, params))
-        objects = (params, rules, list(map(ARRAY, params)))
-        if self._states:
-            try:
-                dicts = list(map(_STATE, rules))
-                objects += tuple(list(map(operator.methodcaller('get', key),
-                                          dicts)) for key in self._states)
-            except AttributeError:  # no rule, or no state yet
-                dicts = [None if r is None else r.state for r in rules]
-                objects += tuple([None if d is None else d.get(key)
-                                  for d in dicts] for key in self._states)
-        return objects
 
     def matches(self, params):
         if not same(params, self._objects[0]):
             return False
-        objects = self._structure(params)
-        return (all(map(same, objects[1:], self._objects[1:]))
-                and self._flag_fn(objects[1]) == self._flags
-                and list(map(len, self._hooks)) == self._hook_counts
-                and all(rule._fp32_param is not None
-                        and rule._fp32_param.array is master
-                        for rule, master in self._masters))
+        objects, values = self._depends(params)
+        return all(map(same, objects, self._objects)) and (
+            values == self._values)
 
 
 class PlanCache(object):
 
-    """Holds a face's plan; copies come empty (a copy's arrays would pass
-    the original plan's identity checks)."""
+    """A face's plans by owner (an optimizer, or a parameter of the hook's
+    per-rule calls), each kept only while its owner lives, so that a face
+    that outlives a model keeps none of its arrays; copies come empty."""
 
-    __slots__ = ('plan',)
+    __slots__ = ('_plans',)
 
     def __init__(self):
-        self.plan = None
+        self._plans = {}  # id(owner) -> (weak reference, plan)
 
     def __reduce__(self):
         return PlanCache, ()
+
+    def get(self, owner, params, build):
+        """The owner's plan while it :meth:`Plan.matches` ``params``,
+        else ``build(params)``, kept."""
+        entry = self._plans.get(id(owner))
+        if entry is not None and entry[0]() is owner and entry[1].matches(
+                params):
+            return entry[1]
+        plan = build(params)
+        plans, key = self._plans, id(owner)
+        self._plans[key] = (weakref.ref(
+            owner, lambda _: plans.pop(key, None)), plan)
+        return plan
+
+    def plans(self):
+        """The plans of the owners alive."""
+        return [plan for ref, plan in list(self._plans.values())
+                if ref() is not None]
+
+
+def same(objects, held):
+    """Whether two lists hold the very same objects, in order."""
+    return len(objects) == len(held) and all(map(operator.is_, objects, held))
+
+
+def settings(group, key, fill):
+    """Fills the group's settings rows with ``fill(group, key)`` where
+    ``key``, the plain values they come from, changed (``fill`` checks
+    them: a refused value leaves the rows to be filled again)."""
+    if key != group.key:
+        group.key = None
+        fill(group, key)
+        group.key = key
+        group.scaled = bool((group.rows[:, L.LOSS_SCALE] != 1.0).any())
+
+
+def update(plan, grads):
+    """One update of a plan's groups (``grads``: each group's gradients).
+    Every group's arrays are checked before any moves, so an error leaves
+    all as it was; returns each group's rows left to the face."""
+    groups = plan.groups
+    if (len(groups) == 1 and groups[0].executor is cpu.executor
+            and cpu.executor.update(plan, grads[0])):
+        groups[0].last.copies = {}
+        return [[]]
+    routes = [_route(group, g, gptr) for group, g, gptr in zip(
+        groups, grads, _taken(plan, grads))]
+    for group, g, route in zip(groups, grads, routes):
+        _run(group, g, *route)
+    return [route[3] for route in routes]
+
+
+def _taken(plan, grads):
+    """Each group's gradient addresses that its executor takes as they
+    are (0: not taken), its own arrays checked again where they changed
+    in place."""
+    by_executor = {}
+    for k, group in enumerate(plan.groups):
+        by_executor.setdefault(group.executor, []).append(k)
+    gptrs = [None] * len(grads)
+    for executor, ks in by_executor.items():
+        picked = [plan.groups[k] for k in ks]
+        found = executor.take(plan, picked, [grads[k] for k in ks])
+        if found is None:
+            for group in executor.changed(plan):
+                group.refresh()  # raises where they fail the checks
+            plan.record = None
+            found = executor.take(plan, picked, [grads[k] for k in ks])
+        for k, gptr in zip(ks, found):
+            gptrs[k] = gptr
+    return gptrs
+
+
+def _route(group, grads, gptr):
+    """What happens to each row of a group: the executor takes the
+    gradients ``gptr`` gives as they are; ``copies`` (another layout) go
+    through native contiguous copies, the same kernels, written back;
+    ``passes`` (mixed dtypes, on the CPU) through the NumPy passes;
+    ``left`` (no gradient; a mixed16 row of another gradient, which its
+    rule converts) to the face."""
+    copies, passes, left = [], [], []
+    for k in [] if gptr.all() else numpy.flatnonzero(gptr == 0).tolist():
+        g = grads[k]
+        if g is not None:
+            group.check(k, g)
+        if g is None or group.mixed16:
+            left.append(k)
+        elif group.executor is cpu.executor and (
+                group.state.table is None or any(
+                    a.dtype.newbyteorder('=') != group.dtype
+                    for a in (g,) + group.states[k])):
+            passes.append(k)
+        else:
+            copies.append(k)
+    return gptr, copies, passes, left
 
 
 def _contiguous(device, a):
@@ -204,101 +291,53 @@ def _contiguous(device, a):
         return device.xp.ascontiguousarray(a)
 
 
-def same(objects, held):
-    """Whether two lists hold the very same objects, in order."""
-    return len(objects) == len(held) and all(map(operator.is_, objects, held))
+def _run(group, grads, gptr, copies, passes, left):
+    group.last.copies = {}
+    group.executor.run(group, gptr)
+    for k in passes:  # observed in the table's rows
+        cpu.numpy_update(group.rows[k], group.state.obs[k], group.op,
+                         group.weights[k], grads[k], *group.states[k])
+    for k in copies:
+        arrays = (group.weights[k], grads[k]) + group.states[k]
+        native = [_contiguous(group.device, a) for a in arrays]
+        one = Group(group.device, group.dtype, group.op)
+        one.add(group.paths[k], None, None, native[0], native[2:])
+        one.prepare().rows[0] = group.rows[k]
+        one.executor.run(one, numpy.array([one.executor.address(native[1])],
+                                          numpy.int64))
+        group.last.copies[k] = one.last
+        for i in L.written(group.op, group.rows[k, L.LOSS_SCALE] != 1.0):
+            if native[i] is not arrays[i]:
+                arrays[i][...] = native[i]
 
 
-def check(group, grads, op):
-    """Checks the arrays of ``run(group, grads, op)`` (:func:`chainer_lars.
-    checks.addressed`) unless the executor finds them as they were at the
-    last check passed, with the same op and ``scaled``: a face checks every
-    group before it runs any, so an error leaves all as it was. The CPU
-    executor knows arrays by their stamps (address, dtype, flags, size),
-    the CUDA one gradients by shape (device memory has no read-only flag);
-    neither holds a gradient past the update."""
-    executor = group.executor
-    if not executor.changed(group, grads) and group.checked == (
-            op, group.scaled):
-        return
-    group.checked = None
-    mixed16 = group.halves is not None
-    names = STATE_NAMES[op]
-    written = [(('weight', 'gradient') + names)[i]
-               for i in L.written(op, group.scaled and not mixed16)]
-    one_dtype = group.device.xp is not numpy
-    for k, g in enumerate(grads):
-        if g is not None:
-            checks.addressed(group.paths[k], group.weights[k], g,
-                             group.states[k] if op != L.RESCALE else (),
-                             written, one_dtype,
-                             group.halves[k] if mixed16 else None, names)
-    executor.passed(group)
-    group.checked = (op, group.scaled)
-
-
-def check_all(groups, grads, op, plan):
-    """:func:`check` of each group with its ``grads``, the CPU groups'
-    stamps read in one call (kept by the ``plan``)."""
-    unchanged = cpu.executor.unchanged(groups, grads, plan)
-    for group, g, same_arrays in zip(groups, grads, unchanged):
-        if not same_arrays or group.checked != (op, group.scaled):
-            check(group, g, op)
-
-
-def run(group, grads, op, checked=False):
-    """One update of a group's arrays with its rows, once :func:`check`
-    passes them (``checked``: the caller has just checked these
-    ``grads``); returns the rows left alone: no gradient, or one no
-    executor takes even as a contiguous copy (on a GPU, of another dtype
-    than its weight)."""
-    if not checked:
-        # Arrays as at the last check passed: the executor's one call.
-        if group.checked == (op, group.scaled) and (
-                group.executor.run_unchanged(group, grads, op)):
-            group.copies.clear()
-            return []
-        check(group, grads, op)
-    group.op = op
-    group.copies.clear()
-    left = []
-    for k in group.executor.run(group, grads, op):
-        g = grads[k]
-        # A mixed16 row goes to its rule, which converts the arrays.
-        if g is None or group.halves is not None:
-            left.append(k)
-            continue
-        arrays = (group.weights[k], g) + (
-            group.states[k] if op != L.RESCALE else ())
-        copies = [_contiguous(group.device, a) for a in arrays]
-        one = group_of_one(None, group.device, group.paths[k], copies[0],
-                           tuple(copies[2:]))
-        one.rows[0] = group.rows[k]
-        if one.executor.run(one, copies[1:2], op):
-            left.append(k)
-            continue
-        one.op = op
-        group.copies[k] = one
-        for i in L.written(op, group.rows[k, L.LOSS_SCALE] != 1.0):
-            if i < len(arrays) and copies[i] is not arrays[i]:
-                arrays[i][...] = copies[i]
-    return left
-
-
-def observed(group):
-    """``(ratio, ||w||, ||g||)`` per row of a group's last update (float64,
-    NaN where it applied nothing), the copies' rows included."""
-    table = group.executor.observe(group)
-    if group.copies:
+def observed(last):
+    """``(ratio, ||w||, ||g||)`` per row of a group's last update (its
+    :class:`Last`; float64, NaN where it applied nothing), the copies' rows
+    included."""
+    table = last.executor.observe(last.state)
+    if last.copies:
         table = table.copy()
-        for k, one in group.copies.items():
-            table[k] = one.executor.observe(one)[0]
+        for k, one in last.copies.items():
+            table[k] = one.executor.observe(one.state)[0]
     return table
 
 
-def observe(group, report=None):
-    """``{path: (ratio, ||w||, ||g||)}`` of a group's last update, for the
-    rows that had one and where ``report`` (a sequence of flags) is true."""
+def observe(last, report=None):
+    """``{path: (ratio, ||w||, ||g||)}`` of a group's last update (its
+    :class:`Last`), for the rows that had one and where ``report`` (a
+    sequence of flags) is true."""
     return {path: tuple(row) for k, (path, row) in enumerate(
-        zip(group.paths, observed(group).tolist()))
+        zip(last.paths, observed(last).tolist()))
         if row[0] == row[0] and (report is None or report[k])}
+
+
+def rounded_away(group):
+    """The paths of the float16 weights (without float32 masters) whose
+    last step rounded away for most of their elements."""
+    counts = None
+    if group.dtype == numpy.float16 and group.op != L.RESCALE:
+        counts = group.executor.rounded(group.state)
+    return [] if counts is None else [
+        path for path, w, n in zip(group.paths, group.weights, counts)
+        if n > w.size / 2]

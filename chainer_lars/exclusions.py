@@ -17,21 +17,17 @@ class ExclusionRules(object):
             'exclude_from_weight_decay', exclude_from_weight_decay)
         self.exclude_from_layer_adaptation = checks.patterns(
             'exclude_from_layer_adaptation', exclude_from_layer_adaptation)
-        self._cache = {}
 
     def __bool__(self):
         return bool(self.exclude_from_weight_decay
                     or self.exclude_from_layer_adaptation)
 
     def lookup(self, path):
-        """Returns ``(uses_weight_decay, uses_adaptation)`` for ``path``."""
-        flags = self._cache.get(path)
-        if flags is None:
-            flags = self._cache[path] = tuple(
-                not any(p.search(path) for p in patterns) for patterns in (
-                    self.exclude_from_weight_decay,
-                    self.exclude_from_layer_adaptation))
-        return flags
+        """Returns ``(uses_weight_decay, uses_adaptation)`` for ``path``
+        (the faces look it up once, when they plan)."""
+        return tuple(not any(p.search(path) for p in patterns)
+                     for patterns in (self.exclude_from_weight_decay,
+                                      self.exclude_from_layer_adaptation))
 
     def patterns(self):
         """The two lists as tuples of strings."""

@@ -6,7 +6,7 @@ import chainer
 from chainer.training import extension
 
 from chainer_lars import checks
-from chainer_lars import optimizer as optimizer_module
+from chainer_lars import fused
 
 
 class WarmupPolynomialShift(extension.Extension):
@@ -280,13 +280,12 @@ class LossScaleState(extension.Extension):
                                                   self.skipped_updates))
         except KeyError:
             return  # a snapshot of a trainer without this extension
-        optimizer_module.serialize_loss_scaling(optimizer, serializer)
+        fused.serialize_loss_scaling(optimizer, serializer)
         loading = isinstance(serializer, chainer.serializer.Deserializer)
         for path, param in optimizer.target.namedparams():
             rule = getattr(param, 'update_rule', None)
             # No update; a fused rule saves its own copy.
-            if (rule is None or isinstance(rule, optimizer_module.FusedRule)
+            if (rule is None or isinstance(rule, fused.FusedRule)
                     or loading and param.array is None):
                 continue
-            optimizer_module.serialize_master(rule, serializer[path],
-                                              param.device)
+            fused.serialize_master(rule, serializer[path], param.device)

@@ -1,6 +1,7 @@
 """GradientLARS: the LARS pre-update hook, a face of the engine."""
 
-import sys
+import functools
+import operator
 import weakref
 
 import numpy
@@ -10,67 +11,57 @@ import chainer
 from chainer_lars import checks
 from chainer_lars import engine
 from chainer_lars import exclusions
+from chainer_lars import fused
 from chainer_lars import layout as L
 
 
 class _RuleDelegate(object):
 
-    """Runs a GradientLARS on one float16 parameter inside its update rule,
-    after the rule divides out the loss scale (a float16 gradient cannot
-    hold the rescaled result times it), on the float32 master copy if any.
-    Armed for the optimizer's next ``t`` only: a skipped update or a removed
-    hook leaves nothing behind; arming is not copied."""
+    """Runs a GradientLARS in one float16 parameter's update rule, armed
+    for the optimizer's next ``t`` only: hands the rule the float32
+    gradient the batched pass rescaled (mixed16), or rescales the gradient
+    there, after the rule divides out the loss scale (a float16 gradient
+    cannot hold the rescaled result times it), on the float32 master copy
+    if any. A skipped update or a removed hook leaves nothing behind;
+    arming is not copied."""
 
     timing = 'pre'
+    # The float16 weights (without a master copy) before the last update,
+    # on the CPU, until the hook warned of a step that rounded away.
+    _before = None
 
     def __init__(self, hook):
         self.hook = hook
         self._armed = None
 
-    def arm(self, optimizer, path):
-        """Makes the call in ``optimizer``'s next update rescale ``path``."""
-        self._armed = (weakref.ref(optimizer), optimizer.t + 1, path)
+    def arm(self, optimizer, path, grad=None):
+        """Makes the call in ``optimizer``'s next update rescale ``path``
+        (or give the rule ``grad``)."""
+        self._armed = (weakref.ref(optimizer), optimizer.t + 1, path, grad)
 
     def __getstate__(self):
-        return dict(self.__dict__, _armed=None)
+        return dict(self.__dict__, _armed=None, _before=None)
 
     def __call__(self, rule, param):
         armed, self._armed = self._armed, None
         if armed is None:
             return
-        optimizer, t, path = armed
+        optimizer, t, path, grad = armed
         optimizer = optimizer()
-        if optimizer is not None and optimizer.t == t:
-            self.hook._rescale(rule, param, path, 1.0)
-
-
-class _Registration(object):
-
-    """``name`` and ``timing``. Read by Chainer's ``add_hook``, they refuse
-    the class given as a hook (``add_hook(GradientLARS)``, which would be
-    called as ``GradientLARS(optimizer)``) and ``timing='post'`` (the
-    rescaled gradients would be thrown away); elsewhere they are plain."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def __get__(self, hook, owner=None):
-        caller = sys._getframe(1)
-        if caller.f_code is _ADD_HOOK_CODE:
-            if hook is None:
-                raise TypeError(
-                    '{0} is a class: register an instance, add_hook('
-                    'chainer_lars.{0}()) with the parentheses'.format(
-                        owner.__name__))
-            if caller.f_locals.get('timing') == 'post':
-                _post_refused()
-        return self.value
-
-
-#: The code of Chainer 7.8.1's add_hook, which reads ``hook.name`` (``None``
-#: where Chainer has another).
-_ADD_HOOK_CODE = getattr(getattr(getattr(
-    chainer.optimizer, '_Hookable', None), 'add_hook', None), '__code__', None)
+        if optimizer is None or optimizer.t != t:
+            return
+        if grad is not None:
+            param.grad = grad
+            return
+        self.hook._rescale(rule, param, path, 1.0)
+        w = param.array
+        if (isinstance(w, numpy.ndarray) and w.dtype == numpy.float16
+                and not self.hook._warned):
+            before, self._before = self._before, w.copy()
+            if (before is not None and before.shape == w.shape and w.size
+                    and numpy.count_nonzero(before == w) > w.size / 2):
+                self.hook._warned = True
+                fused.warn_rounded('GradientLARS', [path])
 
 
 def _post_refused():
@@ -82,6 +73,23 @@ def _post_refused():
 #: Name of a GradientLARS's delegate on an update rule (``#2``, ``#3``, ...
 #: appended while taken: several hooks on one model).
 _DELEGATE_NAME = 'chainer_lars.GradientLARS'
+_FLAGS = operator.attrgetter('enabled', '_use_fp32_update')
+
+
+def _depends(mixed16, params):
+    """What a plan of the hook's is made from: the parameters, their rules
+    and arrays (a mixed16 row's master copy: Chainer's rule replaces its
+    float16 array at every update) by identity, the rules' flags."""
+    rules = list(map(engine.UPDATE_RULE, params))
+    arrays = list(map(engine.ARRAY, params))
+    for k in mixed16:
+        arrays[k] = getattr(getattr(rules[k], '_fp32_param', None), 'array',
+                            None)
+    try:
+        flags = list(map(_FLAGS, rules))
+    except AttributeError:  # no rule
+        flags = [None if r is None else _FLAGS(r) for r in rules]
+    return [params, rules, arrays], flags
 
 
 class GradientLARS(exclusions.ExclusionProperties):
@@ -139,11 +147,13 @@ class GradientLARS(exclusions.ExclusionProperties):
 
     """
 
-    name = _Registration('GradientLARS')
+    name = 'GradientLARS'
     call_for_each_param = False
-    timing = _Registration('pre')
+    timing = 'pre'
     # LARS refuses us as a hook (checks.double_adaptation).
     adapts_gradients = True
+    # Whether a float16 step that rounded away was warned of.
+    _warned = False
 
     threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
     weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
@@ -172,19 +182,26 @@ class GradientLARS(exclusions.ExclusionProperties):
         self.trust_coefficient = trust_coefficient
         self.clip = clip
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
+        # The plans of the optimizers it runs on, and of the parameters of
+        # its per-rule calls (its float16 delegates'), each while they live;
+        # what observe() reads of the last update (engine.Last, no array).
         self._plans = engine.PlanCache()
-        # Groups of one array (per-rule calls, float16 delegates) by
-        # parameter, and the last update's groups, for observe().
-        self._singles = {}
-        self._observed = {}
+        self._singles = engine.PlanCache()
+        self._seen = {}
 
     def __getstate__(self):
-        # A copy starts without the original's observations and tables.
-        return dict(self.__dict__, _singles={}, _observed={})
+        return dict(self.__dict__, _seen={})
+
+    def __setstate__(self, state):
+        # 0.2.0's held a dict of groups of one and the last observations.
+        state.pop('_observed', None)
+        state['_singles'] = engine.PlanCache()
+        self.__dict__.update(state, _seen={})
 
     def __call__(self, *args):
         owner = args[0] if args else None
-        # Registered where add_hook read neither name nor timing.
+        # Registered with timing='post', which Chainer's add_hook gives us
+        # no way to see: refused at the first update.
         hookable = getattr(owner, '_hookable', None)
         if hookable is not None and any(
                 h is self for h in hookable._post_update_hooks.values()):
@@ -202,19 +219,19 @@ class GradientLARS(exclusions.ExclusionProperties):
                 'hook(update_rule, param), got {} arguments'.format(
                     len(args)))
 
-    def _fill(self, group, clips, scales):
-        """Fills the group's settings rows, where what they come from
-        changed since the last update."""
-        inputs = (self.weight_decay, self.eps, self.trust_coefficient,
-                  self.threshold, clips, scales, group.static)
-        if inputs != group.inputs:
-            rows, (uses_wd, adapt) = group.rows, group.static
-            rows[:, L.WEIGHT_DECAY] = self.weight_decay * uses_wd
-            rows[:, [L.EPS, L.TRUST_COEFFICIENT, L.THRESHOLD]] = inputs[1:4]
-            rows[:, L.ADAPT] = adapt
-            rows[:, L.CLIP_LR] = clips
-            rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
-            group.inputs = inputs
+    def _key(self, clips, scales):
+        """What a group's settings rows are filled from (:meth:`_fill`)."""
+        return (self.weight_decay, self.eps, self.trust_coefficient,
+                self.threshold, clips, scales)
+
+    @staticmethod
+    def _fill(group, key):
+        rows = group.rows
+        rows[:, L.WEIGHT_DECAY] = key[0] * group.uses_wd
+        rows[:, L.EPS], rows[:, L.TRUST_COEFFICIENT] = key[1:3]
+        rows[:, L.THRESHOLD], rows[:, L.CLIP_LR] = key[3:5]
+        rows[:, L.ADAPT] = group.adapt
+        rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in key[5]]
 
     def _update_all(self, optimizer):
         target = getattr(optimizer, 'target', None)
@@ -222,29 +239,28 @@ class GradientLARS(exclusions.ExclusionProperties):
             raise TypeError(
                 'GradientLARS must be registered on a set-up optimizer '
                 '(optimizer.setup(link) first); got {!r}'.format(optimizer))
-        self._observed = {}
+        self._seen = {}
         if getattr(optimizer, '_loss_scaling_isnan', False):
             # Non-finite gradients under dynamic loss scaling (Chainer's
             # check_nan_in_grads): the update is skipped, and so is the
             # rescaling (nothing to observe).
             return
         params = list(target.params())
-        plan = self._plans.plan
-        if plan is None or not plan.matches(params):
-            plan = self._plans.plan = self._build_plan(target, params)
+        plan = self._plans.get(optimizer, params, functools.partial(
+            self._build_plan, target))
         # Everything is read and checked before anything changes: an error
         # (clip=True on a rule without 'lr') leaves all as it was.
-        jobs = []
+        grads = []
         for group in plan.groups:
-            grads = list(map(engine.GRAD, group.params))
+            g = list(map(engine.GRAD, group.params))
             clips = -1.0
             if self.clip:
-                clips = [self._clip_lr(rule, path) if a and g is not None
-                         and g.size else -1.0 for rule, path, a, g in zip(
-                             group.rules, group.paths, group.static[1], grads)]
-            jobs.append((group, grads, clips))
-        engine.check_all(plan.groups, [job[1] for job in jobs], L.RESCALE,
-                         plan)
+                clips = [self._clip_lr(rule, path) if a and x is not None
+                         and x.size else -1.0 for rule, path, a, x in zip(
+                             group.rules, group.paths, group.adapt, g)]
+            engine.settings(group, self._key(clips, list(map(
+                engine.LOSS_SCALE, group.params))), self._fill)
+            grads.append(g)
         others = []
         for param, rule, path, adapt in plan.others:
             g = param.grad
@@ -257,45 +273,50 @@ class GradientLARS(exclusions.ExclusionProperties):
                 if self.clip and adapt:
                     self._clip_lr(rule, path)
                 others.append((param, rule, path))
+        lefts = engine.update(plan, grads)
+        self._seen.update(enumerate(group.last for group in plan.groups))
 
+        for group, g, left in zip(plan.groups, grads, lefts):
+            for k in range(len(group)) if group.mixed16 else ():
+                if g[k] is not None:
+                    self._delegate(group.rules[k]).arm(
+                        optimizer, group.paths[k],
+                        None if k in left else group.extras[k])
         for param, rule, path in others:
             if param.dtype == numpy.float16:
                 self._delegate(rule).arm(optimizer, path)
-        for group, grads, clips in jobs:
-            self._fill(group, clips,
-                       list(map(engine.LOSS_SCALE, group.params)))
-            for k in engine.run(group, grads, L.RESCALE, checked=True):
-                self._unsupported(group.paths[k], group.weights[k], grads[k])
-            self._observed[id(group)] = group
-        for param, rule, path in others:
-            if param.dtype != numpy.float16:  # ChainerX
+            else:  # ChainerX
                 scale = param._loss_scale
                 self._rescale(rule, param, path,
                               1.0 if scale is None else scale)
 
     def _build_plan(self, target, params):
         paths = {id(param): path for path, param in target.namedparams()}
-        plan = engine.Plan(params, _enabled)
-        for param in params:
+        mixed16 = [k for k, param in enumerate(params)
+                   if param.update_rule is not None and param.array is not None
+                   and fused.master(param, param.update_rule) is not None
+                   and engine.executor_for(param.device) is not None]
+        plan = engine.Plan(params, functools.partial(_depends, mixed16))
+        for k, param in enumerate(params):
             rule, w = param.update_rule, param.array
             if rule is None or not rule.enabled or w is None:
                 continue  # as Chainer's optimizers do
             path = paths[id(param)]
             flags = self._rules.lookup(path)
-            if (w.dtype == numpy.float16  # in its rule (_RuleDelegate)
+            key = None if self._multi_tensor else path
+            if k in mixed16:
+                copy = fused.master(param, rule)
+                with chainer.using_device(param.device):
+                    out = param.device.xp.empty_like(copy)
+                plan.add(key, param.device, L.RESCALE, path, param, rule,
+                         copy, (), flags, out)
+            elif (w.dtype == numpy.float16  # in its rule (_RuleDelegate)
                     or engine.executor_for(param.device) is None):  # chx
                 plan.others.append((param, rule, path, flags[1]))
             else:
-                plan.add(None if self._multi_tensor else path, param.device,
-                         path, param, rule, w, static=flags)
+                plan.add(key, param.device, L.RESCALE, path, param, rule, w,
+                         (), flags)
         return plan.finish(params)
-
-    def _unsupported(self, path, w, g):
-        if g is not None:
-            raise TypeError(
-                'GradientLARS rescales float16, float32 and float64 '
-                "gradients of their weight's dtype on GPU; {} has a "
-                '{} weight and a {} gradient'.format(path, w.dtype, g.dtype))
 
     def _delegate(self, rule):
         """This hook's delegate on ``rule`` (in Chainer 7.8.1's
@@ -324,31 +345,31 @@ class GradientLARS(exclusions.ExclusionProperties):
         return checks.real('lr of ' + path, lr, minimum=0.0)
 
     def _rescale(self, rule, param, path, loss_scale):
-        """Rescales one gradient in place as a group of one; ``loss_scale``
-        is the factor still in the stored gradient (the result keeps it)."""
+        """Rescales one gradient in place as a plan of one (kept while the
+        parameter lives); ``loss_scale`` is the factor still in the stored
+        gradient (the result keeps it)."""
         w = param.array
         g = None if w is None else param.grad
         if g is None or (g.size == 0 and w.size == 0):
             return
-        uses_wd, adapt = self._rules.lookup(path)
-        clip_lr = self._clip_lr(rule, path) if adapt and self.clip else -1.0
         device = param.device
         if device.xp is chainer.backend.chainerx:  # as Chainer's rules do
             w, g = chainer.backend.from_chx(w), chainer.backend.from_chx(g)
             device = chainer.backend.get_device_from_array(w)
-        key = id(param)
-        cached = self._singles.get(key, (None, None))[1]
-        group = engine.group_of_one(cached, device, path, w)
-        if group is not cached:
-            # Held weakly: a deleted parameter takes its entry with it.
-            self._singles[key] = (weakref.ref(
-                param, lambda _, singles=self._singles, key=key:
-                singles.pop(key, None)), group)
-        group.static = (uses_wd, adapt)
-        self._fill(group, clip_lr, [loss_scale])
-        if engine.run(group, [g], L.RESCALE):
-            self._unsupported(path, w, g)
-        self._observed[path] = group
+        plan = self._singles.get(param, [w], functools.partial(
+            self._plan_of_one, device, path))
+        group, = plan.groups
+        clip_lr = self._clip_lr(rule, path) if (
+            group.adapt[0] and self.clip) else -1.0
+        engine.settings(group, self._key(clip_lr, [loss_scale]), self._fill)
+        engine.update(plan, [[g]])
+        self._seen[path] = group.last
+
+    def _plan_of_one(self, device, path, arrays):
+        plan = engine.Plan(arrays, fused._arrays)
+        plan.add(None, device, L.RESCALE, path, None, None, arrays[0], (),
+                 self._rules.lookup(path))
+        return plan.finish()
 
     def observe(self):
         """The ratios and norms of the last update, per parameter path.
@@ -359,10 +380,6 @@ class GradientLARS(exclusions.ExclusionProperties):
             group: call it at an interval, not on every iteration.
         """
         result = {}
-        for group in self._observed.values():
-            result.update(engine.observe(group))
+        for last in self._seen.values():
+            result.update(engine.observe(last))
         return result
-
-
-def _enabled(rules):
-    return [rule is not None and rule.enabled for rule in rules]

@@ -1,6 +1,6 @@
 """LAMB, a face of :mod:`chainer_lars.engine` with the names of Chainer's
 ``Adam``: :class:`LAMB` updates its arrays in groups, :class:`LAMBRule`
-one array as a group of one."""
+one array as a plan of one."""
 
 import math
 import operator
@@ -11,8 +11,8 @@ from chainer import optimizer
 
 from chainer_lars import checks
 from chainer_lars import exclusions
+from chainer_lars import fused
 from chainer_lars import layout as L
-from chainer_lars import optimizer as fused
 
 
 _default_hyperparam = optimizer.Hyperparameter()
@@ -147,7 +147,13 @@ class LAMB(fused.FusedMethod):
                  eta=_default_hyperparam.eta,
                  weight_decay_rate=_default_hyperparam.weight_decay_rate,
                  exclude_from_weight_decay=(),
-                 exclude_from_layer_adaptation=(), multi_tensor=True):
+                 exclude_from_layer_adaptation=(), multi_tensor=True,
+                 **unexpected):
+        checks.unexpected('LAMB', unexpected, {
+            'lr': "its rate is alpha, as in chainer.optimizers.Adam (lr "
+                  "is read only: the bias-corrected rate); LAMB(alpha=...)",
+            'weight_decay': 'LAMB(weight_decay_rate=...), as in Adam',
+            'momentum': 'LAMB(beta1=...), as in Adam'})
         super(LAMB, self).__init__(multi_tensor)
         self.alpha = alpha
         self.beta1 = beta1

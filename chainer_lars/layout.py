@@ -31,15 +31,18 @@ COLUMNS = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
 #: ``r = mh / (sqrt(vh) + eps) + wd w`` times ``||w|| / ||r||``.
 RESCALE, STEP, LAMB = 0, 1, 2
 
-#: How many state buffers each op reads and writes: LARS its momentum
-#: ``v``, LAMB its moments ``m`` and ``v``.
-STATES = {RESCALE: 0, STEP: 1, LAMB: 2}
+#: The state buffers each op reads and writes, by name (for errors): LARS
+#: its momentum ``v``, LAMB its moments ``m`` and ``v``.
+STATE_NAMES = {RESCALE: (), STEP: ('momentum buffer',),
+               LAMB: ('first moment', 'second moment')}
+STATES = {op: len(names) for op, names in STATE_NAMES.items()}
 
 #: Columns of the CPU executor's address table (int64, a row per array):
-#: the addresses of the weight, gradient, first and second state buffer
-#: and float16 weight (of a mixed16 row, whose weight is the float32
-#: master; else 0), and the size (negative: no gradient this update).
-W, G, V, V2, H, SIZE = range(6)
+#: the addresses of the weight, first and second state buffer and, in a
+#: mixed16 row (whose weight is the float32 master), of what it writes
+#: besides: the float16 weight of a step, the hook's float32 gradient
+#: (else 0); and the size. The gradients' addresses come with each update.
+W, V, V2, OUT, SIZE = range(5)
 
 
 def written(op, scaled):

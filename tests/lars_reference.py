@@ -152,3 +152,11 @@ def assert_mixed16_close(a, b, states):
             numpy.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-7,
                                           err_msg=path)
         assert p.update_rule.t == q.update_rule.t
+
+
+def plan_of(face):
+    """The plan a face (an optimizer of ours, or the hook) keeps for the
+    one optimizer it ran on; ``None`` before its first update."""
+    plans = face._plans.plans()
+    assert len(plans) <= 1, plans
+    return plans[0] if plans else None

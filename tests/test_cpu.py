@@ -1,10 +1,8 @@
 """The CPU executor against float64 NumPy written out.
 
 Every test runs the engine on CPU groups, with the NumPy passes and, where
-Numba is installed, with the compiled loops. The NumPy passes' chunking is
-exercised with a small CHUNK, so that sizes below, at and above it, and not
-a multiple of it, all occur. A group of many arrays is checked against
-groups of one, bit for bit.
+Numba is installed, with the compiled loops. A group of many arrays is
+checked against groups of one, bit for bit.
 """
 
 import builtins
@@ -39,12 +37,6 @@ def cpu_backend(request, monkeypatch):
     return request.param
 
 
-@pytest.fixture(autouse=True)
-def small_chunks(monkeypatch):
-    # The scratch buffers are keyed by CHUNK, so none is too short.
-    monkeypatch.setattr(cpu, 'CHUNK', 16)
-
-
 SIZES = [0, 1, 15, 16, 17, 48, 101, 4099]
 DTYPES = [numpy.float16, numpy.float32, numpy.float64]
 TOL = {numpy.float16: dict(atol=1e-3, rtol=1e-2),
@@ -65,22 +57,25 @@ def _row(**settings):
     return row
 
 
-def _group(weights, states=None, rows=None):
-    group = engine.Group(CPU, weights[0].dtype)
+def _plan(op, weights, states=None, rows=None):
+    """A plan of one group of ``weights`` (and ``states``) with ``rows``."""
+    plan = engine.Plan(weights, lambda arrays: ([arrays], ()))
     for k, w in enumerate(weights):
-        group.add('/p{}'.format(k), None, None, w,
-                  () if states is None else (states[k],))
-    group.prepare()
+        plan.add(None, CPU, op, '/p{}'.format(k), None, None, w,
+                 () if states is None else (states[k],))
+    group, = plan.finish().groups
     if rows is not None:
-        group.rows[...] = rows
-    return group
+        engine.settings(group, numpy.asarray(rows).tobytes(),
+                        lambda group, key: group.rows.__setitem__(
+                            Ellipsis, rows))
+    return plan
 
 
 def _run(op, row, w, g, v=None):
     """One array through the engine; returns what it observed."""
-    group = _group([w], None if v is None else [v], row)
-    assert engine.run(group, [g], op) == []
-    return engine.observed(group)[0]
+    plan = _plan(op, [w], None if v is None else [v], row)
+    assert engine.update(plan, [[g]]) == [[]]
+    return engine.observed(plan.groups[0].last)[0]
 
 
 def _norms(w, g, scale=1.0):
@@ -220,9 +215,9 @@ def test_non_finite_values_pass_silently_and_stay_in_their_array():
     g = numpy.array(bad, numpy.float32)
     w = numpy.ones_like(g)
     other = numpy.ones_like(g)
-    group = _group([w, other.copy()], rows=numpy.stack(
+    plan = _plan(L.RESCALE, [w, other.copy()], rows=numpy.stack(
         [_row(adapt=1, trust_coefficient=1.0)] * 2))
-    engine.run(group, [g, other], L.RESCALE)
+    engine.update(plan, [[g, other]])
     # ||g|| is NaN, so r = 1: the values stay where they are.
     assert numpy.isnan(g[2::4]).all() and numpy.isinf(g[0::4]).all()
     assert (other != 0).all() and numpy.isfinite(other).all()
@@ -270,9 +265,9 @@ def test_a_group_equals_groups_of_one(dtype, op, clip):
     copies = [[a.copy() for a in x] for x in arrays]
     rows = _rows(n, op, clip)
     states = arrays[2] if op == L.STEP else None
-    group = _group(arrays[0], states, rows)
-    assert engine.run(group, arrays[1], op) == []
-    obs = engine.observed(group)
+    plan = _plan(op, arrays[0], states, rows)
+    assert engine.update(plan, [arrays[1]]) == [[]]
+    obs = engine.observed(plan.groups[0].last)
     for k in range(n):
         one = _run(op, rows[k], copies[0][k], copies[1][k],
                    copies[2][k] if op == L.STEP else None)
@@ -287,23 +282,26 @@ def test_the_executor_takes_what_it_can_and_the_engine_the_rest():
     weights = [rng.standard_normal(6).astype(numpy.float32)
                for _ in range(5)]
     grads = [rng.standard_normal(6).astype(numpy.float32) for _ in range(5)]
-    group = _group(weights, [numpy.zeros(6, numpy.float32)] * 5,
-                   _rows(5, L.STEP))
+    plan = _plan(L.STEP, weights, [numpy.zeros(6, numpy.float32)
+                                   for _ in range(5)], _rows(5, L.STEP))
+    group, = plan.groups
     before = [w.copy() for w in weights]
     grads[1] = None
     grads[2] = grads[2].astype(numpy.float64)  # the NumPy passes take it
     grads[3] = numpy.repeat(grads[3], 2)[::2]  # strided: a copy is taken
     grads[4] = grads[4][:5]  # another size: nobody takes it
-    assert group.executor.run(group, grads, L.STEP) == [1, 3, 4]
+    gptr, = group.executor.take(plan, [group], [grads])
+    assert numpy.flatnonzero(gptr == 0).tolist() == [1, 2, 3, 4]
+    assert gptr[0] == grads[0].ctypes.data
     # The engine refuses it as NumPy would, before anything moves.
     moved = [w.copy() for w in weights]
     with pytest.raises(ValueError, match='/p4: the gradient has 5 elements'):
-        engine.run(group, grads, L.STEP)
+        engine.update(plan, [grads])
     assert all(w.tobytes() == m.tobytes() for w, m in zip(weights, moved))
     grads[4] = None
-    assert engine.run(group, grads, L.STEP) == [1, 4]
-    assert list(group.copies) == [3]
-    observed = engine.observe(group)
+    assert engine.update(plan, [grads]) == [[1, 4]]
+    assert list(group.last.copies) == [3]
+    observed = engine.observe(group.last)
     assert sorted(observed) == ['/p0', '/p2', '/p3']
     for k in (1, 4):
         assert weights[k].tobytes() == before[k].tobytes()

@@ -2,8 +2,11 @@
 
 import ast
 import copy
+import functools
+import gc
 import os
 import pickle
+import weakref
 
 import numpy
 import pytest
@@ -13,6 +16,7 @@ from chainer import optimizers
 
 import chainer_lars
 from chainer_lars import engine
+from chainer_lars import fused
 from chainer_lars import layout as L
 from tests import lars_reference as ref
 
@@ -27,17 +31,18 @@ def _model():
     return model
 
 
-def _plan(model):
-    return engine.Plan(list(model.params()), lambda rules: [
-        r.enabled for r in rules], states=True)
+def _plan(params):
+    return engine.Plan(params, functools.partial(
+        fused.FusedMethod._depends, ('v',)))
 
 
 @pytest.mark.parametrize('change', [
-    'nothing', 'array', 'rule', 'state', 'disabled', 'parameter'])
+    'nothing', 'array', 'rule', 'state', 'disabled', 'parameter',
+    'rule hook'])
 def test_a_plan_holds_while_the_parameters_stay_put(change):
     model = _model()
     chainer_lars.LARS().setup(model).update()  # the rules' states
-    plan = _plan(model)
+    plan = _plan(list(model.params()))
     param = model.fc.W
     if change == 'array':
         param.array = param.array.copy()
@@ -50,55 +55,90 @@ def test_a_plan_holds_while_the_parameters_stay_put(change):
     elif change == 'parameter':
         with model.fc.init_scope():
             model.fc.W = chainer.Parameter(param.array)
+    elif change == 'rule hook':
+        param.update_rule.add_hook(lambda rule, param: None, name='h')
     assert plan.matches(list(model.params())) == (change == 'nothing')
 
 
 def test_a_copy_of_a_plan_cache_is_empty():
     cache = engine.PlanCache()
-    cache.plan = _plan(_model())
-    assert copy.deepcopy(cache).plan is None
-    assert pickle.loads(pickle.dumps(cache)).plan is None
+    model = _model()
+    cache.get(model, list(model.params()), _plan)
+    assert len(cache.plans()) == 1
+    assert copy.deepcopy(cache).plans() == []
+    assert pickle.loads(pickle.dumps(cache)).plans() == []
+
+
+def test_a_plan_cache_keeps_a_plan_while_its_owner_lives():
+    cache = engine.PlanCache()
+    model = _model()
+    params = list(model.params())
+    plan = cache.get(model, params, _plan)
+    assert cache.get(model, params, None) is plan
+    held = weakref.ref(params[0].array)
+    del model, params, plan
+    gc.collect()
+    assert cache.plans() == [] and held() is None
 
 
 def test_groups_by_device_and_dtype_and_key():
-    plan = engine.Plan([], list)
     arrays = [numpy.ones(3, numpy.float32), numpy.ones(3, numpy.float64),
               numpy.ones(4, numpy.float32), numpy.ones(2, numpy.float32)]
+    plan = engine.Plan(arrays, lambda arrays: ([arrays], ()))
     for k, a in enumerate(arrays[:3]):
-        plan.add(None, CPU, '/p{}'.format(k), a, None, a, (),
+        plan.add(None, CPU, L.RESCALE, '/p{}'.format(k), a, None, a, (),
                  (k != 1, k != 2))
-    plan.add('/q', CPU, '/q', arrays[3], None, arrays[3])
+    plan.add('/q', CPU, L.RESCALE, '/q', arrays[3], None, arrays[3])
     groups = plan.finish(arrays).groups
     assert plan.where == [[0, 2], [1], [3]]
     assert [g.paths for g in groups] == [['/p0', '/p2'], ['/p1'], ['/q']]
     assert all(g.rows.shape == (len(g), len(L.COLUMNS)) for g in groups)
-    assert [g.static.tolist() for g in groups] == [
-        [[1, 1], [1, 0]], [[0], [1]], [[1], [1]]]
+    assert [(g.uses_wd.tolist(), g.adapt.tolist()) for g in groups] == [
+        ([1, 1], [1, 0]), ([0], [1]), ([1], [1])]
 
 
-def test_a_group_of_one_is_kept_while_its_arrays_are():
-    w, v = numpy.ones(3, numpy.float32), numpy.zeros(3, numpy.float32)
-    one = engine.group_of_one(None, CPU, '/w', w, (v,))
-    assert engine.group_of_one(one, CPU, '/w', w, (v,)) is one
-    assert engine.group_of_one(one, CPU, '/w', w.copy(), (v,)) is not one
-    assert engine.group_of_one(one, CPU, '/w', w, (v.copy(),)) is not one
+def test_settings_are_filled_when_their_values_change():
+    plan = engine.Plan([numpy.ones(3)], lambda arrays: ([arrays], ()))
+    plan.add(None, CPU, L.STEP, '/w', None, None, numpy.ones(3),
+             (numpy.zeros(3),))
+    group, = plan.finish().groups
+    filled = []
+
+    def fill(group, key):
+        filled.append(key)
+        group.rows[:, L.LR] = key[0]
+        group.rows[:, L.LOSS_SCALE] = key[1]
+
+    for key in [(0.5, 1.0), (0.5, 1.0), (0.25, 1.0), (0.25, 8.0)]:
+        engine.settings(group, key, fill)
+    assert filled == [(0.5, 1.0), (0.25, 1.0), (0.25, 8.0)]
+    assert group.scaled and group.rows[0, L.LR] == 0.25
+
+    def refuse(group, key):
+        raise ValueError('refused')
+
+    with pytest.raises(ValueError):
+        engine.settings(group, (1.0, 1.0), refuse)
+    assert group.key is None  # filled again at the next update
+    engine.settings(group, (0.25, 8.0), fill)
+    assert filled[-1] == (0.25, 8.0)
 
 
 def test_observe_reports_rows_that_had_an_update_and_are_asked_for():
     weights = [numpy.full(4, k + 1.0, numpy.float32) for k in range(3)]
-    group = engine.Group(CPU, numpy.float32)
+    plan = engine.Plan(weights, lambda arrays: ([arrays], ()))
     for k, w in enumerate(weights):
-        group.add('/p{}'.format(k), None, None, w)
-    group.prepare()
+        plan.add(None, CPU, L.RESCALE, '/p{}'.format(k), None, None, w)
+    group, = plan.finish().groups
     group.rows[:, L.ADAPT] = 1
     group.rows[:, L.TRUST_COEFFICIENT] = 1
     grads = [numpy.ones(4, numpy.float32), None,
              numpy.ones(4, numpy.float32)]
-    assert engine.run(group, grads, L.RESCALE) == [1]
-    observed = engine.observe(group)
+    assert engine.update(plan, [grads]) == [[1]]
+    observed = engine.observe(group.last)
     assert sorted(observed) == ['/p0', '/p2']
     assert observed['/p2'] == pytest.approx((3.0, 6.0, 2.0))
-    assert sorted(engine.observe(group, [1, 1, 0])) == ['/p0']
+    assert sorted(engine.observe(group.last, [1, 1, 0])) == ['/p0']
 
 
 def test_both_faces_share_one_executor_per_device():
@@ -107,7 +147,7 @@ def test_both_faces_share_one_executor_per_device():
     hook(opt)
     lars = chainer_lars.LARS().setup(_model())
     lars.update()
-    executors = {g.executor for p in (hook._plans.plan, lars._plans.plan)
+    executors = {g.executor for p in (ref.plan_of(hook), ref.plan_of(lars))
                  for g in p.groups}
     assert executors == {engine.executor_for(CPU)}
 
@@ -115,22 +155,23 @@ def test_both_faces_share_one_executor_per_device():
 @pytest.mark.parametrize('face', ['hook', 'lars'])
 def test_the_per_array_paths_check_only_the_arrays_that_changed(
         face, monkeypatch):
-    """The hook's per-array plan stamps all its groups in one call and
-    LARS's per-rule path stamps and steps in one: each checks again
-    exactly the arrays whose stamps changed, and the steps stay those of
-    the multi-tensor path."""
+    """The hook's per-array plan reads the stamps of all its groups in one
+    compiled call, LARS's per-rule path stamps and steps in one. An array
+    is checked when its plan is made and again only where its stamp
+    changed; a gradient in another buffer is taken as it is (its stamp
+    says what the check would). The steps stay those of the
+    multi-tensor path."""
     if chainer_lars.cpu.backend() != 'numba':
         pytest.skip('stamps are read by the compiled loop')
-    checked, stamped = [], []
+    jit = chainer_lars.cpu._jit()
+    checked, calls = [], []
     real = chainer_lars.checks.addressed
     monkeypatch.setattr(chainer_lars.checks, 'addressed',
                         lambda path, *a, **k: checked.append(path) or real(
                             path, *a, **k))
-    # A group's own stamps are read where the one call found a change.
-    executor = type(chainer_lars.cpu.executor)
-    changed = executor.changed
-    monkeypatch.setattr(executor, 'changed', lambda self, group, grads: (
-        stamped.extend(group.paths) or changed(self, group, grads)))
+    for name in ('restamp', 'restamp_update'):
+        monkeypatch.setattr(jit, name, lambda *a, _f=getattr(jit, name),
+                            _n=name: calls.append(_n) or _f(*a))
     models = [ref.Net(), ref.Net()]
     for model, multi_tensor in zip(models, (False, True)):
         ref.fill(model, 0)
@@ -147,17 +188,28 @@ def test_the_per_array_paths_check_only_the_arrays_that_changed(
     for model in models:
         for path, param in model.namedparams():
             param.grad = grads[path].copy()
-    for step, change in enumerate([None, None, paths[-1], None, paths[1]]):
+    for step, change in enumerate([None, 'grad', None, 'weight']):
         for model in models:
-            if change is not None:  # another buffer, the same values
-                param = dict(model.namedparams())[change]
+            param = dict(model.namedparams())[paths[1]]
+            if change == 'grad':  # another buffer, the same values
                 param.grad = param.grad.copy()
-            del checked[:], stamped[:]
+            elif change == 'weight':  # reallocated in place
+                shape = param.array.shape
+                param.array.resize((4000,), refcheck=False)
+                param.array.resize(shape, refcheck=False)
+            del checked[:], calls[:]
             model.opt.update()
             if model is models[0]:
-                first = sorted(checked), sorted(stamped)
-        want = [] if change is None else [change]
-        assert first == ((paths, paths) if step == 0 else (want, want)), step
+                first = sorted(checked), list(calls)
+        # LARS's per-rule path: one call a rule; the hook's plan: one.
+        one_call = (['restamp_update'] * len(paths) if face == 'lars'
+                    else ['restamp'])
+        if step == 0:
+            assert first == (paths, one_call), step
+        elif change == 'weight':
+            assert first[0] == [paths[1]], step
+        else:
+            assert first == ([], one_call), step
     for (path, a), (_, b) in zip(sorted(models[0].namedparams()),
                                  sorted(models[1].namedparams())):
         numpy.testing.assert_array_equal(a.array, b.array, err_msg=path)
@@ -186,7 +238,11 @@ def test_the_modules_import_each_other_without_a_cycle():
     assert graph['layout'] == set()
     assert graph['engine'] >= {'cpu', 'cuda', 'layout'}
     for low in ('cpu', 'cuda', '_numba', 'ratio', 'layout'):
-        assert not graph[low] & {'engine', 'hook', 'optimizer'}, low
+        assert not graph[low] & {'engine', 'hook', 'fused', 'lars', 'lamb',
+                                 'optimizer'}, low
+    # The faces share the fused base; none imports another face.
+    assert graph['lars'] >= {'fused'} and graph['lamb'] >= {'fused'}
+    assert not graph['fused'] & {'hook', 'lars', 'lamb', 'optimizer'}
     done, active = set(), []
 
     def visit(name):

@@ -30,11 +30,12 @@ def test_patterns_are_searched_not_matched():
     assert anchored.lookup('/predictor/bn1/gamma') == (True, True)
 
 
-def test_lookup_is_remembered():
-    rules = exclusions.ExclusionRules(exclude_from_weight_decay='/b$')
+def test_lookup_gives_both_flags():
+    rules = exclusions.ExclusionRules(exclude_from_weight_decay='/b$',
+                                      exclude_from_layer_adaptation='gamma')
     assert rules.lookup('/fc/b') == (False, True)
-    assert rules._cache == {'/fc/b': (False, True)}
-    assert rules.lookup('/fc/b') == (False, True)
+    assert rules.lookup('/bn/gamma') == (True, False)
+    assert rules.lookup('/fc/W') == (True, True)
 
 
 def test_a_single_pattern_is_a_list_of_one():

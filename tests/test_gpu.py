@@ -342,7 +342,7 @@ def test_lars_mixed16_launches_twice_whatever_the_number_of_arrays(gpu):
         opt.update()  # the rules make their masters and states
         del gpu.launches[:]
         opt.update()
-        mixed = [g for g in opt._plans.plan.groups if g.halves is not None]
+        mixed = [g for g in ref.plan_of(opt).groups if g.mixed16]
         assert [len(g) for g in mixed] == [n]
         counts.append(list(gpu.launches))
     assert counts == [['chainer_lars_multi_norms',
@@ -475,36 +475,27 @@ def test_no_transfer_to_the_host_in_an_update(gpu, make, dtype):
     lambda: (chainer_lars.LARS(), None),
     lambda: (chainer_lars.LAMB(), None),
 ])
-def test_table_is_reused_until_a_pointer_changes(gpu, make, tables):
+def test_an_update_uploads_its_addresses_in_one_copy_a_group(gpu, make):
+    """The gradients' addresses travel with the settings of each update,
+    in one copy a group, whatever they are: nothing is allocated on the
+    device and nothing is cached by address."""
+    if not gpu.emulated:
+        pytest.skip('counted by the emulator')
     _, dev = _pair(gpu, MIXED, numpy.float32)
     opt, hook = make()
     _run(dev, opt, hook, None, steps=2)
-    tables['built'] = 0
-    opt.update()  # new gradient objects in the same memory: no new table
-    dev.refill_grads(3)
-    opt.update()
-    assert tables['built'] == 0
-    keep = dev.l2.W.grad
-    dev.l2.W.grad = gpu.xp.zeros_like(dev.l2.W.array)  # another address
-    opt.update()
-    built = tables['built']
-    assert built >= 1
-    opt.update()
-    assert tables['built'] == built
-    del keep
-
-
-@pytest.fixture
-def tables(monkeypatch):
-    """Counts the tables built and repointed: ``{'built', 'repointed'}``."""
-    counts = {'built': 0, 'repointed': 0}
-    for name, key in (('__init__', 'built'), ('repoint', 'repointed')):
-        def counting(self, *args, _method=getattr(cuda_kernels.Table, name),
-                     _key=key):
-            counts[_key] += 1
-            _method(self, *args)
-        monkeypatch.setattr(cuda_kernels.Table, name, counting)
-    return counts
+    groups = ref.plan_of(hook or opt).groups
+    for step in range(3):
+        kept = [p.grad for p in dev.params()]  # the next are elsewhere
+        dev.refill_grads(3 + step)
+        assert all(a.data.ptr != p.grad.data.ptr
+                   for a, p in zip(kept, dev.params()))
+        emulated_cupy.stats.reset()
+        opt.update()
+        assert emulated_cupy.stats.to_device == len(
+            [g for g in groups if any(w.size for w in g.weights)])
+        assert emulated_cupy.stats.allocations == 0
+        assert ref.plan_of(hook or opt).groups == groups
 
 
 @pytest.mark.parametrize('make, dtype, fp32_update', [
@@ -514,7 +505,7 @@ def tables(monkeypatch):
     (lambda: (optimizers.MomentumSGD(lr=0.05),
               chainer_lars.GradientLARS(multi_tensor=False)),
      numpy.float32, False),
-    # The hook's delegates rescale the masters' new gradients per rule.
+    # The hook's batched pass rescales the masters' gradients.
     (lambda: (optimizers.MomentumSGD(lr=0.05), chainer_lars.GradientLARS()),
      numpy.float16, True),
     (lambda: (chainer_lars.LARS(weight_decay=1e-3), None),
@@ -523,12 +514,10 @@ def tables(monkeypatch):
      numpy.float16, True),
     (lambda: (chainer_lars.LAMB(), None), numpy.float64, False),
 ])
-def test_tables_are_repointed_to_gradients_at_new_addresses(
-        gpu, make, dtype, fp32_update, tables):
+def test_gradients_at_new_addresses_at_every_update_as_the_cpu(
+        gpu, make, dtype, fp32_update):
     """Gradients at new addresses at every update, as in a run, where their
-    memory is the pool's to give: once a group's cache is full, its least
-    recent table takes the new pointers (no table is built), and every
-    update is the CPU's."""
+    memory is the pool's to give: every update is the CPU's."""
     cpu, dev = _pair(gpu, MIXED, dtype, g_scale=1e-2)
     kept = []  # every gradient stays alive: no address comes back
     runs = []
@@ -536,23 +525,11 @@ def test_tables_are_repointed_to_gradients_at_new_addresses(
         opt, hook = make()
         _run(model, opt, hook, None, fp32_update=fp32_update, steps=0)
         runs.append(opt)
-        for param in model.params():
-            # Chainer's fp32 update makes the masters' gradients with
-            # astype and drops them after the update: keep those too.
-            param.update_rule.add_hook(
-                lambda rule, param: kept.append(param.grad),
-                name='keep', timing='pre')
-    capacity = cuda_kernels._GroupTables.CAPACITY
-    for step in range(capacity + 3):
-        if step == capacity:
-            built = tables['built']
-            assert built and not tables['repointed']
+    for step in range(6):
         for model, opt in zip((cpu, dev), runs):
             model.refill_grads(200 + step, 1e-2)
             kept.append([p.grad for p in model.params()])
             opt.update()
-    assert tables['built'] == built
-    assert tables['repointed'] >= 3
     if fp32_update:
         _assert_close(_masters(dev), _masters(cpu), numpy.float32, factor=4)
     else:
@@ -615,11 +592,11 @@ def test_fp16_model_matches_reference_net(gpu):
         testing.assert_allclose(b[path], a[path], rtol=1e-2, atol=1e-3)
 
 
-def test_executor_takes_what_it_can_and_keys_tables_by_gradients(gpu):
-    """CudaExecutor.run on odd gradients: those it cannot take are left
-    alone and reported; a contiguous one of another shape but the same size
-    is taken; its results equal the CPU executor's. engine.run takes the
-    strided one through a contiguous copy."""
+def test_executor_takes_what_it_can_and_the_engine_the_rest(gpu):
+    """CudaExecutor.take on odd gradients: a contiguous one of another
+    shape but the same size is taken, the others left to the engine (no
+    gradient; strided: a contiguous copy); the results equal the CPU
+    executor's."""
     from chainer_lars import engine
     from chainer_lars import layout as L
 
@@ -638,52 +615,41 @@ def test_executor_takes_what_it_can_and_keys_tables_by_gradients(gpu):
     rows[:, L.REQUIRE_GRAD] = 1.0
     xp = gpu.xp
 
-    def group_of(device):
+    def plan_of(device):
         device = chainer.get_device(device)
-        group = engine.Group(device, dtype)
-        for k, w in enumerate(host):
-            group.add('/p{}'.format(k), None, None, device.send(w.copy()),
-                      (device.send(numpy.zeros_like(w)),))
-        group.prepare().rows[...] = rows
-        return group
+        weights = [device.send(w.copy()) for w in host]
+        plan = engine.Plan(weights, lambda arrays: ([arrays], ()))
+        for k, w in enumerate(weights):
+            plan.add(None, device, L.STEP, '/p{}'.format(k), None, None, w,
+                     (device.send(numpy.zeros_like(host[k])),))
+        plan.finish().groups[0].rows[...] = rows
+        return plan
 
-    dev, cpu = group_of('@cupy:0'), group_of('@numpy')
+    dev, cpu = plan_of('@cupy:0'), plan_of('@numpy')
     dev_g = [xp.asarray(g) for g in host_g]
     cpu_g = list(host_g)
     dev_g[1] = cpu_g[1] = None
-    strided = xp.asarray(numpy.repeat(host_g[2], 2))[::2]
-    dev_g[2], cpu_g[2] = strided, numpy.repeat(host_g[2], 2)[::2]
+    dev_g[2] = xp.asarray(numpy.repeat(host_g[2], 2))[::2]
+    cpu_g[2] = numpy.repeat(host_g[2], 2)[::2]
     dev_g[3] = xp.asarray(host_g[3].reshape(2, 3))  # taken: same size
     cpu_g[3] = host_g[3].reshape(2, 3)
-    before = [cuda.to_cpu(w) for w in dev.weights]
-    assert dev.executor.run(dev, dev_g, L.STEP) == [1, 2]
-    assert cpu.executor.run(cpu, cpu_g, L.STEP) == [1, 2]
-    for k in (1, 2):
-        assert cuda.to_cpu(dev.weights[k]).tobytes() == before[k].tobytes()
-    for k in (0, 3, 4):
-        assert cuda.to_cpu(dev.weights[k]).tobytes() != before[k].tobytes()
-        numpy.testing.assert_allclose(cuda.to_cpu(dev.weights[k]),
-                                      cpu.weights[k], rtol=1e-5, atol=1e-7)
-    observed = dev.executor.observe(dev)
-    assert numpy.isnan(observed[[1, 2]]).all()
-    numpy.testing.assert_allclose(observed[[0, 3, 4]],
-                                  cpu.executor.observe(cpu)[[0, 3, 4]],
-                                  rtol=1e-5)
-    # All of them, then the partial set again: one table each, reused.
-    full = [xp.asarray(g) for g in host_g]
-    assert dev.executor.run(dev, full, L.STEP) == []
-    assert dev.tables.cache.builds == 2
-    assert dev.executor.run(dev, dev_g, L.STEP) == [1, 2]
-    assert dev.tables.cache.builds == 2
-    assert not numpy.isnan(dev.executor.observe(dev)[[0, 3, 4]]).any()
-    # The engine takes the strided gradient through a copy, as on the CPU.
-    dev, cpu = group_of('@cupy:0'), group_of('@numpy')
-    assert engine.run(dev, dev_g, L.STEP) == [1]
-    assert engine.run(cpu, cpu_g, L.STEP) == [1]
+    group = dev.groups[0]
+    gptr, = group.executor.take(dev, [group], [dev_g])
+    assert numpy.flatnonzero(gptr == 0).tolist() == [1, 2]
+    assert gptr[3] == dev_g[3].data.ptr
+    assert engine.update(dev, [dev_g]) == [[1]]
+    assert engine.update(cpu, [cpu_g]) == [[1]]
+    assert list(group.last.copies) == [2]
     for k in (0, 2, 3, 4):
-        numpy.testing.assert_allclose(cuda.to_cpu(dev.weights[k]),
-                                      cpu.weights[k], rtol=1e-5, atol=1e-7)
-    assert sorted(engine.observe(dev)) == ['/p0', '/p2', '/p3', '/p4']
+        numpy.testing.assert_allclose(cuda.to_cpu(group.weights[k]),
+                                      cpu.groups[0].weights[k], rtol=1e-5,
+                                      atol=1e-7)
+    observed = engine.observed(group.last)
+    assert numpy.isnan(observed[1]).all()
+    numpy.testing.assert_allclose(
+        observed[[0, 2, 3, 4]],
+        engine.observed(cpu.groups[0].last)[[0, 2, 3, 4]], rtol=1e-5)
+    assert sorted(engine.observe(group.last)) == ['/p0', '/p2', '/p3', '/p4']
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
@@ -859,7 +825,7 @@ def test_lamb_mixed16_batched_agrees_with_the_rule_path(gpu, scaling):
         None, scaling, fp32_update=True, steps=3, g_scale=1e-2)
         for model, multi_tensor in ((cpu, True), (devs[0], True),
                                     (devs[1], False))]
-    assert all(g.halves is not None for g in opts[1]._plans.plan.groups)
+    assert all(g.mixed16 for g in ref.plan_of(opts[1]).groups)
     batched, per_rule = devs
     for expected in (per_rule, cpu):
         _assert_close(_masters(batched), _masters(expected), numpy.float32,
@@ -869,3 +835,44 @@ def test_lamb_mixed16_batched_agrees_with_the_rule_path(gpu, scaling):
             ulp = numpy.spacing(numpy.maximum(
                 numpy.abs(half), numpy.abs(other)).astype(numpy.float16))
             assert (numpy.abs(half - other) <= ulp).all(), path
+
+
+def test_hook_mixed16_launches_as_often_for_8_arrays_as_for_64(gpu):
+    """With float32 masters, the float16 gradients are rescaled in one
+    batched pass: our launches do not grow with the number of arrays."""
+    counts = []
+    for n in (8, 64):
+        _, dev = _pair(gpu, [THREADS + 1] * n, numpy.float16, biases=0)
+        opt = optimizers.MomentumSGD(lr=0.05)
+        _run(dev, opt, chainer_lars.GradientLARS(), 'dynamic',
+             fp32_update=True, steps=2, g_scale=1e-2)  # the masters made
+        del gpu.launches[:]
+        dev.refill_grads(9, 1e-2)
+        _scale_grads(dev, opt._loss_scale)
+        opt.update()
+        counts.append(list(gpu.launches))
+    assert counts[0] == counts[1] == ['chainer_lars_multi_norms',
+                                      'chainer_lars_multi_scale_add']
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_hook_mixed16_batched_agrees_with_the_rule_path(gpu, multi_tensor):
+    """The batched pass against the hook in each rule, on the device,
+    through an overflow under dynamic scaling: masters and momentum to
+    float32 rounding, float16 weights within one unit in the last place;
+    and against the CPU's batched pass."""
+    from tests import test_hook
+    runs, hook = test_hook._mixed16_runs(multi_tensor, xp=gpu.xp,
+                                         send=gpu.send)
+    cpu_runs, cpu_hook = test_hook._mixed16_runs(multi_tensor)
+    for (model, _), (cpu, _) in zip(runs, cpu_runs):
+        for path, param in model.namedparams():
+            rule = param.update_rule
+            cpu_param = dict(cpu.namedparams())[path]
+            for x, y in ((rule._fp32_param.array,
+                          cpu_param.update_rule._fp32_param.array),
+                         (rule.state['v'], cpu_param.update_rule.state['v'])):
+                testing.assert_allclose(cuda.to_cpu(x), y, rtol=1e-5,
+                                        atol=1e-7)
+    ref.assert_mixed16_close(runs[0][0], runs[1][0], states=('v',))
+    _assert_same_observations([cpu_hook, hook], numpy.float32)

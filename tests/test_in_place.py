@@ -183,8 +183,9 @@ def test_no_gradient_is_kept_after_the_update(face, mt, device):
 
 
 def test_the_hook_keeps_no_deleted_float16_parameter():
-    """Only the plan of the optimizer the hook last ran on holds its
-    parameters; the float16 ones of earlier models go with them."""
+    """A hook kept across runs holds no parameter of a model whose
+    optimizer is gone, the last one's included (its plans go with their
+    owners)."""
     out = lines('''
         import gc, weakref
         hook = chainer_lars.GradientLARS()
@@ -202,9 +203,10 @@ def test_the_hook_keeps_no_deleted_float16_parameter():
             refs.append(weakref.ref(p))
             del p, m, o
         gc.collect()
-        print([r() is None for r in refs], len(hook._singles))
+        print([r() is None for r in refs], len(hook._singles.plans()),
+              len(hook._plans.plans()))
     ''')
-    assert out == ['[True, True, False] 1'], out
+    assert out == ['[True, True, True] 0 0'], out
 
 
 @pytest.mark.parametrize('device', DEVICES)

@@ -333,7 +333,7 @@ def test_mixed16_batched_agrees_with_the_rule_path(scale):
         assert sorted(observed[0]) == sorted(observed[1])
         for path, row in observed[0].items():
             numpy.testing.assert_allclose(row, observed[1][path], rtol=1e-6)
-    mixed = [g for g in opts[0]._plans.plan.groups if g.halves is not None]
+    mixed = [g for g in lars_reference.plan_of(opts[0]).groups if g.mixed16]
     assert sorted(p for g in mixed for p in g.paths) == sorted(
         p for p, _ in models[0].namedparams())
 

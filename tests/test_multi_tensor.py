@@ -69,7 +69,7 @@ def state_of(model, opt):
 
 def batched_paths(opt):
     """The paths the optimizer's plan batches (multi_tensor=True)."""
-    plan = opt._plans.plan
+    plan = ref.plan_of(opt)
     return sorted(path for group in plan.groups for path in group.paths)
 
 
@@ -332,11 +332,11 @@ def test_float16_master_copies_are_batched_as_their_rules_step(scale,
 
     (model, opt), _ = run_both(make_mixed, 4, step_fn, mixed16=True,
                                nesterov=nesterov, **KWARGS)
-    mixed = [group for group in opt._plans.plan.groups
-             if group.halves is not None]
+    mixed = [group for group in ref.plan_of(opt).groups
+             if group.mixed16]
     assert [group.paths for group in mixed] == [['/h/W', '/h/b']]
     assert batched_paths(opt) == ['/a/W', '/a/b', '/h/W', '/h/b']
-    for path, half in zip(mixed[0].paths, mixed[0].halves):
+    for path, half in zip(mixed[0].paths, mixed[0].extras):
         param = dict(model.namedparams())[path]
         assert half is param.array and half.dtype == numpy.float16
         master = param.update_rule._fp32_param.array
@@ -365,7 +365,7 @@ def test_float16_master_copies_through_an_overflow_with_dynamic_scaling():
     runs = run_both(make_mixed, 5, step_fn, mixed16=True, **KWARGS)
     assert runs[0][1]._loss_scale == runs[1][1]._loss_scale
     assert [opt.t for _, opt in runs] == [5, 5]
-    mixed = [g for g in runs[0][1]._plans.plan.groups if g.halves is not None]
+    mixed = [g for g in ref.plan_of(runs[0][1]).groups if g.mixed16]
     assert [g.paths for g in mixed] == [['/h/W', '/h/b']]
 
 
@@ -600,7 +600,7 @@ def test_hook_equals_per_array_path(dtype, kwargs, scale):
         train_step(dtype)(model, opt, step)
 
     (model, _, hook), _ = run_hook_both(net(dtype), 4, step_fn, **kwargs)
-    group, = hook._plans.plan.groups  # every array in one group
+    group, = ref.plan_of(hook).groups  # every array in one group
     assert sorted(group.paths) == sorted(p for p, _ in model.namedparams())
 
 

@@ -276,19 +276,20 @@ def test_copy_on_gpu_makes_its_own_tables(how, multi_tensor):
         other = (pickle.loads(pickle.dumps(opt)) if how == 'pickle'
                  else copy.deepcopy(opt))
         rules = [p.update_rule for p in other.target.params()]
-        assert all(r._group is None and not r._observed for r in rules)
-        assert other._plans.plan is None
+        assert all(r._plan is None and not r._observed for r in rules)
+        assert ref.plan_of(other) is None
         for k in (1, 2):
             step(opt, k)
             step(other, k)
         ours = dict(model.namedparams())
         if multi_tensor:
-            # The batched path keeps its tables in the plan's groups.
-            assert other._plans.plan is not None
-            assert other._plans.plan is not opt._plans.plan
+            # The batched path keeps its device buffers in the plan's
+            # groups.
+            assert ref.plan_of(other) is not None
+            assert ref.plan_of(other) is not ref.plan_of(opt)
         for path, param in other.target.namedparams():
             if not multi_tensor:
-                assert param.update_rule._group.tables is not None
+                assert param.update_rule._plan.groups[0].state is not None
             assert (param.array.get().tobytes()
                     == ours[path].array.get().tobytes()), path
         assert other.observe() == opt.observe()

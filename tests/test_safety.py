@@ -163,9 +163,9 @@ def test_the_hook_refuses_a_read_only_gradient(multi_tensor):
 
 
 @pytest.mark.emulated
-def test_a_gpu_table_built_for_the_hook_is_not_used_for_a_step():
-    """The same gradients under two ops: the step must get the momentum
-    buffers' pointers, not the hook's zeros."""
+def test_the_hook_and_a_step_on_the_same_gpu_arrays_keep_their_words():
+    """The same gradients under two ops, one plan each: the step must get
+    the momentum buffers' pointers, not the hook's zeros."""
     out = lines('''
         device = chainer.get_device('@cupy:0')
         xp = device.xp
@@ -173,15 +173,19 @@ def test_a_gpu_table_built_for_the_hook_is_not_used_for_a_step():
             w = xp.asarray(np.linspace(1, 2, 300, dtype=np.float32))
             g = xp.asarray(np.linspace(-1, 1, 300, dtype=np.float32))
             v = xp.zeros(300, np.float32)
-        group = engine.Group(device, np.float32)
-        group.add('/w', None, None, w, (v,))
-        group.prepare()
-        group.rows[:, L.LR] = 0.5
-        group.rows[:, L.MOMENTUM] = 0.9
-        group.rows[:, L.ADAPT] = 0.0
+        plans = []
+        for op in (L.RESCALE, L.STEP):
+            plan = engine.Plan([w], lambda arrays: ([arrays], ()))
+            plan.add(None, device, op, '/w', None, None, w,
+                     (v,) if op == L.STEP else ())
+            group, = plan.finish().groups
+            group.rows[:, L.LR] = 0.5
+            group.rows[:, L.MOMENTUM] = 0.9
+            group.rows[:, L.ADAPT] = 0.0
+            plans.append(plan)
         w0, g0 = w.get(), g.get()
-        engine.run(group, [g], L.RESCALE)
-        engine.run(group, [g], L.STEP)
+        for plan in plans:
+            engine.update(plan, [[g]])
         print(np.allclose(v.get(), 0.5 * g0), np.allclose(w.get(),
                                                           w0 - 0.5 * g0))
     ''', emulated=True)

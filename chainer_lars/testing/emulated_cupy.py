@@ -54,10 +54,14 @@ class Stats(object):
         self.launches = []
         #: int: device-to-host transfers (any value read on the host).
         self.to_host = 0
+        #: int: device-to-host copies that the host does not wait for.
+        self.to_host_async = 0
         #: int: host-to-device transfers.
         self.to_device = 0
         #: int: elementwise (non-kernel) operations computed on the device.
         self.operations = 0
+        #: int: device arrays allocated.
+        self.allocations = 0
 
 
 #: The statistics of this process's emulated device.
@@ -79,6 +83,7 @@ class _Allocation(object):
     __slots__ = ('buffer', 'start', 'nbytes', '__weakref__')
 
     def __init__(self, nbytes):
+        stats.allocations += 1
         free = _pool.get(nbytes)
         if free:
             self.buffer, self.start = free.pop()
@@ -309,8 +314,11 @@ class ndarray(object):
         return len(self._a)
 
     # --- leaving the device ------------------------------------------
-    def get(self, stream=None, order='C', out=None):
-        stats.to_host += 1
+    def get(self, stream=None, order='C', out=None, blocking=True):
+        if blocking:
+            stats.to_host += 1
+        else:  # into pinned memory, read once an event says it is done
+            stats.to_host_async += 1
         if out is not None:
             out[...] = self._a
             return out

@@ -1,0 +1,517 @@
+"""What the fused faces (:class:`~chainer_lars.LARS`,
+:class:`~chainer_lars.LAMB`) share: the optimizer's ``update`` (a fork of
+Chainer's) over the engine's plan, the rule's own path as a plan of one
+array, the settings rows, and the loss-scaling state and float32 master
+copies in snapshots."""
+
+import functools
+import operator
+import warnings
+
+import numpy
+
+import chainer
+from chainer import optimizer
+from chainer import variable
+
+from chainer_lars import checks
+from chainer_lars import engine
+from chainer_lars import exclusions
+from chainer_lars import layout as L
+
+
+# Chainer's Optimizer attributes of loss scaling, with the value each has
+# before ``loss_scaling()``; Optimizer.serialize saves none of them.
+_LOSS_SCALING = (('_loss_scale', None), ('_loss_scale_max', 65504.0),
+                 ('_loss_scaling_is_dynamic', False),
+                 ('_loss_scaling_multiplier', None),
+                 ('_loss_scaling_isnan_ever', False))
+
+
+def serialize_loss_scaling(optimizer, serializer):
+    """Saves or loads ``optimizer``'s loss scale and dynamic-scaling state
+    (Chainer's private attributes, ``None`` as NaN); a snapshot without
+    them leaves the optimizer as it is."""
+    for k, (name, default) in enumerate(_LOSS_SCALING):
+        value = getattr(optimizer, name, default)
+        try:
+            value = serializer(name[1:], numpy.nan if value is None
+                               else float(value))
+        except KeyError:
+            if k:  # a snapshot with some of them is damaged
+                raise
+            return
+        if isinstance(serializer, chainer.serializer.Deserializer):
+            value = float(value)
+            setattr(optimizer, name, None if numpy.isnan(value) else
+                    bool(value) if isinstance(default, bool) else value)
+
+
+def serialize_master(rule, serializer, device=None):
+    """Saves or loads ``rule``'s float32 master copy, which Chainer leaves
+    out of snapshots (a resumed float16 run would restart from rounded
+    weights): into the copy there is, else a new one (sent to ``device``
+    where given); a snapshot without one loads as before."""
+    master = rule._fp32_param
+    current = None if master is None else master.array
+    if isinstance(serializer, chainer.serializer.Serializer):
+        if current is not None:
+            serializer('fp32_param', current)
+        return
+    try:
+        value = serializer('fp32_param', current)
+    except KeyError:  # not made yet when the snapshot was written
+        return
+    if value is not None and current is None:
+        if device is not None:
+            value = device.send(value)
+        rule._fp32_param = chainer.Parameter(value)
+
+
+def master(param, rule):
+    """The float32 master copy that a float16 parameter's rule steps under
+    ``use_fp32_update()``, where it is made and on the parameter's device
+    (a master loaded from a snapshot lives on the CPU until the rule's
+    first update), else ``None``."""
+    copy = getattr(rule, '_fp32_param', None)
+    if (rule._use_fp32_update and param.dtype == numpy.float16
+            and copy is not None and copy.array is not None
+            and copy.device == param.device):
+        return copy.array
+    return None
+
+
+def warn_rounded(face, paths):
+    """The warning of float16 weights whose step rounded away."""
+    warnings.warn(
+        '{}: the step of {} rounded away in float16 for most of its '
+        'elements (the weights did not change): call '
+        'optimizer.use_fp32_update() to step float32 master copies of '
+        'float16 parameters'.format(face, ', '.join(paths)), RuntimeWarning,
+        stacklevel=3)
+
+
+class FusedRule(optimizer.UpdateRule):
+
+    """What the rules of the fused faces share: the exclusion flags, the
+    state buffers named in ``STATES``, the float32 master copy in
+    snapshots, and the engine's ``OP`` on a plan of one array. A face's
+    rule has its ``_DEFAULTS``, and ``_fill_rows(rows, values, steps,
+    uses_weight_decay, adapt, paths, dtype)`` fills and checks its
+    settings rows from the hyperparameter values (``_VALUES`` of a
+    ``Hyperparameter``, ``_RULE_VALUES`` of a rule) and, where
+    ``_STEPPED``, the steps ``t``."""
+
+    # GradientLARS refuses to run on us (checks.double_adaptation).
+    adapts_rates = True
+
+    is_elementwise = False
+
+    def __init__(self, parent_hyperparam=None, uses_weight_decay=True,
+                 uses_adaptation=True):
+        super(FusedRule, self).__init__(
+            parent_hyperparam or self._DEFAULTS)
+        self.uses_weight_decay = uses_weight_decay
+        self.uses_adaptation = uses_adaptation
+        # The per-rule path's plan; whether the last update took it; the
+        # parameter's path, once the optimizer's setup names it.
+        self._plan = None
+        self._observed = False
+        self._path = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__, _plan=None, _observed=False)
+        state.pop('_group', None)  # a pickle of 0.2.0's
+        return state
+
+    def init_state(self, param):
+        with chainer.using_device(param.device):
+            for key in self.STATES:
+                self.state[key] = param.device.xp.zeros_like(param.array)
+
+    def serialize(self, serializer):
+        """Serializes the state and the float32 master copy
+        (:func:`serialize_master`)."""
+        super(FusedRule, self).serialize(serializer)
+        serialize_master(self, serializer)
+
+    def update(self, param):
+        master = self._fp32_param
+        if (master is not None and master.array is not None
+                and master.device != param.device):
+            # A master copy loaded from a snapshot lives on the CPU.
+            master.to_device(param.device)
+        super(FusedRule, self).update(param)
+
+    # ChainerX arrays take UpdateRule's default path: memory-shared NumPy or
+    # CuPy views of them are passed here.
+    def update_core_cpu(self, param):
+        w, g = param.array, param.grad
+        if g is None:
+            return
+        states = list(map(self.state.__getitem__, self.STATES))
+        plan = getattr(self, '_plan', None)
+        if plan is None or not plan.matches([w] + states):
+            path = self._path or param.name
+            _check_dtype(path, w, self._face)
+            plan = self._plan = engine.Plan([w] + states, _arrays)
+            plan.add(None, param.device, self.OP, path, None, self, w,
+                     states)
+            plan.finish()
+        group, = plan.groups
+        # The loss scale is already divided out (UpdateRule.update); t
+        # counts this step already. A hyperparameter holding only its
+        # parent has the parent's values, read directly (through its
+        # __getattr__, 3 us of 10 per array).
+        own = self.hyperparam.__dict__
+        values = (self._VALUES(own['_parent']) if len(own) == 1
+                  and '_parent' in own else self._RULE_VALUES(self))
+        engine.settings(group, (values, [None], [self.t] if self._STEPPED
+                                else None, self.uses_weight_decay,
+                                self.uses_adaptation), self._fill_group)
+        engine.update(plan, [[g]])
+        self._observed = True
+
+    update_core_gpu = update_core_cpu
+
+    @classmethod
+    def _fill_group(cls, group, key):
+        """Fills a group's rows from ``(values, loss scales, steps[, uses
+        weight decay, adaptation])``: the optimizer's key, or a rule's with
+        its flags."""
+        values, scales, steps = key[:3]
+        if len(key) > 3:
+            group.uses_wd[:], group.adapt[:] = key[3:]
+        group.rows[:, L.LOSS_SCALE] = [1.0 if s is None else s
+                                       for s in scales]
+        cls._fill_rows(group.rows, values, steps, group.uses_wd, group.adapt,
+                       group.paths, group.dtype)
+
+
+def _arrays(arrays):
+    return [arrays], ()
+
+
+def _check_dtype(path, array, face):
+    if array.dtype.kind != 'f':
+        raise TypeError(
+            '{} updates floating-point parameters (float16, float32, '
+            'float64); {} is {}'.format(face, path, array.dtype))
+
+
+_RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
+                                  'uses_adaptation', '_use_fp32_update')
+_HYPER_PARENT = operator.attrgetter('hyperparam._parent')
+_HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
+_FP32_PARAM = operator.attrgetter('_fp32_param')
+_STATE = operator.attrgetter('_state')
+
+
+def _batchable(param, rule, cls):
+    """Whether the batched step does what ``param.update()`` would: a plain
+    ``cls`` (no rule: a link added after setup(), which Chainer skips),
+    enabled, with no rule hooks (they run between the division by the loss
+    scale and the step), its state made, Chainer's layout, and for a
+    float16 parameter with ``use_fp32_update()``, its float32 master copy
+    made, on the parameter's device (see :func:`master`)."""
+    return (type(rule) is cls and rule.enabled
+            and not rule._hookable._pre_update_hooks
+            and not rule._hookable._post_update_hooks
+            and param.array is not None and rule.state is not None
+            and param.layout is None
+            and engine.executor_for(param.device) is not None
+            and (master(param, rule) is not None
+                 or not (rule._use_fp32_update
+                         and param.dtype == numpy.float16)))
+
+
+def _check_unbatched(param):
+    """The engine's check of a FusedRule's arrays on the per-rule path (its
+    own check would come after the batched groups moved)."""
+    rule, w, g = param.update_rule, param.array, param.grad
+    if (isinstance(rule, FusedRule) and rule.enabled and w is not None
+            and g is not None and not (
+                rule._use_fp32_update and w.dtype == numpy.float16)):
+        checks.addressed(rule._path or param.name, w, g,
+                         tuple(map(rule.state.__getitem__, rule.STATES))
+                         if rule.state else (),
+                         one_dtype=param.device.xp is not numpy,
+                         names=L.STATE_NAMES[rule.OP])
+
+
+class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
+
+    """What the fused faces share: ``update`` (a fork of Chainer's), the
+    plan of groups, the settings rows, the exclusions, the loss-scaling
+    state in snapshots and ``observe``. A face names its rule class
+    (``_rule``) and itself (``_face``)."""
+
+    # GradientLARS refuses to run on us (checks.double_adaptation).
+    adapts_rates = True
+    # Whether the last update stepped (not skipped for non-finite gradients).
+    _stepped = True
+    # Whether a float16 step that rounded away was warned of.
+    _warned = False
+
+    def __init__(self, multi_tensor):
+        super(FusedMethod, self).__init__()
+        self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
+        self._plans = engine.PlanCache()
+
+    def create_update_rule(self):
+        return self._rule(self.hyperparam)
+
+    def add_hook(self, hook, name=None, timing='auto'):
+        """Registers a hook, as :meth:`chainer.Optimizer.add_hook`; a
+        :class:`GradientLARS` is refused: it would adapt the rates twice."""
+        if getattr(hook, 'adapts_gradients', False):  # GradientLARS
+            checks.double_adaptation(self._face)
+        super(FusedMethod, self).add_hook(hook, name, timing)
+
+    def setup(self, link):
+        super(FusedMethod, self).setup(link)
+        for path, param in link.namedparams():
+            rule = param.update_rule
+            if isinstance(rule, self._rule):
+                rule.uses_weight_decay, rule.uses_adaptation = (
+                    self._rules.lookup(path))
+                rule._path = path
+        return self
+
+    def serialize(self, serializer):
+        """Chainer's, and the loss-scaling state, which Chainer leaves out
+        (a resumed run would restart its dynamic scale at 1)."""
+        super(FusedMethod, self).serialize(serializer)
+        serialize_loss_scaling(self, serializer)
+
+    def update(self, lossfun=None, *args, **kwds):
+        """Updates the parameters, as :meth:`chainer.GradientMethod.update`
+        does: with ``lossfun``, computes the loss of ``lossfun(*args,
+        **kwds)`` and its gradients first; then the hooks, the step of
+        every parameter, and the loss scale's update."""
+        # A fork of Chainer 7.8.1's GradientMethod.update, with its
+        # check_nan_in_grads and reallocate_cleared_grads (below): the same
+        # steps on one listing of the parameters, param.update() replaced by
+        # _update_params, reading Chainer's private _loss_scale, _hookable,
+        # _loss_scaling_* and _set_grad; tests/test_optimizer.py fails if
+        # they change (docs/design.rst).
+        if self.target is None:
+            raise RuntimeError(
+                '{0} is not set up: call optimizer.setup(link) first, then '
+                'update()'.format(type(self).__name__))
+        if not self._multi_tensor:
+            super(FusedMethod, self).update(lossfun, *args, **kwds)
+            self._stepped = self.is_safe_to_update()
+            self._warn_rounded([])
+            return
+        if lossfun is not None:
+            use_cleargrads = getattr(self, '_use_cleargrads', True)
+            loss = lossfun(*args, **kwds)
+            if use_cleargrads:
+                self.target.cleargrads()
+            else:
+                self.target.zerograds()
+            loss.backward(loss_scale=self._loss_scale)
+            del loss
+
+        # One listing for the reallocations and the update (Chainer makes
+        # three); hooks may change the model, so it is made again after them.
+        params = list(self.target.params())
+        grads = self._reallocate(params)
+        self._check_finite(params, grads)
+        if self._hookable._pre_update_hooks:
+            self.call_hooks('pre')
+            # Hooks may replace gradients, too.
+            params, grads = list(self.target.params()), None
+
+        self.t += 1
+        unbatched = params
+        self._stepped = self.is_safe_to_update()
+        if self._stepped:
+            unbatched = self._update_params(params, grads)
+
+        # The batched parameters had gradients and the update kept them.
+        self._reallocate(unbatched)
+
+        self.call_hooks('post')
+        self.update_loss_scale()
+
+    def _check_finite(self, params, grads):
+        """Chainer's ``check_nan_in_grads`` (its warnings, in its order),
+        with one transfer of flags per device, not one per array."""
+        self._loss_scaling_isnan = False
+        if not self._loss_scaling_is_dynamic:
+            return
+        by_device = {}  # str(device) -> (device, [(k, all finite)])
+        for k, (param, g) in enumerate(zip(params, grads)):
+            if g is not None:
+                device, xp = param.device, param.device.xp
+                with chainer.using_device(device):
+                    by_device.setdefault(str(device), (device, []))[1].append(
+                        (k, xp.all(xp.isfinite(g))))
+        bad = []
+        for device, flags in by_device.values():
+            where, finite = zip(*flags)
+            if device.xp not in (numpy, chainer.backend.chainerx):
+                with chainer.using_device(device):
+                    finite = device.xp.stack(finite).get()
+            bad += [k for k, ok in zip(where, finite) if not ok]
+        if bad:
+            self._loss_scaling_isnan = self._loss_scaling_isnan_ever = True
+            names = {id(p): name for name, p in self.target.namedparams()}
+            for k in sorted(bad):
+                warnings.warn(
+                    'Non finite number found in param.grad of {}'
+                    ' (iteration: {}, loss_scale: {})'.format(
+                        names[id(params[k])], self.t, self._loss_scale))
+
+    def reallocate_cleared_grads(self):
+        """Chainer's (also called after each optimizer hook), without
+        building every parameter's path."""
+        self._reallocate(list(self.target.params()))
+
+    @staticmethod
+    def _reallocate(params):
+        """Zero gradients for the initialised ``params`` that have none;
+        returns every parameter's gradient after that."""
+        with variable._AllowArrayAccessWithNonstandardLayout():
+            grads = list(map(engine.GRAD, params))
+        for k in [k for k, g in enumerate(grads) if g is None]:
+            param, device = params[k], params[k].device
+            # Chainer's listing leaves uninitialised parameters out.
+            if param.raw_array is not None:
+                with chainer.using_device(device):
+                    param._set_grad(device.xp.zeros_like(param.raw_array),
+                                    layout_check=False)
+                grads[k] = param.grad
+        return grads
+
+    def _update_params(self, params, grads=None):
+        """``param.update()`` for every parameter, batched (``grads``: theirs,
+        or ``None``); returns those that took the per-rule path."""
+        plan = self._plans.get(self, params, self._build_plan)
+        picks = []
+        for group, where in zip(plan.groups, plan.where):
+            # All checked before anything moves.
+            engine.settings(group, self._key(group), self._rule._fill_group)
+            picks.append(list(map(engine.GRAD, group.params)) if grads is None
+                         # A group of every parameter has them in order.
+                         else grads if len(where) == len(grads)
+                         else list(map(grads.__getitem__, where)))
+        for param in plan.others:
+            _check_unbatched(param)
+        unbatched = list(plan.others)
+        for group, left in zip(plan.groups, engine.update(plan, picks)):
+            for k, rule in enumerate(group.rules):
+                if k not in left:
+                    rule.t += 1
+            for k in left:
+                # No gradient, or a mixed16 row of another one: the rule's
+                # own path, which counts its t.
+                group.params[k].update()
+                unbatched.append(group.params[k])
+        for param in plan.others:
+            param.update()
+        self._warn_rounded(plan.groups)
+        return unbatched
+
+    def _warn_rounded(self, groups):
+        """Warns, once, of the float16 weights of ``groups`` and of the
+        rules' own paths whose last step rounded away for most elements."""
+        if self._warned or not self._stepped:
+            return
+        rules = [p.update_rule for p in self.target.params()
+                 if p.dtype == numpy.float16]
+        groups = list(groups) + [
+            r._plan.groups[0] for r in rules if isinstance(r, self._rule)
+            and r._observed and r._plan is not None]
+        lost = [path for g in groups for path in engine.rounded_away(g)]
+        if lost:
+            self._warned = True
+            warn_rounded(self._face, lost)
+
+    def _key(self, group):
+        """What a group's settings rows are filled from: the values of the
+        hyperparameters, the loss scales and, for a stepped face, the step
+        each rule is about to make (t counts after it)."""
+        rules, base, cls = group.rules, self.hyperparam, self._rule
+        values = cls._VALUES(base)
+        # Unless a rule has values of its own (a hyperparameter holds its
+        # parent and nothing else otherwise).
+        if (list(map(_HYPER_PARENT, rules)).count(base) != len(rules)
+                or sum(map(len, map(_HYPER_OWN, rules))) != len(rules)):
+            values = list(map(cls._RULE_VALUES, rules))
+        return (values, list(map(engine.LOSS_SCALE, group.params)),
+                [r.t + 1 for r in rules] if cls._STEPPED else None)
+
+    @staticmethod
+    def _depends(states, params):
+        """What a plan of the optimizer's is made from: the parameters,
+        their rules, arrays, state buffers (``states``: their keys) and
+        master copies (by identity), the rules' flags and hooks."""
+        rules = list(map(engine.UPDATE_RULE, params))
+        objects = [params, rules, list(map(engine.ARRAY, params))]
+        try:
+            dicts = list(map(_STATE, rules))
+            objects += [list(map(operator.methodcaller('get', key), dicts))
+                        for key in states]
+            fp32 = list(map(_FP32_PARAM, rules))
+            flags = list(map(_RULE_FLAGS, rules))
+        except AttributeError:  # no rule, no state yet, or not a FusedRule
+            dicts = [getattr(r, '_state', None) or {} for r in rules]
+            objects += [[d.get(key) for d in dicts] for key in states]
+            fp32 = [getattr(r, '_fp32_param', None) for r in rules]
+            flags = [_RULE_FLAGS(r) if isinstance(r, FusedRule) else None
+                     for r in rules]
+        objects.append([None if p is None else p.array for p in fp32])
+        # Rules keep their hooks in dicts changed in place.
+        hooks = [None if r is None else (len(r._hookable._pre_update_hooks),
+                                         len(r._hookable._post_update_hooks))
+                 for r in rules]
+        return objects, (flags, hooks)
+
+    def _build_plan(self, params):
+        paths = {id(param): path for path, param in self.target.namedparams()}
+        plan = engine.Plan(params, functools.partial(self._depends,
+                                                     self._rule.STATES))
+        multi = self._multi_tensor
+        for param in params:
+            rule = param.update_rule
+            if _batchable(param, rule, self._rule):
+                path, w = paths[id(param)], param.array
+                _check_dtype(path, w, self._face)
+                copy = master(param, rule)
+                plan.add(None if multi else path, param.device,
+                         self._rule.OP, path, param, rule,
+                         w if copy is None else copy,
+                         list(map(rule.state.__getitem__, rule.STATES)),
+                         (rule.uses_weight_decay, rule.uses_adaptation),
+                         None if copy is None else w)
+                rule._observed = False  # the group's observation from now on
+            else:
+                plan.others.append(param)
+        return plan.finish(params)
+
+    def observe(self):
+        """``{path: (ratio, ||w||, ||g||)}`` of the last update, as floats,
+        for the adapted and enabled arrays (see :meth:`GradientLARS.observe
+        <chainer_lars.GradientLARS.observe>`)."""
+        if self.target is None:
+            raise RuntimeError(
+                '{}.observe() reports the last update: call '
+                'optimizer.setup(link) and update() first'.format(
+                    type(self).__name__))
+        result = {}
+        if not self._stepped:  # skipped: nothing was applied
+            return result
+        for path, param in self.target.namedparams():
+            rule = getattr(param, 'update_rule', None)
+            # A disabled rule made no step in the last update.
+            if (isinstance(rule, self._rule) and rule.enabled
+                    and rule._observed and rule.uses_adaptation):
+                for row in engine.observe(rule._plan.groups[0].last).values():
+                    result[path] = row
+        for plan in self._plans.plans():
+            for group in plan.groups:
+                result.update(engine.observe(group.last, group.adapt))
+        return result

@@ -1,0 +1,172 @@
+"""LARS, a face of :mod:`chainer_lars.engine`: :class:`LARS` updates its
+arrays in groups, :class:`LARSRule` one array as a plan of one."""
+
+import operator
+
+import numpy
+
+from chainer import optimizer
+
+from chainer_lars import checks
+from chainer_lars import exclusions
+from chainer_lars import fused
+from chainer_lars import layout as L
+
+
+_default_hyperparam = optimizer.Hyperparameter()
+_default_hyperparam.lr = 2.0
+_default_hyperparam.momentum = 0.9
+_default_hyperparam.weight_decay = 1e-4
+_default_hyperparam.trust_coefficient = 1e-3
+_default_hyperparam.eps = 0.0
+_default_hyperparam.nesterov = False
+
+#: The rule hyperparameters, in the order of the layout's first columns.
+_HYPER = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
+          'trust_coefficient')
+assert L.COLUMNS[:len(_HYPER)] == _HYPER
+_HYPER_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
+_BASE_VALUES = operator.attrgetter(*_HYPER)
+
+
+def _check_rows(rows, paths):
+    """Checks ``rows`` as :class:`LARS` checks assignments: values set on a
+    hyperparameter directly (``hyperparam.lr = -1``) fail at the update."""
+    with numpy.errstate(invalid='ignore'):
+        ok = (numpy.isfinite(rows[:, :len(_HYPER)]).all(axis=1)
+              & (rows[:, L.LR] >= 0) & (rows[:, L.MOMENTUM] >= 0)
+              & (rows[:, L.MOMENTUM] < 1) & (rows[:, L.WEIGHT_DECAY] >= 0)
+              & (rows[:, L.EPS] >= 0) & (rows[:, L.TRUST_COEFFICIENT] > 0))
+    for k in numpy.flatnonzero(~ok)[:1]:
+        for name in _HYPER:
+            if name != 'nesterov':
+                getattr(LARS, name).check(rows[k, L.COLUMNS.index(name)], (
+                    'LARS hyperparameter {} of {}'.format(name, paths[k])))
+
+
+def _fill(rows, values, uses_wd, adapt):
+    """The optimizer's settings rows from rule hyperparameter values."""
+    rows[:, :len(_HYPER)] = values
+    rows[:, L.WEIGHT_DECAY] *= uses_wd
+    rows[:, L.THRESHOLD] = 0.0
+    rows[:, L.REQUIRE_GRAD] = 1.0
+    rows[:, L.ADAPT] = adapt
+
+
+class LARSRule(fused.FusedRule):
+
+    """Update rule of :class:`LARS` for one parameter array (reads its
+    hyperparameters at every update).
+
+    Args:
+        parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
+        uses_weight_decay (bool): ``False``: no weight decay on this array.
+        uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
+
+    Attributes:
+        uses_weight_decay (bool): As the argument.
+        uses_adaptation (bool): As the argument.
+
+    """
+
+    _face, STATES, OP, _STEPPED = 'LARS', ('v',), L.STEP, False
+    _DEFAULTS, _VALUES, _RULE_VALUES = (
+        _default_hyperparam, _BASE_VALUES, _HYPER_VALUES)
+
+    @staticmethod
+    def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
+        _fill(rows, values, uses_wd, adapt)
+        _check_rows(rows, paths)
+
+
+class LARS(fused.FusedMethod):
+
+    """Momentum SGD with layer-wise adaptive rate scaling (`LARS
+    <https://arxiv.org/abs/1708.03888>`_). Per array, :math:`g` unscaled,
+
+    .. math::
+
+        r &= \\eta \\frac{\\|w\\|}{\\|g\\| + \\lambda \\|w\\| + \\epsilon}
+             \\ \\text{if } \\|w\\| > 0 \\text{ and } \\|g\\| > 0
+             \\text{, else } 1, \\\\
+        v &\\leftarrow \\mu v + \\gamma r (g + \\lambda w), \\qquad
+        w \\leftarrow w - v
+        \\quad (\\text{Nesterov: } w \\leftarrow w - \\gamma r (g + \\lambda w)
+        - \\mu v).
+
+    In plain text, with the arguments' names: ``r = trust_coefficient *
+    ||w|| / (||g|| + weight_decay * ||w|| + eps)`` if both norms are
+    positive, else ``r = 1``; ``u = lr * r * (g + weight_decay * w)``, ``v <-
+    momentum * v + u``, ``w <- w - v`` (Nesterov: ``w <- w - u - momentum *
+    v``).
+
+    ``lr`` and ``trust_coefficient`` are the paper's :math:`\\gamma` and
+    :math:`\\eta`, kept apart as in TensorFlow: an adapted array moves, per
+    update and before momentum, by about ``lr * trust_coefficient`` times
+    its own norm. :class:`GradientLARS` has the same two names with
+    Chainer's defaults, ``trust_coefficient=1``, where the optimizer's
+    ``lr`` is that product itself: for the same step the hook's ``lr`` is
+    1,000 times smaller than this one's (``LARS(lr=2.0)``, or
+    ``MomentumSGD(lr=0.002)`` with ``GradientLARS()``). Start from the
+    defaults, ``lr=2`` and ``trust_coefficient=1e-3`` (tried at batch 128),
+    and scale ``lr`` with the batch. TensorFlow's defaults are ``lr=1e-3,
+    trust_coefficient=1e-3``: a step of a millionth of the norm, which
+    trains next to nothing in a few hundred updates.
+
+    Args:
+        lr (float): Learning rate :math:`\\gamma`.
+        momentum (float): Momentum :math:`\\mu`, in ``[0, 1)``.
+        weight_decay (float): Weight decay :math:`\\lambda`.
+        trust_coefficient (float): :math:`\\eta` (TensorFlow's ``eeta``).
+        eps (float): Added to the denominator; ``0`` stays 0.
+        nesterov (bool): Use Nesterov momentum.
+        exclude_from_weight_decay (list of str): Regular expressions
+            searched in the parameter paths (e.g. ``'/b$'``).
+        exclude_from_layer_adaptation (list of str): Likewise: ratio 1, the
+            plain rate ``lr``.
+        multi_tensor (bool): Update each device's and dtype's together.
+
+    Attributes:
+        lr (float): The learning rate; settable (e.g. by a schedule) and
+            checked on assignment, as are the five below.
+        momentum (float): The momentum.
+        weight_decay (float): The weight decay.
+        trust_coefficient (float): The trust coefficient.
+        eps (float): The term added to the denominator.
+        nesterov (bool): Whether the momentum is Nesterov's.
+        exclude_from_weight_decay (tuple of str): The patterns, read only.
+        exclude_from_layer_adaptation (tuple of str): Likewise.
+
+    """
+
+    _rule, _face = LARSRule, 'LARS'
+
+    def __init__(self, lr=_default_hyperparam.lr,
+                 momentum=_default_hyperparam.momentum,
+                 weight_decay=_default_hyperparam.weight_decay,
+                 trust_coefficient=_default_hyperparam.trust_coefficient,
+                 eps=_default_hyperparam.eps,
+                 nesterov=_default_hyperparam.nesterov,
+                 exclude_from_weight_decay=(),
+                 exclude_from_layer_adaptation=(), multi_tensor=True):
+        super(LARS, self).__init__(multi_tensor)
+        self.lr = lr
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.trust_coefficient = trust_coefficient
+        self.eps = eps
+        self.nesterov = nesterov
+        self._rules = exclusions.ExclusionRules(
+            exclude_from_weight_decay, exclude_from_layer_adaptation)
+
+    lr = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    momentum = checks.CheckedHyperparameter(checks.real, minimum=0.0,
+                                            maximum=1.0)
+    weight_decay = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    trust_coefficient = checks.CheckedHyperparameter(
+        checks.real, minimum=0.0, exclusive=True)
+    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    nesterov = checks.CheckedHyperparameter(checks.boolean)
+    _REPR = ('lr', 'momentum', 'weight_decay', 'trust_coefficient', 'eps',
+             'nesterov', 'exclude_from_weight_decay',
+             'exclude_from_layer_adaptation', '_multi_tensor')
