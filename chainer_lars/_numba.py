@@ -136,23 +136,17 @@ def to_halves(x, bits):
 
 @numba.njit(fastmath=_REDUCE, **_JIT)
 def sqnorms(w, g, s, inverse):
-    """``(||w||^2, ||g / s||^2)`` in one pass that reads both arrays (the
-    division in the compute type; by a power of two, the same as the product
-    with its ``inverse``, which is faster; ``inverse`` 0: divide)."""
+    """``(||w||^2, ||g / s||^2)`` in one pass (the division in the compute
+    type, or the product with its ``inverse`` where that is not 0: the
+    same by a power of two, and faster)."""
     sw = 0.0
     sg = 0.0
-    if inverse != 0:
-        for i in range(w.size):
-            x = numpy.float64(load(w, i))
-            y = numpy.float64(load(g, i) * inverse)
-            sw += x * x
-            sg += y * y
-    else:
-        for i in range(w.size):
-            x = numpy.float64(load(w, i))
-            y = numpy.float64(load(g, i) / s)
-            sw += x * x
-            sg += y * y
+    for i in range(w.size):
+        x = numpy.float64(load(w, i))
+        y = numpy.float64(load(g, i) * inverse if inverse != 0 else
+                          load(g, i) / s)
+        sw += x * x
+        sg += y * y
     return sw, sg
 
 
@@ -209,33 +203,30 @@ def _step_at(w, v, i, gi, a, b, momentum, nesterov):
 
 
 @numba.njit(fastmath=_ELEMENTWISE, **_JIT)
-def momentum_step(w, g, v, a, b, momentum, nesterov):
-    """``u = a g + b w; v <- m v + u; w <- w - v`` (Nesterov: ``w <- w - (u
-    + m v)``) in one pass; returns how many float16 weights kept their
-    value though their step was not 0."""
-    lost = 0
-    for i in range(w.size):
-        lost += _step_at(w, v, i, load(g, i), a, b, momentum, nesterov)[1]
-    return lost
-
-
-@numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def _mixed_at(w, v, h, i, gi, a, b, momentum, nesterov):
     store(h, i, _step_at(w, v, i, gi, a, b, momentum, nesterov)[0])
 
 
 @numba.njit(fastmath=_ELEMENTWISE, **_JIT)
-def mixed_step(w, g, v, a, b, momentum, nesterov, s, inverse, h):
-    """:func:`momentum_step` of a float32 master with the float16 ``g /
-    s`` (the product with ``inverse`` where that is not 0), and ``h``, the
-    float16 weight, set to the new master rounded to nearest."""
-    if inverse != 0:
+def momentum_step(w, g, v, a, b, momentum, nesterov, s, inverse, h, mixed):
+    """``u = a g + b w; v <- m v + u; w <- w - v`` (Nesterov: ``w <- w - (u
+    + m v)``) in one pass; a ``mixed`` row's float32 master with the
+    float16 ``g / s`` (as :func:`sqnorms`), its float16 weight ``h`` set to
+    the master rounded. Returns how many float16 weights kept their value
+    though their step was not 0."""
+    lost = 0
+    if not mixed:
+        for i in range(w.size):
+            lost += _step_at(w, v, i, load(g, i), a, b, momentum,
+                             nesterov)[1]
+    elif inverse != 0:
         for i in range(w.size):
             _mixed_at(w, v, h, i, load(g, i) * inverse, a, b, momentum,
                       nesterov)
     else:
         for i in range(w.size):
             _mixed_at(w, v, h, i, load(g, i) / s, a, b, momentum, nesterov)
+    return lost
 
 
 # LAMB (layout.LAMB), in the compute type: b1, b2, ob1 = 1 - b1, ob2 = 1 -
@@ -359,12 +350,8 @@ def step_row(row, obs, w, g, v, h, mixed, like_c):
     obs[0], obs[1], obs[2] = r, w_norm, g_norm
     a = row[L.LR] * r
     a_c, b_c = compute(like_c, a), compute(like_c, a * row[L.WEIGHT_DECAY])
-    momentum, nesterov = compute(like_c, row[L.MOMENTUM]), row[
-        L.NESTEROV] != 0.0
-    if mixed:
-        mixed_step(w, g, v, a_c, b_c, momentum, nesterov, scale, inverse, h)
-    else:
-        obs[3] = momentum_step(w, g, v, a_c, b_c, momentum, nesterov)
+    obs[3] = momentum_step(w, g, v, a_c, b_c, compute(like_c, row[
+        L.MOMENTUM]), row[L.NESTEROV] != 0.0, scale, inverse, h, mixed)
 
 
 @numba.njit(**_JIT)
@@ -439,9 +426,11 @@ _TYPE, _DATA, _DIMS, _DESCR = 1, 2, 4, 7
 #: plain ``numpy.ndarray`` (the rest 0 for any other object).
 STAMP = 5
 DATA, DESCR, FLAGS, SIZE, PLAIN = range(STAMP)
-#: What a row expects of its gradient: size, descr, required flags, and
-#: whether the row's own arrays go through the table (1) or not (0).
-EXPECT = 4
+#: A plan's record of its held arrays: id, group, stamp; of its
+#: gradients: id, address taken (0: not taken), then what the row expects
+#: (size, descr, required flags, whether its own arrays go as they are).
+ID, GROUP, STAMPED = 0, 1, 2
+GID, GPTR, EXPECT = 0, 1, 2
 
 
 @numba.njit(**_JIT)
@@ -462,52 +451,53 @@ def _stamp(address, ndarray, out):
 
 
 @numba.njit(**_JIT)
-def stamp(ids, ndarray, out):
-    """Stamps the objects at the addresses ``ids`` into ``out``."""
-    for k in range(ids.size):
-        _stamp(ids[k], ndarray, out[k])
+def stamp(held, ndarray):
+    """Stamps the held arrays of a record."""
+    for k in range(held.shape[0]):
+        _stamp(held[k, ID], ndarray, held[k, STAMPED:])
 
 
 @numba.njit(**_JIT)
-def restamp(ids, stamps, owner, changed, gids, none, expect, gptr, ndarray):
+def restamp(held, changed, grads, none, ndarray):
     """Reads the headers of a plan's arrays in one pass: ``changed[g]``
-    counts the held arrays (``ids``) of group ``g`` whose stamp differs
-    from ``stamps``; a gradient (``gids``; ``none``: the id of ``None``)
-    that is a plain ndarray as its row ``expect``-s gets its address in
-    ``gptr`` (else 0). Returns how many gradients are not taken."""
+    counts the held arrays of group ``g`` whose stamp differs from the
+    record's; a gradient (``none``: the id of ``None``) that is a plain
+    ndarray as its row expects gets its address in ``grads[:, GPTR]``
+    (else 0). Returns how many gradients are not taken."""
     now = numpy.empty(STAMP, numpy.int64)
     changed[:] = 0
-    for k in range(ids.size):
-        _stamp(ids[k], ndarray, now)
+    for k in range(held.shape[0]):
+        _stamp(held[k, ID], ndarray, now)
         for j in range(STAMP):
-            if now[j] != stamps[k, j]:
-                changed[owner[k]] += 1
+            if now[j] != held[k, STAMPED + j]:
+                changed[held[k, GROUP]] += 1
                 break
     left = 0
-    for k in range(gids.size):
-        gptr[k] = 0
+    for k in range(grads.shape[0]):
+        e = grads[k]
+        e[GPTR] = 0
         left += 1
-        if gids[k] == none:
+        if e[GID] == none:
             continue
-        _stamp(gids[k], ndarray, now)
-        e = expect[k]
-        if (e[3] and now[PLAIN] and now[DESCR] == e[1] and now[SIZE] == e[0]
-                and (now[FLAGS] & e[2]) == e[2]):
-            gptr[k] = now[DATA]
+        _stamp(e[GID], ndarray, now)
+        if (e[EXPECT + 3] and now[PLAIN] and now[DESCR] == e[EXPECT + 1]
+                and now[SIZE] == e[EXPECT]
+                and (now[FLAGS] & e[EXPECT + 2]) == e[EXPECT + 2]):
+            e[GPTR] = now[DATA]
             left -= 1
     return left
 
 
 @numba.njit(**_JIT)
-def restamp_update(ids, stamps, owner, changed, gids, none, expect, gptr,
-                   ndarray, table, rows, obs, like_w, like_g, like_c, op):
+def restamp_update(held, changed, grads, none, ndarray, table, rows, obs,
+                   like_w, like_g, like_c, op):
     """:func:`restamp`, then :func:`multi_update` if every held array is as
     it was and every gradient is taken (a plan of one group's one call);
     returns whether it ran."""
-    if restamp(ids, stamps, owner, changed, gids, none, expect, gptr,
-               ndarray) or changed.any():
+    if restamp(held, changed, grads, none, ndarray) or changed.any():
         return False
-    multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op)
+    multi_update(table, grads[:, GPTR], rows, obs, like_w, like_g, like_c,
+                 op)
     return True
 
 
@@ -546,12 +536,12 @@ def _stamps_agree():
               numpy.empty((2, 0, 4), numpy.float16),
               numpy.zeros(6, numpy.dtype('>f4'))]
     arrays[0].flags.writeable = False
-    ids = numpy.array([id(a) for a in arrays] + [id(None)], numpy.int64)
-    out = numpy.empty((ids.size, STAMP), numpy.int64)
-    stamp(ids, id(numpy.ndarray), out)
+    held = numpy.zeros((len(arrays) + 1, STAMPED + STAMP), numpy.int64)
+    held[:, ID] = [id(a) for a in arrays] + [id(None)]
+    stamp(held, id(numpy.ndarray))
     expected = [[a.ctypes.data, id(a.dtype), a.flags.num, a.size, 1]
                 for a in arrays] + [[0] * STAMP]
-    return out.tolist() == expected
+    return held[:, STAMPED:].tolist() == expected
 
 
 #: Whether array stamps are read in the compiled loop (else by Python).

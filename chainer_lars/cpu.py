@@ -161,7 +161,7 @@ class _Table(object):
     cannot go as they are has no addresses) and its observations
     (``obs``: ratio, norms and rounded-away float16 weights per row)."""
 
-    __slots__ = ('table', 'obs', 'likes', 'descr')
+    __slots__ = ('table', 'obs', 'likes', 'descr', 'update', 'arguments')
 
     def __init__(self, group, compiled):
         n = len(group)
@@ -171,6 +171,9 @@ class _Table(object):
             return
         self.table = numpy.zeros((n, L.SIZE + 1), numpy.int64)
         self.likes = LIKES[group.dtype, group.gdtype]
+        # multi_update(table, gptr, *arguments), every time.
+        self.update = _jit().multi_update
+        self.arguments = (group.rows, self.obs) + self.likes + (group.op,)
         # The builtin descr of the gradients' dtype: another descr of the
         # same dtype, or a subclass, goes through the engine's route.
         self.descr = id(numpy.dtype(group.gdtype.char))
@@ -189,60 +192,65 @@ class _Table(object):
 class Record(object):
 
     """The stamps of a plan's tables, read in one compiled call
-    (:func:`chainer_lars._numba.restamp`): those of the arrays the tables
-    point to, taken when they were built (a change is a buffer
-    reallocated, or dtype, strides or a flag set on the same object), and
-    what each row expects of its gradient (size, dtype, flags, and whether
-    the row's own arrays go as they are). ``gptr`` gets each gradient's
-    address where it can go as it is, 0 where not."""
+    (:func:`chainer_lars._numba.restamp`): ``held``, the arrays the tables
+    point to, with their stamps of when the tables were built (a change is
+    a buffer reallocated, or dtype, strides or a flag set on the same
+    object); ``grads``, the gradients of an update and what each row
+    expects of its gradient (size, dtype, flags, and whether the row's own
+    arrays go as they are), where ``restamp`` writes each one's address
+    if it can go as it is, 0 if not."""
 
     def __init__(self, groups):
         jit = _jit()
         self.groups = groups
         self.tables = [g.state for g in groups]
-        # The arrays the tables point to (the groups hold them).
-        held = [[a for w, states, x in zip(g.weights, g.states, g.extras)
-                 for a in (w,) + states + (() if x is None else (x,))]
-                for g in groups]
-        self.ids = numpy.array([id(a) for h in held for a in h], numpy.int64)
-        self.stamps = numpy.zeros((len(self.ids), jit.STAMP), numpy.int64)
-        jit.stamp(self.ids, _NDARRAY, self.stamps)
-        self.owner = numpy.repeat(numpy.arange(len(groups)),
-                                  list(map(len, held)))
+        held = [(k, a) for k, g in enumerate(groups)
+                for w, states, x in zip(g.weights, g.states, g.extras)
+                for a in (w,) + states + (() if x is None else (x,))]
+        self.held = numpy.zeros((len(held), jit.STAMPED + jit.STAMP),
+                                numpy.int64)
+        self.held[:, jit.ID] = [id(a) for _, a in held]
+        self.held[:, jit.GROUP] = [k for k, _ in held]
+        jit.stamp(self.held, _NDARRAY)
         self.changed = numpy.zeros(len(groups), numpy.int64)
-        rows = sum(map(len, groups))
-        self.gids = numpy.zeros(rows, numpy.int64)
-        self.gptr = numpy.zeros(rows, numpy.int64)
-        self.expect = numpy.zeros((rows, jit.EXPECT), numpy.int64)
+        self.grads = numpy.zeros((sum(map(len, groups)), jit.EXPECT + 4),
+                                 numpy.int64)
+        self.gids = self.grads[:, jit.GID]
         self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()
         for t, a, b in zip(self.tables, self.bounds, self.bounds[1:]):
-            e = self.expect[a:b]
+            e = self.grads[a:b, jit.EXPECT:]
             e[:, 0] = t.table[:, L.SIZE]
             e[:, 1] = t.descr
             e[:, 3] = t.table[:, L.W] != 0
         self.scaled = None
+        # Of a plan of one group, what restamp_update() takes, every time.
+        self.restamp_update = jit.restamp_update
+        self.arguments = (
+            self.held, self.changed, self.grads, _NONE, _NDARRAY,
+            self.tables[0].table, groups[0].rows, self.tables[0].obs
+        ) + self.tables[0].likes + (groups[0].op,)
 
     def take(self, grads):
-        """Stamps every array in one call; returns whether every held
-        array is as it was. ``gptr`` then has each gradient's address, 0
-        where the table cannot take it."""
+        """Stamps every array in one call; returns how many gradients are
+        not taken (:meth:`gptrs` gives the others' addresses), ``None``
+        where a held array changed."""
         self._required()
         self.gids[:] = [id(a) for gs in grads for a in gs]
-        _jit().restamp(self.ids, self.stamps, self.owner, self.changed,
-                       self.gids, _NONE, self.expect, self.gptr, _NDARRAY)
-        return not self.changed.any()
+        left = _jit().restamp(self.held, self.changed, self.grads, _NONE,
+                              _NDARRAY)
+        return None if self.changed.any() else left
 
     def update(self, grads):
         """:meth:`take` and the update of its one group, in one call, if
         every array is as it was and the table takes every gradient;
         returns whether it ran."""
-        self._required()
-        group, table = self.groups[0], self.tables[0]
-        self.gids[:] = list(map(id, grads))
-        return _jit().restamp_update(
-            self.ids, self.stamps, self.owner, self.changed, self.gids,
-            _NONE, self.expect, self.gptr, _NDARRAY, table.table, group.rows,
-            table.obs, *table.likes, group.op)
+        if self.scaled is None or self.scaled[0] != self.groups[0].scaled:
+            self._required()
+        if len(grads) == 1:  # item assignment: 6x faster
+            self.gids[0] = id(grads[0])
+        else:
+            self.gids[:] = list(map(id, grads))
+        return self.restamp_update(*self.arguments)
 
     def _required(self):
         """The flags each group's gradients need: a step writes ``g``
@@ -252,12 +260,14 @@ class Record(object):
             for group, a, b in zip(self.groups, self.bounds,
                                    self.bounds[1:]):
                 writes = 1 in L.written(group.op, group.scaled)
-                self.expect[a:b, 2] = _DIRECT | (_WRITEABLE if writes else 0)
+                self.grads[a:b, _jit().EXPECT + 2] = _DIRECT | (
+                    _WRITEABLE if writes else 0)
             self.scaled = scaled
 
     def gptrs(self):
-        """Each group's gradient addresses (views of ``gptr``)."""
-        return [self.gptr[a:b] for a, b in zip(self.bounds, self.bounds[1:])]
+        """Each group's gradient addresses (views of the record's)."""
+        gptr = self.grads[:, _jit().GPTR]
+        return [gptr[a:b] for a, b in zip(self.bounds, self.bounds[1:])]
 
 
 class CpuExecutor(object):
@@ -272,21 +282,24 @@ class CpuExecutor(object):
 
     def take(self, plan, groups, grads):
         """Each group's gradient addresses that its table takes as they
-        are (0: not taken), the tables' stamps read in one call; ``None``
-        where a group's own arrays changed in place (the engine prepares
-        and checks it again)."""
+        are (0: not taken), the tables' stamps read in one call, and how
+        many are not; ``None`` where a group's own arrays changed in place
+        (the engine checks them again)."""
         compiled = [g for g in groups if g.state.table is not None]
-        found = {}
+        found, left = {}, sum(len(g) for g in groups
+                              if g.state.table is None)
         if compiled:
             record = plan.record
             if record is None or record.groups != compiled:
                 record = plan.record = Record(compiled)
-            if not record.take([grads[groups.index(g)] for g in compiled]
-                               if len(compiled) != len(groups) else grads):
+            missing = record.take([grads[groups.index(g)] for g in compiled]
+                                  if len(compiled) != len(groups) else grads)
+            if missing is None:
                 return None
-            found = dict(zip(map(id, compiled), record.gptrs()))
+            found, left = dict(zip(map(id, compiled), record.gptrs())), (
+                left + missing)
         return [found[id(g)] if id(g) in found else numpy.zeros(
-            len(g), numpy.int64) for g in groups]
+            len(g), numpy.int64) for g in groups], left
 
     @staticmethod
     def changed(plan):
@@ -309,13 +322,13 @@ class CpuExecutor(object):
     def address(array):
         return array.ctypes.data
 
-    def run(self, group, gptr):
+    @staticmethod
+    def run(group, gptr):
         """The update of the rows whose gradient address ``gptr`` gives
         (the others' observations NaN)."""
         table = group.state
         if table.table is not None:
-            _jit().multi_update(table.table, gptr, group.rows, table.obs,
-                                *table.likes, group.op)
+            table.update(table.table, gptr, *table.arguments)
         else:
             table.obs[...] = numpy.nan
 

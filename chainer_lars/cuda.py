@@ -559,9 +559,9 @@ class CudaExecutor(object):
 
     def take(self, plan, groups, grads):
         """Each group's gradient pointers that the kernels take as they
-        are (0: not taken): of the weights' shape, C-contiguous, of the
-        group's gradient dtype, in a row whose own arrays go as they
-        are."""
+        are (0: not taken: not of the weights' shape, C-contiguous and the
+        group's gradient dtype, or of a row whose own arrays are not), and
+        how many are not."""
         found = []
         for group, g in zip(groups, grads):
             state = group.state
@@ -579,7 +579,7 @@ class CudaExecutor(object):
                 and a.dtype == group.gdtype and supports(a) else 0
                 for a, w, ok in zip(g, group.weights, state.direct)],
                 numpy.int64))
-        return found
+        return found, sum(int((gptr == 0).sum()) for gptr in found)
 
     @staticmethod
     def address(array):

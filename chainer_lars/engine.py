@@ -42,15 +42,13 @@ def executor_for(device):
 
 class Group(object):
 
-    """Arrays of one device and dtype that one executor updates at once
-    with one ``op``: per row its path, parameter, rule, weight, state
-    buffers (``()``, ``(v,)`` or ``(m, v)``) and, in a ``mixed16`` group
-    (float32 masters as weights, float16 gradients), what it writes
-    besides (``extras``: the float16 weight of a step, the hook's float32
+    """Arrays of one device, dtype and ``op``: per row its path, parameter,
+    rule, weight, state buffers and, in a ``mixed16`` group (float32
+    masters as weights, float16 gradients), what it writes besides
+    (``extras``: the float16 weight of a step, the hook's float32
     gradient); the face's flags (``uses_wd``, ``adapt``); the settings
-    ``rows`` and the ``key`` they were filled from; whether a row divides
-    out a loss scale (``scaled``); the executor's ``state``; what
-    :func:`observe` reads of the last update (``last``)."""
+    ``rows``, their ``key`` and whether one divides out a loss scale
+    (``scaled``); the executor's ``state``; ``last``, for :func:`observe`."""
 
     __slots__ = ('executor', 'device', 'op', 'dtype', 'gdtype', 'mixed16',
                  'paths', 'params', 'rules', 'weights', 'states', 'extras',
@@ -74,14 +72,11 @@ class Group(object):
 
     def add(self, path, param, rule, weight, states=(), flags=(1, 1),
             extra=None):
-        self.paths.append(path)
-        self.params.append(param)
-        self.rules.append(rule)
-        self.weights.append(weight)
-        self.states.append(tuple(states))
-        self.extras.append(extra)
-        self.uses_wd.append(flags[0])
-        self.adapt.append(flags[1])
+        for column, value in zip(
+                (self.paths, self.params, self.rules, self.weights,
+                 self.states, self.extras, self.uses_wd, self.adapt),
+                (path, param, rule, weight, tuple(states), extra) + flags):
+            column.append(value)
 
     def prepare(self):
         """Makes the rows and flags, then :meth:`refresh`."""
@@ -91,8 +86,7 @@ class Group(object):
         return self.refresh()
 
     def refresh(self):
-        """Checks the group's own arrays and prepares its executor (again,
-        where they changed in place)."""
+        """Checks the group's own arrays and prepares its executor."""
         self.check()
         self.executor.prepare(self)
         self.last = Last(self)
@@ -130,10 +124,9 @@ class Plan(object):
 
     """A face's groups of its parameters (by device, dtype, op and a key
     of the face's), valid while :meth:`matches`: ``depends(params)`` gives
-    what the plan was made from, ``(objects, values)``: lists compared by
-    identity and values compared by equality. ``where``: each group's
-    positions in ``params``; ``others``: what else the face keeps;
-    ``record``: the CPU executor's stamps."""
+    ``(objects, values)``, lists compared by identity and values by
+    equality. ``where``: each group's positions in ``params``; ``others``:
+    what else the face keeps; ``record``: the CPU executor's stamps."""
 
     __slots__ = ('groups', 'where', 'others', 'record', '_by_key',
                  '_depends', '_objects', '_values')
@@ -158,8 +151,7 @@ class Plan(object):
         group.add(path, param, rule, weight, states, flags, extra)
 
     def finish(self, params=()):
-        """Checks and prepares the groups (``where`` from ``params``);
-        returns the plan."""
+        """Prepares the groups (``where``: in ``params``); returns self."""
         self.groups = [group.prepare() for group in self._by_key.values()]
         position = {id(p): k for k, p in enumerate(params)}
         self.where = [[position.get(id(p)) for p in group.params]
@@ -230,10 +222,16 @@ def update(plan, grads):
     groups = plan.groups
     if (len(groups) == 1 and groups[0].executor is cpu.executor
             and cpu.executor.update(plan, grads[0])):
-        groups[0].last.copies = {}
+        if groups[0].last.copies:
+            groups[0].last.copies = {}
         return [[]]
-    routes = [_route(group, g, gptr) for group, g, gptr in zip(
-        groups, grads, _taken(plan, grads))]
+    gptrs, missing = _taken(plan, grads)
+    if not missing:  # every gradient goes as it is
+        for group, gptr in zip(groups, gptrs):
+            _run(group, None, gptr, (), (), ())
+        return [[]] * len(groups)
+    routes = [_route(group, g, gptr)
+              for group, g, gptr in zip(groups, grads, gptrs)]
     for group, g, route in zip(groups, grads, routes):
         _run(group, g, *route)
     return [route[3] for route in routes]
@@ -242,11 +240,11 @@ def update(plan, grads):
 def _taken(plan, grads):
     """Each group's gradient addresses that its executor takes as they
     are (0: not taken), its own arrays checked again where they changed
-    in place."""
+    in place; and how many are not taken."""
     by_executor = {}
     for k, group in enumerate(plan.groups):
         by_executor.setdefault(group.executor, []).append(k)
-    gptrs = [None] * len(grads)
+    gptrs, missing = [None] * len(grads), 0
     for executor, ks in by_executor.items():
         picked = [plan.groups[k] for k in ks]
         found = executor.take(plan, picked, [grads[k] for k in ks])
@@ -255,9 +253,10 @@ def _taken(plan, grads):
                 group.refresh()  # raises where they fail the checks
             plan.record = None
             found = executor.take(plan, picked, [grads[k] for k in ks])
-        for k, gptr in zip(ks, found):
+        missing += found[1]
+        for k, gptr in zip(ks, found[0]):
             gptrs[k] = gptr
-    return gptrs
+    return gptrs, missing
 
 
 def _route(group, grads, gptr):
@@ -268,7 +267,7 @@ def _route(group, grads, gptr):
     ``left`` (no gradient; a mixed16 row of another gradient, which its
     rule converts) to the face."""
     copies, passes, left = [], [], []
-    for k in [] if gptr.all() else numpy.flatnonzero(gptr == 0).tolist():
+    for k in numpy.flatnonzero(gptr == 0).tolist():
         g = grads[k]
         if g is not None:
             group.check(k, g)
@@ -292,7 +291,8 @@ def _contiguous(device, a):
 
 
 def _run(group, grads, gptr, copies, passes, left):
-    group.last.copies = {}
+    if group.last.copies:
+        group.last.copies = {}
     group.executor.run(group, gptr)
     for k in passes:  # observed in the table's rows
         cpu.numpy_update(group.rows[k], group.state.obs[k], group.op,

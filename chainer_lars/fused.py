@@ -1,6 +1,6 @@
 """What the fused faces (:class:`~chainer_lars.LARS`,
 :class:`~chainer_lars.LAMB`) share: the optimizer's ``update`` (a fork of
-Chainer's) over the engine's plan, the rule's own path as a plan of one
+Chainer's) over the engine's plan, a rule's own path as a plan of one
 array, the settings rows, and the loss-scaling state and float32 master
 copies in snapshots."""
 
@@ -71,8 +71,8 @@ def serialize_master(rule, serializer, device=None):
 def master(param, rule):
     """The float32 master copy that a float16 parameter's rule steps under
     ``use_fp32_update()``, where it is made and on the parameter's device
-    (a master loaded from a snapshot lives on the CPU until the rule's
-    first update), else ``None``."""
+    (one loaded from a snapshot is on the CPU until the rule's first
+    update), else ``None``."""
     copy = getattr(rule, '_fp32_param', None)
     if (rule._use_fp32_update and param.dtype == numpy.float16
             and copy is not None and copy.array is not None
@@ -104,8 +104,9 @@ class FusedRule(optimizer.UpdateRule):
 
     # GradientLARS refuses to run on us (checks.double_adaptation).
     adapts_rates = True
-
     is_elementwise = False
+    # The optimizer's list of float16 arrays whose step rounded away.
+    _lost = None
 
     def __init__(self, parent_hyperparam=None, uses_weight_decay=True,
                  uses_adaptation=True):
@@ -113,11 +114,9 @@ class FusedRule(optimizer.UpdateRule):
             parent_hyperparam or self._DEFAULTS)
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
-        # The per-rule path's plan; whether the last update took it; the
+        # The own path's plan; whether the last update took it; the
         # parameter's path, once the optimizer's setup names it.
-        self._plan = None
-        self._observed = False
-        self._path = None
+        self._plan, self._observed, self._path = None, False, None
 
     def __getstate__(self):
         state = dict(self.__dict__, _plan=None, _observed=False)
@@ -151,13 +150,14 @@ class FusedRule(optimizer.UpdateRule):
             return
         states = list(map(self.state.__getitem__, self.STATES))
         plan = getattr(self, '_plan', None)
-        if plan is None or not plan.matches([w] + states):
+        if plan is None or not engine.same([w] + states, plan.others):
             path = self._path or param.name
             _check_dtype(path, w, self._face)
+            # The plan of this rule's arrays (held in its others).
             plan = self._plan = engine.Plan([w] + states, _arrays)
             plan.add(None, param.device, self.OP, path, None, self, w,
                      states)
-            plan.finish()
+            plan.finish().others = [w] + states
         group, = plan.groups
         # The loss scale is already divided out (UpdateRule.update); t
         # counts this step already. A hyperparameter holding only its
@@ -171,14 +171,15 @@ class FusedRule(optimizer.UpdateRule):
                                 self.uses_adaptation), self._fill_group)
         engine.update(plan, [[g]])
         self._observed = True
+        if self._lost is not None:
+            self._lost += engine.rounded_away(group)
 
     update_core_gpu = update_core_cpu
 
     @classmethod
     def _fill_group(cls, group, key):
         """Fills a group's rows from ``(values, loss scales, steps[, uses
-        weight decay, adaptation])``: the optimizer's key, or a rule's with
-        its flags."""
+        weight decay, adaptation])``: an optimizer's key, or a rule's."""
         values, scales, steps = key[:3]
         if len(key) > 3:
             group.uses_wd[:], group.adapt[:] = key[3:]
@@ -239,6 +240,32 @@ def _check_unbatched(param):
                          names=L.STATE_NAMES[rule.OP])
 
 
+def _depends(states, params):
+    """What a plan of an optimizer's is made from: the parameters, their
+    rules, arrays, state buffers (``states``: their keys) and master
+    copies (by identity), the rules' flags and hooks."""
+    rules = list(map(engine.UPDATE_RULE, params))
+    objects = [params, rules, list(map(engine.ARRAY, params))]
+    try:
+        dicts = list(map(_STATE, rules))
+        objects += [list(map(operator.methodcaller('get', key), dicts))
+                    for key in states]
+        fp32 = list(map(_FP32_PARAM, rules))
+        flags = list(map(_RULE_FLAGS, rules))
+    except AttributeError:  # no rule, no state yet, or not a FusedRule
+        dicts = [getattr(r, '_state', None) or {} for r in rules]
+        objects += [[d.get(key) for d in dicts] for key in states]
+        fp32 = [getattr(r, '_fp32_param', None) for r in rules]
+        flags = [_RULE_FLAGS(r) if isinstance(r, FusedRule) else None
+                 for r in rules]
+    objects.append([None if p is None else p.array for p in fp32])
+    # Rules keep their hooks in dicts changed in place.
+    hooks = [None if r is None else (len(r._hookable._pre_update_hooks),
+                                     len(r._hookable._post_update_hooks))
+             for r in rules]
+    return objects, (flags, hooks)
+
+
 class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     """What the fused faces share: ``update`` (a fork of Chainer's), the
@@ -257,9 +284,12 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         super(FusedMethod, self).__init__()
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         self._plans = engine.PlanCache()
+        self._lost = []
 
     def create_update_rule(self):
-        return self._rule(self.hyperparam)
+        rule = self._rule(self.hyperparam)
+        rule._lost = self._lost
+        return rule
 
     def add_hook(self, hook, name=None, timing='auto'):
         """Registers a hook, as :meth:`chainer.Optimizer.add_hook`; a
@@ -302,8 +332,7 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         if not self._multi_tensor:
             super(FusedMethod, self).update(lossfun, *args, **kwds)
             self._stepped = self.is_safe_to_update()
-            self._warn_rounded([])
-            return
+            return self._warn_rounded([])
         if lossfun is not None:
             use_cleargrads = getattr(self, '_use_cleargrads', True)
             loss = lossfun(*args, **kwds)
@@ -417,18 +446,13 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     def _warn_rounded(self, groups):
         """Warns, once, of the float16 weights of ``groups`` and of the
-        rules' own paths whose last step rounded away for most elements."""
-        if self._warned or not self._stepped:
-            return
-        rules = [p.update_rule for p in self.target.params()
-                 if p.dtype == numpy.float16]
-        groups = list(groups) + [
-            r._plan.groups[0] for r in rules if isinstance(r, self._rule)
-            and r._observed and r._plan is not None]
-        lost = [path for g in groups for path in engine.rounded_away(g)]
-        if lost:
+        rules' own paths whose step rounded away for most elements."""
+        lost = [p for g in groups for p in engine.rounded_away(g)]
+        lost += self.__dict__.get('_lost', ())
+        if lost and not self._warned:
             self._warned = True
             warn_rounded(self._face, lost)
+        del self.__dict__.get('_lost', [])[:]
 
     def _key(self, group):
         """What a group's settings rows are filled from: the values of the
@@ -444,44 +468,17 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         return (values, list(map(engine.LOSS_SCALE, group.params)),
                 [r.t + 1 for r in rules] if cls._STEPPED else None)
 
-    @staticmethod
-    def _depends(states, params):
-        """What a plan of the optimizer's is made from: the parameters,
-        their rules, arrays, state buffers (``states``: their keys) and
-        master copies (by identity), the rules' flags and hooks."""
-        rules = list(map(engine.UPDATE_RULE, params))
-        objects = [params, rules, list(map(engine.ARRAY, params))]
-        try:
-            dicts = list(map(_STATE, rules))
-            objects += [list(map(operator.methodcaller('get', key), dicts))
-                        for key in states]
-            fp32 = list(map(_FP32_PARAM, rules))
-            flags = list(map(_RULE_FLAGS, rules))
-        except AttributeError:  # no rule, no state yet, or not a FusedRule
-            dicts = [getattr(r, '_state', None) or {} for r in rules]
-            objects += [[d.get(key) for d in dicts] for key in states]
-            fp32 = [getattr(r, '_fp32_param', None) for r in rules]
-            flags = [_RULE_FLAGS(r) if isinstance(r, FusedRule) else None
-                     for r in rules]
-        objects.append([None if p is None else p.array for p in fp32])
-        # Rules keep their hooks in dicts changed in place.
-        hooks = [None if r is None else (len(r._hookable._pre_update_hooks),
-                                         len(r._hookable._post_update_hooks))
-                 for r in rules]
-        return objects, (flags, hooks)
-
     def _build_plan(self, params):
         paths = {id(param): path for path, param in self.target.namedparams()}
-        plan = engine.Plan(params, functools.partial(self._depends,
+        plan = engine.Plan(params, functools.partial(_depends,
                                                      self._rule.STATES))
-        multi = self._multi_tensor
         for param in params:
             rule = param.update_rule
             if _batchable(param, rule, self._rule):
                 path, w = paths[id(param)], param.array
                 _check_dtype(path, w, self._face)
                 copy = master(param, rule)
-                plan.add(None if multi else path, param.device,
+                plan.add(None if self._multi_tensor else path, param.device,
                          self._rule.OP, path, param, rule,
                          w if copy is None else copy,
                          list(map(rule.state.__getitem__, rule.STATES)),
@@ -509,8 +506,8 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
             # A disabled rule made no step in the last update.
             if (isinstance(rule, self._rule) and rule.enabled
                     and rule._observed and rule.uses_adaptation):
-                for row in engine.observe(rule._plan.groups[0].last).values():
-                    result[path] = row
+                result.update((path, row) for row in engine.observe(
+                    rule._plan.groups[0].last).values())
         for plan in self._plans.plans():
             for group in plan.groups:
                 result.update(engine.observe(group.last, group.adapt))

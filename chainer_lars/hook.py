@@ -115,14 +115,10 @@ class GradientLARS(exclusions.ExclusionProperties):
     ``'/' + param.name``.
 
     With the default ``trust_coefficient=1`` (Chainer's convention) the
-    optimizer's ``lr`` is the paper's :math:`\\gamma \\eta`: an adapted array
-    moves, per update and before momentum, by about ``lr`` times its own
-    norm, so ``lr`` is small: start from ``MomentumSGD(lr=0.002)`` (about
-    1e-3 to 1e-2). The plain ``lr=0.1`` of ``MomentumSGD`` moves every array
-    by a tenth of its norm per update and diverges. :class:`LARS` keeps
-    :math:`\\eta` apart, TensorFlow's ``trust_coefficient=1e-3``, with an
-    ``lr`` 1,000 times larger for the same step. Arrays at or below
-    ``threshold`` (biases starting at 0) get the plain ``lr``.
+    optimizer's ``lr`` is the paper's :math:`\\gamma \\eta`: an adapted
+    array moves by about ``lr`` times its own norm per update, so ``lr`` is
+    small: start from ``MomentumSGD(lr=0.002)`` (:doc:`hook`). Arrays at or
+    below ``threshold`` (biases starting at 0) get the plain ``lr``.
 
     Args:
         threshold (float): ``r = 1`` unless ``||w|| > threshold``.

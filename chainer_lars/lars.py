@@ -103,15 +103,9 @@ class LARS(fused.FusedMethod):
     ``lr`` and ``trust_coefficient`` are the paper's :math:`\\gamma` and
     :math:`\\eta`, kept apart as in TensorFlow: an adapted array moves, per
     update and before momentum, by about ``lr * trust_coefficient`` times
-    its own norm. :class:`GradientLARS` has the same two names with
-    Chainer's defaults, ``trust_coefficient=1``, where the optimizer's
-    ``lr`` is that product itself: for the same step the hook's ``lr`` is
-    1,000 times smaller than this one's (``LARS(lr=2.0)``, or
+    its own norm (the hook's ``lr`` is that product: ``LARS(lr=2.0)`` is
     ``MomentumSGD(lr=0.002)`` with ``GradientLARS()``). Start from the
-    defaults, ``lr=2`` and ``trust_coefficient=1e-3`` (tried at batch 128),
-    and scale ``lr`` with the batch. TensorFlow's defaults are ``lr=1e-3,
-    trust_coefficient=1e-3``: a step of a millionth of the norm, which
-    trains next to nothing in a few hundred updates.
+    defaults and scale ``lr`` with the batch (:doc:`optimizer`).
 
     Args:
         lr (float): Learning rate :math:`\\gamma`.
