@@ -1,14 +1,11 @@
 """The CUDA executor: two launches per update for a group of any size.
 
-The norms kernel (the last block of each array sums its partials in a fixed
-order), then the hook's or the optimizer's step. Each update uploads, in
-one asynchronous copy from pinned memory, the arrays' addresses and the
-settings rows; which block takes which part of which array is uploaded
-once per group. Loads and stores are 16 bytes wide where the arrays are
-aligned; float16 computes in float32. No synchronisation: the ring of
-pinned buffers lets the host run ahead. CuPy is reached only through the
-device's ``xp``: the code runs unchanged on
-:mod:`chainer_lars.testing.emulated_cupy`."""
+The norms kernel, then the hook's or the optimizer's step. Each update
+uploads the arrays' addresses and the settings rows in one asynchronous
+copy from a ring of pinned buffers (the host may run ahead); the block map
+is uploaded once per group. CuPy is reached only through the device's
+``xp``: the code runs unchanged on :mod:`chainer_lars.testing.emulated_cupy`.
+"""
 
 import operator
 
@@ -19,10 +16,9 @@ from chainer_lars import layout as L
 from chainer_lars import ratio
 
 
-#: Threads per block, a power of two (the block reductions rely on it).
+#: Threads per block, a power of two (the block reductions rely on it), and
+#: elements per block: 32 a thread, enough loads in flight.
 THREADS = 256
-#: Elements per block: 32 a thread, enough loads in flight to hide their
-#: latency.
 CHUNK = 32 * THREADS
 
 _SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')
@@ -40,17 +36,13 @@ typedef {gstorage} G;
 typedef {compute} C;
 #define LARS_THREADS {threads}
 #define LARS_CHUNK {chunk}
-// Elements per vector access: 16 bytes of S.
-#define LARS_VEC (16 / (int)sizeof(S))
-// A mixed16 group: float32 weights (the masters) and states, float16
-// gradients; a step writes the float16 weights as the masters rounded,
-// the hook the rescaled float32 gradients.
+#define LARS_VEC (16 / (int)sizeof(S))  // elements in 16 bytes of S
+// Float32 masters with float16 gradients; float16 weights without masters.
 #define LARS_MIXED16 {mixed16}
-// float16 weights without masters: count the steps that round away.
 #define LARS_COUNT_ROUNDED {count}
 
-// Conversions to the compute type and back to storage, rounded to
-// nearest; float16 is stored as its bits, with the hardware's conversions.
+// To the compute type and back to storage, rounded to nearest; float16 is
+// stored as its bits, with the hardware's conversions.
 __device__ __forceinline__ C lars_c(float x) {{ return (C)x; }}
 __device__ __forceinline__ C lars_c(double x) {{ return (C)x; }}
 __device__ __forceinline__ C lars_c(unsigned short h) {{
@@ -66,8 +58,7 @@ __device__ __forceinline__ void lars_s(unsigned short& y, C x) {{
     y = h;
 }}
 
-// n <= LARS_VEC elements of an array from i, as one 16-byte access where
-// the vector is whole and the arrays aligned (p, packed), else one by one.
+// n <= LARS_VEC elements from i: one 16-byte access where p (packed).
 template <typename T> struct alignas(sizeof(T) * LARS_VEC) lars_pack {{
     T v[LARS_VEC];
 }};
@@ -116,18 +107,14 @@ __device__ __forceinline__ void lars_block_sum2(C& a, C& b) {{
     __syncthreads();
 }}
 
-// The words of an update (int64), for T arrays:
-//   [0, T)      weights        [T, 2T)     gradients (0: the row is left)
-//   [2T, 3T)    first states (momentum buffers; 0 for the hook)
-//   [3T, 4T)    second states  [4T, 5T)    what a mixed16 row writes
-//   then the settings, T rows of LARS_COLUMNS values of C (the layout of
-//   chainer_lars/layout.py).
-// The blocks of a group (int64), uploaded once: [0, T] the first block
-// of each array, then B, then the array of each block, then the sizes.
+// The words of an update (int64), for T arrays: weights, gradients (0: the
+// row is left), first and second states, what a mixed16 row writes (T
+// each), then T rows of LARS_COLUMNS settings of C (chainer_lars/layout.py).
+// The blocks of a group, uploaded once: the first block of each array and
+// B (T + 1), the array of each block (B), the sizes (T).
 {defines}
 
-// This block's array t, the range of its elements and its settings s;
-// false where the array's row is left (every thread returns then).
+// This block's array t, range and settings s; false where t is left.
 __device__ __forceinline__ bool lars_block_range(
         const long long* words, const long long* blocks, long long T,
         long long& t, long long& begin, long long& end, const C*& s) {{
@@ -140,8 +127,7 @@ __device__ __forceinline__ bool lars_block_range(
     return words[T + t] != 0;
 }}
 
-// The kernels' common start: the block's range, and a loop over its
-// vectors of n elements from i, packed where the flag packed allows.
+// The kernels' start, and their loop over vectors of n elements from i.
 #define LARS_BLOCK \
     long long t, begin, end; \
     const C* s; \
@@ -152,10 +138,9 @@ __device__ __forceinline__ bool lars_block_range(
         for (int n = end - i < LARS_VEC ? (int)(end - i) : LARS_VEC, \
              p = packed && n == LARS_VEC, once = 1; once; once = 0)
 
-// Adds the block's sums a and b to those of array t (partial[]; the block
-// that counts last sums them in a fixed order). True in that block, where
-// every thread gets the array's sums. done[] counts finished blocks per
-// array; it must be 0 before the launch and is 0 again after it.
+// Adds the block's sums a and b to array t's partials; true in the block
+// that counts last (done[t], 0 before and after), which sums them in a
+// fixed order and gives every thread the array's sums.
 __device__ __forceinline__ bool lars_array_sum2(
         const long long* blocks, long long t, C* partial,
         unsigned int* done, C& a, C& b) {{
@@ -189,8 +174,7 @@ __device__ __forceinline__ bool lars_array_sum2(
     return true;
 }}
 
-// The ratio and sums of array t (by the block that summed them), and the
-// float16 weights whose step rounded away, counted anew.
+// Array t's ratio and sums; its rounded-away count starts anew.
 __device__ __forceinline__ void lars_stats(
         C* stats, unsigned int* rounded, long long t, C r, C sw, C sg) {{
     if (threadIdx.x == 0) {{
@@ -201,8 +185,7 @@ __device__ __forceinline__ void lars_stats(
     }}
 }}
 
-// Adds the block's count of float16 weights whose step rounded away
-// (lost) to rounded[t].
+// Adds the block's float16 weights whose step rounded away to rounded[t].
 __device__ __forceinline__ void lars_count(unsigned int* rounded,
                                            long long t, C lost) {{
 #if LARS_COUNT_ROUNDED
@@ -214,9 +197,8 @@ __device__ __forceinline__ void lars_count(unsigned int* rounded,
 #endif
 }}
 
-// stats[3t] = the ratio r of array t, stats[3t+1] = ||w||^2 and
-// stats[3t+2] = ||g||^2 of g as stored (loss_scale times the gradient;
-// mixed16: of g / loss_scale in float32, as its rule divides it).
+// stats: the ratio, ||w||^2 and ||g||^2 of g as stored (loss_scale times
+// the gradient; mixed16: of g / loss_scale in float32, as its rule does).
 extern "C" __global__ void chainer_lars_multi_norms(
         const long long* words, const long long* blocks, long long T,
         C* partial, unsigned int* done, C* stats, unsigned int* rounded) {{
@@ -252,10 +234,8 @@ extern "C" __global__ void chainer_lars_multi_norms(
     }}
 }}
 
-// The hook: g <- r * g + r * loss_scale * weight_decay * w, which is the
-// rescaled gradient still multiplied by the loss scale. A mixed16 row
-// writes x <- r * (g / loss_scale) + r * weight_decay * w in float32
-// instead, the gradient its rule would make, rescaled.
+// The hook: g <- r g + r loss_scale wd w (the loss scale still in g); a
+// mixed16 row: x <- r (g / loss_scale) + r wd w, its rule's gradient.
 extern "C" __global__ void chainer_lars_multi_scale_add(
         const long long* words, const long long* blocks, long long T,
         const C* stats, unsigned int* rounded) {{
@@ -288,9 +268,8 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
     }}
 }}
 
-// Reads a gradient in the compute type, divided by the loss scale: in
-// place first, as Chainer's update rules do, and used as stored (rounded
-// to G); a mixed16 row divides it on the fly and leaves it as it is.
+// A gradient divided by the loss scale: in place, as Chainer's rules do,
+// and used as stored; a mixed16 row's on the fly, left as it is.
 __device__ __forceinline__ void lars_unscaled(
         G* g, long long i, int n, bool p, C loss_scale, C* x) {{
     lars_get(g, i, n, p, x);
@@ -305,8 +284,8 @@ __device__ __forceinline__ void lars_unscaled(
 #endif
 }}
 
-// Writes the new weights wn (mixed16: and the float16 weights), and
-// counts the float16 ones whose nonzero step rounded away into lost.
+// Writes the weights (mixed16: and the float16 ones); counts in lost the
+// float16 weights whose nonzero step rounded away.
 __device__ __forceinline__ void lars_write(
         S* w, G* h, long long i, int n, bool p, const C* wi, const C* wn,
         C& lost) {{
@@ -373,9 +352,7 @@ __device__ __forceinline__ C lamb_direction(C w, C m, C v, const C* s) {
     const bool packed = lars_aligned(w) && lars_aligned(g) \
         && lars_aligned(m) && lars_aligned(v) && lars_aligned(h);
 
-// The gradient unscaled (as in chainer_lars_multi_momentum), the moments,
-// and as in chainer_lars_multi_norms, stats[3t] = the ratio ||w|| / ||r||,
-// stats[3t+1] = ||w||^2, stats[3t+2] = ||r||^2.
+// The moments, and stats: the ratio ||w|| / ||r||, ||w||^2, ||r||^2.
 extern "C" __global__ void chainer_lars_lamb_norms(
         const long long* words, const long long* blocks, long long T,
         C* partial, unsigned int* done, C* stats, unsigned int* rounded) {
@@ -488,15 +465,13 @@ def _strides(shape, itemsize):
 
 class _DeviceState(object):
 
-    """A group's device side: the block map (``blocks``), the words of the
-    group's own arrays (``own``), a ring of pinned buffers the words of
-    each update are written into in turn (one is written again only once
-    its copy is done: the host may run ahead), the device's copy of the
-    words, the norms' partial sums, ``stats`` per row ``(r, ||w||^2,
-    ||g||^2)``, the ``rounded`` float16 weights (with their copy to the
-    host, ``counted``, and the last read, ``lost``), what a gradient must
-    be like to go as it is (``signature``, ``direct``), and ``last``: the
-    rows taken, flags and loss scales of the last update."""
+    """A group's device side: the block map, the words of its own arrays
+    (``own``), the ring of pinned buffers the words of each update are
+    written into in turn (each again only once its copy is done), the
+    device's copy, the norms' partials, ``stats`` per row ``(r, ||w||^2,
+    ||g||^2)``, the ``rounded`` float16 weights (copied to the host:
+    ``counted``, read: ``lost``), what a gradient must be like to go as it
+    is, and ``last``: what the last update took, for :meth:`observe`."""
 
     RING = 4
 

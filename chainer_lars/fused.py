@@ -29,9 +29,8 @@ _LOSS_SCALING = (('_loss_scale', None), ('_loss_scale_max', 65504.0),
 
 
 def serialize_loss_scaling(optimizer, serializer):
-    """Saves or loads ``optimizer``'s loss scale and dynamic-scaling state
-    (Chainer's private attributes, ``None`` as NaN); a snapshot without
-    them leaves the optimizer as it is."""
+    """Saves or loads the loss scale and dynamic-scaling state (``None``
+    as NaN); a snapshot without them leaves the optimizer as it is."""
     for k, (name, default) in enumerate(_LOSS_SCALING):
         value = getattr(optimizer, name, default)
         try:
@@ -49,9 +48,8 @@ def serialize_loss_scaling(optimizer, serializer):
 
 def serialize_master(rule, serializer, device=None):
     """Saves or loads ``rule``'s float32 master copy, which Chainer leaves
-    out of snapshots (a resumed float16 run would restart from rounded
-    weights): into the copy there is, else a new one (sent to ``device``
-    where given); a snapshot without one loads as before."""
+    out of snapshots: into the copy there is, else a new one (sent to
+    ``device``); a snapshot without one loads as before."""
     master = rule._fp32_param
     current = None if master is None else master.array
     if isinstance(serializer, chainer.serializer.Serializer):
@@ -69,10 +67,9 @@ def serialize_master(rule, serializer, device=None):
 
 
 def master(param, rule):
-    """The float32 master copy that a float16 parameter's rule steps under
-    ``use_fp32_update()``, where it is made and on the parameter's device
-    (one loaded from a snapshot is on the CPU until the rule's first
-    update), else ``None``."""
+    """The float32 master copy of a float16 parameter's rule where it is
+    made and on the parameter's device (one loaded from a snapshot is on
+    the CPU until the rule's first update), else ``None``."""
     copy = getattr(rule, '_fp32_param', None)
     if (rule._use_fp32_update and param.dtype == numpy.float16
             and copy is not None and copy.array is not None
@@ -94,13 +91,12 @@ def warn_rounded(face, paths):
 class FusedRule(optimizer.UpdateRule):
 
     """What the rules of the fused faces share: the exclusion flags, the
-    state buffers named in ``STATES``, the float32 master copy in
-    snapshots, and the engine's ``OP`` on a plan of one array. A face's
-    rule has its ``_DEFAULTS``, and ``_fill_rows(rows, values, steps,
-    uses_weight_decay, adapt, paths, dtype)`` fills and checks its
-    settings rows from the hyperparameter values (``_VALUES`` of a
-    ``Hyperparameter``, ``_RULE_VALUES`` of a rule) and, where
-    ``_STEPPED``, the steps ``t``."""
+    state buffers ``STATES``, the master copy in snapshots, and the
+    engine's ``OP`` on a plan of one array. A face's rule has its
+    ``_DEFAULTS``, and ``_fill_rows(rows, values, steps, uses_weight_decay,
+    adapt, paths, dtype)`` fills and checks its rows from the
+    hyperparameters (``_VALUES`` of a ``Hyperparameter``, ``_RULE_VALUES``
+    of a rule) and, where ``_STEPPED``, the steps ``t``."""
 
     # GradientLARS refuses to run on us (checks.double_adaptation).
     adapts_rates = True
@@ -114,8 +110,7 @@ class FusedRule(optimizer.UpdateRule):
             parent_hyperparam or self._DEFAULTS)
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
-        # The own path's plan; whether the last update took it; the
-        # parameter's path, once the optimizer's setup names it.
+        # The own path's plan, whether the last update took it, the path.
         self._plan, self._observed, self._path = None, False, None
 
     def __getstate__(self):
@@ -159,10 +154,9 @@ class FusedRule(optimizer.UpdateRule):
                      states)
             plan.finish().others = [w] + states
         group, = plan.groups
-        # The loss scale is already divided out (UpdateRule.update); t
-        # counts this step already. A hyperparameter holding only its
-        # parent has the parent's values, read directly (through its
-        # __getattr__, 3 us of 10 per array).
+        # The loss scale is divided out, t counts this step already. A
+        # hyperparameter holding only its parent has its values, read
+        # directly (through its __getattr__, 3 us of 10 per array).
         own = self.hyperparam.__dict__
         values = (self._VALUES(own['_parent']) if len(own) == 1
                   and '_parent' in own else self._RULE_VALUES(self))
@@ -204,17 +198,17 @@ _RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
                                   'uses_adaptation', '_use_fp32_update')
 _HYPER_PARENT = operator.attrgetter('hyperparam._parent')
 _HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
-_FP32_PARAM = operator.attrgetter('_fp32_param')
 _STATE = operator.attrgetter('_state')
+# Rules keep their hooks in dicts changed in place: their lengths count.
+_HOOKS = (operator.attrgetter('_hookable._pre_update_hooks'),
+          operator.attrgetter('_hookable._post_update_hooks'))
 
 
 def _batchable(param, rule, cls):
     """Whether the batched step does what ``param.update()`` would: a plain
-    ``cls`` (no rule: a link added after setup(), which Chainer skips),
-    enabled, with no rule hooks (they run between the division by the loss
-    scale and the step), its state made, Chainer's layout, and for a
-    float16 parameter with ``use_fp32_update()``, its float32 master copy
-    made, on the parameter's device (see :func:`master`)."""
+    ``cls``, enabled, with no rule hooks (they run between the division by
+    the loss scale and the step), its state made, Chainer's layout, and
+    under ``use_fp32_update()`` its :func:`master` copy made."""
     return (type(rule) is cls and rule.enabled
             and not rule._hookable._pre_update_hooks
             and not rule._hookable._post_update_hooks
@@ -227,8 +221,8 @@ def _batchable(param, rule, cls):
 
 
 def _check_unbatched(param):
-    """The engine's check of a FusedRule's arrays on the per-rule path (its
-    own check would come after the batched groups moved)."""
+    """The engine's check of a FusedRule's arrays on the per-rule path,
+    before the batched groups move."""
     rule, w, g = param.update_rule, param.array, param.grad
     if (isinstance(rule, FusedRule) and rule.enabled and w is not None
             and g is not None and not (
@@ -240,45 +234,39 @@ def _check_unbatched(param):
                          names=L.STATE_NAMES[rule.OP])
 
 
-def _depends(states, params):
+def _depends(states, mixed16, params):
     """What a plan of an optimizer's is made from: the parameters, their
-    rules, arrays, state buffers (``states``: their keys) and master
-    copies (by identity), the rules' flags and hooks."""
+    rules, arrays, state buffers (``states``: their keys) and the master
+    copies of the ``mixed16`` rows (by identity), the rules' flags and
+    hooks."""
     rules = list(map(engine.UPDATE_RULE, params))
     objects = [params, rules, list(map(engine.ARRAY, params))]
     try:
         dicts = list(map(_STATE, rules))
         objects += [list(map(operator.methodcaller('get', key), dicts))
                     for key in states]
-        fp32 = list(map(_FP32_PARAM, rules))
-        flags = list(map(_RULE_FLAGS, rules))
+        values = [list(map(_RULE_FLAGS, rules))] + [
+            list(map(len, map(hooks, rules))) for hooks in _HOOKS]
     except AttributeError:  # no rule, no state yet, or not a FusedRule
         dicts = [getattr(r, '_state', None) or {} for r in rules]
         objects += [[d.get(key) for d in dicts] for key in states]
-        fp32 = [getattr(r, '_fp32_param', None) for r in rules]
-        flags = [_RULE_FLAGS(r) if isinstance(r, FusedRule) else None
-                 for r in rules]
-    objects.append([None if p is None else p.array for p in fp32])
-    # Rules keep their hooks in dicts changed in place.
-    hooks = [None if r is None else (len(r._hookable._pre_update_hooks),
-                                     len(r._hookable._post_update_hooks))
-             for r in rules]
-    return objects, (flags, hooks)
+        values = [[None if r is None else (_RULE_FLAGS(r) if isinstance(
+            r, FusedRule) else ()) + tuple(len(h(r)) for h in _HOOKS)
+            for r in rules]]
+    objects.append([master(params[k], rules[k]) for k in mixed16])
+    return objects, values
 
 
 class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     """What the fused faces share: ``update`` (a fork of Chainer's), the
-    plan of groups, the settings rows, the exclusions, the loss-scaling
-    state in snapshots and ``observe``. A face names its rule class
-    (``_rule``) and itself (``_face``)."""
+    plans, the settings rows, the exclusions, the loss-scaling state in
+    snapshots and ``observe``. A face names its rule class (``_rule``) and
+    itself (``_face``). ``_stepped``: the last update was not skipped;
+    ``_warned``: of a float16 step that rounded away."""
 
-    # GradientLARS refuses to run on us (checks.double_adaptation).
-    adapts_rates = True
-    # Whether the last update stepped (not skipped for non-finite gradients).
-    _stepped = True
-    # Whether a float16 step that rounded away was warned of.
-    _warned = False
+    adapts_rates = True  # GradientLARS refuses to run on us
+    _stepped, _warned = True, False
 
     def __init__(self, multi_tensor):
         super(FusedMethod, self).__init__()
@@ -367,7 +355,7 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     def _check_finite(self, params, grads):
         """Chainer's ``check_nan_in_grads`` (its warnings, in its order),
-        with one transfer of flags per device, not one per array."""
+        with one transfer per device, not one per array."""
         self._loss_scaling_isnan = False
         if not self._loss_scaling_is_dynamic:
             return
@@ -455,9 +443,8 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         del self.__dict__.get('_lost', [])[:]
 
     def _key(self, group):
-        """What a group's settings rows are filled from: the values of the
-        hyperparameters, the loss scales and, for a stepped face, the step
-        each rule is about to make (t counts after it)."""
+        """What a group's rows are filled from: the hyperparameters, the
+        loss scales and, for a stepped face, the step each rule makes."""
         rules, base, cls = group.rules, self.hyperparam, self._rule
         values = cls._VALUES(base)
         # Unless a rule has values of its own (a hyperparameter holds its
@@ -470,11 +457,14 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     def _build_plan(self, params):
         paths = {id(param): path for path, param in self.target.namedparams()}
-        plan = engine.Plan(params, functools.partial(_depends,
-                                                     self._rule.STATES))
-        for param in params:
+        batchable = [_batchable(p, p.update_rule, self._rule) for p in params]
+        plan = engine.Plan(params, functools.partial(
+            _depends, self._rule.STATES, [
+                k for k, p in enumerate(params) if batchable[k]
+                and master(p, p.update_rule) is not None]))
+        for param, fused in zip(params, batchable):
             rule = param.update_rule
-            if _batchable(param, rule, self._rule):
+            if fused:
                 path, w = paths[id(param)], param.array
                 _check_dtype(path, w, self._face)
                 copy = master(param, rule)

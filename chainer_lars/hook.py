@@ -17,17 +17,15 @@ from chainer_lars import layout as L
 
 class _RuleDelegate(object):
 
-    """Runs a GradientLARS in one float16 parameter's update rule, armed
-    for the optimizer's next ``t`` only: hands the rule the float32
+    """A GradientLARS in one float16 parameter's update rule, armed for the
+    optimizer's next ``t`` only (not copied): hands the rule the float32
     gradient the batched pass rescaled (mixed16), or rescales the gradient
-    there, after the rule divides out the loss scale (a float16 gradient
-    cannot hold the rescaled result times it), on the float32 master copy
-    if any. A skipped update or a removed hook leaves nothing behind;
-    arming is not copied."""
+    there, once the rule has divided out the loss scale (a float16 gradient
+    cannot hold the rescaled result times it), on the master copy if any.
+    ``_before``: the float16 weights before the last update, on the CPU,
+    until the hook warned of a step that rounded away."""
 
     timing = 'pre'
-    # The float16 weights (without a master copy) before the last update,
-    # on the CPU, until the hook warned of a step that rounded away.
     _before = None
 
     def __init__(self, hook):
@@ -35,8 +33,7 @@ class _RuleDelegate(object):
         self._armed = None
 
     def arm(self, optimizer, path, grad=None):
-        """Makes the call in ``optimizer``'s next update rescale ``path``
-        (or give the rule ``grad``)."""
+        """Rescale ``path`` (or give the rule ``grad``) in the next update."""
         self._armed = (weakref.ref(optimizer), optimizer.t + 1, path, grad)
 
     def __getstate__(self):
@@ -70,16 +67,15 @@ def _post_refused():
         "it with timing='pre' or 'auto' (the default), not 'post'")
 
 
-#: Name of a GradientLARS's delegate on an update rule (``#2``, ``#3``, ...
-#: appended while taken: several hooks on one model).
+#: Name of a delegate on an update rule (``#2``, ... while taken).
 _DELEGATE_NAME = 'chainer_lars.GradientLARS'
 _FLAGS = operator.attrgetter('enabled', '_use_fp32_update')
 
 
 def _depends(mixed16, params):
     """What a plan of the hook's is made from: the parameters, their rules
-    and arrays (a mixed16 row's master copy: Chainer's rule replaces its
-    float16 array at every update) by identity, the rules' flags."""
+    and arrays (of the ``mixed16`` rows, the master copies: Chainer's rule
+    replaces the float16 array at every update), the rules' flags."""
     rules = list(map(engine.UPDATE_RULE, params))
     arrays = list(map(engine.ARRAY, params))
     for k in mixed16:
@@ -315,9 +311,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         return plan.finish(params)
 
     def _delegate(self, rule):
-        """This hook's delegate on ``rule`` (in Chainer 7.8.1's
-        ``_hookable``, so a copied optimizer finds the copied one), made on
-        first use."""
+        """This hook's delegate on ``rule``, made on first use (a copied
+        optimizer finds the copied one)."""
         registry = rule._hookable
         for hook in registry._pre_update_hooks.values():
             if isinstance(hook, _RuleDelegate) and hook.hook is self:
@@ -341,9 +336,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         return checks.real('lr of ' + path, lr, minimum=0.0)
 
     def _rescale(self, rule, param, path, loss_scale):
-        """Rescales one gradient in place as a plan of one (kept while the
-        parameter lives); ``loss_scale`` is the factor still in the stored
-        gradient (the result keeps it)."""
+        """Rescales one gradient in place, a plan of one kept while the
+        parameter lives; ``loss_scale`` is the factor still in it."""
         w = param.array
         g = None if w is None else param.grad
         if g is None or (g.size == 0 and w.size == 0):

@@ -33,7 +33,7 @@ def _model():
 
 def _plan(params):
     return engine.Plan(params, functools.partial(
-        fused._depends, ('v',)))
+        fused._depends, ('v',), []))
 
 
 @pytest.mark.parametrize('change', [
