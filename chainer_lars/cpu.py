@@ -213,8 +213,9 @@ class Record(object):
         self.held[:, jit.GROUP] = [k for k, _ in held]
         jit.stamp(self.held, _NDARRAY)
         self.changed = numpy.zeros(len(groups), numpy.int64)
+        # Column by column: the ids and addresses are contiguous.
         self.grads = numpy.zeros((sum(map(len, groups)), jit.EXPECT + 4),
-                                 numpy.int64)
+                                 numpy.int64, order='F')
         self.gids = self.grads[:, jit.GID]
         self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()
         for t, a, b in zip(self.tables, self.bounds, self.bounds[1:]):

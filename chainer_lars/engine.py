@@ -162,7 +162,7 @@ class Plan(object):
         if not same(params, self._objects[0]):
             return False
         objects, values = self._depends(params)
-        return all(map(same, objects, self._objects)) and (
+        return all(map(same, objects[1:], self._objects[1:])) and (
             values == self._values)
 
 
