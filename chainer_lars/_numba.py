@@ -120,20 +120,6 @@ def _rounds_away(a, i, x):
     return lambda a, i, x: False
 
 
-@numba.njit(**_JIT)
-def halves(bits, out):
-    """float16 bits to float32 through :func:`load`."""
-    for i in range(bits.size):
-        out[i] = load(bits, i)
-
-
-@numba.njit(**_JIT)
-def to_halves(x, bits):
-    """float32 to float16 bits through :func:`store`."""
-    for i in range(x.size):
-        store(bits, i, x[i])
-
-
 @numba.njit(fastmath=_REDUCE, **_JIT)
 def sqnorms(w, g, s, inverse):
     """``(||w||^2, ||g / s||^2)`` in one pass (the division in the compute
@@ -499,35 +485,6 @@ def restamp_update(held, changed, grads, none, ndarray, table, rows, obs,
     multi_update(table, grads[:, GPTR], rows, obs, like_w, like_g, like_c,
                  op)
     return True
-
-
-def _halves_agree():
-    """Whether :func:`load` and :func:`store` convert as NumPy does: every
-    float16, the midpoints between neighbours and the values next to them,
-    the overflow (NaN payloads may differ: the processor quiets them)."""
-    bits = numpy.arange(1 << 16, dtype=numpy.uint16)
-    wide = numpy.empty(bits.size, numpy.float32)
-    halves(bits, wide)
-    expected = bits.view(numpy.float16).astype(numpy.float32)
-    finite = numpy.isfinite(expected)
-    exact = numpy.sort(expected[finite])
-    mid = ((exact[:-1].astype(numpy.float64) + exact[1:]) / 2).astype(
-        numpy.float32)
-    values = numpy.concatenate([
-        exact, mid, numpy.nextafter(mid, numpy.float32(numpy.inf)),
-        numpy.nextafter(mid, numpy.float32(-numpy.inf)),
-        numpy.float32([65519.996, 65520.0, -65520.0, 1e30, numpy.inf])])
-    narrowed = numpy.empty(values.size, numpy.uint16)
-    to_halves(values, narrowed)
-    with numpy.errstate(over='ignore'):
-        reference = values.astype(numpy.float16).view(numpy.uint16)
-    return bool(numpy.array_equal(wide[finite], expected[finite])
-                and numpy.array_equal(narrowed, reference))
-
-
-#: Whether float16 storage goes through the compiled loop (else the NumPy
-#: passes take it, as without Numba).
-FLOAT16 = _halves_agree()
 
 
 def _stamps_agree():

@@ -278,8 +278,7 @@ class CpuExecutor(object):
     def prepare(self, group):
         jit = _jit()
         group.state = _Table(group, jit is not None and jit.STAMPS and (
-            group.dtype, group.gdtype) in LIKES and (jit.FLOAT16 or (
-                numpy.float16 not in (group.dtype, group.gdtype))))
+            group.dtype, group.gdtype) in LIKES)
 
     def take(self, plan, groups, grads):
         """Each group's gradient addresses that its table takes as they

@@ -157,9 +157,7 @@ __device__ __forceinline__ bool lars_array_sum2(
         is_last = ticket == (unsigned int)(last - first - 1);
     }}
     __syncthreads();
-    if (!is_last) {{
-        return false;
-    }}
+    if (!is_last) return false;
     const volatile C* q = partial;
     a = 0;
     b = 0;
@@ -168,9 +166,7 @@ __device__ __forceinline__ bool lars_array_sum2(
         b += q[2 * k + 1];
     }}
     lars_block_sum2(a, b);
-    if (threadIdx.x == 0) {{
-        done[t] = 0;
-    }}
+    if (threadIdx.x == 0) done[t] = 0;
     return true;
 }}
 
@@ -257,9 +253,7 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
         C a[LARS_VEC], b[LARS_VEC];
         lars_get(w, i, n, p, a);
         lars_get(g, i, n, p, b);
-        for (int j = 0; j < n; ++j) {{
-            b[j] = r * (b[j] / unscale) + c * a[j];
-        }}
+        for (int j = 0; j < n; ++j) b[j] = r * (b[j] / unscale) + c * a[j];
 #if LARS_MIXED16
         lars_put(x, i, n, p, b);
 #else
@@ -273,9 +267,7 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
 __device__ __forceinline__ void lars_unscaled(
         G* g, long long i, int n, bool p, C loss_scale, C* x) {{
     lars_get(g, i, n, p, x);
-    for (int j = 0; j < n; ++j) {{
-        x[j] = x[j] / loss_scale;
-    }}
+    for (int j = 0; j < n; ++j) x[j] = x[j] / loss_scale;
 #if !LARS_MIXED16
     if (loss_scale != (C)1) {{
         lars_put(g, i, n, p, x);

@@ -35,6 +35,17 @@ class ExclusionRules(object):
                 tuple(p.pattern for p in self.exclude_from_layer_adaptation))
 
 
+def _fixed(k, name):
+    """A read-only property of the ``k``-th list of ``_rules``."""
+    def refuse(self, value):
+        raise AttributeError(
+            '{0} is fixed when the {1} is made (each parameter\'s flags '
+            'are computed once): pass it to the constructor, {1}(..., '
+            '{0}=[...])'.format(name, type(self).__name__))
+    return property(lambda self: self._rules.patterns()[k], refuse,
+                    doc='tuple of str: The {} patterns.'.format(name))
+
+
 class ExclusionProperties(object):
 
     """The two exclusion lists, as read-only tuples of strings (compiled
@@ -42,30 +53,9 @@ class ExclusionProperties(object):
     and a ``repr`` of the attributes named in ``_REPR``."""
 
     _REPR = ()
-
-    @property
-    def exclude_from_weight_decay(self):
-        """tuple of str: The weight-decay exclusion patterns."""
-        return self._rules.patterns()[0]
-
-    @exclude_from_weight_decay.setter
-    def exclude_from_weight_decay(self, value):
-        self._fixed('exclude_from_weight_decay')
-
-    @property
-    def exclude_from_layer_adaptation(self):
-        """tuple of str: The layer-adaptation exclusion patterns."""
-        return self._rules.patterns()[1]
-
-    @exclude_from_layer_adaptation.setter
-    def exclude_from_layer_adaptation(self, value):
-        self._fixed('exclude_from_layer_adaptation')
-
-    def _fixed(self, name):
-        raise AttributeError(
-            '{0} is fixed when the {1} is made (each parameter\'s flags '
-            'are computed once): pass it to the constructor, {1}(..., '
-            '{0}=[...])'.format(name, type(self).__name__))
+    exclude_from_weight_decay = _fixed(0, 'exclude_from_weight_decay')
+    exclude_from_layer_adaptation = _fixed(1,
+                                           'exclude_from_layer_adaptation')
 
     def __repr__(self):
         return '{}({})'.format(type(self).__name__, ', '.join(

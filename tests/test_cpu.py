@@ -353,3 +353,42 @@ def test_broken_numba_warns_and_falls_back(monkeypatch):
     monkeypatch.setattr(builtins, '__import__', fake_import)
     with pytest.warns(RuntimeWarning, match='cannot cache function'):
         assert cpu.backend() == 'numpy'
+
+
+def test_float16_conversions_are_numpys():
+    """The compiled loop's float16 loads and stores (the processor's
+    conversions, F16C) convert as NumPy does: every float16, the midpoints
+    between neighbours (ties to even) and the values next to them, the
+    overflow to infinity (NaN payloads may differ: the processor quiets
+    them)."""
+    jit = _numba()
+    import numba
+
+    @numba.njit
+    def widen(bits, out):
+        for i in range(bits.size):
+            out[i] = jit.load(bits, i)
+
+    @numba.njit
+    def narrow(x, bits):
+        for i in range(x.size):
+            jit.store(bits, i, x[i])
+
+    bits = numpy.arange(1 << 16, dtype=numpy.uint16)
+    wide = numpy.empty(bits.size, numpy.float32)
+    widen(bits, wide)
+    expected = bits.view(numpy.float16).astype(numpy.float32)
+    finite = numpy.isfinite(expected)
+    numpy.testing.assert_array_equal(wide[finite], expected[finite])
+    exact = numpy.sort(expected[finite])
+    mid = ((exact[:-1].astype(numpy.float64) + exact[1:]) / 2).astype(
+        numpy.float32)
+    values = numpy.concatenate([
+        exact, mid, numpy.nextafter(mid, numpy.float32(numpy.inf)),
+        numpy.nextafter(mid, numpy.float32(-numpy.inf)),
+        numpy.float32([65519.996, 65520.0, -65520.0, 1e30, numpy.inf])])
+    narrowed = numpy.empty(values.size, numpy.uint16)
+    narrow(values, narrowed)
+    with numpy.errstate(over='ignore'):
+        numpy.testing.assert_array_equal(
+            narrowed, values.astype(numpy.float16).view(numpy.uint16))

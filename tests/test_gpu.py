@@ -186,12 +186,14 @@ HOOK_RUNS = ([(kwargs, 'static', True) for kwargs in HOOK_CASES]
 
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('kwargs, scaling, multi_tensor', HOOK_RUNS)
+@ref.ROUNDS_AWAY  # in float16 without masters
 def test_hook_agrees_with_cpu(gpu, dtype, kwargs, scaling, multi_tensor):
     _check_hook(gpu, dtype, multi_tensor, kwargs, scaling, MIXED)
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('multi_tensor', [True, False])
+@ref.ROUNDS_AWAY  # in float16 without masters
 def test_hook_agrees_with_cpu_at_every_size(gpu, dtype, multi_tensor):
     _check_hook(gpu, dtype, multi_tensor, HOOK_CASES[1], 'static', SIZES)
 
@@ -265,6 +267,7 @@ LARS_RUNS = ([(kwargs, 'static', True) for kwargs in LARS_CASES]
 
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('kwargs, scaling, multi_tensor', LARS_RUNS)
+@ref.ROUNDS_AWAY  # in float16 without masters
 def test_lars_agrees_with_cpu(gpu, dtype, kwargs, scaling, multi_tensor):
     _check_lars(gpu, dtype, dict(kwargs, multi_tensor=multi_tensor),
                 scaling, MIXED)
@@ -423,6 +426,7 @@ FACES = [(chainer_lars.LARS, ['chainer_lars_multi_norms',
 
 @pytest.mark.parametrize('face, kernels', FACES)
 @pytest.mark.parametrize('dtype', DTYPES)
+@ref.ROUNDS_AWAY  # in float16 without masters
 def test_fused_faces_launch_twice_per_dtype(gpu, dtype, face, kernels):
     _, dev = _pair(gpu, MIXED, dtype)
     opt = face()
@@ -453,6 +457,7 @@ def test_fused_faces_per_array_launch_twice_per_array(gpu, face, kernels):
     lambda: (chainer_lars.LAMB(), None),
 ])
 @pytest.mark.parametrize('dtype', DTYPES)
+@ref.ROUNDS_AWAY  # in float16 without masters
 def test_no_transfer_to_the_host_in_an_update(gpu, make, dtype):
     if not gpu.emulated:
         pytest.skip('counted by the emulator; on a GPU, '
@@ -791,6 +796,7 @@ LAMB_RUNS = ([(kwargs, 'static', True) for kwargs in LAMB_CASES]
 
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('kwargs, scaling, multi_tensor', LAMB_RUNS)
+@ref.ROUNDS_AWAY  # in float16 without masters
 def test_lamb_agrees_with_cpu(gpu, dtype, kwargs, scaling, multi_tensor):
     _check_lamb(gpu, dtype, dict(kwargs, multi_tensor=multi_tensor),
                 scaling, MIXED)
@@ -877,3 +883,27 @@ def test_hook_mixed16_batched_agrees_with_the_rule_path(gpu, multi_tensor):
                                         atol=1e-7)
     ref.assert_mixed16_close(runs[0][0], runs[1][0], states=('v',))
     _assert_same_observations([cpu_hook, hook], numpy.float32)
+
+
+@pytest.mark.parametrize('make', [lambda: chainer_lars.LARS(lr=1e-3),
+                                  lambda: chainer_lars.LAMB(alpha=1e-5)])
+def test_a_float16_step_that_rounds_away_is_warned_of_without_waiting(
+        gpu, make):
+    """On the device the kernels count the float16 weights whose step
+    rounded away; the counts reach the host in a copy it never waits for,
+    read once done, and the optimizer warns once."""
+    _, dev = _pair(gpu, MIXED, numpy.float16, g_scale=1e-2)
+    opt = make().setup(dev)
+    with pytest.warns(RuntimeWarning, match='rounded away') as caught:
+        for step in range(4):
+            if gpu.emulated:
+                emulated_cupy.stats.reset()
+            dev.refill_grads(20 + step, 1e-2)
+            opt.update()
+            if gpu.emulated:
+                assert emulated_cupy.stats.to_host == 0
+                assert emulated_cupy.stats.to_host_async >= 1
+        if not gpu.emulated:
+            cuda.cupy.cuda.Device().synchronize()
+            opt.update()
+    assert len([w for w in caught if 'rounded away' in str(w.message)]) == 1
