@@ -283,3 +283,121 @@ def test_peers_refuses_bad_flags(peers, capsys, argv, message):
         peers.parse_args(argv)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# --- train_loop.py's interleaved loop --------------------------------------
+
+def test_train_loop_interleaves_and_prints_the_ratio(capsys):
+    train_loop = _load('train_loop')
+    results = train_loop.main([
+        '--layers', '2', '--width', '4', '--batch', '2', '--iters', '8',
+        '--dtype', 'mixed16', '--variants', 'momentum_sgd,momentum_sgd+hook',
+        '--interleave'])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith('median of 3 updates, variants interleaved')
+    assert [len(r['times_s']) for r in results.values()] == [3, 3]
+    ratio = train_loop.median_ratio(results['momentum_sgd+hook'],
+                                    results['momentum_sgd'])
+    assert lines[-1] == ('momentum_sgd+hook / momentum_sgd: {:.3f} (median '
+                         'of per-iteration ratios)'.format(ratio))
+
+
+def test_median_ratio_pairs_the_iterations():
+    train_loop = _load('train_loop')
+    # Paired: 2, 3 and 1.5, whose median is 2; the medians' ratio is 3.
+    assert train_loop.median_ratio({'times_s': [2.0, 6.0, 3.0]},
+                                   {'times_s': [1.0, 2.0, 2.0]}) == 2.0
+
+
+def test_train_loop_without_the_table_class_counts_nothing(monkeypatch,
+                                                           capsys):
+    # The kernels' module may lose Table in a rewrite: the loop still runs.
+    train_loop = _load('train_loop')
+    monkeypatch.setattr(train_loop, 'cuda_kernels', None)
+    results = train_loop.main(['--layers', '2', '--width', '4', '--batch',
+                               '2', '--iters', '6', '--variants', 'lars'])
+    assert results['lars']['built'] is None
+    assert capsys.readouterr().out.splitlines()[-1].split()[-2:] == [
+        '-', '-']
+
+
+# --- gpu_floor.py ----------------------------------------------------------
+
+def _floor_result(floor):
+    case = {'set': 'bert_large', 'precision': 'mixed16', 'method': 'lamb',
+            'n_params': 335141888, 'n_arrays': 391, 'floor_bytes': 40,
+            'floor_s': 3.2e-3, 'host_s': 1e-3, 'gpu_s': 4e-3,
+            'wall_s': 4e-3, 'x_floor': 1.25, 'host_over_gpu': 0.25}
+    slow = dict(case, set='resnet50', method='lars', floor_bytes=26,
+                x_floor=2.6, host_over_gpu=1.1)
+    return {'device': '@cupy:0', 'git': 'abc', 'repeat': 50, 'warmup': 5,
+            'copy': {'bytes': 2 ** 30, 'seconds': 5e-4,
+                     'bandwidth': 4.12e12},
+            'cases': [case, slow, {'set': 'tiny', 'precision': 'float32',
+                                   'method': 'lars', 'error': 'OSError: x'}],
+            'loop': {'layers': 40, 'width': 512, 'batch': 256,
+                     'updates': 30, 'ms': {'momentum_sgd': 9.0,
+                                           'momentum_sgd+hook': 9.9},
+                     'ratio': 1.1}}
+
+
+def test_floor_targets_are_judged_from_the_ratios(floor):
+    result = _floor_result(floor)
+    assert floor.targets(result) == [
+        ('bert_large mixed16 lamb: GPU time / byte floor', 1.25, 1.5),
+        ('bert_large mixed16 lamb: host time / GPU time', 0.25, 1.0),
+        ('resnet50 mixed16 lars: GPU time / byte floor', 2.6, 1.5),
+        ('resnet50 mixed16 lars: host time / GPU time', 1.1, 1.0),
+        ('train loop mixed16: (MomentumSGD + hook) / MomentumSGD', 1.1,
+         1.15)]
+    lines = floor.format_result(result)
+    assert lines[0] == ('device @cupy:0, git abc; device copy of 1024 MiB: '
+                        '4.120 TB/s (bytes read + written); 50 repeats per '
+                        'case')
+    assert lines[2].split() == [
+        'bert_large', 'mixed16', 'lamb', '335,141,888', '40', '3.200',
+        '4.000', '1.000', '1.25', '0.25']
+    assert lines[4] == 'tiny        float32  lars  failed: OSError: x'
+    assert 'targets: 3 of 5 met' in lines
+    assert ('  resnet50 mixed16 lars: host time / GPU time = 1.100 <= 1  '
+            'missed') in lines
+    assert ('  train loop mixed16: (MomentumSGD + hook) / MomentumSGD = '
+            '1.100 <= 1.15  met') in lines
+
+
+def test_floor_end_to_end_on_the_cpu(floor, tmp_path, capsys):
+    out = tmp_path / 'floor.json'
+    status = floor.main(['--device', '@numpy', '--sets', 'tiny', '--repeat',
+                         '2', '--warmup', '1', '--copy-mib', '1',
+                         '--loop-iters', '7', '--loop-size', '2,4,2',
+                         '--json', str(out)])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    result = json.loads(out.read_text())
+    assert [(c['precision'], c['method']) for c in result['cases']] == [
+        ('float32', 'lars'), ('float32', 'lamb'), ('mixed16', 'lars'),
+        ('mixed16', 'lamb')]
+    for c in result['cases']:
+        assert 'error' not in c, c
+        # On the CPU the wall time stands in for the GPU's; no host target.
+        assert c['gpu_s'] is None and c['host_over_gpu'] is None
+        assert c['x_floor'] == pytest.approx(c['wall_s'] / c['floor_s'])
+        assert c['floor_s'] == pytest.approx(
+            c['floor_bytes'] * 426 / result['copy']['bandwidth'])
+    assert result['loop']['updates'] == 2 and result['loop']['ratio'] > 0
+    assert 'targets: ' in printed and 'of 5 met' in printed
+
+
+@pytest.mark.parametrize('argv,message', [
+    (['--sets', 'tiny,vgg'], "--sets: unknown 'vgg'"),
+    (['--precisions', 'float16'], "--precisions: unknown 'float16'"),
+    (['--methods', ''], '--methods names none'),
+    (['--loop-iters', '5'], '--loop-iters must be 0 or more than 5'),
+    (['--loop-size', '40,512'], '--loop-size: three positive integers'),
+    (['--device', 'cuda:0'], '--device: '),
+])
+def test_floor_refuses_bad_flags(floor, capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        floor.parse_args(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
