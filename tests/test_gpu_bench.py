@@ -10,11 +10,15 @@ into ratios, and the scripts' handling of what is missing.
 import importlib.util
 import json
 import os
+import re
+import subprocess
 import sys
+import tarfile
 
 import pytest
 
 from tests import REPO_ROOT
+from tests import conftest
 
 
 BENCHMARKS = os.path.join(REPO_ROOT, 'benchmarks')
@@ -401,3 +405,144 @@ def test_floor_refuses_bad_flags(floor, capsys, argv, message):
         floor.parse_args(argv)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# --- gpu_check.sh ----------------------------------------------------------
+
+CHECK = os.path.join(BENCHMARKS, 'gpu_check.sh')
+
+
+def _check(args, tmp_path, timeout=300, **env):
+    """Runs gpu_check.sh; what it prints, with the environment of a
+    run here (this Python, no study, nothing of an outer test run's)."""
+    full = dict(os.environ, PYTHON=sys.executable, REPRODUCE='',
+                PYTHONDONTWRITEBYTECODE='1')
+    full.pop('CHAINER_LARS_PROGRESS', None)
+    full.update(env)
+    return subprocess.run(['bash', CHECK] + args, cwd=str(tmp_path),
+                          env=full, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize('args,message', [
+    ([], 'usage: '),
+    (['--bogus', 'out'], 'unknown option --bogus'),
+    (['out', '0', 'extra'], 'usage: '),
+    (['--archive'], 'usage: '),
+    (['--budget', 'ten', 'out'], "--budget takes whole seconds, not 'ten'"),
+    (['--budget', '30', 'out'], '--budget 30 is under the 60 s'),
+    ([''], 'OUTDIR is empty'),
+])
+def test_check_usage_errors(tmp_path, args, message):
+    done = _check(args, tmp_path)
+    assert done.returncode == 2
+    assert message in done.stdout
+    assert not (tmp_path / 'out').exists()
+
+
+def test_check_help_is_its_header(tmp_path):
+    done = _check(['--help'], tmp_path)
+    assert done.returncode == 0
+    assert done.stdout.startswith("The GPU check of chainer-lars: the one "
+                                  "script to run when a GPU is lent.")
+    assert '--rehearse' in done.stdout and 'set -u' not in done.stdout
+
+
+@pytest.mark.skipif(conftest._why_no_cuda() is None,
+                    reason='a CUDA device is here: it would run the check')
+def test_check_without_a_gpu_stops_and_still_archives(tmp_path):
+    done = _check(['--archive', 'back/gc.tar.gz', 'out'], tmp_path)
+    assert done.returncode == 1, done.stdout
+    summary = (tmp_path / 'out' / 'summary.txt').read_text()
+    assert 'no CUDA device for Chainer here (env.txt)' in summary
+    assert 'chainer imports as installed' in summary
+    with tarfile.open(str(tmp_path / 'back' / 'gc.tar.gz')) as tar:
+        names = set(tar.getnames())
+    assert {'out/summary.txt', 'out/env.txt'} <= names
+    # Beside the archive, what the lent machine returns first.
+    assert (tmp_path / 'back' / 'summary.txt').read_text() == summary
+
+
+def _fake_chainer(tmp_path, body):
+    package = tmp_path / 'fakesite' / 'chainer'
+    package.mkdir(parents=True)
+    (package / '__init__.py').write_text(body)
+    return str(tmp_path / 'fakesite')
+
+
+def test_check_takes_chainer_through_compat(tmp_path):
+    # A Chainer that imports only once compat/ is on the path, as 7.8.1
+    # does on numpy 2 with the shims that compat/sitecustomize.py loads.
+    site = _fake_chainer(tmp_path, 'import compat_marker  # NOQA\n')
+    compat = tmp_path / 'compat'
+    compat.mkdir()
+    (compat / 'sitecustomize.py').write_text('')
+    (compat / 'compat_marker.py').write_text('')
+    done = _check(['out'], tmp_path, PYTHONPATH=site, COMPAT=str(compat),
+                  WHEELS=str(tmp_path / 'none'))
+    assert done.returncode == 1, done.stdout
+    summary = (tmp_path / 'out' / 'summary.txt').read_text()
+    assert 'chainer imports with {} on PYTHONPATH'.format(compat) in summary
+    # This stand-in has no chainer.backends: the next step says so.
+    assert 'the environment check failed (env.txt)' in summary
+
+
+def test_check_without_chainer_compat_or_wheel_says_what_is_missing(
+        tmp_path):
+    site = _fake_chainer(tmp_path, 'raise ImportError("no numpy 2 shims")\n')
+    done = _check(['out'], tmp_path, PYTHONPATH=site,
+                  COMPAT=str(tmp_path / 'nocompat'),
+                  WHEELS=str(tmp_path / 'nowheels'))
+    assert done.returncode == 1
+    summary = (tmp_path / 'out' / 'summary.txt').read_text()
+    assert 'no {}/sitecustomize.py'.format(tmp_path / 'nocompat') in summary
+    assert ('chainer does not import and there is no {}/chainer-*.whl'
+            .format(tmp_path / 'nowheels')) in summary
+
+
+def test_check_rehearsal_runs_every_step_on_the_cpu(tmp_path, dataset_root):
+    done = _check(['--rehearse', '--archive', 'back/gc.tar.gz', 'out'],
+                  tmp_path, timeout=600, MNIST_ROOT=dataset_root,
+                  MNIST_ARGS='-b 16 -e 1 -u 8', SANITIZE='')
+    assert done.returncode == 0, done.stdout
+    out = tmp_path / 'out'
+    summary = (out / 'summary.txt').read_text()
+    steps = summary[summary.index('== steps'):].splitlines()[1:-1]
+    assert steps == [
+        '  study --reproduce: not run: REPRODUCE is empty',
+        '  byte floors: passed', '  peers: passed',
+        '  bench_lars.py: passed',
+        '  compute-sanitizer: not run: SANITIZE is empty',
+        '  gpu tests: passed', '  MNIST mixed16: passed']
+    assert summary.splitlines()[-1].endswith(
+        'not run: study --reproduce, compute-sanitizer')
+    assert 'GPU check REHEARSAL (CPU) passed in ' in summary
+    # The gpu tests were collected, and skipped without a device.
+    assert ' skipped' in (out / 'pytest_gpu.txt').read_text()
+    # The end of the summary: the floors' last table and the peers'.
+    assert summary.count('== byte floors (floor.txt)\ndevice @numpy') == 1
+    assert 'targets: ' in summary and '## tiny: 426 parameters' in summary
+    with tarfile.open(str(tmp_path / 'back' / 'gc.tar.gz')) as tar:
+        names = set(tar.getnames())
+    assert {'out/' + n for n in (
+        'summary.txt', 'env.txt', 'floor.txt', 'floor.json', 'peers.md',
+        'peers.json', 'bench_gpu.json', 'paper_model.txt', 'pytest_gpu.txt',
+        'mnist_mixed16.txt')} <= names
+    assert sorted(os.listdir(str(tmp_path / 'back'))) == [
+        'floor.txt', 'gc.tar.gz', 'peers.md', 'summary.txt']
+
+
+def test_check_cuts_the_timings_that_the_budget_has_no_room_for(tmp_path):
+    done = _check(['--rehearse', '--budget', '60', 'out'], tmp_path,
+                  SANITIZE='', MNIST_ROOT=str(tmp_path / 'none'))
+    assert done.returncode == 1, done.stdout
+    summary = (tmp_path / 'out' / 'summary.txt').read_text()
+    steps = summary[summary.index('== steps'):].splitlines()[1:-1]
+    assert steps[1:4] == [
+        '  byte floors: cut: no time left in the budget',
+        '  peers: cut: no time left in the budget',
+        '  bench_lars.py: not run: no time left before the tests']
+    assert '  gpu tests: passed' in steps
+    assert re.search(r'GPU check REHEARSAL \(CPU\) FAILED in \d+ s: byte '
+                     r'floors, peers$', summary.splitlines()[-1])
