@@ -10,8 +10,9 @@
 #     - benchmarks/gpu_peers.py: one update of ours beside Chainer's,
 #       PyTorch's, timm's and apex's optimizers, one process per framework
 #       (peers.md, peers.json);
-#     - a short bench_lars.py run (ResNet-50 and 1,000 arrays of 1 Ki,
-#       float32 and mixed16; bench_gpu.txt) and paper_model.py on it;
+#     - a short bench_lars.py run (ResNet-50, float32 and mixed16, weight
+#       decay on: the per-array paths and Chainer's hook beside ours;
+#       bench_gpu.txt) and paper_model.py on it;
 #  2. then side by side: the gpu tests (pytest_gpu.txt), compute-sanitizer
 #     (memcheck, racecheck, synccheck) over a part of tests/test_gpu.py
 #     (sanitize_*.txt), and the MNIST example in mixed16 (mnist_*.txt);
@@ -50,7 +51,7 @@
 # REPRODUCE (a study JSON; empty skips it), BENCH=0 (no bench_lars.py),
 # SANITIZE= (no compute-sanitizer); limits in seconds, each cut to what
 # the budget has left: FLOOR_TIMEOUT (90), PEERS_TIMEOUT (150),
-# BENCH_TIMEOUT (45), TEST_TIMEOUT (150), SANITIZE_TIMEOUT (100 a tool),
+# BENCH_TIMEOUT (60), TEST_TIMEOUT (150), SANITIZE_TIMEOUT (100 a tool),
 # TRAIN_TIMEOUT (90), REPRODUCE_TIMEOUT (480); extra arguments:
 # FLOOR_ARGS, PEERS_ARGS, BENCH_ARGS, MNIST_ARGS.
 # Exit status: 0 when every step that ran passed and none was cut for
@@ -264,7 +265,7 @@ reserve=${PARALLEL_RESERVE:-140}
 # 1. The timings, one at a time, alone on the GPU.
 floor_args=(--device "$device" --json "$out/floor.json")
 peers_args=(--device "$device" --json "$out/peers.json" --markdown "$out/peers.md")
-bench_args=(--device "$device" --models resnet50 many_1k --dtypes float32 mixed16
+bench_args=(--device "$device" --models resnet50 --dtypes float32 mixed16
             --weight-decays 5e-4 --reps 10 --case-seconds 3)
 if [ $rehearse = 1 ]; then
     floor_args+=(--sets tiny --repeat 3 --warmup 1 --copy-mib 4 --loop-iters 7 --loop-size 2,8,4)
@@ -297,7 +298,7 @@ fi
 if [ "${BENCH:-1}" = 0 ]; then
     record "bench_lars.py" "not run: BENCH=0"
 else
-    t=$(limit "${BENCH_TIMEOUT:-45}" "$reserve")
+    t=$(limit "${BENCH_TIMEOUT:-60}" "$reserve")
     if [ "$t" = 0 ]; then
         record "bench_lars.py" "not run: no time left before the tests"
     else
