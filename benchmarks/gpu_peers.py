@@ -284,6 +284,8 @@ def chainer_link(shapes, precision, device, seed=0):
             setattr(link, 'p{:04d}'.format(k),
                     chainer.Parameter(draw(shape, W_SCALE)))
             grads.append(draw(shape, G_SCALE))
+    # The arrays are there already (no copy); the link learns its device.
+    link.to_device(device)
     return link, grads
 
 
