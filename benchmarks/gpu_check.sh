@@ -1,79 +1,190 @@
 #!/usr/bin/env bash
-# The GPU check of chainer-lars: the `gpu` tests, the GPU benchmark, the
-# MNIST example trained in mixed16 and float32 (352 updates each) and
-# compute-sanitizer over the kernels' tests, in about 5 minutes (294 s on
-# an H200), with everything they print kept in OUTDIR.
+# The GPU check of chainer-lars: the one script to run when a GPU is lent.
+# Within a budget of 345 s (--budget), everything it runs writes into OUTDIR:
 #
-#   benchmarks/gpu_check.sh OUTDIR [DEVICE]        (DEVICE: 0, @cupy:0, ...)
+#  1. the timings, alone on the GPU, first:
+#     - benchmarks/gpu_floor.py: LARS and LAMB against their byte floors
+#       on ResNet-50's and BERT-large's arrays, float32 and mixed16, host
+#       against GPU time, and the hook in a mixed16 training loop against
+#       MomentumSGD alone (issue 46's targets, as ratios; floor.txt);
+#     - benchmarks/gpu_peers.py: one update of ours beside Chainer's,
+#       PyTorch's, timm's and apex's optimizers, one process per framework
+#       (peers.md, peers.json);
+#     - a short bench_lars.py run (ResNet-50, float32 and mixed16, weight
+#       decay on: the per-array paths and Chainer's hook beside ours;
+#       bench_gpu.txt) and paper_model.py on it;
+#  2. then side by side: the gpu tests (pytest_gpu.txt), compute-sanitizer
+#     (memcheck, racecheck, synccheck) over a part of tests/test_gpu.py
+#     (sanitize_*.txt), and the MNIST example in mixed16 (mnist_*.txt);
+#  3. from the start, on the CPU, where MNIST is carried: the study's
+#     check that a trial repeats on another machine (reproduce.txt; not
+#     done within its limit, it is reported and not judged).
 #
-# Works on a machine where chainer and cupy are installed, and on one whose
-# Python has CuPy but no Chainer (the lent device machine: Python 3.12,
-# numpy 2, CuPy 14): there it installs the Chainer wheel carried in .whl/
-# into $CHAINER_SITE (default /tmp/site) and puts .whl/ (which must hold a
-# copy of shared/gpu/sitecustomize.py, the numpy-2 shims Chainer needs at
-# import) and that folder on PYTHONPATH. Building the wheel, in the repo
-# root, on a machine with a registry:
+#   benchmarks/gpu_check.sh [--archive FILE] [--budget SECONDS] [--rehearse]
+#                           OUTDIR [DEVICE]
 #
-#   mkdir -p .whl && cp ../shared/gpu/sitecustomize.py .whl/
+# DEVICE: 0 (default), @cupy:0, ... --archive FILE: at the end, OUTDIR as
+# a .tar.gz at FILE, with summary.txt, floor.txt and peers.md copied
+# beside it (the lent machine returns at most 8 files from $OUT, so keep
+# OUTDIR outside $OUT). --rehearse: the same steps on the CPU with tiny
+# sizes (device @numpy; the gpu tests only skip), to check the script
+# itself where there is no GPU; its numbers mean nothing.
+#
+# On the lent machine (Python 3.12, numpy 2, CuPy 14, PyTorch, timm, no
+# Chainer) it needs from outside the repository only the Chainer wheel in
+# .whl/ (and, optionally, MNIST in .whl/datasets). Chainer is taken as
+# installed if it imports; else with compat/ (numpy 2 shims for Chainer
+# 7.8.1's import) on PYTHONPATH; else the wheel is installed into
+# $CHAINER_SITE (default /tmp/site) and both go on PYTHONPATH. Building
+# the wheel, in the repo root, on a machine with a registry:
+#
 #   printf 'setuptools<81\n' > /tmp/bc.txt
 #   PIP_CONSTRAINT=/tmp/bc.txt PIP_BUILD_CONSTRAINT=/tmp/bc.txt \
 #     pip wheel --no-deps -w .whl chainer==7.8.1
+#   mkdir -p .whl/datasets && cp -r ../shared/datasets/pfnet .whl/datasets/
 #
-# The MNIST runs read Chainer's MNIST cache under MNIST_ROOT (default
-# .whl/datasets, carried with the wheel: mkdir -p .whl/datasets && cp -r
-# ../shared/datasets/pfnet .whl/datasets/, 11 MB); without it they are
-# skipped, and the summary says so.
+# and the run (carry [".whl"], timeout_s 420):
 #
-# Environment: PYTHON (default python3), CHAINER_SITE, TEST_TIMEOUT (120 s),
-# BENCH_TIMEOUT (240 s), BENCH_ARGS (extra arguments for bench_lars.py),
-# MNIST_ROOT, TRAIN_TIMEOUT (120 s a run), MNIST_ARGS (extra flags for
-# train_mnist.py; on a CPU, where float16 has no BLAS: MNIST_ARGS='-u 50
-# -e 1' TRAIN_TIMEOUT=900).
-# With MNIST there, beside the GPU work, on the CPU with one BLAS thread:
-# examples/mnist/study.py --reproduce of REPRODUCE (default the BatchNorm
-# model's best LARS trial at 16384), the study's check of a trial on
-# another machine (REPRODUCE_TIMEOUT, default 480 s; REPRODUCE= skips it).
-# After the MNIST runs, compute-sanitizer (memcheck, racecheck, synccheck)
-# runs a part of tests/test_gpu.py (SANITIZE_TIMEOUT, default 150 s a tool;
-# SANITIZE= skips it).
-# After the benchmark, benchmarks/paper_model.py prints each variant's
-# measured time as a fraction of the H200 paper model (paper_model.txt).
-# Exit status: 0 when CUDA was available and the tests, the benchmark and
-# the MNIST runs passed, else 1 (see OUTDIR/summary.txt).
+#   bash benchmarks/gpu_check.sh --archive $OUT/gpu_check.tar.gz /tmp/gc 0
+#
+# Environment: PYTHON (default python3), COMPAT (default compat/), WHEELS
+# (default .whl/), CHAINER_SITE, MNIST_ROOT (default .whl/datasets),
+# REPRODUCE (a study JSON; empty skips it), BENCH=0 (no bench_lars.py),
+# SANITIZE= (no compute-sanitizer); limits in seconds, each cut to what
+# the budget has left: FLOOR_TIMEOUT (90), PEERS_TIMEOUT (150),
+# BENCH_TIMEOUT (60), TEST_TIMEOUT (150), SANITIZE_TIMEOUT (100 a tool),
+# TRAIN_TIMEOUT (90), REPRODUCE_TIMEOUT (480); extra arguments:
+# FLOOR_ARGS, PEERS_ARGS, BENCH_ARGS, MNIST_ARGS.
+# Exit status: 0 when every step that ran passed and none was cut for
+# lack of time (summary.txt lists what did not run, and why), 1 otherwise,
+# 2 for a usage error. Speed targets missed do not fail the check: their
+# ratios are printed (floor.txt, peers.md).
 
 set -u -o pipefail
 
-if [ $# -lt 1 ]; then
-    echo "usage: $0 OUTDIR [DEVICE]" >&2
+usage() {
+    echo "usage: $0 [--archive FILE] [--budget SECONDS] [--rehearse] OUTDIR [DEVICE]" >&2
+    exit 2
+}
+
+archive=
+budget=345
+rehearse=0
+while [ $# -gt 0 ]; do
+    case $1 in
+        --archive) [ $# -ge 2 ] || usage; archive=$2; shift 2 ;;
+        --archive=*) archive=${1#--archive=}; shift ;;
+        --budget) [ $# -ge 2 ] || usage; budget=$2; shift 2 ;;
+        --budget=*) budget=${1#--budget=}; shift ;;
+        --rehearse) rehearse=1; shift ;;
+        -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --) shift; break ;;
+        -?*) echo "$0: unknown option $1" >&2; usage ;;
+        *) break ;;
+    esac
+done
+[ $# -ge 1 ] && [ $# -le 2 ] || usage
+case $budget in
+    ''|*[!0-9]*) echo "$0: --budget takes whole seconds, not '$budget'" >&2; exit 2 ;;
+esac
+if [ "$budget" -lt 60 ]; then
+    echo "$0: --budget $budget is under the 60 s the steps need" >&2
     exit 2
 fi
-out=$1
-device=${2:-0}
+if [ -z "$1" ]; then
+    echo "$0: OUTDIR is empty" >&2
+    exit 2
+fi
+if [ $rehearse = 1 ]; then device=${2:-@numpy}; else device=${2:-0}; fi
+case $archive in
+    ''|/*) ;;
+    *) archive=$PWD/$archive ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-python3}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+mkdir -p "$1" || exit 2
+out=$(cd "$1" && pwd)
 cd "$root" || exit 2
+: > "$out/summary.txt"
+export PYTHONUNBUFFERED=1
 
 log() { echo "[gpu_check $(date +%H:%M:%S) +${SECONDS}s] $*" | tee -a "$out/summary.txt"; }
 
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-if ! "$py" -c 'import chainer' >/dev/null 2>&1; then
-    site=${CHAINER_SITE:-/tmp/site}
-    wheel=$(ls "$root"/.whl/chainer-*.whl 2>/dev/null | head -n 1)
-    if [ -z "$wheel" ]; then
-        log "chainer is not importable and there is no .whl/chainer-*.whl"
-        exit 1
+# Seconds for a step: its own limit ($1), cut to what the budget leaves
+# once $2 seconds are kept for what follows; 0 when under 10 are left.
+limit() {
+    local want=$1 left=$((budget - SECONDS - ${2:-0}))
+    [ "$left" -lt "$want" ] && want=$left
+    if [ "$want" -ge 10 ]; then echo "$want"; else echo 0; fi
+}
+
+# Each step's outcome, for the verdict: a number (its exit status), or
+# "not run: why" (by choice or absence), or "cut: why" (out of time).
+steps=()
+outcomes=()
+record() { steps+=("$1"); outcomes+=("$2"); log "$1: $(describe "$2")"; }
+describe() {
+    case $1 in
+        0) echo "passed" ;;
+        124) echo "FAILED (timed out, exit status 124)" ;;
+        [0-9]*) echo "FAILED (exit status $1)" ;;
+        *) echo "$1" ;;
+    esac
+}
+
+bg_pids=()
+finish() {
+    local rc=$?
+    trap - EXIT
+    local pid
+    for pid in "${bg_pids[@]}"; do kill "$pid" 2>/dev/null; done
+    if [ -n "$archive" ]; then
+        mkdir -p "$(dirname "$archive")" &&
+            tar -C "$(dirname "$out")" -czf "$archive" "$(basename "$out")" &&
+            for f in summary.txt floor.txt peers.md; do
+                [ ! -f "$out/$f" ] || cp "$out/$f" "$(dirname "$archive")/"
+            done &&
+            echo "[gpu_check] $out archived in $archive"
     fi
-    [ -f "$root/.whl/sitecustomize.py" ] ||
-        log "warning: no .whl/sitecustomize.py; Chainer 7.8.1 needs it on numpy 2"
-    log "installing $(basename "$wheel") into $site"
-    "$py" -m pip install -q --no-index --no-deps --target "$site" "$wheel" \
-        2>&1 | tee -a "$out/summary.txt"
-    export PYTHONPATH="$root/.whl:$site:$PYTHONPATH"
-    if ! "$py" -c 'import chainer' 2>&1 | tee -a "$out/summary.txt"; then
-        log "chainer still does not import from $site"
-        exit 1
+    exit $rc
+}
+trap finish EXIT
+trap 'log "interrupted"; exit 1' INT TERM
+
+[ $rehearse = 1 ] && log "REHEARSAL on the CPU (device $device, tiny sizes): it checks this script, not the GPU; its numbers mean nothing"
+log "budget ${budget} s; output in $out"
+
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+compat=${COMPAT:-$root/compat}
+wheels=${WHEELS:-$root/.whl}
+imports_chainer() { "$py" -c 'import chainer' >/dev/null 2>&1; }
+if imports_chainer; then
+    log "chainer imports as installed"
+else
+    if [ -f "$compat/sitecustomize.py" ]; then
+        export PYTHONPATH="$compat:$PYTHONPATH"
+        imports_chainer && log "chainer imports with $compat on PYTHONPATH"
+    else
+        log "no $compat/sitecustomize.py: Chainer 7.8.1 needs its shims on numpy 2"
+    fi
+    if ! imports_chainer; then
+        site=${CHAINER_SITE:-/tmp/site}
+        wheel=$(ls "$wheels"/chainer-*.whl 2>/dev/null | head -n 1)
+        if [ -z "$wheel" ]; then
+            log "chainer does not import and there is no $wheels/chainer-*.whl"
+            exit 1
+        fi
+        log "installing $(basename "$wheel") into $site"
+        "$py" -m pip install -q --no-index --no-deps --upgrade --target "$site" \
+            "$wheel" 2>&1 | tee -a "$out/summary.txt"
+        export PYTHONPATH="$PYTHONPATH:$site"
+        if ! why=$("$py" -c 'import chainer' 2>&1); then
+            echo "$why" | tail -n 5 | tee -a "$out/summary.txt"
+            log "chainer still does not import (PYTHONPATH=$PYTHONPATH)"
+            exit 1
+        fi
+        log "chainer imports from $site$( [ ! -f "$compat/sitecustomize.py" ] ||
+            echo ", with $compat on PYTHONPATH")"
     fi
 fi
 # CuPy 14 has no cupy.cuda.cudnn, and without cuDNN Chainer warns on first
@@ -93,87 +204,227 @@ from chainer.backends import cuda
 print('python', sys.version.replace('\n', ' '))
 print('platform', platform.platform())
 print('numpy', numpy.__version__, 'chainer', chainer.__version__)
-try:
-    import numba
-    print('numba', numba.__version__)
-except Exception as e:  # chainer_lars needs it: the tests will say so too
-    print('numba does not import:', e)
+for name in ('numba', 'torch', 'timm'):
+    try:
+        module = __import__(name)
+        print(name, module.__version__)
+    except Exception as e:  # the steps that need it will say so too
+        print(name, 'does not import:', e)
 print('cuda.available', cuda.available)
 if cuda.available:
     import cupy
+    print('cupy', cupy.__version__)
     # CuPy imports without a GPU too; the gpu tests skip without a device.
-    print('cuda.devices', cupy.cuda.runtime.getDeviceCount())
-    props = cupy.cuda.runtime.getDeviceProperties(0)
-    print('cupy', cupy.__version__, 'device 0', props['name'])
-    print('cuda runtime', cupy.cuda.runtime.runtimeGetVersion(),
-          'driver', cupy.cuda.runtime.driverGetVersion())
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        count = 0
+        print('no CUDA device:', e)
+    print('cuda.devices', count)
+    if count:
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        print('device 0', props['name'])
+        print('cuda runtime', cupy.cuda.runtime.runtimeGetVersion(),
+              'driver', cupy.cuda.runtime.driverGetVersion())
 EOF
 env_rc=$?
 cat "$out/env.txt"
-if [ $env_rc -ne 0 ] || ! grep -q '^cuda.devices [1-9]' "$out/env.txt"; then
-    log "no CUDA device for Chainer here (see env.txt); the gpu tests would only skip"
+if [ $env_rc -ne 0 ]; then
+    log "the environment check failed (env.txt)"
+    exit 1
+fi
+if [ $rehearse = 0 ] && ! grep -q '^cuda.devices [1-9]' "$out/env.txt"; then
+    log "no CUDA device for Chainer here (env.txt): the gpu tests would only skip"
     exit 1
 fi
 
 # Started first, it runs on the CPU while the GPU works: a study trial
 # repeated on this machine (same, within tolerance or differs).
 mnist_root=${MNIST_ROOT:-$root/.whl/datasets}
+have_mnist=0
+[ -f "$mnist_root/pfnet/chainer/mnist/train.npz" ] && have_mnist=1
 reproduce=${REPRODUCE-examples/mnist/study/mlp-bn/lars-b16384-t2.json}
 repro_pid=
-if [ -n "$reproduce" ] && [ -f "$mnist_root/pfnet/chainer/mnist/train.npz" ]; then
-    log "study --reproduce $reproduce, on the CPU, in the background"
-    OPENBLAS_NUM_THREADS=1 timeout "${REPRODUCE_TIMEOUT:-480}" "$py" \
+if [ -z "$reproduce" ]; then
+    record "study --reproduce" "not run: REPRODUCE is empty"
+elif [ $have_mnist = 0 ]; then
+    record "study --reproduce" "not run: no MNIST under $mnist_root"
+else
+    repro_limit=$(limit "${REPRODUCE_TIMEOUT:-480}" 15)
+    log "study --reproduce $reproduce, on the CPU, in the background (${repro_limit} s)"
+    OPENBLAS_NUM_THREADS=1 timeout "$repro_limit" "$py" \
         examples/mnist/study.py --reproduce "$reproduce" --device -1 \
         --dataset-root "$mnist_root" > "$out/reproduce.txt" 2>&1 &
     repro_pid=$!
+    bg_pids+=("$repro_pid")
 fi
 
-log "gpu tests"
-timeout "${TEST_TIMEOUT:-120}" "$py" -m pytest -m gpu -q -rs \
-    -p no:cacheprovider --junitxml="$out/pytest_gpu.xml" tests \
-    2>&1 | tee "$out/pytest_gpu.txt"
-tests_rc=${PIPESTATUS[0]}
-log "gpu tests exit status $tests_rc"
-# The tests that count transfers on the emulated device skip on a GPU by
-# design ("counted by the emulator"); any other skip is worth a look.
-if grep '^SKIPPED' "$out/pytest_gpu.txt" | grep -qv 'counted by the emulator'; then
-    log "some gpu tests were skipped on a machine with a GPU (see pytest_gpu.txt)"
+# What the side-by-side steps at the end need, kept from the timings.
+reserve=${PARALLEL_RESERVE:-140}
+[ $rehearse = 1 ] && reserve=60
+
+# 1. The timings, one at a time, alone on the GPU.
+floor_args=(--device "$device" --json "$out/floor.json")
+peers_args=(--device "$device" --json "$out/peers.json" --markdown "$out/peers.md")
+bench_args=(--device "$device" --models resnet50 --dtypes float32 mixed16
+            --weight-decays 5e-4 --reps 10 --case-seconds 3)
+if [ $rehearse = 1 ]; then
+    floor_args+=(--sets tiny --repeat 3 --warmup 1 --copy-mib 4 --loop-iters 7 --loop-size 2,8,4)
+    peers_args+=(--sets tiny --reps 2 --warmup 1 --copy-mib 4)
+    bench_args=(--device "$device" --models mlp --dtypes float32 --weight-decays 5e-4 --reps 2 --warmup 1)
 fi
 
-log "benchmark on device $device"
-# shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
-# float32 and mixed16 (float16 weights with float32 masters, the way large
-# batches are trained on GPUs): the mixed16 LARS update against float32's.
-timeout "${BENCH_TIMEOUT:-240}" "$py" benchmarks/bench_lars.py \
-    --device "$device" --reps 20 --case-seconds 8 --dtypes float32 mixed16 \
-    --json "$out/bench_gpu.json" \
-    ${BENCH_ARGS:-} 2>&1 | tee "$out/bench_gpu.txt"
-bench_rc=${PIPESTATUS[0]}
-if grep -q ' failed: ' "$out/bench_gpu.txt"; then
-    log "some benchmark variants failed (see bench_gpu.txt)"
-    [ $bench_rc -eq 0 ] && bench_rc=1
-fi
-log "benchmark exit status $bench_rc"
-if [ -f "$out/bench_gpu.json" ]; then
-    "$py" benchmarks/paper_model.py "$out/bench_gpu.json" 2>&1 |
-        tee "$out/paper_model.txt"
-    log "fractions of the paper model: paper_model.txt"
-fi
-
-# The MNIST example, 3 epochs of batch 512 (352 updates): the test
-# accuracy, the time, and what the loss scaler did, from each run's log.
-train_rc=0
-if [ ! -f "$mnist_root/pfnet/chainer/mnist/train.npz" ]; then
-    log "no MNIST under $mnist_root: the MNIST runs are skipped"
+t=$(limit "${FLOOR_TIMEOUT:-90}" $((reserve + 60)))
+if [ "$t" = 0 ]; then
+    record "byte floors" "cut: no time left in the budget"
 else
-    for dtype in mixed16 float32; do
-        log "MNIST example, --dtype $dtype, on device $device"
-        # shellcheck disable=SC2086  # MNIST_ARGS is a list of arguments
-        timeout "${TRAIN_TIMEOUT:-120}" "$py" examples/mnist/train_mnist.py \
-            --device "$device" --dtype "$dtype" -b 512 -e 3 \
-            --dataset-root "$mnist_root" --out "$out/mnist_$dtype" \
-            --snapshots 0 ${MNIST_ARGS:-} > "$out/mnist_$dtype.txt" 2>&1
+    log "byte floors and the training loop (gpu_floor.py, ${t} s)"
+    # shellcheck disable=SC2086  # FLOOR_ARGS is a list of arguments
+    timeout "$t" "$py" benchmarks/gpu_floor.py "${floor_args[@]}" \
+        ${FLOOR_ARGS:-} 2>&1 | tee "$out/floor.txt"
+    record "byte floors" "${PIPESTATUS[0]}"
+fi
+
+t=$(limit "${PEERS_TIMEOUT:-150}" "$reserve")
+if [ "$t" = 0 ]; then
+    record "peers" "cut: no time left in the budget"
+else
+    log "peers (gpu_peers.py, ${t} s)"
+    # shellcheck disable=SC2086  # PEERS_ARGS is a list of arguments
+    timeout "$t" "$py" benchmarks/gpu_peers.py "${peers_args[@]}" \
+        --timeout $((t * 2 / 3)) ${PEERS_ARGS:-} 2>&1 | tee "$out/peers.txt"
+    record "peers" "${PIPESTATUS[0]}"
+fi
+
+if [ "${BENCH:-1}" = 0 ]; then
+    record "bench_lars.py" "not run: BENCH=0"
+else
+    t=$(limit "${BENCH_TIMEOUT:-60}" "$reserve")
+    if [ "$t" = 0 ]; then
+        record "bench_lars.py" "not run: no time left before the tests"
+    else
+        log "bench_lars.py (${t} s)"
+        # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
+        timeout "$t" "$py" benchmarks/bench_lars.py "${bench_args[@]}" \
+            --json "$out/bench_gpu.json" ${BENCH_ARGS:-} 2>&1 |
+            tee "$out/bench_gpu.txt"
+        rc=${PIPESTATUS[0]}
+        if [ "$rc" = 0 ] && grep -q ' failed: ' "$out/bench_gpu.txt"; then
+            log "some benchmark variants failed (bench_gpu.txt)"
+            rc=1
+        fi
+        record "bench_lars.py" "$rc"
+        if [ -f "$out/bench_gpu.json" ]; then
+            "$py" benchmarks/paper_model.py "$out/bench_gpu.json" \
+                > "$out/paper_model.txt" 2>&1
+            log "bench_lars.py against the paper model: paper_model.txt"
+        fi
+    fi
+fi
+
+# 2. Side by side: the tests, the sanitizer and MNIST.
+end=$((budget - 10))
+cap() {  # $1 cut to what is left before $end
+    local left=$((end - SECONDS))
+    if [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
+}
+if [ $((end - SECONDS)) -lt 20 ]; then
+    for step in "gpu tests" "compute-sanitizer" "MNIST mixed16"; do
+        record "$step" "cut: no time left in the budget"
+    done
+else
+    log "gpu tests, compute-sanitizer and MNIST, side by side ($((end - SECONDS)) s left)"
+    timeout "$(cap "${TEST_TIMEOUT:-150}")" "$py" -m pytest -m gpu -q -rs \
+        -p no:cacheprovider --junitxml="$out/pytest_gpu.xml" tests \
+        > "$out/pytest_gpu.txt" 2>&1 &
+    tests_pid=$!
+    bg_pids+=("$tests_pid")
+
+    # memcheck (a read or write outside an array) on the tests at the
+    # sizes around a block's threads and chunk, strided and mixed16;
+    # racecheck and synccheck (the reductions' shared memory and barriers)
+    # on a few. CuPy's pool is off (tests/conftest.py), so each array is
+    # its own allocation. One status line per tool in sanitize.status.
+    sanitizer=$(command -v compute-sanitizer ||
+        ls /usr/local/cuda*/bin/compute-sanitizer \
+           /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -n 1)
+    sanitize_pid=
+    if [ -z "${SANITIZE-1}" ]; then
+        record "compute-sanitizer" "not run: SANITIZE is empty"
+    elif [ -z "$sanitizer" ]; then
+        record "compute-sanitizer" "not run: compute-sanitizer not found"
+    else
+        (
+            rc=0
+            for check in \
+                "memcheck|cuda and (every_size or strided or mixed16 or zero_weight or fp32_update or skipped_update)" \
+                "racecheck|cuda and ((every_size and float32) or mixed16_batched)" \
+                "synccheck|cuda and every_size and float32"; do
+                tool=${check%%|*}
+                t=$(cap "${SANITIZE_TIMEOUT:-100}")
+                if [ "$t" -lt 10 ]; then
+                    echo "$tool: cut: no time left" >> "$out/sanitize.status"
+                    rc=1
+                    continue
+                fi
+                CHAINER_LARS_NO_MEMORY_POOL=1 timeout "$t" \
+                    "$sanitizer" --tool "$tool" --error-exitcode 99 \
+                    "$py" -m pytest -m gpu -q -p no:cacheprovider \
+                    tests/test_gpu.py -k "${check#*|}" \
+                    > "$out/sanitize_$tool.txt" 2>&1
+                r=$?
+                # A run whose tests all skipped checked nothing.
+                grep -q ' passed' "$out/sanitize_$tool.txt" || [ "$r" -ne 0 ] || r=1
+                echo "$tool: $(grep -E 'ERROR SUMMARY| passed| failed| skipped' "$out/sanitize_$tool.txt" | tr '\n' ' ')(exit status $r)" >> "$out/sanitize.status"
+                [ "$r" -eq 0 ] || rc=$r
+            done
+            exit $rc
+        ) &
+        sanitize_pid=$!
+        bg_pids+=("$sanitize_pid")
+    fi
+
+    mnist_pids=()
+    mnist_dtypes=${MNIST_DTYPES:-mixed16}
+    if [ $have_mnist = 0 ]; then
+        record "MNIST" "not run: no MNIST under $mnist_root"
+    else
+        for dtype in $mnist_dtypes; do
+            # shellcheck disable=SC2086  # MNIST_ARGS is a list of arguments
+            timeout "$(cap "${TRAIN_TIMEOUT:-90}")" "$py" \
+                examples/mnist/train_mnist.py --device "$device" \
+                --dtype "$dtype" -b 512 -e 3 --dataset-root "$mnist_root" \
+                --out "$out/mnist_$dtype" --snapshots 0 ${MNIST_ARGS:-} \
+                > "$out/mnist_$dtype.txt" 2>&1 &
+            mnist_pids+=($!)
+            bg_pids+=($!)
+        done
+    fi
+
+    wait "$tests_pid"
+    rc=$?
+    log "gpu tests: $(tail -n 1 "$out/pytest_gpu.txt")"
+    if [ $rehearse = 0 ] && grep '^SKIPPED' "$out/pytest_gpu.txt" |
+            grep -qv 'counted by the emulator'; then
+        # The tests that count transfers on the emulated device skip on a
+        # GPU by design; any other skip is worth a look.
+        log "some gpu tests were skipped on a machine with a GPU (pytest_gpu.txt)"
+    fi
+    record "gpu tests" "$rc"
+
+    if [ -n "$sanitize_pid" ]; then
+        wait "$sanitize_pid"
         rc=$?
+        while read -r line; do log "compute-sanitizer $line"; done \
+            < "$out/sanitize.status"
+        record "compute-sanitizer" "$rc"
+    fi
+
+    i=0
+    for dtype in $( [ $have_mnist = 1 ] && echo "$mnist_dtypes"); do
+        wait "${mnist_pids[$i]}"
+        rc=$?
+        i=$((i + 1))
         "$py" - "$out/mnist_$dtype/log" "$dtype" 2>&1 <<'EOF' |
 import json
 import sys
@@ -187,55 +438,54 @@ print('mnist {}: {} updates, test accuracy {:.2%}, elapsed_time {:.1f} s, '
           last.get('skipped_updates', '(none)')))
 EOF
             tee -a "$out/summary.txt"
-        log "MNIST --dtype $dtype exit status $rc (output: mnist_$dtype.txt)"
-        [ "$rc" -eq 0 ] || train_rc=$rc
+        record "MNIST $dtype" "$rc"
     done
 fi
 
-# compute-sanitizer over the kernels' tests, while the reproduce runs on:
-# memcheck (a read or write outside an array) on the tests at the sizes
-# around a block's threads and chunk, strided and mixed16; racecheck and
-# synccheck (the reductions' shared memory and barriers) on a few. CuPy's
-# pool is off (tests/conftest.py), so each array is its own allocation.
-sanitize_rc=0
-sanitizer=$(command -v compute-sanitizer ||
-    ls /usr/local/cuda*/bin/compute-sanitizer \
-       /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -n 1)
-if [ -z "${SANITIZE-1}" ]; then
-    log "compute-sanitizer: skipped (SANITIZE=)"
-elif [ -z "$sanitizer" ]; then
-    log "compute-sanitizer: not found; the kernels' memory checks are not run"
-else
-    for check in \
-        "memcheck|cuda and (every_size or strided or mixed16 or zero_weight or fp32_update or skipped_update)" \
-        "racecheck|cuda and ((every_size and float32) or mixed16_batched)" \
-        "synccheck|cuda and every_size and float32"; do
-        tool=${check%%|*}
-        log "compute-sanitizer --tool $tool on: ${check#*|}"
-        CHAINER_LARS_NO_MEMORY_POOL=1 timeout "${SANITIZE_TIMEOUT:-150}" \
-            "$sanitizer" --tool "$tool" --error-exitcode 99 \
-            "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py \
-            -k "${check#*|}" > "$out/sanitize_$tool.txt" 2>&1
-        rc=$?
-        # A run whose tests all skipped checked nothing.
-        grep -q ' passed' "$out/sanitize_$tool.txt" || [ "$rc" -ne 0 ] || rc=1
-        log "compute-sanitizer $tool: $(grep -E 'ERROR SUMMARY| passed| failed| skipped' "$out/sanitize_$tool.txt" | tr '\n' ' ') (exit status $rc; sanitize_$tool.txt)"
-        [ "$rc" -eq 0 ] || sanitize_rc=$rc
-    done
-fi
-
-repro_rc=0
 if [ -n "$repro_pid" ]; then
     log "waiting for study --reproduce"
     wait "$repro_pid"
-    repro_rc=$?
-    log "study --reproduce $reproduce: $(tail -n 1 "$out/reproduce.txt") (exit status $repro_rc; reproduce.txt)"
+    rc=$?
+    if [ "$rc" = 124 ]; then
+        record "study --reproduce" "not run to the end: not done within ${repro_limit} s (not judged)"
+    else
+        log "study --reproduce $reproduce: $(tail -n 1 "$out/reproduce.txt")"
+        record "study --reproduce" "$rc"
+    fi
 fi
+bg_pids=()
 
-if [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ] && [ $train_rc -eq 0 ] &&
-        [ $sanitize_rc -eq 0 ] && [ $repro_rc -eq 0 ]; then
-    log "GPU check passed"
+# The verdict, after what matters most from the timings.
+{
+    echo
+    echo "== byte floors (floor.txt)"
+    # Its last table: the one printed at the end, with the targets.
+    [ ! -f "$out/floor.txt" ] ||
+        awk '/^device /{text=""} {text=text $0 "\n"} END{printf "%s", text}' \
+            "$out/floor.txt"
+    echo
+    echo "== peers (peers.md)"
+    cat "$out/peers.md" 2>/dev/null
+    echo
+    echo "== steps"
+} | tee -a "$out/summary.txt"
+failed=()
+not_run=()
+for i in "${!steps[@]}"; do
+    echo "  ${steps[$i]}: $(describe "${outcomes[$i]}")" | tee -a "$out/summary.txt"
+    case ${outcomes[$i]} in
+        0) ;;
+        "not run"*) not_run+=("${steps[$i]}") ;;
+        *) failed+=("${steps[$i]}") ;;
+    esac
+done
+what="GPU check"
+[ $rehearse = 1 ] && what="GPU check REHEARSAL (CPU)"
+join() { local IFS=';'; echo "$*" | sed 's/;/, /g'; }
+if [ ${#failed[@]} -eq 0 ]; then
+    log "$what passed in ${SECONDS} s$( [ ${#not_run[@]} -eq 0 ] ||
+        echo "; not run: $(join "${not_run[@]}")")"
     exit 0
 fi
-log "GPU check FAILED (tests $tests_rc, benchmark $bench_rc, MNIST $train_rc, sanitizer $sanitize_rc, reproduce $repro_rc)"
+log "$what FAILED in ${SECONDS} s: $(join "${failed[@]}")"
 exit 1

@@ -8,7 +8,9 @@ Launch costs are not in the time.
 
 Without a result file it prints the model of ResNet-50 (as
 ``bench_lars.py`` builds it) in float32 and float16, the table of
-``benchmarks/README.md``::
+``benchmarks/README.md``, and the byte floors of LARS, LAMB, the hook,
+``MomentumSGD`` and ``Adam`` (:func:`floor_bytes`, which
+``gpu_floor.py`` and ``gpu_peers.py`` divide measured times by)::
 
     python benchmarks/paper_model.py [--bandwidth 4.8e12]
 
@@ -63,6 +65,68 @@ ITEMSIZE = {'float32': 4, 'float16': 2, 'float64': 8}
 MIXED16 = {'lars': (6 + 20, ('dtype', 2)),
            'momentum_sgd': (6 + 8 + 20 + 6, ('array', 4))}
 
+#: The byte floors: per update rule, its passes over memory in the fewest
+#: any implementation needs, each as (arrays read, arrays written) per
+#: element. ``w`` is the weight the arithmetic reads and writes (the
+#: float32 master in mixed16), ``g`` the gradient, ``v`` and ``m`` the
+#: states. LARS: the norms of ``w`` and ``g`` must be known before the
+#: step, so two passes. LAMB: the norm of the update ``r`` (from the new
+#: ``m`` and ``v``) must be known before ``w`` moves; the first pass
+#: writes ``m`` and ``v``, the second reads them back to remake ``r`` (a
+#: pass that wrote ``r`` instead would move as many bytes; one that wrote
+#: ``m`` and ``v`` only in the second pass would read ``g`` twice, 4 bytes
+#: more). The hook: the norms, then ``g`` rescaled in place. Caches are
+#: not counted: a kernel that keeps an array in L2 between its passes can
+#: beat the floor on small arrays.
+FLOOR_PASSES = {
+    'lars': ((('w', 'g'), ()), (('w', 'g', 'v'), ('w', 'v'))),
+    'lamb': ((('w', 'g', 'm', 'v'), ('m', 'v')),
+             (('w', 'm', 'v'), ('w',))),
+    'momentum_sgd': ((('w', 'g', 'v'), ('w', 'v')),),
+    'adam': ((('w', 'g', 'm', 'v'), ('w', 'm', 'v')),),
+    'hook': ((('w', 'g'), ()), (('w', 'g'), ('g',))),
+}
+#: Precisions of the floors: the bytes of each array kind. mixed16:
+#: float16 weights and gradients with float32 masters and states
+#: (``use_fp32_update()``); a pass that writes the master also writes
+#: the float16 weight (``W16``).
+FLOOR_PRECISIONS = {
+    'float32': {'w': 4, 'g': 4, 'v': 4, 'm': 4},
+    'float16': {'w': 2, 'g': 2, 'v': 2, 'm': 2},
+    'float64': {'w': 8, 'g': 8, 'v': 8, 'm': 8},
+    'mixed16': {'w': 4, 'g': 2, 'v': 4, 'm': 4},
+}
+W16 = 2
+
+
+def floor_bytes(method, precision):
+    """The fewest bytes per parameter one update of ``method`` (a key of
+    :data:`FLOOR_PASSES`) moves in ``precision`` (a key of
+    :data:`FLOOR_PRECISIONS`)."""
+    if method not in FLOOR_PASSES:
+        raise ValueError('no byte floor for {!r}; choose from {}'.format(
+            method, ', '.join(FLOOR_PASSES)))
+    if precision not in FLOOR_PRECISIONS:
+        raise ValueError('no byte floor in {!r}; choose from {}'.format(
+            precision, ', '.join(FLOOR_PRECISIONS)))
+    if method == 'hook' and precision == 'mixed16':
+        # In mixed16 the hook rescales the master's gradient that
+        # Chainer's fp32 update makes anew in each rule: no pass of its own.
+        raise ValueError('the hook has no byte floor of its own in mixed16')
+    size = FLOOR_PRECISIONS[precision]
+    total = 0
+    for reads, writes in FLOOR_PASSES[method]:
+        total += sum(size[a] for a in reads + writes)
+        if precision == 'mixed16' and 'w' in writes:
+            total += W16
+    return total
+
+
+def floor_seconds(method, precision, n_params, bandwidth):
+    """The least time of one update of ``n_params`` parameters at
+    ``bandwidth`` bytes per second (bytes read plus bytes written)."""
+    return floor_bytes(method, precision) * n_params / bandwidth
+
 
 def model(variant, n_params, n_arrays, dtype, bandwidth=H200_BANDWIDTH):
     """``{'bytes', 'launches', 'seconds'}`` of one update of ``variant``."""
@@ -108,6 +172,27 @@ def model_table(n_params, n_arrays, bandwidth):
     return lines
 
 
+def floor_table(n_params, bandwidth):
+    """The byte floors (``FLOOR_PASSES``) as Markdown lines: bytes per
+    parameter and time for ``n_params`` at ``bandwidth``."""
+    lines = ['| update | bytes per parameter, float32 / mixed16 | time at '
+             '{:g} TB/s, float32 / mixed16 |'.format(bandwidth / 1e12),
+             '|---|---|---|']
+    for method in FLOOR_PASSES:
+        cells = []
+        for precision in ('float32', 'mixed16'):
+            try:
+                cells.append((floor_bytes(method, precision), floor_seconds(
+                    method, precision, n_params, bandwidth)))
+            except ValueError:
+                cells.append(None)
+        lines.append('| `{}` | {} | {} |'.format(method, ' / '.join(
+            '-' if c is None else str(c[0]) for c in cells), ' / '.join(
+            '-' if c is None else '{:.3f} ms'.format(c[1] * 1e3)
+            for c in cells)))
+    return lines
+
+
 def fractions(result, bandwidth):
     """Per measured case with weight decay on: ``(case name, variant,
     model s, measured s, fraction)`` for every modelled variant."""
@@ -148,6 +233,9 @@ def main(argv=None):
             print('mixed16 `{}`: {} N = {:.0f} MB, {} launches, {:.3f} '
                   'ms'.format(variant, MIXED16[variant][0], m['bytes'] / 1e6,
                               m['launches'], m['seconds'] * 1e3))
+        print()
+        for line in floor_table(n_params, args.bandwidth):
+            print(line)
         return 0
     try:
         with open(args.result) as f:

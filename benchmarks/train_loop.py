@@ -16,6 +16,15 @@ it), ``momentum_sgd+hook_pa`` (its per-array path), ``lars``,
 ``lars_pa``. ``mixed16``: float16 parameters with float32 masters
 (``use_fp32_update``), where the hook rescales each master's gradient, a
 new array at every update, in its rule.
+
+With ``--interleave`` the variants train side by side, each with its own
+model, one iteration of each in turn on the same data (the order rotated
+every iteration), and each variant's time over the first one's is printed
+as the median of the per-iteration ratios: the hook's cost in mixed16
+(issue 46's target, at most 1.15; ``gpu_floor.py`` prints it too)::
+
+    python benchmarks/train_loop.py --device 0 --dtype mixed16 \
+        --variants momentum_sgd,momentum_sgd+hook --interleave
 """
 
 import argparse
@@ -37,7 +46,10 @@ except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
     import chainer_lars
-from chainer_lars import cuda as cuda_kernels
+try:
+    from chainer_lars import cuda as cuda_kernels
+except ImportError:  # a version whose kernels live elsewhere: no counts
+    cuda_kernels = None
 
 
 VARIANTS = {
@@ -69,11 +81,14 @@ class MLP(chainer.ChainList):
 
 @contextlib.contextmanager
 def _counting_tables():
-    """Counts the tables built and repointed while in the context."""
-    counts = {'built': 0, 'repointed': 0}
+    """Counts the tables built and repointed while in the context
+    (``counts['counted']`` is false for a version without
+    ``chainer_lars.cuda.Table``: then nothing is counted)."""
+    table = getattr(cuda_kernels, 'Table', None)
+    counts = {'built': 0, 'repointed': 0, 'counted': table is not None}
     saved = {}
     for name, key in (('__init__', 'built'), ('repoint', 'repointed')):
-        method = vars(cuda_kernels.Table).get(name)
+        method = None if table is None else vars(table).get(name)
         if method is None:  # a version without repoint
             continue
 
@@ -81,50 +96,102 @@ def _counting_tables():
             counts[_key] += 1
             return _method(self, *args, **kwargs)
         saved[name] = method
-        setattr(cuda_kernels.Table, name, counting)
+        setattr(table, name, counting)
     try:
         yield counts
     finally:
         for name, method in saved.items():
-            setattr(cuda_kernels.Table, name, method)
+            setattr(table, name, method)
+
+
+class _Loop(object):
+
+    """One variant's model and optimizer, stepped one iteration at a time
+    on the data it is given."""
+
+    def __init__(self, name, device, dtype, args):
+        self.mixed16 = dtype == 'mixed16'
+        self.param_dtype = (numpy.float16 if self.mixed16
+                            else numpy.dtype(dtype))
+        with chainer.using_config('dtype', self.param_dtype):
+            self.model = MLP(args.layers, args.width)
+        self.model.to_device(device)
+        self.opt, hook = VARIANTS[name]()
+        self.opt.setup(self.model)
+        if self.mixed16:
+            self.opt.use_fp32_update()
+        if hook is not None:
+            self.opt.add_hook(hook)
+        xp = device.xp
+        self.sync = ((lambda: None) if xp is numpy
+                     else device.device.synchronize)
+        self.times, self.built, self.repointed = [], 0, 0
+        self.arrays = sum(1 for _ in self.model.params())
+
+    def step(self, x, t, counts, timed):
+        """Forward, backward (new gradients), then ``update()`` alone
+        timed, with the device synchronised before and after."""
+        self.model.cleargrads()
+        loss = F.softmax_cross_entropy(self.model(x), t)
+        loss.backward()
+        self.sync()
+        before = dict(counts)
+        start = time.perf_counter()
+        self.opt.update()
+        self.sync()
+        if timed:
+            self.times.append(time.perf_counter() - start)
+            self.built += counts['built'] - before['built']
+            self.repointed += counts['repointed'] - before['repointed']
+
+    def result(self, counted=True):
+        n = len(self.times)
+        return {'ms': float(numpy.median(self.times)) * 1e3,
+                'times_s': list(self.times),
+                'built': self.built / n if counted else None,
+                'repointed': self.repointed / n if counted else None,
+                'arrays': self.arrays}
+
+
+def _batch(rng, device, dtype, args):
+    xp = device.xp
+    x = xp.asarray(rng.standard_normal(
+        (args.batch, args.width)).astype(dtype))
+    t = xp.asarray(rng.randint(0, 10, args.batch).astype(numpy.int32))
+    return x, t
 
 
 def run_variant(name, device, dtype, args, counts):
-    mixed16 = dtype == 'mixed16'
-    param_dtype = numpy.float16 if mixed16 else numpy.dtype(dtype)
-    with chainer.using_config('dtype', param_dtype):
-        model = MLP(args.layers, args.width)
-    model.to_device(device)
-    opt, hook = VARIANTS[name]()
-    opt.setup(model)
-    if mixed16:
-        opt.use_fp32_update()
-    if hook is not None:
-        opt.add_hook(hook)
-    xp = device.xp
-    sync = (lambda: None) if xp is numpy else device.device.synchronize
+    """All ``args.iters`` iterations of one variant; the first five are
+    not timed."""
+    loop = _Loop(name, device, dtype, args)
     rng = numpy.random.RandomState(0)
-    times, built, repointed = [], 0, 0
     for it in range(args.iters):
-        x = xp.asarray(rng.standard_normal(
-            (args.batch, args.width)).astype(param_dtype))
-        t = xp.asarray(rng.randint(0, 10, args.batch).astype(numpy.int32))
-        model.cleargrads()
-        loss = F.softmax_cross_entropy(model(x), t)
-        loss.backward()
-        sync()
-        before = dict(counts)
-        start = time.perf_counter()
-        opt.update()
-        sync()
-        if it >= 5:
-            times.append(time.perf_counter() - start)
-            built += counts['built'] - before['built']
-            repointed += counts['repointed'] - before['repointed']
-    n = len(times)
-    return {'ms': float(numpy.median(times)) * 1e3, 'built': built / n,
-            'repointed': repointed / n,
-            'arrays': sum(1 for _ in model.params())}
+        loop.step(*_batch(rng, device, loop.param_dtype, args),
+                  counts=counts, timed=it >= 5)
+    return loop.result(counts.get('counted', True))
+
+
+def run_interleaved(names, device, dtype, args, counts):
+    """The variants stepped in turn, each iteration on the same data, in
+    an order rotated by one each iteration, so that a machine's drifts
+    hit them all; ``{name: result}``."""
+    loops = [_Loop(name, device, dtype, args) for name in names]
+    rng = numpy.random.RandomState(0)
+    for it in range(args.iters):
+        x, t = _batch(rng, device, loops[0].param_dtype, args)
+        k = it % len(loops)
+        for loop in loops[k:] + loops[:k]:
+            loop.step(x, t, counts, timed=it >= 5)
+    return {name: loop.result(counts.get('counted', True))
+            for name, loop in zip(names, loops)}
+
+
+def median_ratio(result, base):
+    """The median over iterations of ``result``'s update time over
+    ``base``'s in the same iteration (both from :func:`run_interleaved`)."""
+    return float(numpy.median(numpy.asarray(result['times_s'])
+                              / numpy.asarray(base['times_s'])))
 
 
 def main(argv=None):
@@ -138,6 +205,10 @@ def main(argv=None):
     parser.add_argument('--width', type=int, default=512)
     parser.add_argument('--batch', type=int, default=256)
     parser.add_argument('--iters', type=int, default=25)
+    parser.add_argument('--interleave', action='store_true',
+                        help='step the variants in turn, iteration by '
+                        'iteration, and print each one\'s time over the '
+                        'first variant\'s (median of per-iteration ratios)')
     args = parser.parse_args(argv)
     if args.iters <= 5:
         parser.error('--iters must be more than 5 (the first five are not '
@@ -148,16 +219,37 @@ def main(argv=None):
             parser.error('--variants: unknown {!r}; choose from {}'.format(
                 name, ', '.join(VARIANTS)))
     device = chainer.get_device(args.device)
-    print('{} {}, MLP of {} layers of {}, batch {}, median of {} updates'
+    print('{} {}, MLP of {} layers of {}, batch {}, median of {} updates{}'
           .format(device, args.dtype, args.layers, args.width, args.batch,
-                  args.iters - 5))
+                  args.iters - 5, ', variants interleaved'
+                  if args.interleave else ''))
     print('{:24} {:>8} {:>10} {:>14} {:>17}'.format(
         'variant', 'arrays', 'update ms', 'tables built', 'tables repointed'))
     with _counting_tables() as counts:
+        if args.interleave:
+            results = run_interleaved(names, device, args.dtype, args, counts)
+        else:
+            results = {}
+            for name in names:
+                results[name] = run_variant(name, device, args.dtype, args,
+                                            counts)
+                _print_row(name, results[name])
+    if args.interleave:
         for name in names:
-            r = run_variant(name, device, args.dtype, args, counts)
-            print('{:24} {:>8} {:>10.3f} {:>14.2f} {:>17.2f}'.format(
-                name, r['arrays'], r['ms'], r['built'], r['repointed']))
+            _print_row(name, results[name])
+        for name in names[1:]:
+            print('{} / {}: {:.3f} (median of per-iteration ratios)'.format(
+                name, names[0], median_ratio(results[name],
+                                             results[names[0]])))
+    return results
+
+
+def _print_row(name, r):
+    counted = ['{:>14.2f}'.format(r['built']), '{:>17.2f}'.format(
+        r['repointed'])] if r['built'] is not None else ['{:>14}'.format(
+            '-'), '{:>17}'.format('-')]
+    print('{:24} {:>8} {:>10.3f} {} {}'.format(
+        name, r['arrays'], r['ms'], *counted), flush=True)
 
 
 if __name__ == '__main__':

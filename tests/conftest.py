@@ -79,6 +79,7 @@ ONE_ENV = {
         ('test_examples.py', 'test_example_chainermn.py',
          'test_example_mixed_precision.py', 'test_example_study.py',
          'test_example_forms.py', 'test_chainermn.py', 'test_bench_smoke.py',
+         'test_gpu_bench.py',
          'test_results_check.py', 'test_dev_sh.py', 'test_packaging.py',
          'test_mpi_util.py', 'test_snippets.py'),
         'they run scripts and tools end to end in subprocesses (examples, '

@@ -202,6 +202,62 @@ def test_paper_model_of_resnet50_and_its_fractions(tmp_path, capsys):
         paper.main([str(path), '--bandwidth', '0'])
 
 
+def test_byte_floors_count_each_pass_by_hand():
+    paper = _module('paper_model')
+    # LARS: the norms read w and g; the step reads w, g, v, writes w, v.
+    assert paper.floor_bytes('lars', 'float32') == 4 * (2 + 3 + 2) == 28
+    # mixed16: g is float16 (2 bytes), the master w and v float32, and the
+    # step also writes the float16 weight: 4 + 2, then 2 + 4 + 4, 4 + 4 + 2.
+    assert paper.floor_bytes('lars', 'mixed16') == 6 + 10 + 10 == 26
+    # LAMB: the first pass reads w, g, m, v and writes m, v; the second
+    # reads w, m, v (to remake the update) and writes w.
+    assert paper.floor_bytes('lamb', 'float32') == 4 * (4 + 2 + 3 + 1) == 40
+    assert paper.floor_bytes('lamb', 'mixed16') == (
+        (4 + 2 + 4 + 4) + (4 + 4) + (4 + 4 + 4) + (4 + 2)) == 40
+    assert paper.floor_bytes('momentum_sgd', 'float32') == 20
+    assert paper.floor_bytes('momentum_sgd', 'mixed16') == 2 + 4 * 4 + 2
+    assert paper.floor_bytes('adam', 'float32') == 28
+    assert paper.floor_bytes('adam', 'mixed16') == 2 + 4 * 6 + 2
+    for method in paper.FLOOR_PASSES:
+        assert paper.floor_bytes(method, 'float16') * 2 == paper.floor_bytes(
+            method, 'float32')
+        assert paper.floor_bytes(method, 'float64') == 2 * paper.floor_bytes(
+            method, 'float32')
+    assert paper.floor_seconds('lars', 'float32', 10 ** 6, 4e12) == (
+        pytest.approx(28e6 / 4e12))
+
+
+def test_byte_floors_agree_with_the_paper_model():
+    # Where the older model counts the same passes, the floors match it.
+    paper = _module('paper_model')
+    for variant in ('lars', 'hook', 'momentum_sgd'):
+        reads, writes = paper.PASSES[variant]
+        for dtype, size in paper.ITEMSIZE.items():
+            assert paper.floor_bytes(variant, dtype) == (
+                (reads + writes) * size)
+    assert paper.floor_bytes('lars', 'mixed16') == paper.MIXED16['lars'][0]
+
+
+@pytest.mark.parametrize('method,precision,message', [
+    ('sgd', 'float32', "no byte floor for 'sgd'"),
+    ('lars', 'bfloat16', "no byte floor in 'bfloat16'"),
+    ('hook', 'mixed16', 'no byte floor of its own in mixed16'),
+])
+def test_byte_floor_refuses_what_it_does_not_model(method, precision,
+                                                   message):
+    paper = _module('paper_model')
+    with pytest.raises(ValueError, match=message):
+        paper.floor_bytes(method, precision)
+
+
+def test_paper_model_prints_the_floor_table():
+    paper = _module('paper_model')
+    table = paper.floor_table(10 ** 6, 1e12)
+    assert table[2] == '| `lars` | 28 / 26 | 0.028 ms / 0.026 ms |'
+    assert '| `hook` | 20 / - | 0.020 ms / - |' in table
+    assert len(table) == 2 + len(paper.FLOOR_PASSES)
+
+
 @pytest.mark.parametrize('argv,message', [
     (['--dtypes', 'int8'], '--dtypes int8: not a floating-point dtype'),
     (['--dtypes', 'float32,nosuch'], '--dtypes nosuch: not a NumPy dtype'),
