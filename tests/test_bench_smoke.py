@@ -386,9 +386,10 @@ def test_train_loop_times_every_variant_on_the_cpu(capsys):
     rows = [line.split() for line in lines[2:]]
     assert [row[0] for row in rows] == list(train_loop.VARIANTS)
     for row in rows:
-        # 6 arrays; on the CPU no pointer table is built or repointed.
+        # 6 arrays; no pointer table to count (the addresses travel with
+        # each update since the lighter engine).
         assert row[1] == '6' and float(row[2]) > 0
-        assert row[3:] == ['0.00', '0.00']
+        assert row[3:] == ['-', '-']
 
 
 @pytest.mark.parametrize('argv, message', [
@@ -403,9 +404,11 @@ def test_train_loop_refuses_bad_flags(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-def test_train_loop_leaves_the_table_class_as_it_was():
+def test_train_loop_leaves_the_cuda_module_as_it_was():
+    """Where it counts tables (older trees' Table class), it restores
+    what it patched."""
     from chainer_lars import cuda as cuda_kernels
-    before = dict(vars(cuda_kernels.Table))
+    before = dict(vars(cuda_kernels))
     _load('train_loop').main(['--layers', '2', '--width', '4', '--batch',
                               '2', '--iters', '6', '--variants', 'lars'])
-    assert dict(vars(cuda_kernels.Table)) == before
+    assert dict(vars(cuda_kernels)) == before
