@@ -1,14 +1,8 @@
-"""The CPU loops, compiled with Numba.
-
-:func:`multi_update` updates the arrays of a group in one call through a
-table of addresses, one function per op's row; a group of one runs the
-same loop, so every path agrees bit for bit. float16 is stored as its bits
-(``uint16``: Numba has no float16), converted by the processor
-(:func:`load`, :func:`store`), and computes in float32. Norms accumulate in
-float64; ``fastmath`` allows only reassociation (sums) and contraction, so
-non-finite values propagate as in NumPy. :func:`restamp` reads the arrays'
-headers for the checks (:mod:`chainer_lars.cpu`).
-"""
+"""The CPU loops, compiled with Numba: :func:`multi_update`, one function
+per op's row, through a table of addresses (a group of one runs the same
+loop: every path agrees bit for bit); float16 as its bits (``uint16``),
+converted by the processor, computing in float32; norms in float64
+(``fastmath``: only reassociation and contraction); :func:`restamp`."""
 
 import math
 
@@ -26,8 +20,8 @@ from chainer_lars import ratio
 
 _REDUCE = {'reassoc', 'contract'}
 _ELEMENTWISE = {'contract'}
-#: Division by 0 gives inf or NaN as in NumPy; Python's error model would
-#: test every divisor and keep the loop from being vectorised (7x slower).
+#: Division by 0 as in NumPy: Python's model tests every divisor (7x
+#: slower: no vectorisation).
 _DIVIDES = {'error_model': 'numpy'}
 _JIT = dict(nogil=True, cache=True)
 
@@ -82,8 +76,7 @@ def compute(like, x):
 
 
 def rounds_away(a, i, x):
-    """Whether storing ``x`` into float16 ``a[i]`` leaves it as it was
-    though ``x`` differs from it (always ``False`` for other types)."""
+    """Whether ``x`` stored into float16 ``a[i]`` rounds to what it was."""
 
 
 @overload(load)
@@ -136,9 +129,7 @@ def sqnorms(w, g, s, inverse):
     return sw, sg
 
 
-# Each loop below calls a function of one element: Numba vectorises a loop
-# whose stores go through store() only so (one loop of two stores of it,
-# written out, runs element by element).
+# Loops call a function of one element: Numba vectorises only so.
 
 @numba.njit(**_JIT)
 def _unscale_at(out, g, i, s):
@@ -175,9 +166,8 @@ def scale_add(g, r, w, c):
 
 @numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def _step_at(w, v, i, gi, a, b, momentum, nesterov):
-    """The step of element ``i``; returns the new weight and whether its
-    store rounded the change away. The products are fused with their sums
-    as written (``fma``), so that every path agrees bit for bit."""
+    """Element ``i``'s step; returns the new weight and whether it rounded
+    away. Products fused with their sums as written (``fma``)."""
     wi = load(w, i)
     u = _fma(a, gi, b * wi)
     vi = _fma(momentum, load(v, i), u)
@@ -196,10 +186,9 @@ def _mixed_at(w, v, h, i, gi, a, b, momentum, nesterov):
 @numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def momentum_step(w, g, v, a, b, momentum, nesterov, s, inverse, h, mixed):
     """``u = a g + b w; v <- m v + u; w <- w - v`` (Nesterov: ``w <- w - (u
-    + m v)``) in one pass; a ``mixed`` row's float32 master with the
-    float16 ``g / s`` (as :func:`sqnorms`), its float16 weight ``h`` set to
-    the master rounded. Returns how many float16 weights kept their value
-    though their step was not 0."""
+    + m v)``); a ``mixed`` row's master with the float16 ``g / s`` (as
+    :func:`sqnorms`), ``h`` its float16 weight. Returns the float16
+    weights whose nonzero step rounded away."""
     lost = 0
     if not mixed:
         for i in range(w.size):
@@ -215,16 +204,13 @@ def momentum_step(w, g, v, a, b, momentum, nesterov, s, inverse, h, mixed):
     return lost
 
 
-# LAMB (layout.LAMB), in the compute type: b1, b2, ob1 = 1 - b1, ob2 = 1 -
-# b2 (rounded from float64), the corrections c1 = 1 - b1^t, c2 = 1 - b2^t,
-# eps, the weight decay wd, the loss scale s still in g (mixed16; else 1).
-# Products fused with their sums as written (``fma``), so that the batched
-# and per-rule paths agree bit for bit.
+# LAMB, in the compute type: b1, b2, ob1 = 1 - b1, ob2 = 1 - b2, the
+# corrections c1 = 1 - b1^t, c2 = 1 - b2^t, eps, wd, the loss scale s;
+# products fused with their sums as written (``fma``).
 
 @numba.njit(fastmath=_ELEMENTWISE, **_DIVIDES, **_JIT)
 def lamb_direction(wi, mi, vi, c1, c2, eps, wd):
-    """LAMB's ``r = (m / c1) / (sqrt(v / c2) + eps) + wd w`` of one
-    element."""
+    """``r = (m / c1) / (sqrt(v / c2) + eps) + wd w`` of one element."""
     return _fma(wd, wi, (mi / c1) / (math.sqrt(vi / c2) + eps))
 
 
@@ -297,9 +283,9 @@ def _divisor(like, s):
 
 @numba.njit(**_JIT)
 def rescale_row(row, obs, w, g, out, mixed, like_c):
-    """The hook's row: ``g <- r g + r s wd w`` (``s`` the loss scale still
-    in ``g``); a ``mixed`` row: ``out <- r (g / s) + r wd w``, the float32
-    gradient its rule makes (first ``g / s``, as the rule does), rescaled."""
+    """The hook's row: ``g <- r g + r s wd w`` (``s``: the loss scale in
+    ``g``); a ``mixed`` row: ``out <- r (g / s) + r wd w``, its rule's
+    float32 gradient (``g / s`` made first, as there), rescaled."""
     s = row[L.LOSS_SCALE]
     one = compute(like_c, 1.0)
     if mixed:
@@ -366,14 +352,11 @@ def lamb_row(row, obs, w, g, m, v, h, mixed, like_c):
 
 @numba.njit(**_JIT)
 def multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op):
-    """One update (``op``) of the rows of a table whose gradient address
-    ``gptr`` gives (0: the row is left). ``like_w``, ``like_g``, ``like_c``:
-    empty arrays of the storage type of the weights and states, of the
-    gradients, and of the compute type. ``obs`` gets ``(ratio, ||w||,
-    ||g||, rounded)`` per row (``g`` unscaled; ``rounded``: float16 weights
-    whose step rounded away), NaN where nothing was applied. Each array's
-    step follows its norms while it is in the cache. A row with an ``OUT``
-    address is mixed16."""
+    """One update (``op``) of the rows whose gradient address ``gptr``
+    gives (0: left). ``like_*``: empty arrays of the weights', the
+    gradients' and the compute type. ``obs``: ``(ratio, ||w||, ||g||,
+    rounded)`` per row, NaN where nothing was applied. A row with an
+    ``OUT`` address is mixed16."""
     for k in range(table.shape[0]):
         size = table[k, L.SIZE]
         obs[k, :] = numpy.nan
@@ -403,18 +386,15 @@ def multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op):
                      _array(table[k, L.V2], size, like_w), h, mixed, like_c)
 
 
-#: Offsets in NumPy's array object (``PyArrayObject_fields``, NumPy's ABI)
-#: in 32-bit words (nd, flags) and 64-bit words (type, data, dimensions,
-#: descr). :data:`STAMPS` says whether they read as NumPy reports.
+#: Offsets in NumPy's array object (``PyArrayObject_fields``, its ABI), in
+#: 32-bit (nd, flags) and 64-bit words; :data:`STAMPS` checks them.
 _ND, _FLAGS = 6, 16
 _TYPE, _DATA, _DIMS, _DESCR = 1, 2, 4, 7
-#: The columns of a stamp: data address, descr, flags, size; and 1 for a
-#: plain ``numpy.ndarray`` (the rest 0 for any other object).
+#: A stamp: data address, descr, flags, size, 1 (a plain ndarray; else 0).
 STAMP = 5
 DATA, DESCR, FLAGS, SIZE, PLAIN = range(STAMP)
-#: A plan's record of its held arrays: id, group, stamp; of its
-#: gradients: id, address taken (0: not taken), then what the row expects
-#: (size, descr, required flags, whether its own arrays go as they are).
+#: A record's held arrays: id, group, stamp; its gradients: id, address
+#: taken, what the row expects (size, descr, flags, own arrays direct).
 ID, GROUP, STAMPED = 0, 1, 2
 GID, GPTR, EXPECT = 0, 1, 2
 
@@ -445,11 +425,9 @@ def stamp(held, ndarray):
 
 @numba.njit(**_JIT)
 def restamp(held, changed, grads, none, ndarray):
-    """Reads the headers of a plan's arrays in one pass: ``changed[g]``
-    counts the held arrays of group ``g`` whose stamp differs from the
-    record's; a gradient (``none``: the id of ``None``) that is a plain
-    ndarray as its row expects gets its address in ``grads[:, GPTR]``
-    (else 0). Returns how many gradients are not taken."""
+    """Reads a plan's arrays' headers: ``changed[g]`` counts group ``g``'s
+    held arrays whose stamp differs; a gradient as its row expects gets
+    its address (else 0). Returns how many are not taken."""
     now = numpy.empty(STAMP, numpy.int64)
     changed[:] = 0
     for k in range(held.shape[0]):
@@ -477,9 +455,8 @@ def restamp(held, changed, grads, none, ndarray):
 @numba.njit(**_JIT)
 def restamp_update(held, changed, grads, none, ndarray, table, rows, obs,
                    like_w, like_g, like_c, op):
-    """:func:`restamp`, then :func:`multi_update` if every held array is as
-    it was and every gradient is taken (a plan of one group's one call);
-    returns whether it ran."""
+    """:func:`restamp`, then :func:`multi_update` if every array goes as
+    it is; returns whether it ran."""
     if restamp(held, changed, grads, none, ndarray) or changed.any():
         return False
     multi_update(table, grads[:, GPTR], rows, obs, like_w, like_g, like_c,

@@ -1,11 +1,5 @@
-"""The CPU executor: the compiled loop, and the NumPy passes.
-
-Native float16, float32 and float64 groups (mixed16 ones included) take
-:func:`chainer_lars._numba.multi_update` through a table of addresses;
-arrays of mixed dtypes, and all arrays without Numba (or
-``CHAINER_LARS_NUMBA=0``), the NumPy passes, in float32 or wider with
-float64 norms.
-"""
+"""The CPU executor: the compiled loop through a table of addresses, and
+the NumPy passes (mixed dtypes; no Numba, or ``CHAINER_LARS_NUMBA=0``)."""
 
 import math
 import os
@@ -56,15 +50,13 @@ def native(a):
 
 
 def _norm(a):
-    """``||a||`` summed in float64 with BLAS ``dot``, which neither warns
-    nor raises on overflow or NaN."""
+    """``||a||`` in float64 by BLAS ``dot`` (no warning on overflow)."""
     a = a.astype(numpy.float64, copy=False)
     return math.sqrt(float(numpy.dot(a, a)))
 
 
 def _lamb(row, obs, w, g, m, v, ct):
-    """:func:`chainer_lars._numba.lamb_row` in NumPy; returns the new
-    ``w``."""
+    """:func:`chainer_lars._numba.lamb_row`; returns the new ``w``."""
     b1, b2, g, w = row[L.BETA1], row[L.BETA2], g.astype(ct), w.astype(ct)
     m[...] = ct(b1) * m.astype(ct) + ct(1.0 - b1) * g
     v[...] = ct(b2) * v.astype(ct) + ct(1.0 - b2) * (g * g)
@@ -80,8 +72,8 @@ def _lamb(row, obs, w, g, m, v, ct):
 
 
 def _momentum(row, obs, op, w, g, v, ct):
-    """The hook's rescaled ``g`` (``op`` RESCALE) or the new ``w`` of
-    :func:`chainer_lars._numba.step_row`, in NumPy."""
+    """The hook's new ``g`` or :func:`chainer_lars._numba.step_row`'s
+    ``w``."""
     s = row[L.LOSS_SCALE] if op == L.RESCALE else 1.0
     r, w_norm, g_norm = 1.0, math.nan, math.nan
     if op == L.RESCALE or row[L.ADAPT]:
@@ -131,16 +123,14 @@ def numpy_update(row, obs, op, w, g, v=None, v2=None):
 
 
 def _bits(dtype):
-    """The type the compiled loop stores ``dtype`` as (float16 as its
-    bits), and computes it in."""
+    """The type ``dtype`` is stored (float16 as bits) and computed in."""
     dtype = numpy.dtype(dtype)
     if dtype == numpy.float16:
         return numpy.dtype(numpy.uint16), numpy.dtype(numpy.float32)
     return dtype, dtype
 
 
-#: The loop's empty arrays of the storage type of the weights, of the
-#: gradients and of the compute type, by ``(dtype, gradients' dtype)``.
+#: Empty arrays of the weights', the gradients' and the compute type.
 LIKES = {(numpy.dtype(w), numpy.dtype(g)): (
     numpy.empty(0, _bits(w)[0]), numpy.empty(0, _bits(g)[0]),
     numpy.empty(0, _bits(w)[1]))
@@ -148,18 +138,15 @@ LIKES = {(numpy.dtype(w), numpy.dtype(g)): (
 
 _NDARRAY = id(numpy.ndarray)
 _NONE = id(None)
-#: NumPy's flags that a table's array needs: C-contiguous and aligned;
-#: and writeable, for one the op writes.
+#: NumPy's flags: C-contiguous and aligned; writeable.
 _DIRECT, _WRITEABLE = 0x1 | 0x100, 0x400
 
 
 class _Table(object):
 
-    """A group's table of addresses (``table``, the columns of
-    :data:`chainer_lars.layout.W` to ``SIZE``, or ``None`` where the
-    compiled loop does not take the group's dtypes; a row whose own arrays
-    cannot go as they are has no addresses) and its observations
-    (``obs``: ratio, norms and rounded-away float16 weights per row)."""
+    """A group's table of addresses (``None``: no compiled loop for its
+    dtypes; none in a row whose own arrays cannot go as they are) and its
+    observations (ratio, norms, rounded-away float16 weights)."""
 
     __slots__ = ('table', 'obs', 'likes', 'descr', 'update', 'arguments')
 
@@ -171,11 +158,9 @@ class _Table(object):
             return
         self.table = numpy.zeros((n, L.SIZE + 1), numpy.int64)
         self.likes = LIKES[group.dtype, group.gdtype]
-        # multi_update(table, gptr, *arguments), every time.
-        self.update = _jit().multi_update
+        self.update = _jit().multi_update  # (table, gptr, *arguments)
         self.arguments = (group.rows, self.obs) + self.likes + (group.op,)
-        # The builtin descr of the gradients' dtype: another descr of the
-        # same dtype, or a subclass, goes through the engine's route.
+        # A gradient of another descr, or a subclass, takes a route.
         self.descr = id(numpy.dtype(group.gdtype.char))
         for k, (w, states, x) in enumerate(
                 zip(group.weights, group.states, group.extras)):
@@ -192,13 +177,9 @@ class _Table(object):
 class Record(object):
 
     """The stamps of a plan's tables, read in one compiled call
-    (:func:`chainer_lars._numba.restamp`): ``held``, the arrays the tables
-    point to, with their stamps of when the tables were built (a change is
-    a buffer reallocated, or dtype, strides or a flag set on the same
-    object); ``grads``, the gradients of an update and what each row
-    expects of its gradient (size, dtype, flags, and whether the row's own
-    arrays go as they are), where ``restamp`` writes each one's address
-    if it can go as it is, 0 if not."""
+    (:func:`chainer_lars._numba.restamp`): of the arrays they point to
+    (``held``) as when they were built, and of an update's gradients
+    (``grads``) against what each row expects, with their addresses."""
 
     def __init__(self, groups):
         jit = _jit()
@@ -224,7 +205,6 @@ class Record(object):
             e[:, 1] = t.descr
             e[:, 3] = t.table[:, L.W] != 0
         self.scaled = None
-        # Of a plan of one group, what restamp_update() takes, every time.
         self.restamp_update = jit.restamp_update
         self.arguments = (
             self.held, self.changed, self.grads, _NONE, _NDARRAY,
@@ -232,9 +212,8 @@ class Record(object):
         ) + self.tables[0].likes + (groups[0].op,)
 
     def take(self, grads):
-        """Stamps every array in one call; returns how many gradients are
-        not taken (:meth:`gptrs` gives the others' addresses), ``None``
-        where a held array changed."""
+        """Stamps every array; returns how many gradients are not taken,
+        ``None`` where a held array changed."""
         self._required()
         self.gids[:] = [id(a) for gs in grads for a in gs]
         left = _jit().restamp(self.held, self.changed, self.grads, _NONE,
@@ -242,9 +221,8 @@ class Record(object):
         return None if self.changed.any() else left
 
     def update(self, grads):
-        """:meth:`take` and the update of its one group, in one call, if
-        every array is as it was and the table takes every gradient;
-        returns whether it ran."""
+        """:meth:`take` and the update of a plan of one group, in one call,
+        where every array goes as it is; returns whether it ran."""
         if self.scaled is None or self.scaled[0] != self.groups[0].scaled:
             self._required()
         if len(grads) == 1:  # item assignment: 6x faster
@@ -254,8 +232,7 @@ class Record(object):
         return self.restamp_update(*self.arguments)
 
     def _required(self):
-        """The flags each group's gradients need: a step writes ``g``
-        where it divides out a loss scale, the hook always."""
+        """The gradients' flags: writeable where the op writes them."""
         scaled = [g.scaled for g in self.groups]
         if scaled != self.scaled:
             for group, a, b in zip(self.groups, self.bounds,
@@ -266,7 +243,7 @@ class Record(object):
             self.scaled = scaled
 
     def gptrs(self):
-        """Each group's gradient addresses (views of the record's)."""
+        """Each group's gradient addresses."""
         gptr = self.grads[:, _jit().GPTR]
         return [gptr[a:b] for a, b in zip(self.bounds, self.bounds[1:])]
 
@@ -281,10 +258,8 @@ class CpuExecutor(object):
             group.dtype, group.gdtype) in LIKES)
 
     def take(self, plan, groups, grads):
-        """Each group's gradient addresses that its table takes as they
-        are (0: not taken), the tables' stamps read in one call, and how
-        many are not; ``None`` where a group's own arrays changed in place
-        (the engine checks them again)."""
+        """Each group's gradient addresses (0: not taken) and how many are
+        not taken; ``None`` where a group's own arrays changed in place."""
         compiled = [g for g in groups if g.state.table is not None]
         found, left = {}, sum(len(g) for g in groups
                               if g.state.table is None)
@@ -303,14 +278,12 @@ class CpuExecutor(object):
 
     @staticmethod
     def changed(plan):
-        """The groups whose own arrays the last :meth:`take` found changed
-        in place."""
+        """The groups whose own arrays changed in place."""
         record = plan.record
         return [g for g, n in zip(record.groups, record.changed) if n]
 
     def update(self, plan, grads):
-        """The update of a plan of one compiled group in one call, where
-        every array goes as it is; returns whether it ran."""
+        """:meth:`Record.update` of a plan of one compiled group."""
         group, = plan.groups
         if group.state.table is None:
             return False
@@ -324,8 +297,7 @@ class CpuExecutor(object):
 
     @staticmethod
     def run(group, gptr):
-        """The update of the rows whose gradient address ``gptr`` gives
-        (the others' observations NaN)."""
+        """The update of the rows whose gradient address ``gptr`` gives."""
         table = group.state
         if table.table is not None:
             table.update(table.table, gptr, *table.arguments)

@@ -1,12 +1,9 @@
 """The engine under the faces: plans, groups, routes, observations.
 
-A face keeps a :class:`Plan` of its arrays in :class:`Group` s of one
-device, dtype and op, fills each group's settings rows (:func:`settings`)
-and calls :func:`update`. An executor (:mod:`chainer_lars.cpu`,
-:mod:`chainer_lars.cuda`) has ``prepare(group)``, ``take(plan, groups,
-grads)`` (the address of each gradient it takes as it is, 0 where not),
-``run(group, gptr)`` and ``observe(state)``; ``docs/design.rst`` has more,
-and the table of every cache.
+A face keeps a :class:`Plan` of :class:`Group` s, fills their settings
+rows (:func:`settings`) and calls :func:`update`, which runs an executor
+(:mod:`chainer_lars.cpu`, :mod:`chainer_lars.cuda`) on each group;
+``docs/design.rst`` has more, and the table of every cache.
 """
 
 import operator
@@ -23,7 +20,7 @@ from chainer_lars import cuda
 from chainer_lars import layout as L
 
 
-#: ``list(map(GRAD, params))`` costs half what a list comprehension does.
+#: ``list(map(GRAD, params))`` is twice as fast as a comprehension.
 ARRAY = operator.attrgetter('array')
 GRAD = operator.attrgetter('grad')
 LOSS_SCALE = operator.attrgetter('_loss_scale')
@@ -93,8 +90,8 @@ class Group(object):
         return self
 
     def check(self, k=None, grad=None):
-        """:func:`chainer_lars.checks.addressed` of every row's own arrays,
-        or of row ``k``'s with its gradient."""
+        """:func:`~chainer_lars.checks.addressed` of every row's own
+        arrays, or of row ``k``'s with ``grad``."""
         names = L.STATE_NAMES[self.op]
         written = [(('weight', 'gradient') + names)[i] for i in L.written(
             self.op, self.scaled and not self.mixed16)]
@@ -109,9 +106,9 @@ class Group(object):
 
 class Last(object):
 
-    """What :func:`observe` reads of a group's last update: its paths, its
-    executor's state and the copies' (row -> :class:`Last`), none of the
-    group's arrays, so that a face may keep it past its plan."""
+    """What :func:`observe` reads of a group's last update (with its
+    copies', row -> :class:`Last`): none of its arrays, so that a face
+    may keep it past its plan."""
 
     __slots__ = ('paths', 'executor', 'state', 'copies')
 
@@ -140,8 +137,7 @@ class Plan(object):
 
     def add(self, key, device, op, path, param, rule, weight, states=(),
             flags=(1, 1), extra=None):
-        """Puts an array in the group of its device, dtype, op and ``key``
-        (with ``extra``, in its mixed16 group)."""
+        """Puts an array in its group (with ``extra``: a mixed16 one)."""
         mixed16 = extra is not None
         key = (str(device), weight.dtype.newbyteorder('='), op, mixed16, key)
         group = self._by_key.get(key)
@@ -168,9 +164,8 @@ class Plan(object):
 
 class PlanCache(object):
 
-    """A face's plans by owner (an optimizer, or a parameter of the hook's
-    per-rule calls), each kept only while its owner lives, so that a face
-    that outlives a model keeps none of its arrays; copies come empty."""
+    """A face's plans by owner (an optimizer, a parameter), each kept
+    only while its owner lives; copies come empty."""
 
     __slots__ = ('_plans',)
 
@@ -181,8 +176,8 @@ class PlanCache(object):
         return PlanCache, ()
 
     def get(self, owner, params, build):
-        """The owner's plan while it :meth:`Plan.matches` ``params``,
-        else ``build(params)``, kept."""
+        """The owner's plan if it matches ``params``, else
+        ``build(params)``."""
         entry = self._plans.get(id(owner))
         if entry is not None and entry[0]() is owner and entry[1].matches(
                 params):
@@ -238,9 +233,8 @@ def update(plan, grads):
 
 
 def _taken(plan, grads):
-    """Each group's gradient addresses that its executor takes as they
-    are (0: not taken), its own arrays checked again where they changed
-    in place; and how many are not taken."""
+    """Each group's gradient addresses (0: not taken) and how many are not
+    taken; own arrays changed in place are checked again."""
     by_executor = {}
     for k, group in enumerate(plan.groups):
         by_executor.setdefault(group.executor, []).append(k)
@@ -260,12 +254,9 @@ def _taken(plan, grads):
 
 
 def _route(group, grads, gptr):
-    """What happens to each row of a group: the executor takes the
-    gradients ``gptr`` gives as they are; ``copies`` (another layout) go
-    through native contiguous copies, the same kernels, written back;
-    ``passes`` (mixed dtypes, on the CPU) through the NumPy passes;
-    ``left`` (no gradient; a mixed16 row of another gradient, which its
-    rule converts) to the face."""
+    """The rows the executor does not take: ``copies`` (another layout),
+    ``passes`` (CPU, mixed dtypes: the NumPy passes), ``left`` (no
+    gradient; a mixed16 row of another one, which its rule converts)."""
     copies, passes, left = [], [], []
     for k in numpy.flatnonzero(gptr == 0).tolist():
         g = grads[k]
@@ -313,8 +304,7 @@ def _run(group, grads, gptr, copies, passes, left):
 
 def observed(last):
     """``(ratio, ||w||, ||g||)`` per row of a group's last update (its
-    :class:`Last`; float64, NaN where it applied nothing), the copies' rows
-    included."""
+    :class:`Last`; NaN where nothing was applied)."""
     table = last.executor.observe(last.state)
     if last.copies:
         table = table.copy()
@@ -324,17 +314,15 @@ def observed(last):
 
 
 def observe(last, report=None):
-    """``{path: (ratio, ||w||, ||g||)}`` of a group's last update (its
-    :class:`Last`), for the rows that had one and where ``report`` (a
-    sequence of flags) is true."""
+    """``{path: (ratio, ||w||, ||g||)}`` of the rows that had one, where
+    ``report`` (flags) is true."""
     return {path: tuple(row) for k, (path, row) in enumerate(
         zip(last.paths, observed(last).tolist()))
         if row[0] == row[0] and (report is None or report[k])}
 
 
 def rounded_away(group):
-    """The paths of the float16 weights (without float32 masters) whose
-    last step rounded away for most of their elements."""
+    """The paths of float16 weights whose last step mostly rounded away."""
     counts = None
     if group.dtype == numpy.float16 and group.op != L.RESCALE:
         counts = group.executor.rounded(group.state)

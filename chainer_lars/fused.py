@@ -1,8 +1,6 @@
-"""What the fused faces (:class:`~chainer_lars.LARS`,
-:class:`~chainer_lars.LAMB`) share: the optimizer's ``update`` (a fork of
-Chainer's) over the engine's plan, a rule's own path as a plan of one
-array, the settings rows, and the loss-scaling state and float32 master
-copies in snapshots."""
+"""What :class:`~chainer_lars.LARS` and :class:`~chainer_lars.LAMB` share:
+the optimizer's update, a rule's own path, the settings rows, and the
+loss-scaling state and master copies in snapshots."""
 
 import functools
 import operator
@@ -20,8 +18,8 @@ from chainer_lars import exclusions
 from chainer_lars import layout as L
 
 
-# Chainer's Optimizer attributes of loss scaling, with the value each has
-# before ``loss_scaling()``; Optimizer.serialize saves none of them.
+# Chainer's loss scaling, which Optimizer.serialize leaves out: each name
+# with its value before loss_scaling().
 _LOSS_SCALING = (('_loss_scale', None), ('_loss_scale_max', 65504.0),
                  ('_loss_scaling_is_dynamic', False),
                  ('_loss_scaling_multiplier', None),
@@ -90,18 +88,16 @@ def warn_rounded(face, paths):
 
 class FusedRule(optimizer.UpdateRule):
 
-    """What the rules of the fused faces share: the exclusion flags, the
-    state buffers ``STATES``, the master copy in snapshots, and the
-    engine's ``OP`` on a plan of one array. A face's rule has its
-    ``_DEFAULTS``, and ``_fill_rows(rows, values, steps, uses_weight_decay,
-    adapt, paths, dtype)`` fills and checks its rows from the
-    hyperparameters (``_VALUES`` of a ``Hyperparameter``, ``_RULE_VALUES``
-    of a rule) and, where ``_STEPPED``, the steps ``t``."""
+    """What the faces' rules share: the exclusion flags, the ``STATES``,
+    the master copy in snapshots, and the engine's ``OP`` on a plan of one
+    array. A face's rule has ``_DEFAULTS`` and ``_fill_rows(rows, values,
+    steps, uses_weight_decay, adapt, paths, dtype)``, which fills and
+    checks rows from the hyperparameters (``_VALUES``, ``_RULE_VALUES``)
+    and, where ``_STEPPED``, the steps ``t``. ``_lost``: the optimizer's
+    list of float16 arrays whose step rounded away."""
 
-    # GradientLARS refuses to run on us (checks.double_adaptation).
-    adapts_rates = True
+    adapts_rates = True  # GradientLARS refuses to run on us
     is_elementwise = False
-    # The optimizer's list of float16 arrays whose step rounded away.
     _lost = None
 
     def __init__(self, parent_hyperparam=None, uses_weight_decay=True,
@@ -124,8 +120,7 @@ class FusedRule(optimizer.UpdateRule):
                 self.state[key] = param.device.xp.zeros_like(param.array)
 
     def serialize(self, serializer):
-        """Serializes the state and the float32 master copy
-        (:func:`serialize_master`)."""
+        """Serializes the state and the float32 master copy."""
         super(FusedRule, self).serialize(serializer)
         serialize_master(self, serializer)
 
@@ -148,7 +143,6 @@ class FusedRule(optimizer.UpdateRule):
         if plan is None or not engine.same([w] + states, plan.others):
             path = self._path or param.name
             _check_dtype(path, w, self._face)
-            # The plan of this rule's arrays (held in its others).
             plan = self._plan = engine.Plan([w] + states, _arrays)
             plan.add(None, param.device, self.OP, path, None, self, w,
                      states)
@@ -172,8 +166,7 @@ class FusedRule(optimizer.UpdateRule):
 
     @classmethod
     def _fill_group(cls, group, key):
-        """Fills a group's rows from ``(values, loss scales, steps[, uses
-        weight decay, adaptation])``: an optimizer's key, or a rule's."""
+        """Fills rows from ``(values, loss scales, steps[, flags])``."""
         values, scales, steps = key[:3]
         if len(key) > 3:
             group.uses_wd[:], group.adapt[:] = key[3:]
@@ -235,10 +228,8 @@ def _check_unbatched(param):
 
 
 def _depends(states, mixed16, params):
-    """What a plan of an optimizer's is made from: the parameters, their
-    rules, arrays, state buffers (``states``: their keys) and the master
-    copies of the ``mixed16`` rows (by identity), the rules' flags and
-    hooks."""
+    """What an optimizer's plan is made from: the parameters, rules,
+    arrays, ``states`` and ``mixed16`` rows' masters; flags and hooks."""
     rules = list(map(engine.UPDATE_RULE, params))
     objects = [params, rules, list(map(engine.ARRAY, params))]
     try:
@@ -259,11 +250,11 @@ def _depends(states, mixed16, params):
 
 class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
-    """What the fused faces share: ``update`` (a fork of Chainer's), the
-    plans, the settings rows, the exclusions, the loss-scaling state in
-    snapshots and ``observe``. A face names its rule class (``_rule``) and
-    itself (``_face``). ``_stepped``: the last update was not skipped;
-    ``_warned``: of a float16 step that rounded away."""
+    """What the faces share: ``update`` (a fork of Chainer's), the plans,
+    the settings rows, the exclusions, the loss-scaling state in snapshots
+    and ``observe``; a face names its ``_rule`` and itself (``_face``).
+    ``_stepped``: the last update was made; ``_warned``: of a float16
+    step that rounded away."""
 
     adapts_rates = True  # GradientLARS refuses to run on us
     _stepped, _warned = True, False
@@ -297,8 +288,7 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         return self
 
     def serialize(self, serializer):
-        """Chainer's, and the loss-scaling state, which Chainer leaves out
-        (a resumed run would restart its dynamic scale at 1)."""
+        """Chainer's, and the loss-scaling state it leaves out."""
         super(FusedMethod, self).serialize(serializer)
         serialize_loss_scaling(self, serializer)
 
@@ -383,14 +373,13 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                         names[id(params[k])], self.t, self._loss_scale))
 
     def reallocate_cleared_grads(self):
-        """Chainer's (also called after each optimizer hook), without
-        building every parameter's path."""
+        """Chainer's, without building every parameter's path."""
         self._reallocate(list(self.target.params()))
 
     @staticmethod
     def _reallocate(params):
-        """Zero gradients for the initialised ``params`` that have none;
-        returns every parameter's gradient after that."""
+        """Zero gradients where initialised ``params`` have none; returns
+        every gradient."""
         with variable._AllowArrayAccessWithNonstandardLayout():
             grads = list(map(engine.GRAD, params))
         for k in [k for k, g in enumerate(grads) if g is None]:
@@ -404,8 +393,8 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         return grads
 
     def _update_params(self, params, grads=None):
-        """``param.update()`` for every parameter, batched (``grads``: theirs,
-        or ``None``); returns those that took the per-rule path."""
+        """``param.update()`` of every parameter, batched; returns those
+        that took the per-rule path."""
         plan = self._plans.get(self, params, self._build_plan)
         picks = []
         for group, where in zip(plan.groups, plan.where):
@@ -433,8 +422,7 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         return unbatched
 
     def _warn_rounded(self, groups):
-        """Warns, once, of the float16 weights of ``groups`` and of the
-        rules' own paths whose step rounded away for most elements."""
+        """Warns, once, of float16 steps that mostly rounded away."""
         lost = [p for g in groups for p in engine.rounded_away(g)]
         lost += self.__dict__.get('_lost', ())
         if lost and not self._warned:
