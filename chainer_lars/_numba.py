@@ -1,8 +1,6 @@
-"""The CPU loops, compiled with Numba: :func:`multi_update`, one function
-per op's row, through a table of addresses (a group of one runs the same
-loop: every path agrees bit for bit); float16 as its bits (``uint16``),
-converted by the processor, computing in float32; norms in float64
-(``fastmath``: only reassociation and contraction); :func:`restamp`."""
+"""The CPU loops, compiled with Numba: :func:`multi_update` through a
+table of addresses, one function per op's row; float16 as its bits,
+computed in float32; norms in float64; :func:`restamp`."""
 
 import math
 
@@ -20,8 +18,6 @@ from chainer_lars import ratio
 
 _REDUCE = {'reassoc', 'contract'}
 _ELEMENTWISE = {'contract'}
-#: Division by 0 as in NumPy: Python's model tests every divisor (7x
-#: slower: no vectorisation).
 _DIVIDES = {'error_model': 'numpy'}
 _JIT = dict(nogil=True, cache=True)
 
@@ -39,7 +35,6 @@ def _half_to_float(typingctx, bits):
 @intrinsic
 def _float_to_half(typingctx, x):
     def codegen(context, builder, signature, args):
-        # LLVM's fptrunc rounds to nearest-even, as NumPy's astype.
         return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()),
                                ir.IntType(16))
     return types.uint16(types.float32), codegen
@@ -68,15 +63,12 @@ def load(a, i):
 
 
 def store(a, i, x):
-    """``a[i] = x``, rounded to nearest in the storage type."""
+    """``a[i] = x``, rounded to nearest in the storage type; whether it
+    rounded to what was there (float16)."""
 
 
 def compute(like, x):
     """``x`` rounded to nearest in the dtype of ``like``."""
-
-
-def rounds_away(a, i, x):
-    """Whether ``x`` stored into float16 ``a[i]`` rounds to what it was."""
 
 
 @overload(load)
@@ -90,11 +82,14 @@ def _load(a, i):
 def _store(a, i, x):
     if a.dtype == types.uint16:
         def store_half(a, i, x):
-            a[i] = _float_to_half(numpy.float32(x))
+            old, new = a[i], _float_to_half(numpy.float32(x))
+            a[i] = new
+            return new == old and x != _half_to_float(old)
         return store_half
 
     def store_plain(a, i, x):
         a[i] = x
+        return False
     return store_plain
 
 
@@ -105,19 +100,10 @@ def _compute(like, x):
     return lambda like, x: numpy.float64(x)
 
 
-@overload(rounds_away)
-def _rounds_away(a, i, x):
-    if a.dtype == types.uint16:
-        return lambda a, i, x: (x != _half_to_float(a[i]) and _float_to_half(
-            numpy.float32(x)) == a[i])
-    return lambda a, i, x: False
-
-
 @numba.njit(fastmath=_REDUCE, **_JIT)
 def sqnorms(w, g, s, inverse):
-    """``(||w||^2, ||g / s||^2)`` in one pass (the division in the compute
-    type, or the product with its ``inverse`` where that is not 0: the
-    same by a power of two, and faster)."""
+    """``(||w||^2, ||g / s||^2)`` (times ``inverse`` where not 0: the same
+    by a power of two, and faster)."""
     sw = 0.0
     sg = 0.0
     for i in range(w.size):
@@ -166,16 +152,13 @@ def scale_add(g, r, w, c):
 
 @numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def _step_at(w, v, i, gi, a, b, momentum, nesterov):
-    """Element ``i``'s step; returns the new weight and whether it rounded
-    away. Products fused with their sums as written (``fma``)."""
+    """Element ``i``'s step: the new weight, whether it rounded away."""
     wi = load(w, i)
     u = _fma(a, gi, b * wi)
     vi = _fma(momentum, load(v, i), u)
     store(v, i, vi)
     wn = wi - (_fma(momentum, vi, u) if nesterov else vi)
-    lost = rounds_away(w, i, wn)
-    store(w, i, wn)
-    return wn, lost
+    return wn, store(w, i, wn)
 
 
 @numba.njit(fastmath=_ELEMENTWISE, **_JIT)
@@ -186,9 +169,8 @@ def _mixed_at(w, v, h, i, gi, a, b, momentum, nesterov):
 @numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def momentum_step(w, g, v, a, b, momentum, nesterov, s, inverse, h, mixed):
     """``u = a g + b w; v <- m v + u; w <- w - v`` (Nesterov: ``w <- w - (u
-    + m v)``); a ``mixed`` row's master with the float16 ``g / s`` (as
-    :func:`sqnorms`), ``h`` its float16 weight. Returns the float16
-    weights whose nonzero step rounded away."""
+    + m v)``); ``mixed``: ``g / s``, ``h`` written. Returns the count of
+    float16 steps rounded away."""
     lost = 0
     if not mixed:
         for i in range(w.size):
@@ -204,9 +186,7 @@ def momentum_step(w, g, v, a, b, momentum, nesterov, s, inverse, h, mixed):
     return lost
 
 
-# LAMB, in the compute type: b1, b2, ob1 = 1 - b1, ob2 = 1 - b2, the
-# corrections c1 = 1 - b1^t, c2 = 1 - b2^t, eps, wd, the loss scale s;
-# products fused with their sums as written (``fma``).
+# LAMB: ob1 = 1 - b1, ob2 = 1 - b2, c1 = 1 - b1^t, c2 = 1 - b2^t.
 
 @numba.njit(fastmath=_ELEMENTWISE, **_DIVIDES, **_JIT)
 def lamb_direction(wi, mi, vi, c1, c2, eps, wd):
@@ -243,9 +223,7 @@ def _lamb_step_at(w, m, v, i, a, c1, c2, eps, wd):
     wi = load(w, i)
     wn = _fma(-a, lamb_direction(wi, load(m, i), load(v, i), c1, c2, eps, wd),
               wi)
-    lost = rounds_away(w, i, wn)
-    store(w, i, wn)
-    return wn, lost
+    return wn, store(w, i, wn)
 
 
 @numba.njit(fastmath=_ELEMENTWISE, **_DIVIDES, **_JIT)
@@ -255,8 +233,8 @@ def _lamb_mixed_at(w, m, v, h, i, a, c1, c2, eps, wd):
 
 @numba.njit(fastmath=_ELEMENTWISE, **_DIVIDES, **_JIT)
 def lamb_step(w, m, v, a, c1, c2, eps, wd, h, mixed):
-    """``w <- w - a r`` (mixed16: and the float16 ``h``); returns what
-    :func:`momentum_step` does."""
+    """``w <- w - a r`` (``mixed``: ``h`` written), as
+    :func:`momentum_step`."""
     lost = 0
     if mixed:
         for i in range(w.size):
@@ -274,8 +252,7 @@ def _array(address, size, like):
 
 @numba.njit(**_JIT)
 def _divisor(like, s):
-    """``s`` and its inverse where the product is the quotient exactly (a
-    power of two; else 0), in the compute type."""
+    """``s`` and its inverse where exact (a power of two; else 0)."""
     mantissa, _ = math.frexp(s)
     exact = mantissa == 0.5 and 2.0 ** -126 <= s <= 2.0 ** 126
     return compute(like, s), compute(like, 1.0 / s if exact else 0.0)
@@ -284,8 +261,7 @@ def _divisor(like, s):
 @numba.njit(**_JIT)
 def rescale_row(row, obs, w, g, out, mixed, like_c):
     """The hook's row: ``g <- r g + r s wd w`` (``s``: the loss scale in
-    ``g``); a ``mixed`` row: ``out <- r (g / s) + r wd w``, its rule's
-    float32 gradient (``g / s`` made first, as there), rescaled."""
+    ``g``); ``mixed``: ``out <- r (g / s) + r wd w``, ``g / s`` first."""
     s = row[L.LOSS_SCALE]
     one = compute(like_c, 1.0)
     if mixed:
@@ -300,15 +276,13 @@ def rescale_row(row, obs, w, g, out, mixed, like_c):
                         row[L.REQUIRE_GRAD] != 0.0, row[L.CLIP_LR])
     obs[0], obs[1], obs[2] = r, w_norm, g_norm
     c = r * (s * row[L.WEIGHT_DECAY])
-    # The gradient stays as it is where r is 1 and no decay is added.
     if c != 0.0 or r != 1.0:
         scale_add(out, compute(like_c, r), w, compute(like_c, c))
 
 
 @numba.njit(**_JIT)
 def step_row(row, obs, w, g, v, h, mixed, like_c):
-    """LARS's step of a row, ``g`` unscaled (a ``mixed`` row's divided by
-    the loss scale on the fly, its float16 weight ``h`` written)."""
+    """LARS's step of a row (``mixed``: ``g / s`` on the fly)."""
     scale, inverse = _divisor(like_c, row[L.LOSS_SCALE])
     r = 1.0
     w_norm = g_norm = numpy.nan
@@ -328,8 +302,7 @@ def step_row(row, obs, w, g, v, h, mixed, like_c):
 
 @numba.njit(**_JIT)
 def lamb_row(row, obs, w, g, m, v, h, mixed, like_c):
-    """LAMB's row, ``g`` unscaled (``mixed`` as :func:`step_row`): the
-    moments, ``(ratio, ||w||, ||r||)`` and the step."""
+    """LAMB's row (``mixed`` as :func:`step_row`)."""
     b1, b2 = compute(like_c, row[L.BETA1]), compute(like_c, row[L.BETA2])
     ob1 = compute(like_c, 1.0 - row[L.BETA1])
     ob2 = compute(like_c, 1.0 - row[L.BETA2])
@@ -353,10 +326,8 @@ def lamb_row(row, obs, w, g, m, v, h, mixed, like_c):
 @numba.njit(**_JIT)
 def multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op):
     """One update (``op``) of the rows whose gradient address ``gptr``
-    gives (0: left). ``like_*``: empty arrays of the weights', the
-    gradients' and the compute type. ``obs``: ``(ratio, ||w||, ||g||,
-    rounded)`` per row, NaN where nothing was applied. A row with an
-    ``OUT`` address is mixed16."""
+    gives (0: left); ``like_*``: empty arrays of the weights', gradients'
+    and compute type; ``obs``: ``(ratio, ||w||, ||g||, rounded)`` a row."""
     for k in range(table.shape[0]):
         size = table[k, L.SIZE]
         obs[k, :] = numpy.nan
@@ -368,12 +339,10 @@ def multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op):
         mixed = table[k, L.OUT] != 0
         s = rows[k, L.LOSS_SCALE]
         if op != L.RESCALE and s != 1.0 and not mixed:
-            # As the rule divides g in place, by s in g's storage type.
             one = numpy.empty(1, like_g.dtype)
             store(one, 0, s)
             unscale(g, g, load(one, 0))
         if op == L.RESCALE:
-            # Not mixed16: out is g, of the weights' type then.
             out = _array(table[k, L.OUT] if mixed else gptr[k], size, like_w)
             rescale_row(rows[k], obs[k], w, g, out, mixed, like_c)
             continue
@@ -466,17 +435,16 @@ def restamp_update(held, changed, grads, none, ndarray, table, rows, obs,
 
 def _stamps_agree():
     """Whether :func:`restamp` reads what NumPy reports of its arrays."""
-    arrays = [numpy.zeros((3, 5), numpy.float32), numpy.ones(7)[::2],
-              numpy.empty((2, 0, 4), numpy.float16),
-              numpy.zeros(6, numpy.dtype('>f4'))]
+    arrays = [numpy.zeros((3, 5), 'f'), numpy.ones(7)[::2],
+              numpy.empty((2, 0, 4), 'e'), numpy.zeros(6, '>f4')]
     arrays[0].flags.writeable = False
     held = numpy.zeros((len(arrays) + 1, STAMPED + STAMP), numpy.int64)
     held[:, ID] = [id(a) for a in arrays] + [id(None)]
     stamp(held, id(numpy.ndarray))
-    expected = [[a.ctypes.data, id(a.dtype), a.flags.num, a.size, 1]
-                for a in arrays] + [[0] * STAMP]
-    return held[:, STAMPED:].tolist() == expected
+    return held[:, STAMPED:].tolist() == [[
+        a.ctypes.data, id(a.dtype), a.flags.num, a.size, 1]
+        for a in arrays] + [[0] * STAMP]
 
 
-#: Whether array stamps are read in the compiled loop (else by Python).
+#: Whether the compiled loop may be used: its stamps read NumPy's arrays.
 STAMPS = _stamps_agree()

@@ -19,8 +19,7 @@ def _describe(value):
 def real(name, value, minimum=None, exclusive=False, maximum=None,
          maximum_exclusive=True):
     """A finite real number (not a ``bool``) within the bounds given, as a
-    ``float``; ``exclusive`` and ``maximum_exclusive`` make them strict.
-    """
+    ``float``; ``exclusive`` and ``maximum_exclusive`` make them strict."""
     if (isinstance(value, (bool, numpy.bool_))
             or not isinstance(value, numbers.Real)):
         raise TypeError('{} must be a real number, not {}'.format(
@@ -69,9 +68,8 @@ def string(name, value):
 
 
 def pattern(name, value):
-    """One regular expression on ``str`` (plain or compiled), compiled. A
-    ``bytes`` pattern could never match a parameter path (``re.search``
-    would raise at the first update), so it is refused here."""
+    """One regular expression on ``str`` (plain or compiled), compiled; a
+    ``bytes`` one could never match a parameter path."""
     if isinstance(value, re.Pattern):
         if not isinstance(value.pattern, str):
             raise TypeError(
@@ -113,17 +111,13 @@ def patterns(name, values):
 def addressed(path, weight, grad, states=(), written=('weight',),
               one_dtype=False, extra=None, names=('momentum buffer',),
               extra_name='float16 weight', gdtype=None):
-    """Checks the arrays one row of a compiled loop or CUDA table reads
-    and writes through addresses, as NumPy checks Chainer's in-place
-    operations on them: each of ``weight``'s size, and writeable where
-    ``written`` names it (``'weight'``, ``'gradient'``, ``'momentum
-    buffer'``: the ``names`` of ``states``; ``extra``, what a mixed16 row
-    writes besides, always). ``grad`` ``None``: the row's own arrays only.
-    Dtype, byte order and layout need no error: rows that differ go
-    through native copies, but with ``one_dtype`` (a GPU, where CuPy's
-    kernels take one) another dtype is a ``TypeError`` (a gradient's is
-    ``gdtype``, the float16 weight's in a mixed16 row). Raises
-    ``ValueError`` naming ``path``."""
+    """Checks what one row reads and writes through addresses, as NumPy
+    checks Chainer's in-place operations: each array of ``weight``'s size,
+    floating, writeable where ``written`` names it (``'weight'``,
+    ``'gradient'``, the ``names`` of ``states``; ``extra``, what a mixed16
+    row writes besides, always); with ``one_dtype`` (a GPU), of the
+    weight's dtype (a gradient's ``gdtype``). ``grad`` ``None``: the row's
+    own arrays only. Errors name ``path``."""
     named = tuple(zip(names, states))
     if grad is not None:
         named = (('gradient', grad),) + named
@@ -156,18 +150,16 @@ def addressed(path, weight, grad, states=(), written=('weight',),
 
 
 def direct(dtype, arrays):
-    """Whether ``arrays`` can go through a table's addresses as they are:
-    of ``dtype``, native byte order, C-contiguous and aligned (else native
-    copies)."""
+    """Whether ``arrays`` go through addresses as they are: of ``dtype``,
+    native, C-contiguous and aligned."""
     return all(a.dtype == dtype and a.dtype.isnative and a.flags.c_contiguous
                and getattr(a.flags, 'aligned', True) for a in arrays)
 
 
 class CheckedAttribute(object):
 
-    """An instance attribute whose every assignment is checked by ``check(
-    name, value, **options)``, one of this module's functions, and kept in
-    the instance's ``__dict__`` (no ``__get__``: a plain attribute read)."""
+    """An instance attribute checked by ``check(name, value, **options)``
+    at every assignment, kept in the instance's ``__dict__``."""
 
     def __init__(self, check, **options):
         self._check = check
@@ -178,20 +170,17 @@ class CheckedAttribute(object):
         self.name = name
 
     def check(self, value, name=None):
-        """Returns ``value`` as it would be stored, or raises an error that
-        names ``name`` (default: the attribute's)."""
+        """``value`` as it would be stored, or an error naming ``name``."""
         return self._check(name or self.name, value, **self._options)
 
     def __set__(self, obj, value):
-        # Checked first: a refused value leaves the old one in place.
         obj.__dict__[self.name] = self.check(value)
 
 
 class CheckedHyperparameter(CheckedAttribute):
 
-    """An optimizer attribute kept in ``optimizer.hyperparam``, where the
-    rules read it (as :class:`chainer.optimizer.HyperparameterProxy`: the
-    schedule extensions drive it with ``setattr``), checked on set."""
+    """An optimizer attribute kept in ``optimizer.hyperparam`` (as
+    :class:`chainer.optimizer.HyperparameterProxy`), checked on set."""
 
     def __set_name__(self, owner, name):
         super(CheckedHyperparameter, self).__set_name__(owner, name)
@@ -208,14 +197,14 @@ class CheckedHyperparameter(CheckedAttribute):
 
 def find_check(obj, attr):
     """``check(value)`` of ``obj``'s checked attribute ``attr``, or
-    ``None`` when it is not a checked one."""
+    ``None``."""
     found = getattr(type(obj), attr, None)
     return found.check if isinstance(found, CheckedAttribute) else None
 
 
 def unexpected(face, kwargs, hints):
-    """Refuses the keyword arguments ``face``'s constructor does not take,
-    with ``hints`` (name -> what to write instead) where one applies."""
+    """Refuses unknown keyword arguments, with ``hints`` (name -> what to
+    write instead)."""
     for name in sorted(kwargs):
         raise TypeError('{}() got an unexpected keyword argument {!r}{}'
                         .format(face, name, ': ' + hints[name]

@@ -17,8 +17,7 @@ _jit_module = _UNRESOLVED
 
 
 def _jit():
-    """:mod:`chainer_lars._numba`, or ``None`` (no Numba, or disabled);
-    imported on first use, not by ``import chainer_lars``."""
+    """:mod:`chainer_lars._numba` (imported on first use), or ``None``."""
     global _jit_module
     if _jit_module is _UNRESOLVED:
         _jit_module = None
@@ -37,8 +36,7 @@ def _jit():
 
 
 def backend():
-    """``'numba'`` when float32 and float64 arrays get the compiled loops
-    (Numba installed, ``CHAINER_LARS_NUMBA`` not ``0``), else ``'numpy'``."""
+    """``'numba'`` (the compiled loops), or ``'numpy'``."""
     return 'numpy' if _jit() is None else 'numba'
 
 
@@ -99,8 +97,7 @@ def _momentum(row, obs, op, w, g, v, ct):
 
 def numpy_update(row, obs, op, w, g, v=None, v2=None):
     """One row of :func:`chainer_lars._numba.multi_update` in NumPy, for
-    any dtypes and layouts (through native copies, those written back),
-    computing in float32 or wider with float64 norms."""
+    any dtypes and layouts."""
     arrays = (w, g) + tuple(a for a in (v, v2) if a is not None)
     natives = list(map(native, arrays))
     flat = [a.reshape(-1) for a in natives]
@@ -122,19 +119,12 @@ def numpy_update(row, obs, op, w, g, v=None, v2=None):
             arrays[k][...] = natives[k]
 
 
-def _bits(dtype):
-    """The type ``dtype`` is stored (float16 as bits) and computed in."""
-    dtype = numpy.dtype(dtype)
-    if dtype == numpy.float16:
-        return numpy.dtype(numpy.uint16), numpy.dtype(numpy.float32)
-    return dtype, dtype
-
-
-#: Empty arrays of the weights', the gradients' and the compute type.
-LIKES = {(numpy.dtype(w), numpy.dtype(g)): (
-    numpy.empty(0, _bits(w)[0]), numpy.empty(0, _bits(g)[0]),
-    numpy.empty(0, _bits(w)[1]))
-    for w, g in (('e', 'e'), ('f', 'f'), ('d', 'd'), ('f', 'e'))}
+#: Empty arrays of the weights', the gradients' and the compute type
+#: (float16 stored as its bits, computed in float32).
+LIKES = {
+    (numpy.dtype(w), numpy.dtype(g)): tuple(numpy.empty(0, t) for t in (
+        w.replace('e', 'H'), g.replace('e', 'H'), w.replace('e', 'f')))
+    for w, g in ('ee', 'ff', 'dd', 'fe')}
 
 _NDARRAY = id(numpy.ndarray)
 _NONE = id(None)
@@ -144,9 +134,8 @@ _DIRECT, _WRITEABLE = 0x1 | 0x100, 0x400
 
 class _Table(object):
 
-    """A group's table of addresses (``None``: no compiled loop for its
-    dtypes; none in a row whose own arrays cannot go as they are) and its
-    observations (ratio, norms, rounded-away float16 weights)."""
+    """A group's table of addresses (``None``: no compiled loop) and its
+    observations."""
 
     __slots__ = ('table', 'obs', 'likes', 'descr', 'update', 'arguments')
 
@@ -160,7 +149,6 @@ class _Table(object):
         self.likes = LIKES[group.dtype, group.gdtype]
         self.update = _jit().multi_update  # (table, gptr, *arguments)
         self.arguments = (group.rows, self.obs) + self.likes + (group.op,)
-        # A gradient of another descr, or a subclass, takes a route.
         self.descr = id(numpy.dtype(group.gdtype.char))
         for k, (w, states, x) in enumerate(
                 zip(group.weights, group.states, group.extras)):
@@ -176,10 +164,9 @@ class _Table(object):
 
 class Record(object):
 
-    """The stamps of a plan's tables, read in one compiled call
-    (:func:`chainer_lars._numba.restamp`): of the arrays they point to
-    (``held``) as when they were built, and of an update's gradients
-    (``grads``) against what each row expects, with their addresses."""
+    """The stamps of a plan's arrays (``held``) and what each row expects
+    of a gradient (``grads``), read by :func:`chainer_lars._numba.restamp`
+    in one call."""
 
     def __init__(self, groups):
         jit = _jit()
@@ -212,8 +199,8 @@ class Record(object):
         ) + self.tables[0].likes + (groups[0].op,)
 
     def take(self, grads):
-        """Stamps every array; returns how many gradients are not taken,
-        ``None`` where a held array changed."""
+        """How many gradients are not taken; ``None``: a held array
+        changed."""
         self._required()
         self.gids[:] = [id(a) for gs in grads for a in gs]
         left = _jit().restamp(self.held, self.changed, self.grads, _NONE,
@@ -221,8 +208,8 @@ class Record(object):
         return None if self.changed.any() else left
 
     def update(self, grads):
-        """:meth:`take` and the update of a plan of one group, in one call,
-        where every array goes as it is; returns whether it ran."""
+        """:meth:`take` and the update of a plan of one group, where every
+        array goes as it is; whether it ran."""
         if self.scaled is None or self.scaled[0] != self.groups[0].scaled:
             self._required()
         if len(grads) == 1:  # item assignment: 6x faster
@@ -258,8 +245,8 @@ class CpuExecutor(object):
             group.dtype, group.gdtype) in LIKES)
 
     def take(self, plan, groups, grads):
-        """Each group's gradient addresses (0: not taken) and how many are
-        not taken; ``None`` where a group's own arrays changed in place."""
+        """As :func:`chainer_lars.engine._taken`; ``None``: a group's own
+        arrays changed."""
         compiled = [g for g in groups if g.state.table is not None]
         found, left = {}, sum(len(g) for g in groups
                               if g.state.table is None)

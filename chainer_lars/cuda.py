@@ -1,11 +1,7 @@
-"""The CUDA executor: two launches per update for a group of any size.
-
-The norms kernel, then the hook's or the optimizer's step. Each update
-uploads the arrays' addresses and the settings rows in one asynchronous
-copy from a ring of pinned buffers (the host may run ahead); the block map
-is uploaded once per group. CuPy is reached only through the device's
-``xp``: the code runs unchanged on :mod:`chainer_lars.testing.emulated_cupy`.
-"""
+"""The CUDA executor: per update of a group, one asynchronous copy of the
+addresses and settings (from a ring of pinned buffers), the norms kernel
+and the step's; CuPy only through the device's ``xp`` (so also
+:mod:`chainer_lars.testing.emulated_cupy`)."""
 
 import operator
 
@@ -16,12 +12,11 @@ from chainer_lars import layout as L
 from chainer_lars import ratio
 
 
-#: Threads per block, a power of two (the block reductions rely on it), and
-#: elements per block: 32 a thread, enough loads in flight.
+#: Threads per block (a power of two: the reductions), elements per block.
 THREADS = 256
 CHUNK = 32 * THREADS
 
-_SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')
+_SIGNATURE = operator.attrgetter('dtype', 'shape', 'flags.c_contiguous')
 _POINTER = operator.attrgetter('data.ptr')
 
 #: dtype -> (C storage type, C compute type, NumPy compute dtype)
@@ -37,25 +32,23 @@ typedef {compute} C;
 #define LARS_THREADS {threads}
 #define LARS_CHUNK {chunk}
 #define LARS_VEC (16 / (int)sizeof(S))  // elements in 16 bytes of S
-// Float32 masters with float16 gradients; float16 weights without masters.
 #define LARS_MIXED16 {mixed16}
 #define LARS_COUNT_ROUNDED {count}
 
-// To the compute type and back to storage, rounded to nearest; float16 is
-// stored as its bits, with the hardware's conversions.
-__device__ __forceinline__ C lars_c(float x) {{ return (C)x; }}
-__device__ __forceinline__ C lars_c(double x) {{ return (C)x; }}
+// To the compute type and back, rounded to nearest (float16 as its bits).
+template <typename T> __device__ __forceinline__ C lars_c(T x) {{
+    return (C)x;
+}}
 __device__ __forceinline__ C lars_c(unsigned short h) {{
     float f;
     asm("{{ cvt.f32.f16 %0, %1; }}" : "=f"(f) : "h"(h));
     return f;
 }}
-__device__ __forceinline__ void lars_s(float& y, C x) {{ y = (float)x; }}
-__device__ __forceinline__ void lars_s(double& y, C x) {{ y = (double)x; }}
+template <typename T> __device__ __forceinline__ void lars_s(T& y, C x) {{
+    y = (T)x;
+}}
 __device__ __forceinline__ void lars_s(unsigned short& y, C x) {{
-    unsigned short h;
-    asm("{{ cvt.rn.f16.f32 %0, %1; }}" : "=h"(h) : "f"((float)x));
-    y = h;
+    asm("{{ cvt.rn.f16.f32 %0, %1; }}" : "=h"(y) : "f"((float)x));
 }}
 
 // n <= LARS_VEC elements from i: one 16-byte access where p (packed).
@@ -88,7 +81,7 @@ template <typename T> __device__ __forceinline__ bool lars_aligned(
 
 {trust_ratio}
 
-// Sums a and b over the block in a fixed order; every thread gets the sums.
+// Sums a and b over the block in a fixed order, for every thread.
 __device__ __forceinline__ void lars_block_sum2(C& a, C& b) {{
     __shared__ C sa[LARS_THREADS];
     __shared__ C sb[LARS_THREADS];
@@ -107,11 +100,9 @@ __device__ __forceinline__ void lars_block_sum2(C& a, C& b) {{
     __syncthreads();
 }}
 
-// The words of an update (int64), for T arrays: weights, gradients (0: the
-// row is left), first and second states, what a mixed16 row writes (T
-// each), then T rows of LARS_COLUMNS settings of C (chainer_lars/layout.py).
-// The blocks of a group, uploaded once: the first block of each array and
-// B (T + 1), the array of each block (B), the sizes (T).
+// words (T arrays): T weights, gradients (0: left), states, states, what a
+// mixed16 row writes; T rows of LARS_COLUMNS settings of C. blocks: each
+// array's first block and B (T + 1), each block's array (B), sizes (T).
 {defines}
 
 // This block's array t, range and settings s; false where t is left.
@@ -127,7 +118,7 @@ __device__ __forceinline__ bool lars_block_range(
     return words[T + t] != 0;
 }}
 
-// The kernels' start, and their loop over vectors of n elements from i.
+// The kernels' start; their loop over vectors of n elements from i.
 #define LARS_BLOCK \
     long long t, begin, end; \
     const C* s; \
@@ -138,9 +129,8 @@ __device__ __forceinline__ bool lars_block_range(
         for (int n = end - i < LARS_VEC ? (int)(end - i) : LARS_VEC, \
              p = packed && n == LARS_VEC, once = 1; once; once = 0)
 
-// Adds the block's sums a and b to array t's partials; true in the block
-// that counts last (done[t], 0 before and after), which sums them in a
-// fixed order and gives every thread the array's sums.
+// Adds the block's sums to array t's partials; true in the block that
+// counts last (done[t]), whose threads get the array's sums, fixed order.
 __device__ __forceinline__ bool lars_array_sum2(
         const long long* blocks, long long t, C* partial,
         unsigned int* done, C& a, C& b) {{
@@ -151,8 +141,7 @@ __device__ __forceinline__ bool lars_array_sum2(
     if (threadIdx.x == 0) {{
         partial[2 * blockIdx.x] = a;
         partial[2 * blockIdx.x + 1] = b;
-        // The partials must be visible to the block that counts last.
-        __threadfence();
+        __threadfence();  // visible to the block that counts last
         const unsigned int ticket = atomicAdd(&done[t], 1u);
         is_last = ticket == (unsigned int)(last - first - 1);
     }}
@@ -193,8 +182,7 @@ __device__ __forceinline__ void lars_count(unsigned int* rounded,
 #endif
 }}
 
-// stats: the ratio, ||w||^2 and ||g||^2 of g as stored (loss_scale times
-// the gradient; mixed16: of g / loss_scale in float32, as its rule does).
+// stats: the ratio, ||w||^2, ||g||^2 (of g as stored; mixed16: g / s).
 extern "C" __global__ void chainer_lars_multi_norms(
         const long long* words, const long long* blocks, long long T,
         C* partial, unsigned int* done, C* stats, unsigned int* rounded) {{
@@ -230,8 +218,8 @@ extern "C" __global__ void chainer_lars_multi_norms(
     }}
 }}
 
-// The hook: g <- r g + r loss_scale wd w (the loss scale still in g); a
-// mixed16 row: x <- r (g / loss_scale) + r wd w, its rule's gradient.
+// The hook: g <- r g + r s wd w (s: the loss scale in g); mixed16:
+// x <- r (g / s) + r wd w, its rule's gradient.
 extern "C" __global__ void chainer_lars_multi_scale_add(
         const long long* words, const long long* blocks, long long T,
         const C* stats, unsigned int* rounded) {{
@@ -262,8 +250,8 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
     }}
 }}
 
-// A gradient divided by the loss scale: in place, as Chainer's rules do,
-// and used as stored; a mixed16 row's on the fly, left as it is.
+// g / loss_scale: in place and as stored, as Chainer's rules (mixed16:
+// on the fly).
 __device__ __forceinline__ void lars_unscaled(
         G* g, long long i, int n, bool p, C loss_scale, C* x) {{
     lars_get(g, i, n, p, x);
@@ -276,8 +264,7 @@ __device__ __forceinline__ void lars_unscaled(
 #endif
 }}
 
-// Writes the weights (mixed16: and the float16 ones); counts in lost the
-// float16 weights whose nonzero step rounded away.
+// Writes w (mixed16: and h); lost counts float16 steps rounded away.
 __device__ __forceinline__ void lars_write(
         S* w, G* h, long long i, int n, bool p, const C* wi, const C* wn,
         C& lost) {{
@@ -425,8 +412,7 @@ def source(dtype, mixed16=False):
 
 
 def _kernel(xp, dtype, mixed16, name):
-    """The kernel ``name`` for ``dtype``, compiled once per device (CuPy
-    loads a module on the device current when a function is taken)."""
+    """The kernel ``name``, compiled once per device and dtypes."""
     dtype = numpy.dtype(dtype)
     key = (xp, xp.cuda.Device().id, dtype, mixed16)
     module = _modules.get(key)
@@ -441,29 +427,19 @@ def supports(*arrays):
     return dtype in _TYPES and checks.direct(dtype, arrays)
 
 
-def empty_pinned(xp, shape, dtype):
+def empty_pinned(xp, size, dtype):
     """A host array in page-locked memory, as :func:`cupyx.empty_pinned`."""
-    dtype = numpy.dtype(dtype)
-    count = int(numpy.prod(shape, dtype=numpy.int64))
-    memory = xp.cuda.alloc_pinned_memory(count * dtype.itemsize)
-    return numpy.frombuffer(memory, dtype, count).reshape(shape)
-
-
-def _strides(shape, itemsize):
-    """The strides of a C-contiguous array."""
-    return tuple(itemsize * int(numpy.prod(shape[k + 1:], dtype=numpy.int64))
-                 for k in range(len(shape)))
+    memory = xp.cuda.alloc_pinned_memory(size * numpy.dtype(dtype).itemsize)
+    return numpy.frombuffer(memory, dtype, size)
 
 
 class _DeviceState(object):
 
-    """A group's device side: the block map, the words of its own arrays
-    (``own``), the ring of pinned buffers the words of each update are
-    written into in turn (each again only once its copy is done), the
-    device's copy, the norms' partials, ``stats`` per row ``(r, ||w||^2,
-    ||g||^2)``, the ``rounded`` float16 weights (copied to the host:
-    ``counted``, read: ``lost``), what a gradient must be like to go as it
-    is, and ``last``: what the last update took, for :meth:`observe`."""
+    """A group's device side: the block map, its own arrays' words, the
+    ring of pinned buffers (each reused once its copy is done), ``stats``
+    per row ``(r, ||w||^2, ||g||^2)``, the ``rounded`` float16 weights
+    (copied: ``counted``, read: ``lost``), and what the last update took
+    (``last``, for :meth:`observe`)."""
 
     RING = 4
 
@@ -484,12 +460,12 @@ class _DeviceState(object):
         self.direct = numpy.array([all(map(supports, (w,) + v + (
             () if x is None else (x,)))) for w, v, x in zip(
                 group.weights, group.states, group.extras)], bool)
-        self.signature = [(group.gdtype, w.shape, _strides(
-            w.shape, group.gdtype.itemsize)) for w in group.weights]
+        self.signature = [(group.gdtype, w.shape, True)
+                          for w in group.weights]
         self.empty = numpy.array(sizes) == 0
         words = 5 * n + -(-n * len(L.COLUMNS) * self.compute_dtype.itemsize
                           // 8)
-        self.ring = [[empty_pinned(xp, (words,), numpy.int64), None]
+        self.ring = [[empty_pinned(xp, words, numpy.int64), None]
                      for _ in range(self.RING)]
         self.next = 0
         self.words = xp.empty(words, numpy.int64)
@@ -499,7 +475,7 @@ class _DeviceState(object):
         self.rounded = xp.zeros(n, numpy.uint32)
         self.counts = self.counted = self.lost = self.last = None
         if group.dtype == numpy.float16 and group.op != L.RESCALE:
-            self.counts = empty_pinned(xp, (n,), numpy.uint32)
+            self.counts = empty_pinned(xp, n, numpy.uint32)
 
     def upload(self, group, gptr, stream):
         """Writes the words of this update and uploads them."""
@@ -525,15 +501,12 @@ class CudaExecutor(object):
             group.state = _DeviceState(group)
 
     def take(self, plan, groups, grads):
-        """Each group's gradient pointers that the kernels take as they
-        are (0: not taken: not of the weights' shape, C-contiguous and the
-        group's gradient dtype, or of a row whose own arrays are not), and
-        how many are not."""
+        """Each group's gradient pointers the kernels take as they are (0:
+        not taken), and how many are not."""
         found = []
         for group, g in zip(groups, grads):
             state = group.state
             try:
-                # One comparison of lists in the usual case.
                 if state.direct.all() and (list(map(_SIGNATURE, g))
                                            == state.signature):
                     found.append(numpy.array(list(map(_POINTER, g)),
@@ -571,8 +544,7 @@ class CudaExecutor(object):
                                  state.rounded))
             step(*grid, head + (state.stats, state.rounded))
             if state.counts is not None:
-                # Read once done, never waited for (rounded()).
-                self.rounded(state)
+                self.rounded(state)  # read once done, never waited for
                 state.rounded.get(stream, out=state.counts, blocking=False)
                 state.counted = (state.last[0], stream.record())
 

@@ -1,10 +1,6 @@
-"""The engine under the faces: plans, groups, routes, observations.
-
-A face keeps a :class:`Plan` of :class:`Group` s, fills their settings
-rows (:func:`settings`) and calls :func:`update`, which runs an executor
-(:mod:`chainer_lars.cpu`, :mod:`chainer_lars.cuda`) on each group;
-``docs/design.rst`` has more, and the table of every cache.
-"""
+"""The engine under the faces: a face keeps a :class:`Plan` of
+:class:`Group` s, fills their rows (:func:`settings`) and calls
+:func:`update`, which runs each group's executor (``docs/design.rst``)."""
 
 import operator
 import weakref
@@ -39,13 +35,10 @@ def executor_for(device):
 
 class Group(object):
 
-    """Arrays of one device, dtype and ``op``: per row its path, parameter,
-    rule, weight, state buffers and, in a ``mixed16`` group (float32
-    masters as weights, float16 gradients), what it writes besides
-    (``extras``: the float16 weight of a step, the hook's float32
-    gradient); the face's flags (``uses_wd``, ``adapt``); the settings
-    ``rows``, their ``key`` and whether one divides out a loss scale
-    (``scaled``); the executor's ``state``; ``last``, for :func:`observe`."""
+    """Arrays of one device, dtype and ``op``, a row each; a ``mixed16``
+    group's weights are float32 masters, its gradients float16, its
+    ``extras`` what it writes besides. ``rows``: settings, filled from
+    ``key``; ``state``: the executor's; ``last``: for :func:`observe`."""
 
     __slots__ = ('executor', 'device', 'op', 'dtype', 'gdtype', 'mixed16',
                  'paths', 'params', 'rules', 'weights', 'states', 'extras',
@@ -55,7 +48,6 @@ class Group(object):
     def __init__(self, device, dtype, op, mixed16=False):
         self.executor = executor_for(device)
         self.device, self.op, self.mixed16 = device, op, mixed16
-        # Native: arrays of another byte order go through native copies.
         self.dtype = numpy.dtype(dtype).newbyteorder('=')
         self.gdtype = numpy.dtype(numpy.float16) if mixed16 else self.dtype
         self.paths, self.params, self.rules = [], [], []
@@ -106,9 +98,8 @@ class Group(object):
 
 class Last(object):
 
-    """What :func:`observe` reads of a group's last update (with its
-    copies', row -> :class:`Last`): none of its arrays, so that a face
-    may keep it past its plan."""
+    """What :func:`observe` reads of a group's last update (and its
+    copies', row -> :class:`Last`): no array."""
 
     __slots__ = ('paths', 'executor', 'state', 'copies')
 
@@ -119,11 +110,10 @@ class Last(object):
 
 class Plan(object):
 
-    """A face's groups of its parameters (by device, dtype, op and a key
-    of the face's), valid while :meth:`matches`: ``depends(params)`` gives
-    ``(objects, values)``, lists compared by identity and values by
-    equality. ``where``: each group's positions in ``params``; ``others``:
-    what else the face keeps; ``record``: the CPU executor's stamps."""
+    """A face's groups (by device, dtype, op and the face's key), valid
+    while :meth:`matches`: ``depends(params)`` gives ``(objects, values)``,
+    compared by identity and by equality. ``where``: positions in
+    ``params``; ``record``: the CPU executor's stamps."""
 
     __slots__ = ('groups', 'where', 'others', 'record', '_by_key',
                  '_depends', '_objects', '_values')
@@ -164,8 +154,7 @@ class Plan(object):
 
 class PlanCache(object):
 
-    """A face's plans by owner (an optimizer, a parameter), each kept
-    only while its owner lives; copies come empty."""
+    """A face's plans by owner, each kept while its owner lives."""
 
     __slots__ = ('_plans',)
 
@@ -176,8 +165,7 @@ class PlanCache(object):
         return PlanCache, ()
 
     def get(self, owner, params, build):
-        """The owner's plan if it matches ``params``, else
-        ``build(params)``."""
+        """The owner's plan if it matches, else ``build(params)``."""
         entry = self._plans.get(id(owner))
         if entry is not None and entry[0]() is owner and entry[1].matches(
                 params):
@@ -200,9 +188,7 @@ def same(objects, held):
 
 
 def settings(group, key, fill):
-    """Fills the group's settings rows with ``fill(group, key)`` where
-    ``key``, the plain values they come from, changed (``fill`` checks
-    them: a refused value leaves the rows to be filled again)."""
+    """``fill(group, key)`` where ``key`` (plain values) changed."""
     if key != group.key:
         group.key = None
         fill(group, key)
@@ -211,9 +197,8 @@ def settings(group, key, fill):
 
 
 def update(plan, grads):
-    """One update of a plan's groups (``grads``: each group's gradients).
-    Every group's arrays are checked before any moves, so an error leaves
-    all as it was; returns each group's rows left to the face."""
+    """One update of a plan's groups, all checked before any moves;
+    returns each group's rows left to the face."""
     groups = plan.groups
     if (len(groups) == 1 and groups[0].executor is cpu.executor
             and cpu.executor.update(plan, grads[0])):
@@ -233,8 +218,7 @@ def update(plan, grads):
 
 
 def _taken(plan, grads):
-    """Each group's gradient addresses (0: not taken) and how many are not
-    taken; own arrays changed in place are checked again."""
+    """Each group's gradient addresses (0: not taken), how many are not."""
     by_executor = {}
     for k, group in enumerate(plan.groups):
         by_executor.setdefault(group.executor, []).append(k)
@@ -254,9 +238,8 @@ def _taken(plan, grads):
 
 
 def _route(group, grads, gptr):
-    """The rows the executor does not take: ``copies`` (another layout),
-    ``passes`` (CPU, mixed dtypes: the NumPy passes), ``left`` (no
-    gradient; a mixed16 row of another one, which its rule converts)."""
+    """The rows not taken: ``copies`` (another layout), ``passes`` (CPU,
+    mixed dtypes), ``left`` (no gradient; mixed16, to its rule)."""
     copies, passes, left = [], [], []
     for k in numpy.flatnonzero(gptr == 0).tolist():
         g = grads[k]
@@ -303,8 +286,7 @@ def _run(group, grads, gptr, copies, passes, left):
 
 
 def observed(last):
-    """``(ratio, ||w||, ||g||)`` per row of a group's last update (its
-    :class:`Last`; NaN where nothing was applied)."""
+    """``(ratio, ||w||, ||g||)`` per row of a :class:`Last` (or NaN)."""
     table = last.executor.observe(last.state)
     if last.copies:
         table = table.copy()
@@ -314,8 +296,7 @@ def observed(last):
 
 
 def observe(last, report=None):
-    """``{path: (ratio, ||w||, ||g||)}`` of the rows that had one, where
-    ``report`` (flags) is true."""
+    """``{path: (ratio, ||w||, ||g||)}`` of the rows that had one."""
     return {path: tuple(row) for k, (path, row) in enumerate(
         zip(last.paths, observed(last).tolist()))
         if row[0] == row[0] and (report is None or report[k])}

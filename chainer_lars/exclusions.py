@@ -5,11 +5,8 @@ from chainer_lars import checks
 
 class ExclusionRules(object):
 
-    """The two exclusion lists: regular expressions searched (:func:`re.
-    search`) in the parameter paths (a ``str`` is a list of one). Unlike in
-    the TensorFlow optimizer they come from, they act independently: an
-    array excluded from adaptation keeps its weight decay, one excluded from
-    weight decay is adapted with a weight decay of 0."""
+    """The two exclusion lists of regular expressions searched in the
+    parameter paths. Unlike TensorFlow's, they act independently."""
 
     def __init__(self, exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=()):
@@ -23,8 +20,7 @@ class ExclusionRules(object):
                     or self.exclude_from_layer_adaptation)
 
     def lookup(self, path):
-        """Returns ``(uses_weight_decay, uses_adaptation)`` for ``path``
-        (the faces look it up once, when they plan)."""
+        """``(uses_weight_decay, uses_adaptation)`` for ``path``."""
         return tuple(not any(p.search(path) for p in patterns)
                      for patterns in (self.exclude_from_weight_decay,
                                       self.exclude_from_layer_adaptation))
@@ -48,9 +44,8 @@ def _fixed(k, name):
 
 class ExclusionProperties(object):
 
-    """The two exclusion lists, as read-only tuples of strings (compiled
-    once, at construction), of an object that keeps them in ``_rules``,
-    and a ``repr`` of the attributes named in ``_REPR``."""
+    """The exclusion lists of ``_rules`` as read-only tuples, and a
+    ``repr`` of the attributes named in ``_REPR``."""
 
     _REPR = ()
     exclude_from_weight_decay = _fixed(0, 'exclude_from_weight_decay')

@@ -18,8 +18,7 @@ from chainer_lars import exclusions
 from chainer_lars import layout as L
 
 
-# Chainer's loss scaling, which Optimizer.serialize leaves out: each name
-# with its value before loss_scaling().
+# Chainer's loss scaling (left out of its snapshots), with its defaults.
 _LOSS_SCALING = (('_loss_scale', None), ('_loss_scale_max', 65504.0),
                  ('_loss_scaling_is_dynamic', False),
                  ('_loss_scaling_multiplier', None),
@@ -27,8 +26,7 @@ _LOSS_SCALING = (('_loss_scale', None), ('_loss_scale_max', 65504.0),
 
 
 def serialize_loss_scaling(optimizer, serializer):
-    """Saves or loads the loss scale and dynamic-scaling state (``None``
-    as NaN); a snapshot without them leaves the optimizer as it is."""
+    """Saves or loads the loss-scaling state (``None`` as NaN), if any."""
     for k, (name, default) in enumerate(_LOSS_SCALING):
         value = getattr(optimizer, name, default)
         try:
@@ -45,9 +43,8 @@ def serialize_loss_scaling(optimizer, serializer):
 
 
 def serialize_master(rule, serializer, device=None):
-    """Saves or loads ``rule``'s float32 master copy, which Chainer leaves
-    out of snapshots: into the copy there is, else a new one (sent to
-    ``device``); a snapshot without one loads as before."""
+    """Saves or loads ``rule``'s float32 master copy, if any (a new one
+    sent to ``device``)."""
     master = rule._fp32_param
     current = None if master is None else master.array
     if isinstance(serializer, chainer.serializer.Serializer):
@@ -65,9 +62,8 @@ def serialize_master(rule, serializer, device=None):
 
 
 def master(param, rule):
-    """The float32 master copy of a float16 parameter's rule where it is
-    made and on the parameter's device (one loaded from a snapshot is on
-    the CPU until the rule's first update), else ``None``."""
+    """The float32 master copy of a float16 parameter's rule, made and on
+    the parameter's device, else ``None``."""
     copy = getattr(rule, '_fp32_param', None)
     if (rule._use_fp32_update and param.dtype == numpy.float16
             and copy is not None and copy.array is not None
@@ -88,13 +84,11 @@ def warn_rounded(face, paths):
 
 class FusedRule(optimizer.UpdateRule):
 
-    """What the faces' rules share: the exclusion flags, the ``STATES``,
-    the master copy in snapshots, and the engine's ``OP`` on a plan of one
-    array. A face's rule has ``_DEFAULTS`` and ``_fill_rows(rows, values,
-    steps, uses_weight_decay, adapt, paths, dtype)``, which fills and
-    checks rows from the hyperparameters (``_VALUES``, ``_RULE_VALUES``)
-    and, where ``_STEPPED``, the steps ``t``. ``_lost``: the optimizer's
-    list of float16 arrays whose step rounded away."""
+    """What the faces' rules share: flags, ``STATES``, the master copy in
+    snapshots, the engine's ``OP`` on a plan of one array. A face's rule
+    has ``_DEFAULTS``, ``_VALUES``, ``_RULE_VALUES``, ``_STEPPED`` and
+    ``_fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype)``.
+    ``_lost``: the optimizer's float16 paths whose step rounded away."""
 
     adapts_rates = True  # GradientLARS refuses to run on us
     is_elementwise = False
@@ -106,7 +100,6 @@ class FusedRule(optimizer.UpdateRule):
             parent_hyperparam or self._DEFAULTS)
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
-        # The own path's plan, whether the last update took it, the path.
         self._plan, self._observed, self._path = None, False, None
 
     def __getstate__(self):
@@ -128,8 +121,7 @@ class FusedRule(optimizer.UpdateRule):
         master = self._fp32_param
         if (master is not None and master.array is not None
                 and master.device != param.device):
-            # A master copy loaded from a snapshot lives on the CPU.
-            master.to_device(param.device)
+            master.to_device  # loaded from a snapshot(param.device)
         super(FusedRule, self).update(param)
 
     # ChainerX arrays take UpdateRule's default path: memory-shared NumPy or
@@ -148,8 +140,7 @@ class FusedRule(optimizer.UpdateRule):
                      states)
             plan.finish().others = [w] + states
         group, = plan.groups
-        # The loss scale is divided out, t counts this step already. A
-        # hyperparameter holding only its parent has its values, read
+        # A hyperparameter holding only its parent: read the parent's
         # directly (through its __getattr__, 3 us of 10 per array).
         own = self.hyperparam.__dict__
         values = (self._VALUES(own['_parent']) if len(own) == 1
@@ -199,9 +190,7 @@ _HOOKS = (operator.attrgetter('_hookable._pre_update_hooks'),
 
 def _batchable(param, rule, cls):
     """Whether the batched step does what ``param.update()`` would: a plain
-    ``cls``, enabled, with no rule hooks (they run between the division by
-    the loss scale and the step), its state made, Chainer's layout, and
-    under ``use_fp32_update()`` its :func:`master` copy made."""
+    enabled ``cls`` without hooks, its state (and :func:`master`) made."""
     return (type(rule) is cls and rule.enabled
             and not rule._hookable._pre_update_hooks
             and not rule._hookable._post_update_hooks
@@ -214,8 +203,7 @@ def _batchable(param, rule, cls):
 
 
 def _check_unbatched(param):
-    """The engine's check of a FusedRule's arrays on the per-rule path,
-    before the batched groups move."""
+    """The per-rule path's checks, before the batched groups move."""
     rule, w, g = param.update_rule, param.array, param.grad
     if (isinstance(rule, FusedRule) and rule.enabled and w is not None
             and g is not None and not (
@@ -251,10 +239,8 @@ def _depends(states, mixed16, params):
 class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     """What the faces share: ``update`` (a fork of Chainer's), the plans,
-    the settings rows, the exclusions, the loss-scaling state in snapshots
-    and ``observe``; a face names its ``_rule`` and itself (``_face``).
-    ``_stepped``: the last update was made; ``_warned``: of a float16
-    step that rounded away."""
+    the exclusions, snapshots and ``observe``; a face names its ``_rule``
+    and itself (``_face``)."""
 
     adapts_rates = True  # GradientLARS refuses to run on us
     _stepped, _warned = True, False
@@ -297,12 +283,8 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         does: with ``lossfun``, computes the loss of ``lossfun(*args,
         **kwds)`` and its gradients first; then the hooks, the step of
         every parameter, and the loss scale's update."""
-        # A fork of Chainer 7.8.1's GradientMethod.update, with its
-        # check_nan_in_grads and reallocate_cleared_grads (below): the same
-        # steps on one listing of the parameters, param.update() replaced by
-        # _update_params, reading Chainer's private _loss_scale, _hookable,
-        # _loss_scaling_* and _set_grad; tests/test_optimizer.py fails if
-        # they change (docs/design.rst).
+        # A fork of Chainer 7.8.1's, on one listing of the parameters;
+        # tests/test_optimizer.py fails if its private names change.
         if self.target is None:
             raise RuntimeError(
                 '{0} is not set up: call optimizer.setup(link) first, then '
@@ -321,14 +303,11 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
             loss.backward(loss_scale=self._loss_scale)
             del loss
 
-        # One listing for the reallocations and the update (Chainer makes
-        # three); hooks may change the model, so it is made again after them.
         params = list(self.target.params())
         grads = self._reallocate(params)
         self._check_finite(params, grads)
         if self._hookable._pre_update_hooks:
             self.call_hooks('pre')
-            # Hooks may replace gradients, too.
             params, grads = list(self.target.params()), None
 
         self.t += 1
@@ -337,7 +316,6 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         if self._stepped:
             unbatched = self._update_params(params, grads)
 
-        # The batched parameters had gradients and the update kept them.
         self._reallocate(unbatched)
 
         self.call_hooks('post')
@@ -378,13 +356,11 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
     @staticmethod
     def _reallocate(params):
-        """Zero gradients where initialised ``params`` have none; returns
-        every gradient."""
+        """Zero gradients where ``params`` have none; every gradient."""
         with variable._AllowArrayAccessWithNonstandardLayout():
             grads = list(map(engine.GRAD, params))
         for k in [k for k, g in enumerate(grads) if g is None]:
             param, device = params[k], params[k].device
-            # Chainer's listing leaves uninitialised parameters out.
             if param.raw_array is not None:
                 with chainer.using_device(device):
                     param._set_grad(device.xp.zeros_like(param.raw_array),
@@ -398,10 +374,8 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         plan = self._plans.get(self, params, self._build_plan)
         picks = []
         for group, where in zip(plan.groups, plan.where):
-            # All checked before anything moves.
             engine.settings(group, self._key(group), self._rule._fill_group)
             picks.append(list(map(engine.GRAD, group.params)) if grads is None
-                         # A group of every parameter has them in order.
                          else grads if len(where) == len(grads)
                          else list(map(grads.__getitem__, where)))
         for param in plan.others:
@@ -412,8 +386,6 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                 if k not in left:
                     rule.t += 1
             for k in left:
-                # No gradient, or a mixed16 row of another one: the rule's
-                # own path, which counts its t.
                 group.params[k].update()
                 unbatched.append(group.params[k])
         for param in plan.others:
@@ -431,12 +403,9 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         del self.__dict__.get('_lost', [])[:]
 
     def _key(self, group):
-        """What a group's rows are filled from: the hyperparameters, the
-        loss scales and, for a stepped face, the step each rule makes."""
+        """Values, loss scales and (stepped) steps of a group's rows."""
         rules, base, cls = group.rules, self.hyperparam, self._rule
         values = cls._VALUES(base)
-        # Unless a rule has values of its own (a hyperparameter holds its
-        # parent and nothing else otherwise).
         if (list(map(_HYPER_PARENT, rules)).count(base) != len(rules)
                 or sum(map(len, map(_HYPER_OWN, rules))) != len(rules)):
             values = list(map(cls._RULE_VALUES, rules))
@@ -462,7 +431,7 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                          list(map(rule.state.__getitem__, rule.STATES)),
                          (rule.uses_weight_decay, rule.uses_adaptation),
                          None if copy is None else w)
-                rule._observed = False  # the group's observation from now on
+                rule._observed = False
             else:
                 plan.others.append(param)
         return plan.finish(params)
@@ -481,7 +450,6 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
             return result
         for path, param in self.target.namedparams():
             rule = getattr(param, 'update_rule', None)
-            # A disabled rule made no step in the last update.
             if (isinstance(rule, self._rule) and rule.enabled
                     and rule._observed and rule.uses_adaptation):
                 result.update((path, row) for row in engine.observe(

@@ -17,13 +17,11 @@ from chainer_lars import layout as L
 
 class _RuleDelegate(object):
 
-    """A GradientLARS in one float16 parameter's update rule, armed for the
-    optimizer's next ``t`` only (not copied): hands the rule the float32
-    gradient the batched pass rescaled (mixed16), or rescales the gradient
-    there, once the rule has divided out the loss scale (a float16 gradient
-    cannot hold the rescaled result times it), on the master copy if any.
-    ``_before``: the float16 weights before the last update, on the CPU,
-    until the hook warned of a step that rounded away."""
+    """A GradientLARS in a float16 parameter's rule, armed for the next
+    ``t`` only: hands the rule the float32 gradient the batched pass
+    rescaled (mixed16), or rescales it there once the rule has divided out
+    the loss scale. ``_before``: the float16 weights before the last
+    update (CPU, until the hook warned of a step that rounded away)."""
 
     timing = 'pre'
     _before = None
@@ -33,7 +31,6 @@ class _RuleDelegate(object):
         self._armed = None
 
     def arm(self, optimizer, path, grad=None):
-        """Rescale ``path`` (or give the rule ``grad``) in the next update."""
         self._armed = (weakref.ref(optimizer), optimizer.t + 1, path, grad)
 
     def __getstate__(self):
@@ -67,15 +64,13 @@ def _post_refused():
         "it with timing='pre' or 'auto' (the default), not 'post'")
 
 
-#: Name of a delegate on an update rule (``#2``, ... while taken).
 _DELEGATE_NAME = 'chainer_lars.GradientLARS'
 _FLAGS = operator.attrgetter('enabled', '_use_fp32_update')
 
 
 def _depends(mixed16, params):
-    """What a plan of the hook's is made from: the parameters, their rules
-    and arrays (of the ``mixed16`` rows, the master copies: Chainer's rule
-    replaces the float16 array at every update), the rules' flags."""
+    """What a plan of the hook's is made from: parameters, rules, arrays
+    (the ``mixed16`` rows' master copies), the rules' flags."""
     rules = list(map(engine.UPDATE_RULE, params))
     arrays = list(map(engine.ARRAY, params))
     for k in mixed16:
@@ -142,10 +137,8 @@ class GradientLARS(exclusions.ExclusionProperties):
     name = 'GradientLARS'
     call_for_each_param = False
     timing = 'pre'
-    # LARS refuses us as a hook (checks.double_adaptation).
-    adapts_gradients = True
-    # Whether a float16 step that rounded away was warned of.
-    _warned = False
+    adapts_gradients = True  # LARS refuses us (checks.double_adaptation)
+    _warned = False  # of a float16 step that rounded away
 
     threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
     weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
@@ -174,9 +167,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         self.trust_coefficient = trust_coefficient
         self.clip = clip
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
-        # The plans of the optimizers it runs on, and of the parameters of
-        # its per-rule calls (its float16 delegates'), each while they live;
-        # what observe() reads of the last update (engine.Last, no array).
+        # Plans by optimizer, and by parameter of a per-rule call; what
+        # observe() reads of the last update (engine.Last, no array).
         self._plans = engine.PlanCache()
         self._singles = engine.PlanCache()
         self._seen = {}
@@ -185,15 +177,13 @@ class GradientLARS(exclusions.ExclusionProperties):
         return dict(self.__dict__, _seen={})
 
     def __setstate__(self, state):
-        # 0.2.0's held a dict of groups of one and the last observations.
         state.pop('_observed', None)
         state['_singles'] = engine.PlanCache()
         self.__dict__.update(state, _seen={})
 
     def __call__(self, *args):
         owner = args[0] if args else None
-        # Registered with timing='post', which Chainer's add_hook gives us
-        # no way to see: refused at the first update.
+        # timing='post' (add_hook gives us no way to see it): refused here.
         hookable = getattr(owner, '_hookable', None)
         if hookable is not None and any(
                 h is self for h in hookable._post_update_hooks.values()):
@@ -212,7 +202,6 @@ class GradientLARS(exclusions.ExclusionProperties):
                     len(args)))
 
     def _key(self, clips, scales):
-        """What a group's settings rows are filled from (:meth:`_fill`)."""
         return (self.weight_decay, self.eps, self.trust_coefficient,
                 self.threshold, clips, scales)
 
@@ -233,16 +222,11 @@ class GradientLARS(exclusions.ExclusionProperties):
                 '(optimizer.setup(link) first); got {!r}'.format(optimizer))
         self._seen = {}
         if getattr(optimizer, '_loss_scaling_isnan', False):
-            # Non-finite gradients under dynamic loss scaling (Chainer's
-            # check_nan_in_grads): the update is skipped, and so is the
-            # rescaling (nothing to observe).
-            return
+            return  # the update is skipped: nothing to rescale
         params = list(target.params())
         plan = self._plans.get(optimizer, params, functools.partial(
             self._build_plan, target))
-        # Everything is read and checked before anything changes: an error
-        # (clip=True on a rule without 'lr') leaves all as it was.
-        grads = []
+        grads = []  # all checked before anything changes
         for group in plan.groups:
             g = list(map(engine.GRAD, group.params))
             clips = -1.0
@@ -311,8 +295,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         return plan.finish(params)
 
     def _delegate(self, rule):
-        """This hook's delegate on ``rule``, made on first use (a copied
-        optimizer finds the copied one)."""
+        """This hook's delegate on ``rule``, made on first use."""
         registry = rule._hookable
         for hook in registry._pre_update_hooks.values():
             if isinstance(hook, _RuleDelegate) and hook.hook is self:
@@ -336,8 +319,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         return checks.real('lr of ' + path, lr, minimum=0.0)
 
     def _rescale(self, rule, param, path, loss_scale):
-        """Rescales one gradient in place, a plan of one kept while the
-        parameter lives; ``loss_scale`` is the factor still in it."""
+        """Rescales one gradient in place (``loss_scale`` still in it)."""
         w = param.array
         g = None if w is None else param.grad
         if g is None or (g.size == 0 and w.size == 0):

@@ -29,9 +29,13 @@ _HYPER_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
 _BASE_VALUES = operator.attrgetter(*_HYPER)
 
 
-def _check_rows(rows, paths):
-    """Checks ``rows`` as :class:`LARS` checks assignments: values set on a
-    hyperparameter directly (``hyperparam.lr = -1``) fail at the update."""
+def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
+    """LARS's settings rows, checked as :class:`LARS` checks assignments:
+    values set on a hyperparameter directly fail at the update."""
+    rows[:, :len(_HYPER)] = values
+    rows[:, L.WEIGHT_DECAY] *= uses_wd
+    rows[:, L.THRESHOLD], rows[:, L.REQUIRE_GRAD] = 0.0, 1.0
+    rows[:, L.ADAPT] = adapt
     with numpy.errstate(invalid='ignore'):
         ok = (numpy.isfinite(rows[:, :len(_HYPER)]).all(axis=1)
               & (rows[:, L.LR] >= 0) & (rows[:, L.MOMENTUM] >= 0)
@@ -42,15 +46,6 @@ def _check_rows(rows, paths):
             if name != 'nesterov':
                 getattr(LARS, name).check(rows[k, L.COLUMNS.index(name)], (
                     'LARS hyperparameter {} of {}'.format(name, paths[k])))
-
-
-def _fill(rows, values, uses_wd, adapt):
-    """The optimizer's settings rows from rule hyperparameter values."""
-    rows[:, :len(_HYPER)] = values
-    rows[:, L.WEIGHT_DECAY] *= uses_wd
-    rows[:, L.THRESHOLD] = 0.0
-    rows[:, L.REQUIRE_GRAD] = 1.0
-    rows[:, L.ADAPT] = adapt
 
 
 class LARSRule(fused.FusedRule):
@@ -72,11 +67,7 @@ class LARSRule(fused.FusedRule):
     _face, STATES, OP, _STEPPED = 'LARS', ('v',), L.STEP, False
     _DEFAULTS, _VALUES, _RULE_VALUES = (
         _default_hyperparam, _BASE_VALUES, _HYPER_VALUES)
-
-    @staticmethod
-    def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
-        _fill(rows, values, uses_wd, adapt)
-        _check_rows(rows, paths)
+    _fill_rows = staticmethod(_fill_rows)
 
 
 class LARS(fused.FusedMethod):

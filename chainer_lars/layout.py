@@ -1,21 +1,14 @@
-"""The one layout of per-array settings, shared by every executor.
-
-An update hands each executor a float64 table with a row per array and
-the columns :data:`COLUMNS`; the CPU loops index it with the constants
-below, and the CUDA source gets the same numbers as ``#define LARS_<NAME>``
-lines from :func:`cuda_defines`. This module imports nothing of ours, so
-every other module may import it.
-"""
+"""The one layout of per-array settings (float64 rows, :data:`COLUMNS`),
+indexed by the constants below on the CPU and by ``#define LARS_<NAME>``
+(:func:`cuda_defines`) in the CUDA source; it imports nothing of ours."""
 
 import numpy
 
 
-#: The settings of one array, in column order. The hook fills
-#: ``weight_decay`` to ``adapt`` (``lr``, ``momentum`` and ``nesterov`` are
-#: its optimizer's); LARS fills all but ``clip_lr`` and the last four;
-#: LAMB ``lr`` (``alpha * eta``), ``weight_decay`` (``weight_decay_rate``),
-#: ``eps``, ``adapt``, ``loss_scale`` and the last four: ``beta1``,
-#: ``beta2`` and the bias corrections ``1 - beta1^t``, ``1 - beta2^t``.
+#: The settings of one array. The hook fills ``weight_decay`` to ``adapt``;
+#: LARS all but ``clip_lr`` and the last four; LAMB ``lr`` (``alpha *
+#: eta``), ``weight_decay``, ``eps``, ``adapt``, ``loss_scale``, its betas
+#: and the bias corrections ``1 - beta^t``.
 COLUMNS = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
            'trust_coefficient', 'threshold', 'require_grad', 'clip_lr',
            'loss_scale', 'adapt', 'beta1', 'beta2', 'correction1',
@@ -24,31 +17,24 @@ COLUMNS = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
  REQUIRE_GRAD, CLIP_LR, LOSS_SCALE, ADAPT, BETA1, BETA2, CORRECTION1,
  CORRECTION2) = range(len(COLUMNS))
 
-#: What an update does with the ratio: the hook rescales the gradient in
-#: place, ``g <- r (g + S wd w)`` with ``S`` the loss scale still in ``g``;
-#: LARS divides ``S`` out of ``g`` and makes the momentum step; LAMB
-#: divides it out, updates its moments ``m`` and ``v`` and steps along
-#: ``r = mh / (sqrt(vh) + eps) + wd w`` times ``||w|| / ||r||``.
+#: The ops: the hook's rescale ``g <- r (g + S wd w)`` (``S``: the loss
+#: scale in ``g``), LARS's momentum step, LAMB's moments and step.
 RESCALE, STEP, LAMB = 0, 1, 2
 
-#: The state buffers each op reads and writes, by name (for errors): LARS
-#: its momentum ``v``, LAMB its moments ``m`` and ``v``.
+#: The state buffers of each op, by name (for errors).
 STATE_NAMES = {RESCALE: (), STEP: ('momentum buffer',),
                LAMB: ('first moment', 'second moment')}
 STATES = {op: len(names) for op, names in STATE_NAMES.items()}
 
 #: Columns of the CPU executor's address table (int64, a row per array):
-#: the addresses of the weight, first and second state buffer and, in a
-#: mixed16 row (whose weight is the float32 master), of what it writes
-#: besides: the float16 weight of a step, the hook's float32 gradient
-#: (else 0); and the size. The gradients' addresses come with each update.
+#: the weight, the states, what a mixed16 row writes besides (else 0), the
+#: size. The gradients' addresses come with each update.
 W, V, V2, OUT, SIZE = range(5)
 
 
 def written(op, scaled):
-    """Which of ``(w, g, *states)`` an op writes: the hook's rescale
-    ``g``; a step ``w`` and its states, and ``g`` where it divides out a
-    loss scale."""
+    """Which of ``(w, g, *states)`` an op writes (``g`` by a step where it
+    divides out a loss scale)."""
     if op == RESCALE:
         return (1,)
     states = tuple(range(2, 2 + STATES[op]))

@@ -1,10 +1,5 @@
-"""The LARS trust ratio, the one place where its math lives.
-
-:func:`trust_ratio` on the host (the CPU loops compile this very function
-with Numba) and :data:`CUDA_TRUST_RATIO` for the device: a change to the
-ratio is made here, in both. The hook and the optimizer differ only in
-their ``threshold`` and ``require_grad`` columns (``docs/design.rst``).
-"""
+"""The LARS trust ratio, the one place where its math lives: on the host
+(the CPU loops compile this very function) and for the device."""
 
 
 def trust_ratio(w_norm, d_norm, weight_decay, eps, trust_coefficient,
@@ -27,9 +22,8 @@ def trust_ratio(w_norm, d_norm, weight_decay, eps, trust_coefficient,
     return r
 
 
-#: :func:`trust_ratio` for the device, for a compute type ``C`` (float or
-#: double); ``clip_lr < 0`` means no clipping. Kept beside the host version
-#: so that the two cannot drift.
+#: :func:`trust_ratio` for the device, in a compute type ``C``; ``clip_lr
+#: < 0``: no clipping.
 CUDA_TRUST_RATIO = r'''
 template <typename C>
 __device__ __forceinline__ C chainer_lars_trust_ratio(
