@@ -135,8 +135,7 @@ __device__ __forceinline__ bool lars_array_sum2(
         const long long* blocks, long long t, C* partial,
         unsigned int* done, C& a, C& b) {{
     lars_block_sum2(a, b);
-    const long long first = blocks[t];
-    const long long last = blocks[t + 1];
+    const long long first = blocks[t], last = blocks[t + 1];
     __shared__ int is_last;
     if (threadIdx.x == 0) {{
         partial[2 * blockIdx.x] = a;
@@ -148,8 +147,7 @@ __device__ __forceinline__ bool lars_array_sum2(
     __syncthreads();
     if (!is_last) return false;
     const volatile C* q = partial;
-    a = 0;
-    b = 0;
+    a = b = 0;
     for (long long k = first + threadIdx.x; k < last; k += LARS_THREADS) {{
         a += q[2 * k];
         b += q[2 * k + 1];
@@ -190,13 +188,8 @@ extern "C" __global__ void chainer_lars_multi_norms(
     const S* w = (const S*)words[t];
     const G* g = (const G*)words[T + t];
     const bool packed = lars_aligned(w) && lars_aligned(g);
-#if LARS_MIXED16
-    const C unscale = s[LARS_LOSS_SCALE];
-    const C g_scale = (C)1;  // sg is of g / loss_scale already
-#else
-    const C unscale = 1;
-    const C g_scale = s[LARS_LOSS_SCALE];
-#endif
+    const C unscale = LARS_MIXED16 ? s[LARS_LOSS_SCALE] : (C)1;
+    const C g_scale = LARS_MIXED16 ? (C)1 : s[LARS_LOSS_SCALE];
     C sw = 0, sg = 0;
     LARS_FOR_EACH(i, n, p) {{
         C a[LARS_VEC], b[LARS_VEC];
@@ -226,27 +219,18 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
     LARS_BLOCK
     const S* w = (const S*)words[t];
     G* g = (G*)words[T + t];
+    S* x = LARS_MIXED16 ? (S*)words[4 * T + t] : (S*)g;  // written
     const C r = stats[3 * t];
-#if LARS_MIXED16
-    S* x = (S*)words[4 * T + t];
-    const C unscale = s[LARS_LOSS_SCALE];
-    const C c = r * s[LARS_WEIGHT_DECAY];
+    const C unscale = LARS_MIXED16 ? s[LARS_LOSS_SCALE] : (C)1;
+    const C c = r * (LARS_MIXED16 ? (C)1 : s[LARS_LOSS_SCALE])
+        * s[LARS_WEIGHT_DECAY];
     const bool packed = lars_aligned(w) && lars_aligned(g) && lars_aligned(x);
-#else
-    const C unscale = 1;
-    const C c = r * s[LARS_LOSS_SCALE] * s[LARS_WEIGHT_DECAY];
-    const bool packed = lars_aligned(w) && lars_aligned(g);
-#endif
     LARS_FOR_EACH(i, n, p) {{
         C a[LARS_VEC], b[LARS_VEC];
         lars_get(w, i, n, p, a);
         lars_get(g, i, n, p, b);
         for (int j = 0; j < n; ++j) b[j] = r * (b[j] / unscale) + c * a[j];
-#if LARS_MIXED16
         lars_put(x, i, n, p, b);
-#else
-        lars_put(g, i, n, p, b);
-#endif
     }}
 }}
 

@@ -257,13 +257,6 @@ def _route(group, grads, gptr):
     return gptr, copies, passes, left
 
 
-def _contiguous(device, a):
-    if device.xp is numpy:
-        return cpu.native(a)
-    with chainer.using_device(device):
-        return device.xp.ascontiguousarray(a)
-
-
 def _run(group, grads, gptr, copies, passes, left):
     if group.last.copies:
         group.last.copies = {}
@@ -273,7 +266,9 @@ def _run(group, grads, gptr, copies, passes, left):
                          group.weights[k], grads[k], *group.states[k])
     for k in copies:
         arrays = (group.weights[k], grads[k]) + group.states[k]
-        native = [_contiguous(group.device, a) for a in arrays]
+        with chainer.using_device(group.device):
+            native = [cpu.native(a) if group.device.xp is numpy else
+                      group.device.xp.ascontiguousarray(a) for a in arrays]
         one = Group(group.device, group.dtype, group.op)
         one.add(group.paths[k], None, None, native[0], native[2:])
         one.prepare().rows[0] = group.rows[k]

@@ -245,8 +245,11 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
     adapts_rates = True  # GradientLARS refuses to run on us
     _stepped, _warned = True, False
 
-    def __init__(self, multi_tensor):
+    def __init__(self, multi_tensor, exclude_from_weight_decay,
+                 exclude_from_layer_adaptation):
         super(FusedMethod, self).__init__()
+        self._rules = exclusions.ExclusionRules(
+            exclude_from_weight_decay, exclude_from_layer_adaptation)
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         self._plans = engine.PlanCache()
         self._lost = []

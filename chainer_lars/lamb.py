@@ -10,7 +10,6 @@ import numpy
 from chainer import optimizer
 
 from chainer_lars import checks
-from chainer_lars import exclusions
 from chainer_lars import fused
 from chainer_lars import layout as L
 
@@ -154,15 +153,14 @@ class LAMB(fused.FusedMethod):
                   "is read only: the bias-corrected rate); LAMB(alpha=...)",
             'weight_decay': 'LAMB(weight_decay_rate=...), as in Adam',
             'momentum': 'LAMB(beta1=...), as in Adam'})
-        super(LAMB, self).__init__(multi_tensor)
+        super(LAMB, self).__init__(multi_tensor, exclude_from_weight_decay,
+                                   exclude_from_layer_adaptation)
         self.alpha = alpha
         self.beta1 = beta1
         self.beta2 = beta2
         self.eps = eps
         self.eta = eta
         self.weight_decay_rate = weight_decay_rate
-        self._rules = exclusions.ExclusionRules(
-            exclude_from_weight_decay, exclude_from_layer_adaptation)
 
     alpha = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     beta1 = checks.CheckedHyperparameter(checks.real, minimum=0.0,

@@ -8,7 +8,6 @@ import numpy
 from chainer import optimizer
 
 from chainer_lars import checks
-from chainer_lars import exclusions
 from chainer_lars import fused
 from chainer_lars import layout as L
 
@@ -134,15 +133,14 @@ class LARS(fused.FusedMethod):
                  nesterov=_default_hyperparam.nesterov,
                  exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=(), multi_tensor=True):
-        super(LARS, self).__init__(multi_tensor)
+        super(LARS, self).__init__(multi_tensor, exclude_from_weight_decay,
+                                   exclude_from_layer_adaptation)
         self.lr = lr
         self.momentum = momentum
         self.weight_decay = weight_decay
         self.trust_coefficient = trust_coefficient
         self.eps = eps
         self.nesterov = nesterov
-        self._rules = exclusions.ExclusionRules(
-            exclude_from_weight_decay, exclude_from_layer_adaptation)
 
     lr = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     momentum = checks.CheckedHyperparameter(checks.real, minimum=0.0,

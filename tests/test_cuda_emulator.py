@@ -262,7 +262,8 @@ PLANTS = {
         's[LARS_WEIGHT_DECAY] != (C)0\n                   ? chainer_lars_'
         'trust_ratio<C>(\n                       sqrt(sw), sqrt(sg)'),
     'the loss scale ignored in the ratio': (
-        'const C g_scale = s[LARS_LOSS_SCALE];', 'const C g_scale = 1;'),
+        'const C g_scale = LARS_MIXED16 ? (C)1 : s[LARS_LOSS_SCALE];',
+        'const C g_scale = 1;'),
     'the last block miscounted': (
         'is_last = ticket == (unsigned int)(last - first - 1);',
         'is_last = ticket == (unsigned int)(last - first);'),
