@@ -121,7 +121,7 @@ class FusedRule(optimizer.UpdateRule):
         master = self._fp32_param
         if (master is not None and master.array is not None
                 and master.device != param.device):
-            master.to_device  # loaded from a snapshot(param.device)
+            master.to_device(param.device)  # loaded from a snapshot
         super(FusedRule, self).update(param)
 
     # ChainerX arrays take UpdateRule's default path: memory-shared NumPy or
