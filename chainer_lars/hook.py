@@ -73,9 +73,8 @@ def _depends(mixed16, params):
     (the ``mixed16`` rows' master copies), the rules' flags."""
     rules = list(map(engine.UPDATE_RULE, params))
     arrays = list(map(engine.ARRAY, params))
-    for k in mixed16:
-        arrays[k] = getattr(getattr(rules[k], '_fp32_param', None), 'array',
-                            None)
+    for k, copy in zip(mixed16, fused.masters([rules[k] for k in mixed16])):
+        arrays[k] = copy
     try:
         flags = list(map(_FLAGS, rules))
     except AttributeError:  # no rule
