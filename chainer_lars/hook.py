@@ -58,12 +58,6 @@ class _RuleDelegate(object):
                 fused.warn_rounded('GradientLARS', [path])
 
 
-def _post_refused():
-    raise ValueError(
-        "GradientLARS rescales the gradients before the update: register "
-        "it with timing='pre' or 'auto' (the default), not 'post'")
-
-
 _DELEGATE_NAME = 'chainer_lars.GradientLARS'
 _FLAGS = operator.attrgetter('enabled', '_use_fp32_update')
 
@@ -186,7 +180,10 @@ class GradientLARS(exclusions.ExclusionProperties):
         hookable = getattr(owner, '_hookable', None)
         if hookable is not None and any(
                 h is self for h in hookable._post_update_hooks.values()):
-            _post_refused()
+            raise ValueError(
+                "GradientLARS rescales the gradients before the update: "
+                "register it with timing='pre' or 'auto' (the default), not "
+                "'post'")
         if getattr(owner, 'adapts_rates', False):  # LARS, LAMB, rules
             checks.double_adaptation(owner._face)
         if len(args) == 1:
