@@ -26,6 +26,7 @@ from examples import data
 from examples import plots
 from examples import recipe
 from examples import training
+from tests import pythonpath
 from tests import REPO_ROOT
 
 
@@ -977,7 +978,7 @@ def test_a_kill_while_writing_leaves_no_snapshot_cut_short(
     out = tmp_path / 'out'
     args = ['-b', '32', '-u', '8', '-e', '3', '--noplot', '--snapshots', '3',
             '--warmup-epochs', '1']
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    env = dict(os.environ, PYTHONPATH=pythonpath())
     result = subprocess.run(
         [sys.executable, str(driver)] + args + ['--out', str(out)],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
@@ -1022,7 +1023,7 @@ def interrupt(tmp_path, root, args, wait_for_snapshot=True, env=None):
     driver = tmp_path / 'driver.py'
     driver.write_text(SLOW_DRIVER)
     out = tmp_path / 'out'
-    environment = dict(os.environ, PYTHONPATH=REPO_ROOT,
+    environment = dict(os.environ, PYTHONPATH=pythonpath(),
                        CHAINER_DATASET_ROOT=root, PYTHONWARNINGS='ignore')
     environment.pop('CHAINER_LARS_LAUNCHER', None)
     environment.update(env or {})

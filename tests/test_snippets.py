@@ -21,6 +21,7 @@ import types
 
 import pytest
 
+from tests import pythonpath
 from tests import REPO_ROOT
 from tests import conftest
 
@@ -262,7 +263,7 @@ def _run_here(tmp_path, home, args, env=None):
     """Runs ``python args`` with ``home`` as the home folder, no
     CHAINER_DATASET_ROOT, no CI, and downloads sent to a closed local
     port (they fail at once and never leave the machine)."""
-    environment = dict(os.environ, HOME=str(home), PYTHONPATH=REPO_ROOT,
+    environment = dict(os.environ, HOME=str(home), PYTHONPATH=pythonpath(),
                        PYTHONWARNINGS='ignore')
     for name in ('CHAINER_DATASET_ROOT', 'CI', 'no_proxy', 'NO_PROXY'):
         environment.pop(name, None)
