@@ -354,7 +354,7 @@ PY
 
 cmd_test() {
     local version python newest="" path="" envs=() order arg jobs journal status \
-        work monitor before
+        work monitor before stack
     cd "$root"
     default_dataset_root
     for version in 3.11 3.10 3.9; do
@@ -368,6 +368,17 @@ cmd_test() {
         fi
     done
     [ -n "$newest" ] || die "$no_python"
+    # Python 3.12 with numpy 2: Chainer through chainer_lars_compat.
+    if python=$(python_for 3.12); then
+        say "Python 3.12: $python"
+        path+="$(dirname "$python"):"
+        stack=py312-numpy2
+    elif in_ci; then
+        die "no Python 3.12, which the py312-numpy2 env needs (CI is set): install one, e.g. 'pyenv install 3.12'"
+    else
+        say "Python 3.12: not found, so no py312-numpy2 (CI fails without it)"
+        stack=
+    fi
     if ! command -v mpiexec >/dev/null; then
         apt_install openmpi-bin libopenmpi-dev \
             || say "warning: no mpiexec and cannot install Open MPI: MPI tests will skip"
@@ -392,20 +403,24 @@ cmd_test() {
         esac
     done
     if [ ${#envs[@]} -gt 0 ]; then
-        # The newest and the oldest first: they run the groups below, the
-        # longest envs, so that in parallel neither waits for a slot.
+        # The full env (the newest Python's) runs every test; the others
+        # run the library's tests, which may differ by Python and numpy,
+        # and the groups of tests/conftest.py that the variables below
+        # give them. The longest first, so that in parallel none waits
+        # for a slot at the end.
         order=("${envs[0]}")
         if [ ${#envs[@]} -gt 1 ]; then
-            order+=("${envs[${#envs[@]}-1]}" "${envs[@]:1:${#envs[@]}-2}")
+            order+=("${envs[${#envs[@]}-1]}")
         fi
-        set -- -e "$(IFS=,; echo "${order[*]},lint,docs")" "$@"
-        # Tests that run the same code whatever the Python run in one env
-        # (tests/conftest.py), unless the caller says: the emulated-GPU
-        # tests (the same C++) in the newest; those of the scripts and tools
-        # (examples, dev.sh, the wheel, MPI ranks) in the oldest, the one a
-        # script is likeliest to break on.
+        [ -z "$stack" ] || order+=("$stack")
+        if [ ${#envs[@]} -gt 2 ]; then
+            order+=("${envs[@]:1:${#envs[@]}-2}")
+        fi
+        set -- -e "$(IFS=,; echo "${order[*]},docs,lint")" "$@"
         export CHAINER_LARS_EMULATED_IN=${CHAINER_LARS_EMULATED_IN-${envs[0]}}
         export CHAINER_LARS_INTEGRATION_IN=${CHAINER_LARS_INTEGRATION_IN-${envs[${#envs[@]}-1]}}
+        export CHAINER_LARS_ISOLATED_IN=${CHAINER_LARS_ISOLATED_IN-${envs[0]}${stack:+,$stack}}
+        export CHAINER_LARS_DOCS_IN=${CHAINER_LARS_DOCS_IN-docs}
     fi
     # tox finds each env's Python by name (python3.9, ...) on PATH.
     export PATH="$path$PATH"
