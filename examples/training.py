@@ -517,8 +517,9 @@ class ProgressLines(training.Extension):
     def _done(trainer):
         length, unit = trainer.stop_trigger.get_training_length()
         updater = trainer.updater
-        done = updater.iteration if unit == 'iteration' \
-            else updater.epoch_detail
+        # The last batch may end past the last epoch: the run is done.
+        done = min(updater.iteration if unit == 'iteration'
+                   else updater.epoch_detail, length)
         return done, length, unit
 
     def initialize(self, trainer):
