@@ -16,23 +16,27 @@
 # ARGS (-o, --resume, --dataset-root) are the caller's, as when the script
 # is run directly; test runs tox in the repository.
 #
-# Chainer 7.8.1 imports on Python 3.9 to 3.11 only; the Pythons are looked
+# Chainer 7.8.1 imports unchanged on Python 3.9 to 3.11 (test also runs
+# an env of 3.12 with numpy 2, through chainer_lars_compat); the Pythons are looked
 # for on PATH (python3.11, ...), then among pyenv's versions, then python3.
 #
 # Environment:
 #   CHAINER_LARS_LATEST_PIP=1   the newest pip from PyPI in every venv, tox's
 #                               included, instead of the one each comes with
-#   CHAINER_LARS_EMULATED_IN    the tox env that runs the emulated-GPU tests
-#                               (test: the newest; empty: every env)
-#   CHAINER_LARS_INTEGRATION_IN the tox env that runs the tests of scripts
-#                               and tools (test: the oldest; empty: every
-#                               env); tests/conftest.py lists both groups
+#   CHAINER_LARS_EMULATED_IN,   the tox envs (comma-separated) that run
+#   CHAINER_LARS_INTEGRATION_IN, each group of tests of tests/conftest.py
+#   CHAINER_LARS_ISOLATED_IN,   (test: the emulated group in the newest
+#   CHAINER_LARS_DOCS_IN        Python's env, integration in the oldest's,
+#                               isolated in the newest's and the numpy 2
+#                               one, docs in docs; empty: every env)
 #   CHAINER_LARS_HEARTBEAT      seconds between test's progress lines while
 #                               tox runs envs in parallel (default 30)
 #   CHAINER_LARS_TOX_PARALLEL   how many tox envs test runs at a time
 #                               (default auto: one per core; 1: one at a
 #                               time, with their output live); envs named
 #                               with -e run one at a time
+#   OPENBLAS_NUM_THREADS,       BLAS threads of each env while test runs
+#   OMP_NUM_THREADS             envs in parallel (default 1)
 #   CHAINER_DATASET_ROOT        where Chainer caches data sets; for mnist,
 #                               chainermn and test it defaults to
 #                               ../shared/datasets next to the checkout when
@@ -439,6 +443,10 @@ cmd_test() {
     # Our env list: $jobs envs at a time (auto: one per core), which on 2
     # cores takes about half the time of one at a time. tox then shows only
     # a failing env's output, so that of the others follows, env by env.
+    # One BLAS thread an env: with an env per core, OpenBLAS's threads
+    # would spin on each other's cores.
+    export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS-1}
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS-1}
     say "running the tox envs $jobs at a time (auto: one per core; CHAINER_LARS_TOX_PARALLEL=1: one at a time)"
     say "this takes about 8 minutes on 2 cores, more the first time (each env's install);"
     say "a line every ${CHAINER_LARS_HEARTBEAT:-30} s says how far each env is; tox says OK or FAILED as each ends"
@@ -447,7 +455,7 @@ cmd_test() {
     # The pytest sessions write their progress there (tests/progress.py);
     # tox passes CHAINER_* on.
     export CHAINER_LARS_PROGRESS=$work
-    progress_monitor "$work" "${order[@]}" lint docs &
+    progress_monitor "$work" "${order[@]}" docs lint &
     monitor=$!
     .tox/.bootstrap/bin/tox p -p "$jobs" --parallel-no-spinner \
         --result-json "$journal" "$@" | tee "$work/tox.out" || status=$?
