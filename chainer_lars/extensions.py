@@ -28,8 +28,14 @@ class WarmupPolynomialShift(extension.Extension):
     (in plain text: ``init * (t + 1) / warmup_count`` during the warm-up,
     then ``end + (init - end) * (1 - (t - warmup_count) / (max_count -
     warmup_count)) ** power``, then ``end``),
-    so no update has a rate of 0. The count and the peak are saved in
-    snapshots; the values are checked before the attribute first changes.
+    so no update has a rate of 0. The count, the peak and the schedule
+    (``warmup_count``, ``max_count``, ``power``, ``end``) are saved in
+    snapshots; loading a snapshot of another schedule (or of another
+    ``init``, where one is given) raises ``ValueError``, as the example
+    trainers refuse ``--resume`` with other flags: a longer ``max_count``
+    would bring a decayed rate back up. Snapshots of version 0.2.0, which
+    hold the count and the peak only, still load. The values are checked
+    before the attribute first changes.
 
     Args:
         attr (str): The optimizer attribute, e.g. ``'lr'``.
@@ -72,6 +78,7 @@ class WarmupPolynomialShift(extension.Extension):
             if self._init is not None:
                 self._check_values(optimizer, self._init)
         self._optimizer = optimizer
+        self._given_init = self._init
         self._t = 0
 
     def value(self, t):
@@ -145,10 +152,31 @@ class WarmupPolynomialShift(extension.Extension):
                 self.value(self._t))
 
     def serialize(self, serializer):
-        self._t = int(serializer('_t', self._t))
+        # All read before any is set. Snapshots of version 0.2.0 and
+        # earlier hold the count and the peak only.
+        mine = {'warmup_count': self._warmup_count,
+                'max_count': self._max_count, 'power': self._power,
+                'end': self._end}
+        try:
+            saved = {name: serializer(name, value)
+                     for name, value in mine.items()}
+        except KeyError:
+            saved = dict(mine)
+        t = int(serializer('_t', self._t))
         init = serializer('_init', numpy.nan if self._init is None
                           else self._init)
-        self._init = None if numpy.isnan(init) else float(init)
+        init = None if numpy.isnan(init) else float(init)
+        # A peak read from the optimizer (init=None) is the snapshot's.
+        if self._given_init is not None and init is not None:
+            mine['init'], saved['init'] = self._given_init, init
+        for name in mine:
+            if saved[name] != mine[name]:
+                raise ValueError(
+                    'WarmupPolynomialShift: the snapshot was written with '
+                    '{0}={1!r}, this schedule has {0}={2!r}; a resumed '
+                    'schedule continues its own curve: to change it, '
+                    'start a new run'.format(name, saved[name], mine[name]))
+        self._t, self._init = t, init
 
     def _get_optimizer(self, trainer):
         if self._optimizer is not None:
@@ -158,7 +186,8 @@ class WarmupPolynomialShift(extension.Extension):
 
 class TrustRatioObserver(extension.Extension):
 
-    """Reports each layer's LARS trust ratio and norms to the reporter.
+    """Reports each layer's trust ratio and norms (LARS, LAMB) to the
+    reporter.
 
     It reports ``source.observe()`` as ``<prefix>/ratio<path>``,
     ``<prefix>/w_norm<path>`` and ``<prefix>/g_norm<path>`` (:meth:`key`).
@@ -166,9 +195,10 @@ class TrustRatioObserver(extension.Extension):
     interval you want (default once per epoch), not every iteration.
 
     Args:
-        source: A :class:`chainer_lars.LARS` or
-            :class:`chainer_lars.GradientLARS` (anything with
-            ``observe()``); ``None``: the main optimizer, a ``LARS``.
+        source: A :class:`chainer_lars.LARS`, :class:`chainer_lars.LAMB`
+            or :class:`chainer_lars.GradientLARS` (anything with
+            ``observe()``); ``None``: the main optimizer, a ``LARS`` or
+            ``LAMB``.
         prefix (str): The first component of the reported names.
         pattern (str): A regular expression: only the paths it matches
             (:func:`re.search`) are reported, e.g. ``'/W$'``.
@@ -184,7 +214,7 @@ class TrustRatioObserver(extension.Extension):
         if isinstance(source, type) or source is not None and not callable(
                 getattr(source, 'observe', None)):
             raise TypeError(
-                'source must be a chainer_lars.LARS or GradientLARS '
+                'source must be a chainer_lars.LARS, LAMB or GradientLARS '
                 'instance (anything with an observe() method), got '
                 '{!r}'.format(source))
         self._source = source

@@ -159,6 +159,14 @@ def parser(description, defaults, epilog=None, helps=None):
     add('dataset_root')
     parser.add_argument('--noplot', dest='plot', action='store_false',
                         help='Disable PlotReport extension')
+    parser.add_argument('--progress', choices=('auto', 'bar', 'lines', 'none'),
+                        default='auto',
+                        help="How the run's progress between reports is "
+                        "shown: Chainer's progress bar (bar), a plain line "
+                        'every 30 s (lines, for a log file: the bar writes '
+                        'terminal escape codes) or not at all (none); auto: '
+                        'the bar when the output is a terminal, else lines. '
+                        'Default: %(default)s')
     return parser
 
 
@@ -508,7 +516,7 @@ def check_batchsize(args, n_train, what):
 # keeps, the device, where the data is read from, ChainerMN's
 # communicator). A snapshot records every other flag (``run_settings``).
 FREE_FLAGS = ('out', 'resume', 'snapshots', 'device', 'dataset_root',
-              'communicator')
+              'communicator', 'progress')
 
 # What a snapshot records besides the flags, as a message names it.
 SETTINGS = {

@@ -466,14 +466,87 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
                'main/accuracy', 'test/main/accuracy', 'lr'] + columns
     if args.validation:
         printed[5:5] = ['val/main/accuracy']
-    trainer.extend(extensions.PrintReport(printed + ['elapsed_time']),
-                   call_before_training=True)
-    if cli.slow_precision(args):
-        # Minutes an update: every update, and a line while one runs.
-        trainer.extend(extensions.ProgressBar(update_interval=1))
-        trainer.extend(Heartbeat())
-    else:
-        trainer.extend(extensions.ProgressBar(update_interval=10))
+    progress = args.progress
+    if progress == 'auto':
+        # The bar moves the cursor with escape codes: in a log file, lines.
+        progress = 'bar' if sys.stdout.isatty() else 'lines'
+    # PrintReport clears the bar with an escape code before each line.
+    trainer.extend(extensions.PrintReport(
+        printed + ['elapsed_time'],
+        out=sys.stdout if progress == 'bar' else PlainOutput()),
+        call_before_training=True)
+    if progress == 'bar':
+        # Minutes an update in 16 bits on the CPU: every update.
+        trainer.extend(extensions.ProgressBar(
+            update_interval=1 if cli.slow_precision(args) else 10))
+    elif progress == 'lines':
+        trainer.extend(ProgressLines())
+    if progress != 'none' and cli.slow_precision(args):
+        trainer.extend(Heartbeat())  # a line while an update runs
+
+
+class PlainOutput(object):
+
+    """Standard output (whatever ``sys.stdout`` is at each write) without
+    the escape code with which ``PrintReport`` clears the progress bar
+    before each line, for a run without the bar."""
+
+    def write(self, text):
+        if text != '\033[J':
+            sys.stdout.write(text)
+
+    def flush(self):
+        sys.stdout.flush()
+
+
+class ProgressLines(training.Extension):
+
+    """What Chainer's progress bar shows, as a plain line every
+    ``interval`` seconds (checked after each update), for output that is
+    not a terminal: how far the run is, its speed and the time left."""
+
+    trigger = 1, 'iteration'
+    priority = training.PRIORITY_READER
+
+    def __init__(self, interval=30.0):
+        self._interval = interval
+        self._start = None  # (time, iteration, done) when training starts
+        self._last = None
+
+    @staticmethod
+    def _done(trainer):
+        length, unit = trainer.stop_trigger.get_training_length()
+        updater = trainer.updater
+        # The last batch may end past the last epoch: the run is done.
+        done = min(updater.iteration if unit == 'iteration'
+                   else updater.epoch_detail, length)
+        return done, length, unit
+
+    def initialize(self, trainer):
+        self._last = time.time()
+        self._start = (self._last, trainer.updater.iteration,
+                       self._done(trainer)[0])
+
+    def __call__(self, trainer):
+        now = time.time()
+        if now - self._last < self._interval:
+            return
+        self._last = now
+        done, length, unit = self._done(trainer)
+        iteration = trainer.updater.iteration
+        since, first, done_first = self._start
+        elapsed = max(now - since, 1e-9)
+        line = '  iteration {}, {} {:.2f} of {} ({:.1%}), {:.2f} ' \
+            'iterations/s'.format(iteration, unit, done, length,
+                                  done / length,
+                                  (iteration - first) / elapsed)
+        if done_first < done < length:
+            left = int((length - done) * elapsed / (done - done_first))
+            minutes, seconds = divmod(left, 60)
+            line += ', about {} left'.format(
+                '{} min {:02d} s'.format(minutes, seconds) if minutes
+                else '{} s'.format(seconds))
+        print(line, flush=True)
 
 
 class Heartbeat(training.Extension):

@@ -1,23 +1,35 @@
 """Test set-up: the gpu and mpi markers, and a tiny offline dataset root.
 
 * ``@pytest.mark.gpu`` tests skip unless CuPy imports and sees a CUDA device.
-* Two groups of tests run the same code whatever the Python, so where an
-  environment variable names a tox env, only that env runs them and the
-  others deselect them, saying so at the end of their output (``dev.sh
-  test`` sets both; ``ONE_ENV`` below lists the modules):
+* Four groups of tests need not run in every tox env: where an
+  environment variable names envs (a comma-separated list), only those
+  run the group and the others deselect it, saying so at the end of
+  their output (``dev.sh test`` sets all four; ``GROUPS`` below says
+  what each holds and why). A test is in a group by its module
+  (``MODULES``), by the group's marker, or, for ``emulated``, by a
+  parameter ``'emulated'`` (a device) or the fixture ``emulated_gpu``;
+  every other test, the library's own, runs in every env, so a new test
+  module of the library runs everywhere without being listed:
 
-  - ``emulated``: ``test_gpu.py`` and ``test_cuda_emulator.py`` run the CUDA
-    kernels on the CPU emulation, the same C++ in every Python; in
-    ``CHAINER_LARS_EMULATED_IN`` (``dev.sh test``: the newest Python's env).
-  - ``integration``: the tests that run scripts and tools end to end in
-    subprocesses (the examples, the benchmark, ``results.py``, ``dev.sh``,
-    the wheel's build, the MPI ranks); in ``CHAINER_LARS_INTEGRATION_IN``
-    (``dev.sh test``: the oldest Python's env, the one a script is likeliest
-    to break on), and ``test_snippets.py``, which trains the docs' snippets
-    on the real MNIST for a minute or two. ``test_syntax.py`` still
-    compiles every script in every env.
+  - ``emulated``: the CUDA kernels compiled by NVRTC or run on the CPU
+    emulation, the same C++ in every Python; in
+    ``CHAINER_LARS_EMULATED_IN``.
+  - ``integration``: the scripts and tools run end to end in subprocesses
+    (the examples, the benchmark, ``results.py``, ``dev.sh``, the
+    wheel's build, the MPI ranks) and ``test_snippets.py``, which trains
+    the docs' snippets on the real MNIST; in
+    ``CHAINER_LARS_INTEGRATION_IN``. ``test_syntax.py`` still compiles
+    every script in every env.
+  - ``isolated``: the library's cases that each run in a fresh
+    interpreter (arrays changed in place, read-only and foreign memory,
+    the fuzz test): they depend on numpy's arrays, not on the Python; in
+    ``CHAINER_LARS_ISOLATED_IN`` (``dev.sh test``: the full env and the
+    numpy 2 one).
+  - ``docs``: the docstrings' checks, which need Sphinx; in
+    ``CHAINER_LARS_DOCS_IN`` (``dev.sh test``: ``docs``). Where Sphinx
+    is missing outside tox, they skip and say that ``tox -e docs`` runs
+    them.
 
-  The library's own tests run in every env.
 * ``@pytest.mark.mpi`` tests skip unless ``mpiexec`` is on ``PATH`` and
   mpi4py imports; with ``CHAINER_LARS_REQUIRE_MPI=1`` (set by CI) they fail
   instead (``tests/mpi_util.py``, which also runs the ranks).
@@ -65,28 +77,73 @@ def _why_no_cuda():
     return None if count else 'no CUDA device'
 
 
-#: The groups of tests that run in one tox env only: the marker -> the
-#: environment variable naming that env, the modules, and why one env is
-#: enough (printed where they are deselected).
-ONE_ENV = {
+#: The groups of tests that run only in the tox envs a variable names:
+#: the marker -> the variable, and why those envs are enough (printed
+#: where the group is deselected).
+GROUPS = {
     'emulated': (
         'CHAINER_LARS_EMULATED_IN',
-        ('test_gpu.py', 'test_cuda_emulator.py'),
-        'they run the CUDA kernels on the CPU emulation, the same C++ '
-        'whatever the Python'),
+        'they compile the CUDA kernels (NVRTC) or run them on the CPU '
+        'emulation, the same C++ whatever the Python'),
     'integration': (
         'CHAINER_LARS_INTEGRATION_IN',
-        ('test_examples.py', 'test_example_chainermn.py',
-         'test_example_mixed_precision.py', 'test_example_study.py',
-         'test_example_forms.py', 'test_chainermn.py', 'test_bench_smoke.py',
-         'test_gpu_bench.py',
-         'test_results_check.py', 'test_dev_sh.py', 'test_packaging.py',
-         'test_mpi_util.py', 'test_snippets.py'),
         'they run scripts and tools end to end in subprocesses (examples, '
         'benchmark, results.py, dev.sh, wheel build, MPI ranks) or train '
         "on the real MNIST (the docs' snippets); test_syntax.py compiles "
         'the scripts in every env'),
+    'isolated': (
+        'CHAINER_LARS_ISOLATED_IN',
+        'each case runs in a fresh interpreter, on memory that numpy lays '
+        'out: they differ by numpy, not by Python'),
+    'docs': (
+        'CHAINER_LARS_DOCS_IN',
+        'they check the docstrings with Sphinx, which the docs env has'),
 }
+
+#: The modules whose tests are all in a group.
+MODULES = {
+    'test_gpu.py': 'emulated',
+    'test_cuda_emulator.py': 'emulated',
+    'test_cuda_source.py': 'emulated',
+    'test_examples.py': 'integration',
+    'test_example_chainermn.py': 'integration',
+    'test_example_mixed_precision.py': 'integration',
+    'test_example_study.py': 'integration',
+    'test_example_forms.py': 'integration',
+    'test_chainermn.py': 'integration',
+    'test_bench_smoke.py': 'integration',
+    'test_gpu_bench.py': 'integration',
+    'test_results_check.py': 'integration',
+    'test_dev_sh.py': 'integration',
+    'test_packaging.py': 'integration',
+    'test_mpi_util.py': 'integration',
+    'test_snippets.py': 'integration',
+    'test_in_place.py': 'isolated',
+    'test_safety.py': 'isolated',
+    'test_fuzz.py': 'isolated',
+    'test_docs.py': 'docs',
+}
+
+
+def group_of(item):
+    """The group of the test ``item``, or None (the library's tests)."""
+    callspec = getattr(item, 'callspec', None)
+    if (item.get_closest_marker('emulated') is not None
+            or 'emulated_gpu' in getattr(item, 'fixturenames', ())
+            or callspec is not None and 'emulated' in [
+                value for value in callspec.params.values()
+                if isinstance(value, str)]):
+        return 'emulated'
+    for group in GROUPS:
+        if item.get_closest_marker(group) is not None:
+            return group
+    return MODULES.get(os.path.basename(str(item.fspath)))
+
+
+def envs_of(group):
+    """The tox envs that run ``group``, or None for every env."""
+    names = os.environ.get(GROUPS[group][0]) or ''
+    return [name for name in names.split(',') if name] or None
 
 
 def pytest_configure(config):
@@ -105,36 +162,32 @@ def pytest_configure(config):
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     here = os.environ.get('TOX_ENV_NAME')
-    groups = {os.path.basename(module): marker
-              for marker, (_, modules, _) in ONE_ENV.items()
-              for module in modules}
     kept, dropped = [], {}
     for item in items:
-        marker = groups.get(os.path.basename(str(item.fspath)))
-        if marker is not None:
-            item.add_marker(marker)
-            only = os.environ.get(ONE_ENV[marker][0]) or None
-            if only is not None and here is not None and here != only:
-                dropped.setdefault(marker, []).append(item)
+        group = group_of(item)
+        if group is not None:
+            item.add_marker(group)
+            envs = envs_of(group)
+            if envs is not None and here is not None and here not in envs:
+                dropped.setdefault(group, []).append(item)
                 continue
         kept.append(item)
     if dropped:
         config.hook.pytest_deselected(
             items=[item for group in dropped.values() for item in group])
         items[:] = kept
-    config._chainer_lars_one_env = [
-        (marker, len(dropped[marker])) for marker in ONE_ENV
-        if marker in dropped]
+    config._chainer_lars_groups = [
+        (group, len(dropped[group])) for group in GROUPS if group in dropped]
 
 
 def pytest_terminal_summary(terminalreporter, config):
     """Says which tests this env deselected, where they run, and why."""
-    for marker, count in getattr(config, '_chainer_lars_one_env', []):
-        variable, _, why = ONE_ENV[marker]
+    for group, count in getattr(config, '_chainer_lars_groups', []):
+        variable, why = GROUPS[group]
         terminalreporter.write_line(
             '{}: {} {} tests deselected, run in {} only ({}): {}'.format(
-                os.environ.get('TOX_ENV_NAME'), count, marker,
-                os.environ[variable], variable, why))
+                os.environ.get('TOX_ENV_NAME'), count, group,
+                ' and '.join(envs_of(group)), variable, why))
 
 
 def pytest_runtest_setup(item):

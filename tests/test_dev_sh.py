@@ -6,6 +6,7 @@ of training, and whose install stamp says the packages are in, so nothing
 is installed. ``mpiexec`` and ``mpicc`` are stubs on ``PATH`` likewise.
 """
 
+import configparser
 import json
 import os
 import re
@@ -247,49 +248,80 @@ def test_mnist_help_runs_for_real(tmp_path):
     assert '--batchsize' in result.stdout
 
 
-#: A module of each group that runs in one tox env (conftest.ONE_ENV),
-#: and the variable that names the env.
-ONE_ENV_MODULES = {
+#: A module of each group of conftest.GROUPS, and the variable that names
+#: the envs that run it.
+GROUP_MODULES = {
+    'docs': ('test_docs.py', 'CHAINER_LARS_DOCS_IN'),
     'emulated': ('test_cuda_emulator.py', 'CHAINER_LARS_EMULATED_IN'),
     'integration': ('test_results_check.py', 'CHAINER_LARS_INTEGRATION_IN'),
+    'isolated': ('test_safety.py', 'CHAINER_LARS_ISOLATED_IN'),
 }
 
 
 @pytest.mark.parametrize('only, here, kept', [
-    (('py311-cpu', 'py39-cpu'), 'py310-cpu', (False, False)),
-    (('py311-cpu', 'py39-cpu'), 'py311-cpu', (True, False)),
-    (('py311-cpu', 'py39-cpu'), 'py39-cpu', (False, True)),
-    (('', ''), 'py310-cpu', (True, True)),
-    ((None, None), 'py310-cpu', (True, True)),
+    # As dev.sh test sets them (in the order of sorted(GROUP_MODULES)).
+    (('docs', 'py311-cpu', 'py39-cpu', 'py311-cpu,py312-numpy2'),
+     'py310-cpu', (False, False, False, False)),
+    (('docs', 'py311-cpu', 'py39-cpu', 'py311-cpu,py312-numpy2'),
+     'py311-cpu', (False, True, False, True)),
+    (('docs', 'py311-cpu', 'py39-cpu', 'py311-cpu,py312-numpy2'),
+     'py39-cpu', (False, False, True, False)),
+    (('docs', 'py311-cpu', 'py39-cpu', 'py311-cpu,py312-numpy2'),
+     'py312-numpy2', (False, False, False, True)),
+    (('', '', '', ''), 'py310-cpu', (True, True, True, True)),
+    ((None, None, None, None), 'py310-cpu', (True, True, True, True)),
 ])
-def test_one_env_groups_run_in_the_env_dev_sh_names(only, here, kept):
-    """Each group is deselected outside its env, which the output says
+def test_groups_run_in_the_envs_dev_sh_names(only, here, kept):
+    """Each group is deselected outside its envs, which the output says
     (what, where it runs, why); the library's tests stay everywhere."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ('CHAINER_LARS_EMULATED_IN',
-                        'CHAINER_LARS_INTEGRATION_IN', 'TOX_ENV_NAME')}
+           if k not in [variable for _, variable in GROUP_MODULES.values()]
+           + ['TOX_ENV_NAME']}
     env['TOX_ENV_NAME'] = here
-    groups = sorted(ONE_ENV_MODULES)
+    groups = sorted(GROUP_MODULES)
     for group, value in zip(groups, only):
         if value is not None:
-            env[ONE_ENV_MODULES[group][1]] = value
+            env[GROUP_MODULES[group][1]] = value
     result = subprocess.run(
         [sys.executable, '-m', 'pytest', '--collect-only', '-q',
          '-p', 'no:cacheprovider', 'tests/test_layout.py'] + [
-             'tests/' + ONE_ENV_MODULES[group][0] for group in groups],
+             'tests/' + GROUP_MODULES[group][0] for group in groups],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         universal_newlines=True, timeout=300)
     assert result.returncode == 0, result.stdout
     assert 'test_layout.py::' in result.stdout
     for group, value, stays in zip(groups, only, kept):
-        module, variable = ONE_ENV_MODULES[group]
+        module, variable = GROUP_MODULES[group]
         assert (module + '::' in result.stdout) == stays
         said = '{}: '.format(here) in result.stdout and (
             ' {} tests deselected, run in {} only ({}): '.format(
-                group, value, variable) in result.stdout)
+                group, ' and '.join((value or '').split(',')), variable)
+            in result.stdout)
         assert said != stays, result.stdout
     assert ('deselected' in result.stdout) != all(kept)
+
+
+def test_a_test_of_a_group_elsewhere_in_the_library_follows_its_group():
+    """A library module's test on the emulated device (a parameter, the
+    fixture or the marker) runs with the emulated group; the module's
+    other tests everywhere."""
+    env = dict(os.environ, TOX_ENV_NAME='py310-cpu',
+               CHAINER_LARS_EMULATED_IN='py311-cpu',
+               CHAINER_LARS_ISOLATED_IN='py311-cpu')
+    result = subprocess.run(
+        [sys.executable, '-m', 'pytest', '--collect-only', '-q',
+         '-p', 'no:cacheprovider', 'tests/test_hook.py',
+         'tests/test_in_place.py', 'tests/test_mixed_precision.py'],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+    assert result.returncode == 0, result.stdout
+    kept = [line for line in result.stdout.splitlines() if '::' in line]
+    assert kept and not [line for line in kept if 'emulated' in line
+                         or 'test_in_place.py' in line]
+    assert any(line.startswith('tests/test_hook.py::') for line in kept)
+    assert re.search(r'py310-cpu: \d+ emulated tests deselected, run in '
+                     r'py311-cpu only', result.stdout)
 
 
 # A tox that runs its envs at once, as `tox p` does: for each, it clears
@@ -301,6 +333,10 @@ import json, os, subprocess, sys, time
 args = sys.argv[1:]
 envs = args[args.index('-e') + 1].split(',')
 journal = args[args.index('--result-json') + 1]
+with open({record!r}, 'w') as f:
+    json.dump({{'envs': envs, 'groups': {{
+        k: v for k, v in os.environ.items()
+        if k.startswith('CHAINER_LARS_') and k.endswith('_IN')}}}}, f)
 runs = {{}}
 for env in envs:
     os.makedirs(os.path.join('.tox', env, 'log'), exist_ok=True)
@@ -352,13 +388,17 @@ def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
     write_script(str(bootstrap / 'python'),
                  '#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then '
                  'exit 0; fi\nexec {} "$@"\n'.format(sys.executable))
+    record = tmp_path / 'tox.json'
     write_script(str(bootstrap / 'tox'), FAKE_TOX.format(
-        python=sys.executable, tests=str(tests), repo=REPO_ROOT))
+        python=sys.executable, tests=str(tests), repo=REPO_ROOT,
+        record=str(record)))
     write_script(str(checkout['bin'] / 'g++'), '#!/bin/sh\nexit 0\n')
     environment = dict(os.environ)
     environment['PATH'] = '{}{}{}'.format(checkout['bin'], os.pathsep,
                                           environment['PATH'])
-    for name in ('CHAINER_LARS_TOX_PARALLEL', 'CHAINER_LARS_PROGRESS'):
+    for name in ('CHAINER_LARS_TOX_PARALLEL', 'CHAINER_LARS_PROGRESS',
+                 'CHAINER_LARS_EMULATED_IN', 'CHAINER_LARS_INTEGRATION_IN',
+                 'CHAINER_LARS_ISOLATED_IN', 'CHAINER_LARS_DOCS_IN'):
         environment.pop(name, None)
     environment['CHAINER_LARS_HEARTBEAT'] = '1'
     result = subprocess.run(
@@ -369,9 +409,27 @@ def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
     lines = result.stdout.splitlines()
     assert any(line.startswith('dev.sh: this takes about ')
                and 'minutes' in line for line in lines), result.stdout
-    envs = ['py{}{}-cpu'.format(*match.groups()) for match in (
-        re.match(r'dev\.sh: Python (3)\.(\d+): /', line) for line in lines)
-        if match] + ['lint', 'docs']
+    found = [int(match.group(1)) for match in (
+        re.match(r'dev\.sh: Python 3\.(\d+): /', line) for line in lines)
+        if match]
+    full = 'py3{}-cpu'.format(found[0])
+    cpu = ['py3{}-cpu'.format(v) for v in found if v < 12]
+    stack = ['py3{}-numpy2'.format(v) for v in found if v == 12]
+    with open(str(record)) as f:
+        called = json.load(f)
+    # The longest first: the newest's, the oldest's, the numpy 2 one; a
+    # Python between them is left out, and said so.
+    assert called['envs'] == (cpu[:1] + cpu[1:][-1:] + stack
+                              + ['docs', 'lint']), called
+    for env in cpu[1:-1]:
+        assert any(line.startswith('dev.sh: not run: ') and env in line
+                   for line in lines), result.stdout
+    assert called['groups'] == {
+        'CHAINER_LARS_EMULATED_IN': full,
+        'CHAINER_LARS_INTEGRATION_IN': cpu[-1],
+        'CHAINER_LARS_ISOLATED_IN': ','.join([full] + stack),
+        'CHAINER_LARS_DOCS_IN': 'docs'}
+    envs = called['envs']
     assert len(envs) > 2, result.stdout
     for env in envs:
         ended = lines.index('{}: OK in 4 seconds'.format(env))
@@ -416,7 +474,8 @@ def test_test_names_a_test_that_runs_long(checkout, tmp_path):
                  '#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then '
                  'exit 0; fi\nexec {} "$@"\n'.format(sys.executable))
     write_script(str(bootstrap / 'tox'), FAKE_TOX.format(
-        python=sys.executable, tests=str(tests), repo=REPO_ROOT))
+        python=sys.executable, tests=str(tests), repo=REPO_ROOT,
+        record=str(tmp_path / 'tox.json')))
     write_script(str(checkout['bin'] / 'g++'), '#!/bin/sh\nexit 0\n')
     environment = dict(os.environ)
     environment['PATH'] = '{}{}{}'.format(checkout['bin'], os.pathsep,
@@ -500,3 +559,22 @@ def test_test_names_what_the_run_changed_in_the_checkout(checkout, ci):
     assert result.returncode == (1 if ci else 0), result.stderr
     assert ('error: the checkout must be as it was' in result.stderr) == (
         ci is not None)
+
+
+def test_tox_lets_no_status_pass():
+    """An env whose pytest collects or keeps no test (exit status 5: a
+    group sent elsewhere, a marker that selects nothing) fails, as any
+    failing command does: no command's status is ignored."""
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(os.path.join(REPO_ROOT, 'tox.ini'))
+    for name in config.sections():
+        section = config[name]
+        for key in ('ignore_outcome', 'ignore_errors'):
+            assert section.get(key, 'false').strip().lower() == 'false', (
+                name, key)
+        for line in section.get('commands', '').splitlines():
+            command = line.split(':', 1)[-1] if re.match(
+                r'\s*[\w{},.-]+:\s', line) else line
+            assert not command.strip().startswith('-'), (name, line)
+            if 'pytest' in command:
+                assert '--suppress-no-test-exit-code' not in command

@@ -294,7 +294,8 @@ def test_a_slow_run_shows_it_is_alive(mnist, dataset_root, tmp_path,
 
     monkeypatch.setattr(updaters.StandardUpdater, 'update_core', slow)
     mnist.main(['--dtype', 'float16', '-b', '32', '-u', '8', '-e', '1',
-                '--noplot', '--out', str(tmp_path / 'out')])
+                '--noplot', '--progress', 'bar',
+                '--out', str(tmp_path / 'out')])
     assert intervals == [1]
     beats = [line for line in capsys.readouterr().out.splitlines()
              if 'still computing (float16 on the CPU' in line]

@@ -26,6 +26,7 @@ from examples import data
 from examples import plots
 from examples import recipe
 from examples import training
+from tests import pythonpath
 from tests import REPO_ROOT
 
 
@@ -276,6 +277,50 @@ def test_mnist_script_reads_chainer_dataset_root(dataset_root, tmp_path):
                          '-o', out], dataset_root)
     assert result.returncode == 0, result.stderr
     assert read_log(out)[-1]['epoch'] == 1
+    # Its output went to a pipe, as to a log file: no terminal codes.
+    assert '\x1b' not in result.stdout + result.stderr
+
+
+def _progress_run(mnist, dataset_root, tmp_path, capsys, flags):
+    mnist.main(['-b', '32', '-e', '2', '-u', '8', '--noplot',
+                '--dataset-root', dataset_root,
+                '--out', str(tmp_path / 'out')] + flags)
+    out = capsys.readouterr().out
+    return out, [line for line in out.splitlines()
+                 if line.startswith('  iteration ')]
+
+
+def test_progress_is_plain_lines_where_the_output_is_no_terminal(
+        mnist, dataset_root, tmp_path, capsys, monkeypatch):
+    # A line after every update (30 s apart in a real run).
+    monkeypatch.setattr(training.ProgressLines.__init__, '__defaults__',
+                        (0.0,))
+    out, lines = _progress_run(mnist, dataset_root, tmp_path, capsys, [])
+    assert '\x1b' not in out
+    # 2 epochs of 2 updates, with the share done and the time left.
+    assert [line.split(',')[:2] for line in lines] == [
+        ['  iteration 1', ' epoch 0.50 of 2 (25.0%)'],
+        ['  iteration 2', ' epoch 1.00 of 2 (50.0%)'],
+        ['  iteration 3', ' epoch 1.50 of 2 (75.0%)'],
+        ['  iteration 4', ' epoch 2.00 of 2 (100.0%)']]
+    assert re.search(r' iterations/s, about \d+ s left$', lines[0])
+    assert lines[-1].endswith(' iterations/s')
+
+
+@pytest.mark.parametrize('flags, tty, bar', [
+    ([], True, True),  # auto, on a terminal: Chainer's bar
+    (['--progress', 'bar'], False, True),
+    (['--progress', 'none'], False, False),
+    (['--progress', 'none'], True, False),
+])
+def test_progress_flag(mnist, dataset_root, tmp_path, capsys, monkeypatch,
+                       flags, tty, bar):
+    monkeypatch.setattr(training.ProgressLines.__init__, '__defaults__',
+                        (0.0,))
+    monkeypatch.setattr(sys.stdout, 'isatty', lambda: tty)
+    out, lines = _progress_run(mnist, dataset_root, tmp_path, capsys, flags)
+    assert ('\x1b[J' in out) == bar
+    assert lines == []
 
 
 @pytest.mark.parametrize('module,args,expected', [
@@ -933,7 +978,7 @@ def test_a_kill_while_writing_leaves_no_snapshot_cut_short(
     out = tmp_path / 'out'
     args = ['-b', '32', '-u', '8', '-e', '3', '--noplot', '--snapshots', '3',
             '--warmup-epochs', '1']
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+    env = dict(os.environ, PYTHONPATH=pythonpath())
     result = subprocess.run(
         [sys.executable, str(driver)] + args + ['--out', str(out)],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
@@ -978,7 +1023,7 @@ def interrupt(tmp_path, root, args, wait_for_snapshot=True, env=None):
     driver = tmp_path / 'driver.py'
     driver.write_text(SLOW_DRIVER)
     out = tmp_path / 'out'
-    environment = dict(os.environ, PYTHONPATH=REPO_ROOT,
+    environment = dict(os.environ, PYTHONPATH=pythonpath(),
                        CHAINER_DATASET_ROOT=root, PYTHONWARNINGS='ignore')
     environment.pop('CHAINER_LARS_LAUNCHER', None)
     environment.update(env or {})

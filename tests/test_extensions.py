@@ -150,6 +150,61 @@ def test_schedule_resumes_from_snapshot(tmp_path):
     assert head + tail == uninterrupted
 
 
+def _schedule_snapshot(tmp_path, **kwargs):
+    """A snapshot of a trainer after 4 of 10 iterations under a schedule
+    of ``kwargs`` (``warmup_count=3, max_count=10`` by default)."""
+    kwargs = dict({'warmup_count': 3, 'max_count': 10}, **kwargs)
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.2), 4,
+                           out=tmp_path / 'first')
+    trainer.extend(chainer_lars.WarmupPolynomialShift('lr', **kwargs),
+                   name='schedule')
+    trainer.run()
+    path = str(tmp_path / 'snapshot.npz')
+    serializers.save_npz(path, trainer)
+    return path
+
+
+@pytest.mark.parametrize('changed, words', [
+    # -e 3 instead of 2: the rate, decayed to about 0, would come back.
+    ({'max_count': 15}, 'max_count=10, this schedule has max_count=15'),
+    ({'warmup_count': 2}, 'warmup_count=3, this schedule has warmup_count=2'),
+    ({'power': 1.0}, 'power=2.0, this schedule has power=1.0'),
+    ({'end': 0.01}, 'end=0.0, this schedule has end=0.01'),
+    ({'init': 0.3}, 'init=0.2, this schedule has init=0.3'),
+])
+def test_schedule_refuses_a_snapshot_of_another_schedule(
+        tmp_path, changed, words):
+    path = _schedule_snapshot(tmp_path, init=0.2)
+    kwargs = dict({'warmup_count': 3, 'max_count': 10, 'init': 0.2},
+                  **changed)
+    shift = chainer_lars.WarmupPolynomialShift('lr', **kwargs)
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.2), 10,
+                           out=tmp_path / 'out')
+    trainer.extend(shift, name='schedule')
+    with pytest.raises(ValueError, match=re.escape(words)):
+        serializers.load_npz(path, trainer)
+    assert shift._t == 0  # nothing of the snapshot loaded into it
+
+
+def test_schedule_loads_a_snapshot_of_version_0_2_0(tmp_path):
+    # Version 0.2.0 saved the count and the peak only.
+    path = _schedule_snapshot(tmp_path)
+    with numpy.load(path) as npz:
+        entries = dict(npz)
+    prefix = 'extensions/schedule/'
+    old = {key: value for key, value in entries.items()
+           if not key.startswith(prefix)
+           or key[len(prefix):] in ('_t', '_init')}
+    assert len(entries) - len(old) == 4
+    numpy.savez(path, **old)
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=99.0), 10,
+                           out=tmp_path / 'out')
+    shift = chainer_lars.WarmupPolynomialShift('lr', 3, 10, power=1.0)
+    trainer.extend(shift, name='schedule')
+    serializers.load_npz(path, trainer)
+    assert (shift._t, shift._init) == (4, 0.2)
+
+
 @pytest.mark.parametrize('kwargs,error', [
     ({'warmup_count': -1, 'max_count': 3}, ValueError),
     ({'warmup_count': 1.5, 'max_count': 3}, TypeError),
@@ -336,10 +391,11 @@ def test_observer_checks_source(tmp_path):
 
 
 @pytest.mark.parametrize('source', [chainer_lars.GradientLARS,
-                                    chainer_lars.LARS, optimizers.SGD()])
+                                    chainer_lars.LARS, chainer_lars.LAMB,
+                                    optimizers.SGD()])
 def test_observer_refuses_a_source_it_cannot_read(source):
     with pytest.raises(TypeError, match='^source must be a chainer_lars.LARS'
-                       ' or GradientLARS instance'):
+                       ', LAMB or GradientLARS instance'):
         chainer_lars.TrustRatioObserver(source)
 
 
@@ -434,6 +490,25 @@ def test_observer_with_lars_optimizer_as_default_source(tmp_path):
     check_observer_in_trainer(tmp_path, optimizer, None, None, wd=1e-2,
                               eta=0.1, eps=0.0, threshold=0.0,
                               excluded=('b',))
+
+
+def test_observer_names_lamb_and_reads_it_as_the_main_optimizer(tmp_path):
+    doc = chainer_lars.TrustRatioObserver.__doc__
+    source = doc[doc.index('source:'):doc.index('prefix (str)')]
+    source = ' '.join(source.split())
+    assert 'chainer_lars.LAMB' in source
+    assert '``LARS`` or ``LAMB``' in source  # the main optimizer's
+    trainer = make_trainer(lambda: chainer_lars.LAMB(alpha=0.01), 4,
+                           out=tmp_path)
+    trainer.extend(chainer_lars.TrustRatioObserver(), trigger=(4, 'iteration'))
+    trainer.extend(training.extensions.LogReport(trigger=(4, 'iteration')))
+    trainer.run()
+    optimizer = trainer.updater.get_optimizer('main')
+    log = trainer.get_extension('LogReport').log
+    for path, values in optimizer.observe().items():
+        for quantity, value in zip(('ratio', 'w_norm', 'g_norm'), values):
+            assert log[-1]['lars/{}{}'.format(quantity, path)] == value
+    assert optimizer.observe()
 
 
 def test_observer_with_gradient_lars_hook(tmp_path):

@@ -32,6 +32,7 @@ import chainer
 
 import chainer_lars
 from tests import lars_reference as ref
+from tests import pythonpath
 from tests import REPO_ROOT
 
 
@@ -76,7 +77,7 @@ def change_in_place(a, how):
 
 
 def _run_worker(face, device):
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    env = dict(os.environ, PYTHONPATH=pythonpath())
     env.setdefault('PYTHONWARNINGS', 'ignore')
     code = ('from tests.test_fuzz import worker; worker({!r}, {!r}, '
             '{})'.format(face, device, EXAMPLES))

@@ -253,6 +253,7 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
     assert other.observe() == opt.observe()
 
 
+@pytest.mark.emulated
 @pytest.mark.parametrize('how', ['pickle', 'deepcopy'])
 @pytest.mark.parametrize('multi_tensor', [True, False])
 def test_copy_on_gpu_makes_its_own_tables(how, multi_tensor):

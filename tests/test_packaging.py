@@ -21,7 +21,7 @@ from tests import REPO_ROOT
 
 # What setup.cfg and pyproject.toml build the wheel from.
 SOURCES = ('setup.cfg', 'pyproject.toml', 'README.rst', 'LICENSE',
-           'chainer_lars')
+           'chainer_lars', 'chainer_lars_compat.py')
 
 
 @pytest.fixture(scope='module')
@@ -63,6 +63,22 @@ def test_wheel_ships_the_license(wheel):
     with open(os.path.join(REPO_ROOT, 'LICENSE')) as f:
         assert shipped == f.read()
     assert shipped.startswith('MIT License')
+
+
+def test_wheel_ships_the_compat_module_beside_the_package(wheel):
+    # Top level, outside chainer_lars: imported before Chainer, which
+    # chainer_lars imports.
+    with zipfile.ZipFile(wheel) as z:
+        shipped = z.read('chainer_lars_compat.py').decode()
+        metadata = z.read('chainer_lars-{}.dist-info/METADATA'.format(
+            chainer_lars.__version__)).decode()
+    with open(os.path.join(REPO_ROOT, 'chainer_lars_compat.py')) as f:
+        assert shipped == f.read()
+    # numpy 2 and setuptools 81+ allowed on Python 3.12+ only
+    assert 'Requires-Python: <3.14,>=3.9' in metadata
+    assert 'Requires-Dist: numpy<2; python_version < "3.12"' in metadata
+    assert ('Requires-Dist: setuptools<74; python_version < "3.12"'
+            in metadata)
 
 
 def test_wheel_has_the_packages_version(wheel):

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tests import REPO_ROOT
+from tests import pythonpath
 
 
 _PRELUDE = '''
@@ -54,7 +54,7 @@ def run_case(code, emulated=False):
                    '_installed = emulated_cupy.installed()\n'
                    '_installed.__enter__()\n')
     source += textwrap.dedent(code)
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT),
+    env = dict(os.environ, PYTHONPATH=pythonpath(),
                PYTHONWARNINGS='ignore')
     proc = subprocess.run([sys.executable, '-c', source], env=env,
                           capture_output=True, text=True, timeout=300)

@@ -1,0 +1,83 @@
+"""README.rst reads in the order a new user needs it: what chainer-lars
+is, then the set-up (run, test, install) with measured times, then the
+snippets, then the theory and the figures; and every long command says
+beside it how long it takes."""
+
+import os
+import re
+
+import pytest
+
+from tests import REPO_ROOT
+
+
+with open(os.path.join(REPO_ROOT, 'README.rst')) as f:
+    README = f.read()
+
+SECTIONS = ['What LARS is for', 'Quick start', 'Installation', 'Usage',
+            'Results', 'Documentation']
+
+# The commands of the README that take more than a minute or two: where
+# it shows them to run (a literal block), and where it names them as the
+# source of a figure (inline).
+LONG = ['bash dev.sh mnist', 'bash dev.sh test', 'bash dev.sh docs',
+        'python examples/mnist/train_mnist.py -b 128',
+        'python examples/mnist/results.py']
+LONG_INLINE = ['python benchmarks/first_contact.py',
+               'benchmarks/bench_lars.py', 'benchmarks/gpu_check.sh']
+
+DURATION = re.compile(
+    r'\b\d+(\.\d+)? ?(s|min|minutes?|seconds?|h|hours?)\b')
+
+
+def _titles(text):
+    lines = text.split('\n')
+    return [lines[i] for i in range(len(lines) - 1)
+            if lines[i].strip() and re.fullmatch(r'=+', lines[i + 1])
+            and len(lines[i + 1]) == len(lines[i])]
+
+
+def _paragraphs(text):
+    """The paragraphs (literal blocks apart, with the text they follow),
+    as ``(prose, literal block)`` pairs."""
+    pairs = []
+    for block in re.split(r'\n\s*\n', text):
+        if block.startswith('    ') and pairs:
+            pairs[-1] = (pairs[-1][0], pairs[-1][1] + block + '\n')
+        else:
+            pairs.append((block, ''))
+    return pairs
+
+
+def test_sections_in_the_order_a_new_user_needs():
+    titles = _titles(README)
+    assert titles[0] == 'chainer-lars'
+    assert titles[1:] == SECTIONS
+
+
+def test_set_up_before_the_snippets_and_the_theory():
+    first = README.index
+    set_up = first('\n    bash dev.sh mnist\n')
+    assert set_up < first('\n    bash dev.sh test\n') < first(
+        '\n    pip install .') < first('.. code-block:: python') < first(
+        '**What** ``lr``') < first('**Mixed precision.**') < first(
+        '.. begin-results')
+
+
+@pytest.mark.parametrize('command', LONG + LONG_INLINE)
+def test_every_long_command_says_how_long_it_takes(command):
+    """Where the README shows the command to run (a literal block), the
+    paragraph before or after the block gives a duration; where it names
+    one as the source of a figure, its paragraph does."""
+    pairs = _paragraphs(README)
+    found = 0
+    for k, (prose, block) in enumerate(pairs):
+        if command in block:
+            found += 1
+            after = pairs[k + 1][0] if k + 1 < len(pairs) else ''
+            assert DURATION.search(prose) or DURATION.search(after), (
+                command, prose, after)
+        elif command in LONG_INLINE and command in ' '.join(prose.split()):
+            found += 1
+            assert DURATION.search(prose), (command, prose)
+    assert found, command
