@@ -25,12 +25,8 @@ UPDATE_RULE = operator.attrgetter('update_rule')
 
 def executor_for(device):
     """The executor of a device; ``None`` for ChainerX."""
-    xp = device.xp
-    if xp is numpy:
-        return cpu.executor
-    if xp is _chainer_cuda.cupy:
-        return cuda.executor
-    return None
+    return {numpy: cpu.executor,
+            _chainer_cuda.cupy: cuda.executor}.get(device.xp)
 
 
 class Group(object):

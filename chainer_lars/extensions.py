@@ -28,13 +28,10 @@ class WarmupPolynomialShift(extension.Extension):
     (in plain text: ``init * (t + 1) / warmup_count`` during the warm-up,
     then ``end + (init - end) * (1 - (t - warmup_count) / (max_count -
     warmup_count)) ** power``, then ``end``),
-    so no update has a rate of 0. The count, the peak and the schedule
-    (``warmup_count``, ``max_count``, ``power``, ``end``) are saved in
-    snapshots; loading a snapshot of another schedule (or of another
-    ``init``, where one is given) raises ``ValueError``, as the example
-    trainers refuse ``--resume`` with other flags: a longer ``max_count``
-    would bring a decayed rate back up. Snapshots of version 0.2.0, which
-    hold the count and the peak only, still load. The values are checked
+    so no update has a rate of 0. Snapshots hold the count, the peak and
+    the schedule; loading one of another schedule (or of another ``init``
+    given) raises ``ValueError``: a longer ``max_count`` would bring a
+    decayed rate back up (0.2.0's still load). The values are checked
     before the attribute first changes.
 
     Args:
@@ -135,9 +132,8 @@ class WarmupPolynomialShift(extension.Extension):
                     self._attr, self._end))
 
     def _check_values(self, optimizer, init):
-        check = checks.find_check(optimizer, self._attr)
-        if check is None:
-            return
+        # An attribute that is not a checked one takes any real number.
+        check = checks.find_check(optimizer, self._attr) or float
         for name, value in (('init', init), ('end', self._end)):
             try:
                 check(value)
@@ -152,8 +148,7 @@ class WarmupPolynomialShift(extension.Extension):
                 self.value(self._t))
 
     def serialize(self, serializer):
-        # All read before any is set. Snapshots of version 0.2.0 and
-        # earlier hold the count and the peak only.
+        # All read before any is set; 0.2.0's hold the count and peak only.
         mine = {'warmup_count': self._warmup_count,
                 'max_count': self._max_count, 'power': self._power,
                 'end': self._end}
@@ -179,15 +174,12 @@ class WarmupPolynomialShift(extension.Extension):
         self._t, self._init = t, init
 
     def _get_optimizer(self, trainer):
-        if self._optimizer is not None:
-            return self._optimizer
-        return trainer.updater.get_optimizer('main')
+        return self._optimizer or trainer.updater.get_optimizer('main')
 
 
 class TrustRatioObserver(extension.Extension):
 
-    """Reports each layer's trust ratio and norms (LARS, LAMB) to the
-    reporter.
+    """Reports each layer's trust ratio and norms (LARS, LAMB).
 
     It reports ``source.observe()`` as ``<prefix>/ratio<path>``,
     ``<prefix>/w_norm<path>`` and ``<prefix>/g_norm<path>`` (:meth:`key`).
@@ -248,13 +240,11 @@ class TrustRatioObserver(extension.Extension):
 
     def __call__(self, trainer):
         source = self._get_source(trainer)
-        observation = {}
-        for path, values in source.observe().items():
-            if self._pattern is not None and not self._pattern.search(path):
-                continue
-            for quantity, value in zip(self.quantities, values):
-                observation[self.key(quantity, path)] = value
-        chainer.report(observation)
+        chainer.report({
+            self.key(quantity, path): value
+            for path, values in source.observe().items()
+            if self._pattern is None or self._pattern.search(path)
+            for quantity, value in zip(self.quantities, values)})
 
 
 class LossScaleState(extension.Extension):
