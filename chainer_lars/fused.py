@@ -194,6 +194,7 @@ _HYPER_PARENT = operator.attrgetter('hyperparam._parent')
 _HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
 _STATE = operator.attrgetter('_state')
 _MASTER_DATA = operator.attrgetter('_fp32_param._data')
+_DATA = operator.attrgetter('_data')
 # Rules keep their hooks in dicts changed in place: their lengths count.
 _HOOKS = (operator.attrgetter('_hookable._pre_update_hooks'),
           operator.attrgetter('_hookable._post_update_hooks'))
@@ -230,14 +231,14 @@ def _depends(states, mixed16, params):
     """What an optimizer's plan is made from: the parameters, rules,
     arrays, ``states`` and ``mixed16`` rows' masters; flags and hooks."""
     rules = list(map(engine.UPDATE_RULE, params))
-    objects = [params, rules, list(map(engine.ARRAY, params))]
-    try:
+    objects = [params, rules, [d[0] for d in map(_DATA, params)]]
+    try:  # at C speed: a plan compares these at every update
         dicts = list(map(_STATE, rules))
-        objects += [list(map(operator.methodcaller('get', key), dicts))
+        objects += [list(map(dict.get, dicts, [key] * len(dicts)))
                     for key in states]
         values = [list(map(_RULE_FLAGS, rules))] + [
             list(map(len, map(hooks, rules))) for hooks in _HOOKS]
-    except AttributeError:  # no rule, no state yet, or not a FusedRule
+    except (AttributeError, TypeError):  # no rule or state, not Fused
         dicts = [getattr(r, '_state', None) or {} for r in rules]
         objects += [[d.get(key) for d in dicts] for key in states]
         values = [[None if r is None else (_RULE_FLAGS(r) if isinstance(
