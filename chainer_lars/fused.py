@@ -142,7 +142,8 @@ class FusedRule(optimizer.UpdateRule):
             return
         states = list(map(self.state.__getitem__, self.STATES))
         plan = getattr(self, '_plan', None)
-        if plan is None or not engine.same([w] + states, plan.others):
+        if plan is None or not all(map(operator.is_, [w] + states,
+                                       plan.others)):
             path = self._path or param.name
             _check_dtype(path, w, self._face)
             plan = self._plan = engine.Plan([w] + states, _arrays)
@@ -160,7 +161,7 @@ class FusedRule(optimizer.UpdateRule):
                                 self.uses_adaptation), self._fill_group)
         engine.update(plan, [[g]])
         self._observed = True
-        if self._lost is not None:
+        if self._lost is not None and w.dtype.char == 'e':  # float16
             self._lost += engine.rounded_away(group)
 
     update_core_gpu = update_core_cpu
