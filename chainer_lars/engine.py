@@ -17,7 +17,6 @@ from chainer_lars import layout as L
 
 
 #: ``list(map(GRAD, params))`` is twice as fast as a comprehension.
-ARRAY = operator.attrgetter('array')
 GRAD = operator.attrgetter('grad')
 LOSS_SCALE = operator.attrgetter('_loss_scale')
 UPDATE_RULE = operator.attrgetter('update_rule')
@@ -114,9 +113,10 @@ class Plan(object):
     __slots__ = ('groups', 'where', 'others', 'record', '_by_key',
                  '_depends', '_objects', '_values')
 
-    def __init__(self, params, depends):
-        self._depends = depends
-        self._objects, self._values = depends(params)
+    def __init__(self, params, depends=None):
+        self._depends = depends  # None: the arrays ``params`` alone
+        self._objects, self._values = depends(params) if depends else (
+            [params], ())
         self._by_key = {}
         self.groups, self.where, self.others = [], [], []
         self.record = None
@@ -143,6 +143,8 @@ class Plan(object):
     def matches(self, params):
         if not same(params, self._objects[0]):
             return False
+        if self._depends is None:
+            return True
         objects, values = self._depends(params)
         return all(map(same, objects[1:], self._objects[1:])) and (
             values == self._values)
@@ -160,13 +162,13 @@ class PlanCache(object):
     def __reduce__(self):
         return PlanCache, ()
 
-    def get(self, owner, params, build):
-        """The owner's plan if it matches, else ``build(params)``."""
+    def get(self, owner, params, build, *args):
+        """The owner's plan if it matches, else ``build(*args, params)``."""
         entry = self._plans.get(id(owner))
         if entry is not None and entry[0]() is owner and entry[1].matches(
                 params):
             return entry[1]
-        plan = build(params)
+        plan = build(*args + (params,))
         plans, key = self._plans, id(owner)
         self._plans[key] = (weakref.ref(
             owner, lambda _: plans.pop(key, None)), plan)

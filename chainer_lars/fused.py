@@ -146,7 +146,7 @@ class FusedRule(optimizer.UpdateRule):
                                        plan.others)):
             path = self._path or param.name
             _check_dtype(path, w, self._face)
-            plan = self._plan = engine.Plan([w] + states, _arrays)
+            plan = self._plan = engine.Plan([w] + states)
             plan.add(None, param.device, self.OP, path, None, self, w,
                      states)
             plan.finish().others = [w] + states
@@ -176,10 +176,6 @@ class FusedRule(optimizer.UpdateRule):
                                        for s in scales]
         cls._fill_rows(group.rows, values, steps, group.uses_wd, group.adapt,
                        group.paths, group.dtype)
-
-
-def _arrays(arrays):
-    return [arrays], ()
 
 
 def _check_dtype(path, array, face):

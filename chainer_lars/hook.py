@@ -66,7 +66,7 @@ def _depends(mixed16, params):
     """What a plan of the hook's is made from: parameters, rules, arrays
     (the ``mixed16`` rows' master copies), the rules' flags."""
     rules = list(map(engine.UPDATE_RULE, params))
-    arrays = list(map(engine.ARRAY, params))
+    arrays = [d[0] for d in map(fused._DATA, params)]
     for k, copy in zip(mixed16, fused.masters([rules[k] for k in mixed16])):
         arrays[k] = copy
     try:
@@ -178,8 +178,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         owner = args[0] if args else None
         # timing='post' (add_hook gives us no way to see it): refused here.
         hookable = getattr(owner, '_hookable', None)
-        if hookable is not None and any(
-                h is self for h in hookable._post_update_hooks.values()):
+        if hookable is not None and self in (
+                hookable._post_update_hooks.values()):
             raise ValueError(
                 "GradientLARS rescales the gradients before the update: "
                 "register it with timing='pre' or 'auto' (the default), not "
@@ -220,8 +220,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         if getattr(optimizer, '_loss_scaling_isnan', False):
             return  # the update is skipped: nothing to rescale
         params = list(target.params())
-        plan = self._plans.get(optimizer, params, functools.partial(
-            self._build_plan, target))
+        plan = self._plans.get(optimizer, params, self._build_plan, target)
         grads = []  # all checked before anything changes
         for group in plan.groups:
             g = list(map(engine.GRAD, group.params))
@@ -324,8 +323,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         if device.xp is chainer.backend.chainerx:  # as Chainer's rules do
             w, g = chainer.backend.from_chx(w), chainer.backend.from_chx(g)
             device = chainer.backend.get_device_from_array(w)
-        plan = self._singles.get(param, [w], functools.partial(
-            self._plan_of_one, device, path))
+        plan = self._singles.get(param, [w], self._plan_of_one, device, path)
         group, = plan.groups
         clip_lr = self._clip_lr(rule, path) if (
             group.adapt[0] and self.clip) else -1.0
@@ -334,7 +332,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         self._seen[path] = group.last
 
     def _plan_of_one(self, device, path, arrays):
-        plan = engine.Plan(arrays, fused._arrays)
+        plan = engine.Plan(arrays)
         plan.add(None, device, L.RESCALE, path, None, None, arrays[0], (),
                  self._rules.lookup(path))
         return plan.finish()
