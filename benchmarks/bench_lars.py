@@ -297,6 +297,8 @@ class _Case(object):
             self.paths.append(path)
             self.pairs.append((param.array, param.grad))
         self.saved = [(w.copy(), g.copy()) for w, g in self.pairs]
+        self.initial = dict(zip(self.paths, (w for w, _ in self.saved)))
+        self.copies = []  # the links whose weights are their own
         # Flat views for the floor; all arrays here are C-contiguous.
         self.flat = [(w.reshape(-1), g.reshape(-1)) for w, g in self.pairs]
         self.n_params = sum(w.size for w, _ in self.pairs)
@@ -307,6 +309,16 @@ class _Case(object):
         for (w, g), (w0, g0) in zip(self.pairs, self.saved):
             xp.copyto(w, w0)
             xp.copyto(g, g0)
+        # The copies' own weights and float32 master copies too: left to
+        # drift, LARS's steps (a fraction of the weight's norm) with the
+        # same gradient every time would grow them to inf within a few
+        # hundred updates, and the case would time arithmetic on inf.
+        for copy in self.copies:
+            for path, param in copy.namedparams():
+                xp.copyto(param.array, self.initial[path], casting='unsafe')
+                master = getattr(param.update_rule, '_fp32_param', None)
+                if master is not None and master.array is not None:
+                    xp.copyto(master.array, self.initial[path])
 
     def float32_copy(self):
         """A float32 copy of the link, with float32 gradients."""
@@ -317,6 +329,7 @@ class _Case(object):
                 (dict(copy.namedparams())[p] for p in self.paths),
                 self.pairs):
             param.grad = g.astype(numpy.float32)
+        self.copies.append(copy)
         return copy
 
     def share(self):
@@ -329,6 +342,8 @@ class _Case(object):
         params = dict(copy.namedparams())
         for path, (_, g) in zip(self.paths, self.pairs):
             params[path].grad = g
+        if self.mixed16:
+            self.copies.append(copy)
         return copy
 
 
