@@ -795,6 +795,13 @@ def pretune_tables(found, grid_runs_of=None):
         pilot, grid = found.get((b, o, 'pilot')), found.get((b, o, 'grid'))
         if not pilot or len(pilot) < len(PILOT):
             continue
+        if not grid_runs_of:  # the pilot's working rate and its run
+            top = working(pilot)
+            summary.append([str(b), o, '{}/{}'.format(len(pilot),
+                                                      len(PILOT)),
+                            '{:g}'.format(top['flags']['lr']), _steps(top),
+                            _percent(top['best_validation'])])
+            continue
         top = best(grid) if grid else None
         summary.append([
             str(b), o, '{}/{}'.format(len(pilot) + len(grid or ()),
@@ -809,6 +816,8 @@ def pretune_tables(found, grid_runs_of=None):
     summary_head = ['batch size', 'optimizer', 'runs', 'working rate',
                     'best weight decay', 'best decay power',
                     'steps to target', 'best validation (%)']
+    if not grid_runs_of:
+        summary_head = summary_head[:4] + summary_head[6:]
     return [(head, rows), (summary_head, summary)]
 
 
@@ -1685,8 +1694,11 @@ def plot(args):
     of its seeded reruns), a hollow one a cell still being searched (its
     best trial so far, labelled with the trials done). The dotted line is
     perfect scaling: the steps halve as the batch doubles, from the fewest
-    steps at the smallest batch size drawn.
+    steps at the smallest batch size drawn. The fair experiment has its
+    own figure (``plot_fair``).
     """
+    if args.fair is not None:
+        return plot_fair(args)
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -1835,6 +1847,90 @@ def plot(args):
                         len(args.seeds),
                         ', hollow: search under way' if under_way else ''),
                     fontsize=9)
+    figure.tight_layout()
+    figure.savefig(args.figure)
+    plt.close(figure)
+
+
+def plot_fair(args):
+    """The fair experiment's figure: for each pair, on top each pilot run
+    and search trial's best validation accuracy against its rate relative
+    to its optimizer's working rate (the pilot's best), below the
+    validation curves of the reruns of each optimizer's best trial, a
+    dot where a rerun first reached the target."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    search, reruns = load(args.out)
+    pilots = load_pretune(args.out)
+    pairs = [p for p in PAIRS if any(c[1] in p for c in search)]
+    figure, axes = plt.subplots(2, max(1, len(pairs)), squeeze=False,
+                                figsize=(5.5 * max(1, len(pairs)), 8))
+    low = 100 * args.target - 4  # the lowest accuracy drawn
+    for column, pair in enumerate(pairs):
+        top, bottom = axes[0][column], axes[1][column]
+        for optimizer in pair:
+            style = STYLES.get(optimizer, {})
+            color = style.get('color')
+            for batchsize in args.batchsizes:
+                pilot = pilots.get((batchsize, optimizer, 'pilot'), [])
+                if len(pilot) < len(PILOT):
+                    continue
+                rate = working(pilot)['flags']['lr']
+                trials = search.get((batchsize, optimizer), [])
+                for records, marker, what in (
+                        (pilot, 'x', 'pilot'),
+                        ([r for r in trials if r['trial'] < args.trials],
+                         'o', 'round one'),
+                        ([r for r in trials if r['trial'] >= args.trials],
+                         's', 'round two')):
+                    x = [r['flags']['lr'] / rate for r in records]
+                    y = [max(low, 100 * (r['best_validation'] or 0))
+                         for r in records]
+                    top.plot(x, y, linestyle='none', marker=marker,
+                             color=color, markerfacecolor='none'
+                             if marker != 'x' else color,
+                             label='{}, {}'.format(
+                                 LABELS.get(optimizer, optimizer), what))
+                done = reruns.get((batchsize, optimizer), [])
+                for i, r in enumerate(done):
+                    steps = [p[0] for p in r['curve']]
+                    accuracy = [100 * p[1] for p in r['curve']]
+                    bottom.plot(steps, accuracy, color=color, linewidth=1,
+                                alpha=0.8, label='{}: best trial ({}), '
+                                'seeds {}'.format(
+                                    LABELS.get(optimizer, optimizer),
+                                    r['trial'], ', '.join(
+                                        str(d['seed']) for d in done))
+                                if i == 0 else None)
+                    if r['steps_to_target'] is not None:
+                        at = dict(r['curve'])[r['steps_to_target']]
+                        bottom.plot([r['steps_to_target']], [100 * at],
+                                    marker='o', color=color)
+        for ax in (top, bottom):
+            ax.axhline(100 * args.target, color='gray', linestyle=':',
+                       linewidth=1)
+            ax.grid(True, alpha=0.4)
+        top.set_xscale('log')
+        top.set_ylim(low - 0.2, 100 * args.target + 1.2)
+        top.set_xlabel('rate / working rate (the pilot\'s best)')
+        top.set_ylabel('best validation accuracy (%), {:g} % and below '
+                       'at the bottom'.format(low))
+        top.legend(fontsize=7, loc='lower left')
+        bottom.set_ylim(low, 100 * args.target + 1.2)
+        bottom.set_xlabel('step')
+        bottom.set_ylabel('validation accuracy (%)')
+        bottom.legend(fontsize=7, loc='lower right')
+        top.set_title(' against '.join(LABELS.get(o, o) for o in pair),
+                      fontsize=9)
+    epochs = sorted({r['epochs'] for rs in search.values() for r in rs})
+    figure.suptitle(
+        'The fair experiment: MNIST MLP{}, batch {}, {} epochs ({:g}x the '
+        "search's); the same pilot, search and reruns for each optimizer"
+        .format(' with BatchNorm' if args.model == 'mlp-bn' else '',
+                ', '.join(str(b) for b in args.batchsizes),
+                ', '.join(str(e) for e in epochs), args.fair), fontsize=9)
     figure.tight_layout()
     figure.savefig(args.figure)
     plt.close(figure)
