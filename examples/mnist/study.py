@@ -565,6 +565,12 @@ def machine():
     return found
 
 
+def _machine_line(found):
+    """A JSON's ``machine`` on one line."""
+    return ', '.join('{} {}'.format(k, found[k]) for k in sorted(found)
+                     if k != 'blas_config')
+
+
 #: The entries of a JSON's ``machine`` that --check requires.
 MACHINE_KEYS = ('cpu', 'python', 'numpy', 'blas')
 
@@ -1051,7 +1057,8 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
                     + ['-' if name not in flags else '{:g}'.format(
                         flags[name]) for name in extra])
     rerun_head = ['batch size', 'optimizer', 'trial', 'seeds', 'reached',
-                  'steps to target', 'at (% of the steps run)',
+                  'steps to target', 'steps, each seed',
+                  'at (% of the steps run)',
                   'best validation (%)', 'test (%)']
     rerun_rows = []
     reruns = dict(reruns)
@@ -1067,6 +1074,10 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
             str(sum(r['steps_to_target'] is not None for r in records)),
             _spread([r['steps_to_target'] for r in records],
                     lambda v: '{:.0f}'.format(v)),
+            # The mean of 3 rounds to a whole step: each seed's, to read
+            # a goal such as "40 or fewer" off.
+            ', '.join(_steps(r) for r in sorted(records,
+                                                key=lambda r: r['seed'])),
             _spread([_fraction_run(r) for r in records],
                     lambda v: '{:.0f}'.format(100 * v)),
             _spread([r['best_validation'] for r in records], _percent),
@@ -1536,6 +1547,9 @@ def reproduce(args):
         again['test_accuracy'] = None
     verdict, different = compare(record, again, _eval_every(cmd),
                                  n_test_images())
+    if 'machine' in record:  # what --reproduce compares across
+        print('recorded on: {}\nrun now on:  {}'.format(
+            _machine_line(record['machine']), _machine_line(machine())))
     print('\n'.join(different + [verdict]))
     return 1 if verdict.startswith('differs') else 0
 
