@@ -1364,3 +1364,27 @@ def test_the_fair_experiment_runs_the_same_protocol_for_every_arm(
                     'lamb-b16-t0: a run of --fair 1, not 2',
                     'lamb-b16-t0: 2 epochs, the budget is 4'):
         assert problem in printed, problem
+
+
+def test_the_committed_fair_experiment_is_in_the_readme(study, capsys):
+    """The fair experiment (examples/mnist/study/mlp-bn/fair-x<B>/): each
+    budget run so far is what --fair would write (the pilot's, the
+    search's and the reruns' flags and seeds, the machine in every JSON)
+    and in examples/mnist/README.md; a cell with reruns has its whole
+    pilot and search."""
+    out = os.path.join(os.path.dirname(study.__file__), 'study', 'mlp-bn')
+    budgets = [b for b in ('2', '1')
+               if os.path.isdir(os.path.join(out, 'fair-x' + b))]
+    assert '2' in budgets
+    for budget in budgets:
+        folder = os.path.join(out, 'fair-x' + budget)
+        search, reruns = study.load(folder)
+        pilots = study.load_pretune(folder)
+        for (b, o), done in reruns.items():
+            assert len(pilots[b, o, 'pilot']) == len(study.PILOT)
+            assert sorted(r['trial'] for r in search[b, o]) == list(
+                range(2 * study.TRIALS))
+            assert [r['seed'] for r in done] == study.wanted_seeds(
+                reruns, b, o, study.SEEDS, study.MORE_SEEDS)[:len(done)]
+        flags = ['--model', 'mlp-bn', '--fair', budget]
+        assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
