@@ -1878,9 +1878,10 @@ def plot_fair(args):
 
     search, reruns = load(args.out)
     pilots = load_pretune(args.out)
-    pairs = [p for p in PAIRS if any(c[1] in p for c in search)]
+    arms = {c[1] for c in search} | {o for _, o, _ in pilots}
+    pairs = [p for p in PAIRS if arms & set(p)]
     figure, axes = plt.subplots(2, max(1, len(pairs)), squeeze=False,
-                                figsize=(5.5 * max(1, len(pairs)), 8))
+                                figsize=(max(8, 5.5 * len(pairs)), 9))
     low = 100 * args.target - 4  # the lowest accuracy drawn
     for column, pair in enumerate(pairs):
         top, bottom = axes[0][column], axes[1][column]
@@ -1900,13 +1901,17 @@ def plot_fair(args):
                         ([r for r in trials if r['trial'] >= args.trials],
                          's', 'round two')):
                     x = [r['flags']['lr'] / rate for r in records]
-                    y = [max(low, 100 * (r['best_validation'] or 0))
+                    y = [100 * (r['best_validation'] or 0)
                          for r in records]
-                    top.plot(x, y, linestyle='none', marker=marker,
-                             color=color, markerfacecolor='none'
-                             if marker != 'x' else color,
-                             label='{}, {}'.format(
-                                 LABELS.get(optimizer, optimizer), what))
+                    top.plot([a for a, b in zip(x, y) if b > low],
+                             [b for b in y if b > low], linestyle='none',
+                             marker=marker, color=color,
+                             markerfacecolor='none')
+                    # Below the axis: a triangle on its bottom edge.
+                    top.plot([a for a, b in zip(x, y) if b <= low],
+                             [low] * sum(b <= low for b in y),
+                             linestyle='none', marker='v', color=color,
+                             markerfacecolor='none')
                 done = reruns.get((batchsize, optimizer), [])
                 for i, r in enumerate(done):
                     steps = [p[0] for p in r['curve']]
@@ -1929,19 +1934,30 @@ def plot_fair(args):
         top.set_xscale('log')
         top.set_ylim(low - 0.2, 100 * args.target + 1.2)
         top.set_xlabel('rate / working rate (the pilot\'s best)')
-        top.set_ylabel('best validation accuracy (%), {:g} % and below '
-                       'at the bottom'.format(low))
-        top.legend(fontsize=7, loc='lower left')
+        top.set_ylabel('best validation accuracy (%)')
+        handles = [matplotlib.lines.Line2D(
+            [], [], color=STYLES.get(o, {}).get('color'),
+            label=LABELS.get(o, o)) for o in pair] + [
+            matplotlib.lines.Line2D([], [], linestyle='none', marker=m,
+                                    color='gray', markerfacecolor='none',
+                                    label=what)
+            for m, what in (('x', 'pilot'), ('o', 'search, round one'),
+                            ('s', 'search, round two'),
+                            ('v', '{:g} % or below'.format(low)))]
+        top.legend(handles=handles, fontsize=7, ncol=3, loc='upper center',
+                   bbox_to_anchor=(0.5, -0.13))
         bottom.set_ylim(low, 100 * args.target + 1.2)
         bottom.set_xlabel('step')
         bottom.set_ylabel('validation accuracy (%)')
-        bottom.legend(fontsize=7, loc='lower right')
+        if bottom.get_legend_handles_labels()[0]:
+            bottom.legend(fontsize=7, loc='lower right')
         top.set_title(' against '.join(LABELS.get(o, o) for o in pair),
                       fontsize=9)
-    epochs = sorted({r['epochs'] for rs in search.values() for r in rs})
+    epochs = sorted({r['epochs'] for rs in list(search.values())
+                     + list(pilots.values()) for r in rs})
     figure.suptitle(
         'The fair experiment: MNIST MLP{}, batch {}, {} epochs ({:g}x the '
-        "search's); the same pilot, search and reruns for each optimizer"
+        "search's);\nthe same pilot, search and reruns for each optimizer"
         .format(' with BatchNorm' if args.model == 'mlp-bn' else '',
                 ', '.join(str(b) for b in args.batchsizes),
                 ', '.join(str(e) for e in epochs), args.fair), fontsize=9)
