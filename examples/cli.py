@@ -43,6 +43,9 @@ HELP = {
     'decay_power': 'After the warm-up, the learning rate decays to 0 as the '
                    'fraction of the run left to this power',
     'momentum': "Momentum; Adam's and LAMB's beta1",
+    'beta2': "Adam's and LAMB's beta2 (default: the optimizer's, 0.999)",
+    'eps': "Adam's and LAMB's eps (default: the optimizer's, 1e-08 for "
+           'Adam and 1e-06 for LAMB)',
     'weight_decay': "Weight decay (Adam's and LAMB's weight_decay_rate), "
                     'not applied to biases and BatchNorm parameters',
     'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars',
@@ -142,6 +145,9 @@ def parser(description, defaults, epilog=None, helps=None):
     add('warmup_epochs', type=float)
     add('decay_power', type=float, default=2.0)
     add('momentum', type=float, default=0.9)
+    # None: the optimizer's own default (Chainer's Adam's, LAMB's).
+    add('beta2', type=float)
+    add('eps', type=float)
     add('weight_decay', type=float, default=1e-4)
     add('trust_coefficient', type=float, default=0.02)
     add('seed', type=int, default=0)
@@ -191,6 +197,12 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
         parser.error('--nesterov is for --optimizer lars (nesterov is '
                      'always Nesterov; {} has none), got --optimizer '
                      '{}'.format(args.optimizer, args.optimizer))
+    for name in ('beta2', 'eps'):
+        if (getattr(args, name) is not None
+                and args.optimizer not in recipe.ADAM_LIKE):
+            parser.error('--{} is for --optimizer {}, got --optimizer '
+                         '{}'.format(name, ' and '.join(recipe.ADAM_LIKE),
+                                     args.optimizer))
     if args.epoch is not None and parser.warmup_default is not None:
         resolve_warmup(parser.error, args, parser.warmup_default)
     check_device(parser, args.device)
@@ -257,11 +269,11 @@ def check_iterations(args, n_train):
 # (resolve_warmup).
 RANGES = (
     (('batchsize', 'epoch'), lambda v: v > 0, 'a positive integer'),
-    (('lr', 'decay_power', 'trust_coefficient', 'loss_scale'),
+    (('lr', 'decay_power', 'trust_coefficient', 'loss_scale', 'eps'),
      lambda v: 0 < v < math.inf, 'positive and finite'),
     (('warmup_epochs', 'weight_decay'), lambda v: 0 <= v < math.inf,
      'finite and at least 0'),
-    (('momentum', 'label_smoothing'), lambda v: 0 <= v < 1,
+    (('momentum', 'label_smoothing', 'beta2'), lambda v: 0 <= v < 1,
      'at least 0 and less than 1'),
     (('validation',), lambda v: v >= 0, 'an integer, at least 0'),
     (('eval_every',), lambda v: v > 0, 'a positive integer'),

@@ -61,6 +61,13 @@ def default_lr(optimizer, batchsize, trust_coefficient):
     return LARS_STEP_PER_256 * math.sqrt(scale) / trust_coefficient
 
 
+def adam_settings(args):
+    """--beta2 and --eps where given: otherwise Adam's and LAMB's own
+    defaults stand."""
+    return {name: getattr(args, name) for name in ('beta2', 'eps')
+            if getattr(args, name, None) is not None}
+
+
 def make_optimizer(args, model, comm=None):
     """Sets up the optimizer chosen by --optimizer on the model.
 
@@ -94,13 +101,13 @@ def make_optimizer(args, model, comm=None):
             alpha=args.lr, beta1=args.momentum,
             weight_decay_rate=args.weight_decay,
             exclude_from_weight_decay=EXCLUDE,
-            exclude_from_layer_adaptation=EXCLUDE)
+            exclude_from_layer_adaptation=EXCLUDE, **adam_settings(args))
     elif args.optimizer == 'adam':
         # Chainer's Adam, its weight decay decoupled (AdamW's), taken off
         # the excluded parameters below.
         actual = chainer.optimizers.Adam(
             alpha=args.lr, beta1=args.momentum,
-            weight_decay_rate=args.weight_decay)
+            weight_decay_rate=args.weight_decay, **adam_settings(args))
         lars = None
     else:
         actual = chainer.optimizers.MomentumSGD(

@@ -6,6 +6,7 @@ training and 32 test images).
 import argparse
 import importlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -351,7 +352,8 @@ def read_json(path):
 
 def records(out):
     return {name[:-len('.json')]: read_json(os.path.join(str(out), name))
-            for name in sorted(os.listdir(str(out)))}
+            for name in sorted(os.listdir(str(out)))
+            if name.endswith('.json')}
 
 
 def test_study_writes_one_json_per_trial_and_rerun(tiny_study):
@@ -1103,3 +1105,286 @@ def test_a_study_of_the_model_with_batchnorm(study, tiny_study, tmp_path,
     assert study.main(check) == 1
     assert 'lars-b16-t0: a run of --model mlp-bn, not mlp' in (
         capsys.readouterr().out)
+
+
+# -- The fair experiment (--fair) -----------------------------------------
+
+def test_each_round_of_the_fair_search_holds_every_corner_once(study):
+    """The discrete factors (decay power x beta2 x eps) as a full
+    factorial per round of 8, each round in its own seeded order."""
+    assert len(study.FAIR_CORNERS) == 8
+    rounds = [[study.corner(t, 8) for t in range(r * 8, r * 8 + 8)]
+              for r in (0, 1)]
+    for corners in rounds:
+        assert sorted(corners) == sorted(study.FAIR_CORNERS)
+        for i, values in enumerate((study.DECAY_POWERS, study.FAIR_BETA2S,
+                                    study.FAIR_EPSS)):
+            assert sorted(c[i] for c in corners) == sorted(values * 4)
+    assert rounds[0] != rounds[1]
+
+
+def test_the_fair_search_is_the_same_for_both_arms(study):
+    """Both arms of a pair get the same points, their rates the same
+    multiples of their own working rates; momentum 0.9; warm-up up to
+    half the run; beta2 and eps for adam and lamb only."""
+    rates = {'nesterov': 0.18, 'lars': 1.4, 'adam': 0.005, 'lamb': 0.05}
+    for trial in range(8):
+        flags = {o: study.fair_flags(o, 28, trial, 8, [], lr)
+                 for o, lr in rates.items()}
+        for a, b in study.PAIRS:
+            assert (flags[a]['lr'] / rates[a]) == pytest.approx(
+                flags[b]['lr'] / rates[b], rel=1e-3)
+            assert {k: v for k, v in flags[a].items() if k != 'lr'} == {
+                k: v for k, v in flags[b].items() if k != 'lr'}
+        for o, f in flags.items():
+            assert 10 ** -0.5 * 0.999 <= f['lr'] / rates[o] <= (
+                10 ** 0.5 * 1.001)
+            assert f['momentum'] == 0.9
+            assert 0 <= f['warmup_epochs'] <= 14
+            assert 0 <= f['label_smoothing'] <= 0.2
+            assert f['decay_power'] in (1.0, 2.0)
+            assert ('beta2' in f) == ('eps' in f) == (o in ('adam', 'lamb'))
+            power, beta2, eps = study.corner(trial, 8)
+            assert f['decay_power'] == power
+            if 'beta2' in f:
+                assert (f['beta2'], f['eps']) == (beta2, eps)
+    # The two arms' rate coordinates span the range: the lowest and the
+    # highest of 8 points lie in its outer quarters.
+    ratios = sorted(study.fair_flags('lars', 28, t, 8, [], 1.0)['lr']
+                    for t in range(8))
+    assert ratios[0] < 10 ** -0.25 and ratios[-1] > 10 ** 0.25
+
+
+def fake_record(trial, lr, steps, best=0.99, seed=0):
+    return {'trial': trial, 'seed': seed, 'flags': {'lr': lr},
+            'steps_to_target': steps, 'best_validation': best}
+
+
+def test_fair_round_two_centres_on_round_one_s_best(study):
+    first = [fake_record(t, study.fair_flags('lars', 28, t, 8, [], 1.4)['lr'],
+                         steps) for t, steps in enumerate(
+        [60, None, 52, 70, None, 58, 64, 66])]
+    # Not before round one is complete.
+    assert study.fair_flags('lars', 28, 8, 8, first[:7], 1.4) is None
+    centre = first[2]['flags']['lr']  # the fewest steps
+    u = study.points(16, primes=study.FAIR_PRIMES)
+    for trial in range(8, 16):
+        flags = study.fair_flags('lars', 28, trial, 8, first, 1.4)
+        assert flags['lr'] == pytest.approx(
+            centre * 10 ** (0.25 * (2 * u[trial][0] - 1)), rel=1e-3)
+        assert 10 ** -0.25 * 0.999 <= flags['lr'] / centre <= (
+            10 ** 0.25 * 1.001)
+        assert flags['warmup_epochs'] == study._round(
+            0.5 * 28 * u[trial][1])
+
+
+@pytest.mark.parametrize('a, b, p', [
+    ([1, 2, 3], [4, 5, 6], 0.1),  # 2 splits of 20 as extreme
+    ([1, 2, 4], [3, 5, 6], 0.2),  # rank sums 6, 7, 14, 15 of 20 splits
+    ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], 2 / 252),
+    ([7, 7, 7], [7, 7, 7], 1.0),
+    # One reach (50 steps) in three against none: the misses tie.
+    ([50, math.inf, math.inf], [math.inf] * 3, 1.0),
+    ([40, 41, 42], [math.inf] * 3, 0.1),
+])
+def test_rank_test_is_the_exact_two_sided_rank_sum_test(study, a, b, p):
+    assert study.rank_test(a, b) == pytest.approx(p)
+    assert study.rank_test(b, a) == pytest.approx(p)
+
+
+def test_more_seeds_where_the_arms_ranges_overlap(study):
+    def reruns(steps_a, steps_b, pair=('nesterov', 'lars')):
+        return {(8192, o): [fake_record(3, 1.0, s, seed=i + 1)
+                            for i, s in enumerate(steps)]
+                for o, steps in zip(pair, (steps_a, steps_b))}
+    more = [4, 5]
+    for a, b, overlap in [
+            ([None] * 3, [44, 46, 43], False),  # 0/3 against 3/3
+            ([50, 52, 54], [44, 46, 48], False),
+            ([50, 52, 54], [44, 46, 50], True),  # 50 in both
+            ([44, None, 50], [46, 47, 48], True),  # a miss: beyond any
+            ([None] * 3, [None] * 3, True)]:
+        found = reruns(a, b)
+        assert study.ranges_overlap(found[8192, 'nesterov'],
+                                    found[8192, 'lars']) == overlap
+        for o in ('nesterov', 'lars'):
+            assert study.wanted_seeds(found, 8192, o, [1, 2, 3], more) == (
+                [1, 2, 3, 4, 5] if overlap else [1, 2, 3])
+    # Not before both arms have their three seeds; not without a pair.
+    found = reruns([50, 52], [50, 52, 54])
+    assert study.wanted_seeds(found, 8192, 'lars', [1, 2, 3], more) == [
+        1, 2, 3]
+    assert study.wanted_seeds({(8192, 'defaults'): []}, 8192, 'defaults',
+                              [1, 2, 3], more) == [1, 2, 3]
+    assert study.partner('lamb') == 'adam' and study.partner('x') is None
+
+
+def curve_record(optimizer, seed, accuracies, target=0.98):
+    """A rerun whose validation curve is ``accuracies`` at steps 2, 4,
+    ...; its steps to the target from the curve."""
+    curve = [[2 * (i + 1), a] for i, a in enumerate(accuracies)]
+    return {'optimizer': optimizer, 'batchsize': 8192, 'trial': 1,
+            'seed': seed, 'target': target, 'validation': 10000,
+            'curve': curve, 'best_validation': max(accuracies),
+            'steps_to_target': next((s for s, a in curve
+                                     if a >= target), None)}
+
+
+def test_the_target_sensitivity_table_reads_the_curves(study):
+    reruns = {(8192, 'nesterov'): [
+        curve_record('nesterov', 1, [0.96, 0.9701, 0.975, 0.9799]),
+        curve_record('nesterov', 2, [0.95, 0.968, 0.9749, 0.976])],
+        (8192, 'lars'): [
+        curve_record('lars', 1, [0.97, 0.98, 0.985, 0.985]),
+        curve_record('lars', 2, [0.975, 0.979, 0.981, 0.981])]}
+    head, rows = study.sensitivity_table(reruns)
+    assert head == ['batch size', 'optimizer', 'seeds', 'reached 97 %',
+                    'steps to 97 %', 'reached 97.5 %', 'steps to 97.5 %',
+                    'reached 98 %', 'steps to 98 %']
+    assert rows == [
+        ['8192', 'nesterov', '2', '2', '5 (4-6)', '2', '7 (6-8)', '0', '-'],
+        ['8192', 'lars', '2', '2', '2 (2-2)', '2', '3 (2-4)', '2',
+         '5 (4-6)']]
+    head, rows = study.pair_table(reruns)
+    assert rows == [['8192', 'nesterov / lars', '2 / 2', '0 / 2', 'no',
+                     '0.33', '0.33']]
+
+
+def fake_training(cmd, out, dataset_root, device, stdout):
+    """A stand-in for the trainer (``study.run_command``): a log whose
+    validation accuracy rises linearly to a ceiling that falls with the
+    rate's distance from twice the optimizer's rule, in a number of steps
+    of the optimizer's own, one more on odd seeds: lars faster than
+    nesterov (their reruns do not overlap), adam and lamb alike (theirs
+    do)."""
+    def flag(name, kind=float):
+        return kind(cmd[cmd.index(name) + 1])
+    optimizer, batchsize = flag('--optimizer', str), flag('--batchsize', int)
+    distance = math.log10(flag('--lr') / (2 * recipe.default_lr(
+        optimizer, batchsize, 0.02) if optimizer != 'nesterov' else
+        2 * 0.1 * (batchsize / 256) ** 0.5))
+    ceiling = 0.99 - 0.02 * distance ** 2
+    ramp = {'nesterov': 10, 'lars': 6}.get(optimizer, 8) + flag(
+        '--seed', int) % 2
+    log = [{'iteration': i, 'epoch': i // 4, 'main/loss': 0.1,
+            'val/main/accuracy': round(ceiling * min(1, i / ramp), 4)}
+           for i in range(1, 4 * flag('--epoch', int) + 1)]
+    if flag('--test', str) == 'end':
+        log[-1]['test/main/accuracy'] = 0.97
+    return log
+
+
+def test_the_fair_experiment_runs_the_same_protocol_for_every_arm(
+        study, tmp_path, monkeypatch, capsys):
+    """--fair 2: the pilot, both rounds, the reruns (more seeds where the
+    arms overlap), every JSON with its machine; its tables and --check
+    under its own README line; --check finds what the protocol would not
+    have written. The trainer is ``fake_training``."""
+    monkeypatch.setattr(study, 'run_command', fake_training)
+    monkeypatch.setattr(study, 'n_training_images', lambda v: 64)
+    monkeypatch.setattr(study, 'PILOT', [-1, 0, 1])
+    out = tmp_path / 'json'
+    argv = ['--model', 'mlp-bn', '--fair', '2', '--batchsizes', '16',
+            '--epochs', '2', '--trials', '2', '--seeds', '1,2',
+            '--more-seeds', '3', '--validation', '100', '--out', str(out),
+            '--runs', str(tmp_path / 'runs'), '--noplot']
+    for optimizers in ('nesterov,lars', 'adam,lamb'):
+        assert study.main(argv + ['--optimizers', optimizers]) == 0
+    folder = out / 'fair-x2'
+    found = records(folder)
+    pilots = records(folder / 'pretune')
+    for o in ('nesterov', 'lars', 'adam', 'lamb'):
+        seeds = (1, 2, 3) if o in ('adam', 'lamb') else (1, 2)
+        assert sorted(n for n in found if n.startswith(o + '-')) == sorted(
+            ['{}-b16-t{}'.format(o, t) for t in range(4)]
+            + ['{}-b16-best-s{}'.format(o, s) for s in seeds])
+        pilot = [pilots['{}-b16-pilot{}'.format(o, k)] for k in (-1, 0, 1)]
+        assert [r['flags'] for r in pilot] == [
+            study.pilot_flags(o, 16, 4, k) for k in (-1, 0, 1)]
+        rate = study.working(pilot)['flags']['lr']
+        trials = [found['{}-b16-t{}'.format(o, t)] for t in range(4)]
+        for t, r in enumerate(trials[:2]):
+            assert r['flags'] == study.fair_flags(o, 4, t, 2, [], rate)
+        centre = study.best(trials[:2])['flags']['lr']
+        for r in trials[2:]:
+            assert 10 ** -0.25 * 0.999 <= r['flags']['lr'] / centre <= (
+                10 ** 0.25 * 1.001)
+        chosen = study.best(trials)
+        for s in seeds:
+            rerun = found['{}-b16-best-s{}'.format(o, s)]
+            assert (rerun['trial'], rerun['flags']) == (chosen['trial'],
+                                                        chosen['flags'])
+        for r in trials + pilot:
+            assert r['epochs'] == 4 and r['fair'] == 2
+            assert set(study.MACHINE_KEYS) <= set(r['machine'])
+            assert ('--beta2' in r['command']) == (
+                o in ('adam', 'lamb') and 'stage' not in r)
+    # The tables, under the experiment's own line; --check passes.
+    tables = ['--model', 'mlp-bn', '--fair', '2', '--batchsizes', '16',
+              '--epochs', '2', '--trials', '2', '--seeds', '1,2',
+              '--more-seeds', '3', '--out', str(out)]
+    capsys.readouterr()
+    assert study.main(tables + ['--tables']) == 0
+    printed = capsys.readouterr().out
+    assert '| 16 | adam / lamb | 3 / 3 | 3 / 3 | yes |' in printed
+    assert '| 16 | nesterov / lars | 2 / 2 | 2 / 2 | no | 0.33 |' in printed
+    assert '| 16 | lamb | 4 | 4/4 |' in printed
+    readme = tmp_path / 'README.md'
+    marker = '<!-- study.py --model mlp-bn --fair 2 --tables -->\n\n'
+    readme.write_text('# Study\n\n' + marker + printed)
+    check = tables + ['--check', str(readme)]
+    assert study.main(check) == 0, capsys.readouterr().out
+    # Under the BatchNorm study's line alone, not found.
+    readme.write_text('<!-- study.py --model mlp-bn --tables -->\n\n'
+                      + printed)
+    assert study.main(check) == 1
+    assert '--fair 2 ... --tables -->' in capsys.readouterr().out
+    readme.write_text('# Study\n\n' + marker + printed)
+    # What the protocol would not have written: a rerun of a seed the
+    # cell does not want, a JSON without its machine, a trial off its
+    # point, a run of another budget.
+    rerun = found['lars-b16-best-s1']
+    (folder / 'lars-b16-best-s3.json').write_text(json.dumps(dict(
+        rerun, seed=3)))
+    record = dict(found['nesterov-b16-t0'])
+    del record['machine']
+    (folder / 'nesterov-b16-t0.json').write_text(json.dumps(record))
+    record = dict(found['adam-b16-t1'])
+    record['flags'] = dict(record['flags'], beta2=0.9)
+    (folder / 'adam-b16-t1.json').write_text(json.dumps(record))
+    (folder / 'lamb-b16-t0.json').write_text(json.dumps(dict(
+        found['lamb-b16-t0'], epochs=2, fair=1)))
+    capsys.readouterr()
+    assert study.main(check) == 1
+    printed = capsys.readouterr().out
+    for problem in ('lars-b16-best-s3: seed 3, the reruns of this cell are '
+                    'of seeds [1, 2]',
+                    'nesterov-b16-t0: its machine does not record cpu',
+                    'adam-b16-t1: flags {',
+                    'lamb-b16-t0: a run of --fair 1, not 2',
+                    'lamb-b16-t0: 2 epochs, the budget is 4'):
+        assert problem in printed, problem
+
+
+def test_the_committed_fair_experiment_is_in_the_readme(study, capsys):
+    """The fair experiment (examples/mnist/study/mlp-bn/fair-x<B>/): each
+    budget run so far is what --fair would write (the pilot's, the
+    search's and the reruns' flags and seeds, the machine in every JSON)
+    and in examples/mnist/README.md; a cell with reruns has its whole
+    pilot and search."""
+    out = os.path.join(os.path.dirname(study.__file__), 'study', 'mlp-bn')
+    budgets = [b for b in ('2', '1')
+               if os.path.isdir(os.path.join(out, 'fair-x' + b))]
+    assert '2' in budgets
+    for budget in budgets:
+        folder = os.path.join(out, 'fair-x' + budget)
+        search, reruns = study.load(folder)
+        pilots = study.load_pretune(folder)
+        for (b, o), done in reruns.items():
+            assert len(pilots[b, o, 'pilot']) == len(study.PILOT)
+            assert sorted(r['trial'] for r in search[b, o]) == list(
+                range(2 * study.TRIALS))
+            assert [r['seed'] for r in done] == study.wanted_seeds(
+                reruns, b, o, study.SEEDS, study.MORE_SEEDS)[:len(done)]
+        flags = ['--model', 'mlp-bn', '--fair', budget]
+        assert study.main(flags + ['--check']) == 0, capsys.readouterr().out

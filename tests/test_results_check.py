@@ -196,8 +196,7 @@ def test_check_needs_every_run_and_runs_nothing(results, runs, tmp_path,
                                                  path]) == 2
 
 
-@pytest.mark.parametrize('path', ['README.rst',
-                                  os.path.join('examples', 'mnist',
+@pytest.mark.parametrize('path', [os.path.join('examples', 'mnist',
                                                'README.md')])
 def test_the_readmes_have_a_table_that_check_can_read(results, path):
     """Each README's results table is one the parser finds, with a row per
@@ -388,8 +387,7 @@ def test_readmes_keep_commit_hashes_to_one_line(path):
     assert len(lines) <= 1, lines
 
 
-@pytest.mark.parametrize('path', ['README.rst',
-                                  os.path.join('examples', 'mnist',
+@pytest.mark.parametrize('path', [os.path.join('examples', 'mnist',
                                                'README.md')])
 def test_readmes_say_what_to_expect_on_another_machine(results, path):
     """Next to the results table: the figures are not digits to match."""

@@ -50,9 +50,11 @@ from the JSONs.
 """
 
 import argparse
+import itertools
 import json
 import math
 import os
+import platform
 import shlex
 import signal
 import subprocess
@@ -133,6 +135,40 @@ PRETUNED = 'pretuned'
 WARMUP_CAP = 0.4  # of the run, in the search
 PRETUNED_WARMUP_CAP = 0.5
 
+# The fair experiment (``--fair BUDGET``): one protocol for both
+# optimizers of a pair (``PAIRS``), at FAIR_BATCHSIZE, with BUDGET times
+# the search's epochs, into ``<out>/fair-x<BUDGET>/``. A pilot of the
+# rate (``PILOT``, ``pilot_flags``) finds each optimizer's working rate;
+# the search is FAIR_TRIALS trials a round, two rounds, at the Halton
+# points of FAIR_PRIMES: the rate (FAIR_SPAN decades either side of the
+# working rate in round one, half that around round one's best in round
+# two), the warm-up (up to FAIR_WARMUP_CAP of the run) and the label
+# smoothing (0 to 0.2); and at the corners of FAIR_CORNERS (each once a
+# round): the decay power (DECAY_POWERS) and, for adam and lamb, beta2
+# (FAIR_BETA2S) and eps (FAIR_EPSS). The momentum (beta1) is held
+# at the pilot's, FAIR_MOMENTUM, for both: the rate searched is then the
+# effective rate lr / (1 - momentum) the pilot measured. The best trial
+# (fewest steps to the target) is rerun with ``--seeds``, and with
+# ``--more-seeds`` too where the two arms' ranges of steps overlap.
+PAIRS = (('nesterov', 'lars'), ('adam', 'lamb'))
+FAIR = 'fair'
+FAIR_BATCHSIZE = 8192
+FAIR_TRIALS = 8
+FAIR_SPAN = 0.5
+FAIR_WARMUP_CAP = 0.5
+FAIR_MOMENTUM = 0.9
+FAIR_BETA2S = [0.99, 0.999]
+FAIR_EPSS = [1e-8, 1e-6]
+# The continuous dimensions: the rate, the warm-up, the smoothing.
+FAIR_PRIMES = (2, 3, 5)
+# The discrete ones, crossed: (decay power, beta2, eps).
+FAIR_CORNERS = [(p, b, e) for e in FAIR_EPSS for b in FAIR_BETA2S
+                for p in DECAY_POWERS]
+MORE_SEEDS = [4, 5]
+# The target-sensitivity table: the steps to these targets below the
+# study's, read off the reruns' curves.
+SENSITIVITY = [-0.01, -0.005, 0.0]
+
 # What --reproduce calls "within tolerance": the change expected on
 # another CPU, whose BLAS sums the matrix products in another order
 # (README.md, "Repeating a trial"): the step to the target within two
@@ -154,12 +190,14 @@ def halton(index, base):
     return value
 
 
-def points(n, seed=SEARCH_SEED):
+def points(n, seed=SEARCH_SEED, primes=PRIMES):
     """``n`` points of the unit hypercube, one per trial: Halton points 1 to
-    ``n`` in bases 2, 3, 5, 7, shifted modulo 1 by a random vector drawn
-    from ``seed`` (a Cranley-Patterson rotation)."""
-    shift = numpy.random.RandomState(seed).uniform(size=len(PRIMES))
-    return [[(halton(i, p) + s) % 1.0 for p, s in zip(PRIMES, shift)]
+    ``n`` in bases ``primes`` (2, 3, 5, 7), shifted modulo 1 by a random
+    vector drawn from ``seed`` (a Cranley-Patterson rotation). More bases
+    add dimensions and leave the first ones as they were (the shift's
+    first values are the same draws)."""
+    shift = numpy.random.RandomState(seed).uniform(size=len(primes))
+    return [[(halton(i, p) + s) % 1.0 for p, s in zip(primes, shift)]
             for i in range(1, n + 1)]
 
 
@@ -228,6 +266,111 @@ def search_flags(optimizer, batchsize, epochs, trial, trials, records,
     return hyperparameters(optimizer, batchsize, epochs, u,
                            around=best(first)['flags']['lr'],
                            settings=settings)
+
+
+def corner(trial, trials):
+    """The corner of the fair experiment's discrete factorial (decay power
+    x beta2 x eps, 8 corners) of search trial ``trial`` of ``trials`` a
+    round: each round runs the corners in an order drawn from
+    ``RandomState(SEARCH_SEED + round)``, so that a round of 8 holds each
+    corner once (each decay power in 4 trials, each beta2 and eps in 4),
+    in an order unrelated to the Halton points of the other dimensions."""
+    round_, index = divmod(trial, trials)
+    order = numpy.random.RandomState(SEARCH_SEED + round_).permutation(
+        len(FAIR_CORNERS))
+    return FAIR_CORNERS[order[index % len(order)]]
+
+
+def fair_hyperparameters(optimizer, epochs, u, at, centre, span):
+    """The flags of a trial of the fair experiment at the point ``u`` of
+    ``FAIR_PRIMES``' dimensions, in order of their expected weight: the
+    rate, log-uniform over ``span`` decades either side of ``centre``; the
+    warm-up, up to ``FAIR_WARMUP_CAP`` of the run; the label smoothing, 0
+    to 0.2; and at the corner ``at`` (``corner``) the decay power and, for
+    adam and lamb, beta2 and eps. The momentum (beta1) is
+    ``FAIR_MOMENTUM``, the pilot's, for every optimizer."""
+    power, beta2, eps = at
+    flags = {'lr': _round(centre * 10 ** (span * (2 * u[0] - 1))),
+             'momentum': FAIR_MOMENTUM,
+             'warmup_epochs': _round(FAIR_WARMUP_CAP * epochs * u[1]),
+             'decay_power': power,
+             'label_smoothing': _round(0.2 * u[2])}
+    if optimizer in recipe.ADAM_LIKE:
+        flags.update(beta2=beta2, eps=eps)
+    return flags
+
+
+def fair_flags(optimizer, epochs, trial, trials, records, working_lr):
+    """The flags of trial ``trial`` of the fair experiment's search of
+    ``trials`` trials a round: round one's rate centred on the pilot's
+    ``working_lr``, round two's on the rate of round one's best trial
+    (None while round one is not complete), at half the span."""
+    u = points(trial + 1, primes=FAIR_PRIMES)[trial]
+    at = corner(trial, trials)
+    if trial < trials:
+        return fair_hyperparameters(optimizer, epochs, u, at, working_lr,
+                                    FAIR_SPAN)
+    first = [r for r in records if r['trial'] < trials]
+    if len(first) < trials:
+        return None
+    return fair_hyperparameters(optimizer, epochs, u, at,
+                                best(first)['flags']['lr'], FAIR_SPAN / 2)
+
+
+def partner(optimizer):
+    """The other arm of ``optimizer``'s pair (``PAIRS``), or None."""
+    for pair in PAIRS:
+        if optimizer in pair:
+            return pair[1 - pair.index(optimizer)]
+    return None
+
+
+def _steps_key(r):
+    """Steps to the target as a number to rank, a miss after any reach."""
+    steps = r['steps_to_target']
+    return math.inf if steps is None else steps
+
+
+def ranges_overlap(a, b):
+    """Whether the ranges of steps to the target of two sets of reruns
+    overlap, a rerun that missed the target counting as more steps than
+    any that reached it (two arms that both missed on every seed
+    overlap)."""
+    a, b = [_steps_key(r) for r in a], [_steps_key(r) for r in b]
+    return min(a) <= max(b) and min(b) <= max(a)
+
+
+def wanted_seeds(reruns, batchsize, optimizer, seeds, more):
+    """The seeds of a cell's reruns in the fair experiment: ``seeds``,
+    and ``more`` too once both arms of its pair have run ``seeds`` and
+    their ranges of steps overlap."""
+    other = partner(optimizer)
+    done = [[r for r in reruns.get((batchsize, o), []) if r['seed'] in seeds]
+            for o in (optimizer, other)]
+    if other is None or any(len(d) < len(seeds) for d in done):
+        return list(seeds)
+    return list(seeds) + (list(more) if ranges_overlap(*done) else [])
+
+
+def rank_test(a, b):
+    """The two-sided exact p-value of the rank-sum (Mann-Whitney) test of
+    two samples: over every split of the pooled values into groups of
+    ``len(a)`` and ``len(b)``, the fraction whose first group's rank sum
+    lies at least as far from its mean as ``a``'s. Tied values share
+    their mean rank. With 3 values a side the smallest p is 0.1 (1 split
+    in 20, either way); with 5, 2/252 = 0.0079."""
+    pooled = sorted(a + b)
+    rank = {}
+    for value in set(pooled):
+        at = [i + 1 for i, v in enumerate(pooled) if v == value]
+        rank[value] = sum(at) / len(at)
+    ranks = [rank[v] for v in a + b]
+    n = len(a)
+    centre = n * (len(ranks) + 1) / 2
+    observed = abs(sum(ranks[:n]) - centre)
+    splits = list(itertools.combinations(ranks, n))
+    return sum(abs(sum(split) - centre) >= observed - 1e-9
+               for split in splits) / len(splits)
 
 
 def eval_every(batchsize, n_train):
@@ -349,6 +492,89 @@ def trial_name(optimizer, batchsize, trial=None, seed=None, budget=None,
     return '{}-b{}-best-s{}'.format(optimizer, batchsize, seed)
 
 
+def epochs_of(args, batchsize):
+    """The epoch budget of a trial at ``batchsize``: ``--epochs`` or
+    ``EPOCHS``, times ``--fair``'s budget (main checks that it is a whole
+    number)."""
+    return int((args.epochs or EPOCHS[batchsize]) * (args.fair or 1))
+
+
+def _cpu():
+    """The CPU's model name (Linux's /proc/cpuinfo), else Python's."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _openblas():
+    """What the OpenBLAS NumPy loaded says of itself: its configuration,
+    the kernel it picked for this CPU and its threads; {} where NumPy
+    runs on another BLAS, or on a system without /proc/self/maps."""
+    import ctypes
+    try:
+        with open('/proc/self/maps') as f:
+            paths = {line.split()[-1] for line in f if 'openblas' in line}
+    except OSError:
+        return {}
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for suffix in ('64_', ''):
+            config = getattr(lib, 'openblas_get_config' + suffix, None)
+            if config is None:
+                continue
+            found = {}
+            for key, name, kind in (
+                    ('blas_config', 'openblas_get_config', ctypes.c_char_p),
+                    ('blas_kernel', 'openblas_get_corename',
+                     ctypes.c_char_p),
+                    ('blas_threads', 'openblas_get_num_threads',
+                     ctypes.c_int)):
+                function = getattr(lib, name + suffix, None)
+                if function is not None:
+                    function.restype = kind
+                    value = function()
+                    found[key] = (value.decode().strip()
+                                  if isinstance(value, bytes) else value)
+            return found
+    return {}
+
+
+def machine():
+    """What a trial ran on, as its JSON records it: the CPU, the cores,
+    Python, NumPy, Chainer, the BLAS NumPy was built with and, for
+    OpenBLAS, the kernel and threads it runs with here (the trainer runs
+    in this process's environment, ``OPENBLAS_NUM_THREADS`` included)."""
+    import chainer
+    found = {'cpu': _cpu(), 'cores': os.cpu_count(),
+             'python': platform.python_version(),
+             'numpy': numpy.__version__, 'chainer': chainer.__version__}
+    try:
+        blas = numpy.__config__.CONFIG['Build Dependencies']['blas']
+        found['blas'] = '{} {}'.format(blas['name'], blas['version'])
+    except (AttributeError, KeyError, TypeError):
+        found['blas'] = 'unknown'
+    found.update(_openblas())
+    return found
+
+
+def _machine_line(found):
+    """A JSON's ``machine`` on one line."""
+    return ', '.join('{} {}'.format(k, found[k]) for k in sorted(found)
+                     if k != 'blas_config')
+
+
+#: The entries of a JSON's ``machine`` that --check requires.
+MACHINE_KEYS = ('cpu', 'python', 'numpy', 'blas')
+
+
 def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
               budget=None, stage=None):
     """Runs one trial unless its JSON exists; returns its record. With
@@ -368,7 +594,7 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
         # grew): made again of the best.
         print('  {}: a rerun of trial {}, the best is now trial {}: run '
               'again'.format(name, record['trial'], trial), flush=True)
-    epochs = args.epochs or EPOCHS[batchsize]
+    epochs = epochs_of(args, batchsize)
     if budget is not None:
         epochs = int(epochs * budget)  # a whole number: main checks it
     cmd = command(optimizer, batchsize, epochs, flags, seed,
@@ -389,6 +615,9 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
         record['budget_of'] = trial_name(optimizer, batchsize, trial)
     if stage is not None:
         record['stage'] = stage
+    if args.fair is not None:
+        record['fair'] = args.fair
+    record['machine'] = args.machine
     record.update(measure(log, batchsize, args.n_train, args.target,
                           args.validation))
     if test == 'never':
@@ -548,9 +777,13 @@ def pretune(args):
                       'never', stage='grid')
 
 
-def pretune_tables(found):
+def pretune_tables(found, grid_runs_of=None):
     """The pre-tuning's runs, and per optimizer its working rate and the
-    best weight decay and decay power at it."""
+    best weight decay and decay power at it. ``grid_runs_of`` is the
+    number of grid runs (``grid_runs()``; 0 for the fair experiment's
+    pilot alone)."""
+    if grid_runs_of is None:
+        grid_runs_of = grid_runs()
     cells = sorted({(b, o) for b, o, _ in found}, key=_cell_order)
     head = ['batch size', 'optimizer', 'stage', 'run', 'lr',
             'weight decay', 'decay power', 'steps to target',
@@ -568,10 +801,17 @@ def pretune_tables(found):
         pilot, grid = found.get((b, o, 'pilot')), found.get((b, o, 'grid'))
         if not pilot or len(pilot) < len(PILOT):
             continue
+        if not grid_runs_of:  # the pilot's working rate and its run
+            top = working(pilot)
+            summary.append([str(b), o, '{}/{}'.format(len(pilot),
+                                                      len(PILOT)),
+                            '{:g}'.format(top['flags']['lr']), _steps(top),
+                            _percent(top['best_validation'])])
+            continue
         top = best(grid) if grid else None
         summary.append([
             str(b), o, '{}/{}'.format(len(pilot) + len(grid or ()),
-                                      len(PILOT) + grid_runs()),
+                                      len(PILOT) + grid_runs_of),
             '{:g}'.format(working(pilot)['flags']['lr']),
             '-' if top is None else '{:g}'.format(
                 top['flags']['weight_decay']),
@@ -582,6 +822,8 @@ def pretune_tables(found):
     summary_head = ['batch size', 'optimizer', 'runs', 'working rate',
                     'best weight decay', 'best decay power',
                     'steps to target', 'best validation (%)']
+    if not grid_runs_of:
+        summary_head = summary_head[:4] + summary_head[6:]
     return [(head, rows), (summary_head, summary)]
 
 
@@ -663,6 +905,53 @@ def study(args):
     sweep(args)
 
 
+def fair_rates(out, batchsize, optimizers):
+    """The working rate of each optimizer whose pilot at ``batchsize`` in
+    ``<out>/pretune/`` is complete."""
+    found, rates = load_pretune(out), {}
+    for optimizer in optimizers:
+        pilot = found.get((batchsize, optimizer, 'pilot'), [])
+        if len(pilot) >= len(PILOT):
+            rates[optimizer] = working(pilot)['flags']['lr']
+    return rates
+
+
+def fair(args):
+    """The fair experiment (``--fair``), at each batch size: the pilots,
+    then the search round by round (trial 0 of each optimizer, then trial
+    1, ...), then the reruns of each optimizer's best trial with
+    ``--seeds``, and with ``--more-seeds`` where the arms' ranges overlap
+    (``wanted_seeds``)."""
+    for batchsize in args.batchsizes:
+        epochs = epochs_of(args, batchsize)
+        for k in PILOT:
+            for optimizer in args.optimizers:
+                run_trial(args, optimizer, batchsize, k,
+                          pilot_flags(optimizer, batchsize, epochs, k), 0,
+                          'never', stage='pilot')
+                redraw(args)
+        rates = fair_rates(args.out, batchsize, args.optimizers)
+        for trial in range(2 * args.trials):
+            for optimizer in args.optimizers:
+                search, _ = load(args.out)
+                flags = fair_flags(optimizer, epochs, trial, args.trials,
+                                   search.get((batchsize, optimizer), []),
+                                   rates[optimizer])
+                run_trial(args, optimizer, batchsize, trial, flags, 0,
+                          'never')
+                redraw(args)
+        for seed in args.seeds + args.more_seeds:
+            for optimizer in args.optimizers:
+                search, reruns = load(args.out)
+                if seed not in wanted_seeds(reruns, batchsize, optimizer,
+                                            args.seeds, args.more_seeds):
+                    continue
+                chosen = best(search[batchsize, optimizer])
+                run_trial(args, optimizer, batchsize, chosen['trial'],
+                          chosen['flags'], seed, 'end')
+                redraw(args)
+
+
 def sweep(args):
     """The budget sweep: the best ``--budget-configs`` trials of each cell
     of ``--budget-batchsizes`` (complete cells only), each at the budgets
@@ -719,20 +1008,31 @@ def _cell_order(cell):
             else len(order), optimizer)
 
 
+#: The search table's columns of the flags that ``tables``' ``extra``
+#: may add (the fair experiment's).
+EXTRA_COLUMNS = {'decay_power': 'decay power', 'beta2': 'beta2',
+                 'eps': 'eps'}
+
+
 def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
            defaults=None, budgets=None, budget_list=BUDGETS,
            budget_configs=BUDGET_CONFIGS,
-           budget_batchsizes=BUDGET_BATCHSIZES, default_reruns=None):
+           budget_batchsizes=BUDGET_BATCHSIZES, default_reruns=None,
+           wanted=None, extra=()):
     """The search table, the rerun table (with a ``defaults`` row per batch
-    size where ``default_reruns`` has the defaults' seeded reruns) and,
-    where runs of the trainer's defaults exist, their table, and where
-    budget runs exist, the budget sweep's two tables: (header, rows)
-    each."""
+    size where ``default_reruns`` has the defaults' seeded reruns), the
+    table of what the search covered, the target-sensitivity table, the
+    table of each pair's comparison and, where runs of the trainer's
+    defaults exist, their table, and where budget runs exist, the budget
+    sweep's two tables: (header, rows) each. ``wanted`` gives the seeds a
+    cell's reruns are to have where not ``seeds`` (the fair experiment's
+    five); ``extra``, flags to show in the search table besides the
+    rate, momentum, warm-up and smoothing (``EXTRA_COLUMNS``)."""
     cells = sorted(set(search) | set(reruns), key=_cell_order)
     head = ['batch size', 'optimizer', 'epochs', 'trials', 'reached',
             'best trial', 'steps to target', 'epochs to target',
             'best validation, any trial (%)', 'lr', 'momentum', 'warm-up',
-            'smoothing']
+            'smoothing'] + [EXTRA_COLUMNS[name] for name in extra]
     rows = []
     for cell in cells:
         records = search.get(cell, [])
@@ -753,9 +1053,12 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
                      '{:g}'.format(flags['lr']),
                      '{:g}'.format(flags['momentum']),
                      '{:g}'.format(flags['warmup_epochs']),
-                     '{:g}'.format(flags['label_smoothing'])])
+                     '{:g}'.format(flags['label_smoothing'])]
+                    + ['-' if name not in flags else '{:g}'.format(
+                        flags[name]) for name in extra])
     rerun_head = ['batch size', 'optimizer', 'trial', 'seeds', 'reached',
-                  'steps to target', 'at (% of the steps run)',
+                  'steps to target', 'steps, each seed',
+                  'at (% of the steps run)',
                   'best validation (%)', 'test (%)']
     rerun_rows = []
     reruns = dict(reruns)
@@ -766,23 +1069,84 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
         rerun_rows.append([
             str(cell[0]), cell[1], '-' if cell[1] == DEFAULTS
             else str(records[0]['trial']),
-            '{}/{}'.format(len(records), seeds),
+            '{}/{}'.format(len(records), (wanted or {}).get(cell, seeds)),
             # The steps are those of the seeds that reached the target.
             str(sum(r['steps_to_target'] is not None for r in records)),
             _spread([r['steps_to_target'] for r in records],
                     lambda v: '{:.0f}'.format(v)),
+            # The mean of 3 rounds to a whole step: each seed's, to read
+            # a goal such as "40 or fewer" off.
+            ', '.join(_steps(r) for r in sorted(records,
+                                                key=lambda r: r['seed'])),
             _spread([_fraction_run(r) for r in records],
                     lambda v: '{:.0f}'.format(100 * v)),
             _spread([r['best_validation'] for r in records], _percent),
             _spread([r['test_accuracy'] for r in records], _percent)])
     found = [(head, rows), (rerun_head, rerun_rows),
              space_table(search, cells, trials)]
+    # Of the reruns, where there are any (and pairs among them).
+    found += [table for table in (sensitivity_table(reruns),
+                                  pair_table(reruns)) if table[1]]
     if defaults:
         found.append(defaults_table(search, defaults))
     if budgets:
         found.extend(budget_tables(search, budgets, budget_list,
                                    budget_configs, budget_batchsizes))
     return found
+
+
+def sensitivity_table(reruns):
+    """Steps to the targets of ``SENSITIVITY`` (below the study's, and
+    the study's), read off the curves of every cell's reruns: how many
+    reached each, and the mean (range) of their steps."""
+    head, rows = ['batch size', 'optimizer', 'seeds'], []
+    targets = None
+    for cell in sorted(reruns, key=_cell_order):
+        records = reruns[cell]
+        if targets is None:
+            targets = [round(records[0]['target'] + d, 9)
+                       for d in SENSITIVITY]
+            for t in targets:
+                head += ['reached {:g} %'.format(100 * t),
+                         'steps to {:g} %'.format(100 * t)]
+        row = [str(cell[0]), cell[1], str(len(records))]
+        for t in targets:
+            steps = [first_at_target(r['curve'], r['validation'], t)
+                     for r in records]
+            row += [str(sum(v is not None for v in steps)),
+                    _spread(steps, lambda v: '{:.0f}'.format(v))]
+        rows.append(row)
+    return head, rows
+
+
+def pair_table(reruns):
+    """Each pair of ``PAIRS`` whose two arms have reruns at a batch size:
+    the seeds and the reruns that reached the target of each arm, whether
+    the arms' ranges of steps to the target overlap (``ranges_overlap``)
+    and the two-sided exact p-values of the rank-sum test (``rank_test``)
+    of the steps (a miss ranked after any reach) and of the best
+    validation accuracy."""
+    head = ['batch size', 'optimizers', 'seeds', 'reached',
+            'ranges of steps overlap', 'p, steps to target',
+            'p, best validation']
+    rows = []
+    for batchsize in sorted({b for b, _ in reruns}):
+        for a, b in PAIRS:
+            if (batchsize, a) not in reruns or (batchsize, b) not in reruns:
+                continue
+            ra, rb = reruns[batchsize, a], reruns[batchsize, b]
+            rows.append([
+                str(batchsize), '{} / {}'.format(a, b),
+                '{} / {}'.format(len(ra), len(rb)),
+                '{} / {}'.format(*(sum(r['steps_to_target'] is not None
+                                       for r in x) for x in (ra, rb))),
+                'yes' if ranges_overlap(ra, rb) else 'no',
+                '{:.2g}'.format(rank_test([_steps_key(r) for r in ra],
+                                          [_steps_key(r) for r in rb])),
+                '{:.2g}'.format(rank_test(
+                    [-(r['best_validation'] or 0) for r in ra],
+                    [-(r['best_validation'] or 0) for r in rb]))])
+    return head, rows
 
 
 def steps_run(r):
@@ -918,11 +1282,13 @@ def defaults_table(search, defaults):
     return head, rows
 
 
-def inconsistent(search, reruns, trials, refine=REFINED, settings=None):
+def inconsistent(search, reruns, trials, refine=REFINED, settings=None,
+                 rates=None):
     """What in the records the study would not have written now: a search
     trial's flags that are not those of its point of the search (the
     search was changed after it ran), a rerun of another trial than its
-    cell's best."""
+    cell's best. ``rates``: the fair experiment's working rates by
+    (batch size, optimizer), whose search is ``fair_flags``'."""
     problems = []
     for (batchsize, optimizer), records in sorted(search.items()):
         n = trials_of(batchsize, trials, refine)
@@ -932,8 +1298,18 @@ def inconsistent(search, reruns, trials, refine=REFINED, settings=None):
                     trial_name(optimizer, batchsize, r['trial']),
                     r['trial'], n))
                 continue
-            want = search_flags(optimizer, batchsize, r['epochs'],
-                                r['trial'], trials, records, settings)
+            if rates is None:
+                want = search_flags(optimizer, batchsize, r['epochs'],
+                                    r['trial'], trials, records, settings)
+            elif (batchsize, optimizer) not in rates:
+                problems.append('{}: a search trial before its pilot is '
+                                'complete'.format(trial_name(
+                                    optimizer, batchsize, r['trial'])))
+                continue
+            else:
+                want = fair_flags(optimizer, r['epochs'], r['trial'],
+                                  trials, records,
+                                  rates[batchsize, optimizer])
             if r['flags'] != want:
                 problems.append('{}: flags {}, the search gives {}'.format(
                     trial_name(optimizer, batchsize, r['trial']),
@@ -985,6 +1361,49 @@ def inconsistent_budgets(search, budgets, trials, refine=REFINED,
     return problems
 
 
+def fair_problems(args, search, reruns):
+    """What in the fair experiment's records (``--fair``) the study would
+    not have written now, besides ``inconsistent``'s: a record without
+    its machine, a run of another epoch budget or another ``--fair``, a
+    pilot of another budget, a rerun of a seed its cell does not want
+    (``wanted_seeds``)."""
+    problems = []
+    pilots = [(trial_name(o, b, r['trial'], stage=stage), r)
+              for (b, o, stage), found in load_pretune(args.out).items()
+              for r in found]
+    for name, r in list(_records(args.out)) + pilots:
+        missing = [k for k in MACHINE_KEYS
+                   if k not in (r.get('machine') or {})]
+        if missing:
+            problems.append('{}: its machine does not record {}'.format(
+                name, ', '.join(missing)))
+        if r.get('fair') != args.fair:
+            problems.append('{}: a run of --fair {}, not {:g}'.format(
+                name, r.get('fair'), args.fair))
+        if r['epochs'] != epochs_of(args, r['batchsize']):
+            problems.append('{}: {} epochs, the budget is {}'.format(
+                name, r['epochs'], epochs_of(args, r['batchsize'])))
+        if 'stage' in r and r['stage'] != 'pilot':
+            problems.append('{}: a {} run; the fair experiment has a pilot '
+                            'only'.format(name, r['stage']))
+    for (b, o), records in sorted(reruns.items()):
+        want = wanted_seeds(reruns, b, o, args.seeds, args.more_seeds)
+        for r in records:
+            if r['seed'] not in want:
+                problems.append('{}: seed {}, the reruns of this cell are '
+                                'of seeds {}'.format(
+                                    trial_name(o, b, seed=r['seed']),
+                                    r['seed'], want))
+    return problems
+
+
+def fair_wanted(args, reruns):
+    """The seeds each rerun cell of the fair experiment is to have."""
+    return {(b, o): len(wanted_seeds(reruns, b, o, args.seeds,
+                                     args.more_seeds))
+            for b, o in reruns}
+
+
 def other_model(out, model):
     """Each JSON of ``out`` of another model than ``model`` (the JSONs
     that predate --model are of the first, ``mlp``)."""
@@ -1012,6 +1431,12 @@ def all_tables(args, search, reruns, budgets):
     ``--check`` expects them: the study's and, where it has run, the
     pre-tuning's."""
     pre = load_pretune(args.out)
+    if args.fair is not None:
+        extra = ['decay_power'] + (['beta2', 'eps'] if any(
+            o in recipe.ADAM_LIKE for _, o in search) else [])
+        return tables(search, reruns, args.trials, len(args.seeds),
+                      args.refine, wanted=fair_wanted(args, reruns),
+                      extra=extra) + (pretune_tables(pre, 0) if pre else [])
     return tables(search, reruns, args.trials, len(args.seeds), args.refine,
                   load_defaults(args.out), budgets, args.budgets,
                   args.budget_configs, args.budget_batchsizes,
@@ -1023,8 +1448,15 @@ def check(args):
     search, reruns = load(args.out)
     budgets = load_budgets(args.out)
     status = 0
+    rates = None
+    if args.fair is not None:
+        rates = {(b, o): lr for b in {b for b, _ in search}
+                 for o, lr in fair_rates(args.out, b, list(OPTIMIZERS))
+                 .items()}
     for problem in (inconsistent(search, reruns, args.trials, args.refine,
-                                 args.settings)
+                                 args.settings, rates)
+                    + (fair_problems(args, search, reruns)
+                       if args.fair is not None else [])
                     + inconsistent_budgets(search, budgets, args.trials,
                                            args.refine, args.budget_configs)
                     + off_the_curve(args.out)
@@ -1074,15 +1506,19 @@ def section(path, args):
     marks = [i for i, line in enumerate(lines) if line.startswith(MARKER)]
     if not marks:
         return None
-    flag = ('--pretuned' if args.settings is not None
+    flag = ('--fair {:g}'.format(args.fair) if args.fair is not None
+            else '--pretuned' if args.settings is not None
             else '--model ' + args.model if args.model != MODELS[0]
             else '--optimizers ' + ','.join(args.optimizers)
             if list(args.optimizers) != list(DEFAULT_OPTIMIZERS) else None)
-    named = ['--pretuned', '--model', '--optimizers']
+    named = ['--fair', '--pretuned', '--model', '--optimizers']
     spans = [(0, marks[0])] if flag is None else []
     for i, end in zip(marks, marks[1:] + [len(lines)]):
         words = lines[i].replace('-->', ' ') + ' '
-        if (' {} '.format(flag) in words if flag is not None
+        # The fair experiment's lines name --model too.
+        if (' {} '.format(flag) in words and (
+                args.fair is not None or ' --fair ' not in words)
+                if flag is not None
                 else not any(' {} '.format(n) in words for n in named)):
             spans.append((i, end))
     return spans or '{}: no line "{}... {} ... --tables -->" before its ' \
@@ -1111,6 +1547,9 @@ def reproduce(args):
         again['test_accuracy'] = None
     verdict, different = compare(record, again, _eval_every(cmd),
                                  n_test_images())
+    if 'machine' in record:  # what --reproduce compares across
+        print('recorded on: {}\nrun now on:  {}'.format(
+            _machine_line(record['machine']), _machine_line(machine())))
     print('\n'.join(different + [verdict]))
     return 1 if verdict.startswith('differs') else 0
 
@@ -1269,8 +1708,11 @@ def plot(args):
     of its seeded reruns), a hollow one a cell still being searched (its
     best trial so far, labelled with the trials done). The dotted line is
     perfect scaling: the steps halve as the batch doubles, from the fewest
-    steps at the smallest batch size drawn.
+    steps at the smallest batch size drawn. The fair experiment has its
+    own figure (``plot_fair``).
     """
+    if args.fair is not None:
+        return plot_fair(args)
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -1424,6 +1866,106 @@ def plot(args):
     plt.close(figure)
 
 
+def plot_fair(args):
+    """The fair experiment's figure: for each pair, on top each pilot run
+    and search trial's best validation accuracy against its rate relative
+    to its optimizer's working rate (the pilot's best), below the
+    validation curves of the reruns of each optimizer's best trial, a
+    dot where a rerun first reached the target."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    search, reruns = load(args.out)
+    pilots = load_pretune(args.out)
+    arms = {c[1] for c in search} | {o for _, o, _ in pilots}
+    pairs = [p for p in PAIRS if arms & set(p)]
+    figure, axes = plt.subplots(2, max(1, len(pairs)), squeeze=False,
+                                figsize=(max(8, 5.5 * len(pairs)), 9))
+    low = 100 * args.target - 4  # the lowest accuracy drawn
+    for column, pair in enumerate(pairs):
+        top, bottom = axes[0][column], axes[1][column]
+        for optimizer in pair:
+            style = STYLES.get(optimizer, {})
+            color = style.get('color')
+            for batchsize in args.batchsizes:
+                pilot = pilots.get((batchsize, optimizer, 'pilot'), [])
+                if len(pilot) < len(PILOT):
+                    continue
+                rate = working(pilot)['flags']['lr']
+                trials = search.get((batchsize, optimizer), [])
+                for records, marker, what in (
+                        (pilot, 'x', 'pilot'),
+                        ([r for r in trials if r['trial'] < args.trials],
+                         'o', 'round one'),
+                        ([r for r in trials if r['trial'] >= args.trials],
+                         's', 'round two')):
+                    x = [r['flags']['lr'] / rate for r in records]
+                    y = [100 * (r['best_validation'] or 0)
+                         for r in records]
+                    top.plot([a for a, b in zip(x, y) if b > low],
+                             [b for b in y if b > low], linestyle='none',
+                             marker=marker, color=color,
+                             markerfacecolor='none')
+                    # Below the axis: a triangle on its bottom edge.
+                    top.plot([a for a, b in zip(x, y) if b <= low],
+                             [low] * sum(b <= low for b in y),
+                             linestyle='none', marker='v', color=color,
+                             markerfacecolor='none')
+                done = reruns.get((batchsize, optimizer), [])
+                for i, r in enumerate(done):
+                    steps = [p[0] for p in r['curve']]
+                    accuracy = [100 * p[1] for p in r['curve']]
+                    bottom.plot(steps, accuracy, color=color, linewidth=1,
+                                alpha=0.8, label='{}: best trial ({}), '
+                                'seeds {}'.format(
+                                    LABELS.get(optimizer, optimizer),
+                                    r['trial'], ', '.join(
+                                        str(d['seed']) for d in done))
+                                if i == 0 else None)
+                    if r['steps_to_target'] is not None:
+                        at = dict(r['curve'])[r['steps_to_target']]
+                        bottom.plot([r['steps_to_target']], [100 * at],
+                                    marker='o', color=color)
+        for ax in (top, bottom):
+            ax.axhline(100 * args.target, color='gray', linestyle=':',
+                       linewidth=1)
+            ax.grid(True, alpha=0.4)
+        top.set_xscale('log')
+        top.set_ylim(low - 0.2, 100 * args.target + 1.2)
+        top.set_xlabel('rate / working rate (the pilot\'s best)')
+        top.set_ylabel('best validation accuracy (%)')
+        handles = [matplotlib.lines.Line2D(
+            [], [], color=STYLES.get(o, {}).get('color'),
+            label=LABELS.get(o, o)) for o in pair] + [
+            matplotlib.lines.Line2D([], [], linestyle='none', marker=m,
+                                    color='gray', markerfacecolor='none',
+                                    label=what)
+            for m, what in (('x', 'pilot'), ('o', 'search, round one'),
+                            ('s', 'search, round two'),
+                            ('v', '{:g} % or below'.format(low)))]
+        top.legend(handles=handles, fontsize=7, ncol=3, loc='upper center',
+                   bbox_to_anchor=(0.5, -0.13))
+        bottom.set_ylim(low, 100 * args.target + 1.2)
+        bottom.set_xlabel('step')
+        bottom.set_ylabel('validation accuracy (%)')
+        if bottom.get_legend_handles_labels()[0]:
+            bottom.legend(fontsize=7, loc='lower right')
+        top.set_title(' against '.join(LABELS.get(o, o) for o in pair),
+                      fontsize=9)
+    epochs = sorted({r['epochs'] for rs in list(search.values())
+                     + list(pilots.values()) for r in rs})
+    figure.suptitle(
+        'The fair experiment: MNIST MLP{}, batch {}, {} epochs ({:g}x the '
+        "search's);\nthe same pilot, search and reruns for each optimizer"
+        .format(' with BatchNorm' if args.model == 'mlp-bn' else '',
+                ', '.join(str(b) for b in args.batchsizes),
+                ', '.join(str(e) for e in epochs), args.fair), fontsize=9)
+    figure.tight_layout()
+    figure.savefig(args.figure)
+    plt.close(figure)
+
+
 def _budget(text):
     value = float(text)
     if not (0 < value < math.inf) or value == 1:
@@ -1432,11 +1974,19 @@ def _budget(text):
     return value
 
 
+def _multiple(text):
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError('a positive multiple')
+    return value
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--batchsizes', action=results.ListFlag,
-                        type=results._integer(1), default=BATCHSIZES,
-                        help='Batch sizes (default: %(default)s)')
+                        type=results._integer(1),
+                        help='Batch sizes (default: {}; {} with --fair)'
+                        .format(BATCHSIZES, [FAIR_BATCHSIZE]))
     parser.add_argument('--optimizers', action=results.ListFlag,
                         default=DEFAULT_OPTIMIZERS,
                         help='From {} (default: %(default)s)'.format(
@@ -1481,6 +2031,25 @@ def main(argv=None):
                         'rate range centred on its working rate, its best '
                         'weight decay and decay power, warm-up up to half '
                         'the run; into <out>/{}/'.format(PRETUNED))
+    parser.add_argument('--fair', type=_multiple, metavar='BUDGET',
+                        help='The fair experiment, at BUDGET times the '
+                        'epochs of the search: for each optimizer a pilot '
+                        'of {} rates around its rule, then {} trials in two '
+                        'rounds over the rate ({:g} decades either side of '
+                        'the working rate, then half that around round '
+                        'one\'s best), warm-up up to {:g} %% of the run, '
+                        'decay power, label smoothing and, for adam and '
+                        'lamb, beta2 and eps, momentum {:g}; the best '
+                        'rerun with --seeds, and --more-seeds where the '
+                        'two arms\' ranges overlap; into <out>/fair-x'
+                        'BUDGET/'.format(len(PILOT), 2 * FAIR_TRIALS,
+                                         FAIR_SPAN, 100 * FAIR_WARMUP_CAP,
+                                         FAIR_MOMENTUM))
+    parser.add_argument('--more-seeds', action=results.ListFlag,
+                        type=results._integer(0), default=MORE_SEEDS,
+                        help='--fair: the seeds of more reruns where the '
+                        'arms\' ranges of steps overlap (default: '
+                        '%(default)s)')
     parser.add_argument('--pretune-batchsize', type=results._integer(1),
                         default=PRETUNE_BATCHSIZE,
                         help='The batch size of the pre-tuning (default: '
@@ -1528,6 +2097,9 @@ def main(argv=None):
     parser.add_argument('--plot-only', action='store_true',
                         help='Run nothing: draw the figure from the JSONs')
     args = parser.parse_args(argv)
+    if args.batchsizes is None:
+        args.batchsizes = (BATCHSIZES if args.fair is None
+                           else [FAIR_BATCHSIZE])
     if args.out is None:
         args.out = model_out(args.model)
     if args.figure is None:
@@ -1535,6 +2107,17 @@ def main(argv=None):
             HERE, 'study-{}.png'.format(args.model)))
         if args.pretuned:
             args.figure = args.figure[:-len('.png')] + '-pretuned.png'
+        if args.fair is not None:
+            args.figure = args.figure[:-len('.png')] + '-{}-x{:g}.png'.format(
+                FAIR, args.fair)
+    if args.fair is not None:
+        if args.pretune or args.pretuned:
+            parser.error('--fair has a pilot of its own: give it without '
+                         '--pretune and --pretuned')
+        args.out = os.path.join(args.out, '{}-x{:g}'.format(FAIR, args.fair))
+        # Two rounds at every batch size, no budget sweep.
+        args.refine = list(args.batchsizes)
+        args.budget_configs = 0
     args.settings = None
     if args.pretuned:
         if args.pretune:
@@ -1573,6 +2156,12 @@ def main(argv=None):
         if args.epochs is None and name not in EPOCHS:
             parser.error('--batchsizes {}: no epoch budget for it; give '
                          '--epochs'.format(name))
+        epochs = args.epochs or EPOCHS[name]
+        if args.fair is not None and epochs * args.fair != int(
+                epochs * args.fair):
+            parser.error('--fair {:g}: {:g} times the {} epochs of batch '
+                         'size {} is not a whole number of epochs'.format(
+                             args.fair, args.fair, epochs, name))
     for name in args.budget_batchsizes if args.budget_configs else ():
         epochs = args.epochs or EPOCHS.get(name)
         for budget in args.budgets if epochs else ():
@@ -1581,6 +2170,7 @@ def main(argv=None):
                              'batch size {} is not a whole number of '
                              'epochs'.format(budget, budget, epochs, name))
     args.n_train = n_training_images(args.validation)
+    args.machine = machine()
     os.makedirs(args.runs, exist_ok=True)
     # SIGTERM stops the study as Ctrl-C does, its current run with it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -1589,6 +2179,8 @@ def main(argv=None):
             parser.error('--pretune-batchsize {}: no epoch budget for it; '
                          'give --epochs'.format(args.pretune_batchsize))
         pretune(args)
+    elif args.fair is not None:
+        fair(args)
     else:
         study(args)
     return 0
