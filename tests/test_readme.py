@@ -21,8 +21,7 @@ SECTIONS = ['What LARS is for', 'Quick start', 'Installation', 'Usage',
 # it shows them to run (a literal block), and where it names them as the
 # source of a figure (inline).
 LONG = ['bash dev.sh mnist', 'bash dev.sh test', 'bash dev.sh docs',
-        'python examples/mnist/train_mnist.py -b 128',
-        'python examples/mnist/results.py']
+        'python examples/mnist/train_mnist.py -b 128']
 LONG_INLINE = ['python benchmarks/first_contact.py',
                'benchmarks/bench_lars.py', 'benchmarks/gpu_check.sh']
 
