@@ -209,14 +209,17 @@ class Record(object):
 
     def update(self, grads):
         """:meth:`take` and the update of a plan of one group, where every
-        array goes as it is; whether it ran."""
+        array goes as it is; whether it ran (a face may call it first)."""
         if self.scaled is None or self.scaled[0] != self.groups[0].scaled:
             self._required()
         if len(grads) == 1:  # item assignment: 6x faster
             self.gids[0] = id(grads[0])
         else:
             self.gids[:] = list(map(id, grads))
-        return self.restamp_update(*self.arguments)
+        ran = self.restamp_update(*self.arguments)
+        if ran and self.groups[0].last.copies:
+            self.groups[0].last.copies = {}
+        return ran
 
     def _required(self):
         """The gradients' flags: writeable where the op writes them."""

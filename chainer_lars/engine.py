@@ -200,8 +200,6 @@ def update(plan, grads):
     groups = plan.groups
     if (len(groups) == 1 and groups[0].executor is cpu.executor
             and cpu.executor.update(plan, grads[0])):
-        if groups[0].last.copies:
-            groups[0].last.copies = {}
         return [[]]
     gptrs, missing = _taken(plan, grads)
     if not missing:  # every gradient goes as it is

@@ -159,7 +159,8 @@ class FusedRule(optimizer.UpdateRule):
         engine.settings(group, (values, [None], [self.t] if self._STEPPED
                                 else None, self.uses_weight_decay,
                                 self.uses_adaptation), self._fill_group)
-        engine.update(plan, [[g]])
+        if plan.record is None or not plan.record.update([g]):
+            engine.update(plan, [[g]])
         self._observed = True
         if self._lost is not None and w.dtype.char == 'e':  # float16
             self._lost += engine.rounded_away(group)

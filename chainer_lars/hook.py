@@ -328,7 +328,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         clip_lr = self._clip_lr(rule, path) if (
             group.adapt[0] and self.clip) else -1.0
         engine.settings(group, self._key(clip_lr, [loss_scale]), self._fill)
-        engine.update(plan, [[g]])
+        if plan.record is None or not plan.record.update([g]):
+            engine.update(plan, [[g]])
         self._seen[path] = group.last
 
     def _plan_of_one(self, device, path, arrays):

@@ -1006,3 +1006,31 @@ def test_mixed16_masters_gradients_are_rescaled_as_in_their_rules(
                      (p.update_rule.state['v'], q.update_rule.state['v'])):
             assert x.tobytes() == y.tobytes(), path
     assert sorted(hook.observe()) == sorted(PATHS)
+
+
+@pytest.mark.parametrize('face', ['hook(rule, param)', 'LARS per rule'])
+def test_observe_follows_strided_and_contiguous_gradients(face):
+    """A strided gradient is updated through a copy, observed from the
+    copy; the next contiguous one through the plan's compiled record,
+    observed from the table, not from the earlier copy."""
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(numpy.arange(1., 9., dtype='f'))
+    if face == 'LARS per rule':
+        opt = chainer_lars.LARS(lr=0.1, weight_decay=0.,
+                                multi_tensor=False).setup(link)
+    else:
+        opt = optimizers.SGD(lr=0.).setup(link)
+        hook = chainer_lars.GradientLARS(weight_decay=0.)
+    for k, scale in enumerate([1., 2., 3., 4., 5.]):
+        grad = numpy.full(16 if k % 2 == 0 else 8, scale, 'f')
+        link.p.grad = grad[::2] if k % 2 == 0 else grad
+        assert link.p.grad.flags.c_contiguous == (k % 2 == 1)
+        if face == 'LARS per rule':
+            opt.update()
+            observed = opt.observe()
+        else:
+            hook(link.p.update_rule, link.p)
+            observed = hook.observe()
+        ratio, w_norm, g_norm = observed['/p']
+        assert g_norm == pytest.approx(scale * math.sqrt(8), rel=1e-6)
