@@ -5,7 +5,8 @@ Runs each tree's own ``benchmarks/bench_lars.py`` (with that tree first on
 ``PYTHONPATH``) in turn, ``--rounds`` times, passing it the same arguments,
 and prints for every case and variant the median time of each version and
 the median of the per-round ratios ``new / old``: below 1 is faster.
-Alternating the versions lets a shared machine's slow drifts hit both.
+Alternating the versions (each round the other goes first) lets a shared
+machine's slow drifts hit both.
 Variants that are not ours (``momentum_sgd``, Chainer's hook, the floor)
 show what the noise is. Below the table, each version's targets (the PASS
 or FAIL that bench_lars.py prints) over all rounds; the exit status is 1
@@ -96,7 +97,9 @@ def main():
     verdicts = {'old': [], 'new': []}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.rounds):
-            for which in ('old', 'new'):
+            # Alternate which tree goes first, so that neither always
+            # runs on a machine the other has just warmed or loaded.
+            for which in ('old', 'new')[::1 if k % 2 == 0 else -1]:
                 out = os.path.join(tmp, '{}{}.json'.format(which, k))
                 result = _run(getattr(args, which), bench_args, out)
                 runs[which].append(_times(result))
