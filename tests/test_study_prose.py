@@ -1013,16 +1013,15 @@ FAIR2_CLAIMS = {
         'overlap)',
     ],
     'README.rst': [
-        'Nesterov does reach 98 % (in {f2_nesterov_reached} of its '
-        '{f2_nesterov_trials} trials, LARS in {f2_lars_reached})',
+        'at 2x Nesterov reached 98 % in {f2_nesterov_reached} of its '
+        '{f2_nesterov_trials} trials (LARS in {f2_lars_reached})',
         "its selected trial's reruns took {f2_nesterov_steps} steps "
-        "({f2_nesterov_range} over seeds 1 to 3) against LARS's "
-        '{f2_lars_steps} ({f2_lars_range})',
-        'ended at {f2_nesterov_val} % best validation against '
-        '{f2_lars_val} %',
+        "({f2_nesterov_range}) against LARS's {f2_lars_steps} "
+        '({f2_lars_range}), ending at {f2_nesterov_val} % best validation '
+        'against {f2_lars_val} %',
         'rank-sum p = {f2_p}',
-        'One Nesterov pilot run ({f2_nesterov_pilot} steps) was level with '
-        "LARS's ({f2_lars_pilot})",
+        'One Nesterov pilot run at 2x ({f2_nesterov_pilot} steps) was level '
+        "with LARS's ({f2_lars_pilot})",
     ],
     'CHANGELOG.rst': [
         'LARS reached 98 % in {f2_lars_reached} of 16 trials and Nesterov '
@@ -1038,3 +1037,108 @@ FAIR2_CLAIMS = {
 @pytest.mark.parametrize('path', sorted(FAIR2_CLAIMS))
 def test_the_fair_experiment_prose_quotes_its_tables(fair2_quoted, path):
     assert_says(path, FAIR2_CLAIMS[path], fair2_quoted)
+
+
+def fair1_numbers():
+    """The numbers the prose quotes from the fair experiment at 1x, and
+    what it says of them in words."""
+    t = fair_tables('1')
+    q = {}
+    for o in ('nesterov', 'lars'):
+        s = row(t, SEARCH, 8192, o)
+        assert s['trials'] == '16/16', s  # "complete"
+        q['f1_{}_reached'.format(o)] = s['reached']
+        assert all(r['diverged'] == '0' for r in t[SPACE]
+                   if r['optimizer'] == o)  # "none diverged"
+        r = row(t, RERUNS, 8192, o)
+        assert (r['seeds'], r['reached']) == ('3/3', '3'), r
+        q['f1_{}_trial'.format(o)] = r['trial']
+        q['f1_{}_steps'.format(o)], _, span = r['steps to target'].partition(
+            ' ')
+        q['f1_{}_range'.format(o)] = span.strip('()')
+        *first, last = r['steps, each seed'].split(', ')
+        q['f1_{}_each'.format(o)] = '{} and {}'.format(', '.join(first),
+                                                       last)
+        for key, column in (('val', 'best validation (%)'),
+                            ('test', 'test (%)')):
+            q['f1_{}_{}'.format(o, key)], _, span = r[column].partition(' ')
+            q['f1_{}_{}_range'.format(o, key)] = span.strip('()')
+        sens = row(t, SENSITIVITY, 8192, o)
+        q['f1_{}_s975'.format(o)] = sens['steps to 97.5 %']
+        q['f1_{}_s97'.format(o)] = sens['steps to 97 %']
+        p = row(t, PRETUNE_SUMMARY, 8192, o)
+        q['f1_{}_pilot_val'.format(o)] = p['best validation (%)']
+        q['f1_{}_pilot_steps'.format(o)] = p['steps to target']
+    # "Nesterov in 1 of 16 (trial 1, in 70 steps, best validation ...)"
+    s = row(t, SEARCH, 8192, 'nesterov')
+    assert s['best trial'] == q['f1_nesterov_trial']
+    q['f1_nesterov_best'] = s['steps to target']
+    q['f1_nesterov_any'] = s['best validation, any trial (%)']
+    # "Nesterov's pilot reached it in none of its 7 runs, LARS's in 3"
+    pilots = t[PRETUNE_RUNS]
+    reach = {o: sum(1 for r in pilots if r['optimizer'] == o
+                    and r['steps to target'] != '-') for o in ('nesterov',
+                                                               'lars')}
+    assert reach == {'nesterov': 0, 'lars': 3}, reach
+    assert q['f1_nesterov_pilot_steps'] == '-'
+    # disjoint at 98 % and 97.5 %, overlapping at 97 %; p = 0.1
+    n, l_ = (row(t, RERUNS, 8192, o) for o in ('nesterov', 'lars'))
+    assert bounds(l_['steps to target'])[1] < bounds(n['steps to target'])[0]
+    s975 = [bounds(q['f1_{}_s975'.format(o)]) for o in ('lars', 'nesterov')]
+    s97 = [bounds(q['f1_{}_s97'.format(o)]) for o in ('lars', 'nesterov')]
+    assert s975[0][1] < s975[1][0] and s97[1][0] <= s97[0][1]
+    pair = row(t, PAIRS, 8192, optimizers='nesterov / lars')
+    assert (pair['ranges of steps overlap'], pair['p, steps to target']) == (
+        'no', '0.1')
+    # "about 1.6 times", "about half a point lower"
+    q['f1_ratio'] = '{:.1f}'.format(int(q['f1_nesterov_steps'])
+                                    / int(q['f1_lars_steps']))
+    gap = float(q['f1_lars_val']) - float(q['f1_nesterov_val'])
+    assert 0.4 <= gap < 0.65, gap
+    return q
+
+
+@pytest.fixture(scope='module')
+def fair1_quoted():
+    return fair1_numbers()
+
+
+FAIR1_CLAIMS = {
+    'examples/mnist/README.md': [
+        'LARS reached 98 % validation accuracy in {f1_lars_reached} of its '
+        '16 trials, Nesterov in {f1_nesterov_reached} of 16 (trial '
+        '{f1_nesterov_trial}, in {f1_nesterov_best} steps, best validation '
+        '{f1_nesterov_any} %)',
+        'none of its 7 runs (best {f1_nesterov_pilot_val} %), LARS\'s in 3 '
+        '({f1_lars_pilot_steps} steps at its working rate)',
+        'LARS reached 98 % in {f1_lars_steps} steps ({f1_lars_range}; the '
+        'seeds took {f1_lars_each}), Nesterov in {f1_nesterov_steps} '
+        '({f1_nesterov_range}; {f1_nesterov_each})',
+        '(best validation {f1_nesterov_val} %, {f1_nesterov_val_range}), '
+        "LARS's cleared it ({f1_lars_val} %, {f1_lars_val_range}; test "
+        '{f1_lars_test} % against {f1_nesterov_test} %)',
+        'To 97.5 % LARS took {f1_lars_s975} steps, Nesterov '
+        '{f1_nesterov_s975}, disjoint; to 97 % {f1_lars_s97} against '
+        '{f1_nesterov_s97}',
+        'about {f1_ratio} times LARS\'s steps ({f1_nesterov_steps} against '
+        '{f1_lars_steps})',
+    ],
+    'README.rst': [
+        'At 1x one Nesterov trial of 16 reached 98 % (LARS '
+        '{f1_lars_reached}), and its reruns took {f1_nesterov_steps} steps '
+        '({f1_nesterov_range} over seeds 1 to 3) against LARS\'s '
+        '{f1_lars_steps} ({f1_lars_range})',
+    ],
+    'CHANGELOG.rst': [
+        'LARS reached 98 % in {f1_lars_reached} of 16 trials and Nesterov '
+        'in {f1_nesterov_reached}, and the reruns took {f1_lars_steps} steps '
+        '({f1_lars_range}) against {f1_nesterov_steps} ({f1_nesterov_range})',
+    ],
+}
+
+
+@pytest.mark.parametrize('path', sorted(FAIR1_CLAIMS))
+def test_the_fair_experiment_at_1x_prose_quotes_its_tables(fair1_quoted,
+                                                           path):
+    assert fair1_quoted['f1_nesterov_reached'] == '1'  # "one ... of 16"
+    assert_says(path, FAIR1_CLAIMS[path], fair1_quoted)
