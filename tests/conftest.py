@@ -20,9 +20,10 @@
     the docs' snippets on the real MNIST; in
     ``CHAINER_LARS_INTEGRATION_IN``. ``test_syntax.py`` still compiles
     every script in every env.
-  - ``isolated``: the library's cases that each run in a fresh
-    interpreter (arrays changed in place, read-only and foreign memory,
-    the fuzz test): they depend on numpy's arrays, not on the Python; in
+  - ``isolated``: the library's cases that each run in a process of
+    their own (``tests/forked.py``: arrays changed in place, read-only
+    and foreign memory, the fuzz test): they depend on numpy's arrays,
+    not on the Python; in
     ``CHAINER_LARS_ISOLATED_IN`` (``dev.sh test``: the full env and the
     numpy 2 one).
   - ``docs``: the docstrings' checks, which need Sphinx; in
@@ -93,7 +94,7 @@ GROUPS = {
         'the scripts in every env'),
     'isolated': (
         'CHAINER_LARS_ISOLATED_IN',
-        'each case runs in a fresh interpreter, on memory that numpy lays '
+        'each case runs in a process of its own, on memory that numpy lays '
         'out: they differ by numpy, not by Python'),
     'docs': (
         'CHAINER_LARS_DOCS_IN',

@@ -12,14 +12,13 @@ ratio: ``MomentumSGD`` then makes the same step, its ``v`` negated). Every
 update must give the twin's result within the dtypes' rounding, or raise an
 error of the twin's type; :class:`~chainer_lars.LARS` with ``multi_tensor``
 and the hook (where the error is its own) must then leave every array as it
-was. The cases run in a subprocess: a crash fails the test, with the last
-case printed. ``CHAINER_LARS_FUZZ_EXAMPLES`` sets the number of examples
-per test (default 30, the same examples every run; when set, new random
-ones).
+was. The cases run in a process of their own (tests/forked.py): a crash
+fails the test, with the last case printed. ``CHAINER_LARS_FUZZ_EXAMPLES``
+sets the number of examples per test (default 30, the same examples every
+run; when set, new random ones).
 """
 
 import os
-import subprocess
 import sys
 import tempfile
 import traceback
@@ -31,9 +30,8 @@ import pytest
 import chainer
 
 import chainer_lars
+from tests import forked
 from tests import lars_reference as ref
-from tests import pythonpath
-from tests import REPO_ROOT
 
 
 EXAMPLES = int(os.environ.get('CHAINER_LARS_FUZZ_EXAMPLES', '30'))
@@ -77,19 +75,15 @@ def change_in_place(a, how):
 
 
 def _run_worker(face, device):
-    env = dict(os.environ, PYTHONPATH=pythonpath())
-    env.setdefault('PYTHONWARNINGS', 'ignore')
     code = ('from tests.test_fuzz import worker; worker({!r}, {!r}, '
             '{})'.format(face, device, EXAMPLES))
-    proc = subprocess.run([sys.executable, '-c', code], env=env,
-                          capture_output=True, text=True, cwd=str(REPO_ROOT))
-    assert proc.returncode == 0, (
+    returncode, stdout, stderr = forked.run(code, timeout=3600)
+    assert returncode == 0, (
         'the fuzz worker failed or crashed (status {}); its last lines:\n'
-        '{}\n{}'.format(proc.returncode, proc.stdout[-4000:],
-                        proc.stderr[-8000:]))
-    ran = [line for line in proc.stdout.splitlines()
+        '{}\n{}'.format(returncode, stdout[-4000:], stderr[-8000:]))
+    ran = [line for line in stdout.splitlines()
            if line.startswith('examples: ')]
-    assert ran and int(ran[-1].split()[1]) >= min(EXAMPLES, 1), proc.stdout
+    assert ran and int(ran[-1].split()[1]) >= min(EXAMPLES, 1), stdout
 
 
 @pytest.mark.parametrize('face', FACES)
@@ -103,7 +97,7 @@ def test_fuzz_emulated_gpu(face):
     _run_worker(face, 'emulated')
 
 
-# The worker: everything below runs in the subprocess.
+# The worker: everything below runs in the forked process.
 
 class _Model(chainer.Link):
 

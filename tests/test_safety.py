@@ -1,15 +1,12 @@
 """No input corrupts memory: arrays replaced between updates, read-only
-memory, and cached tables, each run in a subprocess (a crash is a failure,
-not the end of the run)."""
+memory, and cached tables, each run in a process of its own (a crash is a
+failure, not the end of the run; tests/forked.py)."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests import pythonpath
+from tests import forked
 
 
 _PRELUDE = '''
@@ -54,11 +51,7 @@ def run_case(code, emulated=False):
                    '_installed = emulated_cupy.installed()\n'
                    '_installed.__enter__()\n')
     source += textwrap.dedent(code)
-    env = dict(os.environ, PYTHONPATH=pythonpath(),
-               PYTHONWARNINGS='ignore')
-    proc = subprocess.run([sys.executable, '-c', source], env=env,
-                          capture_output=True, text=True, timeout=300)
-    return proc.returncode, proc.stdout, proc.stderr
+    return forked.run(source, timeout=300)
 
 
 def lines(code, emulated=False):
