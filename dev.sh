@@ -25,10 +25,11 @@
 #                               included, instead of the one each comes with
 #   CHAINER_LARS_EMULATED_IN,   the tox envs (comma-separated) that run
 #   CHAINER_LARS_INTEGRATION_IN, each group of tests of tests/conftest.py
-#   CHAINER_LARS_ISOLATED_IN,   (test: the emulated group in the newest
-#   CHAINER_LARS_DOCS_IN        Python's env, integration in the oldest's,
-#                               isolated in the newest's and the numpy 2
-#                               one, docs in docs; empty: every env)
+#   CHAINER_LARS_EXAMPLES_IN,   (test: the emulated and integration groups
+#   CHAINER_LARS_ISOLATED_IN,   in the newest Python's env, examples in
+#   CHAINER_LARS_DOCS_IN        the oldest's, isolated in the oldest's and
+#                               the numpy 2 one, docs in docs; empty: every
+#                               env)
 #   CHAINER_LARS_HEARTBEAT      seconds between test's progress lines while
 #                               tox runs envs in parallel (default 30)
 #   CHAINER_LARS_TOX_PARALLEL   how many tox envs test runs at a time
@@ -411,7 +412,10 @@ cmd_test() {
         # 3.12 with numpy 2: each runs the library's tests, which may differ
         # by Python and numpy, and the groups of tests/conftest.py that the
         # variables below give it; the groups that differ by neither run
-        # once. A Python between the two (3.10: 3.11's numpy and Numba)
+        # once, split between the two so that each takes about as long
+        # (the emulated GPU and the tools in the newest's, the example
+        # trainers in the oldest's, which a script is likeliest to break
+        # on). A Python between the two (3.10: 3.11's numpy and Numba)
         # adds nothing they do not test: tox -e py310-cpu runs it. The
         # longest first, so that in parallel none waits for a slot at the
         # end.
@@ -425,8 +429,9 @@ cmd_test() {
         [ -z "$stack" ] || order+=("$stack")
         set -- -e "$(IFS=,; echo "${order[*]},docs,lint")" "$@"
         export CHAINER_LARS_EMULATED_IN=${CHAINER_LARS_EMULATED_IN-${envs[0]}}
-        export CHAINER_LARS_INTEGRATION_IN=${CHAINER_LARS_INTEGRATION_IN-${envs[${#envs[@]}-1]}}
-        export CHAINER_LARS_ISOLATED_IN=${CHAINER_LARS_ISOLATED_IN-${envs[0]}${stack:+,$stack}}
+        export CHAINER_LARS_INTEGRATION_IN=${CHAINER_LARS_INTEGRATION_IN-${envs[0]}}
+        export CHAINER_LARS_EXAMPLES_IN=${CHAINER_LARS_EXAMPLES_IN-${envs[${#envs[@]}-1]}}
+        export CHAINER_LARS_ISOLATED_IN=${CHAINER_LARS_ISOLATED_IN-${envs[${#envs[@]}-1]}${stack:+,$stack}}
         export CHAINER_LARS_DOCS_IN=${CHAINER_LARS_DOCS_IN-docs}
     fi
     # tox finds each env's Python by name (python3.9, ...) on PATH.

@@ -1,10 +1,10 @@
 """Test set-up: the gpu and mpi markers, and a tiny offline dataset root.
 
 * ``@pytest.mark.gpu`` tests skip unless CuPy imports and sees a CUDA device.
-* Four groups of tests need not run in every tox env: where an
+* Five groups of tests need not run in every tox env: where an
   environment variable names envs (a comma-separated list), only those
   run the group and the others deselect it, saying so at the end of
-  their output (``dev.sh test`` sets all four; ``GROUPS`` below says
+  their output (``dev.sh test`` sets all five; ``GROUPS`` below says
   what each holds and why). A test is in a group by its module
   (``MODULES``), by the group's marker, or, for ``emulated``, by a
   parameter ``'emulated'`` (a device) or the fixture ``emulated_gpu``;
@@ -14,8 +14,11 @@
   - ``emulated``: the CUDA kernels compiled by NVRTC or run on the CPU
     emulation, the same C++ in every Python; in
     ``CHAINER_LARS_EMULATED_IN``.
-  - ``integration``: the scripts and tools run end to end in subprocesses
-    (the examples, the benchmark, ``results.py``, ``dev.sh``, the
+  - ``examples``: the example trainers (MNIST, CIFAR, ChainerMN, the
+    16-bit runs, the study) run end to end in subprocesses; in
+    ``CHAINER_LARS_EXAMPLES_IN``.
+  - ``integration``: the other scripts and tools run end to end in
+    subprocesses (the benchmark, ``results.py``, ``dev.sh``, the
     wheel's build, the MPI ranks) and ``test_snippets.py``, which trains
     the docs' snippets on the real MNIST; in
     ``CHAINER_LARS_INTEGRATION_IN``. ``test_syntax.py`` still compiles
@@ -23,9 +26,7 @@
   - ``isolated``: the library's cases that each run in a process of
     their own (``tests/forked.py``: arrays changed in place, read-only
     and foreign memory, the fuzz test): they depend on numpy's arrays,
-    not on the Python; in
-    ``CHAINER_LARS_ISOLATED_IN`` (``dev.sh test``: the full env and the
-    numpy 2 one).
+    not on the Python; in ``CHAINER_LARS_ISOLATED_IN``.
   - ``docs``: the docstrings' checks, which need Sphinx; in
     ``CHAINER_LARS_DOCS_IN`` (``dev.sh test``: ``docs``). Where Sphinx
     is missing outside tox, they skip and say that ``tox -e docs`` runs
@@ -86,12 +87,17 @@ GROUPS = {
         'CHAINER_LARS_EMULATED_IN',
         'they compile the CUDA kernels (NVRTC) or run them on the CPU '
         'emulation, the same C++ whatever the Python'),
+    'examples': (
+        'CHAINER_LARS_EXAMPLES_IN',
+        'they run the example trainers end to end in subprocesses, the same '
+        'scripts whatever the env; test_syntax.py compiles them in every '
+        'env'),
     'integration': (
         'CHAINER_LARS_INTEGRATION_IN',
-        'they run scripts and tools end to end in subprocesses (examples, '
-        'benchmark, results.py, dev.sh, wheel build, MPI ranks) or train '
-        "on the real MNIST (the docs' snippets); test_syntax.py compiles "
-        'the scripts in every env'),
+        'they run tools end to end in subprocesses (benchmark, results.py, '
+        "dev.sh, wheel build, MPI ranks) or train on the real MNIST (the "
+        "docs' snippets); test_syntax.py compiles the scripts in every "
+        'env'),
     'isolated': (
         'CHAINER_LARS_ISOLATED_IN',
         'each case runs in a process of its own, on memory that numpy lays '
@@ -106,11 +112,11 @@ MODULES = {
     'test_gpu.py': 'emulated',
     'test_cuda_emulator.py': 'emulated',
     'test_cuda_source.py': 'emulated',
-    'test_examples.py': 'integration',
-    'test_example_chainermn.py': 'integration',
-    'test_example_mixed_precision.py': 'integration',
-    'test_example_study.py': 'integration',
-    'test_example_forms.py': 'integration',
+    'test_examples.py': 'examples',
+    'test_example_chainermn.py': 'examples',
+    'test_example_mixed_precision.py': 'examples',
+    'test_example_study.py': 'examples',
+    'test_example_forms.py': 'examples',
     'test_chainermn.py': 'integration',
     'test_bench_smoke.py': 'integration',
     'test_gpu_bench.py': 'integration',

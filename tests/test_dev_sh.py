@@ -253,23 +253,27 @@ def test_mnist_help_runs_for_real(tmp_path):
 GROUP_MODULES = {
     'docs': ('test_docs.py', 'CHAINER_LARS_DOCS_IN'),
     'emulated': ('test_cuda_emulator.py', 'CHAINER_LARS_EMULATED_IN'),
+    'examples': ('test_example_forms.py', 'CHAINER_LARS_EXAMPLES_IN'),
     'integration': ('test_results_check.py', 'CHAINER_LARS_INTEGRATION_IN'),
     'isolated': ('test_safety.py', 'CHAINER_LARS_ISOLATED_IN'),
 }
+OWN = {'isolated': 'test_a_resized_weight'}
+
+
+#: The envs of each group as dev.sh test sets them with Pythons 3.9 to 3.12
+#: (docs, emulated, examples, integration, isolated).
+DEV_SH_GROUPS = ('docs', 'py311-cpu', 'py39-cpu', 'py311-cpu',
+                 'py39-cpu,py312-numpy2')
 
 
 @pytest.mark.parametrize('only, here, kept', [
     # As dev.sh test sets them (in the order of sorted(GROUP_MODULES)).
-    (('docs', 'py311-cpu', 'py39-cpu', 'py311-cpu,py312-numpy2'),
-     'py310-cpu', (False, False, False, False)),
-    (('docs', 'py311-cpu', 'py39-cpu', 'py311-cpu,py312-numpy2'),
-     'py311-cpu', (False, True, False, True)),
-    (('docs', 'py311-cpu', 'py39-cpu', 'py311-cpu,py312-numpy2'),
-     'py39-cpu', (False, False, True, False)),
-    (('docs', 'py311-cpu', 'py39-cpu', 'py311-cpu,py312-numpy2'),
-     'py312-numpy2', (False, False, False, True)),
-    (('', '', '', ''), 'py310-cpu', (True, True, True, True)),
-    ((None, None, None, None), 'py310-cpu', (True, True, True, True)),
+    (DEV_SH_GROUPS, 'py310-cpu', (False, False, False, False, False)),
+    (DEV_SH_GROUPS, 'py311-cpu', (False, True, False, True, False)),
+    (DEV_SH_GROUPS, 'py39-cpu', (False, False, True, False, True)),
+    (DEV_SH_GROUPS, 'py312-numpy2', (False, False, False, False, True)),
+    (('',) * 5, 'py310-cpu', (True,) * 5),
+    ((None,) * 5, 'py310-cpu', (True,) * 5),
 ])
 def test_groups_run_in_the_envs_dev_sh_names(only, here, kept):
     """Each group is deselected outside its envs, which the output says
@@ -293,7 +297,10 @@ def test_groups_run_in_the_envs_dev_sh_names(only, here, kept):
     assert 'test_layout.py::' in result.stdout
     for group, value, stays in zip(groups, only, kept):
         module, variable = GROUP_MODULES[group]
-        assert (module + '::' in result.stdout) == stays
+        # A test of the group's own (one of test_safety.py's runs on the
+        # emulated device, so follows that group).
+        assert ('tests/{}::{}'.format(module, OWN.get(group, ''))
+                in result.stdout) == stays
         said = '{}: '.format(here) in result.stdout and (
             ' {} tests deselected, run in {} only ({}): '.format(
                 group, ' and '.join((value or '').split(',')), variable)
@@ -401,7 +408,8 @@ def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
                                           environment['PATH'])
     for name in ('CHAINER_LARS_TOX_PARALLEL', 'CHAINER_LARS_PROGRESS',
                  'CHAINER_LARS_EMULATED_IN', 'CHAINER_LARS_INTEGRATION_IN',
-                 'CHAINER_LARS_ISOLATED_IN', 'CHAINER_LARS_DOCS_IN'):
+                 'CHAINER_LARS_EXAMPLES_IN', 'CHAINER_LARS_ISOLATED_IN',
+                 'CHAINER_LARS_DOCS_IN'):
         environment.pop(name, None)
     environment['CHAINER_LARS_HEARTBEAT'] = '1'
     result = subprocess.run(
@@ -429,8 +437,9 @@ def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
                    for line in lines), result.stdout
     assert called['groups'] == {
         'CHAINER_LARS_EMULATED_IN': full,
-        'CHAINER_LARS_INTEGRATION_IN': cpu[-1],
-        'CHAINER_LARS_ISOLATED_IN': ','.join([full] + stack),
+        'CHAINER_LARS_INTEGRATION_IN': full,
+        'CHAINER_LARS_EXAMPLES_IN': cpu[-1],
+        'CHAINER_LARS_ISOLATED_IN': ','.join(cpu[-1:] + stack),
         'CHAINER_LARS_DOCS_IN': 'docs'}
     envs = called['envs']
     assert len(envs) > 2, result.stdout
