@@ -52,6 +52,10 @@ def write_script(path, text):
 
 @pytest.fixture
 def checkout(tmp_path):
+    return make_checkout(tmp_path)
+
+
+def make_checkout(tmp_path):
     """A fake checkout: dev.sh, the packaging files, the example scripts
     (empty), a stub venv with everything "installed", stubs for mpiexec
     and mpicc, and a caller's directory elsewhere."""
@@ -368,6 +372,8 @@ with open(journal, 'w') as f:
 sys.exit(1 if any(r.wait() for r in runs.values()) else 0)
 """
 
+# Three tests, the last of which runs longer than the heartbeat's interval
+# (1 s here); the first two do not.
 SLOW_TESTS = """import os
 import time
 import pytest
@@ -375,16 +381,19 @@ import pytest
 
 @pytest.mark.parametrize('i', range(3))
 def test_slow(i):
-    time.sleep(1.5)
+    time.sleep(3.5 if i == 2 else 0.3)
     # Taken out, so that a pytest run by a test writes over nothing.
     assert 'CHAINER_LARS_PROGRESS' not in os.environ
 """
 
 
-def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
-    """dev.sh test, running the envs in parallel, says when each starts,
-    how far its pytest session is at least every CHAINER_LARS_HEARTBEAT
-    seconds while tox holds its output back, and the expected duration."""
+@pytest.fixture(scope='module')
+def dev_sh_test(tmp_path_factory):
+    """``dev.sh test`` run once, with the fake tox above running
+    SLOW_TESTS in each py env and a heartbeat every second: its output
+    (stdout and stderr) and what the fake tox was called with."""
+    tmp_path = tmp_path_factory.mktemp('dev_sh_test')
+    checkout = make_checkout(tmp_path)
     repo = checkout['repo']
     tests = tmp_path / 'slow_tests'
     tests.mkdir()
@@ -417,24 +426,31 @@ def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
         env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         universal_newlines=True, timeout=120)
     assert result.returncode == 0, result.stdout
-    lines = result.stdout.splitlines()
+    with open(str(record)) as f:
+        return result.stdout, json.load(f)
+
+
+def test_test_shows_each_envs_start_and_progress(dev_sh_test):
+    """dev.sh test, running the envs in parallel, says when each starts,
+    how far its pytest session is at least every CHAINER_LARS_HEARTBEAT
+    seconds while tox holds its output back, and the expected duration."""
+    output, called = dev_sh_test
+    lines = output.splitlines()
     assert any(line.startswith('dev.sh: this takes about ')
-               and 'minutes' in line for line in lines), result.stdout
+               and 'minutes' in line for line in lines), output
     found = [int(match.group(1)) for match in (
         re.match(r'dev\.sh: Python 3\.(\d+): /', line) for line in lines)
         if match]
     full = 'py3{}-cpu'.format(found[0])
     cpu = ['py3{}-cpu'.format(v) for v in found if v < 12]
     stack = ['py3{}-numpy2'.format(v) for v in found if v == 12]
-    with open(str(record)) as f:
-        called = json.load(f)
     # The longest first: the newest's, the oldest's, the numpy 2 one; a
     # Python between them is left out, and said so.
     assert called['envs'] == (cpu[:1] + cpu[1:][-1:] + stack
                               + ['docs', 'lint']), called
     for env in cpu[1:-1]:
         assert any(line.startswith('dev.sh: not run: ') and env in line
-                   for line in lines), result.stdout
+                   for line in lines), output
     assert called['groups'] == {
         'CHAINER_LARS_EMULATED_IN': full,
         'CHAINER_LARS_INTEGRATION_IN': full,
@@ -442,7 +458,7 @@ def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
         'CHAINER_LARS_ISOLATED_IN': ','.join(cpu[-1:] + stack),
         'CHAINER_LARS_DOCS_IN': 'docs'}
     envs = called['envs']
-    assert len(envs) > 2, result.stdout
+    assert len(envs) > 2, output
     for env in envs:
         ended = lines.index('{}: OK in 4 seconds'.format(env))
         assert 'dev.sh: {}: started'.format(env) in lines[:ended]
@@ -450,7 +466,7 @@ def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
             # Its progress while it ran, before tox's line at its end.
             assert any(re.match(r'dev\.sh: \d+ min \d\d s: .*{} [12]/3 '
                                 r'tests \((33|67)%\)'.format(env), line)
-                       for line in lines[:ended]), result.stdout
+                       for line in lines[:ended]), output
             assert 'dev.sh: {}: pytest done: 3 tests, 0 failed'.format(
                 env) in lines[:ended]
     # The monitor is gone, and with it the progress folder.
@@ -458,55 +474,18 @@ def test_test_shows_each_envs_start_and_progress(checkout, tmp_path):
                    for line in lines[lines.index('dev.sh: docs: OK in 4 s'):])
 
 
-LONG_TEST = """import time
-
-
-def test_quick():
-    pass
-
-
-def test_long():
-    time.sleep(3.5)
-"""
-
-
-def test_test_names_a_test_that_runs_long(checkout, tmp_path):
+def test_test_names_a_test_that_runs_long(dev_sh_test):
     """The percentage counts tests, and one test can take minutes: the
     heartbeat names the test running once it has run longer than a
     heartbeat's interval."""
-    repo = checkout['repo']
-    tests = tmp_path / 'long_tests'
-    tests.mkdir()
-    (tests / 'test_long.py').write_text(LONG_TEST)
-    (tests / 'conftest.py').write_text(
-        'from tests.conftest import pytest_configure  # NOQA\n')
-    bootstrap = repo / '.tox' / '.bootstrap' / 'bin'
-    bootstrap.mkdir(parents=True)
-    write_script(str(bootstrap / 'python'),
-                 '#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then '
-                 'exit 0; fi\nexec {} "$@"\n'.format(sys.executable))
-    write_script(str(bootstrap / 'tox'), FAKE_TOX.format(
-        python=sys.executable, tests=str(tests), repo=REPO_ROOT,
-        record=str(tmp_path / 'tox.json')))
-    write_script(str(checkout['bin'] / 'g++'), '#!/bin/sh\nexit 0\n')
-    environment = dict(os.environ)
-    environment['PATH'] = '{}{}{}'.format(checkout['bin'], os.pathsep,
-                                          environment['PATH'])
-    for name in ('CHAINER_LARS_TOX_PARALLEL', 'CHAINER_LARS_PROGRESS'):
-        environment.pop(name, None)
-    environment['CHAINER_LARS_HEARTBEAT'] = '1'
-    result = subprocess.run(
-        ['bash', str(repo / 'dev.sh'), 'test'], cwd=str(checkout['caller']),
-        env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        universal_newlines=True, timeout=120)
-    assert result.returncode == 0, result.stdout
-    named = [line for line in result.stdout.splitlines() if re.match(
-        r'dev\.sh: \d+ min \d\d s: .*-cpu 1/2 tests \(50%\), running '
-        r'(\S+/)?test_long\.py::test_long for [1-4] s', line)]
-    assert named, result.stdout
-    # Not while it has run for less than an interval, nor the quick one.
-    assert 'test_long.py::test_long for 0 s' not in result.stdout
-    assert 'test_quick' not in result.stdout
+    output, _ = dev_sh_test
+    named = [line for line in output.splitlines() if re.match(
+        r'dev\.sh: \d+ min \d\d s: .*-cpu 2/3 tests \(67%\), running '
+        r'(\S+/)?test_slow\.py::test_slow\[2\] for [1-4] s', line)]
+    assert named, output
+    # Not while it has run for less than an interval, nor the quick ones.
+    assert 'test_slow[2] for 0 s' not in output
+    assert 'test_slow[0]' not in output and 'test_slow[1]' not in output
 
 
 # A tox that writes into the checkout, as a test that leaves Chainer's
