@@ -6,8 +6,6 @@ on broken kernels; these tests hold it to what the hardware does.
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy
 import pytest
@@ -16,6 +14,7 @@ from chainer_lars import cuda as cuda_kernels
 from chainer_lars import layout as L
 from chainer_lars.testing import cuda_emulator
 from chainer_lars.testing import emulated_cupy as xp
+from tests import forked
 
 
 _CONVERT = r'''
@@ -304,17 +303,24 @@ def test_a_planted_bug_fails_the_gpu_tests(plant):
                   'lars_agrees_with_cpu and static'])
     for dtype in (numpy.float16, numpy.float32, numpy.float64):
         assert old in cuda_kernels.source(dtype)
-    env = dict(os.environ,
-               CHAINER_LARS_EMULATOR_PLANTS=json.dumps([[old, new]]))
     tests = os.path.join(os.path.dirname(__file__), 'test_gpu.py')
     # A planted bug may crash the process (a pointer read from the wrong
-    # word): that is caught too, so it runs in a child process.
-    result = subprocess.run(
-        [sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider',
-         tests, '-m', 'not gpu', '-k', '({}) and not fp32'.format(
-             ' or '.join(selection))],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        universal_newlines=True, timeout=900)
-    # 5 would mean that no test was selected.
-    assert result.returncode not in (0, 5), (
-        'planted bug "{}" went unnoticed:\n{}'.format(plant, result.stdout))
+    # word): that is caught too, so it runs in a process of its own, forked
+    # from tests/forked.py's server (which has imported Chainer already).
+    code = """
+import os, sys
+from chainer_lars.testing import cuda_emulator
+cuda_emulator.plants[:] = [tuple(p) for p in {plants!r}]
+os.environ['CHAINER_LARS_EMULATOR_PLANTS'] = {environ!r}
+import pytest
+sys.exit(pytest.main(['-x', '-q', '-p', 'no:cacheprovider', {tests!r},
+                      '-m', 'not gpu', '-k', {select!r}]))
+""".format(plants=[[old, new]], environ=json.dumps([[old, new]]),
+           tests=tests, select='({}) and not fp32'.format(
+               ' or '.join(selection)))
+    returncode, stdout, stderr = forked.run(code, timeout=900)
+    # Failed tests (1) or a crash (a signal); not a run that passed, that
+    # selected no test (5) or that could not run the tests (2 to 4).
+    assert returncode == 1 or returncode < 0, (
+        'planted bug "{}" went unnoticed:\n{}{}'.format(
+            plant, stdout, stderr))
