@@ -21,6 +21,7 @@ from examples import cli
 from examples import data
 from examples import recipe
 from tests import conftest
+from tests import forked
 from tests import mpi_util
 
 
@@ -35,6 +36,28 @@ def mnist():
 @pytest.fixture(scope='module')
 def study():
     return importlib.import_module('examples.mnist.study')
+
+
+def forked_process(argv, stdout):
+    """``study.run_process`` for the tests that run many trainers: the
+    script run as ``python train_mnist.py ARGS`` would (``argv[0]`` the
+    Python), in a process forked from tests/forked.py's server, which has
+    imported Chainer once (a new interpreter spends about 1.5 s of CPU
+    before training); its output into ``stdout``, its exit status back.
+    test_reproduce_reruns_a_trial and the run_command tests keep the real
+    subprocess."""
+    code = ('import runpy, os, sys; sys.argv = {!r}; '
+            'sys.path[0] = os.path.dirname(sys.argv[0]); '
+            "runpy.run_path(sys.argv[0], run_name='__main__')").format(
+                list(argv[1:]))
+    returncode, out, err = forked.run(code, timeout=600)
+    stdout.write(out + err)
+    return returncode
+
+
+@pytest.fixture
+def forked_trainers(study, monkeypatch):
+    monkeypatch.setattr(study, 'run_process', forked_process)
 
 
 def read_log(out):
@@ -337,9 +360,11 @@ def tiny_study(study, tmp_path_factory):
             '--target', '0.3', '--out', str(out), '--runs', str(runs),
             '--figure', str(folder / 'study.png')]
     previous = chainer.dataset.get_dataset_root()
+    real, study.run_process = study.run_process, forked_process
     try:
         assert study.main(argv) == 0
     finally:
+        study.run_process = real
         chainer.dataset.set_dataset_root(previous)
     return argparse.Namespace(argv=argv, out=out, runs=runs, root=root,
                               folder=folder)
@@ -596,7 +621,8 @@ def test_figure_draws_the_defaults_mean_over_seeds(study, tiny_study,
 
 
 def test_round_two_centres_the_rate_on_round_one(study, tiny_study,
-                                                 tmp_path, capsys):
+                                                 tmp_path, capsys,
+                                                 forked_trainers):
     """--refine: a second round at the next points of the sequence, the
     rate half a decade either side of round one's best; the reruns follow
     the best of both rounds."""
@@ -809,7 +835,7 @@ def test_the_committed_pretuned_search_is_in_the_readme(study, capsys):
 # -- The same pre-tuning for both ------------------------------------------
 
 def test_pretune_runs_a_pilot_then_the_grid_at_the_working_rate(
-        study, tiny_study, tmp_path, monkeypatch, capsys):
+        study, tiny_study, tmp_path, monkeypatch, capsys, forked_trainers):
     """--pretune: for each optimizer the same pilot (rates around its own
     rule, momentum 0.9, warm-up 20 %, no smoothing), then weight decay and
     decay power at its working rate; the tables and --check cover it."""
@@ -986,7 +1012,8 @@ def test_study_commands_name_the_model(study):
 # -- The budget sweep ------------------------------------------------------
 
 def test_budget_sweep_stretches_the_best_trials(study, tiny_study,
-                                                tmp_path, capsys):
+                                                tmp_path, capsys,
+                                                forked_trainers):
     """--budgets 2 --budget-configs 1: the best trial of each cell again
     at twice its epochs, its warm-up twice as long (the same fraction of
     the run); the JSON records budget_of, budget and epochs; the tables
@@ -1072,7 +1099,7 @@ def test_budget_sweep_stretches_the_best_trials(study, tiny_study,
 
 
 def test_a_study_of_the_model_with_batchnorm(study, tiny_study, tmp_path,
-                                             capsys):
+                                             capsys, forked_trainers):
     """--model mlp-bn: the same protocol, every command with --model
     mlp-bn, every JSON recording it; --check of those JSONs passes with
     --model mlp-bn and names the model without it."""
