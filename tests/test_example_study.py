@@ -38,26 +38,12 @@ def study():
     return importlib.import_module('examples.mnist.study')
 
 
-def forked_process(argv, stdout):
-    """``study.run_process`` for the tests that run many trainers: the
-    script run as ``python train_mnist.py ARGS`` would (``argv[0]`` the
-    Python), in a process forked from tests/forked.py's server, which has
-    imported Chainer once (a new interpreter spends about 1.5 s of CPU
-    before training); its output into ``stdout``, its exit status back.
-    test_reproduce_reruns_a_trial and the run_command tests keep the real
-    subprocess."""
-    code = ('import runpy, os, sys; sys.argv = {!r}; '
-            'sys.path[0] = os.path.dirname(sys.argv[0]); '
-            "runpy.run_path(sys.argv[0], run_name='__main__')").format(
-                list(argv[1:]))
-    returncode, out, err = forked.run(code, timeout=600)
-    stdout.write(out + err)
-    return returncode
-
-
 @pytest.fixture
 def forked_trainers(study, monkeypatch):
-    monkeypatch.setattr(study, 'run_process', forked_process)
+    """The study's trainers in forked processes (tests/forked.py,
+    ``script``); test_reproduce_reruns_a_trial and the run_command tests
+    keep the real subprocess."""
+    monkeypatch.setattr(study.results, 'run_process', forked.script)
 
 
 def read_log(out):
@@ -360,11 +346,11 @@ def tiny_study(study, tmp_path_factory):
             '--target', '0.3', '--out', str(out), '--runs', str(runs),
             '--figure', str(folder / 'study.png')]
     previous = chainer.dataset.get_dataset_root()
-    real, study.run_process = study.run_process, forked_process
+    real, study.results.run_process = study.results.run_process, forked.script
     try:
         assert study.main(argv) == 0
     finally:
-        study.run_process = real
+        study.results.run_process = real
         chainer.dataset.set_dataset_root(previous)
     return argparse.Namespace(argv=argv, out=out, runs=runs, root=root,
                               folder=folder)

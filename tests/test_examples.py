@@ -26,6 +26,7 @@ from examples import data
 from examples import plots
 from examples import recipe
 from examples import training
+from tests import forked
 from tests import pythonpath
 from tests import REPO_ROOT
 
@@ -355,8 +356,11 @@ def test_missing_dataset_gives_clear_message(tmp_path, module, args,
         assert not list(root.iterdir())
 
 
-def test_mnist_results_table(dataset_root, tmp_path):
+def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
     results = importlib.import_module('examples.mnist.results')
+    # Its trainers forked from tests/forked.py's server (Chainer imported
+    # once); the diverged run's test keeps the real subprocess.
+    monkeypatch.setattr(results, 'run_process', forked.script)
     out = str(tmp_path / 'results')
     argv = ['--batchsizes', '32', '--optimizers', 'momentum', 'lars',
             '--seeds', '0', '1', '--epoch', '1', '--out', out,
@@ -460,8 +464,10 @@ def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
     assert not out.exists()  # refused before anything ran
 
 
-def test_mnist_results_with_flags(dataset_root, tmp_path, capsys):
+def test_mnist_results_with_flags(dataset_root, tmp_path, capsys,
+                                  monkeypatch):
     results = importlib.import_module('examples.mnist.results')
+    monkeypatch.setattr(results, 'run_process', forked.script)
     plain, flagged = str(tmp_path / 'plain'), str(tmp_path / 'flagged')
     argv = ['--batchsizes', '32', '--optimizers', 'lars', '--epoch', '1',
             '--dataset-root', dataset_root, '--noplot']

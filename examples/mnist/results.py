@@ -99,6 +99,19 @@ def done(log, args):
     return bool(log) and (log[-1]['epoch'] >= args.epoch or diverged(log))
 
 
+def run_process(argv, stdout):
+    """Runs ``argv`` with its output (stdout and stderr) into the file
+    ``stdout``; its exit status (study.py runs its trainers here too)."""
+    process = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.STDOUT)
+    try:
+        return process.wait()
+    finally:
+        # Stopped (SIGTERM, Ctrl-C): the run does not go on without us.
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def run(batchsize, optimizer, seed, args):
     """Runs one configuration unless its log is complete; returns the log."""
     name = run_name(batchsize, optimizer, seed)
@@ -115,8 +128,7 @@ def run(batchsize, optimizer, seed, args):
     trainer = ([sys.executable, os.path.join(HERE, 'train_mnist.py')]
                + cmd[len(TRAINER):] + extra)
     with open(os.path.join(args.out, name + '.stdout'), 'w') as stdout:
-        code = subprocess.call(trainer, stdout=stdout,
-                               stderr=subprocess.STDOUT)
+        code = run_process(trainer, stdout)
     log = read_log(out)
     # A diverged run stops with status 1, its log written.
     if code == 1 and log and diverged(log):

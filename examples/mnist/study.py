@@ -455,7 +455,7 @@ def run_command(cmd, out, dataset_root, device, stdout):
         extra += ['--device', device]
     full = ([sys.executable, os.path.join(HERE, 'train_mnist.py')]
             + cmd[len(TRAINER):] + extra)
-    code = run_process(full, stdout)
+    code = results.run_process(full, stdout)
     log = results.read_log(out)
     # A diverged run stops with status 1, its log written: a result (the
     # target never reached), not a failure of the study.
@@ -464,19 +464,6 @@ def run_command(cmd, out, dataset_root, device, stdout):
     if code:
         raise subprocess.CalledProcessError(code, full)
     return log
-
-
-def run_process(argv, stdout):
-    """Runs ``argv`` with its output (stdout and stderr) into the file
-    ``stdout``; its exit status."""
-    process = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.STDOUT)
-    try:
-        return process.wait()
-    finally:
-        # Stopped (SIGTERM, Ctrl-C): the run does not go on without us.
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def model_out(model):
