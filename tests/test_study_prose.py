@@ -1121,3 +1121,24 @@ def test_the_fair_experiment_at_1x_prose_quotes_its_tables(fair1_quoted,
                                                            path):
     assert fair1_quoted['f1_nesterov_reached'] == '1'  # "one ... of 16"
     assert_says(path, FAIR1_CLAIMS[path], fair1_quoted)
+
+
+def test_the_adam_lamb_run_in_progress_is_quoted_as_it_stands():
+    """Adam against LAMB at 2x, under way: the pilots complete, the
+    working rates and the trials run so far as the tables say, no
+    reruns; the prose calls it unfinished."""
+    t = fair_tables('2')
+    q = {}
+    for o in ('adam', 'lamb'):
+        p = row(t, PRETUNE_SUMMARY, 8192, o)
+        assert p['runs'] == '7/7'
+        q[o + '_rate'] = p['working rate']
+        done, _, total = row(t, SEARCH, 8192, o)['trials'].partition('/')
+        assert total == '16' and int(done) < 16  # rewrite when complete
+        q[o + '_trials'] = done
+        assert not [r for r in t[RERUNS] if r['optimizer'] == o]
+    assert_says('examples/mnist/README.md', [
+        "both pilots are complete (Adam's working rate {adam_rate}, "
+        "LAMB's {lamb_rate}) and the search has run {adam_trials} of its "
+        '16 trials for Adam and {lamb_trials} for LAMB, with no reruns yet',
+        'nothing is concluded from them'], q)
