@@ -1,5 +1,6 @@
-"""Fresh processes for the isolated group, without paying for the imports
-each time.
+"""Fresh processes for tests, without paying for the imports each time:
+the isolated group's cases, the planted-bug runs of the emulated GPU, and
+(``script``) the trainers of the study's and results table's tests.
 
 ``run(code)`` runs ``code`` as ``python -c code`` would, in a process of
 its own, and returns ``(returncode, stdout, stderr)``: a crash (a signal)

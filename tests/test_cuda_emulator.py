@@ -310,6 +310,8 @@ def test_a_planted_bug_fails_the_gpu_tests(plant):
     code = """
 import os, sys
 from chainer_lars.testing import cuda_emulator
+# The plant for this process (the emulator may have been imported before,
+# without it) and for any process its tests start.
 cuda_emulator.plants[:] = [tuple(p) for p in {plants!r}]
 os.environ['CHAINER_LARS_EMULATOR_PLANTS'] = {environ!r}
 import pytest
