@@ -362,8 +362,9 @@ _TYPE, _DATA, _DIMS, _DESCR = 1, 2, 4, 7
 #: A stamp: data address, descr, flags, size, 1 (a plain ndarray; else 0).
 STAMP = 5
 DATA, DESCR, FLAGS, SIZE, PLAIN = range(STAMP)
-#: A record's held arrays: id, group, stamp; its gradients: id, address
-#: taken, what the row expects (size, descr, flags, own arrays direct).
+#: A record's held arrays, a row each: id, group, stamp; its gradients, a
+#: column each: id, address taken, what the row expects (size, descr,
+#: flags, own arrays direct).
 ID, GROUP, STAMPED = 0, 1, 2
 GID, GPTR, EXPECT = 0, 1, 2
 
@@ -406,8 +407,8 @@ def restamp(held, changed, grads, none, ndarray):
                 changed[held[k, GROUP]] += 1
                 break
     left = 0
-    for k in range(grads.shape[0]):
-        e = grads[k]
+    for k in range(grads.shape[1]):
+        e = grads[:, k]
         e[GPTR] = 0
         left += 1
         if e[GID] == none:
@@ -428,7 +429,7 @@ def restamp_update(held, changed, grads, none, ndarray, table, rows, obs,
     it is; returns whether it ran."""
     if restamp(held, changed, grads, none, ndarray) or changed.any():
         return False
-    multi_update(table, grads[:, GPTR], rows, obs, like_w, like_g, like_c,
+    multi_update(table, grads[GPTR], rows, obs, like_w, like_g, like_c,
                  op)
     return True
 

@@ -181,16 +181,16 @@ class Record(object):
         self.held[:, jit.GROUP] = [k for k, _ in held]
         jit.stamp(self.held, _NDARRAY)
         self.changed = numpy.zeros(len(groups), numpy.int64)
-        # Column by column: the ids and addresses are contiguous.
-        self.grads = numpy.zeros((sum(map(len, groups)), jit.EXPECT + 4),
-                                 numpy.int64, order='F')
-        self.gids = self.grads[:, jit.GID]
+        # A row a field (one layout, one compile): ids, addresses, ...
+        self.grads = numpy.zeros((jit.EXPECT + 4, sum(map(len, groups))),
+                                 numpy.int64)
+        self.gids = self.grads[jit.GID]
         self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()
         for t, a, b in zip(self.tables, self.bounds, self.bounds[1:]):
-            e = self.grads[a:b, jit.EXPECT:]
-            e[:, 0] = t.table[:, L.SIZE]
-            e[:, 1] = t.descr
-            e[:, 3] = t.table[:, L.W] != 0
+            e = self.grads[jit.EXPECT:, a:b]
+            e[0] = t.table[:, L.SIZE]
+            e[1] = t.descr
+            e[3] = t.table[:, L.W] != 0
         self.scaled = None
         self.restamp_update = jit.restamp_update
         self.arguments = (
@@ -228,13 +228,13 @@ class Record(object):
             for group, a, b in zip(self.groups, self.bounds,
                                    self.bounds[1:]):
                 writes = 1 in L.written(group.op, group.scaled)
-                self.grads[a:b, _jit().EXPECT + 2] = _DIRECT | (
+                self.grads[_jit().EXPECT + 2, a:b] = _DIRECT | (
                     _WRITEABLE if writes else 0)
             self.scaled = scaled
 
     def gptrs(self):
         """Each group's gradient addresses."""
-        gptr = self.grads[:, _jit().GPTR]
+        gptr = self.grads[_jit().GPTR]
         return [gptr[a:b] for a, b in zip(self.bounds, self.bounds[1:])]
 
 
