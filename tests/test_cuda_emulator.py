@@ -226,6 +226,45 @@ def test_the_array_header_is_read_only_as_cupys():
     assert (x.dtype, x.strides, x.shape) == (numpy.float32, (16, 4), (3, 4))
 
 
+def test_the_header_is_precompiled_once_and_the_modules_use_it(
+        tmp_path, monkeypatch):
+    """With GCC the header is parsed once per header, compiler and flags
+    (a ``.gch`` beside a copy in ``pch-<digest>/``, older ones removed), a
+    module compiled through it computes as one compiled without, and
+    another compiler gets the header itself."""
+    if not cuda_emulator._is_gcc(cuda_emulator.compiler()):
+        pytest.skip('the C++ compiler is not GCC')
+    monkeypatch.setenv('CHAINER_LARS_EMULATOR_CACHE', str(tmp_path))
+    (tmp_path / 'pch-stale').mkdir()
+    with open(cuda_emulator._HEADER) as f:
+        header = f.read()
+    copy = cuda_emulator._precompiled(header, str(tmp_path))
+    assert os.path.isfile(copy + '.gch') and copy != cuda_emulator._HEADER
+    assert [p.name for p in tmp_path.iterdir()] == [
+        os.path.basename(os.path.dirname(copy))]
+    assert cuda_emulator._precompiled(header, str(tmp_path)) == copy
+    source = r'''
+extern "C" __global__ void twice(float* x) {
+    x[threadIdx.x] *= 2;
+}
+'''
+    outs = []
+    for use in (True, False):
+        if not use:
+            monkeypatch.setenv('CHAINER_LARS_EMULATOR_CACHE',
+                               str(tmp_path / 'without'))
+            monkeypatch.setattr(cuda_emulator, '_is_gcc', lambda cxx: False)
+            assert cuda_emulator._precompiled(
+                header, str(tmp_path / 'without')) == cuda_emulator._HEADER
+        x = xp.asarray(numpy.arange(8, dtype=numpy.float32))
+        cuda_emulator.Module(source).get_function('twice')((1,), (8,), (x,))
+        outs.append(x.get())
+    numpy.testing.assert_array_equal(outs[0], 2 * numpy.arange(8))
+    numpy.testing.assert_array_equal(outs[0], outs[1])
+    assert not any(p.name.startswith('pch-')
+                   for p in (tmp_path / 'without').iterdir())
+
+
 def test_other_inline_asm_is_refused():
     with pytest.raises(cuda_emulator.EmulatorError, match='inline asm'):
         cuda_emulator.Module(r'''

@@ -210,6 +210,58 @@ def compiler():
     raise EmulatorError('no C++ compiler found (set CXX, or install g++)')
 
 
+def _is_gcc(cxx):
+    try:
+        version = subprocess.run([cxx, '--version'], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL,
+                                 universal_newlines=True).stdout
+    except OSError:
+        return False
+    return 'Free Software Foundation' in version and 'clang' not in version
+
+
+def _precompiled(header, directory):
+    """The header to include: with GCC, a copy of ``cuda_emulator.h``
+    beside its precompiled ``.gch`` (built once per header, compiler and
+    flags, in ``pch-<digest>/``; it parses the C++ library's headers
+    once, which is about half of each module's compile), else the header
+    itself (also if the build fails: GCC falls back to the header when a
+    ``.gch`` does not fit)."""
+    cxx = compiler()
+    digest = hashlib.sha256('\0'.join(
+        (header, cxx) + CXXFLAGS).encode()).hexdigest()[:24]
+    final = os.path.join(directory, 'pch-' + digest)
+    copy = os.path.join(final, 'cuda_emulator.h')
+    if os.path.exists(copy + '.gch'):
+        return copy
+    if not _is_gcc(cxx):
+        return _HEADER
+    tmp = tempfile.mkdtemp(dir=directory)
+    try:
+        shutil.copyfile(_HEADER, os.path.join(tmp, 'cuda_emulator.h'))
+        flags = [f for f in CXXFLAGS if f != '-shared']
+        result = subprocess.run(
+            [cxx] + flags + ['-x', 'c++-header', os.path.join(
+                tmp, 'cuda_emulator.h'), '-o', os.path.join(
+                    tmp, 'cuda_emulator.h.gch')],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if result.returncode != 0:
+            return _HEADER
+        # Older headers' builds (70 MB each) go; another process's
+        # finished build of this one wins.
+        for name in os.listdir(directory):
+            if name.startswith('pch-') and name != 'pch-' + digest:
+                shutil.rmtree(os.path.join(directory, name),
+                              ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            pass
+        return copy if os.path.exists(copy + '.gch') else _HEADER
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _compile(code):
     with open(_HEADER) as f:
         header = f.read()
@@ -220,11 +272,12 @@ def _compile(code):
     with _build_lock:
         if not os.path.exists(path):
             os.makedirs(directory, exist_ok=True)
+            include = _precompiled(header, directory)
             with tempfile.TemporaryDirectory(dir=directory) as tmp:
                 cpp = os.path.join(tmp, 'kernels.cpp')
                 with open(cpp, 'w') as f:
                     f.write('#include "{}"\n#line 1 "kernels.cu"\n'.format(
-                        _HEADER))
+                        include))
                     f.write(code)
                 out = os.path.join(tmp, 'kernels.so')
                 result = subprocess.run(
