@@ -15,14 +15,13 @@
     emulation, the same C++ in every Python; in
     ``CHAINER_LARS_EMULATED_IN``.
   - ``examples``: the example trainers (MNIST, CIFAR, ChainerMN, the
-    16-bit runs, the study) run end to end in subprocesses; in
-    ``CHAINER_LARS_EXAMPLES_IN``.
+    16-bit runs, the study) run end to end in subprocesses, and
+    ``test_snippets.py``, which trains the docs' snippets on the real
+    MNIST; in ``CHAINER_LARS_EXAMPLES_IN``.
   - ``integration``: the other scripts and tools run end to end in
     subprocesses (the benchmark, ``results.py``, ``dev.sh``, the
-    wheel's build, the MPI ranks) and ``test_snippets.py``, which trains
-    the docs' snippets on the real MNIST; in
-    ``CHAINER_LARS_INTEGRATION_IN``. ``test_syntax.py`` still compiles
-    every script in every env.
+    wheel's build, the MPI ranks); in ``CHAINER_LARS_INTEGRATION_IN``.
+    ``test_syntax.py`` still compiles every script in every env.
   - ``isolated``: the library's cases that each run in a process of
     their own (``tests/forked.py``: arrays changed in place, read-only
     and foreign memory, the fuzz test): they depend on numpy's arrays,
@@ -89,15 +88,14 @@ GROUPS = {
         'emulation, the same C++ whatever the Python'),
     'examples': (
         'CHAINER_LARS_EXAMPLES_IN',
-        'they run the example trainers end to end in subprocesses, the same '
-        'scripts whatever the env; test_syntax.py compiles them in every '
-        'env'),
+        'they run the example trainers end to end in subprocesses, or train '
+        "the docs' snippets on the real MNIST, the same scripts whatever the "
+        'env; test_syntax.py compiles them in every env'),
     'integration': (
         'CHAINER_LARS_INTEGRATION_IN',
         'they run tools end to end in subprocesses (benchmark, results.py, '
-        "dev.sh, wheel build, MPI ranks) or train on the real MNIST (the "
-        "docs' snippets); test_syntax.py compiles the scripts in every "
-        'env'),
+        'dev.sh, wheel build, MPI ranks); test_syntax.py compiles the '
+        'scripts in every env'),
     'isolated': (
         'CHAINER_LARS_ISOLATED_IN',
         'each case runs in a process of its own, on memory that numpy lays '
@@ -124,7 +122,7 @@ MODULES = {
     'test_dev_sh.py': 'integration',
     'test_packaging.py': 'integration',
     'test_mpi_util.py': 'integration',
-    'test_snippets.py': 'integration',
+    'test_snippets.py': 'examples',
     'test_in_place.py': 'isolated',
     'test_safety.py': 'isolated',
     'test_fuzz.py': 'isolated',
