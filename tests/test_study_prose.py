@@ -1211,6 +1211,8 @@ FAIR2_ADAM_LAMB_CLAIMS = {
         'any trial {al_adam_any} % against {al_lamb_any} %',
         "Adam's pilot run reached 98 % in {al_adam_pilot} steps and "
         "LAMB's in {al_lamb_pilot}",
+        'reached 98 % in about as many trials, {al_lamb_reached} and '
+        '{al_adam_reached} of 16',
     ],
     'README.rst': [
         '{al_adam_steps} steps ({al_adam_range}) against {al_lamb_steps} '
@@ -1218,6 +1220,7 @@ FAIR2_ADAM_LAMB_CLAIMS = {
         'LAMB ended more accurate at 2x, {al_lamb_val} % best validation '
         'against {al_adam_val} % (test {al_lamb_test} % against '
         '{al_adam_test} %)',
+        'at 2x {al_lamb_reached} and {al_adam_reached})',
     ],
     'CHANGELOG.rst': [
         "at 2x Adam's reruns reached 98 % validation in {al_adam_steps} "
@@ -1300,7 +1303,7 @@ FAIR1_ADAM_LAMB_CLAIMS = {
         '{al1_adam_steps} ({al1_adam_range}) against {al1_lamb_steps} '
         '({al1_lamb_range}) at 1x',
         'level at 1x ({al1_lamb_val} % against {al1_adam_val} %)',
-        'trials ({al1_lamb_reached} of 16, Adam {al1_adam_reached})',
+        'trials ({al1_lamb_reached} of 16, Adam {al1_adam_reached};',
     ],
     'CHANGELOG.rst': [
         'at 1x Adam took {al1_adam_steps} ({al1_adam_range}) and LAMB '
