@@ -362,9 +362,8 @@ _TYPE, _DATA, _DIMS, _DESCR = 1, 2, 4, 7
 #: A stamp: data address, descr, flags, size, 1 (a plain ndarray; else 0).
 STAMP = 5
 DATA, DESCR, FLAGS, SIZE, PLAIN = range(STAMP)
-#: A record's held arrays, a row each: id, group, stamp; its gradients, a
-#: column each: id, address taken, what the row expects (size, descr,
-#: flags, own arrays direct).
+#: Held arrays, a row each: id, group, stamp; gradients, a column each: id,
+#: address taken, the row's expected size, descr, flags, own arrays direct.
 ID, GROUP, STAMPED = 0, 1, 2
 GID, GPTR, EXPECT = 0, 1, 2
 
