@@ -275,13 +275,15 @@ cmd_docs() {
 # run longer than that (from the files that
 # tests/progress.py writes into $1), or that it waits, installs or runs.
 # $1/tox.out is tox's own output, which says when an env ended; $2... are
-# the envs. An env has started once tox has cleared its log folder.
+# the envs. An env has started once tox has cleared its log folder after
+# $1/start was touched (before tox began: this script's Python may start
+# after tox has cleared the first envs' folders).
 progress_monitor() {
     exec .tox/.bootstrap/bin/python - "$@" <<'PY'
 import os, re, sys, time
 folder, envs = sys.argv[1], sys.argv[2:]
 interval = float(os.environ.get('CHAINER_LARS_HEARTBEAT') or 30)
-start = time.time()
+start = os.stat(os.path.join(folder, 'start')).st_mtime
 parent = os.getppid()
 started, finished, ended = set(), set(), {}
 
@@ -464,6 +466,7 @@ cmd_test() {
     # The pytest sessions write their progress there (tests/progress.py);
     # tox passes CHAINER_* on.
     export CHAINER_LARS_PROGRESS=$work
+    touch "$work/start"
     progress_monitor "$work" "${order[@]}" docs lint &
     monitor=$!
     .tox/.bootstrap/bin/tox p -p "$jobs" --parallel-no-spinner \
