@@ -150,7 +150,65 @@ def test_argument_count_is_checked(kernels):
         kernel((1,), (256,), _norms_args(table)[:6])
 
 
-def test_divergent_barrier_is_an_error():
+#: Builds of the emulator, by the flags added to its compiler's: the
+#: default (a block's threads take turns on one OS thread, switched by the
+#: header's own code on x86-64), ucontext's switch (what other machines
+#: get), and an OS thread per warp, the warps running concurrently.
+VARIANTS = {
+    'default': (),
+    'ucontext': ('-DEMU_UCONTEXT',),
+    'thread-per-warp': ('-DEMU_FIBERS_PER_THREAD=32',),
+}
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def variant(request, monkeypatch):
+    monkeypatch.setattr(cuda_emulator, 'CXXFLAGS',
+                        cuda_emulator.CXXFLAGS + VARIANTS[request.param])
+    return request.param
+
+
+_REDUCE = r'''
+extern "C" __global__ void block_sums(const double* x, double* out,
+                                      int barriers) {
+    __shared__ double s[256];
+    s[threadIdx.x] = x[blockIdx.x * blockDim.x + threadIdx.x];
+    if (barriers) {
+        __syncthreads();
+    }
+    for (unsigned int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) {
+            s[threadIdx.x] += s[threadIdx.x + k];
+        }
+        if (barriers) {
+            __syncthreads();
+        }
+    }
+    if (threadIdx.x == 0) {
+        out[blockIdx.x] = s[0];
+    }
+}
+'''
+
+
+def test_barriers_order_the_threads_of_a_block(variant):
+    # A tree reduction in shared memory over 4 blocks of 256 threads: right
+    # with its barriers in every build; without them, in the builds where
+    # a block's threads take turns on one thread, thread 0 adds what
+    # threads 1, 2, ... have not written yet, as a GPU may.
+    kernel = cuda_emulator.Module(_REDUCE).get_function('block_sums')
+    values = numpy.arange(1024, dtype=numpy.float64) ** 2
+    x = xp.asarray(values)
+    out = xp.zeros(4, numpy.float64)
+    kernel((4,), (256,), (x, out, numpy.int32(1)))
+    numpy.testing.assert_array_equal(out.get(),
+                                     values.reshape(4, 256).sum(axis=1))
+    if variant != 'thread-per-warp':
+        kernel((4,), (256,), (x, out, numpy.int32(0)))
+        assert (out.get() != values.reshape(4, 256).sum(axis=1)).all()
+
+
+def test_divergent_barrier_is_an_error(variant):
     module = cuda_emulator.Module(r'''
 extern "C" __global__ void diverge(float* x) {
     if (threadIdx.x == 3) {
@@ -165,7 +223,7 @@ extern "C" __global__ void diverge(float* x) {
         module.get_function('diverge')((2,), (64,), (x,))
 
 
-def test_threads_of_a_block_run_concurrently():
+def test_threads_of_a_block_run_concurrently(variant):
     # Thread 0 waits for the last thread of its block, which only works
     # if they run at the same time, as on a GPU.
     module = cuda_emulator.Module(r'''

@@ -3,19 +3,27 @@
 // cuda_emulator.py compiles a kernel source with the system C++ compiler
 // after this header and runs its launches on the CPU:
 //
-// - Every thread of a block is a fiber with its own stack; the threads of
-//   each warp (32 threads) take turns on one OS thread of their own, and
-//   the warps of a block run concurrently, so that a missing
-//   __syncthreads() can show up as a race between warps, and as reading
-//   what a later thread of the warp has not written yet within one. A
-//   thread that runs for EMU_SLICE_MS without reaching a barrier is
-//   preempted (a signal), so a thread spinning until another thread of
-//   its block acts lets that thread run, as on a GPU. (The threads of a
-//   warp share an OS thread: kernel code must not take the C library's
-//   locks, e.g. printf, which device code does not have anyway.)
+// - Every thread of a block is a fiber with its own stack, and the threads
+//   of a block take turns on one OS thread (EMU_FIBERS_PER_THREAD, 1024 by
+//   default: compile with -DEMU_FIBERS_PER_THREAD=32 for an OS thread per
+//   warp, the warps then running concurrently). Each thread runs until it
+//   waits at a barrier or leaves the kernel, then the next one runs, so a
+//   missing __syncthreads() shows up as reading what a later thread has not
+//   written yet. A thread that runs for EMU_SLICE_MS without reaching a
+//   barrier is preempted (a signal), so a thread spinning until another
+//   thread of its block acts lets that thread run, as on a GPU. (Threads
+//   share an OS thread: kernel code must not take the C library's locks,
+//   e.g. printf, which device code does not have anyway.) One OS thread a
+//   block, because on busy cores every barrier of a block spread over
+//   several would wait for each of them to be scheduled again (a launch
+//   then took 2 to 6 times as long as on idle cores).
 //   Blocks run one after another on the same threads, which is one of the
 //   orders a GPU may choose; __shared__ memory is one static copy, reused by
 //   every block (and, as on a GPU, not cleared between blocks).
+// - Fibers switch with a few instructions of their own on x86-64 (the
+//   registers a call keeps, and the SSE and x87 control words), with
+//   ucontext's swapcontext elsewhere (which also makes a system call to
+//   save and restore the signal mask at every switch).
 // - __syncthreads() is a barrier across all the threads of the block. A
 //   barrier that some threads reach while others have left the kernel (a
 //   divergent __syncthreads) is reported as an error of the launch, not a
@@ -83,8 +91,8 @@ static emu_dim3 gridDim;
 #define EMU_SLICE_MS 2
 #endif
 
-#ifndef EMU_WARP
-#define EMU_WARP 32
+#ifndef EMU_FIBERS_PER_THREAD
+#define EMU_FIBERS_PER_THREAD 1024
 #endif
 
 #ifndef EMU_STACK
@@ -196,11 +204,119 @@ extern "C" const char* emu_last_error() {
     return emu_error;
 }
 
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
+// emu_fiber_switch(save, load): pushes the registers a call keeps and the
+// SSE and x87 control words, saves the stack pointer in *save, and pops
+// the same from the stack at load. emu_fiber_start begins a fiber: it
+// calls r13 (the entry) with r12 (the fiber), as emu_context_make sets
+// them up.
+extern "C" void emu_fiber_switch(void** save, void* load);
+extern "C" void emu_fiber_start();
+asm(R"(
+    .text
+    .globl emu_fiber_switch
+    .hidden emu_fiber_switch
+    .type emu_fiber_switch, @function
+emu_fiber_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_fiber_switch, .-emu_fiber_switch
+    .globl emu_fiber_start
+    .hidden emu_fiber_start
+    .type emu_fiber_start, @function
+emu_fiber_start:
+    movq %r12, %rdi
+    callq *%r13
+    ud2
+    .size emu_fiber_start, .-emu_fiber_start
+)");
+#define EMU_OWN_SWITCH 1
+#else
+#define EMU_OWN_SWITCH 0
+#endif
+
 namespace {
+
+struct emu_fiber;
+
+// Where a fiber, or a worker's scheduler, resumes.
+struct emu_context {
+#if EMU_OWN_SWITCH
+    void* sp = nullptr;
+#else
+    ucontext_t uc;
+#endif
+};
+
+static inline void emu_switch(emu_context* from, emu_context* to) {
+#if EMU_OWN_SWITCH
+    emu_fiber_switch(&from->sp, to->sp);
+#else
+    swapcontext(&from->uc, &to->uc);
+#endif
+}
+
+static void emu_fiber_main(emu_fiber* f);
+
+#if !EMU_OWN_SWITCH
+static void emu_fiber_main_words(unsigned int low, unsigned int high) {
+    emu_fiber_main((emu_fiber*)(((uintptr_t)high << 32) | low));
+}
+#endif
+
+// Sets up c to start emu_fiber_main(f) on the stack [stack, stack + size).
+static void emu_context_make(emu_context* c, char* stack, size_t size,
+                             emu_fiber* f) {
+#if EMU_OWN_SWITCH
+    // The stack as emu_fiber_switch leaves it, from the top: a return
+    // address (emu_fiber_start, after whose ret the stack is 16-aligned as
+    // a call needs), rbp, rbx, r12 = f, r13 = the entry, r14, r15, and the
+    // control words of this thread.
+    uint64_t* top = (uint64_t*)(((uintptr_t)(stack + size) & ~(uintptr_t)15)
+                                - 24);
+    top[0] = (uint64_t)(uintptr_t)emu_fiber_start;
+    top[-1] = top[-2] = top[-5] = top[-6] = 0;
+    top[-3] = (uint64_t)(uintptr_t)f;
+    top[-4] = (uint64_t)(uintptr_t)emu_fiber_main;
+    uint32_t* words = (uint32_t*)(top - 7);
+    uint16_t x87;
+    asm volatile("stmxcsr %0" : "=m"(words[0]));
+    asm volatile("fnstcw %0" : "=m"(x87));
+    words[1] = x87;
+    c->sp = top - 7;
+#else
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = size;
+    c->uc.uc_link = nullptr;
+    uintptr_t p = (uintptr_t)f;
+    makecontext(&c->uc, (void (*)())emu_fiber_main_words, 2,
+                (unsigned int)(p & 0xffffffffu), (unsigned int)(p >> 32));
+#endif
+}
 
 // A thread of a block: a fiber with its own stack, run by a worker.
 struct emu_fiber {
-    ucontext_t context;
+    emu_context context;
     emu_dim3 thread;
     emu_dim3 block;
     long waiting = -1;  // the barrier phase it waits to see end, or -1
@@ -210,13 +326,14 @@ struct emu_fiber {
 };
 
 // The threads of blocks of one size, kept between launches: one worker (an
-// OS thread) per warp, which runs its fibers in turn, each until it waits
-// at a barrier, leaves the kernel, or is preempted.
+// OS thread) per EMU_FIBERS_PER_THREAD of them, which runs its fibers in
+// turn, each until it waits at a barrier, leaves the kernel, or is
+// preempted.
 struct emu_pool;
 
 struct emu_worker {
     emu_pool* pool = nullptr;
-    ucontext_t home;
+    emu_context home;
     std::vector<emu_fiber*> fibers;
     emu_fiber* current = nullptr;
     // Set only while a fiber runs kernel code: the preemption signal is
@@ -274,14 +391,20 @@ static void emu_preempt(int sig, siginfo_t* info, void* context) {
         }
         return;
     }
-    if (!w->preemptible || w->current == nullptr) {
+    // The signal is not blocked in its handler (SA_NODEFER: the scheduler
+    // the handler switches to must stay preemptible), so one arriving here
+    // finds preemptible already 0.
+    if (!__atomic_exchange_n(&w->preemptible, 0, __ATOMIC_SEQ_CST)) {
+        return;
+    }
+    if (w->current == nullptr) {
+        w->preemptible = 1;
         return;
     }
     int saved = errno;
-    w->preemptible = 0;
     emu_fiber* f = w->current;
     // To the scheduler; this fiber stays runnable and resumes here.
-    swapcontext(&f->context, &w->home);
+    emu_switch(&f->context, &w->home);
     w->preemptible = 1;
     errno = saved;
 }
@@ -346,7 +469,7 @@ void emu_barrier::arrive(bool at_exit) {
     // once the phase has moved on (the monitor moves it on to free the
     // waiters of a deadlocked launch).
     w->current->waiting = my_phase;
-    swapcontext(&w->current->context, &w->home);
+    emu_switch(&w->current->context, &w->home);
     w->preemptible = 1;
 }
 
@@ -357,8 +480,7 @@ struct emu_pool {
     std::atomic<int> finished{0};
     const std::function<void()>* body = nullptr;
 
-    static void fiber_main(unsigned int low, unsigned int high) {
-        emu_fiber* f = (emu_fiber*)(((uintptr_t)high << 32) | low);
+    static void fiber_main(emu_fiber* f) {
         for (;;) {
             f->worker->preemptible = 1;
             emu_pool* pool = f->worker->pool;
@@ -382,7 +504,7 @@ struct emu_pool {
             }
             f->worker->preemptible = 0;
             f->done = true;
-            swapcontext(&f->context, &f->worker->home);
+            emu_switch(&f->context, &f->worker->home);
         }
     }
 
@@ -393,16 +515,17 @@ struct emu_pool {
             struct sigaction action;
             std::memset(&action, 0, sizeof action);
             action.sa_sigaction = emu_preempt;
-            action.sa_flags = SA_SIGINFO | SA_RESTART;
+            action.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
             sigemptyset(&action.sa_mask);
             sigaction(SIGURG, &action, &emu_previous_action);
             std::thread([]() { emu_the_monitor.loop(); }).detach();
         }
-        const int nworkers = (n + EMU_WARP - 1) / EMU_WARP;
+        const int per = EMU_FIBERS_PER_THREAD;
+        const int nworkers = (n + per - 1) / per;
         for (int k = 0; k < nworkers; ++k) {
             emu_worker* w = new emu_worker;
             w->pool = this;
-            for (int t = k * EMU_WARP; t < n && t < (k + 1) * EMU_WARP; ++t) {
+            for (int t = k * per; t < n && t < (k + 1) * per; ++t) {
                 emu_fiber* f = new emu_fiber;
                 f->worker = w;
                 f->index = t;
@@ -415,14 +538,7 @@ struct emu_pool {
                 }
                 // A guard page below the stack.
                 mprotect(stack, 4096, PROT_NONE);
-                getcontext(&f->context);
-                f->context.uc_stack.ss_sp = stack;
-                f->context.uc_stack.ss_size = EMU_STACK;
-                f->context.uc_link = nullptr;
-                uintptr_t p = (uintptr_t)f;
-                makecontext(&f->context, (void (*)())fiber_main, 2,
-                            (unsigned int)(p & 0xffffffffu),
-                            (unsigned int)(p >> 32));
+                emu_context_make(&f->context, stack, EMU_STACK, f);
                 w->fibers.push_back(f);
             }
             workers.push_back(w);
@@ -476,6 +592,10 @@ struct emu_pool {
     }
 };
 
+static void emu_fiber_main(emu_fiber* f) {
+    emu_pool::fiber_main(f);
+}
+
 // Runs the worker's fibers in turn until all have finished the launch; a
 // fiber waiting at a barrier is skipped until the barrier's phase moves on,
 // and when all wait, so does the worker.
@@ -501,7 +621,7 @@ void emu_worker::schedule() {
             threadIdx = f->thread;
             blockIdx = f->block;
             switches.fetch_add(1, std::memory_order_relaxed);
-            swapcontext(&home, &f->context);
+            emu_switch(&home, &f->context);
             current = nullptr;
             ran = true;
         }
