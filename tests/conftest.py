@@ -44,10 +44,13 @@
   the process owns and goes unseen).
 * The ``dataset_root`` fixture makes a tiny MNIST, CIFAR-10 and CIFAR-100
   for Chainer's own loaders.
+* After collection, what is alive is frozen out of the garbage collector
+  (``gc.freeze()``): full collections then skip it.
 
 """
 
 import functools
+import gc
 import os
 
 import numpy
@@ -263,3 +266,12 @@ def dataset_root(tmp_path, monkeypatch):
     chainer.dataset.set_dataset_root(root)
     yield root
     chainer.dataset.set_dataset_root(previous)
+
+
+def pytest_collection_finish(session):
+    # What imports and collection made (Chainer, CuPy, NumPy, the test
+    # items: hundreds of thousands of objects) lives until the end:
+    # leaving it out of the garbage collector's full passes, which every
+    # test's allocations set off, makes the emulated GPU tests a fifth
+    # faster. What a test makes is collected as before.
+    gc.freeze()
