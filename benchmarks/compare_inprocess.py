@@ -7,12 +7,14 @@ more between two processes than the versions differ. This script imports
 the other tree's package under another name (a copy in a temporary folder,
 its imports renamed) beside this tree's, and times, over the arrays of
 ResNet-20 (conv ``W``, BN ``gamma`` and ``beta``) or of ``many_1k`` (1,000
-arrays of 1,024 elements), in float16 or ``--dtype``, the hook's per-array
-path (``--face hook``: ``hook(rule, param)`` for each array),
-``LARS.update()`` (``--face lars``) or ``LARS(multi_tensor=False).update()``
-(``--face lars_pa``, the rules' own path), for each version in turn, many
-times, gradients restored before each pass. It prints each version's
-minimum and median per pass and their ratios.
+arrays of 1,024 elements), in float16 or ``--dtype`` (``mixed16``:
+float16 parameters with float32 master copies, ``use_fp32_update()``),
+the hook's per-array path (``--face hook``: ``hook(rule, param)`` for each
+array), ``LARS.update()`` (``--face lars``) or
+``LARS(multi_tensor=False).update()`` (``--face lars_pa``, the rules' own
+path), for each version in turn (each going first in every other round),
+many times, gradients restored before each pass. It prints each
+version's minimum and median per pass and their ratios.
 
 Usage (a worktree of the older version beside this one)::
 
@@ -64,6 +66,8 @@ def _pass(module, model, weight_decay, face, dtype):
     import chainer
     import numpy
     numpy.random.seed(0)
+    mixed16 = dtype == 'mixed16'
+    dtype = 'float16' if mixed16 else dtype
     link = chainer.Link()
     with link.init_scope():
         for i, shape in enumerate(SHAPES[model]):
@@ -76,7 +80,10 @@ def _pass(module, model, weight_decay, face, dtype):
                 setattr(link, '{}{}'.format(name, i), param)
     if face in ('lars', 'lars_pa'):
         opt = module.LARS(lr=1e-4, weight_decay=weight_decay,
-                          multi_tensor=face == 'lars').setup(link)
+                          multi_tensor=face == 'lars')
+        if mixed16:
+            opt.use_fp32_update()
+        opt.setup(link)
         grads = [(p, p.grad.copy()) for p in link.params()]
 
         def lars_pass():
@@ -85,6 +92,8 @@ def _pass(module, model, weight_decay, face, dtype):
             opt.update()
         return lars_pass, len(grads)
     opt = chainer.optimizers.MomentumSGD(0.1)
+    if mixed16:
+        opt.use_fp32_update()
     opt.setup(link)
     hook = module.GradientLARS(weight_decay=weight_decay, multi_tensor=False)
     items = [(p.update_rule, p, p.grad.copy()) for p in link.params()]
@@ -119,8 +128,9 @@ def main():
         passes[name], arrays = _pass(module, args.model, args.weight_decay,
                                      args.face, args.dtype)
     times = {name: [] for name in passes}
-    for _ in range(args.rounds):
-        for name, one_pass in passes.items():
+    for r in range(args.rounds):
+        for name in ('old', 'new')[::1 if r % 2 else -1]:
+            one_pass = passes[name]
             times[name].append(min(timeit.repeat(
                 one_pass, number=20, repeat=3)) / 20 * 1e3)
     print('{} over {} in {} ({} arrays), weight_decay={}, {} rounds'.format(
