@@ -160,15 +160,7 @@ VARIANTS = {
     'thread-per-warp': ('-DEMU_FIBERS_PER_THREAD=32',),
 }
 
-
-@pytest.fixture(params=sorted(VARIANTS))
-def variant(request, monkeypatch):
-    monkeypatch.setattr(cuda_emulator, 'CXXFLAGS',
-                        cuda_emulator.CXXFLAGS + VARIANTS[request.param])
-    return request.param
-
-
-_REDUCE = r'''
+_SYNC = r'''
 extern "C" __global__ void block_sums(const double* x, double* out,
                                       int barriers) {
     __shared__ double s[256];
@@ -188,28 +180,6 @@ extern "C" __global__ void block_sums(const double* x, double* out,
         out[blockIdx.x] = s[0];
     }
 }
-'''
-
-
-def test_barriers_order_the_threads_of_a_block(variant):
-    # A tree reduction in shared memory over 4 blocks of 256 threads: right
-    # with its barriers in every build; without them, in the builds where
-    # a block's threads take turns on one thread, thread 0 adds what
-    # threads 1, 2, ... have not written yet, as a GPU may.
-    kernel = cuda_emulator.Module(_REDUCE).get_function('block_sums')
-    values = numpy.arange(1024, dtype=numpy.float64) ** 2
-    x = xp.asarray(values)
-    out = xp.zeros(4, numpy.float64)
-    kernel((4,), (256,), (x, out, numpy.int32(1)))
-    numpy.testing.assert_array_equal(out.get(),
-                                     values.reshape(4, 256).sum(axis=1))
-    if variant != 'thread-per-warp':
-        kernel((4,), (256,), (x, out, numpy.int32(0)))
-        assert (out.get() != values.reshape(4, 256).sum(axis=1)).all()
-
-
-def test_divergent_barrier_is_an_error(variant):
-    module = cuda_emulator.Module(r'''
 extern "C" __global__ void diverge(float* x) {
     if (threadIdx.x == 3) {
         return;
@@ -217,33 +187,61 @@ extern "C" __global__ void diverge(float* x) {
     __syncthreads();
     x[threadIdx.x] = 1;
 }
-''')
-    x = xp.zeros(64, numpy.float32)
-    with pytest.raises(cuda_emulator.EmulatorError, match='divergent'):
-        module.get_function('diverge')((2,), (64,), (x,))
-
-
-def test_threads_of_a_block_run_concurrently(variant):
-    # Thread 0 waits for the last thread of its block, which only works
-    # if they run at the same time, as on a GPU.
-    module = cuda_emulator.Module(r'''
 extern "C" __global__ void wait_for_last(int* out) {
     __shared__ volatile int flag;
-    if (threadIdx.x == 0) {
-        flag = 0;
-    }
-    __syncthreads();
     if (threadIdx.x == blockDim.x - 1) {
-        flag = 1;
+        flag = blockIdx.x + 1;
     }
-    while (!flag) {
+    while (flag != (int)blockIdx.x + 1) {
     }
     out[blockIdx.x * blockDim.x + threadIdx.x] = blockIdx.x;
 }
-''')
-    out = xp.zeros(3 * 128, numpy.int32)
-    module.get_function('wait_for_last')((3,), (128,), (out,))
-    numpy.testing.assert_array_equal(out.get(), numpy.repeat(range(3), 128))
+'''
+
+
+@pytest.fixture(scope='module', params=sorted(VARIANTS))
+def variant(request):
+    """``(name, module)``: the kernels of ``_SYNC`` in one build."""
+    flags = cuda_emulator.CXXFLAGS
+    cuda_emulator.CXXFLAGS = flags + VARIANTS[request.param]
+    try:
+        return request.param, cuda_emulator.Module(_SYNC)
+    finally:
+        cuda_emulator.CXXFLAGS = flags
+
+
+def test_barriers_order_the_threads_of_a_block(variant):
+    # A tree reduction in shared memory over 4 blocks of 256 threads: right
+    # with its barriers in every build; without them, in the builds where
+    # a block's threads take turns on one thread, thread 0 adds what
+    # threads 1, 2, ... have not written yet, as a GPU may.
+    name, module = variant
+    kernel = module.get_function('block_sums')
+    values = numpy.arange(1024, dtype=numpy.float64) ** 2
+    x = xp.asarray(values)
+    out = xp.zeros(4, numpy.float64)
+    kernel((4,), (256,), (x, out, numpy.int32(1)))
+    numpy.testing.assert_array_equal(out.get(),
+                                     values.reshape(4, 256).sum(axis=1))
+    if name != 'thread-per-warp':
+        kernel((4,), (256,), (x, out, numpy.int32(0)))
+        assert (out.get() != values.reshape(4, 256).sum(axis=1)).all()
+
+
+def test_divergent_barrier_is_an_error(variant):
+    x = xp.zeros(64, numpy.float32)
+    with pytest.raises(cuda_emulator.EmulatorError, match='divergent'):
+        variant[1].get_function('diverge')((2,), (64,), (x,))
+
+
+def test_threads_of_a_block_run_concurrently(variant):
+    # Every thread waits for the last thread of its block, which only works
+    # if they run at the same time, as on a GPU: where the threads take
+    # turns, each spins until preempted, while those before it are still
+    # suspended in their preemption (63 a block).
+    out = xp.zeros(2 * 64, numpy.int32)
+    variant[1].get_function('wait_for_last')((2,), (64,), (out,))
+    numpy.testing.assert_array_equal(out.get(), numpy.repeat(range(2), 64))
 
 
 def test_a_write_past_an_array_is_caught():
