@@ -1282,7 +1282,7 @@ FAIR1_ADAM_LAMB_CLAIMS = {
         "{al1_adam_pilot_val} %), LAMB's in 1 ({al1_lamb_pilot} steps, at "
         'its working rate)',
         '({al1_adam_steps} against {al1_lamb_steps}, no overlap)',
-        '(11 of 16 against 6)',
+        '({al1_lamb_reached} of 16 against {al1_adam_reached})',
     ],
     'README.rst': [
         '{al1_adam_steps} ({al1_adam_range}) against {al1_lamb_steps} '

@@ -480,34 +480,6 @@ struct emu_pool {
     std::atomic<int> finished{0};
     const std::function<void()>* body = nullptr;
 
-    static void fiber_main(emu_fiber* f) {
-        for (;;) {
-            f->worker->preemptible = 1;
-            emu_pool* pool = f->worker->pool;
-            for (unsigned int z = 0; z < gridDim.z; ++z) {
-                for (unsigned int y = 0; y < gridDim.y; ++y) {
-                    for (unsigned int x = 0; x < gridDim.x; ++x) {
-                        f->block.x = blockIdx.x = x;
-                        f->block.y = blockIdx.y = y;
-                        f->block.z = blockIdx.z = z;
-                        (*pool->body)();
-                        // No thread starts the next block (whose shared
-                        // memory is the same) before all have left this one.
-                        emu_block_barrier.arrive(true);
-                        if (emu_block_barrier.failed.load()) {
-                            z = gridDim.z;
-                            y = gridDim.y;
-                            break;
-                        }
-                    }
-                }
-            }
-            f->worker->preemptible = 0;
-            f->done = true;
-            emu_switch(&f->context, &f->worker->home);
-        }
-    }
-
     explicit emu_pool(int n) : size(n) {
         static bool installed = false;
         if (!installed) {
@@ -592,8 +564,33 @@ struct emu_pool {
     }
 };
 
+// A fiber: runs the kernel for its thread in every block of each launch.
 static void emu_fiber_main(emu_fiber* f) {
-    emu_pool::fiber_main(f);
+    for (;;) {
+        f->worker->preemptible = 1;
+        emu_pool* pool = f->worker->pool;
+        for (unsigned int z = 0; z < gridDim.z; ++z) {
+            for (unsigned int y = 0; y < gridDim.y; ++y) {
+                for (unsigned int x = 0; x < gridDim.x; ++x) {
+                    f->block.x = blockIdx.x = x;
+                    f->block.y = blockIdx.y = y;
+                    f->block.z = blockIdx.z = z;
+                    (*pool->body)();
+                    // No thread starts the next block (whose shared
+                    // memory is the same) before all have left this one.
+                    emu_block_barrier.arrive(true);
+                    if (emu_block_barrier.failed.load()) {
+                        z = gridDim.z;
+                        y = gridDim.y;
+                        break;
+                    }
+                }
+            }
+        }
+        f->worker->preemptible = 0;
+        f->done = true;
+        emu_switch(&f->context, &f->worker->home);
+    }
 }
 
 // Runs the worker's fibers in turn until all have finished the launch; a
