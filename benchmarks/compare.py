@@ -12,12 +12,20 @@ show what the noise is. Below the table, each version's targets (the PASS
 or FAIL that bench_lars.py prints) over all rounds; the exit status is 1
 when one of the new version's failed in a round.
 
+With ``--bench train_loop`` it runs the new tree's ``train_loop.py``
+instead (an older tree's may not write JSON) with each tree's library
+first on ``PYTHONPATH``: the update's time inside a training loop, where
+every update brings new gradient arrays; ``momentum_sgd`` is the control
+there (Chainer's own update, the same code in both runs).
+
 Usage (a worktree of the previous commit beside this one)::
 
     git worktree add /tmp/old HEAD~1
     python benchmarks/compare.py /tmp/old . --rounds 3 -- \\
         --models cifar_resnet20,resnet50 --clock cpu
     python benchmarks/compare.py /tmp/old . --rounds 3 -- --gpu-host
+    python benchmarks/compare.py /tmp/old . --bench train_loop -- \\
+        --device 0 --dtype float32,mixed16
 """
 
 import argparse
@@ -29,8 +37,11 @@ import sys
 import tempfile
 
 
-def _run(tree, args, out):
+def _run(tree, args, out, script=None):
+    """Runs ``script`` (default: the tree's own bench_lars.py) in ``tree``
+    with the tree first on ``PYTHONPATH``; what it wrote in ``out``."""
     tree = os.path.abspath(tree)  # the script runs in it
+    script = script or os.path.join(tree, 'benchmarks', 'bench_lars.py')
     # The tree first, before what PYTHONPATH already holds (a Chainer
     # installed apart, the numpy-2 shims of gpu_check.sh).
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -39,12 +50,11 @@ def _run(tree, args, out):
     # bench_lars.py exits 1 when a target fails, having written its JSON:
     # the verdicts are reported below the table, not raised here.
     done = subprocess.run(
-        [sys.executable, os.path.join(tree, 'benchmarks', 'bench_lars.py'),
-         '--json', out] + args, cwd=tree, env=env,
+        [sys.executable, script, '--json', out] + args, cwd=tree, env=env,
         stdout=subprocess.DEVNULL)
     if done.returncode not in (0, 1) or not os.path.exists(out):
-        raise SystemExit('{}: bench_lars.py exited with {}'.format(
-            tree, done.returncode))
+        raise SystemExit('{}: {} exited with {}'.format(
+            tree, os.path.basename(script), done.returncode))
     with open(out) as f:
         return json.load(f)
 
@@ -68,8 +78,13 @@ def _verdicts(result):
 
 def _times(result):
     """``{(case, variant): (seconds, seconds over the floor)}`` of one
-    bench_lars.py result (the latter ``None`` in --gpu-host mode)."""
+    bench_lars.py result (the latter ``None`` in --gpu-host mode) or
+    train_loop.py result (``None``: no floor)."""
     times = {}
+    for loop in result.get('train_loop', ()):
+        for variant, row in loop['variants'].items():
+            times['train loop ' + loop['dtype'], variant] = (
+                row['ms'] * 1e-3, None)
     for case in result.get('cases', ()):
         name = _case_name(case)
         for variant, seconds in case['median_s'].items():
@@ -86,6 +101,10 @@ def main():
     parser.add_argument('old', help='the tree of the old version')
     parser.add_argument('new', help='the tree of the new version')
     parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--bench', choices=('bench_lars', 'train_loop'),
+                        default='bench_lars',
+                        help='each tree\'s bench_lars.py (default), or '
+                        'the new tree\'s train_loop.py on both')
     argv = sys.argv[1:]
     cut = argv.index('--') if '--' in argv else len(argv)
     args = parser.parse_args(argv[:cut])
@@ -93,6 +112,10 @@ def main():
         parser.error('--rounds must be at least 1, got {}'.format(
             args.rounds))
     bench_args = argv[cut + 1:]
+    script = None if args.bench == 'bench_lars' else os.path.join(
+        os.path.abspath(args.new), 'benchmarks', 'train_loop.py')
+    if script and not os.path.isfile(script):
+        parser.error('--bench train_loop: no {}'.format(script))
     runs = {'old': [], 'new': []}
     verdicts = {'old': [], 'new': []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,7 +124,8 @@ def main():
             # runs on a machine the other has just warmed or loaded.
             for which in ('old', 'new')[::1 if k % 2 == 0 else -1]:
                 out = os.path.join(tmp, '{}{}.json'.format(which, k))
-                result = _run(getattr(args, which), bench_args, out)
+                result = _run(getattr(args, which), bench_args, out,
+                              script)
                 runs[which].append(_times(result))
                 verdicts[which].append(_verdicts(result))
                 print('round {}: {} done'.format(k + 1, which),
@@ -121,6 +145,8 @@ def main():
     failed = False
     for which in ('old', 'new'):
         names = sorted(set().union(*verdicts[which]))
+        if not names:  # train_loop.py, or a run without targets
+            continue
         fails = [name for name in names
                  if not all(v.get(name, False) for v in verdicts[which])]
         print('targets of {}: {} of {} PASS in every round{}'.format(

@@ -7,6 +7,9 @@
 #       on ResNet-50's and BERT-large's arrays, float32 and mixed16, host
 #       against GPU time, and the hook in a mixed16 training loop against
 #       MomentumSGD alone (issue 46's targets, as ratios; floor.txt);
+#     - benchmarks/compare.py --bench train_loop: the update in a training
+#       loop, this tree against the library before the lighter engine
+#       (issue 45's check), when that tree is in BEFORE (engine.txt);
 #     - benchmarks/gpu_peers.py: one update of ours beside Chainer's,
 #       PyTorch's, timm's and apex's optimizers, one process per framework
 #       (peers.md, peers.json);
@@ -42,6 +45,8 @@
 #   PIP_CONSTRAINT=/tmp/bc.txt PIP_BUILD_CONSTRAINT=/tmp/bc.txt \
 #     pip wheel --no-deps -w .whl chainer==7.8.1
 #   mkdir -p .whl/datasets && cp -r ../shared/datasets/pfnet .whl/datasets/
+#   mkdir -p .whl/before && git archive 229bc30 chainer_lars |
+#     tar -x -C .whl/before && git rev-parse 229bc30 > .whl/before/COMMIT
 #
 # and the run (carry [".whl"], timeout_s 420):
 #
@@ -49,12 +54,14 @@
 #
 # Environment: PYTHON (default python3), COMPAT (default compat/), WHEELS
 # (default .whl/), CHAINER_SITE, MNIST_ROOT (default .whl/datasets),
-# REPRODUCE (a study JSON; empty skips it), BENCH=0 (no bench_lars.py),
-# SANITIZE= (no compute-sanitizer); limits in seconds, each cut to what
-# the budget has left: FLOOR_TIMEOUT (90), PEERS_TIMEOUT (150),
-# BENCH_TIMEOUT (60), TEST_TIMEOUT (150), SANITIZE_TIMEOUT (100 a tool),
-# TRAIN_TIMEOUT (90), REPRODUCE_TIMEOUT (480); extra arguments:
-# FLOOR_ARGS, PEERS_ARGS, BENCH_ARGS, MNIST_ARGS.
+# REPRODUCE (a study JSON; empty skips it), BEFORE (the tree to time the
+# training loop against, default .whl/before; empty skips it), BENCH=0
+# (no bench_lars.py), SANITIZE= (no compute-sanitizer); limits in
+# seconds, each cut to what the budget has left: FLOOR_TIMEOUT (90),
+# ENGINE_TIMEOUT (75), PEERS_TIMEOUT (150), BENCH_TIMEOUT (60),
+# TEST_TIMEOUT (150), SANITIZE_TIMEOUT (100 a tool), TRAIN_TIMEOUT (90),
+# REPRODUCE_TIMEOUT (480); extra arguments: FLOOR_ARGS, ENGINE_ARGS (to
+# train_loop.py), PEERS_ARGS, BENCH_ARGS, MNIST_ARGS.
 # Exit status: 0 when every step that ran passed and none was cut for
 # lack of time (summary.txt lists what did not run, and why), 1 otherwise,
 # 2 for a usage error. Speed targets missed do not fail the check: their
@@ -268,10 +275,13 @@ floor_args=(--device "$device" --json "$out/floor.json")
 peers_args=(--device "$device" --json "$out/peers.json" --markdown "$out/peers.md")
 bench_args=(--device "$device" --models resnet50 --dtypes float32 mixed16
             --weight-decays 5e-4 --reps 10 --case-seconds 3)
+engine_args=(--rounds 3 -- --device "$device" --dtype float32,mixed16
+             --iters 20)
 if [ $rehearse = 1 ]; then
     floor_args+=(--sets tiny --repeat 3 --warmup 1 --copy-mib 4 --loop-iters 7 --loop-size 2,8,4)
     peers_args+=(--sets tiny --reps 2 --warmup 1 --copy-mib 4)
     bench_args=(--device "$device" --models mlp --dtypes float32 --weight-decays 5e-4 --reps 2 --warmup 1)
+    engine_args=(--rounds 1 -- --device "$device" --dtype float32,mixed16 --layers 2 --width 4 --batch 2 --iters 6 --variants momentum_sgd,lars)
 fi
 
 t=$(limit "${FLOOR_TIMEOUT:-90}" $((reserve + 60)))
@@ -283,6 +293,30 @@ else
     timeout "$t" "$py" benchmarks/gpu_floor.py "${floor_args[@]}" \
         ${FLOOR_ARGS:-} 2>&1 | tee "$out/floor.txt"
     record "byte floors" "${PIPESTATUS[0]}"
+fi
+
+# The update in a training loop, this tree against the library before the
+# lighter engine (issue 45), when that tree is here: compare.py runs this
+# tree's train_loop.py on each in turn, momentum_sgd the control.
+before=${BEFORE-$wheels/before}
+if [ -z "$before" ]; then
+    record "engine before/after" "not run: BEFORE is empty"
+elif [ ! -f "$before/chainer_lars/__init__.py" ]; then
+    record "engine before/after" "not run: no $before/chainer_lars"
+else
+    t=$(limit "${ENGINE_TIMEOUT:-75}" "$reserve")
+    if [ "$t" = 0 ]; then
+        record "engine before/after" "cut: no time left in the budget"
+    else
+        log "engine before/after in a training loop (compare.py --bench train_loop, $before against this tree, ${t} s)"
+        # shellcheck disable=SC2086  # ENGINE_ARGS is a list of arguments
+        timeout "$t" "$py" benchmarks/compare.py "$before" "$root" \
+            --bench train_loop "${engine_args[@]}" ${ENGINE_ARGS:-} \
+            > "$out/engine.txt" 2> "$out/engine.log"
+        rc=$?
+        cat "$out/engine.txt"
+        record "engine before/after" "$rc"
+    fi
 fi
 
 t=$(limit "${PEERS_TIMEOUT:-150}" "$reserve")
@@ -466,6 +500,14 @@ bg_pids=()
     echo
     echo "== peers (peers.md)"
     cat "$out/peers.md" 2>/dev/null
+    if [ -f "$out/engine.txt" ]; then
+        echo
+        echo "== engine before/after, training loop (engine.txt)"
+        echo "old: $before$( [ ! -f "$before/COMMIT" ] ||
+            echo " (commit $(head -c 12 "$before/COMMIT"))"); new: this" \
+            "tree; momentum_sgd, Chainer's own update, is the control"
+        cat "$out/engine.txt"
+    fi
     echo
     echo "== steps"
 } | tee -a "$out/summary.txt"

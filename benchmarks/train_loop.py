@@ -29,6 +29,7 @@ as the median of the per-iteration ratios: the hook's cost in mixed16
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import time
@@ -195,10 +196,13 @@ def median_ratio(result, base):
 
 
 def main(argv=None):
+    """Runs the loops that ``argv`` asks for; ``{dtype: {variant: result}}``
+    (see :meth:`_Loop.result`)."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--device', '-d', default='@numpy')
     parser.add_argument('--dtype', default='float32',
-                        choices=('float32', 'mixed16'))
+                        help='float32, mixed16, or both comma-separated '
+                        '(run one after the other)')
     parser.add_argument('--variants', default=','.join(VARIANTS),
                         help='comma-separated, of: ' + ', '.join(VARIANTS))
     parser.add_argument('--layers', type=int, default=40)
@@ -209,6 +213,8 @@ def main(argv=None):
                         help='step the variants in turn, iteration by '
                         'iteration, and print each one\'s time over the '
                         'first variant\'s (median of per-iteration ratios)')
+    parser.add_argument('--json', metavar='FILE',
+                        help='write every variant\'s times and counts here')
     args = parser.parse_args(argv)
     if args.iters <= 5:
         parser.error('--iters must be more than 5 (the first five are not '
@@ -218,20 +224,44 @@ def main(argv=None):
         if name not in VARIANTS:
             parser.error('--variants: unknown {!r}; choose from {}'.format(
                 name, ', '.join(VARIANTS)))
+    dtypes = args.dtype.split(',')
+    for dtype in dtypes:
+        if dtype not in ('float32', 'mixed16'):
+            parser.error('--dtype: unknown {!r}; choose from float32, '
+                         'mixed16, or both comma-separated'.format(dtype))
+    if args.json and not os.path.isdir(
+            os.path.dirname(os.path.abspath(args.json))):
+        parser.error('--json: no folder {!r} to write {!r} in'.format(
+            os.path.dirname(os.path.abspath(args.json)), args.json))
     device = chainer.get_device(args.device)
+    results = {}
+    for dtype in dtypes:
+        results[dtype] = _run_dtype(names, device, dtype, args)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'train_loop': [
+                {'device': str(device), 'dtype': dtype,
+                 'layers': args.layers, 'width': args.width,
+                 'batch': args.batch, 'interleaved': args.interleave,
+                 'variants': results[dtype]} for dtype in dtypes]},
+                f, indent=1)
+    return results
+
+
+def _run_dtype(names, device, dtype, args):
     print('{} {}, MLP of {} layers of {}, batch {}, median of {} updates{}'
-          .format(device, args.dtype, args.layers, args.width, args.batch,
+          .format(device, dtype, args.layers, args.width, args.batch,
                   args.iters - 5, ', variants interleaved'
                   if args.interleave else ''))
     print('{:24} {:>8} {:>10} {:>14} {:>17}'.format(
         'variant', 'arrays', 'update ms', 'tables built', 'tables repointed'))
     with _counting_tables() as counts:
         if args.interleave:
-            results = run_interleaved(names, device, args.dtype, args, counts)
+            results = run_interleaved(names, device, dtype, args, counts)
         else:
             results = {}
             for name in names:
-                results[name] = run_variant(name, device, args.dtype, args,
+                results[name] = run_variant(name, device, dtype, args,
                                             counts)
                 _print_row(name, results[name])
     if args.interleave:

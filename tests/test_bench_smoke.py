@@ -376,6 +376,79 @@ def test_compare_runs_a_relative_tree_with_pythonpath_kept(
         [tree, '/x/shims', '/x/site']), 'cwd': tree}
 
 
+_FAKE_LOOP = """
+import json, sys
+import marker  # the tree's own, first on PYTHONPATH
+args = sys.argv[1:]
+with open(args[args.index('--json') + 1], 'w') as f:
+    json.dump({'train_loop': [{'dtype': 'mixed16', 'variants': {
+        'momentum_sgd': {'ms': 3.0}, 'lars': {'ms': marker.MS}}}],
+        'args': args}, f)
+"""
+
+
+def test_compare_times_train_loop_with_the_new_trees_script(tmp_path,
+                                                            monkeypatch,
+                                                            capsys):
+    # The old tree has no train_loop.py (or one that writes no JSON): the
+    # new tree's runs on both, each with its own library first.
+    compare = _load('compare')
+    for tree, ms in (('old', 2.0), ('new', 0.5)):
+        (tmp_path / tree).mkdir()
+        (tmp_path / tree / 'marker.py').write_text('MS = {}\n'.format(ms))
+    (tmp_path / 'new' / 'benchmarks').mkdir()
+    (tmp_path / 'new' / 'benchmarks' / 'train_loop.py').write_text(
+        _FAKE_LOOP)
+    monkeypatch.setattr('sys.argv', [
+        'compare.py', str(tmp_path / 'old'), str(tmp_path / 'new'),
+        '--bench', 'train_loop', '--rounds', '2', '--', '--dtype',
+        'mixed16'])
+    assert compare.main() == 0
+    printed = capsys.readouterr().out
+    rows = [line.split() for line in printed.splitlines()
+            if line.startswith('train loop')]
+    assert rows == [
+        ['train', 'loop', 'mixed16', 'momentum_sgd', '3.000', '3.000',
+         '1.000'],
+        ['train', 'loop', 'mixed16', 'lars', '2.000', '0.500', '0.250']]
+    assert 'targets of' not in printed  # train_loop.py has none
+
+
+def test_compare_refuses_train_loop_without_the_new_trees_script(
+        tmp_path, monkeypatch, capsys):
+    compare = _load('compare')
+    monkeypatch.setattr('sys.argv', ['compare.py', str(tmp_path),
+                                     str(tmp_path), '--bench', 'train_loop'])
+    with pytest.raises(SystemExit) as raised:
+        compare.main()
+    assert raised.value.code == 2
+    assert '--bench train_loop: no {}'.format(
+        tmp_path / 'benchmarks' / 'train_loop.py') in capsys.readouterr().err
+
+
+def test_train_loop_runs_both_dtypes_and_writes_json(tmp_path, capsys):
+    train_loop = _load('train_loop')
+    out = tmp_path / 'loop.json'
+    results = train_loop.main([
+        '--layers', '2', '--width', '4', '--batch', '2', '--iters', '7',
+        '--dtype', 'float32,mixed16', '--variants', 'momentum_sgd,lars',
+        '--json', str(out)])
+    headers = [line for line in capsys.readouterr().out.splitlines()
+               if line.startswith('@numpy')]
+    assert headers == ['@numpy {}, MLP of 2 layers of 4, batch 2, median '
+                       'of 2 updates'.format(d) for d in ('float32',
+                                                          'mixed16')]
+    with open(str(out)) as f:
+        written = json.load(f)['train_loop']
+    assert [loop['dtype'] for loop in written] == ['float32', 'mixed16']
+    for loop in written:
+        assert loop['device'] == '@numpy' and loop['layers'] == 2
+        assert sorted(loop['variants']) == ['lars', 'momentum_sgd']
+        for name, row in loop['variants'].items():
+            assert row == results[loop['dtype']][name]
+            assert len(row['times_s']) == 2 and row['ms'] > 0
+
+
 def test_train_loop_times_every_variant_on_the_cpu(capsys):
     train_loop = _load('train_loop')
     train_loop.main(['--layers', '3', '--width', '8', '--batch', '4',
@@ -395,6 +468,8 @@ def test_train_loop_times_every_variant_on_the_cpu(capsys):
 @pytest.mark.parametrize('argv, message', [
     (['--iters', '5'], '--iters must be more than 5'),
     (['--variants', 'lars,sgd'], "--variants: unknown 'sgd'"),
+    (['--dtype', 'float32,float16'], "--dtype: unknown 'float16'"),
+    (['--json', '/nonexistent/loop.json'], "--json: no folder '/nonexistent'"),
 ])
 def test_train_loop_refuses_bad_flags(capsys, argv, message):
     train_loop = _load('train_loop')

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -296,7 +297,7 @@ def test_train_loop_interleaves_and_prints_the_ratio(capsys):
     results = train_loop.main([
         '--layers', '2', '--width', '4', '--batch', '2', '--iters', '8',
         '--dtype', 'mixed16', '--variants', 'momentum_sgd,momentum_sgd+hook',
-        '--interleave'])
+        '--interleave'])['mixed16']
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith('median of 3 updates, variants interleaved')
     assert [len(r['times_s']) for r in results.values()] == [3, 3]
@@ -320,7 +321,7 @@ def test_train_loop_without_the_table_class_counts_nothing(monkeypatch,
     monkeypatch.setattr(train_loop, 'cuda_kernels', None)
     results = train_loop.main(['--layers', '2', '--width', '4', '--batch',
                                '2', '--iters', '6', '--variants', 'lars'])
-    assert results['lars']['built'] is None
+    assert results['float32']['lars']['built'] is None
     assert capsys.readouterr().out.splitlines()[-1].split()[-2:] == [
         '-', '-']
 
@@ -415,7 +416,7 @@ CHECK = os.path.join(BENCHMARKS, 'gpu_check.sh')
 def _check(args, tmp_path, timeout=300, **env):
     """Runs gpu_check.sh; what it prints, with the environment of a
     run here (this Python, no study, nothing of an outer test run's)."""
-    full = dict(os.environ, PYTHON=sys.executable, REPRODUCE='',
+    full = dict(os.environ, PYTHON=sys.executable, REPRODUCE='', BEFORE='',
                 PYTHONDONTWRITEBYTECODE='1')
     full.pop('CHAINER_LARS_PROGRESS', None)
     full.update(env)
@@ -502,16 +503,24 @@ def test_check_without_chainer_compat_or_wheel_says_what_is_missing(
 
 
 def test_check_rehearsal_runs_every_step_on_the_cpu(tmp_path, dataset_root):
+    # The library before, here a copy of this one's (its numbers mean
+    # nothing in a rehearsal anyway).
+    shutil.copytree(os.path.join(REPO_ROOT, 'chainer_lars'),
+                    str(tmp_path / 'before' / 'chainer_lars'),
+                    ignore=shutil.ignore_patterns('__pycache__', 'testing'))
+    (tmp_path / 'before' / 'COMMIT').write_text('229bc30ad1e5f0\n')
     done = _check(['--rehearse', '--archive', 'back/gc.tar.gz', 'out'],
                   tmp_path, timeout=600, MNIST_ROOT=dataset_root,
-                  MNIST_ARGS='-b 16 -e 1 -u 8', SANITIZE='')
+                  MNIST_ARGS='-b 16 -e 1 -u 8', SANITIZE='',
+                  BEFORE=str(tmp_path / 'before'))
     assert done.returncode == 0, done.stdout
     out = tmp_path / 'out'
     summary = (out / 'summary.txt').read_text()
     steps = summary[summary.index('== steps'):].splitlines()[1:-1]
     assert steps == [
         '  study --reproduce: not run: REPRODUCE is empty',
-        '  byte floors: passed', '  peers: passed',
+        '  byte floors: passed', '  engine before/after: passed',
+        '  peers: passed',
         '  bench_lars.py: passed',
         '  compute-sanitizer: not run: SANITIZE is empty',
         '  gpu tests: passed', '  MNIST mixed16: passed']
@@ -523,26 +532,40 @@ def test_check_rehearsal_runs_every_step_on_the_cpu(tmp_path, dataset_root):
     # The end of the summary: the floors' last table and the peers'.
     assert summary.count('== byte floors (floor.txt)\ndevice @numpy') == 1
     assert 'targets: ' in summary and '## tiny: 426 parameters' in summary
+    # The training loop of both versions, both dtypes, in the summary.
+    engine = (out / 'engine.txt').read_text()
+    assert summary.count(
+        '== engine before/after, training loop (engine.txt)\nold: {} '
+        '(commit 229bc30ad1e5); new: this tree; momentum_sgd, Chainer\'s own '
+        'update, is the control\n{}'.format(tmp_path / 'before', engine)) == 1
+    assert [line.split()[:4] for line in engine.splitlines()[1:]] == [
+        ['train', 'loop', dtype, variant] for dtype in ('float32', 'mixed16')
+        for variant in ('momentum_sgd', 'lars')]
     with tarfile.open(str(tmp_path / 'back' / 'gc.tar.gz')) as tar:
         names = set(tar.getnames())
     assert {'out/' + n for n in (
-        'summary.txt', 'env.txt', 'floor.txt', 'floor.json', 'peers.md',
-        'peers.json', 'bench_gpu.json', 'paper_model.txt', 'pytest_gpu.txt',
-        'mnist_mixed16.txt')} <= names
+        'summary.txt', 'env.txt', 'floor.txt', 'floor.json', 'engine.txt',
+        'peers.md', 'peers.json', 'bench_gpu.json', 'paper_model.txt',
+        'pytest_gpu.txt', 'mnist_mixed16.txt')} <= names
     assert sorted(os.listdir(str(tmp_path / 'back'))) == [
         'floor.txt', 'gc.tar.gz', 'peers.md', 'summary.txt']
 
 
 def test_check_cuts_the_timings_that_the_budget_has_no_room_for(tmp_path):
+    (tmp_path / 'before' / 'chainer_lars').mkdir(parents=True)
+    (tmp_path / 'before' / 'chainer_lars' / '__init__.py').write_text('')
     done = _check(['--rehearse', '--budget', '60', 'out'], tmp_path,
-                  SANITIZE='', MNIST_ROOT=str(tmp_path / 'none'))
+                  SANITIZE='', MNIST_ROOT=str(tmp_path / 'none'),
+                  BEFORE=str(tmp_path / 'before'))
     assert done.returncode == 1, done.stdout
     summary = (tmp_path / 'out' / 'summary.txt').read_text()
     steps = summary[summary.index('== steps'):].splitlines()[1:-1]
-    assert steps[1:4] == [
+    assert steps[1:5] == [
         '  byte floors: cut: no time left in the budget',
+        '  engine before/after: cut: no time left in the budget',
         '  peers: cut: no time left in the budget',
         '  bench_lars.py: not run: no time left before the tests']
     assert '  gpu tests: passed' in steps
     assert re.search(r'GPU check REHEARSAL \(CPU\) FAILED in \d+ s: byte '
-                     r'floors, peers$', summary.splitlines()[-1])
+                     r'floors, engine before/after, peers$',
+                     summary.splitlines()[-1])
