@@ -6,6 +6,7 @@ on broken kernels; these tests hold it to what the hardware does.
 
 import json
 import os
+import time
 
 import numpy
 import pytest
@@ -196,6 +197,11 @@ extern "C" __global__ void wait_for_last(int* out) {
     }
     out[blockIdx.x * blockDim.x + threadIdx.x] = blockIdx.x;
 }
+extern "C" __global__ void spin(const int* flag, int* out) {
+    while (*(volatile const int*)flag == 0) {
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = 1;
+}
 '''
 
 
@@ -242,6 +248,37 @@ def test_threads_of_a_block_run_concurrently(variant):
     out = xp.zeros(2 * 64, numpy.int32)
     variant[1].get_function('wait_for_last')((2,), (64,), (out,))
     numpy.testing.assert_array_equal(out.get(), numpy.repeat(range(2), 64))
+
+
+def test_a_launch_that_never_ends_fails_and_the_next_starts_afresh(
+        variant):
+    # Every thread spins on a flag that nobody sets: released from no
+    # barrier, they are abandoned at the timeout, and the launch fails
+    # instead of hanging the test run.
+    name, module = variant
+    flag = xp.zeros(1, numpy.int32)
+    out = xp.zeros(2 * 64, numpy.int32)
+    module.set_timeout(0.3)
+    try:
+        start = time.monotonic()
+        with pytest.raises(cuda_emulator.EmulatorError,
+                           match=r'spin: the launch ran for over 300 ms: .* '
+                           r'threads still running abandoned'):
+            module.get_function('spin')((2,), (64,), (flag, out))
+        assert time.monotonic() - start < 60
+    finally:
+        module.set_timeout(None)
+    assert (out.get() == 0).all()
+    # The abandoned threads start the next launches from the top.
+    flag[...] = 1
+    module.get_function('spin')((2,), (64,), (flag, out))
+    numpy.testing.assert_array_equal(out.get(), 1)
+    values = numpy.arange(512, dtype=numpy.float64)
+    sums = xp.zeros(2, numpy.float64)
+    module.get_function('block_sums')((2,), (256,), (
+        xp.asarray(values), sums, numpy.int32(1)))
+    numpy.testing.assert_array_equal(sums.get(),
+                                     values.reshape(2, 256).sum(axis=1))
 
 
 def test_a_write_past_an_array_is_caught():

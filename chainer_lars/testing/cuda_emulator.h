@@ -27,7 +27,10 @@
 // - __syncthreads() is a barrier across all the threads of the block. A
 //   barrier that some threads reach while others have left the kernel (a
 //   divergent __syncthreads) is reported as an error of the launch, not a
-//   hang; so is a launch still running after EMU_TIMEOUT_MS.
+//   hang; so is a launch still running after EMU_TIMEOUT_MS (or what
+//   emu_set_timeout_ms set): its threads waiting at a barrier are released
+//   and those still running are abandoned once preempted, their fibers
+//   started afresh at the next launch.
 // - threadIdx and blockIdx are per thread; blockDim and gridDim per launch.
 // - atomicAdd on unsigned int, and __threadfence() as a full fence.
 // - The float16 conversions of the PTX instructions cvt.f32.f16 and
@@ -197,11 +200,17 @@ __device__ __forceinline__ unsigned short emu_cvt_rn_f16_f32(float f) {
 }
 
 static char emu_error[512];
+static std::atomic<int> emu_timeout_ms{EMU_TIMEOUT_MS};
 
 }  // namespace
 
 extern "C" const char* emu_last_error() {
     return emu_error;
+}
+
+// The time a launch may run before it fails, from the next launch on.
+extern "C" void emu_set_timeout_ms(int ms) {
+    emu_timeout_ms.store(ms > 0 ? ms : EMU_TIMEOUT_MS);
 }
 
 #if defined(__x86_64__) && !defined(EMU_UCONTEXT)
@@ -319,6 +328,7 @@ struct emu_fiber {
     emu_context context;
     emu_dim3 thread;
     emu_dim3 block;
+    char* stack = nullptr;  // EMU_STACK bytes, a guard page at the bottom
     long waiting = -1;  // the barrier phase it waits to see end, or -1
     bool done = true;   // finished the current launch
     emu_worker* worker = nullptr;
@@ -356,12 +366,12 @@ struct emu_monitor {
     unsigned long launch = 0;                      // counts the launches
     std::chrono::steady_clock::time_point deadline;
 
-    void watch(std::vector<emu_worker*>* w) {
+    void watch(std::vector<emu_worker*>* w, int timeout_ms) {
         std::lock_guard<std::mutex> lock(mutex);
         workers = w;
         ++launch;
         deadline = std::chrono::steady_clock::now()
-                   + std::chrono::milliseconds(EMU_TIMEOUT_MS);
+                   + std::chrono::milliseconds(timeout_ms);
         cv.notify_one();
     }
 
@@ -510,6 +520,7 @@ struct emu_pool {
                 }
                 // A guard page below the stack.
                 mprotect(stack, 4096, PROT_NONE);
+                f->stack = stack;
                 emu_context_make(&f->context, stack, EMU_STACK, f);
                 w->fibers.push_back(f);
             }
@@ -549,10 +560,10 @@ struct emu_pool {
         }
     }
 
-    void run(const std::function<void()>& f) {
+    void run(const std::function<void()>& f, int timeout_ms) {
         body = &f;
         finished.store(0, std::memory_order_release);
-        emu_the_monitor.watch(&workers);
+        emu_the_monitor.watch(&workers, timeout_ms);
         generation.fetch_add(1, std::memory_order_acq_rel);
         generation.notify_all();
         int done;
@@ -595,13 +606,20 @@ static void emu_fiber_main(emu_fiber* f) {
 
 // Runs the worker's fibers in turn until all have finished the launch; a
 // fiber waiting at a barrier is skipped until the barrier's phase moves on,
-// and when all wait, so does the worker.
+// and when all wait, so does the worker. Once the launch has timed out, a
+// fiber still in the kernel is abandoned (it may spin forever): its context
+// is made anew, to start the next launch from the top.
 void emu_worker::schedule() {
     for (;;) {
         bool ran = false, live = false;
         long waited = 0;
         for (emu_fiber* f : fibers) {
             if (f->done) {
+                continue;
+            }
+            if (emu_block_barrier.failed.load() == 2) {
+                emu_context_make(&f->context, f->stack, EMU_STACK, f);
+                f->done = true;
                 continue;
             }
             live = true;
@@ -650,7 +668,8 @@ static int emu_run(const unsigned int* grid, const unsigned int* block,
     if (pools[nthreads] == nullptr) {
         pools[nthreads] = new emu_pool(nthreads);
     }
-    pools[nthreads]->run(body);
+    const int timeout_ms = emu_timeout_ms.load();
+    pools[nthreads]->run(body, timeout_ms);
     int failed = emu_block_barrier.failed.load();
     if (failed == 1) {
         std::snprintf(emu_error, sizeof emu_error,
@@ -659,8 +678,9 @@ static int emu_run(const unsigned int* grid, const unsigned int* block,
     } else if (failed == 2) {
         std::snprintf(emu_error, sizeof emu_error,
                       "the launch ran for over %d ms: threads waiting at "
-                      "__syncthreads() were released (deadlock?)",
-                      EMU_TIMEOUT_MS);
+                      "__syncthreads() were released and threads still "
+                      "running abandoned (a deadlock, or a loop that never "
+                      "ends?)", timeout_ms);
     }
     return failed ? 1 : 0;
 }

@@ -324,6 +324,14 @@ class Module(object):
         self._lib = _compile(host)
         self._lib.emu_last_error.restype = ctypes.c_char_p
 
+    def set_timeout(self, seconds):
+        """How long each launch of this module may run, from the next one
+        on, before it fails with :class:`EmulatorError` (its threads still
+        running abandoned); ``None``: the compiled ``EMU_TIMEOUT_MS``
+        (60 s)."""
+        ms = 0 if seconds is None else max(1, int(round(seconds * 1000)))
+        self._lib.emu_set_timeout_ms(ctypes.c_int(ms))
+
     def get_function(self, name):
         """The kernel ``name``, as a callable :class:`Kernel`."""
         if name not in self._params:
