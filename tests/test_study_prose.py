@@ -212,21 +212,6 @@ def quoted(tables):
 
 
 CLAIMS = {
-    'README.rst': [
-        'takes more steps to 98 % validation accuracy at batch 512 '
-        '({lars512} against {nesterov512}), {fewer2048} % fewer at 2048 '
-        '({lars2048} against {nesterov2048})',
-        "at 8192 and 16384, {updates8192} and {updates16384} updates "
-        "({lars8192} and {lars16384} steps; Nesterov's best "
-        "{nesterov8192_val} % and {nesterov16384_val} %)",
-        'Given longer runs, Nesterov reaches 98 % at 8192 and 16384 too: in '
-        '{sweep_nesterov8192} steps at 8192 (twice the epochs) and '
-        "{sweep_nesterov16384} at 16384 (twice), against LARS's "
-        "{sweep_lars8192}; LARS's fewest steps over the budgets tried are "
-        '{sweep_lars8192} at both 8192 and 16384',
-        'the strongest result three seeds can give, a two-sided p of '
-        '{p_split3}, not significant at the 5 % level',
-    ],
     'examples/mnist/README.md': [
         'they reach 98 % in {dr8192_steps} steps at 8192 and '
         '{dr16384_steps} at 16384, every seed, against {lars8192_steps} '
@@ -333,8 +318,9 @@ CLAIMS = {
         'no ``nesterov`` trial of {nesterov8192_trials} did (best '
         'validation {nesterov8192_any} % and {nesterov16384_any} %)',
         'did so at {tail_low} to {tail_high} % of its updates',
-        'in {defaults8192} and {defaults16384} steps, against '
-        '{defaults_best8192} and {defaults_best16384} for the best',
+        "On the plain MLP the trainer's defaults reach 98 % at 8192 and "
+        '16384 in {defaults8192} and {defaults16384} steps (seed 0), '
+        'against {defaults_best8192} and {defaults_best16384} for the best',
         'and over three seeds in {dr8192} and {dr16384} (the tuned '
         "trials' reruns: {lars8192} and {lars16384})",
         'With twice the epochs, Nesterov reaches 98 % at 8192 in '
@@ -536,24 +522,6 @@ PRETUNE_SUMMARY = ('batch size', 'optimizer', 'runs', 'working rate')
 
 
 MORE_CLAIMS = {
-    'README.rst': [
-        '{pt16_trials} trials a cell in one round, where the first search '
-        'had {nesterov16384_trials} in two) left Nesterov short of 98 % '
-        "within the search's budgets at 8192 and 16384 (best "
-        '{pt_nesterov_any} % and {pt16_nesterov_any} %)',
-        'LARS reaches 98 % at 8192 and 16384 in {bn_lars_mean} and '
-        '{bn_lars16384_mean} steps and Nesterov in none of its '
-        '{bn_nesterov_trials} trials at either size (best {bn_nesterov_any} '
-        '% and {bn_nesterov16384_any} %; one round',
-        "the trainer's defaults take {bn_dr16384_each} steps at 16384 "
-        '(three seeds), two of three within the goal of 40 or fewer',
-        'at 512 Nesterov and LARS both reach it, in '
-        '{bn_nesterov512_steps_only} and {bn_lars512_mean} steps',
-        'Given longer runs Nesterov reaches 98 % with BatchNorm too, in '
-        '{bs_nesterov16384} steps at 16384 (twice the epochs) and '
-        "{bs_nesterov8192} at 8192 (four times), against LARS's "
-        '{bs_lars8192} at both (one seed)',
-    ],
     'docs/examples.rst': [
         "Nesterov's rule, on which its first-round rates were centred, lies "
         '{rule_ratio} times above its working rate',
@@ -563,12 +531,13 @@ MORE_CLAIMS = {
         'LARS reaches 98 % at 8192 and 16384 in {bn_lars_mean} and '
         '{bn_lars16384_mean} steps (reruns) and Nesterov in none of its '
         '{bn_nesterov_trials} trials at either size',
-        "the trainer's defaults take {bn_dr16384_each} steps at 16384, two "
-        'of three seeds within the 40 or fewer aimed at (at 512 Nesterov '
-        'and LARS take {bn_nesterov512_steps_only} and {bn_lars512_mean}); '
-        'given twice and four times the epochs, Nesterov reaches 98 % there '
-        'too, in {bs_nesterov16384} steps at 16384 and {bs_nesterov8192} at '
-        "8192, against LARS's {bs_lars8192} (one seed)",
+        'At 512 Nesterov and LARS both reach it, in '
+        '{bn_nesterov512_steps_only} and {bn_lars512_mean} steps',
+        'Nesterov reaches 98 % with BatchNorm too, in {bs_nesterov16384} '
+        "steps at 16384 and {bs_nesterov8192} at 8192, against LARS's "
+        "{bs_lars8192} at the search's budget",
+        "On this model the trainer's defaults take {bn_dr16384_each} steps "
+        'at 16384 (seeds 1 to 3) and {bn_dr8192_steps} at 8192',
     ],
     'examples/mnist/README.md': [
         # The pre-tuning.
@@ -1218,6 +1187,12 @@ FAIR2_ADAM_LAMB_CLAIMS = {
         '{al_adam_test} %)',
         'at 2x {al_lamb_reached} and {al_adam_reached})',
     ],
+    'docs/lamb.rst': [
+        '{al_adam_steps} ({al_adam_range}) against {al_lamb_steps} '
+        '({al_lamb_range}) at 2x',
+        "LAMB ended more accurate at 2x, {al_lamb_val} % best validation "
+        "against Adam's {al_adam_val} %",
+    ],
     'CHANGELOG.rst': [
         "at 2x Adam's reruns reached 98 % validation in {al_adam_steps} "
         "steps ({al_adam_range}) and LAMB's in {al_lamb_steps} "
@@ -1290,6 +1265,14 @@ FAIR1_ADAM_LAMB_CLAIMS = {
         'level at 1x ({al1_lamb_val} % against {al1_adam_val} %)',
         'trials ({al1_lamb_reached} of 16, Adam {al1_adam_reached};',
     ],
+    'docs/lamb.rst': [
+        "Adam's reruns reached 98 % in fewer steps than LAMB's at both "
+        'budgets, {al1_adam_steps} ({al1_adam_range}) against '
+        '{al1_lamb_steps} ({al1_lamb_range}) at 1x',
+        'level with it at 1x ({al1_lamb_val} % against {al1_adam_val} %)',
+        "reached 98 % in more of the 1x search's trials ({al1_lamb_reached} "
+        'of 16, Adam {al1_adam_reached})',
+    ],
     'CHANGELOG.rst': [
         'at 1x Adam took {al1_adam_steps} ({al1_adam_range}) and LAMB '
         '{al1_lamb_steps} ({al1_lamb_range}), disjoint, the accuracies '
@@ -1313,3 +1296,38 @@ ADAM_LAMB = {'2': (functools.lru_cache()(fair2_adam_lamb_numbers),
 def test_the_adam_lamb_prose_quotes_its_tables(budget, path):
     numbers, claims = ADAM_LAMB[budget]
     assert_says(path, claims[path], numbers())
+
+
+# -- The commands the prose names for its numbers --------------------------
+
+#: The flags of the ``study.py`` command each page names beside the
+#: numbers it quotes: each is the flag set of a ``<!-- study.py FLAGS -->``
+#: line of examples/mnist/README.md, whose tables ``study.py --check``
+#: holds to the committed JSONs and the claims above quote.
+NAMED = {
+    'README.rst': ['--model mlp-bn --fair 1 --tables',
+                   '--model mlp-bn --fair 2 --tables'],
+    'docs/lamb.rst': ['--model mlp-bn --fair 1 --tables',
+                      '--optimizers adam,lamb --batchsizes 8192,16384 '
+                      '--refine 0 --out examples/mnist/study/adam-lamb '
+                      '--tables'],
+    'docs/examples.rst': ['--tables',
+                          '--pretuned --batchsizes 8192,16384 --refine 0 '
+                          '--budget-configs 0 --tables',
+                          '--model mlp-bn --batchsizes 8192,16384,512 '
+                          '--refine 0 --budget-configs 1 --budgets 2,4 '
+                          '--tables'],
+}
+
+
+@pytest.mark.parametrize('path, flags', [(path, flags) for path in
+                                         sorted(NAMED)
+                                         for flags in NAMED[path]])
+def test_the_prose_names_the_command_that_prints_its_numbers(path, flags):
+    with open(os.path.join(ROOT, 'examples', 'mnist', 'README.md')) as f:
+        markers = re.findall(r'^<!-- study\.py (.*?) -->$', f.read(), re.M)
+    assert flags in markers, markers
+    with open(os.path.join(ROOT, path)) as f:
+        text = ' '.join(f.read().split())
+    assert 'python examples/mnist/study.py {}``'.format(flags) in text, (
+        path, flags)
