@@ -126,11 +126,9 @@ class Plan(object):
         """Puts an array in its group (with ``extra``: a mixed16 one)."""
         mixed16 = extra is not None
         key = (str(device), weight.dtype.newbyteorder('='), op, mixed16, key)
-        group = self._by_key.get(key)
-        if group is None:
-            group = self._by_key[key] = Group(device, weight.dtype, op,
-                                              mixed16)
-        group.add(path, param, rule, weight, states, flags, extra)
+        if key not in self._by_key:
+            self._by_key[key] = Group(device, weight.dtype, op, mixed16)
+        self._by_key[key].add(path, param, rule, weight, states, flags, extra)
 
     def finish(self, params=()):
         """Prepares the groups (``where``: in ``params``); returns self."""
