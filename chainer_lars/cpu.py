@@ -95,10 +95,9 @@ def _momentum(row, obs, op, w, g, v, ct):
     return w.astype(ct) - (u + v * m if row[L.NESTEROV] else v)
 
 
-def numpy_update(row, obs, op, w, g, v=None, v2=None):
+def numpy_update(row, obs, op, *arrays):
     """One row of :func:`chainer_lars._numba.multi_update` in NumPy, for
-    any dtypes and layouts."""
-    arrays = (w, g) + tuple(a for a in (v, v2) if a is not None)
+    ``(w, g, *states)`` of any dtypes and layouts."""
     natives = list(map(native, arrays))
     flat = [a.reshape(-1) for a in natives]
     row = row.tolist()  # Python floats: faster than NumPy scalars
