@@ -224,8 +224,7 @@ class Record(object):
         """The gradients' flags: writeable where the op writes them."""
         scaled = [g.scaled for g in self.groups]
         if scaled != self.scaled:
-            for group, a, b in zip(self.groups, self.bounds,
-                                   self.bounds[1:]):
+            for group, a, b in zip(self.groups, self.bounds, self.bounds[1:]):
                 writes = 1 in L.written(group.op, group.scaled)
                 self.grads[_jit().EXPECT + 2, a:b] = _DIRECT | (
                     _WRITEABLE if writes else 0)
@@ -250,8 +249,7 @@ class CpuExecutor(object):
         """As :func:`chainer_lars.engine._taken`; ``None``: a group's own
         arrays changed."""
         compiled = [g for g in groups if g.state.table is not None]
-        found, left = {}, sum(len(g) for g in groups
-                              if g.state.table is None)
+        found, left = {}, sum(len(g) for g in groups if g.state.table is None)
         if compiled:
             record = plan.record
             if record is None or record.groups != compiled:
@@ -260,8 +258,8 @@ class CpuExecutor(object):
                                   if len(compiled) != len(groups) else grads)
             if missing is None:
                 return None
-            found, left = dict(zip(map(id, compiled), record.gptrs())), (
-                left + missing)
+            found = dict(zip(map(id, compiled), record.gptrs()))
+            left += missing
         return [found[id(g)] if id(g) in found else numpy.zeros(
             len(g), numpy.int64) for g in groups], left
 
