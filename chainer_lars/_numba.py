@@ -283,12 +283,11 @@ def rescale_row(row, obs, w, g, out, mixed, like_c):
 @numba.njit(**_JIT)
 def step_row(row, obs, w, g, v, h, mixed, like_c):
     """LARS's step of a row (``mixed``: ``g / s`` on the fly)."""
-    scale, inverse = _divisor(like_c, row[L.LOSS_SCALE])
+    scale, inverse = _divisor(like_c, row[L.LOSS_SCALE] if mixed else 1.0)
     r = 1.0
     w_norm = g_norm = numpy.nan
     if row[L.ADAPT] != 0.0:
-        w_sq, g_sq = sqnorms(w, g, scale, inverse) if mixed else sqnorms(
-            w, g, compute(like_c, 1.0), compute(like_c, 1.0))
+        w_sq, g_sq = sqnorms(w, g, scale, inverse)
         w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
         r = trust_ratio(w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
                         row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
