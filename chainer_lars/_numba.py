@@ -104,8 +104,7 @@ def _compute(like, x):
 def sqnorms(w, g, s, inverse):
     """``(||w||^2, ||g / s||^2)`` (times ``inverse`` where not 0: the same
     by a power of two, and faster)."""
-    sw = 0.0
-    sg = 0.0
+    sw = sg = 0.0
     for i in range(w.size):
         x = numpy.float64(load(w, i))
         y = numpy.float64(load(g, i) * inverse if inverse != 0 else
@@ -204,8 +203,7 @@ def _lamb_moments_at(w, m, v, i, gi, b1, ob1, b2, ob2, c1, c2, eps, wd):
 def lamb_moments(w, g, m, v, b1, ob1, b2, ob2, c1, c2, eps, wd, s):
     """``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2`` (``g / s``)
     and ``(||w||^2, ||r||^2)``, ``r`` from the moments as stored."""
-    sw = 0.0
-    sr = 0.0
+    sw = sr = 0.0
     for i in range(w.size):
         r = _lamb_moments_at(w, m, v, i, load(g, i) / s, b1, ob1, b2, ob2,
                              c1, c2, eps, wd)
