@@ -49,8 +49,7 @@ class ExclusionProperties(object):
 
     _REPR = ()
     exclude_from_weight_decay = _fixed(0, 'exclude_from_weight_decay')
-    exclude_from_layer_adaptation = _fixed(1,
-                                           'exclude_from_layer_adaptation')
+    exclude_from_layer_adaptation = _fixed(1, 'exclude_from_layer_adaptation')
 
     def __repr__(self):
         return '{}({})'.format(type(self).__name__, ', '.join(
