@@ -291,15 +291,14 @@ class LossScaleState(extension.Extension):
         self.last_loss_scale, self._next = self._next, self.loss_scale
 
     def serialize(self, serializer):
-        optimizer = self._optimizer
         try:
             self.skipped_updates = int(serializer('skipped_updates',
                                                   self.skipped_updates))
         except KeyError:
             return  # a snapshot of a trainer without this extension
-        fused.serialize_loss_scaling(optimizer, serializer)
+        fused.serialize_loss_scaling(self._optimizer, serializer)
         loading = isinstance(serializer, chainer.serializer.Deserializer)
-        for path, param in optimizer.target.namedparams():
+        for path, param in self._optimizer.target.namedparams():
             rule = getattr(param, 'update_rule', None)
             # No update; a fused rule saves its own copy.
             if (rule is None or isinstance(rule, fused.FusedRule)
