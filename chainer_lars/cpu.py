@@ -77,10 +77,9 @@ def _momentum(row, obs, op, w, g, v, ct):
     if op == L.RESCALE or row[L.ADAPT]:
         w_norm, g_norm = _norm(w), _norm(g) / s
     if row[L.ADAPT]:
-        r = ratio.trust_ratio(
-            w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
-            row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
-            bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
+        r = ratio.trust_ratio(w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
+                              row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
+                              bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
     obs[:3] = r, w_norm, g_norm
     p = r if op == L.RESCALE else row[L.LR] * r
     q = p * (s * row[L.WEIGHT_DECAY])  # the hook's g holds the loss scale
