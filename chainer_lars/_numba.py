@@ -379,7 +379,6 @@ def _stamp(address, ndarray, out):
 
 @numba.njit(**_JIT)
 def stamp(held, ndarray):
-    """Stamps the held arrays of a record."""
     for k in range(held.shape[0]):
         _stamp(held[k, ID], ndarray, held[k, STAMPED:])
 

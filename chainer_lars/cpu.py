@@ -230,7 +230,6 @@ class Record(object):
             self.scaled = scaled
 
     def gptrs(self):
-        """Each group's gradient addresses."""
         gptr = self.grads[_jit().GPTR]
         return [gptr[a:b] for a, b in zip(self.bounds, self.bounds[1:])]
 

@@ -460,7 +460,6 @@ class _DeviceState(object):
             self.counts = empty_pinned(xp, n, numpy.uint32)
 
     def upload(self, group, gptr, stream):
-        """Writes the words of this update and uploads them."""
         slot = self.ring[self.next]
         self.next = (self.next + 1) % self.RING
         if slot[1] is not None:

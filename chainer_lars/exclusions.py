@@ -26,7 +26,6 @@ class ExclusionRules(object):
                                       self.exclude_from_layer_adaptation))
 
     def patterns(self):
-        """The two lists as tuples of strings."""
         return (tuple(p.pattern for p in self.exclude_from_weight_decay),
                 tuple(p.pattern for p in self.exclude_from_layer_adaptation))
 
