@@ -104,8 +104,7 @@ def _compute(like, x):
 def sqnorms(w, g, s, inverse):
     """``(||w||^2, ||g / s||^2)`` (times ``inverse`` where not 0: the same
     by a power of two, and faster)."""
-    sw = 0.0
-    sg = 0.0
+    sw = sg = 0.0
     for i in range(w.size):
         x = numpy.float64(load(w, i))
         y = numpy.float64(load(g, i) * inverse if inverse != 0 else
@@ -174,8 +173,7 @@ def momentum_step(w, g, v, a, b, momentum, nesterov, s, inverse, h, mixed):
     lost = 0
     if not mixed:
         for i in range(w.size):
-            lost += _step_at(w, v, i, load(g, i), a, b, momentum,
-                             nesterov)[1]
+            lost += _step_at(w, v, i, load(g, i), a, b, momentum, nesterov)[1]
     elif inverse != 0:
         for i in range(w.size):
             _mixed_at(w, v, h, i, load(g, i) * inverse, a, b, momentum,
@@ -198,16 +196,14 @@ def lamb_direction(wi, mi, vi, c1, c2, eps, wd):
 def _lamb_moments_at(w, m, v, i, gi, b1, ob1, b2, ob2, c1, c2, eps, wd):
     store(m, i, _fma(b1, load(m, i), ob1 * gi))
     store(v, i, _fma(b2, load(v, i), ob2 * (gi * gi)))
-    return lamb_direction(load(w, i), load(m, i), load(v, i), c1, c2, eps,
-                          wd)
+    return lamb_direction(load(w, i), load(m, i), load(v, i), c1, c2, eps, wd)
 
 
 @numba.njit(fastmath=_REDUCE, **_DIVIDES, **_JIT)
 def lamb_moments(w, g, m, v, b1, ob1, b2, ob2, c1, c2, eps, wd, s):
     """``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2`` (``g / s``)
     and ``(||w||^2, ||r||^2)``, ``r`` from the moments as stored."""
-    sw = 0.0
-    sr = 0.0
+    sw = sr = 0.0
     for i in range(w.size):
         r = _lamb_moments_at(w, m, v, i, load(g, i) / s, b1, ob1, b2, ob2,
                              c1, c2, eps, wd)
@@ -283,12 +279,11 @@ def rescale_row(row, obs, w, g, out, mixed, like_c):
 @numba.njit(**_JIT)
 def step_row(row, obs, w, g, v, h, mixed, like_c):
     """LARS's step of a row (``mixed``: ``g / s`` on the fly)."""
-    scale, inverse = _divisor(like_c, row[L.LOSS_SCALE])
+    scale, inverse = _divisor(like_c, row[L.LOSS_SCALE] if mixed else 1.0)
     r = 1.0
     w_norm = g_norm = numpy.nan
     if row[L.ADAPT] != 0.0:
-        w_sq, g_sq = sqnorms(w, g, scale, inverse) if mixed else sqnorms(
-            w, g, compute(like_c, 1.0), compute(like_c, 1.0))
+        w_sq, g_sq = sqnorms(w, g, scale, inverse)
         w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
         r = trust_ratio(w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
                         row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
@@ -308,11 +303,9 @@ def lamb_row(row, obs, w, g, m, v, h, mixed, like_c):
     ob2 = compute(like_c, 1.0 - row[L.BETA2])
     c1 = compute(like_c, row[L.CORRECTION1])
     c2 = compute(like_c, row[L.CORRECTION2])
-    eps, wd = compute(like_c, row[L.EPS]), compute(like_c,
-                                                   row[L.WEIGHT_DECAY])
+    eps, wd = compute(like_c, row[L.EPS]), compute(like_c, row[L.WEIGHT_DECAY])
     s = compute(like_c, row[L.LOSS_SCALE] if mixed else 1.0)
-    w_sq, r_sq = lamb_moments(w, g, m, v, b1, ob1, b2, ob2, c1, c2, eps, wd,
-                              s)
+    w_sq, r_sq = lamb_moments(w, g, m, v, b1, ob1, b2, ob2, c1, c2, eps, wd, s)
     w_norm, r_norm = math.sqrt(w_sq), math.sqrt(r_sq)
     r = 1.0
     if row[L.ADAPT] != 0.0:
@@ -375,8 +368,7 @@ def _stamp(address, ndarray, out):
     out[:] = 0
     if head[_TYPE] == ndarray:
         ints = numba.carray(_void_pointer(address), 17, numpy.int32)
-        dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND],
-                            numpy.int64)
+        dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND], numpy.int64)
         size = 1
         for d in dims:
             size *= d
@@ -387,7 +379,6 @@ def _stamp(address, ndarray, out):
 
 @numba.njit(**_JIT)
 def stamp(held, ndarray):
-    """Stamps the held arrays of a record."""
     for k in range(held.shape[0]):
         _stamp(held[k, ID], ndarray, held[k, STAMPED:])
 
@@ -428,8 +419,7 @@ def restamp_update(held, changed, grads, none, ndarray, table, rows, obs,
     it is; returns whether it ran."""
     if restamp(held, changed, grads, none, ndarray) or changed.any():
         return False
-    multi_update(table, grads[GPTR], rows, obs, like_w, like_g, like_c,
-                 op)
+    multi_update(table, grads[GPTR], rows, obs, like_w, like_g, like_c, op)
     return True
 
 

@@ -77,10 +77,9 @@ def _momentum(row, obs, op, w, g, v, ct):
     if op == L.RESCALE or row[L.ADAPT]:
         w_norm, g_norm = _norm(w), _norm(g) / s
     if row[L.ADAPT]:
-        r = ratio.trust_ratio(
-            w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
-            row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
-            bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
+        r = ratio.trust_ratio(w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
+                              row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
+                              bool(row[L.REQUIRE_GRAD]), row[L.CLIP_LR])
     obs[:3] = r, w_norm, g_norm
     p = r if op == L.RESCALE else row[L.LR] * r
     q = p * (s * row[L.WEIGHT_DECAY])  # the hook's g holds the loss scale
@@ -95,10 +94,9 @@ def _momentum(row, obs, op, w, g, v, ct):
     return w.astype(ct) - (u + v * m if row[L.NESTEROV] else v)
 
 
-def numpy_update(row, obs, op, w, g, v=None, v2=None):
+def numpy_update(row, obs, op, *arrays):
     """One row of :func:`chainer_lars._numba.multi_update` in NumPy, for
-    any dtypes and layouts."""
-    arrays = (w, g) + tuple(a for a in (v, v2) if a is not None)
+    ``(w, g, *states)`` of any dtypes and layouts."""
     natives = list(map(native, arrays))
     flat = [a.reshape(-1) for a in natives]
     row = row.tolist()  # Python floats: faster than NumPy scalars
@@ -225,15 +223,13 @@ class Record(object):
         """The gradients' flags: writeable where the op writes them."""
         scaled = [g.scaled for g in self.groups]
         if scaled != self.scaled:
-            for group, a, b in zip(self.groups, self.bounds,
-                                   self.bounds[1:]):
+            for group, a, b in zip(self.groups, self.bounds, self.bounds[1:]):
                 writes = 1 in L.written(group.op, group.scaled)
                 self.grads[_jit().EXPECT + 2, a:b] = _DIRECT | (
                     _WRITEABLE if writes else 0)
             self.scaled = scaled
 
     def gptrs(self):
-        """Each group's gradient addresses."""
         gptr = self.grads[_jit().GPTR]
         return [gptr[a:b] for a, b in zip(self.bounds, self.bounds[1:])]
 
@@ -251,8 +247,7 @@ class CpuExecutor(object):
         """As :func:`chainer_lars.engine._taken`; ``None``: a group's own
         arrays changed."""
         compiled = [g for g in groups if g.state.table is not None]
-        found, left = {}, sum(len(g) for g in groups
-                              if g.state.table is None)
+        found, left = {}, sum(len(g) for g in groups if g.state.table is None)
         if compiled:
             record = plan.record
             if record is None or record.groups != compiled:
@@ -261,8 +256,8 @@ class CpuExecutor(object):
                                   if len(compiled) != len(groups) else grads)
             if missing is None:
                 return None
-            found, left = dict(zip(map(id, compiled), record.gptrs())), (
-                left + missing)
+            found = dict(zip(map(id, compiled), record.gptrs()))
+            left += missing
         return [found[id(g)] if id(g) in found else numpy.zeros(
             len(g), numpy.int64) for g in groups], left
 

@@ -397,7 +397,6 @@ def source(dtype, mixed16=False):
 
 def _kernel(xp, dtype, mixed16, name):
     """The kernel ``name``, compiled once per device and dtypes."""
-    dtype = numpy.dtype(dtype)
     key = (xp, xp.cuda.Device().id, dtype, mixed16)
     module = _modules.get(key)
     if module is None:
@@ -444,8 +443,7 @@ class _DeviceState(object):
         self.direct = numpy.array([all(map(supports, (w,) + v + (
             () if x is None else (x,)))) for w, v, x in zip(
                 group.weights, group.states, group.extras)], bool)
-        self.signature = [(group.gdtype, w.shape, True)
-                          for w in group.weights]
+        self.signature = [(group.gdtype, w.shape, True) for w in group.weights]
         self.empty = numpy.array(sizes) == 0
         words = 5 * n + -(-n * len(L.COLUMNS) * self.compute_dtype.itemsize
                           // 8)
@@ -462,7 +460,6 @@ class _DeviceState(object):
             self.counts = empty_pinned(xp, n, numpy.uint32)
 
     def upload(self, group, gptr, stream):
-        """Writes the words of this update and uploads them."""
         slot = self.ring[self.next]
         self.next = (self.next + 1) % self.RING
         if slot[1] is not None:

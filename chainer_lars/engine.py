@@ -63,14 +63,12 @@ class Group(object):
             column.append(value)
 
     def prepare(self):
-        """Makes the rows and flags, then :meth:`refresh`."""
         self.rows = L.rows(len(self))
         self.uses_wd = numpy.array(self.uses_wd, numpy.float64)
         self.adapt = numpy.array(self.adapt, numpy.float64)
         return self.refresh()
 
     def refresh(self):
-        """Checks the group's own arrays and prepares its executor."""
         self.check()
         self.executor.prepare(self)
         self.last = Last(self)
@@ -126,11 +124,9 @@ class Plan(object):
         """Puts an array in its group (with ``extra``: a mixed16 one)."""
         mixed16 = extra is not None
         key = (str(device), weight.dtype.newbyteorder('='), op, mixed16, key)
-        group = self._by_key.get(key)
-        if group is None:
-            group = self._by_key[key] = Group(device, weight.dtype, op,
-                                              mixed16)
-        group.add(path, param, rule, weight, states, flags, extra)
+        if key not in self._by_key:
+            self._by_key[key] = Group(device, weight.dtype, op, mixed16)
+        self._by_key[key].add(path, param, rule, weight, states, flags, extra)
 
     def finish(self, params=()):
         """Prepares the groups (``where``: in ``params``); returns self."""
@@ -175,13 +171,11 @@ class PlanCache(object):
         return plan
 
     def plans(self):
-        """The plans of the owners alive."""
         return [plan for ref, plan in list(self._plans.values())
                 if ref() is not None]
 
 
 def same(objects, held):
-    """Whether two lists hold the very same objects, in order."""
     return len(objects) == len(held) and all(map(operator.is_, objects, held))
 
 

@@ -26,7 +26,6 @@ class ExclusionRules(object):
                                       self.exclude_from_layer_adaptation))
 
     def patterns(self):
-        """The two lists as tuples of strings."""
         return (tuple(p.pattern for p in self.exclude_from_weight_decay),
                 tuple(p.pattern for p in self.exclude_from_layer_adaptation))
 
@@ -49,8 +48,7 @@ class ExclusionProperties(object):
 
     _REPR = ()
     exclude_from_weight_decay = _fixed(0, 'exclude_from_weight_decay')
-    exclude_from_layer_adaptation = _fixed(1,
-                                           'exclude_from_layer_adaptation')
+    exclude_from_layer_adaptation = _fixed(1, 'exclude_from_layer_adaptation')
 
     def __repr__(self):
         return '{}({})'.format(type(self).__name__, ', '.join(

@@ -58,8 +58,7 @@ class WarmupPolynomialShift(extension.Extension):
             raise ValueError(
                 'max_count must be at least warmup_count ({}), got {}'.format(
                     self._warmup_count, self._max_count))
-        self._power = checks.real('power', power, minimum=0.0,
-                                  exclusive=True)
+        self._power = checks.real('power', power, minimum=0.0, exclusive=True)
         self._init = None if init is None else checks.real('init', init)
         self._end = checks.real('end', end)
         if self._init is not None:
@@ -68,9 +67,8 @@ class WarmupPolynomialShift(extension.Extension):
             if not callable(getattr(optimizer, 'update', None)):
                 raise TypeError(
                     'optimizer must be an optimizer (with an update() '
-                    'method) or None for the updater\'s main optimizer, '
-                    'not {!r} ({})'.format(optimizer,
-                                           type(optimizer).__name__))
+                    'method) or None for the updater\'s main optimizer, not '
+                    '{!r} ({})'.format(optimizer, type(optimizer).__name__))
             self._check_attr(optimizer)
             if self._init is not None:
                 self._check_values(optimizer, self._init)
@@ -144,8 +142,7 @@ class WarmupPolynomialShift(extension.Extension):
 
     def __call__(self, trainer):
         self._t += 1
-        setattr(self._get_optimizer(trainer), self._attr,
-                self.value(self._t))
+        setattr(self._get_optimizer(trainer), self._attr, self.value(self._t))
 
     def serialize(self, serializer):
         # All read before any is set; 0.2.0's hold the count and peak only.
@@ -294,15 +291,14 @@ class LossScaleState(extension.Extension):
         self.last_loss_scale, self._next = self._next, self.loss_scale
 
     def serialize(self, serializer):
-        optimizer = self._optimizer
         try:
             self.skipped_updates = int(serializer('skipped_updates',
                                                   self.skipped_updates))
         except KeyError:
             return  # a snapshot of a trainer without this extension
-        fused.serialize_loss_scaling(optimizer, serializer)
+        fused.serialize_loss_scaling(self._optimizer, serializer)
         loading = isinstance(serializer, chainer.serializer.Deserializer)
-        for path, param in optimizer.target.namedparams():
+        for path, param in self._optimizer.target.namedparams():
             rule = getattr(param, 'update_rule', None)
             # No update; a fused rule saves its own copy.
             if (rule is None or isinstance(rule, fused.FusedRule)
