@@ -9,7 +9,7 @@ from chainer_lars.lamb import LAMBRule  # NOQA
 from chainer_lars.lars import LARS  # NOQA
 from chainer_lars.lars import LARSRule  # NOQA
 
-__version__ = '0.2.0'
+__version__ = '0.3.0.dev0'
 
 __all__ = ['GradientLARS', 'LAMB', 'LAMBRule', 'LARS', 'LARSRule',
            'LossScaleState', 'TrustRatioObserver', 'WarmupPolynomialShift',

@@ -24,7 +24,10 @@ def real(name, value, minimum=None, exclusive=False, maximum=None,
             or not isinstance(value, numbers.Real)):
         raise TypeError('{} must be a real number, not {}'.format(
             name, _describe(value)))
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int past the floats
+        value = math.inf if value > 0 else -math.inf
     if not math.isfinite(value):
         raise ValueError('{} must be finite, got {!r}'.format(name, value))
     for bound, strict, ok, words in (

@@ -207,7 +207,8 @@ def _batchable(param, rule, cls):
             and param.array is not None and rule.state is not None
             and param.layout is None
             and engine.executor_for(param.device) is not None
-            and (master(param, rule) is not None
+            and (master(param, rule) is not None  # Chainer's rule assigns
+                 and getattr(param.array.flags, 'writeable', True)  # w16
                  or not (rule._use_fp32_update
                          and param.dtype == numpy.float16)))
 
@@ -253,7 +254,7 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
     and itself (``_face``)."""
 
     adapts_rates = True  # GradientLARS refuses to run on us
-    _stepped, _warned = True, False
+    _stepped, _warned, _checked = True, False, None
 
     def __init__(self, multi_tensor, exclude_from_weight_decay,
                  exclude_from_layer_adaptation):
@@ -302,6 +303,18 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
             raise RuntimeError(
                 '{0} is not set up: call optimizer.setup(link) first, then '
                 'update()'.format(type(self).__name__))
+        own = vars(self.hyperparam)
+        try:  # values set on hyperparam directly: checked when they change
+            same = own == self._checked
+        except ValueError:  # an array among them, named below
+            same = False
+        if not same:  # before the hooks, before t counts
+            for name, value in own.items():
+                check = checks.find_check(self, name)
+                if check is not None:
+                    check(value, '{} hyperparameter {}'.format(
+                        self._face, name))
+            self._checked = dict(own)
         if not self._multi_tensor:
             super(FusedMethod, self).update(lossfun, *args, **kwds)
             self._stepped = self.is_safe_to_update()

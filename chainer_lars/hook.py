@@ -21,7 +21,8 @@ class _RuleDelegate(object):
     ``t`` only: hands the rule the float32 gradient the batched pass
     rescaled (mixed16), or rescales it there once the rule has divided out
     the loss scale. ``_before``: the float16 weights before the last
-    update (CPU, until the hook warned of a step that rounded away)."""
+    update and where its gradient was not 0 (CPU, until the hook warned of
+    a step that rounded away)."""
 
     timing = 'pre'
     _before = None
@@ -51,9 +52,10 @@ class _RuleDelegate(object):
         w = param.array
         if (isinstance(w, numpy.ndarray) and w.dtype == numpy.float16
                 and not self.hook._warned):
-            before, self._before = self._before, w.copy()
-            if (before is not None and before.shape == w.shape and w.size
-                    and numpy.count_nonzero(before == w) > w.size / 2):
+            before, self._before = self._before, (w.copy(), param.grad != 0)
+            if before is not None and before[0].shape == w.shape and (
+                    numpy.count_nonzero((before[0] == w) & before[1])
+                    > w.size / 2):
                 self.hook._warned = True
                 fused.warn_rounded('GradientLARS', [path])
 
@@ -63,17 +65,16 @@ _FLAGS = operator.attrgetter('enabled', '_use_fp32_update')
 
 
 def _depends(mixed16, params):
-    """What a plan of the hook's is made from: parameters, rules, arrays
-    (the ``mixed16`` rows' master copies), the rules' flags."""
+    """What a plan of the hook's is made from: parameters, rules, arrays,
+    the ``mixed16`` rows' master copies, the rules' flags."""
     rules = list(map(engine.UPDATE_RULE, params))
     arrays = [d[0] for d in map(fused._DATA, params)]
-    for k, copy in zip(mixed16, fused.masters([rules[k] for k in mixed16])):
-        arrays[k] = copy
+    masters = fused.masters([rules[k] for k in mixed16])
     try:
         flags = list(map(_FLAGS, rules))
     except AttributeError:  # no rule
         flags = [None if r is None else _FLAGS(r) for r in rules]
-    return [params, rules, arrays], flags
+    return [params, rules, arrays, masters], flags
 
 
 class GradientLARS(exclusions.ExclusionProperties):
@@ -244,6 +245,17 @@ class GradientLARS(exclusions.ExclusionProperties):
                 if self.clip and adapt:
                     self._clip_lr(rule, path)
                 others.append((param, rule, path))
+        hooks = list(optimizer._hookable._pre_update_hooks.items())
+        mine = [k + 1 for k, (_, h) in enumerate(hooks) if h is self]
+        later = [n for n, h in hooks[mine[0] if mine else len(hooks):]
+                 if not isinstance(h, GradientLARS)]
+        if later and (any(g.mixed16 for g in plan.groups) or any(
+                p.dtype == numpy.float16 for p, _, _ in others)):
+            raise ValueError(
+                'GradientLARS rescales float16 gradients in their update '
+                'rules, so the changes of the pre-update hooks registered '
+                'after it ({}) would be lost or rescaled: register them '
+                'before GradientLARS'.format(', '.join(later)))
         lefts = engine.update(plan, grads)
         self._seen.update(enumerate(group.last for group in plan.groups))
 
@@ -302,6 +314,10 @@ class GradientLARS(exclusions.ExclusionProperties):
             name = '{}#{}'.format(_DELEGATE_NAME, n)
         delegate = _RuleDelegate(self)
         rule.add_hook(delegate, name=name, timing='pre')
+        # Before the rule's own hooks, as an optimizer hook runs before them.
+        for other in [n for n, h in registry._pre_update_hooks.items()
+                      if not isinstance(h, _RuleDelegate)]:
+            registry._pre_update_hooks.move_to_end(other)
         return delegate
 
     def _clip_lr(self, rule, path):

@@ -27,6 +27,8 @@ def test_real_accepts_real_numbers_and_returns_a_float(value, expected):
     (None, TypeError, r'x must be a real number, not None \(NoneType\)'),
     (float('nan'), ValueError, r'^x must be finite, got nan$'),
     (float('-inf'), ValueError, r'^x must be finite, got -inf$'),
+    (10 ** 400, ValueError, r'^x must be finite, got inf$'),
+    (-10 ** 400, ValueError, r'^x must be finite, got -inf$'),
 ])
 def test_real_refuses(value, error, words):
     with pytest.raises(error, match=words):

@@ -520,6 +520,102 @@ def test_two_hooks_on_one_model_keep_their_own_delegates():
                             rtol=1e-3)
 
 
+@pytest.mark.parametrize('fp32_update', [False, True])
+def test_a_rule_hook_on_float16_adds_to_the_rescaled_gradient(fp32_update):
+    # Chainer's hook, an optimizer hook, rescales before the rules' own
+    # hooks run: a rule's WeightDecay adds to r * g, in float16 too (where
+    # ours rescales in the rule, before that rule's other hooks).
+    rng = numpy.random.RandomState(0)
+    link = _fp16_link(rng.standard_normal(12), rng.standard_normal(12))
+    opt = optimizers.SGD(lr=0.1).setup(link)
+    if fp32_update:
+        opt.use_fp32_update()
+    hook = chainer_lars.GradientLARS()
+    opt.add_hook(hook)
+    link.p.update_rule.add_hook(optimizer_hooks.WeightDecay(0.5))
+    for step in range(3):
+        g = rng.standard_normal(12).astype(numpy.float16)
+        link.p.grad = g.copy()
+        w = (link.p.update_rule._fp32_param.array if step and fp32_update
+             else link.p.array).astype(numpy.float64)
+        opt.update()
+        r = hook.observe()['/p'][0]
+        after = (link.p.update_rule._fp32_param.array if fp32_update
+                 else link.p.array)
+        expected = w - 0.1 * (r * g.astype(numpy.float64) + 0.5 * w)
+        testing.assert_allclose(after, expected,
+                                rtol=1e-5 if fp32_update else 3e-3,
+                                atol=1e-6 if fp32_update else 3e-3)
+
+
+@pytest.mark.parametrize('fp32_update', [False, True])
+def test_an_optimizer_hook_after_it_on_float16_is_refused(fp32_update):
+    # Its change of the float16 gradients would be lost (under master
+    # copies) or rescaled (in the rule): refused before any array moves.
+    link = _fp16_link([1.0, 2.0], [0.5, 0.5])
+    opt = optimizers.SGD(lr=0.1).setup(link)
+    if fp32_update:
+        opt.use_fp32_update()
+    opt.add_hook(chainer_lars.GradientLARS())
+    opt.add_hook(optimizer_hooks.WeightDecay(0.5), name='decay')
+    for t in range(2):  # the first update, then one with master copies
+        w = link.p.array.copy()
+        with pytest.raises(ValueError, match=(
+                r'GradientLARS rescales float16 gradients in their update '
+                r'rules, so the changes of the pre-update hooks registered '
+                r'after it \(decay\) would be lost or rescaled: register '
+                r'them before GradientLARS')):
+            opt.update()
+        assert opt.t == t and (link.p.array == w).all()
+        opt.remove_hook('decay')
+        opt.update()
+        opt.add_hook(optimizer_hooks.WeightDecay(0.5), name='decay')
+    # Registered before it, or in float32, a hook is taken.
+    opt.remove_hook('GradientLARS')
+    opt.add_hook(chainer_lars.GradientLARS())
+    opt.update()
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(numpy.ones(2, numpy.float32))
+    link.p.grad = numpy.ones(2, numpy.float32)
+    opt = optimizers.SGD(lr=0.1).setup(link)
+    opt.add_hook(chainer_lars.GradientLARS())
+    opt.add_hook(optimizer_hooks.WeightDecay(0.5))
+    opt.update()
+
+
+def test_a_float16_array_swapped_to_big_endian_under_masters_is_updated():
+    # Chainer uses no master copy for '>f2' (not == float16): the hook then
+    # rescales that array as it is, and the other keeps its master.
+    rng = numpy.random.RandomState(0)
+    link = chainer.Link()
+    with link.init_scope():
+        link.a = chainer.Parameter(rng.standard_normal(6).astype(
+            numpy.float16))
+        link.b = chainer.Parameter(rng.standard_normal(6).astype(
+            numpy.float16))
+    opt = optimizers.SGD(lr=0.1).setup(link)
+    opt.use_fp32_update()
+    opt.add_hook(chainer_lars.GradientLARS())
+    for step in range(3):
+        for p in (link.a, link.b):
+            p.grad = rng.standard_normal(6).astype(p.dtype)
+        if step == 2:  # after backward: the gradient stays native
+            link.b.array = link.b.array.astype('>f2')
+        master = link.a.update_rule._fp32_param
+        w_a = (link.a.array if master is None
+               else master.array).astype(numpy.float64)
+        w_b, g_a, g_b = link.b.array.copy(), link.a.grad, link.b.grad
+        opt.update()
+    testing.assert_allclose(
+        link.a.update_rule._fp32_param.array,
+        w_a - 0.1 * ref.hook_gradient(w_a, g_a), rtol=1e-6, atol=1e-7)
+    assert link.b.array.dtype == numpy.dtype('>f2')
+    testing.assert_allclose(
+        link.b.array, w_b - 0.1 * ref.hook_gradient(w_b, g_b), rtol=1e-2,
+        atol=1e-3)
+
+
 def test_registered_on_a_single_update_rule():
     model, opt = setup(None)
     hook = chainer_lars.GradientLARS(

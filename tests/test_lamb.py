@@ -11,6 +11,7 @@ import pickle
 import numpy
 import pytest
 
+from chainer import optimizer_hooks
 from chainer import optimizers
 from chainer import serializers
 
@@ -463,6 +464,27 @@ def test_values_set_under_the_optimizer_fail_before_anything_moves(
     if multi_tensor:
         for path, p in model.namedparams():
             assert (p.array == w[path]).all(), path
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_the_optimizers_own_values_fail_before_the_hooks_and_t(
+        multi_tensor):
+    model = _model()
+    opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
+    opt.add_hook(optimizer_hooks.WeightDecay(0.5))
+    _set_grads(model, 0)
+    opt.update()
+    w = {p: a.array.copy() for p, a in model.namedparams()}
+    opt.hyperparam.alpha = -1.0
+    _set_grads(model, 1)
+    g = {p: a.grad.copy() for p, a in model.namedparams()}
+    with pytest.raises(ValueError, match='^LAMB hyperparameter alpha must '
+                       'be at least 0.0, got -1.0$'):
+        opt.update()
+    assert opt.t == 1
+    for path, p in model.namedparams():
+        assert (p.array == w[path]).all() and (p.grad == g[path]).all()
+        assert p.update_rule.t == 1, path
 
 
 def test_eps_that_rounds_to_zero_is_refused_as_by_adam():

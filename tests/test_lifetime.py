@@ -185,6 +185,30 @@ def test_float16_steps_that_move_or_master_copies_are_not_warned_of(
                 _step(model, opt)
 
 
+@pytest.mark.parametrize('face, small, large, hook', FLOAT16)
+def test_rows_without_a_gradient_are_not_steps_that_rounded_away(
+        face, small, large, hook):
+    # An embedding's rows that no example used have a zero gradient and
+    # stand still (no weight decay): only the rows that moved are steps.
+    model = _float16_model()
+    opt = large().setup(model)
+    if face == 'LARS':
+        opt.weight_decay = 0.0
+    elif face == 'LAMB':
+        opt.weight_decay_rate = 0.0
+    if hook is not None:
+        opt.add_hook(hook())
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        for _ in range(4):
+            w = model.w.array.copy()
+            for param in model.params():
+                param.grad = numpy.zeros(param.shape, param.dtype)
+                param.grad[:8] = 1e-2
+            opt.update()
+            assert (model.w.array[:8] != w[:8]).all()
+
+
 @pytest.mark.parametrize('make', [chainer_lars.LARS, chainer_lars.LAMB])
 def test_an_update_before_setup_says_to_call_setup(make):
     with pytest.raises(RuntimeError, match=(

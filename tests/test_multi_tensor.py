@@ -369,6 +369,29 @@ def test_float16_master_copies_through_an_overflow_with_dynamic_scaling():
     assert [g.paths for g in mixed] == [['/h/W', '/h/b']]
 
 
+def test_a_read_only_float16_weight_is_replaced_as_chainers_rule_does():
+    """Chainer's fp32 update assigns the float16 weight anew from the
+    master: a read-only float16 array put in its place is no error, and
+    the batched path hands that parameter to its rule."""
+    def step_fn(model, opt, step):
+        if step == 0:
+            opt.use_fp32_update()
+        if step == 2:
+            frozen = model.h.W.array.copy()
+            frozen.flags.writeable = False
+            model.h.W.array = frozen
+        train_step()(model, opt, step)
+        if step == 2:
+            assert model.h.W.array is not frozen
+            assert model.h.W.array.flags.writeable
+
+    (model, opt), _ = run_both(make_mixed, 4, step_fn, mixed16=True,
+                               **KWARGS)
+    # Writeable again from the rule's assignment, it is batched again.
+    mixed = [g for g in ref.plan_of(opt).groups if g.mixed16]
+    assert [g.paths for g in mixed] == [['/h/W', '/h/b']]
+
+
 class _no_warning(object):
 
     def __enter__(self):

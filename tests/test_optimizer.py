@@ -540,25 +540,35 @@ def test_an_integer_parameter_is_refused_before_anything_moves(multi_tensor):
 
 @pytest.mark.parametrize('multi_tensor', [True, False])
 @pytest.mark.parametrize('where, name, value, words', [
-    ('optimizer', 'lr', -1.0, 'lr of .*W must be at least 0.0, got -1.0'),
+    ('optimizer', 'lr', -1.0, 'lr must be at least 0.0, got -1.0'),
     ('rule', 'trust_coefficient', float('nan'),
      'trust_coefficient of .*W must be finite'),
-    ('optimizer', 'momentum', 1.0, 'momentum of .*W must be less than 1.0'),
+    ('optimizer', 'momentum', 1.0, 'momentum must be less than 1.0'),
+    ('optimizer', 'nesterov', 2.0, 'nesterov must be a bool, not 2.0'),
+    ('optimizer', 'lr', '0.1', "lr must be a real number, not '0.1'"),
+    ('optimizer', 'lr', numpy.array([0.1, 0.2]),
+     r'lr must be a real number, not array\(\[0.1, 0.2\]\)'),
     ('rule', 'weight_decay', -0.5, 'weight_decay of .*W must be at least'),
 ])
 def test_hyperparameters_set_under_the_optimizer_are_checked(
         multi_tensor, where, name, value, words):
     link = _link()
     opt = chainer_lars.LARS(lr=0.1, multi_tensor=multi_tensor).setup(link)
+    opt.add_hook(chainer.optimizer_hooks.WeightDecay(0.5))
     opt.update()  # checked once with good values
-    before = link.W.array.copy()
+    before, t = link.W.array.copy(), opt.t
     hyperparam = (opt.hyperparam if where == 'optimizer'
                   else link.W.update_rule.hyperparam)
     setattr(hyperparam, name, value)
     link.W.grad = numpy.ones(6, numpy.float32)
-    with pytest.raises(ValueError, match='LARS hyperparameter ' + words):
+    with pytest.raises((ValueError, TypeError),
+                       match='LARS hyperparameter ' + words):
         opt.update()
     numpy.testing.assert_array_equal(link.W.array, before)
+    if where == 'optimizer':
+        # The optimizer's own values: before the hooks, before t counts.
+        assert opt.t == t
+        numpy.testing.assert_array_equal(link.W.grad, 1.0)
     setattr(hyperparam, name, getattr(chainer_lars.LARS(), name))
     opt.update()  # a good value is taken again
 

@@ -95,9 +95,13 @@ def test_wheel_has_the_packages_version(wheel):
 def test_changelog_names_the_version():
     with open(os.path.join(REPO_ROOT, 'CHANGELOG.rst')) as f:
         titles = re.findall(r'^(.+)\n-+\n', f.read(), flags=re.M)
-    assert titles[0] == 'Unreleased'
-    assert chainer_lars.__version__ in [title.split()[0]
-                                        for title in titles[1:]]
+    # What main holds is a development version of the next release; the
+    # versions below it are released ones.
+    version = chainer_lars.__version__
+    assert titles[0] == 'Unreleased ({})'.format(version)
+    assert re.fullmatch(r'\d+\.\d+\.\d+\.dev\d+', version)
+    assert version.split('.dev')[0] not in titles[1:]
+    assert all(re.fullmatch(r'\d+\.\d+\.\d+', t) for t in titles[1:])
 
 
 def test_docs_read_the_same_version(monkeypatch):
