@@ -21,8 +21,7 @@ class _RuleDelegate(object):
     ``t`` only: hands the rule the float32 gradient the batched pass
     rescaled (mixed16), or rescales it there once the rule has divided out
     the loss scale. ``_before``: the float16 weights before the last
-    update and where its gradient was not 0 (CPU, until the hook warned of
-    a step that rounded away)."""
+    update and where its gradient was not 0 (CPU, until it warned)."""
 
     timing = 'pre'
     _before = None
