@@ -1481,3 +1481,57 @@ def test_resume_refuses_a_snapshot_with_a_missing_or_misshapen_entry(
         assert len(err.splitlines()) == 1 and key in err, err
         assert ('no entry' if damage == 'missing' else 'shape') in err
         assert not out.exists()
+
+
+def _optimizer_choices(module, capsys):
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).parse_args(['--help'])
+    usage = capsys.readouterr().out
+    return set(re.search(r'--optimizer \{([^}]*)\}', usage).group(1)
+               .split(','))
+
+
+def _readme(path):
+    with open(os.path.join(REPO_ROOT, path)) as f:
+        return f.read()
+
+
+NUMBERS = {4: 'four', 5: 'five', 6: 'six', 7: 'seven'}
+
+
+@pytest.mark.parametrize('module,readme', [
+    ('examples.mnist.train_mnist', 'examples/mnist/README.md'),
+    ('examples.cifar.train_cifar', 'examples/cifar/README.md'),
+])
+def test_readme_tables_list_the_optimizers_of_help(capsys, module, readme):
+    """The README's `--optimizer` table has a row for each choice of
+    --help, and its count says as many."""
+    choices = _optimizer_choices(module, capsys)
+    text = _readme(readme)
+    table = text[text.index('| `--optimizer` | what it is |'):]
+    table = table[:table.index('\n\n')]
+    rows = set(re.findall(r'^\| `([a-z][a-z-]*)`', table, re.M))
+    assert rows == choices
+    assert 'one of {} optimizers'.format(NUMBERS[len(choices)]) in ' '.join(
+        text.split())
+
+
+def test_readmes_list_every_optimizer_and_its_flags(capsys):
+    """examples/README.md's opening and ChainerMN's option list name the
+    choices of --optimizer of every trainer, and the Adam-like flags."""
+    for module in ('examples.mnist.train_mnist',
+                   'examples.cifar.train_cifar',
+                   'examples.chainermn.mnist.train_mnist'):
+        choices = _optimizer_choices(module, capsys)
+        opening = ' '.join(
+            _readme('examples/README.md').split('\n## ')[0].split())
+        assert 'the same {} optimizers'.format(
+            NUMBERS[len(choices)]) in opening
+        for choice in choices:
+            assert '`{}`'.format(choice) in opening, choice
+    text = ' '.join(_readme('examples/chainermn/README.md').split())
+    listed = re.search(r'`--optimizer ([a-z|-]+)`', text).group(1)
+    assert set(listed.split('|')) == _optimizer_choices(
+        'examples.chainermn.mnist.train_mnist', capsys)
+    for flag in ('--beta2', '--eps'):
+        assert '`{}`'.format(flag) in text
