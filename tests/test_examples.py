@@ -1535,3 +1535,27 @@ def test_readmes_list_every_optimizer_and_its_flags(capsys):
         'examples.chainermn.mnist.train_mnist', capsys)
     for flag in ('--beta2', '--eps'):
         assert '`{}`'.format(flag) in text
+
+
+def test_mnist_readme_quotes_the_mixed16_cost_model():
+    """The cost paragraph of examples/mnist/README.md is the output of the
+    command it names, ``python benchmarks/paper_model.py``."""
+    env = dict(os.environ, PYTHONPATH=pythonpath())
+    out = subprocess.run(
+        [sys.executable, os.path.join('benchmarks', 'paper_model.py')],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, universal_newlines=True, check=True).stdout
+    text = ' '.join(_readme('examples/mnist/README.md').split())
+    assert 'By `python benchmarks/paper_model.py`' in text
+    lars32 = re.search(r'^\| `lars` \| (\d+) N = (\d+) / \d+ MB \| (\d+) \| '
+                       r'([\d.]+) / [\d.]+ ms \|$', out, re.M)
+    assert ('`lars` step moves {} bytes a parameter in float32, {} MB, {} '
+            'ms, in {} launches'.format(*lars32.group(1, 2, 4, 3))) in text
+    mixed = dict((m.group(1), m.group(2, 3, 5, 4)) for m in re.finditer(
+        r'^mixed16 `(\w+)`: (\d+) N = (\d+) MB, (\d+) launches, ([\d.]+) ms$',
+        out, re.M))
+    assert set(mixed) == {'lars', 'momentum_sgd'}
+    assert ('{} bytes a parameter, {} MB, {} ms, still {} launches'.format(
+        *mixed['lars'])) in text
+    assert ('{} bytes a parameter, {} MB, {} ms, in {} launches'.format(
+        *mixed['momentum_sgd'])) in text
