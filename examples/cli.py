@@ -171,7 +171,9 @@ def parser(description, defaults, epilog=None, helps=None):
                         "shown: Chainer's progress bar (bar), a plain line "
                         'every 30 s (lines, for a log file: the bar writes '
                         'terminal escape codes) or not at all (none); auto: '
-                        'the bar when the output is a terminal, else lines. '
+                        'the bar when the output is a terminal (as '
+                        'CHAINER_LARS_TERMINAL=1 or 0 says, where set), '
+                        'else lines. '
                         'Default: %(default)s')
     return parser
 
@@ -206,6 +208,11 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     if args.epoch is not None and parser.warmup_default is not None:
         resolve_warmup(parser.error, args, parser.warmup_default)
     check_device(parser, args.device)
+    terminal = os.environ.get(TERMINAL_VARIABLE)
+    if terminal not in (None, '', '0', '1'):
+        parser.error('{}={!r}: 1 (the output is a terminal: --progress auto '
+                     'draws the bar) or 0 (it is not: plain lines), or '
+                     'unset'.format(TERMINAL_VARIABLE, terminal))
     if args.resume is not None and not os.path.isfile(args.resume):
         parser.error('--resume {}: {}'.format(args.resume, (
             'not a file' if os.path.exists(args.resume) else 'no such file')))
@@ -527,6 +534,10 @@ def check_batchsize(args, n_train, what):
 # computes (where it writes, what it resumes from, how many snapshots it
 # keeps, the device, where the data is read from, ChainerMN's
 # communicator). A snapshot records every other flag (``run_settings``).
+#: Whether the output is a terminal, where a launcher knows better than
+#: ``isatty`` (``dev.sh chainermn``: Open MPI gives each rank a pty).
+TERMINAL_VARIABLE = 'CHAINER_LARS_TERMINAL'
+
 FREE_FLAGS = ('out', 'resume', 'snapshots', 'device', 'dataset_root',
               'communicator', 'progress')
 

@@ -469,7 +469,7 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
     progress = args.progress
     if progress == 'auto':
         # The bar moves the cursor with escape codes: in a log file, lines.
-        progress = 'bar' if sys.stdout.isatty() else 'lines'
+        progress = 'bar' if output_is_terminal() else 'lines'
     # PrintReport clears the bar with an escape code before each line.
     trainer.extend(extensions.PrintReport(
         printed + ['elapsed_time'],
@@ -483,6 +483,21 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         trainer.extend(ProgressLines())
     if progress != 'none' and cli.slow_precision(args):
         trainer.extend(Heartbeat())  # a line while an update runs
+
+
+def output_is_terminal():
+    """Whether standard output is a terminal, for --progress auto.
+
+    ``CHAINER_LARS_TERMINAL`` (1 or 0), where set, says it instead of
+    ``isatty``: under Open MPI's ``mpiexec`` every rank writes to a
+    pseudo-terminal, whatever ``mpiexec``'s own output is, so
+    ``dev.sh chainermn`` sets it from its own (``cli.parse_args`` has
+    checked its value).
+    """
+    said = os.environ.get(cli.TERMINAL_VARIABLE)
+    if said:
+        return said == '1'
+    return sys.stdout.isatty()
 
 
 class PlainOutput(object):

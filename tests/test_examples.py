@@ -324,6 +324,30 @@ def test_progress_flag(mnist, dataset_root, tmp_path, capsys, monkeypatch,
     assert lines == []
 
 
+@pytest.mark.parametrize('said, tty, bar', [
+    ('0', True, False),  # mpiexec's pty, dev.sh writing to a file: lines
+    ('1', False, True),
+    ('', True, True),  # empty: isatty decides
+])
+def test_progress_auto_takes_the_launchers_word_for_the_terminal(
+        mnist, dataset_root, tmp_path, capsys, monkeypatch, said, tty, bar):
+    """CHAINER_LARS_TERMINAL (set by dev.sh chainermn) over isatty."""
+    monkeypatch.setattr(training.ProgressLines.__init__, '__defaults__',
+                        (0.0,))
+    monkeypatch.setattr(sys.stdout, 'isatty', lambda: tty)
+    monkeypatch.setenv('CHAINER_LARS_TERMINAL', said)
+    out, lines = _progress_run(mnist, dataset_root, tmp_path, capsys, [])
+    assert ('\x1b' in out) == bar
+    assert (lines == []) == bar
+
+
+def test_progress_refuses_a_bad_terminal_variable(mnist, capsys,
+                                                  monkeypatch):
+    monkeypatch.setenv('CHAINER_LARS_TERMINAL', 'yes')
+    err = usage_error(mnist.main, ['-b', '32'], capsys)
+    assert "error: CHAINER_LARS_TERMINAL='yes': 1" in err.splitlines()[-1]
+
+
 @pytest.mark.parametrize('module,args,expected', [
     ('examples.mnist.train_mnist', [],
      [os.path.join('pfnet', 'chainer', 'mnist', 'train.npz'),
