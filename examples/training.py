@@ -460,7 +460,7 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
             trainer.extend(plots.TrustRatioHeatmap(ratio_keys, title=title),
                            trigger=end_of_epoch)
         if scaling is not None:
-            trainer.extend(plots.LossScalePlot(scaling))
+            trainer.extend(plots.LossScalePlot(scaling, title=title))
 
     printed = ['epoch', 'main/loss', 'test/main/loss',
                'main/accuracy', 'test/main/accuracy', 'lr'] + columns

@@ -1583,3 +1583,61 @@ def test_mnist_readme_quotes_the_mixed16_cost_model():
         *mixed['lars'])) in text
     assert ('{} bytes a parameter, {} MB, {} ms, in {} launches'.format(
         *mixed['momentum_sgd'])) in text
+
+
+def _accuracy_axes(curves):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots()
+    for x, y in curves:
+        axes.plot(x, y, marker='x')
+    return figure, axes
+
+
+@pytest.mark.parametrize('curves, inset', [
+    # One epoch: the test set's epochs 0 and 1, the training batches' 1.
+    ([([0, 1], [10.3, 93.7]), ([1], [79.2])], False),
+    ([([0, 1, 2], [10.3, 95.7, 96.1]), ([1, 2], [79.2, 95.0])], True),
+    # Two epochs, the zoom (94 to 97 %) holding the last one's alone.
+    ([([0, 1, 2], [10.3, 93.7, 96.1]), ([1, 2], [79.2, 95.0])], False),
+    ([([0, 1, 2], [10.3, 53.7, 86.1])], False),  # none above 90 %
+])
+def test_accuracy_zooms_only_on_two_epochs_or_more(curves, inset):
+    """A one-epoch run has one point in the zoom: no inset (it zoomed on
+    it with ticks from 0.72 to 1.04, over the plot)."""
+    import matplotlib.pyplot as plt
+    figure, axes = _accuracy_axes(curves)
+    drawn = plots.zoom_inset(axes, axes.get_lines(), (-0.1, 2.1))
+    assert (drawn is not None) == inset
+    assert len(axes.child_axes) == int(inset)
+    plt.close(figure)
+
+
+def test_loss_scale_plot_has_the_run_s_title(tmp_path, monkeypatch):
+    """loss_scale.png is titled as the other plots (examples/README.md)."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.figure
+    titles = []
+    save = matplotlib.figure.Figure.savefig
+
+    def savefig(figure, *args, **kwargs):
+        titles.append([a.get_title() for a in figure.axes])
+        return save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', savefig)
+
+    class Scaling(object):
+        last_loss_scale, last_skipped, skipped_updates = 2.0, False, 0
+
+    class Updater(object):
+        epoch_detail, is_new_epoch = 1.0, True
+
+    class Trainer(object):
+        updater, out = Updater(), str(tmp_path)
+
+    title = 'lars, batch 512, peak lr 0.353553, mixed16'
+    plots.LossScalePlot(Scaling(), title=title)(Trainer())
+    assert titles == [[title]]
+    assert (tmp_path / 'loss_scale.png').exists()
