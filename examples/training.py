@@ -50,6 +50,8 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         settings = {'examples': n_train, 'processes': comm.size}
     cli.check_iterations(args, n_train)
     cli.check_resume(args, **settings)
+    if args.overwrite and (comm is None or comm.rank == 0):
+        cli.remove_run(args.out)
     updater = training.updaters.StandardUpdater(
         train_iter, optimizer, device=device)
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
@@ -208,7 +210,7 @@ class Interruption(object):
             why = ('--snapshots 0 writes none' if not self._args.snapshots
                    else 'the first is written at the end of epoch 1')
             return '{}; no snapshot to resume from ({}): run the command ' \
-                'again to start over'.format(where, why)
+                'again with --overwrite to start over'.format(where, why)
         return '{}; to continue from {}, run: {}'.format(
             where, snapshot, resume_command(snapshot))
 
@@ -258,6 +260,8 @@ def resume_command(snapshot, argv=None):
             skip = False
         elif arg in ('--resume', '-r'):
             skip = True
+        elif arg == '--overwrite':  # a new run's, refused with --resume
+            continue
         elif not arg.startswith(('--resume=', '-r')):  # -rPATH too
             args.append(arg)
     return shlex.join(command + args + ['--resume', snapshot])

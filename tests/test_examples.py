@@ -1137,8 +1137,8 @@ def test_ctrl_c_without_a_snapshot_says_there_is_none(
     line, = result.stderr.strip().splitlines()
     assert INTERRUPTED.match(line), line
     assert line.endswith('; no snapshot to resume from (--snapshots 0 '
-                         'writes none): run the command again to start '
-                         'over'), line
+                         'writes none): run the command again with '
+                         '--overwrite to start over'), line
 
 
 def test_ctrl_c_during_a_long_update_acts_at_once(dataset_root, tmp_path):
@@ -1641,3 +1641,89 @@ def test_loss_scale_plot_has_the_run_s_title(tmp_path, monkeypatch):
     plots.LossScalePlot(Scaling(), title=title)(Trainer())
     assert titles == [[title]]
     assert (tmp_path / 'loss_scale.png').exists()
+
+
+def _tiny(dataset_root, out, unit=True):
+    return ['-b', '32', '-e', '1', '--progress', 'none',
+            '--dataset-root', dataset_root, '--out', str(out)] + (
+                ['-u', '8'] if unit else [])
+
+
+def _another_run(out):
+    out.mkdir()
+    for name in ('log', 'snapshot_iter_74', 'snapshot_iter_9',
+                 'loss_scale.png', 'notes.txt'):
+        (out / name).write_text(name)
+
+
+@pytest.mark.parametrize('name', ['mnist', 'cifar'])
+def test_a_new_run_refuses_an_out_holding_another_run(
+        request, dataset_root, tmp_path, capsys, name):
+    """Running the docs' commands one after another must not delete the
+    first run's snapshot nor leave its plots beside the next's."""
+    main = request.getfixturevalue(name).main
+    out = tmp_path / 'result'
+    _another_run(out)
+    err = usage_error(main, _tiny(dataset_root, out, name == 'mnist'),
+                      capsys)
+    line = err.splitlines()[-1]
+    assert ('--out {}: holds another run (log, snapshot_iter_9, '
+            'snapshot_iter_74); continue it with --resume {}, give another '
+            '--out, or --overwrite to remove it and start over'.format(
+                out, out / 'snapshot_iter_74')) in line, line
+    assert sorted(p.name for p in out.iterdir()) == [
+        'log', 'loss_scale.png', 'notes.txt', 'snapshot_iter_74',
+        'snapshot_iter_9']
+
+
+def test_a_new_run_refuses_an_out_holding_a_log_alone(
+        mnist, dataset_root, tmp_path, capsys):
+    out = tmp_path / 'result'
+    out.mkdir()
+    (out / 'log').write_text('[]')
+    line = usage_error(mnist.main, _tiny(dataset_root, out),
+                       capsys).splitlines()[-1]
+    assert line.endswith('--out {}: holds another run (log); give another '
+                         '--out, or --overwrite to remove it and start '
+                         'over'.format(out)), line
+
+
+def test_plots_alone_are_no_run(mnist, dataset_root, tmp_path):
+    out = tmp_path / 'result'
+    out.mkdir()
+    (out / 'loss_scale.png').write_text('old')
+    mnist.main(_tiny(dataset_root, out) + ['--noplot'])
+    assert (out / 'loss_scale.png').read_text() == 'old'  # not its own
+
+
+def test_overwrite_replaces_the_other_run(mnist, dataset_root, tmp_path):
+    out = tmp_path / 'result'
+    _another_run(out)
+    mnist.main(_tiny(dataset_root, out) + ['--overwrite'])
+    names = sorted(p.name for p in out.iterdir())
+    # The old run's snapshots and its loss_scale.png (a float32 run draws
+    # none) are gone; a file of no run stays.
+    assert 'loss_scale.png' not in names and 'snapshot_iter_74' not in names
+    assert 'notes.txt' in names and 'accuracy.png' in names
+    assert [n for n in names if n.startswith('snapshot_')] == [
+        'snapshot_iter_{}'.format(len(read_log(str(out))) and
+                                  read_log(str(out))[-1]['iteration'])]
+
+
+def test_overwrite_with_resume_is_refused(mnist, dataset_root, tmp_path,
+                                          capsys):
+    out = tmp_path / 'result'
+    _another_run(out)
+    line = usage_error(mnist.main, _tiny(dataset_root, out) + [
+        '--overwrite', '--resume', str(out / 'snapshot_iter_74')],
+        capsys).splitlines()[-1]
+    assert line.endswith('--overwrite starts a new run and --resume '
+                         'continues one: give one of them'), line
+    assert (out / 'snapshot_iter_74').exists()
+
+
+def test_resume_command_leaves_overwrite_out(monkeypatch):
+    monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh mnist')
+    argv = ['train_mnist.py', '--overwrite', '-b', '64']
+    assert training.resume_command('result/snapshot_iter_8', argv) == (
+        'bash dev.sh mnist -b 64 --resume result/snapshot_iter_8')
