@@ -1727,3 +1727,20 @@ def test_resume_command_leaves_overwrite_out(monkeypatch):
     argv = ['train_mnist.py', '--overwrite', '-b', '64']
     assert training.resume_command('result/snapshot_iter_8', argv) == (
         'bash dev.sh mnist -b 64 --resume result/snapshot_iter_8')
+
+
+@pytest.mark.parametrize('readme', ['examples/README.md',
+                                    'examples/mnist/README.md',
+                                    'examples/cifar/README.md',
+                                    'examples/chainermn/README.md'])
+def test_readmes_leave_the_history_to_history_md(readme):
+    """The user's path names no commit: how the numbers came about is in
+    examples/HISTORY.md, which has a section for each README."""
+    text = _readme(readme)
+    commits = [word for word in re.findall(r'\b[0-9a-f]{7,40}\b', text)
+               if re.search('[a-f]', word) and re.search('[0-9]', word)]
+    assert commits == []
+    for phrase in ('older code', 'did before', 'Commits:',
+                   'cannot be made again'):
+        assert phrase not in text
+    assert '\n## {}\n'.format(readme) in _readme('examples/HISTORY.md')
