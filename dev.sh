@@ -38,6 +38,9 @@
 #                               with -e run one at a time
 #   OPENBLAS_NUM_THREADS,       BLAS threads of each env while test runs
 #   OMP_NUM_THREADS             envs in parallel (default 1)
+#   CHAINER_LARS_TERMINAL       set by chainermn for the trainer, whose
+#                               --progress auto takes it over isatty: 1 if
+#                               dev.sh's output is a terminal, else 0
 #   CHAINER_DATASET_ROOT        where Chainer caches data sets; for mnist,
 #                               chainermn and test it defaults to
 #                               ../shared/datasets next to the checkout when
@@ -256,6 +259,14 @@ cmd_chainermn() {
             fi
             ;;
     esac
+    # Open MPI gives each rank a pseudo-terminal, where the trainer's
+    # --progress auto would see a terminal even when this script writes
+    # to a file, and put the bar's escape codes into it: say whether the
+    # output is one (the trainer's own --progress, if given, still wins).
+    export CHAINER_LARS_TERMINAL=0
+    if [ -t 1 ]; then
+        CHAINER_LARS_TERMINAL=1
+    fi
     exec mpiexec -n "$n" ${flags[@]+"${flags[@]}"} "$venv/bin/python" "$script" "$@"
 }
 

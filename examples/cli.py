@@ -9,6 +9,7 @@ given to ``--resume`` is checked against the run's flags
 import argparse
 import math
 import os
+import re
 import sys
 import zipfile
 import zlib
@@ -32,7 +33,10 @@ HELP = {
               'integer. If non-negative integer, CuPy arrays with specified '
               'device id are used. If negative integer, NumPy arrays are '
               'used',
-    'out': 'Directory to output the result',
+    'out': 'Directory to output the result; a new run refuses one that '
+           "holds another run's log or snapshots (see --overwrite)",
+    'overwrite': "Start a new run in an --out that holds another run's: "
+                 'its log, snapshots and plots are removed first',
     'resume': 'Resume the training from a snapshot, with the same flags '
               'but --out, --snapshots, --device and --dataset-root',
     'snapshots': 'Number of snapshots to keep in --out, the latest ones (one '
@@ -117,6 +121,7 @@ def parser(description, defaults, epilog=None, helps=None):
     add('epoch', '-e', type=int, default=defaults['epoch'])
     add('device', '-d', type=str, default='-1')
     add('out', '-o', default='result')
+    add('overwrite', action='store_true')
     add('resume', '-r', type=str)
     add('snapshots', type=int, default=1)
     parser.add_argument('--optimizer',
@@ -171,7 +176,9 @@ def parser(description, defaults, epilog=None, helps=None):
                         "shown: Chainer's progress bar (bar), a plain line "
                         'every 30 s (lines, for a log file: the bar writes '
                         'terminal escape codes) or not at all (none); auto: '
-                        'the bar when the output is a terminal, else lines. '
+                        'the bar when the output is a terminal (as '
+                        'CHAINER_LARS_TERMINAL=1 or 0 says, where set), '
+                        'else lines. '
                         'Default: %(default)s')
     return parser
 
@@ -206,6 +213,14 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     if args.epoch is not None and parser.warmup_default is not None:
         resolve_warmup(parser.error, args, parser.warmup_default)
     check_device(parser, args.device)
+    terminal = os.environ.get(TERMINAL_VARIABLE)
+    if terminal not in (None, '', '0', '1'):
+        parser.error('{}={!r}: 1 (the output is a terminal: --progress auto '
+                     'draws the bar) or 0 (it is not: plain lines), or '
+                     'unset'.format(TERMINAL_VARIABLE, terminal))
+    if args.resume is not None and args.overwrite:
+        parser.error('--overwrite starts a new run and --resume continues '
+                     'one: give one of them')
     if args.resume is not None and not os.path.isfile(args.resume):
         parser.error('--resume {}: {}'.format(args.resume, (
             'not a file' if os.path.exists(args.resume) else 'no such file')))
@@ -373,12 +388,62 @@ def path_problem(args):
     problem = folders.folder_problem(args.out, create=True)
     if problem is not None:
         return '--out {}: {}'.format(args.out, problem)
+    if args.resume is None and not args.overwrite:
+        found = run_files(args.out)
+        if found:
+            latest = snapshots_in(args.out)
+            what = ', '.join(n for n in found if not n.endswith('.png'))
+            how = ('continue it with --resume {}, '.format(latest[-1])
+                   if latest else '')
+            return ('--out {}: holds another run ({}); {}give another '
+                    '--out, or --overwrite to remove it and start '
+                    'over'.format(args.out, what, how))
     if args.dataset_root is not None:
         problem = folders.folder_problem(args.dataset_root, create=False)
         if problem is not None:
             return '--dataset-root {}: {}'.format(args.dataset_root,
                                                   problem)
     return None
+
+
+#: The plots a run draws in --out (examples/training.py, plots.py).
+PLOTS = ('loss.png', 'accuracy.png', 'lr.png', 'trust_ratio.png',
+         'loss_scale.png')
+
+
+def snapshots_in(out):
+    """The paths of the ``snapshot_iter_N`` in ``out``, by iteration."""
+    try:
+        names = os.listdir(out)
+    except OSError:
+        return []
+    found = sorted((int(m.group(1)), name) for m, name in (
+        (re.match(r'snapshot_iter_(\d+)$', name), name) for name in names)
+        if m)
+    return [os.path.join(out, name) for _, name in found]
+
+
+def run_files(out):
+    """The names of a run's files in ``out`` (its log, snapshots and
+    plots), or [] where it holds no run (none, or plots alone)."""
+    try:
+        names = set(os.listdir(out))
+    except OSError:
+        return []
+    snapshots = [os.path.basename(p) for p in snapshots_in(out)]
+    if 'log' not in names and not snapshots:
+        return []
+    return ((['log'] if 'log' in names else []) + snapshots
+            + [n for n in PLOTS if n in names])
+
+
+def remove_run(out):
+    """--overwrite: removes the run in ``out`` (``run_files``), so that
+    the new one leaves no snapshot or plot of the old one beside its
+    own."""
+    for name in run_files(out) or [n for n in PLOTS
+                                   if os.path.isfile(os.path.join(out, n))]:
+        os.remove(os.path.join(out, name))
 
 
 def check_rank0_paths(args, comm):
@@ -527,8 +592,12 @@ def check_batchsize(args, n_train, what):
 # computes (where it writes, what it resumes from, how many snapshots it
 # keeps, the device, where the data is read from, ChainerMN's
 # communicator). A snapshot records every other flag (``run_settings``).
-FREE_FLAGS = ('out', 'resume', 'snapshots', 'device', 'dataset_root',
-              'communicator', 'progress')
+#: Whether the output is a terminal, where a launcher knows better than
+#: ``isatty`` (``dev.sh chainermn``: Open MPI gives each rank a pty).
+TERMINAL_VARIABLE = 'CHAINER_LARS_TERMINAL'
+
+FREE_FLAGS = ('out', 'overwrite', 'resume', 'snapshots', 'device',
+              'dataset_root', 'communicator', 'progress')
 
 # What a snapshot records besides the flags, as a message names it.
 SETTINGS = {

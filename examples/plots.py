@@ -117,7 +117,9 @@ def zoom_inset(axes, lines, xlim, floor=90.0):
     98.2 look the same. From the lowest of their last values (in whole
     points, at least ``floor``) to the highest value, in the lower right
     corner, which rising curves leave empty; none where no line ends
-    above ``floor``."""
+    above ``floor``, nor where the zoom would hold the values of fewer
+    than two epochs (a one-epoch run): there is no curve to zoom on, and
+    the inset would only hide the plot."""
     import matplotlib.ticker
     ends = []
     for line in lines:
@@ -130,11 +132,13 @@ def zoom_inset(axes, lines, xlim, floor=90.0):
     low = max(floor, math.floor(min(ends)) - 1)
     high = min(100.0, math.floor(max(ends)) + 1)
     # The epochs from the first value in the zoom on.
-    first = min(
-        (x for line in lines for x, y in zip(
-            numpy.asarray(line.get_xdata(), dtype=numpy.float64),
-            numpy.asarray(line.get_ydata(), dtype=numpy.float64))
-         if y >= low), default=xlim[0])
+    zoomed = {x for line in lines for x, y in zip(
+        numpy.asarray(line.get_xdata(), dtype=numpy.float64),
+        numpy.asarray(line.get_ydata(), dtype=numpy.float64))
+        if y >= low}
+    if len(zoomed) < 2:
+        return None
+    first = min(zoomed)
     inset = axes.inset_axes((0.42, 0.1, 0.55, 0.5))
     for line in lines:
         inset.plot(line.get_xdata(), line.get_ydata(),
@@ -326,11 +330,13 @@ class LossScalePlot(training.Extension):
     Args:
         scaling (chainer_lars.LossScaleState): The loss-scaling state.
         filename (str): The picture, in the trainer's output directory.
+        title (str): The plot's title (``run_title``), or None.
     """
 
-    def __init__(self, scaling, filename='loss_scale.png'):
+    def __init__(self, scaling, filename='loss_scale.png', title=None):
         self._scaling = scaling
         self._filename = filename
+        self._title = title
         # (epoch, scale, skipped) after each update
         self._points = []
 
@@ -355,6 +361,8 @@ class LossScalePlot(training.Extension):
         axes.set_xlim(0, None)
         axes.grid(alpha=0.3)
         axes.legend()
+        if self._title:
+            axes.set_title(self._title, fontsize=10)
         figure.savefig(os.path.join(trainer.out, self._filename))
         plt.close(figure)
 

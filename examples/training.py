@@ -50,6 +50,8 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         settings = {'examples': n_train, 'processes': comm.size}
     cli.check_iterations(args, n_train)
     cli.check_resume(args, **settings)
+    if args.overwrite and (comm is None or comm.rank == 0):
+        cli.remove_run(args.out)
     updater = training.updaters.StandardUpdater(
         train_iter, optimizer, device=device)
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
@@ -208,7 +210,7 @@ class Interruption(object):
             why = ('--snapshots 0 writes none' if not self._args.snapshots
                    else 'the first is written at the end of epoch 1')
             return '{}; no snapshot to resume from ({}): run the command ' \
-                'again to start over'.format(where, why)
+                'again with --overwrite to start over'.format(where, why)
         return '{}; to continue from {}, run: {}'.format(
             where, snapshot, resume_command(snapshot))
 
@@ -258,6 +260,8 @@ def resume_command(snapshot, argv=None):
             skip = False
         elif arg in ('--resume', '-r'):
             skip = True
+        elif arg == '--overwrite':  # a new run's, refused with --resume
+            continue
         elif not arg.startswith(('--resume=', '-r')):  # -rPATH too
             args.append(arg)
     return shlex.join(command + args + ['--resume', snapshot])
@@ -460,7 +464,7 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
             trainer.extend(plots.TrustRatioHeatmap(ratio_keys, title=title),
                            trigger=end_of_epoch)
         if scaling is not None:
-            trainer.extend(plots.LossScalePlot(scaling))
+            trainer.extend(plots.LossScalePlot(scaling, title=title))
 
     printed = ['epoch', 'main/loss', 'test/main/loss',
                'main/accuracy', 'test/main/accuracy', 'lr'] + columns
@@ -469,7 +473,7 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
     progress = args.progress
     if progress == 'auto':
         # The bar moves the cursor with escape codes: in a log file, lines.
-        progress = 'bar' if sys.stdout.isatty() else 'lines'
+        progress = 'bar' if output_is_terminal() else 'lines'
     # PrintReport clears the bar with an escape code before each line.
     trainer.extend(extensions.PrintReport(
         printed + ['elapsed_time'],
@@ -483,6 +487,21 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         trainer.extend(ProgressLines())
     if progress != 'none' and cli.slow_precision(args):
         trainer.extend(Heartbeat())  # a line while an update runs
+
+
+def output_is_terminal():
+    """Whether standard output is a terminal, for --progress auto.
+
+    ``CHAINER_LARS_TERMINAL`` (1 or 0), where set, says it instead of
+    ``isatty``: under Open MPI's ``mpiexec`` every rank writes to a
+    pseudo-terminal, whatever ``mpiexec``'s own output is, so
+    ``dev.sh chainermn`` sets it from its own (``cli.parse_args`` has
+    checked its value).
+    """
+    said = os.environ.get(cli.TERMINAL_VARIABLE)
+    if said:
+        return said == '1'
+    return sys.stdout.isatty()
 
 
 class PlainOutput(object):

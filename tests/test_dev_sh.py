@@ -34,7 +34,8 @@ if [ "$1" = -c ]; then exec {python} "$@"; fi
 print(json.dumps({{"name": sys.argv[1], "cwd": os.getcwd(),
                   "argv": sys.argv[2:],
                   "root": os.environ.get("CHAINER_DATASET_ROOT"),
-                  "path": os.environ.get("PYTHONPATH")}}))' \\
+                  "path": os.environ.get("PYTHONPATH"),
+                  "terminal": os.environ.get("CHAINER_LARS_TERMINAL")}}))' \\
     "$0" "$@" >> {record}
 """
 
@@ -169,6 +170,44 @@ def test_chainermn_runs_mpiexec_with_the_venvs_python(checkout, args, n):
     assert ('--allow-run-as-root' in flags) == (os.geteuid() == 0)
     assert ('--oversubscribe' in flags) == (
         n > len(os.sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize('terminal', [False, True])
+def test_chainermn_tells_the_ranks_whether_its_output_is_a_terminal(
+        checkout, terminal):
+    """Open MPI gives every rank a pseudo-terminal: dev.sh says what its
+    own output is, for the trainer's --progress auto (the bar on a
+    terminal, plain lines in a file), and leaves the arguments alone."""
+    if not terminal:
+        calls, _ = dev_sh(checkout, 'chainermn', *ARGS)
+    else:
+        pty = pytest.importorskip('pty')
+        main, child = pty.openpty()
+        try:
+            environment = dict(os.environ)
+            environment['PATH'] = '{}{}{}'.format(
+                checkout['bin'], os.pathsep, environment['PATH'])
+            result = subprocess.run(
+                ['bash', str(checkout['repo'] / 'dev.sh'), 'chainermn']
+                + ARGS, cwd=str(checkout['caller']), env=environment,
+                stdout=child, stderr=subprocess.PIPE,
+                universal_newlines=True)
+        finally:
+            os.close(child)
+            os.close(main)
+        assert result.returncode == 0, result.stderr
+        with open(str(checkout['record'])) as f:
+            calls = [json.loads(line) for line in f]
+    assert len(calls) == 1
+    assert calls[0]['terminal'] == ('1' if terminal else '0')
+    assert calls[0]['argv'][-len(ARGS):] == ARGS
+    assert '--progress' not in calls[0]['argv']
+
+
+def test_mnist_leaves_the_terminal_to_the_trainer(checkout):
+    # One process writes to dev.sh's own output: isatty is right.
+    calls, _ = dev_sh(checkout, 'mnist', env={'CHAINER_LARS_TERMINAL': ''})
+    assert calls[0]['terminal'] == ''
 
 
 @pytest.mark.parametrize('args', [['-n'], ['-n', '0'], ['-n', 'two']])

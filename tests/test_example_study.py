@@ -28,6 +28,14 @@ from tests import mpi_util
 pytestmark = pytest.mark.example
 
 
+@pytest.fixture(autouse=True)
+def _in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """Runs each test in an empty folder: the trainers' default --out,
+    result, is the current folder's, and a new run refuses one holding
+    another run (the Quick start's, in a checkout)."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope='module')
 def mnist():
     return importlib.import_module('examples.mnist.train_mnist')

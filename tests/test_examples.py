@@ -34,6 +34,14 @@ from tests import REPO_ROOT
 pytestmark = pytest.mark.example
 
 
+@pytest.fixture(autouse=True)
+def _in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """Runs each test in an empty folder: the trainers' default --out,
+    result, is the current folder's, and a new run refuses one holding
+    another run (the Quick start's, in a checkout)."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope='module')
 def mnist():
     return importlib.import_module('examples.mnist.train_mnist')
@@ -322,6 +330,30 @@ def test_progress_flag(mnist, dataset_root, tmp_path, capsys, monkeypatch,
     out, lines = _progress_run(mnist, dataset_root, tmp_path, capsys, flags)
     assert ('\x1b[J' in out) == bar
     assert lines == []
+
+
+@pytest.mark.parametrize('said, tty, bar', [
+    ('0', True, False),  # mpiexec's pty, dev.sh writing to a file: lines
+    ('1', False, True),
+    ('', True, True),  # empty: isatty decides
+])
+def test_progress_auto_takes_the_launchers_word_for_the_terminal(
+        mnist, dataset_root, tmp_path, capsys, monkeypatch, said, tty, bar):
+    """CHAINER_LARS_TERMINAL (set by dev.sh chainermn) over isatty."""
+    monkeypatch.setattr(training.ProgressLines.__init__, '__defaults__',
+                        (0.0,))
+    monkeypatch.setattr(sys.stdout, 'isatty', lambda: tty)
+    monkeypatch.setenv('CHAINER_LARS_TERMINAL', said)
+    out, lines = _progress_run(mnist, dataset_root, tmp_path, capsys, [])
+    assert ('\x1b' in out) == bar
+    assert (lines == []) == bar
+
+
+def test_progress_refuses_a_bad_terminal_variable(mnist, capsys,
+                                                  monkeypatch):
+    monkeypatch.setenv('CHAINER_LARS_TERMINAL', 'yes')
+    err = usage_error(mnist.main, ['-b', '32'], capsys)
+    assert "error: CHAINER_LARS_TERMINAL='yes': 1" in err.splitlines()[-1]
 
 
 @pytest.mark.parametrize('module,args,expected', [
@@ -1113,8 +1145,8 @@ def test_ctrl_c_without_a_snapshot_says_there_is_none(
     line, = result.stderr.strip().splitlines()
     assert INTERRUPTED.match(line), line
     assert line.endswith('; no snapshot to resume from (--snapshots 0 '
-                         'writes none): run the command again to start '
-                         'over'), line
+                         'writes none): run the command again with '
+                         '--overwrite to start over'), line
 
 
 def test_ctrl_c_during_a_long_update_acts_at_once(dataset_root, tmp_path):
@@ -1481,3 +1513,242 @@ def test_resume_refuses_a_snapshot_with_a_missing_or_misshapen_entry(
         assert len(err.splitlines()) == 1 and key in err, err
         assert ('no entry' if damage == 'missing' else 'shape') in err
         assert not out.exists()
+
+
+def _optimizer_choices(module, capsys):
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).parse_args(['--help'])
+    usage = capsys.readouterr().out
+    return set(re.search(r'--optimizer \{([^}]*)\}', usage).group(1)
+               .split(','))
+
+
+def _readme(path):
+    with open(os.path.join(REPO_ROOT, path)) as f:
+        return f.read()
+
+
+NUMBERS = {4: 'four', 5: 'five', 6: 'six', 7: 'seven'}
+
+
+@pytest.mark.parametrize('module,readme', [
+    ('examples.mnist.train_mnist', 'examples/mnist/README.md'),
+    ('examples.cifar.train_cifar', 'examples/cifar/README.md'),
+])
+def test_readme_tables_list_the_optimizers_of_help(capsys, module, readme):
+    """The README's `--optimizer` table has a row for each choice of
+    --help, and its count says as many."""
+    choices = _optimizer_choices(module, capsys)
+    text = _readme(readme)
+    table = text[text.index('| `--optimizer` | what it is |'):]
+    table = table[:table.index('\n\n')]
+    rows = set(re.findall(r'^\| `([a-z][a-z-]*)`', table, re.M))
+    assert rows == choices
+    assert 'one of {} optimizers'.format(NUMBERS[len(choices)]) in ' '.join(
+        text.split())
+
+
+def test_readmes_list_every_optimizer_and_its_flags(capsys):
+    """examples/README.md's opening and ChainerMN's option list name the
+    choices of --optimizer of every trainer, and the Adam-like flags."""
+    for module in ('examples.mnist.train_mnist',
+                   'examples.cifar.train_cifar',
+                   'examples.chainermn.mnist.train_mnist'):
+        choices = _optimizer_choices(module, capsys)
+        opening = ' '.join(
+            _readme('examples/README.md').split('\n## ')[0].split())
+        assert 'the same {} optimizers'.format(
+            NUMBERS[len(choices)]) in opening
+        for choice in choices:
+            assert '`{}`'.format(choice) in opening, choice
+    text = ' '.join(_readme('examples/chainermn/README.md').split())
+    listed = re.search(r'`--optimizer ([a-z|-]+)`', text).group(1)
+    assert set(listed.split('|')) == _optimizer_choices(
+        'examples.chainermn.mnist.train_mnist', capsys)
+    for flag in ('--beta2', '--eps'):
+        assert '`{}`'.format(flag) in text
+
+
+def test_mnist_readme_quotes_the_mixed16_cost_model():
+    """The cost paragraph of examples/mnist/README.md is the output of the
+    command it names, ``python benchmarks/paper_model.py``."""
+    env = dict(os.environ, PYTHONPATH=pythonpath())
+    out = subprocess.run(
+        [sys.executable, os.path.join('benchmarks', 'paper_model.py')],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, universal_newlines=True, check=True).stdout
+    text = ' '.join(_readme('examples/mnist/README.md').split())
+    assert 'By `python benchmarks/paper_model.py`' in text
+    lars32 = re.search(r'^\| `lars` \| (\d+) N = (\d+) / \d+ MB \| (\d+) \| '
+                       r'([\d.]+) / [\d.]+ ms \|$', out, re.M)
+    assert ('`lars` step moves {} bytes a parameter in float32, {} MB, {} '
+            'ms, in {} launches'.format(*lars32.group(1, 2, 4, 3))) in text
+    mixed = dict((m.group(1), m.group(2, 3, 5, 4)) for m in re.finditer(
+        r'^mixed16 `(\w+)`: (\d+) N = (\d+) MB, (\d+) launches, ([\d.]+) ms$',
+        out, re.M))
+    assert set(mixed) == {'lars', 'momentum_sgd'}
+    assert ('{} bytes a parameter, {} MB, {} ms, still {} launches'.format(
+        *mixed['lars'])) in text
+    assert ('{} bytes a parameter, {} MB, {} ms, in {} launches'.format(
+        *mixed['momentum_sgd'])) in text
+
+
+def _accuracy_axes(curves):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots()
+    for x, y in curves:
+        axes.plot(x, y, marker='x')
+    return figure, axes
+
+
+@pytest.mark.parametrize('curves, inset', [
+    # One epoch: the test set's epochs 0 and 1, the training batches' 1.
+    ([([0, 1], [10.3, 93.7]), ([1], [79.2])], False),
+    ([([0, 1, 2], [10.3, 95.7, 96.1]), ([1, 2], [79.2, 95.0])], True),
+    # Two epochs, the zoom (94 to 97 %) holding the last one's alone.
+    ([([0, 1, 2], [10.3, 93.7, 96.1]), ([1, 2], [79.2, 95.0])], False),
+    ([([0, 1, 2], [10.3, 53.7, 86.1])], False),  # none above 90 %
+])
+def test_accuracy_zooms_only_on_two_epochs_or_more(curves, inset):
+    """A one-epoch run has one point in the zoom: no inset (it zoomed on
+    it with ticks from 0.72 to 1.04, over the plot)."""
+    import matplotlib.pyplot as plt
+    figure, axes = _accuracy_axes(curves)
+    drawn = plots.zoom_inset(axes, axes.get_lines(), (-0.1, 2.1))
+    assert (drawn is not None) == inset
+    assert len(axes.child_axes) == int(inset)
+    plt.close(figure)
+
+
+def test_loss_scale_plot_has_the_run_s_title(tmp_path, monkeypatch):
+    """loss_scale.png is titled as the other plots (examples/README.md)."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.figure
+    titles = []
+    save = matplotlib.figure.Figure.savefig
+
+    def savefig(figure, *args, **kwargs):
+        titles.append([a.get_title() for a in figure.axes])
+        return save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, 'savefig', savefig)
+
+    class Scaling(object):
+        last_loss_scale, last_skipped, skipped_updates = 2.0, False, 0
+
+    class Updater(object):
+        epoch_detail, is_new_epoch = 1.0, True
+
+    class Trainer(object):
+        updater, out = Updater(), str(tmp_path)
+
+    title = 'lars, batch 512, peak lr 0.353553, mixed16'
+    plots.LossScalePlot(Scaling(), title=title)(Trainer())
+    assert titles == [[title]]
+    assert (tmp_path / 'loss_scale.png').exists()
+
+
+def _tiny(dataset_root, out, unit=True):
+    return ['-b', '32', '-e', '1', '--progress', 'none',
+            '--dataset-root', dataset_root, '--out', str(out)] + (
+                ['-u', '8'] if unit else [])
+
+
+def _another_run(out):
+    out.mkdir()
+    for name in ('log', 'snapshot_iter_74', 'snapshot_iter_9',
+                 'loss_scale.png', 'notes.txt'):
+        (out / name).write_text(name)
+
+
+@pytest.mark.parametrize('name', ['mnist', 'cifar'])
+def test_a_new_run_refuses_an_out_holding_another_run(
+        request, dataset_root, tmp_path, capsys, name):
+    """Running the docs' commands one after another must not delete the
+    first run's snapshot nor leave its plots beside the next's."""
+    main = request.getfixturevalue(name).main
+    out = tmp_path / 'result'
+    _another_run(out)
+    err = usage_error(main, _tiny(dataset_root, out, name == 'mnist'),
+                      capsys)
+    line = err.splitlines()[-1]
+    assert ('--out {}: holds another run (log, snapshot_iter_9, '
+            'snapshot_iter_74); continue it with --resume {}, give another '
+            '--out, or --overwrite to remove it and start over'.format(
+                out, out / 'snapshot_iter_74')) in line, line
+    assert sorted(p.name for p in out.iterdir()) == [
+        'log', 'loss_scale.png', 'notes.txt', 'snapshot_iter_74',
+        'snapshot_iter_9']
+
+
+def test_a_new_run_refuses_an_out_holding_a_log_alone(
+        mnist, dataset_root, tmp_path, capsys):
+    out = tmp_path / 'result'
+    out.mkdir()
+    (out / 'log').write_text('[]')
+    line = usage_error(mnist.main, _tiny(dataset_root, out),
+                       capsys).splitlines()[-1]
+    assert line.endswith('--out {}: holds another run (log); give another '
+                         '--out, or --overwrite to remove it and start '
+                         'over'.format(out)), line
+
+
+def test_plots_alone_are_no_run(mnist, dataset_root, tmp_path):
+    out = tmp_path / 'result'
+    out.mkdir()
+    (out / 'loss_scale.png').write_text('old')
+    mnist.main(_tiny(dataset_root, out) + ['--noplot'])
+    assert (out / 'loss_scale.png').read_text() == 'old'  # not its own
+
+
+def test_overwrite_replaces_the_other_run(mnist, dataset_root, tmp_path):
+    out = tmp_path / 'result'
+    _another_run(out)
+    mnist.main(_tiny(dataset_root, out) + ['--overwrite'])
+    names = sorted(p.name for p in out.iterdir())
+    # The old run's snapshots and its loss_scale.png (a float32 run draws
+    # none) are gone; a file of no run stays.
+    assert 'loss_scale.png' not in names and 'snapshot_iter_74' not in names
+    assert 'notes.txt' in names and 'accuracy.png' in names
+    assert [n for n in names if n.startswith('snapshot_')] == [
+        'snapshot_iter_{}'.format(len(read_log(str(out))) and
+                                  read_log(str(out))[-1]['iteration'])]
+
+
+def test_overwrite_with_resume_is_refused(mnist, dataset_root, tmp_path,
+                                          capsys):
+    out = tmp_path / 'result'
+    _another_run(out)
+    line = usage_error(mnist.main, _tiny(dataset_root, out) + [
+        '--overwrite', '--resume', str(out / 'snapshot_iter_74')],
+        capsys).splitlines()[-1]
+    assert line.endswith('--overwrite starts a new run and --resume '
+                         'continues one: give one of them'), line
+    assert (out / 'snapshot_iter_74').exists()
+
+
+def test_resume_command_leaves_overwrite_out(monkeypatch):
+    monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh mnist')
+    argv = ['train_mnist.py', '--overwrite', '-b', '64']
+    assert training.resume_command('result/snapshot_iter_8', argv) == (
+        'bash dev.sh mnist -b 64 --resume result/snapshot_iter_8')
+
+
+@pytest.mark.parametrize('readme', ['examples/README.md',
+                                    'examples/mnist/README.md',
+                                    'examples/cifar/README.md',
+                                    'examples/chainermn/README.md'])
+def test_readmes_leave_the_history_to_history_md(readme):
+    """The user's path names no commit: how the numbers came about is in
+    examples/HISTORY.md, which has a section for each README."""
+    text = _readme(readme)
+    commits = [word for word in re.findall(r'\b[0-9a-f]{7,40}\b', text)
+               if re.search('[a-f]', word) and re.search('[0-9]', word)]
+    assert commits == []
+    for phrase in ('older code', 'did before', 'Commits:',
+                   'cannot be made again'):
+        assert phrase not in text
+    assert '\n## {}\n'.format(readme) in _readme('examples/HISTORY.md')

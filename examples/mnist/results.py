@@ -121,7 +121,7 @@ def run(batchsize, optimizer, seed, args):
         return log
     cmd = command(batchsize, optimizer, seed, args)
     print('$ ' + ' '.join(cmd), flush=True)
-    extra = ['--out', out]
+    extra = ['--out', out, '--overwrite']  # a run cut short is redone
     if args.dataset_root is not None:
         extra += ['--dataset-root', args.dataset_root]
     start = time.time()

@@ -448,7 +448,7 @@ def measure(log, batchsize, n_train, target, validation):
 def run_command(cmd, out, dataset_root, device, stdout):
     """Runs a recorded trainer command with --out, --dataset-root, --device.
     """
-    extra = ['--out', out]
+    extra = ['--out', out, '--overwrite']  # a run cut short is redone
     if dataset_root is not None:
         extra += ['--dataset-root', dataset_root]
     if device != '-1':
