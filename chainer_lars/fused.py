@@ -200,15 +200,16 @@ _HOOKS = (operator.attrgetter('_hookable._pre_update_hooks'),
 
 def _batchable(param, rule, cls):
     """Whether the batched step does what ``param.update()`` would: a plain
-    enabled ``cls`` without hooks, its state (and :func:`master`) made."""
+    enabled ``cls`` without hooks, its state (and :func:`master`) made, a
+    master's float16 weight writeable (Chainer's rule assigns it anew)."""
     return (type(rule) is cls and rule.enabled
             and not rule._hookable._pre_update_hooks
             and not rule._hookable._post_update_hooks
             and param.array is not None and rule.state is not None
             and param.layout is None
             and engine.executor_for(param.device) is not None
-            and (master(param, rule) is not None  # Chainer's rule assigns
-                 and getattr(param.array.flags, 'writeable', True)  # w16
+            and (master(param, rule) is not None
+                 and getattr(param.array.flags, 'writeable', True)
                  or not (rule._use_fp32_update
                          and param.dtype == numpy.float16)))
 

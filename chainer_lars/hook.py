@@ -44,7 +44,7 @@ class _RuleDelegate(object):
         optimizer = optimizer()
         if optimizer is None or optimizer.t != t:
             return
-        if grad is not None:
+        if grad is not None and grad.dtype == param.dtype:  # a master
             param.grad = grad
             return
         self.hook._rescale(rule, param, path, 1.0)
@@ -64,16 +64,17 @@ _FLAGS = operator.attrgetter('enabled', '_use_fp32_update')
 
 
 def _depends(mixed16, params):
-    """What a plan of the hook's is made from: parameters, rules, arrays,
-    the ``mixed16`` rows' master copies, the rules' flags."""
+    """What a plan of the hook's is made from: parameters, rules, flags,
+    arrays (a ``mixed16`` row's master: Chainer makes its float16 anew)."""
     rules = list(map(engine.UPDATE_RULE, params))
     arrays = [d[0] for d in map(fused._DATA, params)]
-    masters = fused.masters([rules[k] for k in mixed16])
+    for k, copy in zip(mixed16, fused.masters([rules[k] for k in mixed16])):
+        arrays[k] = copy
     try:
         flags = list(map(_FLAGS, rules))
     except AttributeError:  # no rule
         flags = [None if r is None else _FLAGS(r) for r in rules]
-    return [params, rules, arrays, masters], flags
+    return [params, rules, arrays], flags
 
 
 class GradientLARS(exclusions.ExclusionProperties):
@@ -192,10 +193,9 @@ class GradientLARS(exclusions.ExclusionProperties):
             rule, param = args
             self._rescale(rule, param, '/' + (param.name or ''), 1.0)
         else:
-            raise TypeError(
-                'GradientLARS is called as hook(optimizer) or '
-                'hook(update_rule, param), got {} arguments'.format(
-                    len(args)))
+            raise TypeError('GradientLARS is called as hook(optimizer) or '
+                            'hook(update_rule, param), got {} arguments'
+                            .format(len(args)))
 
     def _key(self, clips, scales):
         return (self.weight_decay, self.eps, self.trust_coefficient,
@@ -245,9 +245,8 @@ class GradientLARS(exclusions.ExclusionProperties):
                     self._clip_lr(rule, path)
                 others.append((param, rule, path))
         hooks = list(optimizer._hookable._pre_update_hooks.items())
-        mine = [k + 1 for k, (_, h) in enumerate(hooks) if h is self]
-        later = [n for n, h in hooks[mine[0] if mine else len(hooks):]
-                 if not isinstance(h, GradientLARS)]
+        later = [n for k, (n, h) in enumerate(hooks) if not isinstance(
+            h, GradientLARS) and any(x is self for _, x in hooks[:k])]
         if later and (any(g.mixed16 for g in plan.groups) or any(
                 p.dtype == numpy.float16 for p, _, _ in others)):
             raise ValueError(

@@ -616,6 +616,23 @@ def test_a_float16_array_swapped_to_big_endian_under_masters_is_updated():
         atol=1e-3)
 
 
+def test_the_plan_lasts_across_mixed16_updates():
+    # Chainer's fp32 update assigns each float16 weight anew from its
+    # master at every update: the plan follows the masters, so it is
+    # built once they exist, not at every update.
+    hook = chainer_lars.GradientLARS()
+    model, opt = setup(hook, dtype=numpy.float16)
+    opt.use_fp32_update()
+    for step in range(4):
+        x, t = ref.batch(step, dtype=numpy.float16)
+        opt.update(ref.loss_fn(model, x, t))
+        plans = hook._plans.plans()
+        if step == 1:  # the masters made at the first update
+            plan, = plans
+            assert any(group.mixed16 for group in plan.groups)
+    assert len(plans) == 1 and plans[0] is plan
+
+
 def test_registered_on_a_single_update_rule():
     model, opt = setup(None)
     hook = chainer_lars.GradientLARS(
