@@ -95,6 +95,16 @@ def _pass(module, model, weight_decay, face, dtype):
     if mixed16:
         opt.use_fp32_update()
     opt.setup(link)
+    if face == 'hook_mt':  # as the optimizer calls it: all arrays at once
+        hook = module.GradientLARS(weight_decay=weight_decay)
+        opt.add_hook(hook)
+        grads = [(p, p.grad.copy()) for p in link.params()]
+
+        def hook_pass():
+            for param, grad in grads:
+                param.grad[...] = grad
+            hook(opt)
+        return hook_pass, len(grads)
     hook = module.GradientLARS(weight_decay=weight_decay, multi_tensor=False)
     items = [(p.update_rule, p, p.grad.copy()) for p in link.params()]
 
@@ -111,8 +121,10 @@ def main():
     parser.add_argument('--model', choices=sorted(SHAPES),
                         default='cifar_resnet20')
     parser.add_argument('--weight-decay', type=float, default=0.0)
-    parser.add_argument('--face', choices=('hook', 'lars', 'lars_pa'),
+    parser.add_argument('--face', choices=('hook', 'hook_mt', 'lars',
+                                           'lars_pa'),
                         default='hook', help="the hook's per-array path, "
+                        'the hook on all arrays (hook(optimizer)), '
                         'LARS.update(), or its per-rule path')
     parser.add_argument('--dtype', default='float16')
     parser.add_argument('--rounds', type=int, default=15)
@@ -134,7 +146,8 @@ def main():
             times[name].append(min(timeit.repeat(
                 one_pass, number=20, repeat=3)) / 20 * 1e3)
     print('{} over {} in {} ({} arrays), weight_decay={}, {} rounds'.format(
-        {'hook': 'hook(rule, param)', 'lars': 'LARS.update()',
+        {'hook': 'hook(rule, param)', 'hook_mt': 'hook(optimizer)',
+         'lars': 'LARS.update()',
          'lars_pa': 'LARS(multi_tensor=False).update()'}[args.face],
         args.model, args.dtype, arrays, args.weight_decay, args.rounds))
     stats = {}
