@@ -10,7 +10,9 @@ ResNet-20 (conv ``W``, BN ``gamma`` and ``beta``) or of ``many_1k`` (1,000
 arrays of 1,024 elements), in float16 or ``--dtype`` (``mixed16``:
 float16 parameters with float32 master copies, ``use_fp32_update()``),
 the hook's per-array path (``--face hook``: ``hook(rule, param)`` for each
-array), ``LARS.update()`` (``--face lars``) or
+array), the hook as the optimizer calls it (``--face hook_mt``:
+``hook(optimizer)``, all arrays at once), ``LARS.update()`` (``--face
+lars``) or
 ``LARS(multi_tensor=False).update()`` (``--face lars_pa``, the rules' own
 path), for each version in turn (each going first in every other round),
 many times, gradients restored before each pass. It prints each

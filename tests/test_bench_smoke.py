@@ -7,6 +7,7 @@ machine prove nothing, so nothing here compares them.
 import importlib.util
 import json
 import os
+import re
 
 import pytest
 
@@ -447,6 +448,28 @@ def test_train_loop_runs_both_dtypes_and_writes_json(tmp_path, capsys):
         for name, row in loop['variants'].items():
             assert row == results[loop['dtype']][name]
             assert len(row['times_s']) == 2 and row['ms'] > 0
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'mixed16'])
+def test_compare_inprocess_times_the_hook_on_all_arrays(tmp_path, dtype):
+    # This tree against a renamed copy of itself (made under TMPDIR), on
+    # the NumPy passes: quick, and the script's own path all the same.
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(_PATH))
+    env = dict(os.environ, TMPDIR=str(tmp_path), CHAINER_LARS_NUMBA='0',
+               PYTHONPATH=root)
+    done = subprocess.run(
+        [sys.executable, _PATH.replace('bench_lars', 'compare_inprocess'),
+         root, '--face', 'hook_mt', '--dtype', dtype, '--rounds', '1'],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=300)
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[-4] == ('hook(optimizer) over cifar_resnet20 in {} (60 '
+                         'arrays), weight_decay=0.0, 1 rounds'.format(dtype))
+    assert re.match(r'new/old: min \d+\.\d{3}, median \d+\.\d{3}$',
+                    lines[-1])
 
 
 def test_train_loop_times_every_variant_on_the_cpu(capsys):
