@@ -52,6 +52,16 @@ def test_help(script, how):
     assert '--batchsize' in result.stdout
 
 
+@pytest.mark.parametrize('script', TRAINERS)
+def test_help_says_lr_is_alpha_for_adam_and_lamb(script):
+    # Every trainer offers adam and lamb, whose rate is alpha.
+    result = run([script, '--help'], REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    text = ' '.join(result.stdout.split())
+    assert "--lr LR Peak learning rate, Adam's and LAMB's alpha" in text
+    assert '{lars,momentum-lars,momentum,nesterov,lamb,adam}' in text
+
+
 def test_bootstrap_links_lead_to_one_file():
     """Each trainer's folder has the bootstrap as a link to the one file."""
     real = os.path.join(REPO_ROOT, 'examples', '_examples_path.py')

@@ -64,7 +64,8 @@ HELP = dict(
     resume='Resume the training from a snapshot (read by every process), '
     'with the same flags but --out, --snapshots, --device, --dataset-root '
     'and --communicator, and the same number of processes',
-    lr='Peak learning rate (default: from the global batch size, see below)',
+    lr="Peak learning rate, Adam's and LAMB's alpha (default: from the "
+    'global batch size, see below)',
     dataset_root="Chainer's dataset root on the machine of rank 0, the folder "
     'that holds pfnet/chainer/<dataset> (default: CHAINER_DATASET_ROOT, or '
     '~/.chainer/dataset)')
