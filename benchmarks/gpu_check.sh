@@ -125,6 +125,15 @@ limit() {
     if [ "$want" -ge 10 ]; then echo "$want"; else echo 0; fi
 }
 
+# Whether a timing ($1) has time: its seconds, limit $2 keeping $3 for
+# what follows, in $t; one with none is recorded as cut.
+timed() {
+    t=$(limit "$2" "$3")
+    [ "$t" != 0 ] && return 0
+    record "$1" "cut: no time left in the budget"
+    return 1
+}
+
 # Each step's outcome, for the verdict: a number (its exit status), or
 # "not run: why" (by choice or absence), or "cut: why" (out of time).
 steps=()
@@ -284,10 +293,7 @@ if [ $rehearse = 1 ]; then
     engine_args=(--rounds 1 -- --device "$device" --dtype float32,mixed16 --layers 2 --width 4 --batch 2 --iters 6 --variants momentum_sgd,lars)
 fi
 
-t=$(limit "${FLOOR_TIMEOUT:-90}" $((reserve + 60)))
-if [ "$t" = 0 ]; then
-    record "byte floors" "cut: no time left in the budget"
-else
+if timed "byte floors" "${FLOOR_TIMEOUT:-90}" $((reserve + 60)); then
     log "byte floors and the training loop (gpu_floor.py, ${t} s)"
     # shellcheck disable=SC2086  # FLOOR_ARGS is a list of arguments
     timeout "$t" "$py" benchmarks/gpu_floor.py "${floor_args[@]}" \
@@ -303,26 +309,18 @@ if [ -z "$before" ]; then
     record "engine before/after" "not run: BEFORE is empty"
 elif [ ! -f "$before/chainer_lars/__init__.py" ]; then
     record "engine before/after" "not run: no $before/chainer_lars"
-else
-    t=$(limit "${ENGINE_TIMEOUT:-75}" "$reserve")
-    if [ "$t" = 0 ]; then
-        record "engine before/after" "cut: no time left in the budget"
-    else
-        log "engine before/after in a training loop (compare.py --bench train_loop, $before against this tree, ${t} s)"
-        # shellcheck disable=SC2086  # ENGINE_ARGS is a list of arguments
-        timeout "$t" "$py" benchmarks/compare.py "$before" "$root" \
-            --bench train_loop "${engine_args[@]}" ${ENGINE_ARGS:-} \
-            > "$out/engine.txt" 2> "$out/engine.log"
-        rc=$?
-        cat "$out/engine.txt"
-        record "engine before/after" "$rc"
-    fi
+elif timed "engine before/after" "${ENGINE_TIMEOUT:-75}" "$reserve"; then
+    log "engine before/after in a training loop (compare.py --bench train_loop, $before against this tree, ${t} s)"
+    # shellcheck disable=SC2086  # ENGINE_ARGS is a list of arguments
+    timeout "$t" "$py" benchmarks/compare.py "$before" "$root" \
+        --bench train_loop "${engine_args[@]}" ${ENGINE_ARGS:-} \
+        > "$out/engine.txt" 2> "$out/engine.log"
+    rc=$?
+    cat "$out/engine.txt"
+    record "engine before/after" "$rc"
 fi
 
-t=$(limit "${PEERS_TIMEOUT:-150}" "$reserve")
-if [ "$t" = 0 ]; then
-    record "peers" "cut: no time left in the budget"
-else
+if timed "peers" "${PEERS_TIMEOUT:-150}" "$reserve"; then
     log "peers (gpu_peers.py, ${t} s)"
     # shellcheck disable=SC2086  # PEERS_ARGS is a list of arguments
     timeout "$t" "$py" benchmarks/gpu_peers.py "${peers_args[@]}" \
