@@ -15,10 +15,6 @@ class ExclusionRules(object):
         self.exclude_from_layer_adaptation = checks.patterns(
             'exclude_from_layer_adaptation', exclude_from_layer_adaptation)
 
-    def __bool__(self):
-        return bool(self.exclude_from_weight_decay
-                    or self.exclude_from_layer_adaptation)
-
     def lookup(self, path):
         """``(uses_weight_decay, uses_adaptation)`` for ``path``."""
         return tuple(not any(p.search(path) for p in patterns)

@@ -321,9 +321,8 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
             self._stepped = self.is_safe_to_update()
             return self._warn_rounded([])
         if lossfun is not None:
-            use_cleargrads = getattr(self, '_use_cleargrads', True)
             loss = lossfun(*args, **kwds)
-            if use_cleargrads:
+            if getattr(self, '_use_cleargrads', True):
                 self.target.cleargrads()
             else:
                 self.target.zerograds()

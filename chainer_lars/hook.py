@@ -24,11 +24,10 @@ class _RuleDelegate(object):
     update and where its gradient was not 0 (CPU, until it warned)."""
 
     timing = 'pre'
-    _before = None
+    _before = _armed = None
 
     def __init__(self, hook):
         self.hook = hook
-        self._armed = None
 
     def arm(self, optimizer, path, grad=None):
         self._armed = (weakref.ref(optimizer), optimizer.t + 1, path, grad)
@@ -175,8 +174,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         state['_singles'] = engine.PlanCache()
         self.__dict__.update(state, _seen={})
 
-    def __call__(self, *args):
-        owner = args[0] if args else None
+    def __call__(self, owner, param=None):
+        """``hook(optimizer)``, or ``hook(update_rule, param)``."""
         # timing='post' (add_hook gives us no way to see it): refused here.
         hookable = getattr(owner, '_hookable', None)
         if hookable is not None and self in (
@@ -187,15 +186,10 @@ class GradientLARS(exclusions.ExclusionProperties):
                 "'post'")
         if getattr(owner, 'adapts_rates', False):  # LARS, LAMB, rules
             checks.double_adaptation(owner._face)
-        if len(args) == 1:
-            self._update_all(args[0])
-        elif len(args) == 2:
-            rule, param = args
-            self._rescale(rule, param, '/' + (param.name or ''), 1.0)
+        if param is None:
+            self._update_all(owner)
         else:
-            raise TypeError('GradientLARS is called as hook(optimizer) or '
-                            'hook(update_rule, param), got {} arguments'
-                            .format(len(args)))
+            self._rescale(owner, param, '/' + (param.name or ''), 1.0)
 
     def _key(self, clips, scales):
         return (self.weight_decay, self.eps, self.trust_coefficient,

@@ -15,12 +15,8 @@ from chainer_lars import layout as L
 
 
 _default_hyperparam = optimizer.Hyperparameter()
-_default_hyperparam.alpha = 0.001
-_default_hyperparam.beta1 = 0.9
-_default_hyperparam.beta2 = 0.999
-_default_hyperparam.eps = 1e-6
-_default_hyperparam.eta = 1.0
-_default_hyperparam.weight_decay_rate = 0.0
+vars(_default_hyperparam).update(alpha=0.001, beta1=0.9, beta2=0.999,
+                                 eps=1e-6, eta=1.0, weight_decay_rate=0.0)
 
 _HYPER = ('alpha', 'beta1', 'beta2', 'eps', 'eta', 'weight_decay_rate')
 
@@ -74,12 +70,9 @@ class LAMBRule(fused.FusedRule):
 
     Args:
         parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
-        uses_weight_decay (bool): ``False``: no weight decay on this array.
+        uses_weight_decay (bool): ``False``: no weight decay on this array
+            (an attribute too, as is ``uses_adaptation``).
         uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
-
-    Attributes:
-        uses_weight_decay (bool): As the argument.
-        uses_adaptation (bool): As the argument.
 
     """
 

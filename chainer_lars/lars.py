@@ -13,12 +13,9 @@ from chainer_lars import layout as L
 
 
 _default_hyperparam = optimizer.Hyperparameter()
-_default_hyperparam.lr = 2.0
-_default_hyperparam.momentum = 0.9
-_default_hyperparam.weight_decay = 1e-4
-_default_hyperparam.trust_coefficient = 1e-3
-_default_hyperparam.eps = 0.0
-_default_hyperparam.nesterov = False
+vars(_default_hyperparam).update(
+    lr=2.0, momentum=0.9, weight_decay=1e-4, trust_coefficient=1e-3,
+    eps=0.0, nesterov=False)
 
 #: The rule hyperparameters, in the order of the layout's first columns.
 _HYPER = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
@@ -54,12 +51,9 @@ class LARSRule(fused.FusedRule):
 
     Args:
         parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
-        uses_weight_decay (bool): ``False``: no weight decay on this array.
+        uses_weight_decay (bool): ``False``: no weight decay on this array
+            (an attribute too, as is ``uses_adaptation``).
         uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
-
-    Attributes:
-        uses_weight_decay (bool): As the argument.
-        uses_adaptation (bool): As the argument.
 
     """
 
