@@ -70,6 +70,17 @@ def string(name, value):
     return value
 
 
+def optimizer(name, value):
+    """An optimizer (with ``update()``, ChainerMN's too), not a class."""
+    if isinstance(value, type) or not callable(getattr(value, 'update', 0)):
+        raise TypeError('{} must be an optimizer (with an update() method), '
+                        'not {}'.format(name, 'the class {0}: make one, {0}'
+                                        '(...)'.format(value.__name__)
+                                        if isinstance(value, type)
+                                        else _describe(value)))
+    return value
+
+
 def pattern(name, value):
     """One regular expression on ``str`` (plain or compiled), compiled; a
     ``bytes`` one could never match a parameter path."""

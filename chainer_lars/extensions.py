@@ -48,6 +48,7 @@ class WarmupPolynomialShift(extension.Extension):
     """
 
     trigger = 1, 'iteration'
+    _set = None  # the optimizer that initialize() found
 
     def __init__(self, attr, warmup_count, max_count, power=2.0, init=None,
                  end=0.0, optimizer=None):
@@ -61,20 +62,11 @@ class WarmupPolynomialShift(extension.Extension):
         self._power = checks.real('power', power, minimum=0.0, exclusive=True)
         self._init = None if init is None else checks.real('init', init)
         self._end = checks.real('end', end)
-        if self._init is not None:
-            self._check_sign(self._init)
+        self._check_sign(self._init)
         if optimizer is not None:
-            if not callable(getattr(optimizer, 'update', None)):
-                raise TypeError(
-                    'optimizer must be an optimizer (with an update() '
-                    'method) or None for the updater\'s main optimizer, not '
-                    '{!r} ({})'.format(optimizer, type(optimizer).__name__))
-            self._check_attr(optimizer)
-            if self._init is not None:
-                self._check_values(optimizer, self._init)
-        self._optimizer = optimizer
-        self._given_init = self._init
-        self._t = 0
+            self._check_attr(checks.optimizer('optimizer', optimizer))
+            self._check_values(optimizer, self._init)
+        self._optimizer, self._given_init, self._t = optimizer, self._init, 0
 
     def value(self, t):
         """The value after ``t`` calls (see the formula above)."""
@@ -88,20 +80,16 @@ class WarmupPolynomialShift(extension.Extension):
 
     def initialize(self, trainer):
         optimizer = self._get_optimizer(trainer)
-        self._check_attr(optimizer)
-        init = self._init
-        if init is None:
-            init = checks.real(
-                "the optimizer's {} (read for init=None)".format(self._attr),
-                getattr(optimizer, self._attr))
+        init = self._check_attr(optimizer)
+        if self._init is not None:
+            init = self._init
         self._check_sign(init)
         self._check_values(optimizer, init)
-        self._init = init
+        self._init, self._set = init, optimizer
         setattr(optimizer, self._attr, self.value(self._t))
 
-    def _check_attr(self, optimizer):
-        # ChainerMN's optimizer forwards to the actual one. On the class:
-        # reading Adam's lr before its first update raises RuntimeError.
+    def _check_attr(self, optimizer):  # returns its value, a real number
+        # ChainerMN's optimizer forwards to the actual one, the property's.
         actual = vars(optimizer).get('actual_optimizer', optimizer)
         prop = getattr(type(actual), self._attr, None)
         if isinstance(prop, property) and prop.fset is None:
@@ -119,9 +107,13 @@ class WarmupPolynomialShift(extension.Extension):
             raise ValueError(
                 'attr {!r}: the optimizer ({}) has no attribute of that '
                 'name'.format(self._attr, type(optimizer).__name__))
+        return checks.real("the optimizer's {}{}".format(
+            self._attr, ' (read for init=None)' if self._init is None
+            else ''), getattr(optimizer, self._attr))
 
-    def _check_sign(self, init):
-        if (init >= 0) != (self._end >= 0) and self._end != 0:
+    def _check_sign(self, init):  # init=None: read when training starts
+        if init is not None and (init >= 0) != (self._end >= 0) and (
+                self._end != 0):
             raise ValueError(
                 'end must not be {} when init is {} ({!r}): the schedule '
                 'would take {} through 0; got end={!r}'.format(
@@ -131,9 +123,12 @@ class WarmupPolynomialShift(extension.Extension):
 
     def _check_values(self, optimizer, init):
         # An attribute that is not a checked one takes any real number.
-        check = checks.find_check(optimizer, self._attr) or float
+        check = checks.find_check(vars(optimizer).get(
+            'actual_optimizer', optimizer), self._attr) or float
         for name, value in (('init', init), ('end', self._end)):
             try:
+                if value is None:  # init=None: read when training starts
+                    continue
                 check(value)
             except (TypeError, ValueError) as e:
                 raise ValueError(
@@ -145,7 +140,9 @@ class WarmupPolynomialShift(extension.Extension):
         setattr(self._get_optimizer(trainer), self._attr, self.value(self._t))
 
     def serialize(self, serializer):
-        # All read before any is set; 0.2.0's hold the count and peak only.
+        # All read before any is set; 0.2.0's hold the count and peak only,
+        # 0.3.0.dev0's not the attribute (saved as its name's UTF-8 bytes).
+        loading = isinstance(serializer, chainer.serializer.Deserializer)
         mine = {'warmup_count': self._warmup_count,
                 'max_count': self._max_count, 'power': self._power,
                 'end': self._end}
@@ -154,6 +151,14 @@ class WarmupPolynomialShift(extension.Extension):
                      for name, value in mine.items()}
         except KeyError:
             saved = dict(mine)
+        try:
+            attr = serializer('attr', None if loading else numpy.frombuffer(
+                self._attr.encode(), numpy.uint8))
+        except KeyError:
+            attr = None
+        if attr is not None:
+            mine['attr'], saved['attr'] = self._attr, bytes(
+                numpy.asarray(attr, numpy.uint8)).decode()
         t = int(serializer('_t', self._t))
         init = serializer('_init', numpy.nan if self._init is None
                           else self._init)
@@ -165,10 +170,16 @@ class WarmupPolynomialShift(extension.Extension):
             if saved[name] != mine[name]:
                 raise ValueError(
                     'WarmupPolynomialShift: the snapshot was written with '
-                    '{0}={1!r}, this schedule has {0}={2!r}; a resumed '
-                    'schedule continues its own curve: to change it, '
-                    'start a new run'.format(name, saved[name], mine[name]))
+                    '{0}={1!r}, this schedule has {0}={2!r}; {3}'.format(
+                        name, saved[name], mine[name], 'Chainer finds an '
+                        "extension's part by its name: register the "
+                        'schedules in the order of that run, or name them'
+                        if name == 'attr' else 'a resumed schedule '
+                        'continues its own curve: to change it, start a '
+                        'new run'))
         self._t, self._init = t, init
+        if loading and self._set is not None:  # after initialize(): autoload
+            setattr(self._set, self._attr, self.value(t))
 
     def _get_optimizer(self, trainer):
         return self._optimizer or trainer.updater.get_optimizer('main')
@@ -266,14 +277,9 @@ class LossScaleState(extension.Extension):
     priority = extension.PRIORITY_WRITER
 
     def __init__(self, optimizer):
-        if not callable(getattr(optimizer, 'update', None)):
-            raise TypeError('optimizer must be an optimizer, got {!r}'
-                            .format(optimizer))
-        self._optimizer = optimizer
-        self.skipped_updates = 0
-        self.last_loss_scale = None
-        self.last_skipped = False
-        self._next = None
+        self._optimizer = checks.optimizer('optimizer', optimizer)
+        self.skipped_updates, self.last_loss_scale = 0, None
+        self.last_skipped, self._next = False, None
 
     @property
     def loss_scale(self):
@@ -298,6 +304,8 @@ class LossScaleState(extension.Extension):
             return  # a snapshot of a trainer without this extension
         fused.serialize_loss_scaling(self._optimizer, serializer)
         loading = isinstance(serializer, chainer.serializer.Deserializer)
+        if loading:  # after initialize() too (autoload)
+            self._next = self.loss_scale
         for path, param in self._optimizer.target.namedparams():
             rule = getattr(param, 'update_rule', None)
             # No update; a fused rule saves its own copy.

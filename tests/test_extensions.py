@@ -195,7 +195,7 @@ def test_schedule_loads_a_snapshot_of_version_0_2_0(tmp_path):
     old = {key: value for key, value in entries.items()
            if not key.startswith(prefix)
            or key[len(prefix):] in ('_t', '_init')}
-    assert len(entries) - len(old) == 4
+    assert len(entries) - len(old) == 5
     numpy.savez(path, **old)
     trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=99.0), 10,
                            out=tmp_path / 'out')
@@ -203,6 +203,144 @@ def test_schedule_loads_a_snapshot_of_version_0_2_0(tmp_path):
     trainer.extend(shift, name='schedule')
     serializers.load_npz(path, trainer)
     assert (shift._t, shift._init) == (4, 0.2)
+
+
+def test_schedule_loads_a_snapshot_without_its_attribute(tmp_path):
+    # 0.3.0.dev0 saved the shape, not the attribute: still checked.
+    path = _schedule_snapshot(tmp_path)
+    with numpy.load(path) as npz:
+        entries = dict(npz)
+    assert bytes(entries.pop('extensions/schedule/attr')) == b'lr'
+    numpy.savez(path, **entries)
+    for max_count, error in ((10, None), (15, 'max_count=10')):
+        trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=99.0), 10,
+                               out=tmp_path / 'out')
+        shift = chainer_lars.WarmupPolynomialShift('lr', 3, max_count)
+        trainer.extend(shift, name='schedule')
+        if error is None:
+            serializers.load_npz(path, trainer)
+            assert (shift._t, shift._init) == (4, 0.2)
+        else:
+            with pytest.raises(ValueError, match=error):
+                serializers.load_npz(path, trainer)
+
+
+def test_schedules_registered_in_another_order_are_refused(tmp_path):
+    # Chainer names them WarmupPolynomialShift and WarmupPolynomialShift_1
+    # in the order registered: swapped, each would load the other's peak.
+    def trainer(attrs):
+        trainer = make_trainer(
+            lambda: chainer_lars.LARS(lr=2.0, weight_decay=1e-4), 4,
+            out=tmp_path / '-'.join(attrs))
+        for attr in attrs:
+            trainer.extend(chainer_lars.WarmupPolynomialShift(attr, 2, 8))
+        return trainer
+    first = trainer(['lr', 'weight_decay'])
+    first.run()
+    path = str(tmp_path / 'snapshot.npz')
+    serializers.save_npz(path, first)
+    with pytest.raises(ValueError, match=re.escape(
+            "written with attr='lr', this schedule has attr='weight_decay'; "
+            "Chainer finds an extension's part by its name: register the "
+            'schedules in the order of that run, or name them')):
+        serializers.load_npz(path, trainer(['weight_decay', 'lr']))
+    serializers.load_npz(path, trainer(['lr', 'weight_decay']))
+
+
+@pytest.mark.parametrize('state', [False, True])
+def test_schedule_resumes_exactly_with_autoload(tmp_path, state):
+    # snapshot(autoload=True) loads after the schedule's initialize() has
+    # set the rate of t=0: the first update must still use the snapshot's.
+    def run(iterations, out):
+        trainer = make_trainer(lambda: chainer_lars.LARS(lr=2.0), iterations,
+                               out=out)
+        optimizer = trainer.updater.get_optimizer('main')
+        trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 4, 8))
+        if state:
+            optimizer.loss_scaling(scale=4.0)
+            lss = chainer_lars.LossScaleState(optimizer)
+            trainer.extend(lss)
+        trainer.extend(training.extensions.snapshot(autoload=True),
+                       trigger=(1, 'iteration'))
+        used, scales = record(trainer), []
+        trainer.extend(lambda _: scales.append(lss.last_loss_scale)
+                       if state else None, trigger=(1, 'iteration'),
+                       priority=training.PRIORITY_WRITER - 1)
+        trainer.run()
+        return used, scales, [p.array.copy() for p in
+                              trainer.updater.get_optimizer('main')
+                              .target.params()]
+
+    whole = run(8, tmp_path / 'whole')
+    head = run(3, tmp_path / 'cut')
+    tail = run(8, tmp_path / 'cut')
+    assert head[0] + tail[0] == whole[0]
+    assert head[1] + tail[1] == whole[1]
+    for a, b in zip(tail[2], whole[2]):
+        assert (a == b).all()
+
+
+class _MultiNode(object):
+
+    """What ChainerMN's multi-node optimizer is to the extensions: an
+    ``actual_optimizer`` in its ``__dict__``, attributes forwarded."""
+
+    def __init__(self, actual):
+        super(_MultiNode, self).__setattr__('actual_optimizer', actual)
+
+    def __getattr__(self, name):
+        return getattr(self.actual_optimizer, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.actual_optimizer, name, value)
+
+    def update(self, *args, **kwargs):
+        self.actual_optimizer.update(*args, **kwargs)
+
+
+@pytest.mark.parametrize('kwargs, words', [
+    ({'attr': 'momentum', 'init': 1.5},
+     "^init=1.5 is not a valid value of the optimizer's momentum"),
+    ({'attr': 'trust_coefficient', 'init': 1e-3},
+     "^end=0.0 is not a valid value of the optimizer's trust_coefficient"),
+])
+def test_schedule_checks_the_values_under_chainermn(kwargs, words):
+    optimizer = _MultiNode(chainer_lars.LARS())
+    with pytest.raises(ValueError, match=words):
+        chainer_lars.WarmupPolynomialShift(
+            warmup_count=2, max_count=5, optimizer=optimizer, **kwargs)
+    chainer_lars.WarmupPolynomialShift('momentum', 2, 5, init=0.9,
+                                       optimizer=optimizer)
+
+
+@pytest.mark.parametrize('make', [
+    lambda o: chainer_lars.WarmupPolynomialShift('lr', 2, 6, init=0.5,
+                                                 optimizer=o),
+    chainer_lars.LossScaleState,
+])
+@pytest.mark.parametrize('cls', [chainer_lars.LARS, optimizers.MomentumSGD])
+def test_an_optimizer_class_is_refused(make, cls):
+    # Without the parentheses: the class's lr descriptor was overwritten.
+    before = dict(vars(cls))
+    with pytest.raises(TypeError, match=(
+            r'^optimizer must be an optimizer \(with an update\(\) '
+            r'method\), not the class {0}: make one, {0}\(\.\.\.\)$'.format(
+                cls.__name__))):
+        make(cls)
+    assert dict(vars(cls)) == before
+    assert cls(lr=0.25).lr == 0.25
+
+
+@pytest.mark.parametrize('attr', ['update', 'target', 'hyperparam'])
+def test_schedule_of_a_method_or_object_is_refused(tmp_path, attr):
+    optimizer = chainer_lars.LARS()
+    message = "^the optimizer's {} must be a real number".format(attr)
+    with pytest.raises(TypeError, match=message):
+        chainer_lars.WarmupPolynomialShift(attr, 1, 3, init=0.5,
+                                           optimizer=optimizer)
+    assert re.match(message, run_refused(tmp_path, optimizer, attr,
+                                         error=TypeError, init=0.5))
+    assert callable(optimizer.update)
 
 
 @pytest.mark.parametrize('kwargs,error', [
