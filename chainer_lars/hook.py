@@ -239,6 +239,11 @@ class GradientLARS(exclusions.ExclusionProperties):
                     self._clip_lr(rule, path)
                 others.append((param, rule, path))
         hooks = list(optimizer._hookable._pre_update_hooks.items())
+        mine = [n for n, h in hooks if h is self]
+        if len(mine) > 1:  # float32 rescaled each time, float16 once
+            raise ValueError(
+                'GradientLARS: one instance is registered on the optimizer '
+                'as {}: register it once'.format(' and '.join(mine)))
         later = [n for k, (n, h) in enumerate(hooks) if not isinstance(
             h, GradientLARS) and any(x is self for _, x in hooks[:k])]
         if later and (any(g.mixed16 for g in plan.groups) or any(

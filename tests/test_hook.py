@@ -584,6 +584,60 @@ def test_an_optimizer_hook_after_it_on_float16_is_refused(fp32_update):
     opt.update()
 
 
+@pytest.mark.parametrize('dtype', ['float32', 'float16', 'mixed16'])
+def test_one_instance_registered_twice_is_refused(dtype):
+    # Called twice, it would rescale float32 gradients twice and float16
+    # ones once (one delegate a rule): refused before any array moves.
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(numpy.array([1.0, 2.0], numpy.dtype(
+            'f' if dtype == 'float32' else 'e')))
+    link.p.grad = numpy.full(2, 0.5, link.p.dtype)
+    opt = optimizers.MomentumSGD(lr=0.1).setup(link)
+    if dtype == 'mixed16':
+        opt.use_fp32_update()
+    hook = chainer_lars.GradientLARS()
+    opt.add_hook(hook)
+    opt.add_hook(hook, name='again')
+    w, g = link.p.array.copy(), link.p.grad.copy()
+    with pytest.raises(ValueError, match=(
+            r'GradientLARS: one instance is registered on the optimizer as '
+            r'GradientLARS and again: register it once')):
+        opt.update()
+    assert opt.t == 0 and (link.p.array == w).all()
+    assert (link.p.grad == g).all()
+    opt.remove_hook('again')
+    opt.update()
+    assert opt.t == 1 and (link.p.array != w).all()
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'mixed16'])
+def test_one_instance_on_two_optimizers_acts_as_two(dtype):
+    # A GAN's generator and discriminator under one hook: each optimizer
+    # gets what an instance of its own gives, bit for bit.
+    def run(shared):
+        rng = numpy.random.RandomState(0)
+        links, opts = [], []
+        hook = chainer_lars.GradientLARS(weight_decay=1e-3)
+        for k in range(2):
+            link = _fp16_link(rng.standard_normal(6), [0.0] * 6)
+            if dtype == 'float32':
+                link.p.array = link.p.array.astype(numpy.float32)
+            opt = optimizers.MomentumSGD(lr=0.1).setup(link)
+            if dtype == 'mixed16':
+                opt.use_fp32_update()
+            opt.add_hook(hook if shared else copy.deepcopy(hook))
+            links.append(link)
+            opts.append(opt)
+        for step in range(3):
+            for link, opt in zip(links, opts):
+                link.p.grad = rng.standard_normal(6).astype(link.p.dtype)
+                opt.update()
+        return [link.p.array for link in links]
+    for a, b in zip(run(True), run(False)):
+        assert a.dtype == b.dtype and (a == b).all()
+
+
 def test_a_float16_array_swapped_to_big_endian_under_masters_is_updated():
     # Chainer uses no master copy for '>f2' (not == float16): the hook then
     # rescales that array as it is, and the other keeps its master.
