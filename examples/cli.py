@@ -387,7 +387,7 @@ def path_problem(args):
     """
     problem = folders.folder_problem(args.out, create=True)
     if problem is not None:
-        return '--out {}: {}'.format(args.out, problem)
+        return '--out {}: {}'.format(folders.shown(args.out), problem)
     if args.resume is None and not args.overwrite:
         found = run_files(args.out)
         if found:
@@ -401,8 +401,8 @@ def path_problem(args):
     if args.dataset_root is not None:
         problem = folders.folder_problem(args.dataset_root, create=False)
         if problem is not None:
-            return '--dataset-root {}: {}'.format(args.dataset_root,
-                                                  problem)
+            return '--dataset-root {}: {}'.format(
+                folders.shown(args.dataset_root), problem)
     return None
 
 

@@ -769,6 +769,36 @@ def test_bad_paths_stop_before_any_work(request, tmp_path, capsys, name,
     assert not os.path.exists(os.path.join(tmp_path, 'file', 'x'))
 
 
+@pytest.mark.parametrize('flag', ['--out', '--dataset-root'])
+@pytest.mark.parametrize('snapshots', ['1', '0'])
+def test_an_empty_path_is_a_usage_error(mnist, dataset_root, tmp_path,
+                                        capsys, flag, snapshots):
+    """``-o ''`` passed the checks as the current folder, where the run
+    then wrote its log and snapshot before a FileNotFoundError (or, with
+    --snapshots 0, replaced the log of the run there without a word)."""
+    (tmp_path / 'log').write_text('mine')  # the current folder's run
+    argv = ['--out', str(tmp_path / 'out'), '--dataset-root', dataset_root,
+            '-b', '32', '-u', '8', '-e', '1', '--noplot', '--snapshots',
+            snapshots]
+    err = usage_error(mnist.main, argv + [flag, ''], capsys)
+    assert err.splitlines()[-1].endswith(
+        "error: {} '': an empty path names no folder (. is the current "
+        'one)'.format(flag)), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['datasets', 'log']
+    assert (tmp_path / 'log').read_text() == 'mine'
+
+
+def test_mnist_results_refuses_an_empty_out(tmp_path, capsys):
+    results = importlib.import_module('examples.mnist.results')
+    with pytest.raises(SystemExit) as e:
+        results.main(['--batchsizes', '32', '--epoch', '1', '--out', ''])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "error: --out '': an empty path names no folder (. is the current "
+        'one)')
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(chainer.backends.cuda.available,
                     reason='CuPy can use CUDA here')
 def test_gpu_without_cupy_is_one_clear_line(mnist, capsys):

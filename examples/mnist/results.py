@@ -715,8 +715,12 @@ def main(argv=None):
                         'elapsed_time; exit with 1 if one differs, 2 if no '
                         'run is done in both')
     args = parser.parse_args(argv)
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        parser.error('--out {}: not a folder'.format(args.out))
+    # An empty --out, or one that is no folder, before anything reads it.
+    if not args.out or (os.path.exists(args.out)
+                        and not os.path.isdir(args.out)):
+        parser.error('--out {}: {}'.format(
+            folders.shown(args.out),
+            folders.folder_problem(args.out, create=False)))
     args.flags = check_flags(parser, args)
     if args.check is not None and args.same_as is not None:
         parser.error('--check and --same-as are two tasks: give one')
