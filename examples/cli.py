@@ -382,12 +382,23 @@ def path_problem(args):
 
     --out must be a folder that can be made and written (it is made and
     a file written in it, then both removed, so that a run that stops
-    here leaves nothing behind); --dataset-root must be an existing
-    folder. The snapshot of --resume is checked by ``check_resume``.
+    here leaves nothing behind), with nothing under a run file's name
+    that is not a file (``not_files``); --dataset-root must be an
+    existing folder. The snapshot of --resume is checked by
+    ``check_resume``.
     """
     problem = folders.folder_problem(args.out, create=True)
     if problem is not None:
         return '--out {}: {}'.format(folders.shown(args.out), problem)
+    blocking = not_files(args.out)
+    if blocking:
+        one = len(blocking) == 1
+        return ("--out {}: holds {}, named like a run's {} but not {}: a "
+                'run cannot write over {}, and --overwrite removes files '
+                'only; move {} away, or give another --out'.format(
+                    args.out, ', '.join(blocking),
+                    'file' if one else 'files', 'a file' if one else 'files',
+                    'it' if one else 'them', 'it' if one else 'them'))
     if args.resume is None and not args.overwrite:
         found = run_files(args.out)
         if found:
@@ -411,30 +422,46 @@ PLOTS = ('loss.png', 'accuracy.png', 'lr.png', 'trust_ratio.png',
          'loss_scale.png')
 
 
-def snapshots_in(out):
-    """The paths of the ``snapshot_iter_N`` in ``out``, by iteration."""
+def _named_like_run_files(out):
+    """The names in ``out`` that a run writes (its log, its snapshots by
+    iteration, its plots), whatever they are there."""
     try:
-        names = os.listdir(out)
+        names = set(os.listdir(out))
     except OSError:
         return []
-    found = sorted((int(m.group(1)), name) for m, name in (
+    snapshots = sorted((int(m.group(1)), name) for m, name in (
         (re.match(r'snapshot_iter_(\d+)$', name), name) for name in names)
         if m)
-    return [os.path.join(out, name) for _, name in found]
+    return ((['log'] if 'log' in names else [])
+            + [name for _, name in snapshots]
+            + [n for n in PLOTS if n in names])
+
+
+def not_files(out):
+    """The names in ``out`` that a run writes a file under but that are
+    not files (folders): Chainer's writer would move the run's file into
+    such a folder, and ``remove_run`` removes files only."""
+    return [n for n in _named_like_run_files(out)
+            if not os.path.isfile(os.path.join(out, n))]
+
+
+def snapshots_in(out):
+    """The paths of the ``snapshot_iter_N`` files in ``out``, by
+    iteration."""
+    return [os.path.join(out, n) for n in _named_like_run_files(out)
+            if n.startswith('snapshot_iter_')
+            and os.path.isfile(os.path.join(out, n))]
 
 
 def run_files(out):
     """The names of a run's files in ``out`` (its log, snapshots and
     plots), or [] where it holds no run (none, or plots alone)."""
-    try:
-        names = set(os.listdir(out))
-    except OSError:
+    found = [n for n in _named_like_run_files(out)
+             if os.path.isfile(os.path.join(out, n))]
+    if 'log' not in found and not any(
+            n.startswith('snapshot_iter_') for n in found):
         return []
-    snapshots = [os.path.basename(p) for p in snapshots_in(out)]
-    if 'log' not in names and not snapshots:
-        return []
-    return ((['log'] if 'log' in names else []) + snapshots
-            + [n for n in PLOTS if n in names])
+    return found
 
 
 def remove_run(out):

@@ -1748,6 +1748,42 @@ def test_overwrite_replaces_the_other_run(mnist, dataset_root, tmp_path):
                                   read_log(str(out))[-1]['iteration'])]
 
 
+@pytest.mark.parametrize('names', [['log'], ['snapshot_iter_2'],
+                                   ['log', 'accuracy.png']])
+@pytest.mark.parametrize('flags', [[], ['--overwrite'], ['--resume']])
+def test_a_folder_named_like_a_run_s_file_is_refused(
+        mnist, mnist_snapshot, dataset_root, tmp_path, capsys, names,
+        flags):
+    """A folder under a run file's name is no run's file: --overwrite,
+    which removes files, failed on it with IsADirectoryError, and a run
+    would have written its log into it (Chainer's writer moves the file
+    into a folder of its name). Refused, and nothing removed."""
+    snapshot, args = mnist_snapshot
+    out = tmp_path / 'result'
+    out.mkdir()
+    (out / 'snapshot_iter_9').write_text('a run')
+    for name in names:
+        (out / name).mkdir()
+        (out / name / 'mine').write_text('mine')
+    if flags == ['--resume']:
+        flags = ['--resume', snapshot]
+    line = usage_error(mnist.main, args + flags + [
+        '--out', str(out), '--dataset-root', dataset_root],
+        capsys).splitlines()[-1]
+    one = len(names) == 1
+    assert line.endswith(
+        "--out {}: holds {}, named like a run's {} but not {}: a run cannot "
+        'write over {}, and --overwrite removes files only; move {} away, '
+        'or give another --out'.format(
+            out, ', '.join(names), 'file' if one else 'files',
+            'a file' if one else 'files', 'it' if one else 'them',
+            'it' if one else 'them')), line
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        names + ['snapshot_iter_9'])
+    for name in names:
+        assert (out / name / 'mine').read_text() == 'mine'
+
+
 def test_overwrite_with_resume_is_refused(mnist, dataset_root, tmp_path,
                                           capsys):
     out = tmp_path / 'result'
