@@ -34,7 +34,8 @@ HELP = {
               'device id are used. If negative integer, NumPy arrays are '
               'used',
     'out': 'Directory to output the result; a new run refuses one that '
-           "holds another run's log or snapshots (see --overwrite)",
+           "holds another run's log or snapshots (see --overwrite), a "
+           "resumed run one that holds a run other than its snapshot's",
     'overwrite': "Start a new run in an --out that holds another run's: "
                  'its log, snapshots and plots are removed first',
     'resume': 'Resume the training from a snapshot, with the same flags '
@@ -383,9 +384,10 @@ def path_problem(args):
     --out must be a folder that can be made and written (it is made and
     a file written in it, then both removed, so that a run that stops
     here leaves nothing behind), with nothing under a run file's name
-    that is not a file (``not_files``); --dataset-root must be an
-    existing folder. The snapshot of --resume is checked by
-    ``check_resume``.
+    that is not a file (``not_files``), and hold no other run (unless
+    --overwrite): none for a new run, none but the run of its snapshot
+    for a resumed one; --dataset-root must be an existing folder. The
+    snapshot of --resume is checked by ``check_resume``.
     """
     problem = folders.folder_problem(args.out, create=True)
     if problem is not None:
@@ -399,22 +401,38 @@ def path_problem(args):
                     args.out, ', '.join(blocking),
                     'file' if one else 'files', 'a file' if one else 'files',
                     'it' if one else 'them', 'it' if one else 'them'))
-    if args.resume is None and not args.overwrite:
-        found = run_files(args.out)
-        if found:
-            latest = snapshots_in(args.out)
-            what = ', '.join(n for n in found if not n.endswith('.png'))
-            how = ('continue it with --resume {}, '.format(latest[-1])
-                   if latest else '')
-            return ('--out {}: holds another run ({}); {}give another '
-                    '--out, or --overwrite to remove it and start '
-                    'over'.format(args.out, what, how))
+    found = [] if args.overwrite else run_files(args.out)
+    what = ', '.join(n for n in found if not n.endswith('.png'))
+    if found and args.resume is None:
+        latest = snapshots_in(args.out)
+        how = ('continue it with --resume {}, '.format(latest[-1])
+               if latest else '')
+        return ('--out {}: holds another run ({}); {}give another --out, '
+                'or --overwrite to remove it and start over'.format(
+                    args.out, what, how))
+    if found:
+        # A resumed run writes on in the folder of its snapshot, however
+        # the two are spelled (a link, a relative path); in another
+        # folder it would overwrite the run there.
+        folder = os.path.dirname(args.resume) or os.curdir
+        if not _same_folder(folder, args.out):
+            return ('--out {}: holds another run ({}), not the one that '
+                    '--resume {} continues; give --out {} (the folder of '
+                    'that snapshot), or an --out that holds no run'.format(
+                        args.out, what, args.resume, folder))
     if args.dataset_root is not None:
         problem = folders.folder_problem(args.dataset_root, create=False)
         if problem is not None:
             return '--dataset-root {}: {}'.format(
                 folders.shown(args.dataset_root), problem)
     return None
+
+
+def _same_folder(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 #: The plots a run draws in --out (examples/training.py, plots.py).

@@ -915,6 +915,42 @@ def test_resume_refuses_another_run(mnist, mnist_snapshot, tmp_path,
     assert not out.exists()
 
 
+def test_resume_refuses_an_out_holding_another_run(
+        mnist, mnist_snapshot, tmp_path, capsys):
+    """--resume into the folder of another run replaced its log, plots and
+    snapshots by those of the resumed run, without a word."""
+    snapshot, args = mnist_snapshot
+    other = tmp_path / 'B'
+    _another_run(other)
+    line = usage_error(mnist.main, args + [
+        '--resume', snapshot, '--out', str(other)], capsys).splitlines()[-1]
+    assert line.endswith(
+        '--out {}: holds another run (log, snapshot_iter_9, '
+        'snapshot_iter_74), not the one that --resume {} continues; give '
+        '--out {} (the folder of that snapshot), or an --out that holds no '
+        'run'.format(other, snapshot, os.path.dirname(snapshot))), line
+    assert sorted(p.name for p in other.iterdir()) == [
+        'log', 'loss_scale.png', 'notes.txt', 'snapshot_iter_74',
+        'snapshot_iter_9']
+    assert all(p.read_text() == p.name for p in other.iterdir())
+
+
+def test_resume_writes_on_in_the_folder_of_its_snapshot(
+        mnist, mnist_snapshot, tmp_path):
+    """The usual resume, into the run's own folder, named another way (a
+    link to it, a relative path): the run goes on there."""
+    snapshot, args = mnist_snapshot
+    run = os.path.dirname(snapshot)
+    log = read_log(run)
+    os.remove(os.path.join(run, 'snapshot_iter_4'))
+    (tmp_path / 'link').symlink_to(run)
+    mnist.main(args + ['--resume', os.path.relpath(snapshot), '--out',
+                       str(tmp_path / 'link')])
+    assert without_time(read_log(run)) == without_time(log)
+    assert sorted(n for n in os.listdir(run) if n.startswith('snap')) == [
+        'snapshot_iter_4']
+
+
 def test_resume_of_an_older_snapshot_names_the_test_set_test(
         mnist, dataset_root, tmp_path):
     """A snapshot of the version that named the test set Chainer's way
