@@ -184,7 +184,8 @@ def parser(description, defaults, epilog=None, helps=None):
     return parser
 
 
-def parse_args(parser, argv=None, positive=(), distributed=False):
+def parse_args(parser, argv=None, positive=(), distributed=False,
+               paths=True):
     """Parses the flags, or stops with a usage error naming the first bad one.
 
     Checks the ranges (the flags in ``positive`` must be positive integers
@@ -196,7 +197,9 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     ChainerMN trainer (``distributed``) knows once its communicator is up,
     so it does them itself, and it checks --out and --dataset-root on
     rank 0 alone (``check_rank0_paths``), and warns of float16 on the
-    CPU (``warn_of_slow_precision``) there.
+    CPU (``warn_of_slow_precision``) there. ``paths=False`` leaves --out
+    and --dataset-root unchecked, for a caller that checks flags which
+    another program completes with paths of its own (``results.py``).
     """
     args = parser.parse_args(argv)
     check_ranges(parser, args, positive)
@@ -225,7 +228,7 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     if args.resume is not None and not os.path.isfile(args.resume):
         parser.error('--resume {}: {}'.format(args.resume, (
             'not a file' if os.path.exists(args.resume) else 'no such file')))
-    if not distributed:
+    if not distributed and paths:
         problem = path_problem(args)
         if problem is not None:
             parser.error(problem)

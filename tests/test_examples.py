@@ -496,6 +496,24 @@ def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
     assert not out.exists()  # refused before anything ran
 
 
+def test_mnist_results_checks_flags_without_the_trainers_out(
+        dataset_root, tmp_path, monkeypatch):
+    """The trainer's default --out, ./result, holds a run: results.py's
+    runs never write there, so its --flags are not refused for it."""
+    results = importlib.import_module('examples.mnist.results')
+    monkeypatch.setattr(results, 'run_process', forked.script)
+    _another_run(tmp_path / 'result')
+    out = tmp_path / 'results'
+    assert results.main(['--batchsizes', '32', '--optimizers', 'lars',
+                         '--epoch', '1', '--dataset-root', dataset_root,
+                         '--noplot', '--out', str(out),
+                         '--flags', '-u 8 --lr 0.5']) == 0
+    assert read_log(str(out / 'b32-lars-s0'))[-1]['epoch'] == 1
+    assert sorted(p.name for p in (tmp_path / 'result').iterdir()) == [
+        'log', 'loss_scale.png', 'notes.txt', 'snapshot_iter_74',
+        'snapshot_iter_9']
+
+
 def test_mnist_results_with_flags(dataset_root, tmp_path, capsys,
                                   monkeypatch):
     results = importlib.import_module('examples.mnist.results')

@@ -560,7 +560,11 @@ def own_flag(token):
 
 
 def check_flags(parser, args):
-    """Splits --flags and checks them against train_mnist.py's parser."""
+    """Splits --flags and checks them against train_mnist.py's parser.
+
+    Not its paths: the runs' --out and --dataset-root are results.py's
+    (the trainer's default --out, ./result, may hold a run of its own).
+    """
     try:
         flags = shlex.split(args.flags)
     except ValueError as e:
@@ -579,7 +583,7 @@ def check_flags(parser, args):
         stderr = io.StringIO()
         try:
             with contextlib.redirect_stderr(stderr):
-                train_mnist.parse_args(flags)
+                train_mnist.parse_args(flags, paths=False)
         except SystemExit:
             # The trainer's own message, without its usage.
             message = stderr.getvalue().strip().splitlines()[-1]
