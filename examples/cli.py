@@ -658,6 +658,12 @@ SETTINGS = {
 # runs had (for the trainers that have them: --model is MNIST's).
 ADDED = {'loss_scale': 'none', 'model': 'mlp'}
 
+# The flags of every trainer that have no value unless given (the
+# optimizer's own beta2 and eps; no evaluation between epochs): a snapshot
+# records them only where given, so that one without a record of them was
+# written without them, not by another trainer.
+UNSET_UNLESS_GIVEN = ('beta2', 'eps', 'eval_every')
+
 
 def run_settings(args, **settings):
     """What defines the run, as a snapshot records it.
@@ -718,6 +724,9 @@ def check_resume(args, **settings):
     for name, value in ADDED.items():
         if name in settings:
             saved.setdefault(name, value)
+    for name in UNSET_UNLESS_GIVEN:
+        saved.setdefault(name, None)
+        settings.setdefault(name, None)
     # Another trainer's snapshot first: its values would not compare.
     for name in sorted(set(settings) - set(saved)):
         usage_error('--resume {}: the snapshot records no {}: it was '
@@ -759,6 +768,12 @@ def _difference(name, saved, value):
     if name == 'plot':  # --noplot: the plots' state is in the snapshot
         return 'the snapshot was written {} --noplot, this run {} it'.format(
             *(('with', 'without') if value else ('without', 'with')))
+    if saved is None:  # UNSET_UNLESS_GIVEN
+        return ('the snapshot was written without {} (not given), this run '
+                'has {}'.format(_name(name), value))
+    if value is None:
+        return ('the snapshot was written with {} {}, this run without it '
+                '(not given)'.format(_name(name), saved))
     return 'the snapshot was written with {} {}, this run has {}'.format(
         _name(name), saved, value)
 

@@ -933,6 +933,51 @@ def test_resume_refuses_another_run(mnist, mnist_snapshot, tmp_path,
     assert not out.exists()
 
 
+@pytest.mark.parametrize('given,resumed,message', [
+    (['--eval-every', '1'], [],
+     'written with --eval-every 1, this run without it (not given)'),
+    ([], ['--eval-every', '1'],
+     'written without --eval-every (not given), this run has 1'),
+    (['--optimizer', 'lamb', '--beta2', '0.99'], ['--optimizer', 'lamb'],
+     'written with --beta2 0.99, this run without it (not given)'),
+    (['--optimizer', 'adam'], ['--optimizer', 'adam', '--eps', '1e-07'],
+     'written without --eps (not given), this run has 1e-07'),
+])
+def test_resume_names_an_optional_flag_given_or_left_out(
+        mnist, dataset_root, tmp_path, capsys, given, resumed, message):
+    """A flag with no default value, given to one run and not the other,
+    was blamed on "another trainer"; the snapshots, which record such a
+    flag only where given, resume with the same flags."""
+    args = ['-b', '32', '-u', '8', '--noplot', '-e', '2', '--progress',
+            'none']
+    run = tmp_path / 'run'
+    mnist.main(args + given + ['--out', str(run), '--snapshots', '2'])
+    snapshot = str(run / 'snapshot_iter_2')
+    capsys.readouterr()
+    out = tmp_path / 'resumed'
+    err = usage_error(mnist.main, args + resumed + [
+        '--resume', snapshot, '--out', str(out)], capsys)
+    assert len(err.splitlines()) == 1, err
+    assert message in err and 'start a new run' in err, err
+    assert not out.exists()
+    mnist.main(args + given + ['--resume', snapshot, '--out', str(out)])
+    assert without_time(read_log(str(out))) == without_time(
+        read_log(str(run)))
+
+
+@pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])
+def test_the_flags_a_snapshot_may_not_record_are_known(request, tmp_path,
+                                                       name):
+    """check_resume reads a flag missing from a snapshot as not given only
+    for cli.UNSET_UNLESS_GIVEN: every recorded flag that a run may leave
+    unset must be there (--lr is set before anything is recorded)."""
+    args = request.getfixturevalue(name).parse_args(
+        ['--out', str(tmp_path / 'out')])
+    unset = {n for n, value in vars(args).items() if value is None}
+    assert unset - set(cli.FREE_FLAGS) - set(cli.run_settings(args)) - {
+        'warmup_note', 'lr'} == set(cli.UNSET_UNLESS_GIVEN)
+
+
 def test_resume_refuses_an_out_holding_another_run(
         mnist, mnist_snapshot, tmp_path, capsys):
     """--resume into the folder of another run replaced its log, plots and
