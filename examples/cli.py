@@ -39,7 +39,8 @@ HELP = {
     'overwrite': "Start a new run in an --out that holds another run's: "
                  'its log, snapshots and plots are removed first',
     'resume': 'Resume the training from a snapshot, with the same flags '
-              'but --out, --snapshots, --device and --dataset-root',
+              'but --out, --snapshots, --device, --dataset-root and '
+              '--progress',
     'snapshots': 'Number of snapshots to keep in --out, the latest ones (one '
                  'is written each epoch); 0 writes none',
     'lr': "Peak learning rate, Adam's and LAMB's alpha (default: from the "
@@ -636,16 +637,21 @@ def check_batchsize(args, n_train, what):
             args.batchsize, what, n_train))
 
 
-# The flags that may change on --resume: they do not change what the run
-# computes (where it writes, what it resumes from, how many snapshots it
-# keeps, the device, where the data is read from, ChainerMN's
-# communicator). A snapshot records every other flag (``run_settings``).
 #: Whether the output is a terminal, where a launcher knows better than
 #: ``isatty`` (``dev.sh chainermn``: Open MPI gives each rank a pty).
 TERMINAL_VARIABLE = 'CHAINER_LARS_TERMINAL'
 
-FREE_FLAGS = ('out', 'overwrite', 'resume', 'snapshots', 'device',
-              'dataset_root', 'communicator', 'progress')
+# The flags that may change on --resume: they do not change what the run
+# computes (where it writes, how many snapshots it keeps, the device,
+# where the data is read from, how its progress shows, ChainerMN's
+# communicator, for the trainer that has it).
+CHANGEABLE = ('out', 'snapshots', 'device', 'dataset_root', 'progress',
+              'communicator')
+
+# A snapshot records every flag but these (``run_settings``): the
+# changeable ones, the snapshot that --resume names, and --overwrite, a
+# new run's (refused with --resume).
+FREE_FLAGS = CHANGEABLE + ('resume', 'overwrite')
 
 # What a snapshot records besides the flags, as a message names it.
 SETTINGS = {
@@ -685,6 +691,13 @@ def run_settings(args, **settings):
 
 def _name(name):
     return SETTINGS.get(name) or '--' + name.replace('_', '-')
+
+
+def _changeable(args):
+    """The flags of ``args``'s trainer that a resumed run may change, as a
+    message lists them."""
+    names = [_name(n) for n in CHANGEABLE if n in vars(args)]
+    return '{} and {}'.format(', '.join(names[:-1]), names[-1])
 
 
 def _order(name):
@@ -743,7 +756,7 @@ def check_resume(args, **settings):
                         'a new run.'.format(
                             args.resume,
                             _difference(name, saved[name], settings[name]),
-                            ', '.join(_name(n) for n in FREE_FLAGS)))
+                            _changeable(args)))
     done = _epochs_done(args.resume)
     if done is not None and done >= args.epoch:
         usage_error('--resume {}: the run is finished: the snapshot was '

@@ -930,6 +930,12 @@ def test_resume_refuses_another_run(mnist, mnist_snapshot, tmp_path,
     assert len(err.splitlines()) == 1, err
     assert message in err and 'start a new run' in err, err
     assert '--lr' not in err.split('. ')[0]
+    # The flags this trainer has that may change: no --communicator
+    # (ChainerMN's), no --overwrite (refused with --resume).
+    assert err.rstrip().endswith(
+        'A resumed run is the same run: it keeps every flag but --out, '
+        '--snapshots, --device, --dataset-root and --progress; to change '
+        'one, start a new run.'), err
     assert not out.exists()
 
 
@@ -1012,6 +1018,35 @@ def test_resume_writes_on_in_the_folder_of_its_snapshot(
     assert without_time(read_log(run)) == without_time(log)
     assert sorted(n for n in os.listdir(run) if n.startswith('snap')) == [
         'snapshot_iter_4']
+
+
+@pytest.mark.parametrize('name,more', [
+    ('mnist', []), ('cifar', []),
+    ('chainermn_example', ['--communicator'])])
+def test_resume_help_names_the_flags_that_may_change(request, capsys, name,
+                                                     more):
+    main = request.getfixturevalue(name).main
+    with pytest.raises(SystemExit):
+        main(['--help'])
+    text = capsys.readouterr().out
+    resume = re.search(r'\n  --resume RESUME, -r RESUME\n(.*?)\n  -',
+                       text, re.S).group(1)
+    changeable = ['--out', '--snapshots', '--device', '--dataset-root',
+                  '--progress'] + more
+    assert re.findall(r'--[a-z-]+', resume) == changeable
+    if more:
+        args = request.getfixturevalue(name).parse_args(['--out', 'x'])
+        assert cli._changeable(args) == ', '.join(changeable[:-1]) + (
+            ' and ' + changeable[-1])
+
+
+def test_resume_may_change_progress(mnist, mnist_snapshot, tmp_path):
+    snapshot, args = mnist_snapshot
+    for progress in ('none', 'lines'):
+        out = tmp_path / progress
+        mnist.main(args + ['--resume', snapshot, '--out', str(out),
+                           '--progress', progress])
+        assert read_log(str(out))[-1]['epoch'] == 2
 
 
 def test_resume_of_an_older_snapshot_names_the_test_set_test(
