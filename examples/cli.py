@@ -7,6 +7,7 @@ given to ``--resume`` is checked against the run's flags
 """
 
 import argparse
+import json
 import math
 import os
 import re
@@ -416,10 +417,11 @@ def path_problem(args):
                     args.out, what, how))
     if found:
         # A resumed run writes on in the folder of its snapshot, however
-        # the two are spelled (a link, a relative path); in another
-        # folder it would overwrite the run there.
+        # the two are spelled (a link, a relative path), or in one it was
+        # resumed into before; in another it would overwrite the run there.
         folder = os.path.dirname(args.resume) or os.curdir
-        if not _same_folder(folder, args.out):
+        if not (_same_folder(folder, args.out)
+                or _continues(args.out, args.resume)):
             return ('--out {}: holds another run ({}), not the one that '
                     '--resume {} continues; give --out {} (the folder of '
                     'that snapshot), or an --out that holds no run'.format(
@@ -436,6 +438,22 @@ def _same_folder(a, b):
     try:
         return os.path.samefile(a, b)
     except OSError:
+        return False
+
+
+def _continues(out, snapshot):
+    """Whether the log in ``out`` begins with the log that ``snapshot``
+    holds: the run there was resumed from it, or from a later snapshot of
+    the same run. Not where either cannot be read (``check_resume`` says
+    what is wrong with the snapshot)."""
+    try:
+        with numpy.load(snapshot) as npz:
+            saved = logs.upgraded(json.loads(
+                str(npz['extensions/LogReport/_log'])))
+        written = logs.read(os.path.join(out, 'log'))
+        return bool(saved) and written[:len(saved)] == saved
+    except (OSError, ValueError, KeyError, EOFError, AttributeError,
+            TypeError, zipfile.BadZipFile, zlib.error):
         return False
 
 

@@ -1049,6 +1049,22 @@ def test_resume_may_change_progress(mnist, mnist_snapshot, tmp_path):
         assert read_log(str(out))[-1]['epoch'] == 2
 
 
+def test_resume_writes_on_in_a_folder_it_resumed_into_before(
+        mnist, mnist_snapshot, tmp_path):
+    """A run resumed into a folder of its own, stopped there before it
+    wrote a snapshot (--snapshots 0 here), is continued by the same
+    command, the one Ctrl-C prints: that folder's log continues the
+    snapshot's, so it holds the same run."""
+    snapshot, args = mnist_snapshot
+    out = tmp_path / 'resumed'
+    command = args + ['--resume', snapshot, '--out', str(out),
+                      '--snapshots', '0']
+    mnist.main(command)
+    mnist.main(command)
+    assert without_time(read_log(str(out))) == without_time(
+        read_log(os.path.dirname(snapshot)))
+
+
 def test_resume_of_an_older_snapshot_names_the_test_set_test(
         mnist, dataset_root, tmp_path):
     """A snapshot of the version that named the test set Chainer's way
