@@ -7,6 +7,7 @@ given to ``--resume`` is checked against the run's flags
 """
 
 import argparse
+import json
 import math
 import os
 import re
@@ -34,11 +35,13 @@ HELP = {
               'device id are used. If negative integer, NumPy arrays are '
               'used',
     'out': 'Directory to output the result; a new run refuses one that '
-           "holds another run's log or snapshots (see --overwrite)",
+           "holds another run's log or snapshots (see --overwrite), a "
+           "resumed run one that holds a run other than its snapshot's",
     'overwrite': "Start a new run in an --out that holds another run's: "
                  'its log, snapshots and plots are removed first',
     'resume': 'Resume the training from a snapshot, with the same flags '
-              'but --out, --snapshots, --device and --dataset-root',
+              'but --out, --snapshots, --device, --dataset-root and '
+              '--progress',
     'snapshots': 'Number of snapshots to keep in --out, the latest ones (one '
                  'is written each epoch); 0 writes none',
     'lr': "Peak learning rate, Adam's and LAMB's alpha (default: from the "
@@ -183,7 +186,8 @@ def parser(description, defaults, epilog=None, helps=None):
     return parser
 
 
-def parse_args(parser, argv=None, positive=(), distributed=False):
+def parse_args(parser, argv=None, positive=(), distributed=False,
+               paths=True):
     """Parses the flags, or stops with a usage error naming the first bad one.
 
     Checks the ranges (the flags in ``positive`` must be positive integers
@@ -195,7 +199,9 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     ChainerMN trainer (``distributed``) knows once its communicator is up,
     so it does them itself, and it checks --out and --dataset-root on
     rank 0 alone (``check_rank0_paths``), and warns of float16 on the
-    CPU (``warn_of_slow_precision``) there.
+    CPU (``warn_of_slow_precision``) there. ``paths=False`` leaves --out
+    and --dataset-root unchecked, for a caller that checks flags which
+    another program completes with paths of its own (``results.py``).
     """
     args = parser.parse_args(argv)
     check_ranges(parser, args, positive)
@@ -224,7 +230,7 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     if args.resume is not None and not os.path.isfile(args.resume):
         parser.error('--resume {}: {}'.format(args.resume, (
             'not a file' if os.path.exists(args.resume) else 'no such file')))
-    if not distributed:
+    if not distributed and paths:
         problem = path_problem(args)
         if problem is not None:
             parser.error(problem)
@@ -382,28 +388,73 @@ def path_problem(args):
 
     --out must be a folder that can be made and written (it is made and
     a file written in it, then both removed, so that a run that stops
-    here leaves nothing behind); --dataset-root must be an existing
-    folder. The snapshot of --resume is checked by ``check_resume``.
+    here leaves nothing behind), with nothing under a run file's name
+    that is not a file (``not_files``), and hold no other run (unless
+    --overwrite): none for a new run, none but the run of its snapshot
+    for a resumed one; --dataset-root must be an existing folder. The
+    snapshot of --resume is checked by ``check_resume``.
     """
     problem = folders.folder_problem(args.out, create=True)
     if problem is not None:
-        return '--out {}: {}'.format(args.out, problem)
-    if args.resume is None and not args.overwrite:
-        found = run_files(args.out)
-        if found:
-            latest = snapshots_in(args.out)
-            what = ', '.join(n for n in found if not n.endswith('.png'))
-            how = ('continue it with --resume {}, '.format(latest[-1])
-                   if latest else '')
-            return ('--out {}: holds another run ({}); {}give another '
-                    '--out, or --overwrite to remove it and start '
-                    'over'.format(args.out, what, how))
+        return '--out {}: {}'.format(folders.shown(args.out), problem)
+    blocking = not_files(args.out)
+    if blocking:
+        one = len(blocking) == 1
+        return ("--out {}: holds {}, named like a run's {} but not {}: a "
+                'run cannot write over {}, and --overwrite removes files '
+                'only; move {} away, or give another --out'.format(
+                    args.out, ', '.join(blocking),
+                    'file' if one else 'files', 'a file' if one else 'files',
+                    'it' if one else 'them', 'it' if one else 'them'))
+    found = [] if args.overwrite else run_files(args.out)
+    what = ', '.join(n for n in found if not n.endswith('.png'))
+    if found and args.resume is None:
+        latest = snapshots_in(args.out)
+        how = ('continue it with --resume {}, '.format(latest[-1])
+               if latest else '')
+        return ('--out {}: holds another run ({}); {}give another --out, '
+                'or --overwrite to remove it and start over'.format(
+                    args.out, what, how))
+    if found:
+        # A resumed run writes on in the folder of its snapshot, however
+        # the two are spelled (a link, a relative path), or in one it was
+        # resumed into before; in another it would overwrite the run there.
+        folder = os.path.dirname(args.resume) or os.curdir
+        if not (_same_folder(folder, args.out)
+                or _continues(args.out, args.resume)):
+            return ('--out {}: holds another run ({}), not the one that '
+                    '--resume {} continues; give --out {} (the folder of '
+                    'that snapshot), or an --out that holds no run'.format(
+                        args.out, what, args.resume, folder))
     if args.dataset_root is not None:
         problem = folders.folder_problem(args.dataset_root, create=False)
         if problem is not None:
-            return '--dataset-root {}: {}'.format(args.dataset_root,
-                                                  problem)
+            return '--dataset-root {}: {}'.format(
+                folders.shown(args.dataset_root), problem)
     return None
+
+
+def _same_folder(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _continues(out, snapshot):
+    """Whether the log in ``out`` begins with the log that ``snapshot``
+    holds: the run there was resumed from it, or from a later snapshot of
+    the same run. Not where either cannot be read (``check_resume`` says
+    what is wrong with the snapshot)."""
+    try:
+        with numpy.load(snapshot) as npz:
+            saved = logs.upgraded(json.loads(
+                str(npz['extensions/LogReport/_log'])))
+        written = logs.read(os.path.join(out, 'log'))
+        return bool(saved) and written[:len(saved)] == saved
+    except (OSError, ValueError, KeyError, EOFError, AttributeError,
+            TypeError, zipfile.BadZipFile, zlib.error):
+        return False
 
 
 #: The plots a run draws in --out (examples/training.py, plots.py).
@@ -411,30 +462,46 @@ PLOTS = ('loss.png', 'accuracy.png', 'lr.png', 'trust_ratio.png',
          'loss_scale.png')
 
 
-def snapshots_in(out):
-    """The paths of the ``snapshot_iter_N`` in ``out``, by iteration."""
+def _named_like_run_files(out):
+    """The names in ``out`` that a run writes (its log, its snapshots by
+    iteration, its plots), whatever they are there."""
     try:
-        names = os.listdir(out)
+        names = set(os.listdir(out))
     except OSError:
         return []
-    found = sorted((int(m.group(1)), name) for m, name in (
+    snapshots = sorted((int(m.group(1)), name) for m, name in (
         (re.match(r'snapshot_iter_(\d+)$', name), name) for name in names)
         if m)
-    return [os.path.join(out, name) for _, name in found]
+    return ((['log'] if 'log' in names else [])
+            + [name for _, name in snapshots]
+            + [n for n in PLOTS if n in names])
+
+
+def not_files(out):
+    """The names in ``out`` that a run writes a file under but that are
+    not files (folders): Chainer's writer would move the run's file into
+    such a folder, and ``remove_run`` removes files only."""
+    return [n for n in _named_like_run_files(out)
+            if not os.path.isfile(os.path.join(out, n))]
+
+
+def snapshots_in(out):
+    """The paths of the ``snapshot_iter_N`` files in ``out``, by
+    iteration."""
+    return [os.path.join(out, n) for n in _named_like_run_files(out)
+            if n.startswith('snapshot_iter_')
+            and os.path.isfile(os.path.join(out, n))]
 
 
 def run_files(out):
     """The names of a run's files in ``out`` (its log, snapshots and
     plots), or [] where it holds no run (none, or plots alone)."""
-    try:
-        names = set(os.listdir(out))
-    except OSError:
+    found = [n for n in _named_like_run_files(out)
+             if os.path.isfile(os.path.join(out, n))]
+    if 'log' not in found and not any(
+            n.startswith('snapshot_iter_') for n in found):
         return []
-    snapshots = [os.path.basename(p) for p in snapshots_in(out)]
-    if 'log' not in names and not snapshots:
-        return []
-    return ((['log'] if 'log' in names else []) + snapshots
-            + [n for n in PLOTS if n in names])
+    return found
 
 
 def remove_run(out):
@@ -588,16 +655,21 @@ def check_batchsize(args, n_train, what):
             args.batchsize, what, n_train))
 
 
-# The flags that may change on --resume: they do not change what the run
-# computes (where it writes, what it resumes from, how many snapshots it
-# keeps, the device, where the data is read from, ChainerMN's
-# communicator). A snapshot records every other flag (``run_settings``).
 #: Whether the output is a terminal, where a launcher knows better than
 #: ``isatty`` (``dev.sh chainermn``: Open MPI gives each rank a pty).
 TERMINAL_VARIABLE = 'CHAINER_LARS_TERMINAL'
 
-FREE_FLAGS = ('out', 'overwrite', 'resume', 'snapshots', 'device',
-              'dataset_root', 'communicator', 'progress')
+# The flags that may change on --resume: they do not change what the run
+# computes (where it writes, how many snapshots it keeps, the device,
+# where the data is read from, how its progress shows, ChainerMN's
+# communicator, for the trainer that has it).
+CHANGEABLE = ('out', 'snapshots', 'device', 'dataset_root', 'progress',
+              'communicator')
+
+# A snapshot records every flag but these (``run_settings``): the
+# changeable ones, the snapshot that --resume names, and --overwrite, a
+# new run's (refused with --resume).
+FREE_FLAGS = CHANGEABLE + ('resume', 'overwrite')
 
 # What a snapshot records besides the flags, as a message names it.
 SETTINGS = {
@@ -609,6 +681,12 @@ SETTINGS = {
 # The settings that older snapshots do not record, with the value their
 # runs had (for the trainers that have them: --model is MNIST's).
 ADDED = {'loss_scale': 'none', 'model': 'mlp'}
+
+# The flags of every trainer that have no value unless given (the
+# optimizer's own beta2 and eps; no evaluation between epochs): a snapshot
+# records them only where given, so that one without a record of them was
+# written without them, not by another trainer.
+UNSET_UNLESS_GIVEN = ('beta2', 'eps', 'eval_every')
 
 
 def run_settings(args, **settings):
@@ -631,6 +709,13 @@ def run_settings(args, **settings):
 
 def _name(name):
     return SETTINGS.get(name) or '--' + name.replace('_', '-')
+
+
+def _changeable(args):
+    """The flags of ``args``'s trainer that a resumed run may change, as a
+    message lists them."""
+    names = [_name(n) for n in CHANGEABLE if n in vars(args)]
+    return '{} and {}'.format(', '.join(names[:-1]), names[-1])
 
 
 def _order(name):
@@ -670,6 +755,9 @@ def check_resume(args, **settings):
     for name, value in ADDED.items():
         if name in settings:
             saved.setdefault(name, value)
+    for name in UNSET_UNLESS_GIVEN:
+        saved.setdefault(name, None)
+        settings.setdefault(name, None)
     # Another trainer's snapshot first: its values would not compare.
     for name in sorted(set(settings) - set(saved)):
         usage_error('--resume {}: the snapshot records no {}: it was '
@@ -686,7 +774,7 @@ def check_resume(args, **settings):
                         'a new run.'.format(
                             args.resume,
                             _difference(name, saved[name], settings[name]),
-                            ', '.join(_name(n) for n in FREE_FLAGS)))
+                            _changeable(args)))
     done = _epochs_done(args.resume)
     if done is not None and done >= args.epoch:
         usage_error('--resume {}: the run is finished: the snapshot was '
@@ -711,6 +799,12 @@ def _difference(name, saved, value):
     if name == 'plot':  # --noplot: the plots' state is in the snapshot
         return 'the snapshot was written {} --noplot, this run {} it'.format(
             *(('with', 'without') if value else ('without', 'with')))
+    if saved is None:  # UNSET_UNLESS_GIVEN
+        return ('the snapshot was written without {} (not given), this run '
+                'has {}'.format(_name(name), value))
+    if value is None:
+        return ('the snapshot was written with {} {}, this run without it '
+                '(not given)'.format(_name(name), saved))
     return 'the snapshot was written with {} {}, this run has {}'.format(
         _name(name), saved, value)
 

@@ -14,6 +14,10 @@ def folder_problem(path, create):
     With ``create`` the missing folders are made to try, and removed
     again.
     """
+    if not path:
+        # abspath('') is the current folder, but open('') and listdir('')
+        # fail: the checks would pass and the run fail halfway.
+        return 'an empty path names no folder (. is the current one)'
     if not create:
         if not os.path.exists(path):
             return 'no such folder'
@@ -41,3 +45,8 @@ def folder_problem(path, create):
         for folder in reversed(made):
             os.rmdir(folder)
     return None
+
+
+def shown(path):
+    """``path`` as a message names it: an empty one quoted, as typed."""
+    return path or "''"

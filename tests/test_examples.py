@@ -496,6 +496,24 @@ def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
     assert not out.exists()  # refused before anything ran
 
 
+def test_mnist_results_checks_flags_without_the_trainers_out(
+        dataset_root, tmp_path, monkeypatch):
+    """The trainer's default --out, ./result, holds a run: results.py's
+    runs never write there, so its --flags are not refused for it."""
+    results = importlib.import_module('examples.mnist.results')
+    monkeypatch.setattr(results, 'run_process', forked.script)
+    _another_run(tmp_path / 'result')
+    out = tmp_path / 'results'
+    assert results.main(['--batchsizes', '32', '--optimizers', 'lars',
+                         '--epoch', '1', '--dataset-root', dataset_root,
+                         '--noplot', '--out', str(out),
+                         '--flags', '-u 8 --lr 0.5']) == 0
+    assert read_log(str(out / 'b32-lars-s0'))[-1]['epoch'] == 1
+    assert sorted(p.name for p in (tmp_path / 'result').iterdir()) == [
+        'log', 'loss_scale.png', 'notes.txt', 'snapshot_iter_74',
+        'snapshot_iter_9']
+
+
 def test_mnist_results_with_flags(dataset_root, tmp_path, capsys,
                                   monkeypatch):
     results = importlib.import_module('examples.mnist.results')
@@ -769,6 +787,36 @@ def test_bad_paths_stop_before_any_work(request, tmp_path, capsys, name,
     assert not os.path.exists(os.path.join(tmp_path, 'file', 'x'))
 
 
+@pytest.mark.parametrize('flag', ['--out', '--dataset-root'])
+@pytest.mark.parametrize('snapshots', ['1', '0'])
+def test_an_empty_path_is_a_usage_error(mnist, dataset_root, tmp_path,
+                                        capsys, flag, snapshots):
+    """``-o ''`` passed the checks as the current folder, where the run
+    then wrote its log and snapshot before a FileNotFoundError (or, with
+    --snapshots 0, replaced the log of the run there without a word)."""
+    (tmp_path / 'log').write_text('mine')  # the current folder's run
+    argv = ['--out', str(tmp_path / 'out'), '--dataset-root', dataset_root,
+            '-b', '32', '-u', '8', '-e', '1', '--noplot', '--snapshots',
+            snapshots]
+    err = usage_error(mnist.main, argv + [flag, ''], capsys)
+    assert err.splitlines()[-1].endswith(
+        "error: {} '': an empty path names no folder (. is the current "
+        'one)'.format(flag)), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['datasets', 'log']
+    assert (tmp_path / 'log').read_text() == 'mine'
+
+
+def test_mnist_results_refuses_an_empty_out(tmp_path, capsys):
+    results = importlib.import_module('examples.mnist.results')
+    with pytest.raises(SystemExit) as e:
+        results.main(['--batchsizes', '32', '--epoch', '1', '--out', ''])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "error: --out '': an empty path names no folder (. is the current "
+        'one)')
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(chainer.backends.cuda.available,
                     reason='CuPy can use CUDA here')
 def test_gpu_without_cupy_is_one_clear_line(mnist, capsys):
@@ -882,7 +930,139 @@ def test_resume_refuses_another_run(mnist, mnist_snapshot, tmp_path,
     assert len(err.splitlines()) == 1, err
     assert message in err and 'start a new run' in err, err
     assert '--lr' not in err.split('. ')[0]
+    # The flags this trainer has that may change: no --communicator
+    # (ChainerMN's), no --overwrite (refused with --resume).
+    assert err.rstrip().endswith(
+        'A resumed run is the same run: it keeps every flag but --out, '
+        '--snapshots, --device, --dataset-root and --progress; to change '
+        'one, start a new run.'), err
     assert not out.exists()
+
+
+@pytest.mark.parametrize('given,resumed,message', [
+    (['--eval-every', '1'], [],
+     'written with --eval-every 1, this run without it (not given)'),
+    ([], ['--eval-every', '1'],
+     'written without --eval-every (not given), this run has 1'),
+    (['--optimizer', 'lamb', '--beta2', '0.99'], ['--optimizer', 'lamb'],
+     'written with --beta2 0.99, this run without it (not given)'),
+    (['--optimizer', 'adam'], ['--optimizer', 'adam', '--eps', '1e-07'],
+     'written without --eps (not given), this run has 1e-07'),
+])
+def test_resume_names_an_optional_flag_given_or_left_out(
+        mnist, dataset_root, tmp_path, capsys, given, resumed, message):
+    """A flag with no default value, given to one run and not the other,
+    was blamed on "another trainer"; the snapshots, which record such a
+    flag only where given, resume with the same flags."""
+    args = ['-b', '32', '-u', '8', '--noplot', '-e', '2', '--progress',
+            'none']
+    run = tmp_path / 'run'
+    mnist.main(args + given + ['--out', str(run), '--snapshots', '2'])
+    snapshot = str(run / 'snapshot_iter_2')
+    capsys.readouterr()
+    out = tmp_path / 'resumed'
+    err = usage_error(mnist.main, args + resumed + [
+        '--resume', snapshot, '--out', str(out)], capsys)
+    assert len(err.splitlines()) == 1, err
+    assert message in err and 'start a new run' in err, err
+    assert not out.exists()
+    mnist.main(args + given + ['--resume', snapshot, '--out', str(out)])
+    assert without_time(read_log(str(out))) == without_time(
+        read_log(str(run)))
+
+
+@pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])
+def test_the_flags_a_snapshot_may_not_record_are_known(request, tmp_path,
+                                                       name):
+    """check_resume reads a flag missing from a snapshot as not given only
+    for cli.UNSET_UNLESS_GIVEN: every recorded flag that a run may leave
+    unset must be there (--lr is set before anything is recorded)."""
+    args = request.getfixturevalue(name).parse_args(
+        ['--out', str(tmp_path / 'out')])
+    unset = {n for n, value in vars(args).items() if value is None}
+    assert unset - set(cli.FREE_FLAGS) - set(cli.run_settings(args)) - {
+        'warmup_note', 'lr'} == set(cli.UNSET_UNLESS_GIVEN)
+
+
+def test_resume_refuses_an_out_holding_another_run(
+        mnist, mnist_snapshot, tmp_path, capsys):
+    """--resume into the folder of another run replaced its log, plots and
+    snapshots by those of the resumed run, without a word."""
+    snapshot, args = mnist_snapshot
+    other = tmp_path / 'B'
+    _another_run(other)
+    line = usage_error(mnist.main, args + [
+        '--resume', snapshot, '--out', str(other)], capsys).splitlines()[-1]
+    assert line.endswith(
+        '--out {}: holds another run (log, snapshot_iter_9, '
+        'snapshot_iter_74), not the one that --resume {} continues; give '
+        '--out {} (the folder of that snapshot), or an --out that holds no '
+        'run'.format(other, snapshot, os.path.dirname(snapshot))), line
+    assert sorted(p.name for p in other.iterdir()) == [
+        'log', 'loss_scale.png', 'notes.txt', 'snapshot_iter_74',
+        'snapshot_iter_9']
+    assert all(p.read_text() == p.name for p in other.iterdir())
+
+
+def test_resume_writes_on_in_the_folder_of_its_snapshot(
+        mnist, mnist_snapshot, tmp_path):
+    """The usual resume, into the run's own folder, named another way (a
+    link to it, a relative path): the run goes on there."""
+    snapshot, args = mnist_snapshot
+    run = os.path.dirname(snapshot)
+    log = read_log(run)
+    os.remove(os.path.join(run, 'snapshot_iter_4'))
+    (tmp_path / 'link').symlink_to(run)
+    mnist.main(args + ['--resume', os.path.relpath(snapshot), '--out',
+                       str(tmp_path / 'link')])
+    assert without_time(read_log(run)) == without_time(log)
+    assert sorted(n for n in os.listdir(run) if n.startswith('snap')) == [
+        'snapshot_iter_4']
+
+
+@pytest.mark.parametrize('name,more', [
+    ('mnist', []), ('cifar', []),
+    ('chainermn_example', ['--communicator'])])
+def test_resume_help_names_the_flags_that_may_change(request, capsys, name,
+                                                     more):
+    main = request.getfixturevalue(name).main
+    with pytest.raises(SystemExit):
+        main(['--help'])
+    text = capsys.readouterr().out
+    resume = re.search(r'\n  --resume RESUME, -r RESUME\n(.*?)\n  -',
+                       text, re.S).group(1)
+    changeable = ['--out', '--snapshots', '--device', '--dataset-root',
+                  '--progress'] + more
+    assert re.findall(r'--[a-z-]+', resume) == changeable
+    if more:
+        args = request.getfixturevalue(name).parse_args(['--out', 'x'])
+        assert cli._changeable(args) == ', '.join(changeable[:-1]) + (
+            ' and ' + changeable[-1])
+
+
+def test_resume_may_change_progress(mnist, mnist_snapshot, tmp_path):
+    snapshot, args = mnist_snapshot
+    for progress in ('none', 'lines'):
+        out = tmp_path / progress
+        mnist.main(args + ['--resume', snapshot, '--out', str(out),
+                           '--progress', progress])
+        assert read_log(str(out))[-1]['epoch'] == 2
+
+
+def test_resume_writes_on_in_a_folder_it_resumed_into_before(
+        mnist, mnist_snapshot, tmp_path):
+    """A run resumed into a folder of its own, stopped there before it
+    wrote a snapshot (--snapshots 0 here), is continued by the same
+    command, the one Ctrl-C prints: that folder's log continues the
+    snapshot's, so it holds the same run."""
+    snapshot, args = mnist_snapshot
+    out = tmp_path / 'resumed'
+    command = args + ['--resume', snapshot, '--out', str(out),
+                      '--snapshots', '0']
+    mnist.main(command)
+    mnist.main(command)
+    assert without_time(read_log(str(out))) == without_time(
+        read_log(os.path.dirname(snapshot)))
 
 
 def test_resume_of_an_older_snapshot_names_the_test_set_test(
@@ -1716,6 +1896,42 @@ def test_overwrite_replaces_the_other_run(mnist, dataset_root, tmp_path):
     assert [n for n in names if n.startswith('snapshot_')] == [
         'snapshot_iter_{}'.format(len(read_log(str(out))) and
                                   read_log(str(out))[-1]['iteration'])]
+
+
+@pytest.mark.parametrize('names', [['log'], ['snapshot_iter_2'],
+                                   ['log', 'accuracy.png']])
+@pytest.mark.parametrize('flags', [[], ['--overwrite'], ['--resume']])
+def test_a_folder_named_like_a_run_s_file_is_refused(
+        mnist, mnist_snapshot, dataset_root, tmp_path, capsys, names,
+        flags):
+    """A folder under a run file's name is no run's file: --overwrite,
+    which removes files, failed on it with IsADirectoryError, and a run
+    would have written its log into it (Chainer's writer moves the file
+    into a folder of its name). Refused, and nothing removed."""
+    snapshot, args = mnist_snapshot
+    out = tmp_path / 'result'
+    out.mkdir()
+    (out / 'snapshot_iter_9').write_text('a run')
+    for name in names:
+        (out / name).mkdir()
+        (out / name / 'mine').write_text('mine')
+    if flags == ['--resume']:
+        flags = ['--resume', snapshot]
+    line = usage_error(mnist.main, args + flags + [
+        '--out', str(out), '--dataset-root', dataset_root],
+        capsys).splitlines()[-1]
+    one = len(names) == 1
+    assert line.endswith(
+        "--out {}: holds {}, named like a run's {} but not {}: a run cannot "
+        'write over {}, and --overwrite removes files only; move {} away, '
+        'or give another --out'.format(
+            out, ', '.join(names), 'file' if one else 'files',
+            'a file' if one else 'files', 'it' if one else 'them',
+            'it' if one else 'them')), line
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        names + ['snapshot_iter_9'])
+    for name in names:
+        assert (out / name / 'mine').read_text() == 'mine'
 
 
 def test_overwrite_with_resume_is_refused(mnist, dataset_root, tmp_path,

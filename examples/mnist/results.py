@@ -560,7 +560,11 @@ def own_flag(token):
 
 
 def check_flags(parser, args):
-    """Splits --flags and checks them against train_mnist.py's parser."""
+    """Splits --flags and checks them against train_mnist.py's parser.
+
+    Not its paths: the runs' --out and --dataset-root are results.py's
+    (the trainer's default --out, ./result, may hold a run of its own).
+    """
     try:
         flags = shlex.split(args.flags)
     except ValueError as e:
@@ -579,7 +583,7 @@ def check_flags(parser, args):
         stderr = io.StringIO()
         try:
             with contextlib.redirect_stderr(stderr):
-                train_mnist.parse_args(flags)
+                train_mnist.parse_args(flags, paths=False)
         except SystemExit:
             # The trainer's own message, without its usage.
             message = stderr.getvalue().strip().splitlines()[-1]
@@ -715,8 +719,12 @@ def main(argv=None):
                         'elapsed_time; exit with 1 if one differs, 2 if no '
                         'run is done in both')
     args = parser.parse_args(argv)
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        parser.error('--out {}: not a folder'.format(args.out))
+    # An empty --out, or one that is no folder, before anything reads it.
+    if not args.out or (os.path.exists(args.out)
+                        and not os.path.isdir(args.out)):
+        parser.error('--out {}: {}'.format(
+            folders.shown(args.out),
+            folders.folder_problem(args.out, create=False)))
     args.flags = check_flags(parser, args)
     if args.check is not None and args.same_as is not None:
         parser.error('--check and --same-as are two tasks: give one')

@@ -70,7 +70,7 @@ class MLPBN(chainer.Chain):
 MODELS = {'mlp': MLP, 'mlp-bn': MLPBN}
 
 
-def parse_args(argv=None):
+def parse_args(argv=None, paths=True):
     parser = cli.parser('chainer-lars example: large-batch MNIST',
                         DEFAULTS)
     parser.add_argument('--unit', '-u', type=int, default=1000,
@@ -80,7 +80,7 @@ def parse_args(argv=None):
                         "Chainer's example; mlp-bn: the same with "
                         'BatchNormalization after each hidden layer '
                         '(default: %(default)s)')
-    return cli.parse_args(parser, argv, positive=['unit'])
+    return cli.parse_args(parser, argv, positive=['unit'], paths=paths)
 
 
 def main(argv=None):

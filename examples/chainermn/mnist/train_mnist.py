@@ -62,8 +62,8 @@ HELP = dict(
     'given is not used',
     out='Directory to output the result (written by rank 0)',
     resume='Resume the training from a snapshot (read by every process), '
-    'with the same flags but --out, --snapshots, --device, --dataset-root '
-    'and --communicator, and the same number of processes',
+    'with the same flags but --out, --snapshots, --device, --dataset-root, '
+    '--progress and --communicator, and the same number of processes',
     lr="Peak learning rate, Adam's and LAMB's alpha (default: from the "
     'global batch size, see below)',
     dataset_root="Chainer's dataset root on the machine of rank 0, the folder "
