@@ -388,6 +388,85 @@ def test_missing_dataset_gives_clear_message(tmp_path, module, args,
         assert not list(root.iterdir())
 
 
+def _cut_short(path):
+    with open(path, 'rb') as f:
+        head = f.read(2000)
+    with open(path, 'wb') as f:
+        f.write(head)
+
+
+def _flip_a_byte(path):
+    """Damages the middle of the first array's data, which only reading
+    it all finds."""
+    with open(path, 'r+b') as f:
+        f.seek(os.path.getsize(path) // 4)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def _rewritten(path, **changes):
+    """Rewrites the NPZ ``path`` with ``changes`` (None: the entry
+    removed)."""
+    with numpy.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays.update(changes)
+    numpy.savez_compressed(path, **{k: v for k, v in arrays.items()
+                                    if v is not None})
+
+
+@pytest.mark.parametrize('name,argv,file,damage,says', [
+    ('mnist', ['-u', '8'], 'mnist/train.npz', _cut_short,
+     'File is not a zip file'),
+    ('mnist', ['-u', '8'], 'mnist/test.npz', _cut_short,
+     'File is not a zip file'),
+    ('mnist', ['-u', '8'], 'mnist/train.npz',
+     lambda p: _rewritten(p, x=None), 'it holds no array x'),
+    ('mnist', ['-u', '8'], 'mnist/test.npz',
+     lambda p: numpy.savez(p, a=numpy.zeros(3)), 'it holds no array x'),
+    ('mnist', ['-u', '8'], 'mnist/train.npz', _flip_a_byte,
+     'x.npy fails its checksum'),
+    ('mnist', ['-u', '8'], 'mnist/train.npz',
+     lambda p: _rewritten(p, x=numpy.zeros((64, 100), numpy.uint8)),
+     "x has shape (64, 100): images of 100 values, MNIST's have 784"),
+    ('mnist', ['-u', '8'], 'mnist/train.npz',
+     lambda p: _rewritten(p, y=numpy.arange(64, dtype=numpy.uint8)),
+     'its labels run from 0 to 63, MNIST has 10 classes'),
+    ('mnist', ['-u', '8'], 'mnist/train.npz',
+     lambda p: _rewritten(p, y=numpy.zeros(3, numpy.uint8)),
+     'y has shape (3,), x (64, 784): not one label per image'),
+    ('mnist', ['-u', '8'], 'mnist/test.npz',
+     lambda p: _rewritten(p, x=numpy.zeros((0, 784), numpy.uint8),
+                          y=numpy.zeros(0, numpy.uint8)),
+     'it holds no images'),
+    ('cifar', [], 'cifar/cifar-10.npz', _cut_short,
+     'File is not a zip file'),
+    ('cifar', ['--dataset', 'cifar100'], 'cifar/cifar-100.npz',
+     lambda p: _rewritten(p, test_y=None), 'it holds no array test_y'),
+])
+def test_damaged_dataset_cache_gives_clear_message(
+        request, dataset_root, tmp_path, name, argv, file, damage, says):
+    """A cache file cut short or not Chainer's: one message naming it,
+    why, and what to do; the file is left as it was."""
+    path = os.path.join(dataset_root, 'pfnet', 'chainer', *file.split('/'))
+    damage(path)
+    with open(path, 'rb') as f:
+        before = f.read()
+    out = tmp_path / 'out'
+    with pytest.raises(SystemExit) as exc:
+        request.getfixturevalue(name).main(argv + [
+            '-b', '16', '-e', '1', '--noplot', '--out', str(out)])
+    message = str(exc.value.code)
+    dataset = os.path.basename(path).replace('-', '').upper()[:-4]
+    assert message.startswith('Error: the {} cache file\n    {}\n'.format(
+        'MNIST' if name == 'mnist' else dataset, path)), message
+    assert says in message and 'Remove it' in message, message
+    assert 'CHAINER_DATASET_ROOT' in message
+    with open(path, 'rb') as f:
+        assert f.read() == before
+    assert not out.exists()
+
+
 def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
     results = importlib.import_module('examples.mnist.results')
     # Its trainers forked from tests/forked.py's server (Chainer imported
