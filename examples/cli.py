@@ -201,9 +201,11 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
     check_ranges(parser, args, positive)
     check_precision(parser, args)
     if args.nesterov and args.optimizer != 'lars':
-        parser.error('--nesterov is for --optimizer lars (nesterov is '
-                     'always Nesterov; {} has none), got --optimizer '
-                     '{}'.format(args.optimizer, args.optimizer))
+        parser.error('--nesterov is for --optimizer lars, got --optimizer '
+                     '{} ({})'.format(args.optimizer, (
+                         'always Nesterov: leave --nesterov out'
+                         if args.optimizer == 'nesterov'
+                         else 'it has no Nesterov momentum')))
     for name in ('beta2', 'eps'):
         if (getattr(args, name) is not None
                 and args.optimizer not in recipe.ADAM_LIKE):

@@ -764,6 +764,21 @@ def test_banner_names_the_test_and_the_validation_set(mnist, capsys, flags):
             'images (--validation)' in out) == ('100' in flags)
 
 
+@pytest.mark.parametrize('optimizer,why', [
+    ('nesterov', 'always Nesterov: leave --nesterov out'),
+    ('momentum', 'it has no Nesterov momentum'),
+    ('momentum-lars', 'it has no Nesterov momentum'),
+    ('adam', 'it has no Nesterov momentum'),
+])
+def test_nesterov_flag_says_why_it_does_not_apply(mnist, capsys, optimizer,
+                                                  why):
+    err = usage_error(mnist.parse_args, ['--optimizer', optimizer,
+                                         '--nesterov'], capsys)
+    assert err.splitlines()[-1].endswith(
+        'error: --nesterov is for --optimizer lars, got --optimizer {} ({})'
+        .format(optimizer, why)), err
+
+
 @pytest.mark.parametrize('depth', ['21', '2', '-4'])
 def test_cifar_depth_must_be_6n_plus_2(cifar, capsys, depth):
     with pytest.raises(SystemExit) as exc:
