@@ -52,7 +52,8 @@ HELP = {
            'Adam and 1e-06 for LAMB)',
     'weight_decay': "Weight decay (Adam's and LAMB's weight_decay_rate), "
                     'not applied to biases and BatchNorm parameters',
-    'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars',
+    'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars '
+                         '(default: {:g})'.format(recipe.TRUST_COEFFICIENT),
     'seed': 'Seed of the weights, the shuffling and the data augmentation',
     'dtype': 'The precision, as chainer.config.dtype: float32; float16 '
              '(float16 arrays throughout); mixed16 (float16 arrays, '
@@ -154,7 +155,8 @@ def parser(description, defaults, epilog=None, helps=None):
     add('beta2', type=float)
     add('eps', type=float)
     add('weight_decay', type=float, default=1e-4)
-    add('trust_coefficient', type=float, default=0.02)
+    # None: recipe.TRUST_COEFFICIENT, once --optimizer is known to use it.
+    add('trust_coefficient', type=float)
     add('seed', type=int, default=0)
     add('dtype', choices=tuple(DTYPES))
     add('loss_scale', type=float)
@@ -206,12 +208,19 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
                          'always Nesterov: leave --nesterov out'
                          if args.optimizer == 'nesterov'
                          else 'it has no Nesterov momentum')))
-    for name in ('beta2', 'eps'):
-        if (getattr(args, name) is not None
-                and args.optimizer not in recipe.ADAM_LIKE):
-            parser.error('--{} is for --optimizer {}, got --optimizer '
-                         '{}'.format(name, ' and '.join(recipe.ADAM_LIKE),
-                                     args.optimizer))
+    for names, optimizers in ((('beta2', 'eps'), recipe.ADAM_LIKE),
+                              (('trust_coefficient',), recipe.LARS_LIKE)):
+        for name in names:
+            if (getattr(args, name) is not None
+                    and args.optimizer not in optimizers):
+                parser.error('--{} is for --optimizer {}, got --optimizer '
+                             '{}'.format(name.replace('_', '-'),
+                                         ' and '.join(optimizers),
+                                         args.optimizer))
+    if args.trust_coefficient is None:
+        # Set for every optimizer: a snapshot records it (run_settings),
+        # those of the others the default, as before they refused it.
+        args.trust_coefficient = recipe.TRUST_COEFFICIENT
     if args.epoch is not None and parser.warmup_default is not None:
         resolve_warmup(parser.error, args, parser.warmup_default)
     check_device(parser, args.device)
@@ -255,7 +264,7 @@ def derived_lr(error, args, batch):
         lr = math.inf
     if not 0 < lr < math.inf:
         flags = '--batchsize {}'.format(args.batchsize)
-        if args.optimizer in ('lars', 'momentum-lars'):
+        if args.optimizer in recipe.LARS_LIKE:
             flags = '--trust-coefficient {} with {}'.format(
                 args.trust_coefficient, flags)
         error('{} gives a learning rate (--lr) of {}, which must be '

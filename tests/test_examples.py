@@ -254,13 +254,29 @@ def test_default_lr_rule(mnist, cifar, optimizer, batchsize, lr):
         assert math.isclose(args.lr, lr, rel_tol=1e-12)
         assert example.parse_args(['--lr', '0.5']).lr == 0.5
         # The rule sets lr * trust_coefficient.
-        args = example.parse_args(['--optimizer', optimizer,
-                                   '--batchsize', str(batchsize),
-                                   '--trust-coefficient', '0.5'])
         if optimizer in ('lars', 'momentum-lars'):
+            args = example.parse_args(['--optimizer', optimizer,
+                                       '--batchsize', str(batchsize),
+                                       '--trust-coefficient', '0.5'])
             assert math.isclose(args.lr * 0.5, lr * 0.02, rel_tol=1e-12)
-        elif optimizer != 'momentum':  # Adam's alpha has no coefficient
-            assert math.isclose(args.lr, lr, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize('optimizer', ['momentum', 'nesterov', 'lamb',
+                                       'adam'])
+@pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])
+def test_trust_coefficient_is_refused_where_it_has_no_effect(
+        request, capsys, name, optimizer):
+    """As --beta2 and --eps are: a snapshot records it, and a resume
+    would have to repeat a value that changed nothing."""
+    err = usage_error(request.getfixturevalue(name).parse_args, [
+        '--optimizer', optimizer, '--trust-coefficient', '0.5'], capsys)
+    assert err.splitlines()[-1].endswith(
+        'error: --trust-coefficient is for --optimizer lars and '
+        'momentum-lars, got --optimizer {}'.format(optimizer)), err
+    # Left out, the run records the default, as those of before did.
+    args = request.getfixturevalue(name).parse_args(['--optimizer',
+                                                     optimizer])
+    assert args.trust_coefficient == 0.02
 
 
 def run_script(module, args, root):
