@@ -72,8 +72,9 @@ HELP = {
     'validation': 'Hold out the last N training images as a validation '
                   'set, evaluated as val/main/accuracy and val/main/loss; '
                   '0 is none',
-    'eval_every': 'Evaluate the validation set every K iterations too, '
-                  'and log then (default: at the end of each epoch only)',
+    'eval_every': 'Evaluate the validation set (--validation, which it '
+                  'needs) every K iterations too, and log then (default: '
+                  'at the end of each epoch only)',
     'dataset_root': "Chainer's dataset root, the folder that holds "
                     'pfnet/chainer/<dataset> (default: '
                     'CHAINER_DATASET_ROOT, or ~/.chainer/dataset)',
@@ -217,6 +218,11 @@ def parse_args(parser, argv=None, positive=(), distributed=False):
                              '{}'.format(name.replace('_', '-'),
                                          ' and '.join(optimizers),
                                          args.optimizer))
+    if args.eval_every is not None and not args.validation:
+        # Without a validation set it would only log more often.
+        parser.error('--eval-every {} evaluates the validation set, and '
+                     'this run has none: give --validation N too'.format(
+                         args.eval_every))
     if args.trust_coefficient is None:
         # Set for every optimizer: a snapshot records it (run_settings),
         # those of the others the default, as before they refused it.
