@@ -64,8 +64,12 @@ HELP = {
              'no fast matrix product, and an update takes some 100 times '
              "as long as in float32 (this example's defaults: hours); use "
              'a GPU, or a small model (MNIST: -u 50)',
-    'loss_scale': 'A static loss scale, for --dtype float16 and mixed16 '
-                  '(default: dynamic loss scaling)',
+    'loss_scale': 'A static loss scale, for --dtype float16 and mixed16, '
+                  'from {:.4g} to {:g}: the loss is scaled in float16, and '
+                  "these are its normal numbers (default: Chainer's dynamic "
+                  'loss scaling, which starts at 1)'.format(
+                      numpy.finfo(numpy.float16).tiny,
+                      numpy.finfo(numpy.float16).max),
     'label_smoothing': 'Label smoothing of the loss: the target puts 1 - '
                        'EPS on the label and EPS over all the classes; 0 '
                        'is off',
@@ -358,7 +362,8 @@ def warn_of_slow_precision(args):
 
 def check_precision(parser, args):
     """Sets --dtype from chainer.config.dtype if not given; refuses a
-    --loss-scale in float32, which has nothing to scale."""
+    --loss-scale in float32, which has nothing to scale, and one that
+    float16, in which the loss is scaled, cannot hold."""
     if args.dtype is None:
         dtype = chainer.config.dtype
         args.dtype = ('mixed16' if dtype is chainer.mixed16
@@ -371,6 +376,18 @@ def check_precision(parser, args):
         parser.error('--loss-scale {:g}: loss scaling is for --dtype '
                      'float16 and mixed16, not float32'.format(
                          args.loss_scale))
+    # The gradient of the loss starts as the scale, in float16: above its
+    # largest number the scale is inf (every gradient NaN), below its
+    # smallest normal one it loses its digits, then rounds to 0 (no
+    # update at all).
+    half = numpy.finfo(numpy.float16)
+    if args.loss_scale is not None and not (
+            half.tiny <= args.loss_scale <= half.max):
+        parser.error('--loss-scale {:g}: --dtype {} scales the loss in '
+                     'float16, which holds {:.4g} to {:g} (its normal '
+                     'numbers); give a scale in that range, or leave '
+                     '--loss-scale out for dynamic loss scaling'.format(
+                         args.loss_scale, args.dtype, half.tiny, half.max))
 
 
 def resolve_warmup(error, args, default):
