@@ -272,14 +272,14 @@ def derived_lr(error, args, batch):
         lr = recipe.default_lr(args.optimizer, batch, args.trust_coefficient)
     except OverflowError:  # a batch size beyond a float
         lr = math.inf
-    if not 0 < lr < math.inf:
+    if not FLOAT32.tiny <= lr <= FLOAT32.max:
         flags = '--batchsize {}'.format(args.batchsize)
         if args.optimizer in recipe.LARS_LIKE:
             flags = '--trust-coefficient {} with {}'.format(
                 args.trust_coefficient, flags)
-        error('{} gives a learning rate (--lr) of {}, which must be '
-              'positive and finite; give --lr, or change those flags'
-              .format(flags, lr))
+        error('{} gives a learning rate (--lr) of {:.4g}, which must be '
+              '{}; give --lr, or change those flags'.format(
+                  flags, lr, IN_FLOAT32))
     return lr
 
 
@@ -299,6 +299,15 @@ def check_iterations(args, n_train):
                         MAX_ITERATIONS))
 
 
+# The optimizers' hyperparameters are float32 in the update, whatever
+# --dtype (16 bits update float32 master copies): a value beyond float32's
+# largest number would be inf there, one below its smallest normal number
+# would lose its digits, then be 0.
+FLOAT32 = numpy.finfo(numpy.float32)
+IN_FLOAT32 = ('from {:.4g} to {:.4g} (the normal numbers of float32, in '
+              'which the optimizer computes)'.format(
+                  FLOAT32.tiny, FLOAT32.max))
+
 # The ranges of the numeric flags: (flags, test, what the message says).
 # The trainers' own flags (--unit) are added by parse_args's ``positive``;
 # --warmup-epochs is compared with --epoch once both are known
@@ -311,6 +320,11 @@ RANGES = (
      'finite and at least 0'),
     (('momentum', 'label_smoothing', 'beta2'), lambda v: 0 <= v < 1,
      'at least 0 and less than 1'),
+    (('lr', 'trust_coefficient', 'eps'),
+     lambda v: FLOAT32.tiny <= v <= FLOAT32.max, IN_FLOAT32),
+    (('weight_decay',),
+     lambda v: v == 0 or FLOAT32.tiny <= v <= FLOAT32.max,
+     '0, or ' + IN_FLOAT32),
     (('validation',), lambda v: v >= 0, 'an integer, at least 0'),
     (('eval_every',), lambda v: v > 0, 'a positive integer'),
     (('snapshots',), lambda v: v >= 0, 'an integer, at least 0'),

@@ -664,6 +664,14 @@ def test_chainermn_defaults_are_the_single_process_ones(
     ('--momentum', '1.5', 'less than 1'),
     ('--seed', '-1', 'from 0 to'),
     ('--seed', str(2 ** 32), 'from 0 to'),
+    # Finite in float64, but the optimizer computes in float32: inf there.
+    ('--eps', '1e39', 'from 1.175e-38 to 3.403e+38 (the normal numbers of '
+     'float32, in which the optimizer computes)'),
+    ('--lr', '1e39', 'float32'),
+    ('--weight-decay', '1e39', '0, or from 1.175e-38'),
+    # 0 in float32, or a few digits.
+    ('--trust-coefficient', '1e-40', 'float32'),
+    ('--lr', '1e-46', 'float32'),
 ])
 def test_flags_out_of_range_are_usage_errors(request, capsys, name, flag,
                                              value, message):
@@ -1570,12 +1578,15 @@ def test_values_derived_from_flags_are_checked_like_flags(
     """The learning rate follows from the batch size and the trust
     coefficient: where it overflows, a usage error names the flags."""
     example = request.getfixturevalue(name)
-    flags, names = ['--trust-coefficient', '1e-320'], [
-        '--trust-coefficient 1e-320 with --batchsize']
+    flags, names = ['--trust-coefficient', '1.2e-38', '-b', '1000000000'], [
+        '--trust-coefficient 1.2e-38 with --batchsize 1000000000']
     err = usage_error(example.parse_args, flags + ['-e', '1'], capsys)
     assert 'Traceback' not in err and 'usage:' in err
     line = err.splitlines()[-1]
     assert 'lr' in line and all(n in line for n in names), err
+    # Beyond float32's largest number, where the optimizer computes.
+    assert ('of 8.235e+38, which must be from 1.175e-38 to 3.403e+38'
+            in line), err
 
 
 def test_more_iterations_than_the_schedule_counts_is_a_usage_error(
