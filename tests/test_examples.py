@@ -694,6 +694,29 @@ def test_unit_must_be_positive(request, capsys, name):
     assert '--unit must be a positive integer, got 0' in err
 
 
+def test_a_model_too_large_for_memory_is_a_usage_error(
+        mnist, dataset_root, tmp_path, capsys):
+    """One line naming --unit, not NumPy's traceback, before the run in
+    --out is removed by --overwrite.
+
+    10 ** 12 units: the first layer's 784 * 10 ** 12 weights are beyond
+    any machine's address space, so that the allocation fails at once.
+    """
+    out = tmp_path / 'result'
+    out.mkdir()
+    (out / 'log').write_text('another run')
+    err = usage_error(mnist.main, [
+        '-u', str(10 ** 12), '-b', '32', '-e', '1', '--noplot',
+        '--dataset-root', dataset_root, '--out', str(out), '--overwrite'],
+        capsys)
+    assert 'Traceback' not in err
+    assert err.splitlines()[-1].endswith(
+        'error: --unit 1000000000000: the model does not fit in memory (on '
+        '@numpy): its 1e+24 weights take 4e+15 GB in float32; give a '
+        'smaller --unit'), err
+    assert [p.name for p in out.iterdir()] == ['log']
+
+
 @pytest.mark.parametrize('name,argv', [
     ('mnist', ['--epoch', '1', '--warmup-epochs', '5']),
     ('cifar', ['--epoch', '2', '--warmup-epochs', '2.5']),

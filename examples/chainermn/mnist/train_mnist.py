@@ -201,8 +201,17 @@ def run(args):
     # rank 0's.
     numpy.random.seed(args.seed)
     if args.dataset == 'mnist':
-        model = L.Classifier(train_mnist.MLP(784, args.unit, 10),
-                             lossfun=recipe.loss_function(args))
+        try:
+            model = L.Classifier(train_mnist.MLP(784, args.unit, 10),
+                                 lossfun=recipe.loss_function(args))
+            model.to_device(device)
+            fits = 1
+        except MemoryError:  # NumPy's and CuPy's out-of-memory errors
+            fits = 0
+        # Every rank stops if one cannot hold its model, rather than wait
+        # for it in the first collective.
+        if comm.allreduce_obj(fits) < comm.size:
+            cli.usage_error(train_mnist.too_large(args, device))
     else:
         batchnorm = L.BatchNormalization
         if args.batchnorm == 'all-reduced':
@@ -212,7 +221,7 @@ def run(args):
         model = L.Classifier(train_cifar.ResNet(args.depth, n_class,
                                                 batchnorm),
                              lossfun=recipe.loss_function(args))
-    model.to_device(device)
+        model.to_device(device)
     optimizer, lars = recipe.make_optimizer(args, model, comm)
 
     # Only rank 0 reads the dataset; each process gets an equal shard.
