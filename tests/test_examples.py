@@ -826,6 +826,23 @@ def test_nesterov_flag_says_why_it_does_not_apply(mnist, capsys, optimizer,
         .format(optimizer, why)), err
 
 
+@pytest.mark.parametrize('device', ['-1', '@cupy:0'])
+def test_chainermn_refuses_an_unknown_communicator_on_any_device(
+        chainermn_example, capsys, device):
+    """At parsing: on a GPU, ChainerMN's create_communicator would raise a
+    ValueError traceback (on a machine without one, the device would be
+    refused first)."""
+    err = usage_error(chainermn_example.parse_args, [
+        '--device', device, '--communicator', 'bogus'], capsys)
+    line = err.splitlines()[-1]
+    # argparse's quoting of the choices varies with the Python version.
+    assert 'error: argument --communicator: invalid choice: ' in line, err
+    assert re.findall(r'\w+', line.split('choose from')[1]) == [
+        'naive', 'flat', 'non_cuda_aware', 'pure_nccl'], err
+    assert chainermn_example.parse_args([
+        '--device', '-1', '--communicator', 'naive']).communicator == 'naive'
+
+
 @pytest.mark.parametrize('depth', ['21', '2', '-4'])
 def test_cifar_depth_must_be_6n_plus_2(cifar, capsys, depth):
     with pytest.raises(SystemExit) as exc:

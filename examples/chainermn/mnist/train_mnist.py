@@ -46,6 +46,10 @@ from examples.mnist import train_mnist
 # the dataset.
 DEFAULTS = dict(batchsize=1024, epoch=None, warmup_epochs=None)
 
+# ChainerMN 7.8.1's create_communicator's names, but 'dummy', which does
+# not communicate (it measures the cost of packing the gradients).
+COMMUNICATORS = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl')
+
 HELP = dict(
     batchsize='Number of images in the mini-batch of EACH PROCESS (the '
     'global batch is this times the number of processes)',
@@ -96,7 +100,7 @@ def parse_args(argv=None):
                         'those of the global batch (chainermn.links.'
                         'MultiNodeBatchNormalization, one more all-reduce '
                         'per layer) (default: %(default)s)')
-    parser.add_argument('--communicator', type=str,
+    parser.add_argument('--communicator', choices=COMMUNICATORS,
                         help='ChainerMN communicator (default: naive on the '
                         'CPU, the only one there; pure_nccl on GPUs; flat '
                         'and non_cuda_aware also run on GPUs)')
