@@ -55,7 +55,8 @@ HELP = {
            'Adam and 1e-06 for LAMB)',
     'weight_decay': "Weight decay (Adam's and LAMB's weight_decay_rate), "
                     'not applied to biases and BatchNorm parameters',
-    'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars',
+    'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars '
+                         '(default: {:g})'.format(recipe.TRUST_COEFFICIENT),
     'seed': 'Seed of the weights, the shuffling and the data augmentation',
     'dtype': 'The precision, as chainer.config.dtype: float32; float16 '
              '(float16 arrays throughout); mixed16 (float16 arrays, '
@@ -66,16 +67,21 @@ HELP = {
              'no fast matrix product, and an update takes some 100 times '
              "as long as in float32 (this example's defaults: hours); use "
              'a GPU, or a small model (MNIST: -u 50)',
-    'loss_scale': 'A static loss scale, for --dtype float16 and mixed16 '
-                  '(default: dynamic loss scaling)',
+    'loss_scale': 'A static loss scale, for --dtype float16 and mixed16, '
+                  'from {:.4g} to {:g}: the loss is scaled in float16, and '
+                  "these are its normal numbers (default: Chainer's dynamic "
+                  'loss scaling, which starts at 1)'.format(
+                      numpy.finfo(numpy.float16).tiny,
+                      numpy.finfo(numpy.float16).max),
     'label_smoothing': 'Label smoothing of the loss: the target puts 1 - '
                        'EPS on the label and EPS over all the classes; 0 '
                        'is off',
     'validation': 'Hold out the last N training images as a validation '
                   'set, evaluated as val/main/accuracy and val/main/loss; '
                   '0 is none',
-    'eval_every': 'Evaluate the validation set every K iterations too, '
-                  'and log then (default: at the end of each epoch only)',
+    'eval_every': 'Evaluate the validation set (--validation, which it '
+                  'needs) every K iterations too, and log then (default: '
+                  'at the end of each epoch only)',
     'dataset_root': "Chainer's dataset root, the folder that holds "
                     'pfnet/chainer/<dataset> (default: '
                     'CHAINER_DATASET_ROOT, or ~/.chainer/dataset)',
@@ -157,7 +163,8 @@ def parser(description, defaults, epilog=None, helps=None):
     add('beta2', type=float)
     add('eps', type=float)
     add('weight_decay', type=float, default=1e-4)
-    add('trust_coefficient', type=float, default=0.02)
+    # None: recipe.TRUST_COEFFICIENT, once --optimizer is known to use it.
+    add('trust_coefficient', type=float)
     add('seed', type=int, default=0)
     add('dtype', choices=tuple(DTYPES))
     add('loss_scale', type=float)
@@ -207,15 +214,29 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
     check_ranges(parser, args, positive)
     check_precision(parser, args)
     if args.nesterov and args.optimizer != 'lars':
-        parser.error('--nesterov is for --optimizer lars (nesterov is '
-                     'always Nesterov; {} has none), got --optimizer '
-                     '{}'.format(args.optimizer, args.optimizer))
-    for name in ('beta2', 'eps'):
-        if (getattr(args, name) is not None
-                and args.optimizer not in recipe.ADAM_LIKE):
-            parser.error('--{} is for --optimizer {}, got --optimizer '
-                         '{}'.format(name, ' and '.join(recipe.ADAM_LIKE),
-                                     args.optimizer))
+        parser.error('--nesterov is for --optimizer lars, got --optimizer '
+                     '{} ({})'.format(args.optimizer, (
+                         'always Nesterov: leave --nesterov out'
+                         if args.optimizer == 'nesterov'
+                         else 'it has no Nesterov momentum')))
+    for names, optimizers in ((('beta2', 'eps'), recipe.ADAM_LIKE),
+                              (('trust_coefficient',), recipe.LARS_LIKE)):
+        for name in names:
+            if (getattr(args, name) is not None
+                    and args.optimizer not in optimizers):
+                parser.error('--{} is for --optimizer {}, got --optimizer '
+                             '{}'.format(name.replace('_', '-'),
+                                         ' and '.join(optimizers),
+                                         args.optimizer))
+    if args.eval_every is not None and not args.validation:
+        # Without a validation set it would only log more often.
+        parser.error('--eval-every {} evaluates the validation set, and '
+                     'this run has none: give --validation N too'.format(
+                         args.eval_every))
+    if args.trust_coefficient is None:
+        # Set for every optimizer: a snapshot records it (run_settings),
+        # those of the others the default, as before they refused it.
+        args.trust_coefficient = recipe.TRUST_COEFFICIENT
     if args.epoch is not None and parser.warmup_default is not None:
         resolve_warmup(parser.error, args, parser.warmup_default)
     check_device(parser, args.device)
@@ -257,14 +278,14 @@ def derived_lr(error, args, batch):
         lr = recipe.default_lr(args.optimizer, batch, args.trust_coefficient)
     except OverflowError:  # a batch size beyond a float
         lr = math.inf
-    if not 0 < lr < math.inf:
+    if not FLOAT32.tiny <= lr <= FLOAT32.max:
         flags = '--batchsize {}'.format(args.batchsize)
-        if args.optimizer in ('lars', 'momentum-lars'):
+        if args.optimizer in recipe.LARS_LIKE:
             flags = '--trust-coefficient {} with {}'.format(
                 args.trust_coefficient, flags)
-        error('{} gives a learning rate (--lr) of {}, which must be '
-              'positive and finite; give --lr, or change those flags'
-              .format(flags, lr))
+        error('{} gives a learning rate (--lr) of {:.4g}, which must be '
+              '{}; give --lr, or change those flags'.format(
+                  flags, lr, IN_FLOAT32))
     return lr
 
 
@@ -284,6 +305,15 @@ def check_iterations(args, n_train):
                         MAX_ITERATIONS))
 
 
+# The optimizers' hyperparameters are float32 in the update, whatever
+# --dtype (16 bits update float32 master copies): a value beyond float32's
+# largest number would be inf there, one below its smallest normal number
+# would lose its digits, then be 0.
+FLOAT32 = numpy.finfo(numpy.float32)
+IN_FLOAT32 = ('from {:.4g} to {:.4g} (the normal numbers of float32, in '
+              'which the optimizer computes)'.format(
+                  FLOAT32.tiny, FLOAT32.max))
+
 # The ranges of the numeric flags: (flags, test, what the message says).
 # The trainers' own flags (--unit) are added by parse_args's ``positive``;
 # --warmup-epochs is compared with --epoch once both are known
@@ -296,6 +326,11 @@ RANGES = (
      'finite and at least 0'),
     (('momentum', 'label_smoothing', 'beta2'), lambda v: 0 <= v < 1,
      'at least 0 and less than 1'),
+    (('lr', 'trust_coefficient', 'eps'),
+     lambda v: FLOAT32.tiny <= v <= FLOAT32.max, IN_FLOAT32),
+    (('weight_decay',),
+     lambda v: v == 0 or FLOAT32.tiny <= v <= FLOAT32.max,
+     '0, or ' + IN_FLOAT32),
     (('validation',), lambda v: v >= 0, 'an integer, at least 0'),
     (('eval_every',), lambda v: v > 0, 'a positive integer'),
     (('snapshots',), lambda v: v >= 0, 'an integer, at least 0'),
@@ -347,7 +382,8 @@ def warn_of_slow_precision(args):
 
 def check_precision(parser, args):
     """Sets --dtype from chainer.config.dtype if not given; refuses a
-    --loss-scale in float32, which has nothing to scale."""
+    --loss-scale in float32, which has nothing to scale, and one that
+    float16, in which the loss is scaled, cannot hold."""
     if args.dtype is None:
         dtype = chainer.config.dtype
         args.dtype = ('mixed16' if dtype is chainer.mixed16
@@ -360,6 +396,18 @@ def check_precision(parser, args):
         parser.error('--loss-scale {:g}: loss scaling is for --dtype '
                      'float16 and mixed16, not float32'.format(
                          args.loss_scale))
+    # The gradient of the loss starts as the scale, in float16: above its
+    # largest number the scale is inf (every gradient NaN), below its
+    # smallest normal one it loses its digits, then rounds to 0 (no
+    # update at all).
+    half = numpy.finfo(numpy.float16)
+    if args.loss_scale is not None and not (
+            half.tiny <= args.loss_scale <= half.max):
+        parser.error('--loss-scale {:g}: --dtype {} scales the loss in '
+                     'float16, which holds {:.4g} to {:g} (its normal '
+                     'numbers); give a scale in that range, or leave '
+                     '--loss-scale out for dynamic loss scaling'.format(
+                         args.loss_scale, args.dtype, half.tiny, half.max))
 
 
 def resolve_warmup(error, args, default):

@@ -6,6 +6,8 @@ exactly.
 
 import os
 import sys
+import zipfile
+import zlib
 
 import numpy
 
@@ -13,7 +15,8 @@ import chainer
 
 
 def load_mnist():
-    """MNIST through Chainer's loader, or exit with what is missing.
+    """MNIST through Chainer's loader, or exit with what is missing or
+    cannot be read.
 
     The images are standardized: shifted and scaled by the mean and the
     standard deviation of all the training pixels (about 0.13 and 0.31),
@@ -21,16 +24,19 @@ def load_mnist():
     conditioned, which large batches, with few updates, need most.
     """
     directory = _cache('mnist')
+    paths = [os.path.join(directory, name)
+             for name in ('train.npz', 'test.npz')]
     train, test = _load('MNIST', chainer.datasets.get_mnist, 'mnist', 'files',
-                        [os.path.join(directory, 'train.npz'),
-                         os.path.join(directory, 'test.npz')])
-    x, t = chainer.dataset.concat_examples(train)
+                        {path: [('x', 'y')] for path in paths}, 784)
+    x, t = _examples('MNIST', paths[0], train, 10)
+    test = _examples('MNIST', paths[1], test, 10)
     return _standardized(x, t, test, x.mean(dtype=numpy.float64),
                          x.std(dtype=numpy.float64))
 
 
 def load_cifar(name):
-    """CIFAR-10 or -100 through Chainer's loader, or exit with what is missing.
+    """CIFAR-10 or -100 through Chainer's loader, or exit with what is
+    missing or cannot be read.
 
     The images are standardized per channel by the means and the standard
     deviations of the training images, the usual preprocessing for CIFAR;
@@ -38,10 +44,13 @@ def load_cifar(name):
     """
     loader = {'cifar10': chainer.datasets.get_cifar10,
               'cifar100': chainer.datasets.get_cifar100}[name]
-    train, test = _load(name.upper(), loader, 'cifar', 'file', [
-        os.path.join(_cache('cifar'), name.replace('cifar', 'cifar-')
-                     + '.npz')])
-    x, t = chainer.dataset.concat_examples(train)
+    path = os.path.join(_cache('cifar'), name.replace('cifar', 'cifar-')
+                        + '.npz')
+    train, test = _load(name.upper(), loader, 'cifar', 'file', {
+        path: [('train_x', 'train_y'), ('test_x', 'test_y')]}, 3 * 32 * 32)
+    classes = 10 if name == 'cifar10' else 100
+    x, t = _examples(name.upper(), path, train, classes)
+    test = _examples(name.upper(), path, test, classes)
     return _standardized(
         x, t, test, x.mean(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None],
         x.std(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None])
@@ -71,13 +80,97 @@ def _cache(name):
         os.path.join('pfnet', 'chainer', name), create_directory=False)
 
 
-def _load(name, loader, folder, files, paths):
+# What a cache file that is cut short (a download or a copy that did not
+# finish) or is not Chainer's raises as it is read.
+DAMAGED = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile,
+           zlib.error)
+
+
+def _load(name, loader, folder, files, entries, size):
     """``loader()``, or exit with what is missing, the dataset root as it was
-    (``read_cached``)."""
+    (``read_cached``), or with the cache file that cannot be read.
+
+    ``entries`` maps the paths of the cache files to the ``(images,
+    labels)`` names of the arrays each one holds, images of ``size``
+    values. Their names and shapes are checked first, which reads only the
+    archive's directory and the arrays' headers; the whole file only where
+    the loader fails.
+    """
+    for path, pairs in entries.items():
+        if os.path.lexists(path):
+            _check_cache(name, path, pairs, size)
     try:
         return read_cached(loader, folder)
-    except (OSError, RuntimeError) as e:
-        _missing(name, e, files, paths)
+    except (RuntimeError,) + DAMAGED as e:
+        # Without its frames, which hold the NPZ file Chainer's loader
+        # leaves open: freed now, it is closed now.
+        error = e.with_traceback(None)
+    for path, pairs in entries.items():
+        if os.path.lexists(path):
+            _check_cache(name, path, pairs, size, whole=True)
+    if all(os.path.lexists(path) for path in entries):
+        _damaged(name, list(entries), ' '.join(str(error).split()))
+    _missing(name, error, files, list(entries))
+
+
+# The headers of the .npy versions that numpy.savez writes.
+_HEADERS = {(1, 0): numpy.lib.format.read_array_header_1_0,
+            (2, 0): numpy.lib.format.read_array_header_2_0}
+
+
+def _check_cache(name, path, pairs, size, whole=False):
+    """Exits unless the cache file ``path`` is an NPZ archive holding, for
+    each ``(images, labels)`` of ``pairs``, as many labels as images of
+    ``size`` values; ``whole``: and every byte of it can be read."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            shapes = {}
+            for key in sum(pairs, ()):
+                if key + '.npy' not in archive.namelist():
+                    raise KeyError('it holds no array {}'.format(key))
+                with archive.open(key + '.npy') as f:
+                    version = numpy.lib.format.read_magic(f)
+                    if version not in _HEADERS:
+                        raise ValueError('{} is a .npy of version {}.{}'
+                                         .format(key, *version))
+                    shapes[key] = _HEADERS[version](f)[0]
+            if whole:
+                damaged = archive.testzip()
+                if damaged is not None:
+                    raise ValueError('{} fails its checksum'.format(damaged))
+                with numpy.load(path) as npz:
+                    for key in shapes:
+                        npz[key]
+        for images, labels in pairs:
+            n = shapes[images][:1]
+            values = int(numpy.prod(shapes[images][1:]))
+            if values != size:
+                raise ValueError('{} has shape {}: images of {} values, '
+                                 "{}'s have {}".format(
+                                     images, shapes[images], values, name,
+                                     size))
+            if shapes[labels] != n:
+                raise ValueError('{} has shape {}, {} {}: not one label '
+                                 'per image'.format(labels, shapes[labels],
+                                                    images, shapes[images]))
+        return
+    except DAMAGED as e:
+        problem = ((e.args[0] if isinstance(e, KeyError) and e.args
+                    else str(e)) or type(e).__name__)
+    _damaged(name, [path], ' '.join(problem.split()))
+
+
+def _examples(name, path, dataset, classes):
+    """``(x, t)``, the arrays of ``dataset`` read from the cache file
+    ``path``, or exit if it is empty or a label is not one of ``classes``:
+    the trainer would fail in its first update."""
+    if not len(dataset):
+        _damaged(name, [path], 'it holds no images')
+    x, t = chainer.dataset.concat_examples(dataset)
+    if t.min() < 0 or t.max() >= classes:
+        _damaged(name, [path], 'its labels run from {} to {}, {} has {} '
+                 'classes'.format(t.min(), t.max(), name, classes))
+    return x, t
 
 
 def read_cached(loader, folder):
@@ -123,8 +216,28 @@ def _missing(name, error, files, paths):
             'them' if len(paths) > 1 else 'it'))
 
 
+def _damaged(name, paths, problem):
+    """Exits naming the cache files ``paths`` that Chainer's loader cannot
+    read, and why (``problem``)."""
+    one = len(paths) == 1
+    sys.exit(
+        'Error: the {} cache {}\n'
+        '{}\n'
+        "cannot be read ({}): {} damaged (a download or a copy cut short) "
+        "or not Chainer's {}.\n"
+        'Remove {}, and Chainer downloads {} again at the next run; or '
+        'point --dataset-root or the CHAINER_DATASET_ROOT environment '
+        'variable at a dataset root that holds a good copy (this one is '
+        '{}).'.format(
+            name, 'file' if one else 'files',
+            '\n'.join('    ' + p for p in paths), problem,
+            'it is' if one else 'they are', name, 'it' if one else 'them',
+            name, chainer.dataset.get_dataset_root()))
+
+
 def _standardized(x, t, test, mean, std):
-    """The training set ``(x, t)`` and ``test``, standardized.
+    """The training set ``(x, t)`` and the test set ``test``, ``(x, t)``
+    too, standardized.
 
     ``mean`` and ``std`` are float64: a NumPy scalar (MNIST) leaves the
     arithmetic in float32, an array (CIFAR's per channel) makes it float64.
@@ -134,7 +247,7 @@ def _standardized(x, t, test, mean, std):
     def standardize(x):
         return ((x - mean) / std).astype(chainer.get_dtype())
 
-    test_x, test_t = chainer.dataset.concat_examples(test)
+    test_x, test_t = test
     return (chainer.datasets.TupleDataset(standardize(x), t),
             chainer.datasets.TupleDataset(standardize(test_x), test_t))
 

@@ -34,6 +34,9 @@ LARS_STEP_PER_256 = 0.005
 ADAM_ALPHA_PER_256 = 0.001
 LAMB_STEP_PER_256 = 0.01
 REFERENCE_BATCHSIZE = 256
+# The optimizers with a trust coefficient, and its default.
+LARS_LIKE = ('lars', 'momentum-lars')
+TRUST_COEFFICIENT = 0.02
 # The optimizers whose rate is Adam's alpha (--lr sets it; their lr is the
 # rate after bias correction), and --momentum their beta1.
 ADAM_LIKE = ('adam', 'lamb')

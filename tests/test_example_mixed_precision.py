@@ -193,16 +193,37 @@ def test_float32_snapshot_of_the_previous_version_resumes(
      '--dtype float16 and mixed16, not float32'),
     (['--dtype', 'mixed16', '--loss-scale', '0'],
      '--loss-scale must be positive and finite, got 0.0'),
+    # Beyond float16's largest number: NaN from the first update on.
+    (['--dtype', 'float16', '--loss-scale', '70000'],
+     '--loss-scale 70000: --dtype float16 scales the loss in float16, which '
+     'holds 6.104e-05 to 65504 (its normal numbers)'),
+    (['--dtype', 'mixed16', '--loss-scale', '1e6'],
+     '--loss-scale 1e+06: --dtype mixed16 scales the loss in float16'),
+    # Rounded to 0 in float16: no update at all; a subnormal: few digits.
+    (['--dtype', 'float16', '--loss-scale', '1e-30'],
+     '--loss-scale 1e-30: --dtype float16'),
+    (['--dtype', 'float16', '--loss-scale', '6e-5'],
+     '--loss-scale 6e-05: --dtype float16'),
     (['--dtype', 'float64'], "invalid choice: 'float64'"),
 ])
 @pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])
 def test_bad_precision_flags_are_usage_errors(request, capsys, tmp_path,
                                               name, flags, message):
+    """Before the data is loaded: the dataset root is empty, and a flag
+    let through stops the run there instead (a usage error's status is
+    2, a missing dataset's 1)."""
     main = request.getfixturevalue(name).main
-    err = usage_error(main, flags + ['--out', str(tmp_path / 'out')],
+    err = usage_error(main, flags + ['--out', str(tmp_path / 'out'),
+                                     '--dataset-root', str(tmp_path)],
                       capsys)
     assert message in err, err
     assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('scale', ['6.104e-05', '1', '65504'])
+def test_loss_scales_float16_holds_are_taken(mnist, scale):
+    args = mnist.parse_args(['--dtype', 'float16', '--loss-scale', scale])
+    assert args.loss_scale == float(scale)
 
 
 @pytest.mark.mpi

@@ -276,6 +276,9 @@ def test_chainermn_validation(dataset_root, tmp_path):
      '--label-smoothing must be at least 0 and less than 1, got 1.0'),
     (['--validation', '-1'], '--validation must be an integer, at least 0'),
     (['--eval-every', '0'], '--eval-every must be a positive integer'),
+    (['--eval-every', '2'], '--eval-every 2 evaluates the validation set, '
+     'and this run has none: give --validation N too'),
+    (['--eval-every', '2', '--validation', '0'], '--eval-every 2 evaluates'),
 ])
 def test_bad_new_flags_are_usage_errors(mnist, tmp_path, capsys, flags,
                                         message):

@@ -254,13 +254,29 @@ def test_default_lr_rule(mnist, cifar, optimizer, batchsize, lr):
         assert math.isclose(args.lr, lr, rel_tol=1e-12)
         assert example.parse_args(['--lr', '0.5']).lr == 0.5
         # The rule sets lr * trust_coefficient.
-        args = example.parse_args(['--optimizer', optimizer,
-                                   '--batchsize', str(batchsize),
-                                   '--trust-coefficient', '0.5'])
         if optimizer in ('lars', 'momentum-lars'):
+            args = example.parse_args(['--optimizer', optimizer,
+                                       '--batchsize', str(batchsize),
+                                       '--trust-coefficient', '0.5'])
             assert math.isclose(args.lr * 0.5, lr * 0.02, rel_tol=1e-12)
-        elif optimizer != 'momentum':  # Adam's alpha has no coefficient
-            assert math.isclose(args.lr, lr, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize('optimizer', ['momentum', 'nesterov', 'lamb',
+                                       'adam'])
+@pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])
+def test_trust_coefficient_is_refused_where_it_has_no_effect(
+        request, capsys, name, optimizer):
+    """As --beta2 and --eps are: a snapshot records it, and a resume
+    would have to repeat a value that changed nothing."""
+    err = usage_error(request.getfixturevalue(name).parse_args, [
+        '--optimizer', optimizer, '--trust-coefficient', '0.5'], capsys)
+    assert err.splitlines()[-1].endswith(
+        'error: --trust-coefficient is for --optimizer lars and '
+        'momentum-lars, got --optimizer {}'.format(optimizer)), err
+    # Left out, the run records the default, as those of before did.
+    args = request.getfixturevalue(name).parse_args(['--optimizer',
+                                                     optimizer])
+    assert args.trust_coefficient == 0.02
 
 
 def run_script(module, args, root):
@@ -386,6 +402,85 @@ def test_missing_dataset_gives_clear_message(tmp_path, module, args,
     assert root.exists() == exists
     if exists:
         assert not list(root.iterdir())
+
+
+def _cut_short(path):
+    with open(path, 'rb') as f:
+        head = f.read(2000)
+    with open(path, 'wb') as f:
+        f.write(head)
+
+
+def _flip_a_byte(path):
+    """Damages the middle of the first array's data, which only reading
+    it all finds."""
+    with open(path, 'r+b') as f:
+        f.seek(os.path.getsize(path) // 4)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def _rewritten(path, **changes):
+    """Rewrites the NPZ ``path`` with ``changes`` (None: the entry
+    removed)."""
+    with numpy.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays.update(changes)
+    numpy.savez_compressed(path, **{k: v for k, v in arrays.items()
+                                    if v is not None})
+
+
+@pytest.mark.parametrize('name,argv,file,damage,says', [
+    ('mnist', ['-u', '8'], 'mnist/train.npz', _cut_short,
+     'File is not a zip file'),
+    ('mnist', ['-u', '8'], 'mnist/test.npz', _cut_short,
+     'File is not a zip file'),
+    ('mnist', ['-u', '8'], 'mnist/train.npz',
+     lambda p: _rewritten(p, x=None), 'it holds no array x'),
+    ('mnist', ['-u', '8'], 'mnist/test.npz',
+     lambda p: numpy.savez(p, a=numpy.zeros(3)), 'it holds no array x'),
+    ('mnist', ['-u', '8'], 'mnist/train.npz', _flip_a_byte,
+     'x.npy fails its checksum'),
+    ('mnist', ['-u', '8'], 'mnist/train.npz',
+     lambda p: _rewritten(p, x=numpy.zeros((64, 100), numpy.uint8)),
+     "x has shape (64, 100): images of 100 values, MNIST's have 784"),
+    ('mnist', ['-u', '8'], 'mnist/train.npz',
+     lambda p: _rewritten(p, y=numpy.arange(64, dtype=numpy.uint8)),
+     'its labels run from 0 to 63, MNIST has 10 classes'),
+    ('mnist', ['-u', '8'], 'mnist/train.npz',
+     lambda p: _rewritten(p, y=numpy.zeros(3, numpy.uint8)),
+     'y has shape (3,), x (64, 784): not one label per image'),
+    ('mnist', ['-u', '8'], 'mnist/test.npz',
+     lambda p: _rewritten(p, x=numpy.zeros((0, 784), numpy.uint8),
+                          y=numpy.zeros(0, numpy.uint8)),
+     'it holds no images'),
+    ('cifar', [], 'cifar/cifar-10.npz', _cut_short,
+     'File is not a zip file'),
+    ('cifar', ['--dataset', 'cifar100'], 'cifar/cifar-100.npz',
+     lambda p: _rewritten(p, test_y=None), 'it holds no array test_y'),
+])
+def test_damaged_dataset_cache_gives_clear_message(
+        request, dataset_root, tmp_path, name, argv, file, damage, says):
+    """A cache file cut short or not Chainer's: one message naming it,
+    why, and what to do; the file is left as it was."""
+    path = os.path.join(dataset_root, 'pfnet', 'chainer', *file.split('/'))
+    damage(path)
+    with open(path, 'rb') as f:
+        before = f.read()
+    out = tmp_path / 'out'
+    with pytest.raises(SystemExit) as exc:
+        request.getfixturevalue(name).main(argv + [
+            '-b', '16', '-e', '1', '--noplot', '--out', str(out)])
+    message = str(exc.value.code)
+    dataset = os.path.basename(path).replace('-', '').upper()[:-4]
+    assert message.startswith('Error: the {} cache file\n    {}\n'.format(
+        'MNIST' if name == 'mnist' else dataset, path)), message
+    assert says in message and 'Remove it' in message, message
+    assert 'CHAINER_DATASET_ROOT' in message
+    with open(path, 'rb') as f:
+        assert f.read() == before
+    assert not out.exists()
 
 
 def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
@@ -587,6 +682,14 @@ def test_chainermn_defaults_are_the_single_process_ones(
     ('--momentum', '1.5', 'less than 1'),
     ('--seed', '-1', 'from 0 to'),
     ('--seed', str(2 ** 32), 'from 0 to'),
+    # Finite in float64, but the optimizer computes in float32: inf there.
+    ('--eps', '1e39', 'from 1.175e-38 to 3.403e+38 (the normal numbers of '
+     'float32, in which the optimizer computes)'),
+    ('--lr', '1e39', 'float32'),
+    ('--weight-decay', '1e39', '0, or from 1.175e-38'),
+    # 0 in float32, or a few digits.
+    ('--trust-coefficient', '1e-40', 'float32'),
+    ('--lr', '1e-46', 'float32'),
 ])
 def test_flags_out_of_range_are_usage_errors(request, capsys, name, flag,
                                              value, message):
@@ -607,6 +710,29 @@ def test_unit_must_be_positive(request, capsys, name):
     err = usage_error(request.getfixturevalue(name).parse_args,
                       ['--unit', '0'], capsys)
     assert '--unit must be a positive integer, got 0' in err
+
+
+def test_a_model_too_large_for_memory_is_a_usage_error(
+        mnist, dataset_root, tmp_path, capsys):
+    """One line naming --unit, not NumPy's traceback, before the run in
+    --out is removed by --overwrite.
+
+    10 ** 12 units: the first layer's 784 * 10 ** 12 weights are beyond
+    any machine's address space, so that the allocation fails at once.
+    """
+    out = tmp_path / 'result'
+    out.mkdir()
+    (out / 'log').write_text('another run')
+    err = usage_error(mnist.main, [
+        '-u', str(10 ** 12), '-b', '32', '-e', '1', '--noplot',
+        '--dataset-root', dataset_root, '--out', str(out), '--overwrite'],
+        capsys)
+    assert 'Traceback' not in err
+    assert err.splitlines()[-1].endswith(
+        'error: --unit 1000000000000: the model does not fit in memory (on '
+        '@numpy): its 1e+24 weights take 4e+15 GB in float32; give a '
+        'smaller --unit'), err
+    assert [p.name for p in out.iterdir()] == ['log']
 
 
 @pytest.mark.parametrize('name,argv', [
@@ -701,6 +827,38 @@ def test_banner_names_the_test_and_the_validation_set(mnist, capsys, flags):
     assert ('test/main/...: the test set' in out) == ('never' not in flags)
     assert ('val/main/...: the validation set, the last 100 training '
             'images (--validation)' in out) == ('100' in flags)
+
+
+@pytest.mark.parametrize('optimizer,why', [
+    ('nesterov', 'always Nesterov: leave --nesterov out'),
+    ('momentum', 'it has no Nesterov momentum'),
+    ('momentum-lars', 'it has no Nesterov momentum'),
+    ('adam', 'it has no Nesterov momentum'),
+])
+def test_nesterov_flag_says_why_it_does_not_apply(mnist, capsys, optimizer,
+                                                  why):
+    err = usage_error(mnist.parse_args, ['--optimizer', optimizer,
+                                         '--nesterov'], capsys)
+    assert err.splitlines()[-1].endswith(
+        'error: --nesterov is for --optimizer lars, got --optimizer {} ({})'
+        .format(optimizer, why)), err
+
+
+@pytest.mark.parametrize('device', ['-1', '@cupy:0'])
+def test_chainermn_refuses_an_unknown_communicator_on_any_device(
+        chainermn_example, capsys, device):
+    """At parsing: on a GPU, ChainerMN's create_communicator would raise a
+    ValueError traceback (on a machine without one, the device would be
+    refused first)."""
+    err = usage_error(chainermn_example.parse_args, [
+        '--device', device, '--communicator', 'bogus'], capsys)
+    line = err.splitlines()[-1]
+    # argparse's quoting of the choices varies with the Python version.
+    assert 'error: argument --communicator: invalid choice: ' in line, err
+    assert re.findall(r'\w+', line.split('choose from')[1]) == [
+        'naive', 'flat', 'non_cuda_aware', 'pure_nccl'], err
+    assert chainermn_example.parse_args([
+        '--device', '-1', '--communicator', 'naive']).communicator == 'naive'
 
 
 @pytest.mark.parametrize('depth', ['21', '2', '-4'])
@@ -1640,12 +1798,15 @@ def test_values_derived_from_flags_are_checked_like_flags(
     """The learning rate follows from the batch size and the trust
     coefficient: where it overflows, a usage error names the flags."""
     example = request.getfixturevalue(name)
-    flags, names = ['--trust-coefficient', '1e-320'], [
-        '--trust-coefficient 1e-320 with --batchsize']
+    flags, names = ['--trust-coefficient', '1.2e-38', '-b', '1000000000'], [
+        '--trust-coefficient 1.2e-38 with --batchsize 1000000000']
     err = usage_error(example.parse_args, flags + ['-e', '1'], capsys)
     assert 'Traceback' not in err and 'usage:' in err
     line = err.splitlines()[-1]
     assert 'lr' in line and all(n in line for n in names), err
+    # Beyond float32's largest number, where the optimizer computes.
+    assert ('of 8.235e+38, which must be from 1.175e-38 to 3.403e+38'
+            in line), err
 
 
 def test_more_iterations_than_the_schedule_counts_is_a_usage_error(

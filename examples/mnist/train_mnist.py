@@ -70,6 +70,17 @@ class MLPBN(chainer.Chain):
 MODELS = {'mlp': MLP, 'mlp-bn': MLPBN}
 
 
+def too_large(args, device):
+    """The usage error of a --unit whose model does not fit in the memory
+    of ``device`` (the host's, where the weights are drawn, first)."""
+    weights = 784 * args.unit + args.unit ** 2 + args.unit * 10
+    dtype = numpy.dtype(chainer.get_dtype())
+    return ('--unit {}: the model does not fit in memory (on {}): its '
+            '{:.3g} weights take {:.3g} GB in {}; give a smaller '
+            '--unit'.format(args.unit, device, weights,
+                            weights * dtype.itemsize / 1e9, dtype.name))
+
+
 def parse_args(argv=None, paths=True):
     parser = cli.parser('chainer-lars example: large-batch MNIST',
                         DEFAULTS)
@@ -99,9 +110,12 @@ def run(args):
     train, validation = data.hold_out(args, train)
 
     numpy.random.seed(args.seed)  # the initial weights
-    model = L.Classifier(MODELS[args.model](784, args.unit, 10),
-                         lossfun=recipe.loss_function(args))
-    model.to_device(device)
+    try:
+        model = L.Classifier(MODELS[args.model](784, args.unit, 10),
+                             lossfun=recipe.loss_function(args))
+        model.to_device(device)
+    except MemoryError:  # NumPy's and CuPy's out-of-memory errors
+        cli.usage_error(too_large(args, device))
     device.use()
     optimizer, lars = recipe.make_optimizer(args, model)
 

@@ -46,6 +46,10 @@ from examples.mnist import train_mnist
 # the dataset.
 DEFAULTS = dict(batchsize=1024, epoch=None, warmup_epochs=None)
 
+# ChainerMN 7.8.1's create_communicator's names, but 'dummy', which does
+# not communicate (it measures the cost of packing the gradients).
+COMMUNICATORS = ('naive', 'flat', 'non_cuda_aware', 'pure_nccl')
+
 HELP = dict(
     batchsize='Number of images in the mini-batch of EACH PROCESS (the '
     'global batch is this times the number of processes)',
@@ -96,7 +100,7 @@ def parse_args(argv=None):
                         'those of the global batch (chainermn.links.'
                         'MultiNodeBatchNormalization, one more all-reduce '
                         'per layer) (default: %(default)s)')
-    parser.add_argument('--communicator', type=str,
+    parser.add_argument('--communicator', choices=COMMUNICATORS,
                         help='ChainerMN communicator (default: naive on the '
                         'CPU, the only one there; pure_nccl on GPUs; flat '
                         'and non_cuda_aware also run on GPUs)')
@@ -201,8 +205,17 @@ def run(args):
     # rank 0's.
     numpy.random.seed(args.seed)
     if args.dataset == 'mnist':
-        model = L.Classifier(train_mnist.MLP(784, args.unit, 10),
-                             lossfun=recipe.loss_function(args))
+        try:
+            model = L.Classifier(train_mnist.MLP(784, args.unit, 10),
+                                 lossfun=recipe.loss_function(args))
+            model.to_device(device)
+            fits = 1
+        except MemoryError:  # NumPy's and CuPy's out-of-memory errors
+            fits = 0
+        # Every rank stops if one cannot hold its model, rather than wait
+        # for it in the first collective.
+        if comm.allreduce_obj(fits) < comm.size:
+            cli.usage_error(train_mnist.too_large(args, device))
     else:
         batchnorm = L.BatchNormalization
         if args.batchnorm == 'all-reduced':
@@ -212,7 +225,7 @@ def run(args):
         model = L.Classifier(train_cifar.ResNet(args.depth, n_class,
                                                 batchnorm),
                              lossfun=recipe.loss_function(args))
-    model.to_device(device)
+        model.to_device(device)
     optimizer, lars = recipe.make_optimizer(args, model, comm)
 
     # Only rank 0 reads the dataset; each process gets an equal shard.
