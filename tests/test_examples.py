@@ -1111,9 +1111,10 @@ def test_resume_names_an_optional_flag_given_or_left_out(
         mnist, dataset_root, tmp_path, capsys, given, resumed, message):
     """A flag with no default value, given to one run and not the other,
     was blamed on "another trainer"; the snapshots, which record such a
-    flag only where given, resume with the same flags."""
-    args = ['-b', '32', '-u', '8', '--noplot', '-e', '2', '--progress',
-            'none']
+    flag only where given, resume with the same flags (--eval-every
+    needs --validation: 8 of the 64 images, two batches of 28 left)."""
+    args = ['-b', '28', '-u', '8', '--validation', '8', '--noplot', '-e',
+            '2', '--progress', 'none']
     run = tmp_path / 'run'
     mnist.main(args + given + ['--out', str(run), '--snapshots', '2'])
     snapshot = str(run / 'snapshot_iter_2')
