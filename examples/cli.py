@@ -228,8 +228,11 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
                              '{}'.format(name.replace('_', '-'),
                                          ' and '.join(optimizers),
                                          args.optimizer))
-    if args.eval_every is not None and not args.validation:
-        # Without a validation set it would only log more often.
+    if (args.eval_every is not None and not args.validation
+            and args.resume is None):
+        # Without a validation set it would only log more often. (A
+        # snapshot of a run before this refusal may record it: a resume
+        # gives it again, as check_resume asks.)
         parser.error('--eval-every {} evaluates the validation set, and '
                      'this run has none: give --validation N too'.format(
                          args.eval_every))
@@ -806,6 +809,10 @@ def check_resume(args, **settings):
     for name in UNSET_UNLESS_GIVEN:
         saved.setdefault(name, None)
         settings.setdefault(name, None)
+    if settings.get('optimizer') not in recipe.LARS_LIKE:
+        # Unused there: runs before its refusal recorded any value given.
+        saved.pop('trust_coefficient', None)
+        settings.pop('trust_coefficient', None)
     # Another trainer's snapshot first: its values would not compare.
     for name in sorted(set(settings) - set(saved)):
         usage_error('--resume {}: the snapshot records no {}: it was '

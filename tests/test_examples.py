@@ -574,7 +574,7 @@ def test_mnist_results_takes_a_diverged_run_as_done(dataset_root,
 @pytest.mark.parametrize('flags', [
     '--batchsize 64', '--batch=64', '-b64', '--seed 1', '--epoch 2',
     '-o elsewhere', '--dataset-root x', '--lr -1', '--no-such-flag',
-    '"--lr 0.5', '--optimizer momentum'])
+    '"--lr 0.5', '--optimizer momentum', '--trust-coefficient 0.05'])
 def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
                                          flags):
     results = importlib.import_module('examples.mnist.results')
@@ -587,7 +587,13 @@ def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
     assert '--flags {!r}'.format(flags) in err
     assert err.count('usage:') == 1  # the trainer's is left out
     if flags == '--lr -1':
-        assert 'refuses them: --lr must be positive and finite' in err
+        assert ('refuses them with --optimizer momentum --batchsize 32: '
+                '--lr must be positive and finite') in err
+    if flags == '--trust-coefficient 0.05':
+        # Checked as each run gives them: lars takes it, momentum not.
+        assert ('refuses them with --optimizer momentum --batchsize 32: '
+                '--trust-coefficient is for --optimizer lars and '
+                'momentum-lars, got --optimizer momentum') in err
     assert not out.exists()  # refused before anything ran
 
 
@@ -1128,6 +1134,43 @@ def test_resume_names_an_optional_flag_given_or_left_out(
     mnist.main(args + given + ['--resume', snapshot, '--out', str(out)])
     assert without_time(read_log(str(out))) == without_time(
         read_log(str(run)))
+
+
+def _rerecord(snapshot, **settings):
+    """Rewrites what ``snapshot`` records of the run's flags."""
+    with numpy.load(snapshot) as npz:
+        entries = dict(npz)
+    for name, value in settings.items():
+        entries[cli.RunSettings.prefix + name] = numpy.asarray(value)
+    with open(snapshot, 'wb') as f:
+        numpy.savez(f, **entries)
+
+
+def test_snapshots_of_flags_now_refused_still_resume(
+        mnist, dataset_root, tmp_path, capsys):
+    """Runs before 0.3.0.dev0's refusals took --trust-coefficient with
+    adam (recorded, though unused) and --eval-every without --validation:
+    their snapshots resume, the first without the flag, the second with
+    it given again, as the refusal of its absence says."""
+    args = ['-b', '32', '-u', '8', '--noplot', '-e', '2', '--progress',
+            'none']
+    for extra, recorded, resumed in (
+            (['--optimizer', 'adam'], {'trust_coefficient': 0.05}, []),
+            ([], {'eval_every': 1}, ['--eval-every', '1'])):
+        run = tmp_path / 'run{}'.format(len(extra))
+        mnist.main(args + extra + ['--out', str(run), '--snapshots', '2'])
+        snapshot = str(run / 'snapshot_iter_2')
+        _rerecord(snapshot, **recorded)
+        out = str(tmp_path / 'resumed{}'.format(len(extra)))
+        if resumed:
+            capsys.readouterr()
+            err = usage_error(mnist.main, args + extra + [
+                '--resume', snapshot, '--out', out], capsys)
+            assert ('written with --eval-every 1, this run without it (not '
+                    'given)') in err, err
+        mnist.main(args + extra + resumed + ['--resume', snapshot,
+                                             '--out', out])
+        assert read_log(out)[-1]['epoch'] == 2
 
 
 @pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])

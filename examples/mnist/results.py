@@ -580,16 +580,24 @@ def check_flags(parser, args):
             # it: the runs' own output keeps them.
             warnings.simplefilter('ignore')
             from examples.mnist import train_mnist
-        stderr = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(stderr):
-                train_mnist.parse_args(flags, paths=False)
-        except SystemExit:
-            # The trainer's own message, without its usage.
-            message = stderr.getvalue().strip().splitlines()[-1]
-            parser.error('--flags {!r}: train_mnist.py refuses them: '
-                         '{}'.format(args.flags,
-                                     message.split('error: ', 1)[-1]))
+        # As each run gives them: a flag may suit one --optimizer only.
+        runs = argparse.Namespace(**dict(vars(args), flags=flags))
+        for batchsize in args.batchsizes:
+            for optimizer in args.optimizers:
+                cmd = command(batchsize, optimizer, args.seeds[0], runs)
+                stderr = io.StringIO()
+                try:
+                    with contextlib.redirect_stderr(stderr):
+                        train_mnist.parse_args(cmd[len(TRAINER):],
+                                               paths=False)
+                except SystemExit:
+                    # The trainer's own message, without its usage.
+                    message = stderr.getvalue().strip().splitlines()[-1]
+                    parser.error(
+                        '--flags {!r}: train_mnist.py refuses them with '
+                        '--optimizer {} --batchsize {}: {}'.format(
+                            args.flags, optimizer, batchsize,
+                            message.split('error: ', 1)[-1]))
     return flags
 
 
