@@ -853,9 +853,8 @@ def test_nesterov_flag_says_why_it_does_not_apply(mnist, capsys, optimizer,
 @pytest.mark.parametrize('device', ['-1', '@cupy:0'])
 def test_chainermn_refuses_an_unknown_communicator_on_any_device(
         chainermn_example, capsys, device):
-    """At parsing: on a GPU, ChainerMN's create_communicator would raise a
-    ValueError traceback (on a machine without one, the device would be
-    refused first)."""
+    """At parsing, before the device is looked at: on a GPU, ChainerMN's
+    create_communicator raised a ValueError traceback."""
     err = usage_error(chainermn_example.parse_args, [
         '--device', device, '--communicator', 'bogus'], capsys)
     line = err.splitlines()[-1]
