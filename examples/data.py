@@ -156,8 +156,11 @@ def _check_cache(name, path, pairs, size, whole=False):
         return
     except DAMAGED as e:
         problem = ((e.args[0] if isinstance(e, KeyError) and e.args
+                    else e.strerror if isinstance(e, OSError) and e.strerror
                     else str(e)) or type(e).__name__)
-    _damaged(name, [path], ' '.join(problem.split()))
+        # Not read at all (a folder, no permission): no sign of damage.
+        damaged = not isinstance(e, OSError)
+    _damaged(name, [path], ' '.join(problem.split()), damaged)
 
 
 def _examples(name, path, dataset, classes):
@@ -216,22 +219,25 @@ def _missing(name, error, files, paths):
             'them' if len(paths) > 1 else 'it'))
 
 
-def _damaged(name, paths, problem):
+def _damaged(name, paths, problem, damaged=True):
     """Exits naming the cache files ``paths`` that Chainer's loader cannot
-    read, and why (``problem``)."""
+    read, and why (``problem``): ``damaged`` ones, or ones this process
+    cannot open at all."""
     one = len(paths) == 1
     sys.exit(
         'Error: the {} cache {}\n'
         '{}\n'
-        "cannot be read ({}): {} damaged (a download or a copy cut short) "
-        "or not Chainer's {}.\n"
+        'cannot be read ({}): {}.\n'
         'Remove {}, and Chainer downloads {} again at the next run; or '
         'point --dataset-root or the CHAINER_DATASET_ROOT environment '
         'variable at a dataset root that holds a good copy (this one is '
         '{}).'.format(
             name, 'file' if one else 'files',
             '\n'.join('    ' + p for p in paths), problem,
-            'it is' if one else 'they are', name, 'it' if one else 'them',
+            "{} damaged (a download or a copy cut short) or not Chainer's "
+            '{}'.format('it is' if one else 'they are', name) if damaged
+            else 'not a file this process may read (a folder, or no '
+            'permission): check it', 'it' if one else 'them',
             name, chainer.dataset.get_dataset_root()))
 
 

@@ -483,6 +483,25 @@ def test_damaged_dataset_cache_gives_clear_message(
     assert not out.exists()
 
 
+def test_a_cache_that_is_no_file_is_not_called_damaged(
+        mnist, dataset_root, tmp_path):
+    """A folder (or, as another user, a file without read permission)
+    under the cache's name was never read: no advice to look for damage."""
+    path = os.path.join(dataset_root, 'pfnet', 'chainer', 'mnist',
+                        'train.npz')
+    os.remove(path)
+    os.mkdir(path)
+    with pytest.raises(SystemExit) as exc:
+        mnist.main(['-u', '8', '-b', '16', '-e', '1', '--noplot', '--out',
+                    str(tmp_path / 'out')])
+    message = str(exc.value.code)
+    assert ('\n    {}\ncannot be read (Is a directory): not a file this '
+            'process may read (a folder, or no permission): check it.\n'
+            'Remove it'.format(path)) in message, message
+    assert 'damaged' not in message
+    assert os.path.isdir(path)
+
+
 def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
     results = importlib.import_module('examples.mnist.results')
     # Its trainers forked from tests/forked.py's server (Chainer imported
