@@ -70,6 +70,9 @@ class WarmupPolynomialShift(extension.Extension):
 
     def value(self, t):
         """The value after ``t`` calls (see the formula above)."""
+        t = checks.count('t', t)
+        checks.real('the peak (init=None: read when training starts)',
+                    self._init)
         if t < self._warmup_count:
             return self._init * (t + 1) / self._warmup_count
         if t >= self._max_count:
@@ -80,9 +83,8 @@ class WarmupPolynomialShift(extension.Extension):
 
     def initialize(self, trainer):
         optimizer = self._get_optimizer(trainer)
-        init = self._check_attr(optimizer)
-        if self._init is not None:
-            init = self._init
+        current = self._check_attr(optimizer)
+        init = current if self._init is None else self._init
         self._check_sign(init)
         self._check_values(optimizer, init)
         self._init, self._set = init, optimizer
@@ -93,16 +95,14 @@ class WarmupPolynomialShift(extension.Extension):
         actual = vars(optimizer).get('actual_optimizer', optimizer)
         prop = getattr(type(actual), self._attr, None)
         if isinstance(prop, property) and prop.fset is None:
-            hint = ''
-            if self._attr == 'lr' and hasattr(
-                    getattr(actual, 'hyperparam', None), 'alpha'):
-                hint = (": {0}'s learning rate is 'alpha' (its lr is the "
-                        "rate after bias correction, computed from alpha); "
-                        "schedule 'alpha' instead".format(
-                            type(actual).__name__))
+            alpha = self._attr == 'lr' and hasattr(
+                getattr(actual, 'hyperparam', None), 'alpha')
             raise ValueError(
-                'attr {!r}: the optimizer\'s ({}) {} is read only{}'.format(
-                    self._attr, type(actual).__name__, self._attr, hint))
+                "attr {0!r}: the optimizer's ({1}) {0} is read only{2}".format(
+                    self._attr, type(actual).__name__, ": {}'s learning "
+                    "rate is 'alpha' (its lr is the rate after bias "
+                    "correction, computed from alpha); schedule 'alpha' "
+                    'instead'.format(type(actual).__name__) if alpha else ''))
         if not hasattr(optimizer, self._attr):
             raise ValueError(
                 'attr {!r}: the optimizer ({}) has no attribute of that '
@@ -177,7 +177,7 @@ class WarmupPolynomialShift(extension.Extension):
                         if name == 'attr' else 'a resumed schedule '
                         'continues its own curve: to change it, start a '
                         'new run'))
-        self._t, self._init = t, init
+        self._t, self._init = t, self._init if init is None else init
         if loading and self._set is not None:  # after initialize(): autoload
             setattr(self._set, self._attr, self.value(t))
 

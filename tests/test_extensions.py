@@ -387,6 +387,27 @@ def test_schedule_refused_at_construction(kwargs, error, words):
     assert getattr(optimizer, '__dict__', {}) == before
 
 
+@pytest.mark.parametrize('t, error, words', [
+    (-3, ValueError, '^t must be at least 0, got -3$'),
+    (1.5, TypeError, r'^t must be an int, not 1.5 \(float\)$'),
+    (True, TypeError, '^t must be an int'),
+])
+def test_schedule_value_checks_t(t, error, words):
+    shift = chainer_lars.WarmupPolynomialShift('lr', 2, 5, init=0.5)
+    with pytest.raises(error, match=words):
+        shift.value(t)
+    assert shift.value(numpy.int64(1)) == 0.5
+
+
+def test_schedule_value_without_a_peak_says_when_it_is_read():
+    # init=None: the peak is the optimizer's value when training starts.
+    shift = chainer_lars.WarmupPolynomialShift('lr', 2, 5)
+    with pytest.raises(TypeError, match=re.escape(
+            'the peak (init=None: read when training starts) must be a '
+            'real number, not None (NoneType)')):
+        shift.value(0)
+
+
 def test_schedule_may_keep_a_negative_sign():
     shift = chainer_lars.WarmupPolynomialShift('x', 0, 2, init=-0.5)
     assert [shift.value(t) for t in range(3)] == [-0.5, -0.125, 0.0]
