@@ -199,7 +199,7 @@ class TrustRatioObserver(extension.Extension):
             or :class:`chainer_lars.GradientLARS` (anything with
             ``observe()``); ``None``: the main optimizer, a ``LARS`` or
             ``LAMB``.
-        prefix (str): The first component of the reported names.
+        prefix (str): The first component of the names (``''``: none).
         pattern (str): A regular expression: only the paths it matches
             (:func:`re.search`) are reported, e.g. ``'/W$'``.
 
@@ -228,7 +228,7 @@ class TrustRatioObserver(extension.Extension):
         if quantity not in self.quantities:
             raise ValueError('quantity must be one of {}, got {!r}'.format(
                 self.quantities, quantity))
-        return '{}/{}{}'.format(self._prefix, quantity, path)
+        return (self._prefix and self._prefix + '/') + quantity + path
 
     def initialize(self, trainer):
         # When training starts, not at the first report (an epoch in).

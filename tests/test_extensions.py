@@ -517,6 +517,15 @@ def test_observer_prefix_pattern_and_key():
         observer.key('lr', '/l1/W')
 
 
+def test_observer_without_a_prefix():
+    # The names start with the quantity (they started with '/').
+    source = FakeSource({'/l1/W': (0.5, 2.0, 3.0)})
+    observer = chainer_lars.TrustRatioObserver(source, prefix='')
+    assert observe_once(observer) == {
+        'ratio/l1/W': 0.5, 'w_norm/l1/W': 2.0, 'g_norm/l1/W': 3.0}
+    assert observer.key('ratio', '/l1/W') == 'ratio/l1/W'
+
+
 @pytest.mark.parametrize('kwargs,error,words', [
     ({'pattern': '('}, ValueError,
      r"^pattern is not a valid regular expression: '\('"),
