@@ -252,7 +252,7 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
         parser.error('--overwrite starts a new run and --resume continues '
                      'one: give one of them')
     if args.resume is not None and not os.path.isfile(args.resume):
-        parser.error('--resume {}: {}'.format(args.resume, (
+        parser.error('--resume {}: {}'.format(folders.shown(args.resume), (
             'not a file' if os.path.exists(args.resume) else 'no such file')))
     if not distributed and paths:
         problem = path_problem(args)

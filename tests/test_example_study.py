@@ -290,6 +290,17 @@ def test_bad_new_flags_are_usage_errors(mnist, tmp_path, capsys, flags,
     assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.parametrize('flag', ['--out', '--runs', '--dataset-root'])
+def test_study_refuses_an_empty_path(study, tmp_path, capsys, flag):
+    # As the trainers refuse one: '' read as the current folder.
+    with pytest.raises(SystemExit) as exc:
+        study.main([flag, ''])
+    assert exc.value.code == 2
+    assert ("{} '': an empty path names no folder (. is the current "
+            'one)').format(flag) in capsys.readouterr().err
+    assert os.listdir(str(tmp_path)) == []
+
+
 def test_validation_as_large_as_the_training_set(mnist, dataset_root,
                                                  tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:

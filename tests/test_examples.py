@@ -914,6 +914,7 @@ def usage_error(main, argv, capsys):
     (['--device', '@nosuchmodule:0'], '--device @nosuchmodule:0: '),
     (['--resume', 'nowhere/snapshot_iter_7'],
      '--resume nowhere/snapshot_iter_7: no such file'),
+    (['--resume', ''], "--resume '': no such file"),
     pytest.param(['--device', '3'], '--device 3: ', marks=pytest.mark.skipif(
         chainer.backends.cuda.available, reason='CuPy can use CUDA here')),
     pytest.param(['--device', '@cupy:0'], '--device @cupy:0: ',

@@ -2093,6 +2093,10 @@ def main(argv=None):
     if args.batchsizes is None:
         args.batchsizes = (BATCHSIZES if args.fair is None
                            else [FAIR_BATCHSIZE])
+    for name in ('out', 'runs', 'dataset_root'):
+        if getattr(args, name) == '':  # it would be the current folder
+            parser.error("--{} '': an empty path names no folder (. is the "
+                         'current one)'.format(name.replace('_', '-')))
     if args.out is None:
         args.out = model_out(args.model)
     if args.figure is None:
