@@ -483,20 +483,20 @@ class CudaExecutor(object):
 
     def take(self, plan, groups, grads):
         """Each group's gradient pointers the kernels take as they are (0:
-        not taken), and how many are not."""
+        not taken; an empty array's, 0 in CuPy, 1), and how many are not."""
         found = []
         for group, g in zip(groups, grads):
             state = group.state
             try:
                 if state.direct.all() and (list(map(_SIGNATURE, g))
                                            == state.signature):
-                    found.append(numpy.array(list(map(_POINTER, g)),
-                                             numpy.int64))
+                    found.append(numpy.array(list(map(
+                        _POINTER, g)), numpy.int64) | state.empty)
                     continue
             except AttributeError:  # a gradient is None
                 pass
             found.append(numpy.array([
-                a.data.ptr if a is not None and ok and a.size == w.size
+                a.data.ptr or 1 if a is not None and ok and a.size == w.size
                 and a.dtype == group.gdtype and supports(a) else 0
                 for a, w, ok in zip(g, group.weights, state.direct)],
                 numpy.int64))

@@ -304,7 +304,9 @@ class ndarray(object):
         # An attribute of CuPy's arrays: made once, as there.
         pointer = self.__dict__.get('_data')
         if pointer is None:
-            pointer = self._data = _Pointer(self._a.ctypes.data, self._alloc)
+            # CuPy allocates nothing for an empty array: its address is 0.
+            pointer = self._data = _Pointer(
+                self._a.ctypes.data if self._a.size else 0, self._alloc)
         return pointer
 
     T = property(lambda self: self._view(self._alloc, self._a.T))
