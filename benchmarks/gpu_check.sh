@@ -58,7 +58,7 @@
 # training loop against, default .whl/before; empty skips it), BENCH=0
 # (no bench_lars.py), SANITIZE= (no compute-sanitizer); limits in
 # seconds, each cut to what the budget has left: FLOOR_TIMEOUT (90),
-# ENGINE_TIMEOUT (75), PEERS_TIMEOUT (150), BENCH_TIMEOUT (60),
+# ENGINE_TIMEOUT (120), PEERS_TIMEOUT (150), BENCH_TIMEOUT (60),
 # TEST_TIMEOUT (150), SANITIZE_TIMEOUT (100 a tool), TRAIN_TIMEOUT (90),
 # REPRODUCE_TIMEOUT (480); extra arguments: FLOOR_ARGS, ENGINE_ARGS (to
 # train_loop.py), PEERS_ARGS, BENCH_ARGS, MNIST_ARGS.
@@ -309,7 +309,7 @@ if [ -z "$before" ]; then
     record "engine before/after" "not run: BEFORE is empty"
 elif [ ! -f "$before/chainer_lars/__init__.py" ]; then
     record "engine before/after" "not run: no $before/chainer_lars"
-elif timed "engine before/after" "${ENGINE_TIMEOUT:-75}" "$reserve"; then
+elif timed "engine before/after" "${ENGINE_TIMEOUT:-120}" "$reserve"; then
     log "engine before/after in a training loop (compare.py --bench train_loop, $before against this tree, ${t} s)"
     # shellcheck disable=SC2086  # ENGINE_ARGS is a list of arguments
     timeout "$t" "$py" benchmarks/compare.py "$before" "$root" \
