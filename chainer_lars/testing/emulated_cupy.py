@@ -642,7 +642,7 @@ class ElementwiseKernel(object):
             return args[nin] if len(self.out_params) == 1 else tuple(
                 args[nin:])
         function(int(numpy.prod(shape, dtype=numpy.int64)),
-                 *[numpy.uint64(v.value if isinstance(v, ctypes.c_void_p)
+                 *[numpy.uint64(v.value or 0 if isinstance(v, ctypes.c_void_p)
                                 else 0) if kind == 'array' else v
                    for v, kind in zip(values, kinds)])
         check_guards(self.name)
