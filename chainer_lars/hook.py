@@ -174,8 +174,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         state['_singles'] = engine.PlanCache()
         self.__dict__.update(state, _seen={})
 
-    def __call__(self, owner, param=None):
-        """``hook(optimizer)``, or ``hook(update_rule, param)``."""
+    def __call__(self, owner, param=None):  # (optimizer) or (rule, param)
         # timing='post' (add_hook gives us no way to see it): refused here.
         hookable = getattr(owner, '_hookable', None)
         if hookable is not None and self in (
@@ -239,13 +238,14 @@ class GradientLARS(exclusions.ExclusionProperties):
                     self._clip_lr(rule, path)
                 others.append((param, rule, path))
         hooks = list(optimizer._hookable._pre_update_hooks.items())
-        mine = [n for n, h in hooks if h is self]
+        mine = [k for k, (_, h) in enumerate(hooks) if h is self]
         if len(mine) > 1:  # float32 rescaled each time, float16 once
             raise ValueError(
                 'GradientLARS: one instance is registered on the optimizer '
-                'as {}: register it once'.format(' and '.join(mine)))
-        later = [n for k, (n, h) in enumerate(hooks) if not isinstance(
-            h, GradientLARS) and any(x is self for _, x in hooks[:k])]
+                'as {}: register it once'.format(' and '.join(
+                    hooks[k][0] for k in mine)))
+        later = [n for n, h in hooks[mine[0] + 1 if mine else len(hooks):]
+                 if not isinstance(h, GradientLARS)]
         if later and (any(g.mixed16 for g in plan.groups) or any(
                 p.dtype == numpy.float16 for p, _, _ in others)):
             raise ValueError(
