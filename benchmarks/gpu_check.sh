@@ -7,9 +7,10 @@
 #       on ResNet-50's and BERT-large's arrays, float32 and mixed16, host
 #       against GPU time, and the hook in a mixed16 training loop against
 #       MomentumSGD alone (issue 46's targets, as ratios; floor.txt);
-#     - benchmarks/compare.py --bench train_loop: the update in a training
-#       loop, this tree against the library before the lighter engine
-#       (issue 45's check), when that tree is in BEFORE (engine.txt);
+#     - benchmarks/train_loop.py --other: the update in a training loop,
+#       this tree against the library before the lighter engine (issue
+#       45's check), both in one process, interleaved, when that tree is
+#       in BEFORE (engine.txt, engine.json);
 #     - benchmarks/gpu_peers.py: one update of ours beside Chainer's,
 #       PyTorch's, timm's and apex's optimizers, one process per framework
 #       (peers.md, peers.json);
@@ -284,13 +285,12 @@ floor_args=(--device "$device" --json "$out/floor.json")
 peers_args=(--device "$device" --json "$out/peers.json" --markdown "$out/peers.md")
 bench_args=(--device "$device" --models resnet50 --dtypes float32 mixed16
             --weight-decays 5e-4 --reps 10 --case-seconds 3)
-engine_args=(--rounds 3 -- --device "$device" --dtype float32,mixed16
-             --iters 20)
+engine_args=(--device "$device" --dtype float32,mixed16 --iters 65)
 if [ $rehearse = 1 ]; then
     floor_args+=(--sets tiny --repeat 3 --warmup 1 --copy-mib 4 --loop-iters 7 --loop-size 2,8,4)
     peers_args+=(--sets tiny --reps 2 --warmup 1 --copy-mib 4)
     bench_args=(--device "$device" --models mlp --dtypes float32 --weight-decays 5e-4 --reps 2 --warmup 1)
-    engine_args=(--rounds 1 -- --device "$device" --dtype float32,mixed16 --layers 2 --width 4 --batch 2 --iters 6 --variants momentum_sgd,lars)
+    engine_args=(--device "$device" --dtype float32,mixed16 --layers 2 --width 4 --batch 2 --iters 6 --variants momentum_sgd,lars)
 fi
 
 if timed "byte floors" "${FLOOR_TIMEOUT:-90}" $((reserve + 60)); then
@@ -302,18 +302,19 @@ if timed "byte floors" "${FLOOR_TIMEOUT:-90}" $((reserve + 60)); then
 fi
 
 # The update in a training loop, this tree against the library before the
-# lighter engine (issue 45), when that tree is here: compare.py runs this
-# tree's train_loop.py on each in turn, momentum_sgd the control.
+# lighter engine (issue 45), when that tree is here: train_loop.py trains
+# each variant with both in one process, interleaved, momentum_sgd the
+# control (two processes drift apart on a GPU more than the versions do).
 before=${BEFORE-$wheels/before}
 if [ -z "$before" ]; then
     record "engine before/after" "not run: BEFORE is empty"
 elif [ ! -f "$before/chainer_lars/__init__.py" ]; then
     record "engine before/after" "not run: no $before/chainer_lars"
 elif timed "engine before/after" "${ENGINE_TIMEOUT:-120}" "$reserve"; then
-    log "engine before/after in a training loop (compare.py --bench train_loop, $before against this tree, ${t} s)"
+    log "engine before/after in a training loop (train_loop.py --other $before, one process, ${t} s)"
     # shellcheck disable=SC2086  # ENGINE_ARGS is a list of arguments
-    timeout "$t" "$py" benchmarks/compare.py "$before" "$root" \
-        --bench train_loop "${engine_args[@]}" ${ENGINE_ARGS:-} \
+    timeout "$t" "$py" benchmarks/train_loop.py --other "$before" \
+        "${engine_args[@]}" --json "$out/engine.json" ${ENGINE_ARGS:-} \
         > "$out/engine.txt" 2> "$out/engine.log"
     rc=$?
     cat "$out/engine.txt"
@@ -501,8 +502,8 @@ bg_pids=()
     if [ -f "$out/engine.txt" ]; then
         echo
         echo "== engine before/after, training loop (engine.txt)"
-        echo "old: $before$( [ ! -f "$before/COMMIT" ] ||
-            echo " (commit $(head -c 12 "$before/COMMIT"))"); new: this" \
+        echo "other: $before$( [ ! -f "$before/COMMIT" ] ||
+            echo " (commit $(head -c 12 "$before/COMMIT"))"); here: this" \
             "tree; momentum_sgd, Chainer's own update, is the control"
         cat "$out/engine.txt"
     fi

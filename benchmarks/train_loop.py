@@ -25,6 +25,30 @@ as the median of the per-iteration ratios: the hook's cost in mixed16
 
     python benchmarks/train_loop.py --device 0 --dtype mixed16 \
         --variants momentum_sgd,momentum_sgd+hook --interleave
+
+With ``--other TREE`` each variant also trains with the ``chainer_lars``
+of another checkout (imported under another name, as
+``compare_inprocess.py`` does), interleaved in the same process, and each
+variant's time here over its time there is printed (median of the
+per-iteration ratios): two versions compared without the drift between
+two processes that ``compare.py`` suffers on a GPU. ``momentum_sgd`` is
+the control (the same code in both)::
+
+    python benchmarks/train_loop.py --device 0 --dtype float32,mixed16 \
+        --other /tmp/old --iters 45
+
+Each row also gives the host's part: the median time until ``update()``
+returns, before the device is synchronised (launches are asynchronous;
+the rest is the device finishing the queued work).
+
+With ``--emulate`` the device is ``@cupy:0`` of
+:mod:`chainer_lars.testing.emulated_cupy` with every kernel launch a
+no-op (``gpu_host.py``'s mode): the GPU path's host code, timed without a
+GPU (the emulated arrays' attributes are Python properties, slower than
+CuPy's)::
+
+    python benchmarks/train_loop.py --emulate --other /tmp/old \
+        --dtype float32,mixed16 --layers 40 --width 64
 """
 
 import argparse
@@ -53,18 +77,33 @@ except ImportError:  # a version whose kernels live elsewhere: no counts
     cuda_kernels = None
 
 
+#: name -> make(module): (optimizer, hook), ``module`` a chainer_lars.
 VARIANTS = {
-    'momentum_sgd': lambda: (chainer.optimizers.MomentumSGD(lr=0.01), None),
-    'momentum_sgd+hook': lambda: (
+    'momentum_sgd': lambda m: (chainer.optimizers.MomentumSGD(lr=0.01),
+                               None),
+    'momentum_sgd+hook': lambda m: (
         chainer.optimizers.MomentumSGD(lr=0.01),
-        chainer_lars.GradientLARS(weight_decay=5e-4)),
-    'momentum_sgd+hook_pa': lambda: (
+        m.GradientLARS(weight_decay=5e-4)),
+    'momentum_sgd+hook_pa': lambda m: (
         chainer.optimizers.MomentumSGD(lr=0.01),
-        chainer_lars.GradientLARS(weight_decay=5e-4, multi_tensor=False)),
-    'lars': lambda: (chainer_lars.LARS(lr=1.0, weight_decay=5e-4), None),
-    'lars_pa': lambda: (chainer_lars.LARS(lr=1.0, weight_decay=5e-4,
-                                          multi_tensor=False), None),
+        m.GradientLARS(weight_decay=5e-4, multi_tensor=False)),
+    'lars': lambda m: (m.LARS(lr=1.0, weight_decay=5e-4), None),
+    'lars_pa': lambda m: (m.LARS(lr=1.0, weight_decay=5e-4,
+                                 multi_tensor=False), None),
 }
+#: The suffix of a variant's name when it trains with the other tree.
+OTHER = ' (other)'
+
+
+def import_other(tree):
+    """The ``chainer_lars`` of ``tree``, imported as ``chainer_lars_other``
+    (``compare_inprocess.py``'s renamed copy)."""
+    if not os.path.isfile(os.path.join(tree, 'chainer_lars', '__init__.py')):
+        raise ValueError('--other: no {}'.format(
+            os.path.join(tree, 'chainer_lars', '__init__.py')))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import compare_inprocess
+    return compare_inprocess._import_renamed(tree, 'chainer_lars_other')
 
 
 class MLP(chainer.ChainList):
@@ -81,27 +120,30 @@ class MLP(chainer.ChainList):
 
 
 @contextlib.contextmanager
-def _counting_tables():
+def _counting_tables(kernel_modules=(cuda_kernels,)):
     """Counts the tables built and repointed while in the context
-    (``counts['counted']`` is false for a version without
-    ``chainer_lars.cuda.Table``: then nothing is counted)."""
-    table = getattr(cuda_kernels, 'Table', None)
-    counts = {'built': 0, 'repointed': 0, 'counted': table is not None}
-    saved = {}
-    for name, key in (('__init__', 'built'), ('repoint', 'repointed')):
-        method = None if table is None else vars(table).get(name)
-        if method is None:  # a version without repoint
-            continue
+    (``counts['counted']`` is false where no module of
+    ``kernel_modules``, the ``chainer_lars.cuda`` of each version, has a
+    ``Table``: then nothing is counted)."""
+    tables = [getattr(m, 'Table', None) for m in kernel_modules]
+    tables = [table for table in tables if table is not None]
+    counts = {'built': 0, 'repointed': 0, 'counted': bool(tables)}
+    saved = []
+    for table in tables:
+        for name, key in (('__init__', 'built'), ('repoint', 'repointed')):
+            method = vars(table).get(name)
+            if method is None:  # a version without repoint
+                continue
 
-        def counting(self, *args, _method=method, _key=key, **kwargs):
-            counts[_key] += 1
-            return _method(self, *args, **kwargs)
-        saved[name] = method
-        setattr(table, name, counting)
+            def counting(self, *args, _method=method, _key=key, **kwargs):
+                counts[_key] += 1
+                return _method(self, *args, **kwargs)
+            saved.append((table, name, method))
+            setattr(table, name, counting)
     try:
         yield counts
     finally:
-        for name, method in saved.items():
+        for table, name, method in saved:
             setattr(table, name, method)
 
 
@@ -110,14 +152,14 @@ class _Loop(object):
     """One variant's model and optimizer, stepped one iteration at a time
     on the data it is given."""
 
-    def __init__(self, name, device, dtype, args):
+    def __init__(self, name, device, dtype, args, module=chainer_lars):
         self.mixed16 = dtype == 'mixed16'
         self.param_dtype = (numpy.float16 if self.mixed16
                             else numpy.dtype(dtype))
         with chainer.using_config('dtype', self.param_dtype):
             self.model = MLP(args.layers, args.width)
         self.model.to_device(device)
-        self.opt, hook = VARIANTS[name]()
+        self.opt, hook = VARIANTS[name](module)
         self.opt.setup(self.model)
         if self.mixed16:
             self.opt.use_fp32_update()
@@ -126,29 +168,43 @@ class _Loop(object):
         xp = device.xp
         self.sync = ((lambda: None) if xp is numpy
                      else device.device.synchronize)
-        self.times, self.built, self.repointed = [], 0, 0
+        self.times, self.host, self.built, self.repointed = [], [], 0, 0
         self.arrays = sum(1 for _ in self.model.params())
+        # Emulated: new gradient arrays of these values instead of a
+        # backward (which the emulator does not run).
+        rng = numpy.random.RandomState(1)
+        self.grads = [(rng.standard_normal(p.shape) * 1e-2).astype(
+            self.param_dtype) for p in self.model.params()] if getattr(
+                args, 'emulate', False) else None
 
     def step(self, x, t, counts, timed):
         """Forward, backward (new gradients), then ``update()`` alone
-        timed, with the device synchronised before and after."""
+        timed, with the device synchronised before and after (and the
+        host's part: until ``update()`` returns)."""
         self.model.cleargrads()
-        loss = F.softmax_cross_entropy(self.model(x), t)
-        loss.backward()
+        if self.grads is None:
+            loss = F.softmax_cross_entropy(self.model(x), t)
+            loss.backward()
+        else:
+            for param, g in zip(self.model.params(), self.grads):
+                param.grad = param.device.send(g)
         self.sync()
         before = dict(counts)
         start = time.perf_counter()
         self.opt.update()
+        returned = time.perf_counter()
         self.sync()
         if timed:
             self.times.append(time.perf_counter() - start)
+            self.host.append(returned - start)
             self.built += counts['built'] - before['built']
             self.repointed += counts['repointed'] - before['repointed']
 
     def result(self, counted=True):
         n = len(self.times)
         return {'ms': float(numpy.median(self.times)) * 1e3,
-                'times_s': list(self.times),
+                'host_ms': float(numpy.median(self.host)) * 1e3,
+                'times_s': list(self.times), 'host_s': list(self.host),
                 'built': self.built / n if counted else None,
                 'repointed': self.repointed / n if counted else None,
                 'arrays': self.arrays}
@@ -173,11 +229,15 @@ def run_variant(name, device, dtype, args, counts):
     return loop.result(counts.get('counted', True))
 
 
-def run_interleaved(names, device, dtype, args, counts):
+def run_interleaved(names, device, dtype, args, counts, other=None):
     """The variants stepped in turn, each iteration on the same data, in
     an order rotated by one each iteration, so that a machine's drifts
-    hit them all; ``{name: result}``."""
+    hit them all; ``{name: result}``. With ``other`` (a chainer_lars),
+    each variant also as ``name + OTHER`` with that module."""
     loops = [_Loop(name, device, dtype, args) for name in names]
+    if other is not None:
+        loops += [_Loop(name, device, dtype, args, other) for name in names]
+        names = names + [name + OTHER for name in names]
     rng = numpy.random.RandomState(0)
     for it in range(args.iters):
         x, t = _batch(rng, device, loops[0].param_dtype, args)
@@ -188,11 +248,12 @@ def run_interleaved(names, device, dtype, args, counts):
             for name, loop in zip(names, loops)}
 
 
-def median_ratio(result, base):
-    """The median over iterations of ``result``'s update time over
-    ``base``'s in the same iteration (both from :func:`run_interleaved`)."""
-    return float(numpy.median(numpy.asarray(result['times_s'])
-                              / numpy.asarray(base['times_s'])))
+def median_ratio(result, base, key='times_s'):
+    """The median over iterations of ``result``'s update time (``key``
+    ``'host_s'``: its host part) over ``base``'s in the same iteration
+    (both from :func:`run_interleaved`)."""
+    return float(numpy.median(numpy.asarray(result[key])
+                              / numpy.asarray(base[key])))
 
 
 def main(argv=None):
@@ -213,6 +274,14 @@ def main(argv=None):
                         help='step the variants in turn, iteration by '
                         'iteration, and print each one\'s time over the '
                         'first variant\'s (median of per-iteration ratios)')
+    parser.add_argument('--other', metavar='TREE',
+                        help='also train each variant with the chainer_lars '
+                        'of TREE (another checkout), interleaved, and print '
+                        'the time here over the time there (implies '
+                        '--interleave)')
+    parser.add_argument('--emulate', action='store_true',
+                        help='on the emulated GPU, launches no-ops: the '
+                        'host code of the GPU path (the device is @cupy:0)')
     parser.add_argument('--json', metavar='FILE',
                         help='write every variant\'s times and counts here')
     args = parser.parse_args(argv)
@@ -233,31 +302,53 @@ def main(argv=None):
             os.path.dirname(os.path.abspath(args.json))):
         parser.error('--json: no folder {!r} to write {!r} in'.format(
             os.path.dirname(os.path.abspath(args.json)), args.json))
-    device = chainer.get_device(args.device)
+    other = None
+    if args.other is not None:
+        try:
+            other = import_other(args.other)
+        except ValueError as e:
+            parser.error(str(e))
+        args.interleave = True
+    context = contextlib.nullcontext()
+    if args.emulate:
+        from chainer_lars.testing import emulated_cupy
+        context = emulated_cupy.installed(execute=False, check=False)
+        args.device = '@cupy:0'
     results = {}
-    for dtype in dtypes:
-        results[dtype] = _run_dtype(names, device, dtype, args)
+    with context:
+        device = chainer.get_device(args.device)
+        for dtype in dtypes:
+            results[dtype] = _run_dtype(names, device, dtype, args, other)
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'train_loop': [
-                {'device': str(device), 'dtype': dtype,
+                {'device': str(device), 'emulated': args.emulate,
+                 'dtype': dtype,
                  'layers': args.layers, 'width': args.width,
                  'batch': args.batch, 'interleaved': args.interleave,
+                 'other': args.other,
                  'variants': results[dtype]} for dtype in dtypes]},
                 f, indent=1)
     return results
 
 
-def _run_dtype(names, device, dtype, args):
-    print('{} {}, MLP of {} layers of {}, batch {}, median of {} updates{}'
-          .format(device, dtype, args.layers, args.width, args.batch,
-                  args.iters - 5, ', variants interleaved'
-                  if args.interleave else ''))
-    print('{:24} {:>8} {:>10} {:>14} {:>17}'.format(
-        'variant', 'arrays', 'update ms', 'tables built', 'tables repointed'))
-    with _counting_tables() as counts:
+def _run_dtype(names, device, dtype, args, other=None):
+    print('{}{} {}, MLP of {} layers of {}, batch {}, median of {} '
+          'updates{}{}'.format(
+              device, ' (emulated, launches no-ops)' if args.emulate else '',
+              dtype, args.layers, args.width, args.batch, args.iters - 5,
+              ', variants interleaved' if args.interleave else '',
+              '' if other is None else ', each variant also with the '
+              'chainer_lars of {} (rows marked{})'.format(args.other, OTHER)))
+    print('{:32} {:>6} {:>10} {:>8} {:>14} {:>17}'.format(
+        'variant', 'arrays', 'update ms', 'host ms', 'tables built',
+        'tables repointed'))
+    modules = [cuda_kernels] + ([] if other is None else [
+        getattr(other, 'cuda', None)])
+    with _counting_tables(modules) as counts:
         if args.interleave:
-            results = run_interleaved(names, device, dtype, args, counts)
+            results = run_interleaved(names, device, dtype, args, counts,
+                                      other)
         else:
             results = {}
             for name in names:
@@ -265,12 +356,17 @@ def _run_dtype(names, device, dtype, args):
                                             counts)
                 _print_row(name, results[name])
     if args.interleave:
-        for name in names:
+        for name in results:
             _print_row(name, results[name])
-        for name in names[1:]:
+        for name in names[1:] if other is None else ():
             print('{} / {}: {:.3f} (median of per-iteration ratios)'.format(
                 name, names[0], median_ratio(results[name],
                                              results[names[0]])))
+        for name in names if other is not None else ():
+            print('{}: here / other {:.3f}, host part {:.3f} (medians of '
+                  'per-iteration ratios)'.format(name, *(median_ratio(
+                      results[name], results[name + OTHER], key)
+                      for key in ('times_s', 'host_s'))))
     return results
 
 
@@ -278,8 +374,8 @@ def _print_row(name, r):
     counted = ['{:>14.2f}'.format(r['built']), '{:>17.2f}'.format(
         r['repointed'])] if r['built'] is not None else ['{:>14}'.format(
             '-'), '{:>17}'.format('-')]
-    print('{:24} {:>8} {:>10.3f} {} {}'.format(
-        name, r['arrays'], r['ms'], *counted), flush=True)
+    print('{:32} {:>6} {:>10.3f} {:>8.3f} {} {}'.format(
+        name, r['arrays'], r['ms'], r['host_ms'], *counted), flush=True)
 
 
 if __name__ == '__main__':

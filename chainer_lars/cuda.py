@@ -16,7 +16,7 @@ from chainer_lars import ratio
 THREADS = 256
 CHUNK = 32 * THREADS
 
-_SIGNATURE = operator.attrgetter('dtype', 'shape', 'flags.c_contiguous')
+_SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')  # flags: slow
 _POINTER = operator.attrgetter('data.ptr')
 
 #: dtype -> (C storage type, C compute type, NumPy compute dtype)
@@ -395,13 +395,12 @@ def source(dtype, mixed16=False):
     ) + _LAMB_SOURCE
 
 
-def _kernel(xp, dtype, mixed16, name):
-    """The kernel ``name``, compiled once per device and dtypes."""
-    key = (xp, xp.cuda.Device().id, dtype, mixed16)
-    module = _modules.get(key)
-    if module is None:
-        module = _modules[key] = xp.RawModule(code=source(dtype, mixed16))
-    return module.get_function(name)
+def _kernels(xp, group):
+    """A group's two kernels, compiled once per device and dtypes."""
+    key = (xp, xp.cuda.Device().id, group.dtype, group.mixed16)
+    if key not in _modules:
+        _modules[key] = xp.RawModule(code=source(group.dtype, group.mixed16))
+    return [_modules[key].get_function(name) for name in _KERNELS[group.op]]
 
 
 def supports(*arrays):
@@ -418,11 +417,11 @@ def empty_pinned(xp, size, dtype):
 
 class _DeviceState(object):
 
-    """A group's device side: the block map, its own arrays' words, the
-    ring of pinned buffers (each reused once its copy is done), ``stats``
-    per row ``(r, ||w||^2, ||g||^2)``, the ``rounded`` float16 weights
-    (copied: ``counted``, read: ``lost``), and what the last update took
-    (``last``, for :meth:`observe`)."""
+    """A group's device side: its two kernels, the block map, its own
+    arrays' words, the ring of pinned buffers and events (each reused once
+    its copy is done), ``stats`` per row ``(r, ||w||^2, ||g||^2)``, the
+    ``rounded`` float16 weights (copied: ``counted``, read: ``lost``), the
+    last update's gradient addresses (``last``, for :meth:`observe`)."""
 
     RING = 4
 
@@ -440,10 +439,13 @@ class _DeviceState(object):
                 zip(group.weights, group.states, group.extras)):
             for j, a in ((0, w), (4, x)) + tuple(enumerate(states, 2)):
                 self.own[j, k] = 0 if a is None else a.data.ptr
+        self.kernels = _kernels(xp, group)
         self.direct = numpy.array([all(map(supports, (w,) + v + (
             () if x is None else (x,)))) for w, v, x in zip(
                 group.weights, group.states, group.extras)], bool)
-        self.signature = [(group.gdtype, w.shape, True) for w in group.weights]
+        self.signature = [(group.gdtype, w.shape, tuple(  # C-contiguous
+            s * group.gdtype.itemsize // w.itemsize for s in w.strides))
+            for w in group.weights] if self.direct.all() else None
         self.empty = numpy.array(sizes) == 0
         words = 5 * n + -(-n * len(L.COLUMNS) * self.compute_dtype.itemsize
                           // 8)
@@ -455,6 +457,9 @@ class _DeviceState(object):
         self.done = xp.zeros(n, numpy.uint32)
         self.stats = xp.empty((n, 3), self.compute_dtype)
         self.rounded = xp.zeros(n, numpy.uint32)
+        head = (self.words, self.blocks, numpy.int64(n))
+        tail = (self.stats, self.rounded)
+        self.arguments = (head + (self.partial, self.done) + tail, head + tail)
         self.counts = self.counted = self.lost = self.last = None
         if group.dtype == numpy.float16 and group.op != L.RESCALE:
             self.counts = empty_pinned(xp, n, numpy.uint32)
@@ -470,7 +475,7 @@ class _DeviceState(object):
         host[5 * n:].view(self.compute_dtype)[:group.rows.size] = (
             group.rows.reshape(-1))
         self.words.set(host, stream)
-        slot[1] = stream.record()
+        slot[1] = stream.record(slot[1])
 
 
 class CudaExecutor(object):
@@ -484,12 +489,11 @@ class CudaExecutor(object):
     def take(self, plan, groups, grads):
         """Each group's gradient pointers the kernels take as they are (0:
         not taken; an empty array's, 0 in CuPy, 1), and how many are not."""
-        found = []
+        found, missing = [], 0
         for group, g in zip(groups, grads):
             state = group.state
             try:
-                if state.direct.all() and (list(map(_SIGNATURE, g))
-                                           == state.signature):
+                if list(map(_SIGNATURE, g)) == state.signature:
                     found.append(numpy.array(list(map(
                         _POINTER, g)), numpy.int64) | state.empty)
                     continue
@@ -500,7 +504,8 @@ class CudaExecutor(object):
                 and a.dtype == group.gdtype and supports(a) else 0
                 for a, w, ok in zip(g, group.weights, state.direct)],
                 numpy.int64))
-        return found, sum(int((gptr == 0).sum()) for gptr in found)
+            missing += len(g) - numpy.count_nonzero(found[-1])
+        return found, missing
 
     @staticmethod
     def address(array):
@@ -508,26 +513,21 @@ class CudaExecutor(object):
 
     def run(self, group, gptr):
         state = group.state
-        state.last = (gptr != 0, group.op, group.adapt.copy(), 1.0 if (
+        state.last = (gptr, group.op, group.adapt.copy(), 1.0 if (
             group.mixed16 or group.op == L.LAMB) else group.rows[
                 :, L.LOSS_SCALE].copy())
-        if not (state.last[0] & ~state.empty).any():
+        if gptr.max() <= 1:  # none taken but empty ones (address 1)
             return
         xp = group.device.xp
         with group.device.create_context():
             stream = xp.cuda.get_current_stream()
             state.upload(group, gptr, stream)
-            norms, step = (_kernel(xp, group.dtype, group.mixed16, name)
-                           for name in _KERNELS[group.op])
-            grid = (state.nblocks,), (THREADS,)
-            head = (state.words, state.blocks, numpy.int64(len(group)))
-            norms(*grid, head + (state.partial, state.done, state.stats,
-                                 state.rounded))
-            step(*grid, head + (state.stats, state.rounded))
+            for kernel, arguments in zip(state.kernels, state.arguments):
+                kernel((state.nblocks,), (THREADS,), arguments)
             if state.counts is not None:
                 self.rounded(state)  # read once done, never waited for
                 state.rounded.get(stream, out=state.counts, blocking=False)
-                state.counted = (state.last[0], stream.record())
+                state.counted = (gptr, stream.record())
 
     @staticmethod
     def observe(state):
@@ -536,7 +536,8 @@ class CudaExecutor(object):
         out = numpy.full((len(state.empty), 3), numpy.nan)
         if state.last is None:
             return out
-        taken, op, adapt, loss_scales = state.last
+        gptr, op, adapt, loss_scales = state.last
+        taken = gptr != 0
         empty = taken & state.empty
         if op != L.RESCALE:  # what the CPU loop records of no element
             out[empty, 0] = 1.0

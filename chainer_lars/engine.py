@@ -104,12 +104,12 @@ class Last(object):
 class Plan(object):
 
     """A face's groups (by device, dtype, op and the face's key), valid
-    while :meth:`matches`: ``depends(params)`` gives ``(objects, values)``,
-    compared by identity and by equality. ``where``: positions in
-    ``params``; ``record``: the CPU executor's stamps."""
+    while :meth:`matches` (``depends(params)``: ``(objects, values)``, by
+    identity and equality). ``where``: positions in ``params``; ``record``:
+    the CPU executor's stamps; ``executors``: each one's group positions."""
 
-    __slots__ = ('groups', 'where', 'others', 'record', '_by_key',
-                 '_depends', '_objects', '_values')
+    __slots__ = ('groups', 'where', 'others', 'record', 'executors',
+                 '_by_key', '_depends', '_objects', '_values')
 
     def __init__(self, params, depends=None):
         self._depends = depends  # None: the arrays ``params`` alone
@@ -134,6 +134,9 @@ class Plan(object):
         position = {id(p): k for k, p in enumerate(params)}
         self.where = [[position.get(id(p)) for p in group.params]
                       for group in self.groups]
+        self.executors = [(e, [k for k, g in enumerate(self.groups)
+                               if g.executor is e]) for e in dict.fromkeys(
+                                   g.executor for g in self.groups)]
         return self
 
     def matches(self, params):
@@ -209,11 +212,8 @@ def update(plan, grads):
 
 def _taken(plan, grads):
     """Each group's gradient addresses (0: not taken), how many are not."""
-    by_executor = {}
-    for k, group in enumerate(plan.groups):
-        by_executor.setdefault(group.executor, []).append(k)
     gptrs, missing = [None] * len(grads), 0
-    for executor, ks in by_executor.items():
+    for executor, ks in plan.executors:
         picked = [plan.groups[k] for k in ks]
         found = executor.take(plan, picked, [grads[k] for k in ks])
         if found is None:
@@ -289,9 +289,8 @@ def observe(last, report=None):
 
 def rounded_away(group):
     """The paths of float16 weights whose last step mostly rounded away."""
-    counts = None
-    if group.dtype == numpy.float16 and group.op != L.RESCALE:
-        counts = group.executor.rounded(group.state)
+    counts = group.executor.rounded(group.state) if (
+        group.dtype == numpy.float16 and group.op != L.RESCALE) else None
     return [] if counts is None else [
         path for path, w, n in zip(group.paths, group.weights, counts)
         if n > w.size / 2]

@@ -482,10 +482,73 @@ def test_train_loop_times_every_variant_on_the_cpu(capsys):
     rows = [line.split() for line in lines[2:]]
     assert [row[0] for row in rows] == list(train_loop.VARIANTS)
     for row in rows:
-        # 6 arrays; no pointer table to count (the addresses travel with
-        # each update since the lighter engine).
-        assert row[1] == '6' and float(row[2]) > 0
-        assert row[3:] == ['-', '-']
+        # 6 arrays; the update, its host part (all of it on the CPU); no
+        # pointer table to count (the addresses travel with each update
+        # since the lighter engine).
+        assert row[1] == '6' and float(row[2]) >= float(row[3]) > 0
+        assert row[4:] == ['-', '-']
+
+
+def test_train_loop_compares_another_tree_in_one_process(tmp_path):
+    # This tree against a renamed copy of itself (made under TMPDIR): each
+    # variant twice, interleaved, and the ratios of both.
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(_PATH))
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=root)
+    out = tmp_path / 'loop.json'
+    done = subprocess.run(
+        [sys.executable, _PATH.replace('bench_lars', 'train_loop'),
+         '--other', root, '--layers', '2', '--width', '4', '--batch', '2',
+         '--iters', '7', '--variants', 'momentum_sgd,lars_pa', '--dtype',
+         'mixed16', '--json', str(out)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=300)
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.splitlines()
+    start = lines.index('@numpy mixed16, MLP of 2 layers of 4, batch 2, '
+                        'median of 2 updates, variants interleaved, each '
+                        'variant also with the chainer_lars of {} (rows '
+                        'marked (other))'.format(root))
+    names = ['momentum_sgd', 'lars_pa', 'momentum_sgd (other)',
+             'lars_pa (other)']
+    rows = lines[start + 2:start + 6]
+    assert [row[:32].strip() for row in rows] == names
+    for name in names[:2]:
+        assert re.match(re.escape(name) + r': here / other \d+\.\d{3}, host '
+                        r'part \d+\.\d{3} \(medians of per-iteration '
+                        r'ratios\)$', lines[start + 6 + names.index(name)])
+    with open(str(out)) as f:
+        loop, = json.load(f)['train_loop']
+    assert loop['other'] == root and loop['interleaved'] is True
+    assert sorted(loop['variants']) == sorted(names)
+    for row in loop['variants'].values():
+        assert len(row['times_s']) == len(row['host_s']) == 2
+
+
+def test_train_loop_times_the_gpu_paths_host_code_on_the_emulator(capsys):
+    from chainer_lars.testing import emulated_cupy
+    train_loop = _load('train_loop')
+    results = train_loop.main([
+        '--emulate', '--layers', '2', '--width', '4', '--batch', '2',
+        '--iters', '6', '--variants', 'lars,lars_pa', '--dtype', 'mixed16'])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ('@cupy:0 (emulated, launches no-ops) mixed16, MLP of '
+                        '2 layers of 4, batch 2, median of 1 updates')
+    assert [line.split()[0] for line in lines[2:]] == ['lars', 'lars_pa']
+    assert sorted(results['mixed16']) == ['lars', 'lars_pa']
+    from chainer.backends import cuda
+    assert cuda.cupy is not emulated_cupy  # uninstalled after the run
+
+
+def test_train_loop_refuses_another_tree_without_the_package(tmp_path,
+                                                             capsys):
+    train_loop = _load('train_loop')
+    with pytest.raises(SystemExit) as raised:
+        train_loop.main(['--other', str(tmp_path)])
+    assert raised.value.code == 2
+    assert '--other: no {}'.format(
+        tmp_path / 'chainer_lars' / '__init__.py') in capsys.readouterr().err
 
 
 @pytest.mark.parametrize('argv, message', [

@@ -45,16 +45,18 @@ def gpu(request, monkeypatch):
     monkeypatch.setattr(optimizers.momentum_sgd.MomentumSGDRule, '_kernel',
                         None)
     launches = []
-    original = cuda_kernels._kernel
+    original = cuda_kernels._kernels
 
-    def counting(*args):
-        kernel, name = original(*args), args[-1]
-
+    def counted(kernel, name):
         def launch(*args, **kwargs):
             launches.append(name)
             return kernel(*args, **kwargs)
         return launch
-    monkeypatch.setattr(cuda_kernels, '_kernel', counting)
+
+    def counting(xp, group):  # a group's kernels, each launch recorded
+        return [counted(kernel, name) for kernel, name in zip(
+            original(xp, group), cuda_kernels._KERNELS[group.op])]
+    monkeypatch.setattr(cuda_kernels, '_kernels', counting)
     if request.param == 'emulated':
         with emulated_cupy.installed():
             emulated_cupy.stats.reset()

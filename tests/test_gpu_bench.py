@@ -535,16 +535,21 @@ def test_check_rehearsal_runs_every_step_on_the_cpu(tmp_path, dataset_root):
     # The training loop of both versions, both dtypes, in the summary.
     engine = (out / 'engine.txt').read_text()
     assert summary.count(
-        '== engine before/after, training loop (engine.txt)\nold: {} '
-        '(commit 229bc30ad1e5); new: this tree; momentum_sgd, Chainer\'s own '
-        'update, is the control\n{}'.format(tmp_path / 'before', engine)) == 1
-    assert [line.split()[:4] for line in engine.splitlines()[1:]] == [
-        ['train', 'loop', dtype, variant] for dtype in ('float32', 'mixed16')
-        for variant in ('momentum_sgd', 'lars')]
+        '== engine before/after, training loop (engine.txt)\nother: {} '
+        '(commit 229bc30ad1e5); here: this tree; momentum_sgd, Chainer\'s '
+        'own update, is the control\n{}'.format(tmp_path / 'before',
+                                                engine)) == 1
+    # Both versions in one process: each variant's ratio, each dtype.
+    assert [line.split(':')[0] for line in engine.splitlines()
+            if ': here / other ' in line] == ['momentum_sgd', 'lars'] * 2
+    assert [line.split(',')[0] for line in engine.splitlines()
+            if line.startswith('@numpy')] == ['@numpy float32',
+                                              '@numpy mixed16']
     with tarfile.open(str(tmp_path / 'back' / 'gc.tar.gz')) as tar:
         names = set(tar.getnames())
     assert {'out/' + n for n in (
         'summary.txt', 'env.txt', 'floor.txt', 'floor.json', 'engine.txt',
+        'engine.json',
         'peers.md', 'peers.json', 'bench_gpu.json', 'paper_model.txt',
         'pytest_gpu.txt', 'mnist_mixed16.txt')} <= names
     assert sorted(os.listdir(str(tmp_path / 'back'))) == [
