@@ -375,8 +375,17 @@ def test_device_values_read_on_the_host_are_counted():
     float(total)
     bool(total > 0)
     a.get()
-    numpy.asarray(a)
-    assert xp.stats.to_host == 4
+    assert xp.stats.to_host == 3
+
+
+def test_device_arrays_refuse_implicit_conversion_as_cupy():
+    # CuPy raises here; an emulator that converted would let a test pass
+    # on the CPU that fails on a GPU (two did, on the H100).
+    a = xp.asarray(numpy.arange(4, dtype=numpy.float32))
+    with pytest.raises(TypeError, match='Implicit conversion to a NumPy '
+                       'array is not allowed'):
+        numpy.asarray(a)
+    numpy.testing.assert_array_equal(a.get(), numpy.arange(4))
 
 
 #: Bugs planted one at a time in the kernel source, with the tests that

@@ -331,7 +331,11 @@ class ndarray(object):
         self._a[...] = numpy.asarray(arr)
 
     def __array__(self, dtype=None, copy=None):
-        return self.get() if dtype is None else self.get().astype(dtype)
+        # As CuPy: a test that converts implicitly fails here, not only on
+        # a GPU.
+        raise TypeError(
+            'Implicit conversion to a NumPy array is not allowed. Please use '
+            '`.get()` to construct a NumPy array explicitly.')
 
     def item(self):
         return self.get().item()
