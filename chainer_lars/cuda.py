@@ -36,17 +36,15 @@ typedef {compute} C;
 #define LARS_COUNT_ROUNDED {count}
 
 // To the compute type and back, rounded to nearest (float16 as its bits).
-template <typename T> __device__ __forceinline__ C lars_c(T x) {{
-    return (C)x;
-}}
+template <typename T>
+__device__ __forceinline__ C lars_c(T x) {{ return (C)x; }}
 __device__ __forceinline__ C lars_c(unsigned short h) {{
     float f;
     asm("{{ cvt.f32.f16 %0, %1; }}" : "=f"(f) : "h"(h));
     return f;
 }}
-template <typename T> __device__ __forceinline__ void lars_s(T& y, C x) {{
-    y = (T)x;
-}}
+template <typename T>
+__device__ __forceinline__ void lars_s(T& y, C x) {{ y = (T)x; }}
 __device__ __forceinline__ void lars_s(unsigned short& y, C x) {{
     asm("{{ cvt.rn.f16.f32 %0, %1; }}" : "=h"(y) : "f"((float)x));
 }}
@@ -74,10 +72,8 @@ template <typename T> __device__ __forceinline__ void lars_put(
         for (int j = 0; j < n; ++j) lars_s(a[i + j], x[j]);
     }}
 }}
-template <typename T> __device__ __forceinline__ bool lars_aligned(
-        const T* a) {{
-    return (unsigned long long)a % (sizeof(T) * LARS_VEC) == 0;
-}}
+template <typename T> __device__ __forceinline__ bool lars_aligned(const T* a)
+{{ return (unsigned long long)a % (sizeof(T) * LARS_VEC) == 0; }}
 
 {trust_ratio}
 

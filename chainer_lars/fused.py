@@ -190,6 +190,7 @@ _RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
                                   'uses_adaptation', '_use_fp32_update')
 _HYPER_PARENT = operator.attrgetter('hyperparam._parent')
 _HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
+_PARAM_OWN = operator.attrgetter('update_rule.hyperparam.__dict__')
 _STATE = operator.attrgetter('_state')
 _MASTER_DATA = operator.attrgetter('_fp32_param._data')
 _DATA = operator.attrgetter('_data')
@@ -317,6 +318,7 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                         self._face, name))
             self._checked = dict(own)
         if not self._multi_tensor:
+            self._check_rules(list(self.target.params()))
             super(FusedMethod, self).update(lossfun, *args, **kwds)
             self._stepped = self.is_safe_to_update()
             return self._warn_rounded([])
@@ -330,6 +332,7 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
             del loss
 
         params = list(self.target.params())
+        self._check_rules(params)
         grads = self._reallocate(params)
         self._check_finite(params, grads)
         if self._hookable._pre_update_hooks:
@@ -346,6 +349,21 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
 
         self.call_hooks('post')
         self.update_loss_scale()
+
+    def _check_rules(self, params):
+        """Values set on a rule's own hyperparameter, checked as its row
+        is, before the hooks run and ``t`` counts."""
+        try:  # at C speed: usually every rule reads its parent's alone
+            if sum(map(len, map(_PARAM_OWN, params))) == len(params):
+                return
+        except (AttributeError, TypeError):  # no rule, or another kind
+            pass
+        for p, r in zip(params, map(engine.UPDATE_RULE, params)):
+            if (isinstance(r, self._rule) and r.enabled and p.array is not None
+                    and len(vars(r.hyperparam)) > 1):
+                r._fill_rows(L.rows(1), [r._RULE_VALUES(r)], [r.t + 1],
+                             r.uses_weight_decay, r.uses_adaptation,
+                             [r._path or p.name], p.dtype)
 
     def _check_finite(self, params, grads):
         """Chainer's ``check_nan_in_grads`` (its warnings, in its order),

@@ -154,11 +154,9 @@ class GradientLARS(exclusions.ExclusionProperties):
                 'parentheses')
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
-        self.threshold = threshold
-        self.weight_decay = weight_decay
-        self.eps = eps
-        self.trust_coefficient = trust_coefficient
-        self.clip = clip
+        self.threshold, self.weight_decay, self.eps = (
+            threshold, weight_decay, eps)
+        self.trust_coefficient, self.clip = trust_coefficient, clip
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         # Plans by optimizer, and by parameter of a per-rule call; what
         # observe() reads of the last update (engine.Last, no array).

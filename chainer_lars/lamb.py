@@ -14,7 +14,7 @@ from chainer_lars import fused
 from chainer_lars import layout as L
 
 
-_default_hyperparam = optimizer.Hyperparameter()
+_default_hyperparam = _D = optimizer.Hyperparameter()
 vars(_default_hyperparam).update(alpha=0.001, beta1=0.9, beta2=0.999,
                                  eps=1e-6, eta=1.0, weight_decay_rate=0.0)
 
@@ -132,12 +132,9 @@ class LAMB(fused.FusedMethod):
 
     _rule, _face = LAMBRule, 'LAMB'
 
-    def __init__(self, alpha=_default_hyperparam.alpha,
-                 beta1=_default_hyperparam.beta1,
-                 beta2=_default_hyperparam.beta2,
-                 eps=_default_hyperparam.eps,
-                 eta=_default_hyperparam.eta,
-                 weight_decay_rate=_default_hyperparam.weight_decay_rate,
+    def __init__(self, alpha=_D.alpha, beta1=_D.beta1, beta2=_D.beta2,
+                 eps=_D.eps, eta=_D.eta,
+                 weight_decay_rate=_D.weight_decay_rate,
                  exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=(), multi_tensor=True,
                  **unexpected):
@@ -148,12 +145,9 @@ class LAMB(fused.FusedMethod):
             'momentum': 'LAMB(beta1=...), as in Adam'})
         super(LAMB, self).__init__(multi_tensor, exclude_from_weight_decay,
                                    exclude_from_layer_adaptation)
-        self.alpha = alpha
-        self.beta1 = beta1
-        self.beta2 = beta2
-        self.eps = eps
-        self.eta = eta
-        self.weight_decay_rate = weight_decay_rate
+        self.alpha, self.beta1, self.beta2 = alpha, beta1, beta2
+        self.eps, self.eta, self.weight_decay_rate = (
+            eps, eta, weight_decay_rate)
 
     alpha = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     beta1 = checks.CheckedHyperparameter(checks.real, minimum=0.0,

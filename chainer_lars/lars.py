@@ -12,7 +12,7 @@ from chainer_lars import fused
 from chainer_lars import layout as L
 
 
-_default_hyperparam = optimizer.Hyperparameter()
+_default_hyperparam = _D = optimizer.Hyperparameter()
 vars(_default_hyperparam).update(
     lr=2.0, momentum=0.9, weight_decay=1e-4, trust_coefficient=1e-3,
     eps=0.0, nesterov=False)
@@ -119,22 +119,16 @@ class LARS(fused.FusedMethod):
 
     _rule, _face = LARSRule, 'LARS'
 
-    def __init__(self, lr=_default_hyperparam.lr,
-                 momentum=_default_hyperparam.momentum,
-                 weight_decay=_default_hyperparam.weight_decay,
-                 trust_coefficient=_default_hyperparam.trust_coefficient,
-                 eps=_default_hyperparam.eps,
-                 nesterov=_default_hyperparam.nesterov,
-                 exclude_from_weight_decay=(),
+    def __init__(self, lr=_D.lr, momentum=_D.momentum,
+                 weight_decay=_D.weight_decay,
+                 trust_coefficient=_D.trust_coefficient, eps=_D.eps,
+                 nesterov=_D.nesterov, exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=(), multi_tensor=True):
         super(LARS, self).__init__(multi_tensor, exclude_from_weight_decay,
                                    exclude_from_layer_adaptation)
-        self.lr = lr
-        self.momentum = momentum
-        self.weight_decay = weight_decay
-        self.trust_coefficient = trust_coefficient
-        self.eps = eps
-        self.nesterov = nesterov
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.trust_coefficient, self.eps, self.nesterov = (
+            trust_coefficient, eps, nesterov)
 
     lr = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     momentum = checks.CheckedHyperparameter(checks.real, minimum=0.0,

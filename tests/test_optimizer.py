@@ -587,3 +587,53 @@ def test_observe_before_setup_says_what_to_do():
             r'^LARS.observe\(\) reports the last update: call '
             r'optimizer.setup\(link\) and update\(\) first')):
         chainer_lars.LARS().observe()
+
+
+@pytest.mark.parametrize('face, name, bad, words', [
+    ('LARS', 'lr', -1.0, 'LARS hyperparameter lr of /l1/W must be at least '
+     '0.0, got -1.0'),
+    ('LARS', 'momentum', 1.0, 'LARS hyperparameter momentum of /l1/W must '
+     'be less than 1.0, got 1.0'),
+    ('LAMB', 'beta2', 1.0, 'LAMB hyperparameter beta2 of /l1/W must be '
+     'less than 1.0, got 1.0'),
+    ('LAMB', 'eps', 1e-60, r'eps of LAMB optimizer is too small for '
+     r'float32 \(1e-60\), at /l1/W'),
+])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('first', [True, False])  # before the states exist
+def test_a_rules_own_values_fail_before_the_hooks_and_t(
+        face, name, bad, words, multi_tensor, first):
+    """Values set on one rule's hyperparameter are refused before the
+    pre-update hooks change a gradient and before any ``t`` counts, on
+    the per-rule path (the first update, multi_tensor=False) and the
+    batched one."""
+    model = chainer.Chain()
+    with model.init_scope():
+        model.l1 = chainer.links.Linear(3, 4)
+        model.l2 = chainer.links.Linear(4, 2)
+    opt = getattr(chainer_lars, face)(multi_tensor=multi_tensor)
+    opt.setup(model)
+    opt.add_hook(chainer.optimizer_hooks.WeightDecay(0.5))
+    rng = numpy.random.RandomState(0)
+
+    def set_grads():
+        for p in model.params():
+            p.grad = rng.standard_normal(p.shape).astype(numpy.float32)
+    if not first:
+        set_grads()
+        opt.update()
+    setattr(model.l1.W.update_rule.hyperparam, name, bad)
+    set_grads()
+    before = [(p.array.copy(), p.grad.copy(), p.update_rule.t)
+              for p in model.params()]
+    t = opt.t
+    with pytest.raises(ValueError, match=words):
+        opt.update()
+    assert opt.t == t
+    for p, (w, g, rule_t) in zip(model.params(), before):
+        assert (p.array == w).all() and (p.grad == g).all()
+        assert p.update_rule.t == rule_t
+    # Set right again, the next update runs as if nothing had happened.
+    delattr(model.l1.W.update_rule.hyperparam, name)
+    opt.update()
+    assert opt.t == t + 1
