@@ -1000,6 +1000,26 @@ def test_mnist_results_refuses_an_empty_out(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize('root, words', [
+    ('', "'': an empty path names no folder"),
+    ('nowhere', 'nowhere: '),
+])
+def test_mnist_results_refuses_a_bad_dataset_root_first(tmp_path, capsys,
+                                                        root, words):
+    # Each run refused it, but after <out>/flags was written and the
+    # first run had started.
+    results = importlib.import_module('examples.mnist.results')
+    out = tmp_path / 'out'
+    with pytest.raises(SystemExit) as e:
+        results.main(['--batchsizes', '32', '--epoch', '1', '--out',
+                      str(out), '--flags=--lr 0.5', '--dataset-root',
+                      str(tmp_path / root) if root else root])
+    assert e.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert 'error: --dataset-root ' in line and words in line, line
+    assert not out.exists()
+
+
 @pytest.mark.skipif(chainer.backends.cuda.available,
                     reason='CuPy can use CUDA here')
 def test_gpu_without_cupy_is_one_clear_line(mnist, capsys):
