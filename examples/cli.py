@@ -485,6 +485,16 @@ def path_problem(args):
     return None
 
 
+def check_batch_norm_batchsize(parser, args):
+    """Stops where a model with BatchNormalization gets batches of one: it
+    normalises each feature over the batch, and one sample gives 0."""
+    if args.batchsize < 2:
+        parser.error(
+            '--batchsize {}: the model normalises each feature over the '
+            'batch (BatchNormalization), and a batch of one sample gives '
+            'zeros: give at least 2'.format(args.batchsize))
+
+
 def _same_folder(a, b):
     try:
         return os.path.samefile(a, b)

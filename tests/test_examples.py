@@ -1020,6 +1020,25 @@ def test_mnist_results_refuses_a_bad_dataset_root_first(tmp_path, capsys,
     assert not out.exists()
 
 
+@pytest.mark.parametrize('trainer, argv', [
+    ('mnist', ['--model', 'mlp-bn', '-b', '1']),
+    ('cifar', ['-b', '1']),
+])
+def test_batch_norm_models_refuse_batches_of_one(request, capsys, trainer,
+                                                 argv):
+    # Chainer only warned, at every update, that the output is zero.
+    err = usage_error(request.getfixturevalue(trainer).parse_args, argv,
+                      capsys)
+    assert err.splitlines()[-1].endswith(
+        'error: --batchsize 1: the model normalises each feature over the '
+        'batch (BatchNormalization), and a batch of one sample gives zeros: '
+        'give at least 2'), err
+
+
+def test_the_plain_mlp_takes_batches_of_one(mnist):
+    assert mnist.parse_args(['-b', '1']).batchsize == 1
+
+
 @pytest.mark.skipif(chainer.backends.cuda.available,
                     reason='CuPy can use CUDA here')
 def test_gpu_without_cupy_is_one_clear_line(mnist, capsys):

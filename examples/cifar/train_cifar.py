@@ -109,6 +109,7 @@ def parse_args(argv=None):
                         '(default: %(default)s)')
     args = cli.parse_args(parser, argv)
     check_depth(parser, args.depth)
+    cli.check_batch_norm_batchsize(parser, args)
     return args
 
 

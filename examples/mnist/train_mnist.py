@@ -91,7 +91,10 @@ def parse_args(argv=None, paths=True):
                         "Chainer's example; mlp-bn: the same with "
                         'BatchNormalization after each hidden layer '
                         '(default: %(default)s)')
-    return cli.parse_args(parser, argv, positive=['unit'], paths=paths)
+    args = cli.parse_args(parser, argv, positive=['unit'], paths=paths)
+    if args.model == 'mlp-bn':
+        cli.check_batch_norm_batchsize(parser, args)
+    return args
 
 
 def main(argv=None):
