@@ -461,8 +461,7 @@ class _DeviceState(object):
             self.counts = empty_pinned(xp, n, numpy.uint32)
 
     def upload(self, group, gptr, stream):
-        slot = self.ring[self.next]
-        self.next = (self.next + 1) % self.RING
+        slot, self.next = self.ring[self.next], (self.next + 1) % self.RING
         if slot[1] is not None:
             slot[1].synchronize()  # its last copy is done
         host, n = slot[0], len(group)

@@ -102,7 +102,7 @@ class FusedRule(optimizer.UpdateRule):
 
     adapts_rates = True  # GradientLARS refuses to run on us
     is_elementwise = False
-    _lost = None
+    _lost = _own_checked = None
 
     def __init__(self, parent_hyperparam=None, uses_weight_decay=True,
                  uses_adaptation=True):
@@ -351,19 +351,20 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         self.update_loss_scale()
 
     def _check_rules(self, params):
-        """Values set on a rule's own hyperparameter, checked as its row
-        is, before the hooks run and ``t`` counts."""
+        """Rules' own hyperparameter values, before the hooks and ``t``."""
         try:  # at C speed: usually every rule reads its parent's alone
             if sum(map(len, map(_PARAM_OWN, params))) == len(params):
                 return
         except (AttributeError, TypeError):  # no rule, or another kind
             pass
         for p, r in zip(params, map(engine.UPDATE_RULE, params)):
-            if (isinstance(r, self._rule) and r.enabled and p.array is not None
-                    and len(vars(r.hyperparam)) > 1):
+            own = vars(r.hyperparam) if isinstance(r, self._rule) else {}
+            if (len(own) > 1 and r.enabled and p.array is not None
+                    and r._own_checked != (own, p.dtype)):  # as its row
                 r._fill_rows(L.rows(1), [r._RULE_VALUES(r)], [r.t + 1],
                              r.uses_weight_decay, r.uses_adaptation,
                              [r._path or p.name], p.dtype)
+                r._own_checked = (dict(own), p.dtype)
 
     def _check_finite(self, params, grads):
         """Chainer's ``check_nan_in_grads`` (its warnings, in its order),

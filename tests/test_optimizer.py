@@ -589,24 +589,25 @@ def test_observe_before_setup_says_what_to_do():
         chainer_lars.LARS().observe()
 
 
-@pytest.mark.parametrize('face, name, bad, words', [
-    ('LARS', 'lr', -1.0, 'LARS hyperparameter lr of /l1/W must be at least '
-     '0.0, got -1.0'),
-    ('LARS', 'momentum', 1.0, 'LARS hyperparameter momentum of /l1/W must '
-     'be less than 1.0, got 1.0'),
-    ('LAMB', 'beta2', 1.0, 'LAMB hyperparameter beta2 of /l1/W must be '
+@pytest.mark.parametrize('face, name, good, bad, words', [
+    ('LARS', 'lr', 0.5, -1.0, 'LARS hyperparameter lr of /l1/W must be at '
+     'least 0.0, got -1.0'),
+    ('LARS', 'momentum', 0.5, 1.0, 'LARS hyperparameter momentum of /l1/W '
+     'must be less than 1.0, got 1.0'),
+    ('LAMB', 'beta2', 0.9, 1.0, 'LAMB hyperparameter beta2 of /l1/W must be '
      'less than 1.0, got 1.0'),
-    ('LAMB', 'eps', 1e-60, r'eps of LAMB optimizer is too small for '
+    ('LAMB', 'eps', 1e-7, 1e-60, r'eps of LAMB optimizer is too small for '
      r'float32 \(1e-60\), at /l1/W'),
 ])
 @pytest.mark.parametrize('multi_tensor', [True, False])
 @pytest.mark.parametrize('first', [True, False])  # before the states exist
 def test_a_rules_own_values_fail_before_the_hooks_and_t(
-        face, name, bad, words, multi_tensor, first):
+        face, name, good, bad, words, multi_tensor, first):
     """Values set on one rule's hyperparameter are refused before the
     pre-update hooks change a gradient and before any ``t`` counts, on
     the per-rule path (the first update, multi_tensor=False) and the
-    batched one."""
+    batched one; a good value checked before is checked again once it
+    changes."""
     model = chainer.Chain()
     with model.init_scope():
         model.l1 = chainer.links.Linear(3, 4)
@@ -620,8 +621,10 @@ def test_a_rules_own_values_fail_before_the_hooks_and_t(
         for p in model.params():
             p.grad = rng.standard_normal(p.shape).astype(numpy.float32)
     if not first:
-        set_grads()
-        opt.update()
+        setattr(model.l1.W.update_rule.hyperparam, name, good)
+        for _ in range(2):
+            set_grads()
+            opt.update()
     setattr(model.l1.W.update_rule.hyperparam, name, bad)
     set_grads()
     before = [(p.array.copy(), p.grad.copy(), p.update_rule.t)
@@ -634,6 +637,6 @@ def test_a_rules_own_values_fail_before_the_hooks_and_t(
         assert (p.array == w).all() and (p.grad == g).all()
         assert p.update_rule.t == rule_t
     # Set right again, the next update runs as if nothing had happened.
-    delattr(model.l1.W.update_rule.hyperparam, name)
+    setattr(model.l1.W.update_rule.hyperparam, name, good)
     opt.update()
     assert opt.t == t + 1
