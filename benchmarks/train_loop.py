@@ -41,6 +41,13 @@ Each row also gives the host's part: the median time until ``update()``
 returns, before the device is synchronised (launches are asynchronous;
 the rest is the device finishing the queued work).
 
+``--chunk N`` runs this tree's kernels with ``N`` elements per block
+(``chainer_lars.cuda.CHUNK``; the lighter engine doubled 229bc30's 4096),
+to tell on a device whether the blocks' size explains a difference::
+
+    python benchmarks/train_loop.py --device 0 --dtype mixed16 \
+        --other /tmp/old --chunk 4096 --variants momentum_sgd,lars,lars_pa
+
 With ``--emulate`` the device is ``@cupy:0`` of
 :mod:`chainer_lars.testing.emulated_cupy` with every kernel launch a
 no-op (``gpu_host.py``'s mode): the GPU path's host code, timed without a
@@ -279,6 +286,11 @@ def main(argv=None):
                         'of TREE (another checkout), interleaved, and print '
                         'the time here over the time there (implies '
                         '--interleave)')
+    parser.add_argument('--chunk', type=int, metavar='N',
+                        help="this tree's elements per CUDA block "
+                        '(chainer_lars.cuda.CHUNK, default 8192; 229bc30 '
+                        'had 4096), a multiple of 8 x THREADS (2048): to '
+                        'tell the blocks\' size from the rest of a change')
     parser.add_argument('--emulate', action='store_true',
                         help='on the emulated GPU, launches no-ops: the '
                         'host code of the GPU path (the device is @cupy:0)')
@@ -302,6 +314,12 @@ def main(argv=None):
             os.path.dirname(os.path.abspath(args.json))):
         parser.error('--json: no folder {!r} to write {!r} in'.format(
             os.path.dirname(os.path.abspath(args.json)), args.json))
+    step = 8 * getattr(cuda_kernels, 'THREADS', 0)
+    if args.chunk is not None and (not step or args.chunk <= 0
+                                   or args.chunk % step):
+        parser.error('--chunk must be a positive multiple of {}, got {}'
+                     .format(step, args.chunk) if step else
+                     '--chunk: this tree has no chainer_lars.cuda')
     other = None
     if args.other is not None:
         try:
@@ -315,10 +333,20 @@ def main(argv=None):
         context = emulated_cupy.installed(execute=False, check=False)
         args.device = '@cupy:0'
     results = {}
-    with context:
-        device = chainer.get_device(args.device)
-        for dtype in dtypes:
-            results[dtype] = _run_dtype(names, device, dtype, args, other)
+    chunk, modules = (getattr(cuda_kernels, name, None)
+                      for name in ('CHUNK', '_modules'))
+    if args.chunk is not None:  # read when a group is prepared; modules
+        # compiled with another (in this process) set aside meanwhile
+        cuda_kernels.CHUNK, cuda_kernels._modules = args.chunk, {}
+    try:
+        with context:
+            device = chainer.get_device(args.device)
+            for dtype in dtypes:
+                results[dtype] = _run_dtype(names, device, dtype, args,
+                                            other)
+    finally:
+        if args.chunk is not None:
+            cuda_kernels.CHUNK, cuda_kernels._modules = chunk, modules
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'train_loop': [
@@ -326,7 +354,7 @@ def main(argv=None):
                  'dtype': dtype,
                  'layers': args.layers, 'width': args.width,
                  'batch': args.batch, 'interleaved': args.interleave,
-                 'other': args.other,
+                 'other': args.other, 'chunk': args.chunk,
                  'variants': results[dtype]} for dtype in dtypes]},
                 f, indent=1)
     return results

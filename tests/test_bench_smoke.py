@@ -541,6 +541,43 @@ def test_train_loop_times_the_gpu_paths_host_code_on_the_emulator(capsys):
     assert cuda.cupy is not emulated_cupy  # uninstalled after the run
 
 
+def test_train_loop_runs_this_tree_with_another_chunk_and_restores_it(
+        capsys):
+    from chainer_lars import cuda as cuda_kernels
+    before = dict(vars(cuda_kernels))
+    compiled = set(cuda_kernels._modules)
+    seen = []
+    prepare = cuda_kernels._DeviceState.__init__
+
+    def recording(self, group):
+        prepare(self, group)
+        seen.append((cuda_kernels.CHUNK, self.nblocks))
+    cuda_kernels._DeviceState.__init__ = recording
+    try:
+        train_loop = _load('train_loop')
+        train_loop.main(['--emulate', '--chunk', '2048', '--layers', '2',
+                         '--width', '64', '--batch', '2', '--iters', '6',
+                         '--variants', 'lars'])
+    finally:
+        cuda_kernels._DeviceState.__init__ = prepare
+    # The first update's rules one by one (no state yet), then one group
+    # of W (64 x 64, 10 x 64) and b (64, 10): 2 + 1 + 1 + 1 blocks of 2048.
+    assert seen == [(2048, 2), (2048, 1), (2048, 1), (2048, 1), (2048, 5)]
+    assert dict(vars(cuda_kernels)) == dict(before)
+    # Nothing compiled with 2048 kept for later groups of this process.
+    assert set(cuda_kernels._modules) == compiled
+
+
+@pytest.mark.parametrize('chunk', ['0', '100', '-2048'])
+def test_train_loop_refuses_a_chunk_the_kernels_cannot_take(capsys, chunk):
+    train_loop = _load('train_loop')
+    with pytest.raises(SystemExit) as raised:
+        train_loop.main(['--chunk', chunk])
+    assert raised.value.code == 2
+    assert '--chunk must be a positive multiple of 2048, got {}'.format(
+        chunk) in capsys.readouterr().err
+
+
 def test_train_loop_refuses_another_tree_without_the_package(tmp_path,
                                                              capsys):
     train_loop = _load('train_loop')
