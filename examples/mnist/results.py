@@ -734,11 +734,11 @@ def main(argv=None):
             folders.shown(args.out),
             folders.folder_problem(args.out, create=False)))
     # Each run would refuse it, but after <out>/flags is written.
-    if args.dataset_root is not None and folders.folder_problem(
-            args.dataset_root, create=False) is not None:
+    problem = args.dataset_root is not None and folders.folder_problem(
+        args.dataset_root, create=False)
+    if problem:
         parser.error('--dataset-root {}: {}'.format(
-            folders.shown(args.dataset_root),
-            folders.folder_problem(args.dataset_root, create=False)))
+            folders.shown(args.dataset_root), problem))
     args.flags = check_flags(parser, args)
     if args.check is not None and args.same_as is not None:
         parser.error('--check and --same-as are two tasks: give one')

@@ -66,7 +66,8 @@ import numpy
 
 if not __package__:  # run as a file: examples/README.md
     import _examples_path  # NOQA
-from examples import recipe  # NOQA: E402 (after the path is set)
+from examples import folders  # NOQA: E402 (after the path is set)
+from examples import recipe  # NOQA: E402
 from examples.mnist import results  # NOQA: E402
 
 
@@ -2095,8 +2096,9 @@ def main(argv=None):
                            else [FAIR_BATCHSIZE])
     for name in ('out', 'runs', 'dataset_root'):
         if getattr(args, name) == '':  # it would be the current folder
-            parser.error("--{} '': an empty path names no folder (. is the "
-                         'current one)'.format(name.replace('_', '-')))
+            parser.error("--{} '': {}".format(name.replace('_', '-'),
+                                              folders.folder_problem(
+                                                  '', create=False)))
     if args.out is None:
         args.out = model_out(args.model)
     if args.figure is None:
