@@ -132,9 +132,8 @@ def addressed(path, weight, grad, states=(), written=('weight',),
     row writes besides, always); with ``one_dtype`` (a GPU), of the
     weight's dtype (a gradient's ``gdtype``). ``grad`` ``None``: the row's
     own arrays only. Errors name ``path``."""
-    named = tuple(zip(names, states))
-    if grad is not None:
-        named = (('gradient', grad),) + named
+    named = (() if grad is None else (('gradient', grad),)) + tuple(
+        zip(names, states))
     if extra is not None:
         named += ((extra_name, extra),)
         written = tuple(written) + (extra_name,)

@@ -186,9 +186,7 @@ class Record(object):
         self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()
         for t, a, b in zip(self.tables, self.bounds, self.bounds[1:]):
             e = self.grads[jit.EXPECT:, a:b]
-            e[0] = t.table[:, L.SIZE]
-            e[1] = t.descr
-            e[3] = t.table[:, L.W] != 0
+            e[0], e[1], e[3] = t.table[:, L.SIZE], t.descr, t.table[:, L.W] > 0
         self.scaled = None
         self.restamp_update = jit.restamp_update
         self.arguments = (

@@ -127,9 +127,8 @@ class WarmupPolynomialShift(extension.Extension):
             'actual_optimizer', optimizer), self._attr) or float
         for name, value in (('init', init), ('end', self._end)):
             try:
-                if value is None:  # init=None: read when training starts
-                    continue
-                check(value)
+                if value is not None:  # None: read when training starts
+                    check(value)
             except (TypeError, ValueError) as e:
                 raise ValueError(
                     '{}={!r} is not a valid value of the optimizer\'s {}: '
@@ -228,6 +227,9 @@ class TrustRatioObserver(extension.Extension):
         if quantity not in self.quantities:
             raise ValueError('quantity must be one of {}, got {!r}'.format(
                 self.quantities, quantity))
+        if not checks.string('path', path).startswith('/'):
+            raise ValueError("path must be a parameter's path, starting with "
+                             "'/' (e.g. '/l1/W'), got {!r}".format(path))
         return (self._prefix and self._prefix + '/') + quantity + path
 
     def initialize(self, trainer):

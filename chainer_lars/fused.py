@@ -103,6 +103,7 @@ class FusedRule(optimizer.UpdateRule):
     adapts_rates = True  # GradientLARS refuses to run on us
     is_elementwise = False
     _lost = _own_checked = None
+    _fits = staticmethod(lambda hyperparam: True)  # in every dtype
 
     def __init__(self, parent_hyperparam=None, uses_weight_decay=True,
                  uses_adaptation=True):
@@ -316,6 +317,11 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                 if check is not None:
                     check(value, '{} hyperparameter {}'.format(
                         self._face, name))
+            rule = self._rule  # and as rows where one may not fit a dtype
+            if not rule._fits(self.hyperparam):  # (LAMB's eps)
+                for path, p in self.target.namedparams():
+                    rule._fill_rows(L.rows(1), [rule._VALUES(self.hyperparam)],
+                                    [1], True, True, [path], p.dtype)
             self._checked = dict(own)
         if not self._multi_tensor:
             self._check_rules(list(self.target.params()))

@@ -40,8 +40,7 @@ class _RuleDelegate(object):
         if armed is None:
             return
         optimizer, t, path, grad = armed
-        optimizer = optimizer()
-        if optimizer is None or optimizer.t != t:
+        if getattr(optimizer(), 't', None) != t:  # gone, or moved on
             return
         if grad is not None and grad.dtype == param.dtype:  # a master
             param.grad = grad
@@ -160,9 +159,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
         # Plans by optimizer, and by parameter of a per-rule call; what
         # observe() reads of the last update (engine.Last, no array).
-        self._plans = engine.PlanCache()
-        self._singles = engine.PlanCache()
-        self._seen = {}
+        self._plans, self._singles, self._seen = (
+            engine.PlanCache(), engine.PlanCache(), {})
 
     def __getstate__(self):
         return dict(self.__dict__, _seen={})
@@ -215,11 +213,10 @@ class GradientLARS(exclusions.ExclusionProperties):
         grads = []  # all checked before anything changes
         for group in plan.groups:
             g = list(map(engine.GRAD, group.params))
-            clips = -1.0
-            if self.clip:
-                clips = [self._clip_lr(rule, path) if a and x is not None
-                         and x.size else -1.0 for rule, path, a, x in zip(
-                             group.rules, group.paths, group.adapt, g)]
+            clips = [self._clip_lr(rule, path) if a and x is not None
+                     and x.size else -1.0 for rule, path, a, x in zip(
+                         group.rules, group.paths, group.adapt, g)
+                     ] if self.clip else -1.0
             engine.settings(group, self._key(clips, list(map(
                 engine.LOSS_SCALE, group.params))), self._fill)
             grads.append(g)

@@ -56,10 +56,8 @@ def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
     t = numpy.asarray(steps, numpy.float64)
     rows[:, L.LR] = alpha * eta
     rows[:, L.BETA1], rows[:, L.BETA2] = b1, b2
-    rows[:, L.CORRECTION1] = 1.0 - b1 ** t
-    rows[:, L.CORRECTION2] = 1.0 - b2 ** t
-    rows[:, L.EPS] = eps
-    rows[:, L.WEIGHT_DECAY] = wd * uses_wd
+    rows[:, L.CORRECTION1], rows[:, L.CORRECTION2] = 1 - b1 ** t, 1 - b2 ** t
+    rows[:, L.EPS], rows[:, L.WEIGHT_DECAY] = eps, wd * uses_wd
     rows[:, L.ADAPT] = adapt
 
 
@@ -81,6 +79,7 @@ class LAMBRule(fused.FusedRule):
     _RULE_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
     _DEFAULTS, _fill_rows = _default_hyperparam, staticmethod(_fill_rows)
     alpha_t = lr = property(_alpha_t)
+    _fits = staticmethod(lambda h: numpy.float32(min(h.eps, 1)) or not h.eps)
 
 
 class LAMB(fused.FusedMethod):

@@ -44,8 +44,7 @@ def written(op, scaled):
 def rows(n):
     """``n`` rows of settings: no clipping, no loss scale, the rest 0."""
     table = numpy.zeros((n, len(COLUMNS)))
-    table[:, CLIP_LR] = -1.0
-    table[:, LOSS_SCALE] = 1.0
+    table[:, CLIP_LR], table[:, LOSS_SCALE] = -1.0, 1.0
     return table
 
 

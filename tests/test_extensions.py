@@ -513,8 +513,18 @@ def test_observer_prefix_pattern_and_key():
     assert observe_once(observer) == {
         'x/ratio/l1/W': 0.5, 'x/w_norm/l1/W': 2.0, 'x/g_norm/l1/W': 3.0}
     assert observer.key('g_norm', '/l1/W') == 'x/g_norm/l1/W'
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^quantity must be one of "
+                       r"\('ratio', 'w_norm', 'g_norm'\), got 'lr'$"):
         observer.key('lr', '/l1/W')
+    # A path as namedparams() gives it, not glued to the quantity's name.
+    for path in ('l1/W', ''):
+        with pytest.raises(ValueError, match=r"^path must be a parameter's "
+                           r"path, starting with '/' \(e.g. '/l1/W'\), got "
+                           + re.escape(repr(path)) + '$'):
+            observer.key('ratio', path)
+    for path in (None, b'/l1/W'):
+        with pytest.raises(TypeError, match='^path must be a str, not '):
+            observer.key('ratio', path)
 
 
 def test_observer_without_a_prefix():

@@ -487,13 +487,43 @@ def test_the_optimizers_own_values_fail_before_the_hooks_and_t(
         assert p.update_rule.t == 1, path
 
 
-def test_eps_that_rounds_to_zero_is_refused_as_by_adam():
-    model = _model(numpy.float16)
-    opt = chainer_lars.LAMB(eps=1e-50).setup(model)
-    _set_grads(model, 0)
-    with pytest.raises(ValueError, match='eps of LAMB optimizer is too '
-                       'small for float32'):
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('first', [True, False])
+def test_eps_that_rounds_to_zero_is_refused_as_by_adam(
+        dtype, multi_tensor, first):
+    """Before the hooks change a gradient and before ``t`` counts, at the
+    first update and when set later (on the optimizer or its
+    hyperparameter); float64 arrays hold it."""
+    model = _model(dtype)
+    opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
+    opt.add_hook(optimizer_hooks.WeightDecay(0.5))
+    if dtype == numpy.float16:
+        opt.use_fp32_update()  # mixed16
+    if first:
+        opt.eps = 1e-50
+    else:
+        _set_grads(model, 0)
         opt.update()
+        opt.hyperparam.eps = 1e-50
+    _set_grads(model, 1)
+    before = {p: (a.array.copy(), a.grad.copy(), a.update_rule.t)
+              for p, a in model.namedparams()}
+    t = opt.t
+    with pytest.raises(ValueError, match=r'^eps of LAMB optimizer is too '
+                       r'small for float32 \(1e-50\), at /\S+$'):
+        opt.update()
+    assert opt.t == t
+    for path, p in model.namedparams():
+        w, g, rule_t = before[path]
+        assert (p.array == w).all() and (p.grad == g).all(), path
+        assert p.update_rule.t == rule_t, path
+    opt.eps = 1e-8  # taken again
+    opt.update()
+    assert opt.t == t + 1
+
+
+def test_eps_that_rounds_to_zero_in_float32_is_taken_in_float64():
     model = _model(numpy.float64)
     opt = chainer_lars.LAMB(eps=1e-50).setup(model)
     _set_grads(model, 0)
