@@ -440,7 +440,8 @@ def path_problem(args):
     --out must be a folder that can be made and written (it is made and
     a file written in it, then both removed, so that a run that stops
     here leaves nothing behind), with nothing under a run file's name
-    that is not a file (``not_files``), and hold no other run (unless
+    that is not a file (``not_files``; a plot's only where it plots), and
+    hold no other run (unless
     --overwrite): none for a new run, none but the run of its snapshot
     for a resumed one; --dataset-root must be an existing folder. The
     snapshot of --resume is checked by ``check_resume``.
@@ -448,7 +449,8 @@ def path_problem(args):
     problem = folders.folder_problem(args.out, create=True)
     if problem is not None:
         return '--out {}: {}'.format(folders.shown(args.out), problem)
-    blocking = not_files(args.out)
+    blocking = [n for n in not_files(args.out)  # no plot with --noplot
+                if getattr(args, 'plot', True) or n not in PLOTS]
     if blocking:
         one = len(blocking) == 1
         return ("--out {}: holds {}, named like a run's {} but not {}: a "

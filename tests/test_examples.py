@@ -2183,6 +2183,8 @@ def test_a_folder_named_like_a_run_s_file_is_refused(
     line = usage_error(mnist.main, args + flags + [
         '--out', str(out), '--dataset-root', dataset_root],
         capsys).splitlines()[-1]
+    kept = names
+    names = [n for n in names if not n.endswith('.png')]  # --noplot
     one = len(names) == 1
     assert line.endswith(
         "--out {}: holds {}, named like a run's {} but not {}: a run cannot "
@@ -2192,9 +2194,33 @@ def test_a_folder_named_like_a_run_s_file_is_refused(
             'a file' if one else 'files', 'it' if one else 'them',
             'it' if one else 'them')), line
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        names + ['snapshot_iter_9'])
-    for name in names:
+        kept + ['snapshot_iter_9'])
+    for name in kept:
         assert (out / name / 'mine').read_text() == 'mine'
+
+
+@pytest.mark.parametrize('plot', [True, False])
+def test_a_folder_named_like_a_plot_blocks_only_a_run_that_plots(
+        mnist, dataset_root, tmp_path, capsys, plot):
+    """A folder named like a plot is refused where the run would draw
+    that plot into it; with --noplot the run draws none and trains."""
+    out = tmp_path / 'result'
+    out.mkdir()
+    (out / 'loss.png').mkdir()
+    (out / 'loss.png' / 'mine').write_text('mine')
+    args = ['-b', '32', '-u', '8', '-e', '1', '--out', str(out),
+            '--dataset-root', dataset_root] + ([] if plot else ['--noplot'])
+    if plot:
+        line = usage_error(mnist.main, args, capsys).splitlines()[-1]
+        assert line.endswith(
+            "--out {}: holds loss.png, named like a run's file but not a "
+            'file: a run cannot write over it, and --overwrite removes '
+            'files only; move it away, or give another --out'.format(out))
+        assert sorted(p.name for p in out.iterdir()) == ['loss.png']
+    else:
+        mnist.main(args)
+        assert (out / 'log').is_file()
+    assert (out / 'loss.png' / 'mine').read_text() == 'mine'
 
 
 def test_overwrite_with_resume_is_refused(mnist, dataset_root, tmp_path,
