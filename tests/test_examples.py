@@ -910,12 +910,18 @@ def test_chainermn_refuses_an_unknown_communicator_on_any_device(
         '--device', '-1', '--communicator', 'naive']).communicator == 'naive'
 
 
-@pytest.mark.parametrize('depth', ['21', '2', '-4'])
+@pytest.mark.parametrize('depth', ['21', '2', '-4', '1208', '6000000002'])
 def test_cifar_depth_must_be_6n_plus_2(cifar, capsys, depth):
+    """Refused at parsing, a huge depth too (it would build its layers
+    until memory ran out)."""
     with pytest.raises(SystemExit) as exc:
         cifar.parse_args(['--depth', depth])
     assert exc.value.code == 2
-    assert '--depth must be 6n + 2' in capsys.readouterr().err
+    assert ("--depth must be 6n + 2 (8, 14, 20, ..., 1202: He et al.'s "
+            'deepest), got {}'.format(depth)) in capsys.readouterr().err
+    with pytest.raises(ValueError, match='^depth must be 6n'):
+        cifar.ResNet(int(depth), 10)
+    assert cifar.parse_args(['--depth', '1202']).depth == 1202
 
 
 def test_mlp_has_no_batchnorm_to_all_reduce(chainermn_example, capsys):

@@ -66,8 +66,9 @@ class ResNet(chainer.Chain):
 
     def __init__(self, depth, n_class, batchnorm=L.BatchNormalization):
         super(ResNet, self).__init__()
-        if (depth - 2) % 6 or depth < 8:
-            raise ValueError('depth must be 6n + 2, got {}'.format(depth))
+        if (depth - 2) % 6 or not 8 <= depth <= MAX_DEPTH:
+            raise ValueError('depth must be 6n + 2, 8 to {}, got {}'.format(
+                MAX_DEPTH, depth))
         n = (depth - 2) // 6
         with self.init_scope():
             self.conv1 = L.Convolution2D(
@@ -92,10 +93,15 @@ class ResNet(chainer.Chain):
         return self.fc(F.average(h, axis=(2, 3)))
 
 
+#: He et al.'s deepest CIFAR ResNet: a deeper one (--depth 10**9 would
+#: build 500 million layers) runs out of memory before its first update.
+MAX_DEPTH = 1202
+
+
 def check_depth(parser, depth):
-    if (depth - 2) % 6 or depth < 8:
-        parser.error('--depth must be 6n + 2 (8, 14, 20, ...), got {}'.format(
-            depth))
+    if (depth - 2) % 6 or not 8 <= depth <= MAX_DEPTH:
+        parser.error('--depth must be 6n + 2 (8, 14, 20, ..., {}: He et '
+                     "al.'s deepest), got {}".format(MAX_DEPTH, depth))
 
 
 def parse_args(argv=None):
@@ -105,8 +111,8 @@ def parse_args(argv=None):
                         default='cifar10',
                         help='The dataset to use (default: %(default)s)')
     parser.add_argument('--depth', type=int, default=20,
-                        help='ResNet depth, 6n + 2: 20, 32, 44, 56, 110 '
-                        '(default: %(default)s)')
+                        help='ResNet depth, 6n + 2: 20, 32, 44, 56, 110, '
+                        'up to 1202 (default: %(default)s)')
     args = cli.parse_args(parser, argv)
     check_depth(parser, args.depth)
     cli.check_batch_norm_batchsize(parser, args)
