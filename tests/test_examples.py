@@ -483,48 +483,36 @@ def test_damaged_dataset_cache_gives_clear_message(
     assert not out.exists()
 
 
+@pytest.mark.parametrize('how, error', [
+    ('folder', 'Is a directory'), ('no permission', 'Permission denied')])
 def test_a_cache_that_is_no_file_is_not_called_damaged(
-        mnist, dataset_root, tmp_path):
-    """A folder (or, as another user, a file without read permission)
-    under the cache's name was never read: no advice to look for damage."""
+        mnist, dataset_root, tmp_path, monkeypatch, how, error):
+    """A folder, or (as another user) a file without read permission,
+    under the cache's name was never read: no advice to look for damage,
+    nothing removed. Root here reads any file, so for the second the
+    archive's open fails with EACCES as it would."""
     path = os.path.join(dataset_root, 'pfnet', 'chainer', 'mnist',
                         'train.npz')
-    os.remove(path)
-    os.mkdir(path)
+    if how == 'folder':
+        os.remove(path)
+        os.mkdir(path)
+    else:
+        real = data.zipfile.ZipFile
+
+        def zip_file(file, *args, **kwargs):
+            if os.path.abspath(str(file)) == os.path.abspath(path):
+                raise PermissionError(13, error, file)
+            return real(file, *args, **kwargs)
+        monkeypatch.setattr(data.zipfile, 'ZipFile', zip_file)
     with pytest.raises(SystemExit) as exc:
         mnist.main(['-u', '8', '-b', '16', '-e', '1', '--noplot', '--out',
                     str(tmp_path / 'out')])
     message = str(exc.value.code)
-    assert ('\n    {}\ncannot be read (Is a directory): not a file this '
-            'process may read (a folder, or no permission): check it.\n'
-            'Remove it'.format(path)) in message, message
+    assert ('\n    {}\ncannot be read ({}): not a file this process may '
+            'read (a folder, or no permission): check it.\n'
+            'Remove it'.format(path, error)) in message, message
     assert 'damaged' not in message
-    assert os.path.isdir(path)
-
-
-def test_a_cache_without_read_permission_is_not_called_damaged(
-        mnist, dataset_root, tmp_path, monkeypatch):
-    """As another user, a cache file without read permission: opening it
-    fails with EACCES (root here reads anything, so the open is made to
-    fail as it would); nothing suggests damage, nothing is removed."""
-    path = os.path.join(dataset_root, 'pfnet', 'chainer', 'mnist',
-                        'train.npz')
-    real = data.zipfile.ZipFile
-
-    def zip_file(file, *args, **kwargs):
-        if os.path.abspath(str(file)) == os.path.abspath(path):
-            raise PermissionError(13, 'Permission denied', file)
-        return real(file, *args, **kwargs)
-    monkeypatch.setattr(data.zipfile, 'ZipFile', zip_file)
-    with pytest.raises(SystemExit) as exc:
-        mnist.main(['-u', '8', '-b', '16', '-e', '1', '--noplot', '--out',
-                    str(tmp_path / 'out')])
-    message = str(exc.value.code)
-    assert ('\n    {}\ncannot be read (Permission denied): not a file this '
-            'process may read (a folder, or no permission): check it.\n'
-            'Remove it'.format(path)) in message, message
-    assert 'damaged' not in message
-    assert os.path.isfile(path)
+    assert (os.path.isdir if how == 'folder' else os.path.isfile)(path)
 
 
 def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
