@@ -286,7 +286,10 @@ peers_args=(--device "$device" --json "$out/peers.json" --markdown "$out/peers.m
 bench_args=(--device "$device" --models resnet50 --dtypes float32 mixed16
             --weight-decays 5e-4 --reps 10 --case-seconds 3)
 engine_args=(--device "$device" --dtype float32,mixed16 --iters 65)
+mnist_args=(-b 512 -e 3)
 if [ $rehearse = 1 ]; then
+    # float16 on the CPU: a tiny model, 15 updates (MNIST_ARGS still wins)
+    mnist_args=(-b 4096 -e 1 -u 8)
     floor_args+=(--sets tiny --repeat 3 --warmup 1 --copy-mib 4 --loop-iters 7 --loop-size 2,8,4)
     peers_args+=(--sets tiny --reps 2 --warmup 1 --copy-mib 4)
     bench_args=(--device "$device" --models mlp --dtypes float32 --weight-decays 5e-4 --reps 2 --warmup 1)
@@ -426,7 +429,7 @@ else
             # shellcheck disable=SC2086  # MNIST_ARGS is a list of arguments
             timeout "$(cap "${TRAIN_TIMEOUT:-90}")" "$py" \
                 examples/mnist/train_mnist.py --device "$device" \
-                --dtype "$dtype" -b 512 -e 3 --dataset-root "$mnist_root" \
+                --dtype "$dtype" "${mnist_args[@]}" --dataset-root "$mnist_root" \
                 --out "$out/mnist_$dtype" --snapshots 0 ${MNIST_ARGS:-} \
                 > "$out/mnist_$dtype.txt" 2>&1 &
             mnist_pids+=($!)
