@@ -66,7 +66,7 @@ class ResNet(chainer.Chain):
 
     def __init__(self, depth, n_class, batchnorm=L.BatchNormalization):
         super(ResNet, self).__init__()
-        if (depth - 2) % 6 or not 8 <= depth <= MAX_DEPTH:
+        if not depth_ok(depth):
             raise ValueError('depth must be 6n + 2, 8 to {}, got {}'.format(
                 MAX_DEPTH, depth))
         n = (depth - 2) // 6
@@ -98,8 +98,13 @@ class ResNet(chainer.Chain):
 MAX_DEPTH = 1202
 
 
+def depth_ok(depth):
+    """Whether ``depth`` is a CIFAR ResNet's: 6n + 2, 8 to MAX_DEPTH."""
+    return (depth - 2) % 6 == 0 and 8 <= depth <= MAX_DEPTH
+
+
 def check_depth(parser, depth):
-    if (depth - 2) % 6 or not 8 <= depth <= MAX_DEPTH:
+    if not depth_ok(depth):
         parser.error('--depth must be 6n + 2 (8, 14, 20, ..., {}: He et '
                      "al.'s deepest), got {}".format(MAX_DEPTH, depth))
 
