@@ -175,9 +175,7 @@ class CheckedAttribute(object):
     at every assignment, kept in the instance's ``__dict__``."""
 
     def __init__(self, check, **options):
-        self._check = check
-        self._options = options
-        self.name = None
+        self._check, self._options, self.name = check, options, None
 
     def __set_name__(self, owner, name):
         self.name = name

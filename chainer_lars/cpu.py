@@ -270,8 +270,7 @@ class CpuExecutor(object):
         group, = plan.groups
         if group.state.table is None:
             return False
-        if plan.record is None:
-            plan.record = Record(plan.groups)
+        plan.record = plan.record or Record(plan.groups)
         return plan.record.update(grads)
 
     @staticmethod

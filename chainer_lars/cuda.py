@@ -502,6 +502,14 @@ class CudaExecutor(object):
             missing += len(g) - numpy.count_nonzero(found[-1])
         return found, missing
 
+    def update(self, plan, grads):
+        """Whether a plan of one group ran, every gradient as it is."""
+        (gptr,), missing = self.take(plan, plan.groups, [grads])
+        if not missing:
+            plan.groups[0].last.copies = {}
+            self.run(plan.groups[0], gptr)
+        return not missing
+
     @staticmethod
     def address(array):
         return array.data.ptr

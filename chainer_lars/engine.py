@@ -195,8 +195,7 @@ def update(plan, grads):
     """One update of a plan's groups, all checked before any moves;
     returns each group's rows left to the face."""
     groups = plan.groups
-    if (len(groups) == 1 and groups[0].executor is cpu.executor
-            and cpu.executor.update(plan, grads[0])):
+    if len(groups) == 1 and groups[0].executor.update(plan, grads[0]):
         return [[]]
     gptrs, missing = _taken(plan, grads)
     if not missing:  # every gradient goes as it is

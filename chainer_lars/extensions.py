@@ -216,8 +216,7 @@ class TrustRatioObserver(extension.Extension):
                 'source must be a chainer_lars.LARS, LAMB or GradientLARS '
                 'instance (anything with an observe() method), got '
                 '{!r}'.format(source))
-        self._source = source
-        self._prefix = checks.string('prefix', prefix)
+        self._source, self._prefix = source, checks.string('prefix', prefix)
         self._pattern = (None if pattern is None
                          else checks.pattern('pattern', pattern))
 

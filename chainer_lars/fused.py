@@ -205,8 +205,7 @@ def _batchable(param, rule, cls):
     enabled ``cls`` without hooks, its state (and :func:`master`) made, a
     master's float16 weight writeable (Chainer's rule assigns it anew)."""
     return (type(rule) is cls and rule.enabled
-            and not rule._hookable._pre_update_hooks
-            and not rule._hookable._post_update_hooks
+            and not any(hooks(rule) for hooks in _HOOKS)
             and param.array is not None and rule.state is not None
             and param.layout is None
             and engine.executor_for(param.device) is not None

@@ -50,7 +50,5 @@ def rows(n):
 
 def cuda_defines():
     """The column numbers as C ``#define`` lines, for the CUDA source."""
-    lines = ['#define LARS_{} {}'.format(name.upper(), k)
-             for k, name in enumerate(COLUMNS)]
-    lines.append('#define LARS_COLUMNS {}'.format(len(COLUMNS)))
-    return '\n'.join(lines)
+    return '\n'.join('#define LARS_{} {}'.format(name.upper(), k) for k, name
+                     in enumerate(COLUMNS + ('columns',)))
