@@ -143,8 +143,7 @@ class FusedRule(optimizer.UpdateRule):
             return
         states = list(map(self.state.__getitem__, self.STATES))
         plan = getattr(self, '_plan', None)
-        if plan is None or not all(map(operator.is_, [w] + states,
-                                       plan.others)):
+        if plan is None or not engine.same([w] + states, plan.others):
             path = self._path or param.name
             _check_dtype(path, w, self._face)
             plan = self._plan = engine.Plan([w] + states)
