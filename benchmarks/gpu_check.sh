@@ -27,7 +27,9 @@
 #   benchmarks/gpu_check.sh [--archive FILE] [--budget SECONDS] [--rehearse]
 #                           OUTDIR [DEVICE]
 #
-# DEVICE: 0 (default), @cupy:0, ... --archive FILE: at the end, OUTDIR as
+# OUTDIR: a new or empty folder (one that holds files is refused, as an
+# earlier check's would mix with this one's). DEVICE: 0 (default),
+# @cupy:0, ... --archive FILE: at the end, OUTDIR as
 # a .tar.gz at FILE, with summary.txt, floor.txt and peers.md copied
 # beside it (the lent machine returns at most 8 files from $OUT, so keep
 # OUTDIR outside $OUT). --rehearse: the same steps on the CPU with tiny
@@ -101,6 +103,12 @@ if [ "$budget" -lt 60 ]; then
 fi
 if [ -z "$1" ]; then
     echo "$0: OUTDIR is empty" >&2
+    exit 2
+fi
+if [ -e "$1" ] && { [ ! -d "$1" ] || [ -n "$(ls -A "$1" 2>&1)" ]; }; then
+    # An earlier check's files would be read as this one's (the MNIST
+    # step's trainer refuses a folder that holds a run).
+    echo "$0: OUTDIR $1 is not an empty folder: give a new one" >&2
     exit 2
 fi
 if [ $rehearse = 1 ]; then device=${2:-@numpy}; else device=${2:-0}; fi

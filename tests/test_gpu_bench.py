@@ -442,6 +442,20 @@ def test_check_usage_errors(tmp_path, args, message):
     assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.parametrize('kind', ['file', 'folder with a file'])
+def test_check_refuses_an_outdir_that_holds_something(tmp_path, kind):
+    if kind == 'file':
+        (tmp_path / 'out').write_text('')
+    else:
+        (tmp_path / 'out').mkdir()
+        (tmp_path / 'out' / 'summary.txt').write_text('an earlier check')
+    done = _check(['--rehearse', 'out'], tmp_path)
+    assert done.returncode == 2
+    assert 'OUTDIR out is not an empty folder: give a new one' in done.stdout
+    if kind != 'file':
+        assert os.listdir(str(tmp_path / 'out')) == ['summary.txt']
+
+
 def test_check_help_is_its_header(tmp_path):
     done = _check(['--help'], tmp_path)
     assert done.returncode == 0
