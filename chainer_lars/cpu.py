@@ -42,9 +42,8 @@ def backend():
 
 def native(a):
     """``a`` as a native C-contiguous array: itself, or a copy."""
-    if a.flags.c_contiguous and a.dtype.isnative:
-        return a
-    return numpy.array(a, dtype=a.dtype.newbyteorder('='), order='C')
+    return a if a.flags.c_contiguous and a.dtype.isnative else numpy.array(
+        a, dtype=a.dtype.newbyteorder('='), order='C')
 
 
 def _norm(a):
@@ -139,8 +138,7 @@ class _Table(object):
 
     def __init__(self, group, compiled):
         n = len(group)
-        self.obs = numpy.full((n, 4), numpy.nan)
-        self.table = None
+        self.obs, self.table = numpy.full((n, 4), numpy.nan), None
         if not compiled:
             return
         self.table = numpy.zeros((n, L.SIZE + 1), numpy.int64)

@@ -115,9 +115,8 @@ class Plan(object):
         self._depends = depends  # None: the arrays ``params`` alone
         self._objects, self._values = depends(params) if depends else (
             [params], ())
-        self._by_key = {}
+        self._by_key, self.record = {}, None
         self.groups, self.where, self.others = [], [], []
-        self.record = None
 
     def add(self, key, device, op, path, param, rule, weight, states=(),
             flags=(1, 1), extra=None):

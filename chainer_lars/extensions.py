@@ -135,8 +135,9 @@ class WarmupPolynomialShift(extension.Extension):
                     '{}'.format(name, value, self._attr, e)) from None
 
     def __call__(self, trainer):
+        setattr(self._get_optimizer(trainer), self._attr,
+                self.value(self._t + 1))  # counted once it is set
         self._t += 1
-        setattr(self._get_optimizer(trainer), self._attr, self.value(self._t))
 
     def serialize(self, serializer):
         # All read before any is set; 0.2.0's hold the count and peak only,

@@ -56,9 +56,8 @@ def serialize_master(rule, serializer, device=None):
     except KeyError:  # not made yet when the snapshot was written
         return
     if value is not None and current is None:
-        if device is not None:
-            value = device.send(value)
-        rule._fp32_param = chainer.Parameter(value)
+        rule._fp32_param = chainer.Parameter(
+            value if device is None else device.send(value))
 
 
 def master(param, rule):
@@ -123,6 +122,11 @@ class FusedRule(optimizer.UpdateRule):
             for key in self.STATES:
                 self.state[key] = param.device.xp.zeros_like(param.array)
 
+    def add_hook(self, hook, name=None, timing='auto'):
+        if getattr(hook, 'adapts_gradients', False):  # GradientLARS
+            checks.double_adaptation(self._face)
+        super(FusedRule, self).add_hook(hook, name, timing)
+
     def serialize(self, serializer):
         """Serializes the state and the float32 master copy."""
         super(FusedRule, self).serialize(serializer)
@@ -146,10 +150,10 @@ class FusedRule(optimizer.UpdateRule):
         if plan is None or not engine.same([w] + states, plan.others):
             path = self._path or param.name
             _check_dtype(path, w, self._face)
-            plan = self._plan = engine.Plan([w] + states)
+            plan = engine.Plan([w] + states)  # kept once its checks pass
             plan.add(None, param.device, self.OP, path, None, self, w,
                      states)
-            plan.finish().others = [w] + states
+            self._plan, plan.others = plan.finish(), [w] + states
         group, = plan.groups
         # A hyperparameter holding only its parent: read the parent's
         # directly (through its __getattr__, 3 us of 10 per array).
@@ -220,11 +224,13 @@ def _check_unbatched(param):
     if (isinstance(rule, FusedRule) and rule.enabled and w is not None
             and g is not None and not (
                 rule._use_fp32_update and w.dtype == numpy.float16)):
+        names = L.STATE_NAMES[rule.OP]
+        written = ('weight',) + names + (  # the rule divides g by the scale
+            ('gradient',) if param._loss_scale is not None else ())
         checks.addressed(rule._path or param.name, w, g,
                          tuple(map(rule.state.__getitem__, rule.STATES))
-                         if rule.state else (),
-                         one_dtype=param.device.xp is not numpy,
-                         names=L.STATE_NAMES[rule.OP])
+                         if rule.state else (), written,
+                         param.device.xp is not numpy, names=names)
 
 
 def _depends(states, mixed16, params):
@@ -263,8 +269,7 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
-        self._plans = engine.PlanCache()
-        self._lost = []
+        self._plans, self._lost = engine.PlanCache(), []
 
     def create_update_rule(self):
         rule = self._rule(self.hyperparam)
@@ -480,10 +485,11 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                          list(map(rule.state.__getitem__, rule.STATES)),
                          (rule.uses_weight_decay, rule.uses_adaptation),
                          None if copy is None else w)
-                rule._observed = False
             else:
                 plan.others.append(param)
-        return plan.finish(params)
+        for r in [r for g in plan.finish(params).groups for r in g.rules]:
+            r._observed = False  # observed in the groups once they run
+        return plan
 
     def observe(self):
         """``{path: (ratio, ||w||, ||g||)}`` of the last update, as floats,
@@ -503,7 +509,6 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                     and rule._observed and rule.uses_adaptation):
                 result.update((path, row) for row in engine.observe(
                     rule._plan.groups[0].last).values())
-        for plan in self._plans.plans():
-            for group in plan.groups:
-                result.update(engine.observe(group.last, group.adapt))
+        for group in [g for plan in self._plans.plans() for g in plan.groups]:
+            result.update(engine.observe(group.last, group.adapt))
         return result

@@ -167,8 +167,7 @@ class GradientLARS(exclusions.ExclusionProperties):
 
     def __setstate__(self, state):
         state.pop('_observed', None)
-        state['_singles'] = engine.PlanCache()
-        self.__dict__.update(state, _seen={})
+        self.__dict__.update(state, _seen={}, _singles=engine.PlanCache())
 
     def __call__(self, owner, param=None):  # (optimizer) or (rule, param)
         # timing='post' (add_hook gives us no way to see it): refused here.
@@ -205,8 +204,8 @@ class GradientLARS(exclusions.ExclusionProperties):
             raise TypeError(
                 'GradientLARS must be registered on a set-up optimizer '
                 '(optimizer.setup(link) first); got {!r}'.format(optimizer))
-        self._seen = {}
         if getattr(optimizer, '_loss_scaling_isnan', False):
+            self._seen = {}
             return  # the update is skipped: nothing to rescale
         params = list(target.params())
         plan = self._plans.get(optimizer, params, self._build_plan, target)
@@ -249,7 +248,7 @@ class GradientLARS(exclusions.ExclusionProperties):
                 'after it ({}) would be lost or rescaled: register them '
                 'before GradientLARS'.format(', '.join(later)))
         lefts = engine.update(plan, grads)
-        self._seen.update(enumerate(group.last for group in plan.groups))
+        self._seen = dict(enumerate(group.last for group in plan.groups))
 
         for group, g, left in zip(plan.groups, grads, lefts):
             for k in range(len(group)) if group.mixed16 else ():
@@ -354,7 +353,5 @@ class GradientLARS(exclusions.ExclusionProperties):
             unscaled gradient before rescaling. On a GPU, one transfer per
             group: call it at an interval, not on every iteration.
         """
-        result = {}
-        for last in self._seen.values():
-            result.update(engine.observe(last))
-        return result
+        return {path: row for last in self._seen.values()
+                for path, row in engine.observe(last).items()}

@@ -408,6 +408,19 @@ def test_schedule_value_without_a_peak_says_when_it_is_read():
         shift.value(0)
 
 
+def test_schedule_called_before_it_starts_counts_nothing(tmp_path):
+    trainer = make_trainer(lambda: optimizers.SGD(lr=0.5), 1, tmp_path)
+    schedule = chainer_lars.WarmupPolynomialShift('lr', 2, 4)
+    with pytest.raises(TypeError, match=re.escape(
+            'the peak (init=None: read when training starts) must be')):
+        schedule(trainer)  # before initialize(): no peak yet
+    schedule.initialize(trainer)
+    optimizer = trainer.updater.get_optimizer('main')
+    assert optimizer.lr == schedule.value(0) == 0.25
+    schedule(trainer)
+    assert optimizer.lr == schedule.value(1) == 0.5
+
+
 def test_schedule_may_keep_a_negative_sign():
     shift = chainer_lars.WarmupPolynomialShift('x', 0, 2, init=-0.5)
     assert [shift.value(t) for t in range(3)] == [-0.5, -0.125, 0.0]

@@ -775,6 +775,24 @@ def test_dynamic_loss_scaling_skips_overflowing_step_without_crash():
         testing.assert_allclose(after[path], before[path], rtol=0, atol=0)
 
 
+def test_observe_after_a_refused_update_reports_the_last_applied():
+    # As LARS.observe(): a refused call changes nothing, observe() too.
+    hook = chainer_lars.GradientLARS(clip=True)
+    model, opt = setup(hook)
+    hook(opt)
+    observed = hook.observe()
+    assert sorted(observed) == sorted(PATHS)
+    model.fc.W.update_rule.hyperparam.lr = -1.0
+    with pytest.raises(ValueError, match='lr of /fc/W must be at least 0'):
+        hook(opt)
+    assert hook.observe() == observed
+    model.fc.W.update_rule.hyperparam.lr = 0.1
+    opt.loss_scaling(scale=8.0)
+    opt._loss_scaling_isnan = True  # a skipped update: nothing applied
+    hook(opt)
+    assert hook.observe() == {}
+
+
 def test_observe_reports_ratios_and_unscaled_norms():
     hook = chainer_lars.GradientLARS(weight_decay=1e-3,
                                      exclude_from_layer_adaptation=['/b$'])
@@ -1066,9 +1084,13 @@ def test_the_hook_on_lars_is_refused():
             'the rates twice: use LARS alone')):
         lars.add_hook(chainer_lars.GradientLARS())
     assert not lars._hookable._pre_update_hooks
-    # Registered past LARS.add_hook: on a rule, or Chainer's own add_hook.
+    # On a rule: refused there, before an update steps the other rules.
     hook = chainer_lars.GradientLARS()
     rule = model.fc.W.update_rule
+    with pytest.raises(TypeError, match='adapt the rates twice'):
+        rule.add_hook(hook, name='lars')
+    assert not rule._hookable._pre_update_hooks
+    # Registered past the add_hooks (Chainer's own): refused when called.
     with pytest.raises(TypeError, match='adapt the rates twice'):
         hook(rule, model.fc.W)
     with pytest.raises(TypeError, match='adapt the rates twice'):

@@ -538,6 +538,10 @@ def test_the_hook_is_refused():
             'the rates twice: use LAMB alone')):
         opt.add_hook(chainer_lars.GradientLARS())
     hook = chainer_lars.GradientLARS()
+    rule = model.fc.W.update_rule
+    with pytest.raises(TypeError, match='LAMB alone'):
+        rule.add_hook(hook, timing='pre')
+    assert not rule._hookable._pre_update_hooks
     with pytest.raises(TypeError, match='adapt the rates twice'):
         hook(model.fc.W.update_rule, model.fc.W)
     with pytest.raises(TypeError, match='LAMB alone'):

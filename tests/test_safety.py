@@ -97,9 +97,10 @@ def test_an_update_after_a_refused_resize_is_an_undisturbed_one(
     """A weight resized (its state keeps the old size) is refused; given
     its size back, the next update is the one a run without the resize
     makes (``t`` aside: the optimizer's counts the refused update, as
-    Chainer's does). The per-rule path had kept the plan whose checks
-    failed half built, and used it: ValueError 'not enough values to
-    unpack'."""
+    Chainer's does), and ``observe()`` meanwhile reports the update
+    applied last. The per-rule path had kept the plan whose checks failed
+    half built, and used it: ValueError 'not enough values to unpack',
+    and an IndexError in ``observe()``."""
     out = lines('''
         def run(resize):
             m, p = model()
@@ -108,11 +109,14 @@ def test_an_update_after_a_refused_resize_is_an_undisturbed_one(
             xp = p.device.xp
             o = chainer_lars.{face}(multi_tensor={mt}); o.setup(m)
             p.grad = xp.full(4, .5, np.float32); o.update()
+            first = o.observe()
             if resize:
                 w = p.array
                 p.array = xp.ones(6, np.float32)
                 p.grad = xp.full(6, .5, np.float32)
                 outcome(o.update)
+                # What was applied last: the first update's.
+                print('OBSERVED', o.observe() == first != {{}})
                 p.array = w.copy()
             p.grad = xp.full(4, .25, np.float32); o.update()
             print(repr(chainer.backend.CpuDevice().send(p.array).tolist()))
@@ -120,6 +124,51 @@ def test_an_update_after_a_refused_resize_is_an_undisturbed_one(
         run(True)
     '''.format(mt=multi_tensor, face=face, emulated=emulated), emulated)
     assert lines_error(out[1]) == 'ValueError' and '/w' in out[1]
+    assert out[2] == 'UNCHANGED'
+    assert out[3] == 'OBSERVED True'
+    assert out[4] == out[0]
+
+
+@pytest.mark.parametrize('face', ['LARS', 'LAMB'])
+@pytest.mark.parametrize('read_only', ['state', 'gradient'])
+def test_a_rule_on_the_per_rule_path_is_checked_before_the_others_move(
+        face, read_only):
+    """A rule with a hook of its own takes the per-rule path beside the
+    batched ones; what that path writes (its state, and its gradient,
+    which Chainer's rule divides by the loss scale in place) is checked
+    before the batched arrays move, as theirs are. A read-only one was
+    refused after they had stepped (the gradient by NumPy, unnamed)."""
+    out = lines('''
+        def link():
+            m = chainer.Link()
+            with m.init_scope():
+                m.a = chainer.Parameter(np.arange(1., 5., dtype=np.float32))
+                m.b = chainer.Parameter(np.arange(2., 6., dtype=np.float32))
+            return m
+        def run(refuse):
+            m = link()
+            o = chainer_lars.{face}(); o.setup(m); o.loss_scaling(scale=8.0)
+            m.b.update_rule.add_hook(lambda rule, param: None, name='noop')
+            for i in range(3):
+                for p in (m.a, m.b):
+                    p.grad = np.cos(np.arange(4.) + i).astype(np.float32)
+                    p._loss_scale = 8.0  # as backward(loss_scale=8) sets it
+                if i == 1 and refuse:
+                    name = o._rule.STATES[0]
+                    a = (m.b.update_rule.state[name] if '{ro}' == 'state'
+                         else m.b.grad)
+                    a.flags.writeable = False
+                    outcome(o.update, m.a.array, m.b.array)
+                    a.flags.writeable = True
+                o.update()
+            print(repr(m.a.array.tolist()), repr(m.b.array.tolist()))
+        run(False)
+        run(True)
+    '''.format(face=face, ro=read_only))
+    names = {'state': {'LARS': 'momentum buffer', 'LAMB': 'first moment'},
+             'gradient': {'LARS': 'gradient', 'LAMB': 'gradient'}}
+    assert out[1] == ('ERROR ValueError /b: the {} is read-only (output '
+                      'array is read-only)'.format(names[read_only][face]))
     assert out[2] == 'UNCHANGED'
     assert out[3] == out[0]
 
