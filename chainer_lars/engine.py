@@ -37,8 +37,7 @@ class Group(object):
 
     __slots__ = ('executor', 'device', 'op', 'dtype', 'gdtype', 'mixed16',
                  'paths', 'params', 'rules', 'weights', 'states', 'extras',
-                 'uses_wd', 'adapt', 'rows', 'key', 'scaled', 'state',
-                 'last')
+                 'uses_wd', 'adapt', 'rows', 'key', 'scaled', 'state', 'last')
 
     def __init__(self, device, dtype, op, mixed16=False):
         self.executor = executor_for(device)

@@ -26,18 +26,20 @@ _LOSS_SCALING = (('_loss_scale', None), ('_loss_scale_max', 65504.0),
 
 
 def serialize_loss_scaling(optimizer, serializer):
-    """Saves or loads the loss-scaling state (``None`` as NaN), if any."""
-    for k, (name, default) in enumerate(_LOSS_SCALING):
+    """Saves or loads the loss-scaling state (``None`` as NaN): all or none."""
+    values = []
+    for name, default in _LOSS_SCALING:
         value = getattr(optimizer, name, default)
         try:
-            value = serializer(name[1:], numpy.nan if value is None
-                               else float(value))
+            values.append(serializer(name[1:], numpy.nan if value is None
+                                     else float(value)))
         except KeyError:
-            if k:  # a snapshot with some of them is damaged
+            if values:  # a snapshot with some of them is damaged
                 raise
             return
-        if isinstance(serializer, chainer.serializer.Deserializer):
-            value = float(value)
+    if isinstance(serializer, chainer.serializer.Deserializer):
+        values = list(map(float, values))  # all read before any is set
+        for (name, default), value in zip(_LOSS_SCALING, values):
             setattr(optimizer, name, None if numpy.isnan(value) else
                     bool(value) if isinstance(default, bool) else value)
 
@@ -106,8 +108,7 @@ class FusedRule(optimizer.UpdateRule):
 
     def __init__(self, parent_hyperparam=None, uses_weight_decay=True,
                  uses_adaptation=True):
-        super(FusedRule, self).__init__(
-            parent_hyperparam or self._DEFAULTS)
+        super(FusedRule, self).__init__(parent_hyperparam or self._DEFAULTS)
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
         self._plan, self._observed, self._path = None, False, None
@@ -151,8 +152,7 @@ class FusedRule(optimizer.UpdateRule):
             path = self._path or param.name
             _check_dtype(path, w, self._face)
             plan = engine.Plan([w] + states)  # kept once its checks pass
-            plan.add(None, param.device, self.OP, path, None, self, w,
-                     states)
+            plan.add(None, param.device, self.OP, path, None, self, w, states)
             self._plan, plan.others = plan.finish(), [w] + states
         group, = plan.groups
         # A hyperparameter holding only its parent: read the parent's
@@ -321,11 +321,11 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                     check(value, '{} hyperparameter {}'.format(
                         self._face, name))
             rule = self._rule  # and as rows where one may not fit a dtype
-            if not rule._fits(self.hyperparam):  # (LAMB's eps)
-                for path, p in self.target.namedparams():
-                    rule._fill_rows(L.rows(1), [rule._VALUES(self.hyperparam)],
-                                    [1], True, True, [path], p.dtype)
-            self._checked = dict(own)
+            fits = rule._fits(self.hyperparam)  # (LAMB's eps; else each time)
+            for path, p in [] if fits else self.target.namedparams():
+                rule._fill_rows(L.rows(1), [rule._VALUES(self.hyperparam)],
+                                [1], True, True, [path], p.dtype)
+            self._checked = dict(own) if fits else None
         if not self._multi_tensor:
             self._check_rules(list(self.target.params()))
             super(FusedMethod, self).update(lossfun, *args, **kwds)

@@ -523,11 +523,26 @@ def test_eps_that_rounds_to_zero_is_refused_as_by_adam(
     assert opt.t == t + 1
 
 
-def test_eps_that_rounds_to_zero_in_float32_is_taken_in_float64():
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_eps_that_rounds_to_zero_in_float32_is_taken_in_float64(
+        multi_tensor):
+    """And refused, before the hooks and ``t``, once the model is cast to
+    float32 with the same hyperparameters."""
     model = _model(numpy.float64)
-    opt = chainer_lars.LAMB(eps=1e-50).setup(model)
+    opt = chainer_lars.LAMB(eps=1e-50, multi_tensor=multi_tensor)
+    opt.setup(model)
     _set_grads(model, 0)
     opt.update()  # float64 holds it
+    calls = []
+    opt.add_hook(lambda o: calls.append(o.t), name='count')
+    for p in model.params():
+        p.array, p.grad = p.array.astype('f'), p.grad.astype('f')
+        for key in ('m', 'v'):
+            p.update_rule.state[key] = p.update_rule.state[key].astype('f')
+    with pytest.raises(ValueError, match='too small for float32'):
+        opt.update()
+    assert opt.t == 1 and not calls
+    assert all(p.update_rule.t == 1 for p in model.params())
 
 
 def test_the_hook_is_refused():

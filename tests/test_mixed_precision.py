@@ -22,6 +22,7 @@ from chainer import training
 from chainer.training import extensions
 
 import chainer_lars
+from chainer_lars import fused
 from chainer_lars.testing import emulated_cupy
 
 
@@ -252,6 +253,30 @@ def test_lars_saves_and_loads_its_loss_scaling(tmp_path):
         serializers.load_npz(path, loaded)
         assert loaded._loss_scale == scale
         assert loaded._loss_scaling_is_dynamic is False
+
+
+@pytest.mark.parametrize('damage', ['missing', 'misshapen'])
+def test_a_damaged_loss_scaling_entry_sets_none_of_it(tmp_path, damage):
+    """loss_scale is read first: it must not be set when a later entry
+    fails."""
+    path = str(tmp_path / 'opt.npz')
+    serializers.save_npz(path, updated_lars(L.Linear(3, 2), 512.0))
+    with numpy.load(path) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    if damage == 'missing':
+        del arrays['loss_scale_max']
+    else:
+        arrays['loss_scaling_multiplier'] = numpy.ones(2)
+    lars = chainer_lars.LARS()
+    lars.setup(L.Linear(3, 2))
+    lars.loss_scaling(interval=10, scale=4.0)
+    before = {name: getattr(lars, name, '-')
+              for name, _ in fused._LOSS_SCALING}
+    with pytest.raises((KeyError, TypeError)):
+        fused.serialize_loss_scaling(
+            lars, serializers.NpzDeserializer(arrays))
+    assert {name: getattr(lars, name, '-')
+            for name, _ in fused._LOSS_SCALING} == before
 
 
 def test_an_old_snapshot_keeps_chainers_defaults():

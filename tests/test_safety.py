@@ -88,6 +88,38 @@ def test_a_resized_weight_is_refused_as_chainer_refuses_it(multi_tensor,
     assert out[1] == 'UNCHANGED'
 
 
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_resize_refused_after_other_weights_keeps_them_or_steps_them(
+        multi_tensor):
+    """The second of two weights resized: the batched path moves neither
+    and counts no rule's ``t``; multi_tensor=False steps one rule at a
+    time, as Chainer's MomentumSGD does, so the first has stepped and
+    both rules' ``t`` counted, as in MomentumSGD (docs/optimizer.rst)."""
+    out = lines('''
+        def two(opt):
+            m = chainer.Link()
+            with m.init_scope():
+                m.a = chainer.Parameter(np.ones(4, np.float32))
+                m.b = chainer.Parameter(np.ones(4, np.float32))
+            opt.setup(m)
+            for p in m.params():
+                p.grad = np.full(4, .5, np.float32)
+            opt.update()
+            m.b.array = np.ones(6, np.float32)
+            m.b.grad = np.full(6, .5, np.float32)
+            m.a.grad = np.full(4, .5, np.float32)
+            outcome(opt.update, m.a.array)
+            print(opt.t, [p.update_rule.t for p in m.params()])
+        two(chainer_lars.LARS(lr=0.1, multi_tensor={mt}))
+        two(chainer.optimizers.MomentumSGD(lr=0.1))
+    '''.format(mt=multi_tensor))
+    assert lines_error(out[0]) == lines_error(out[3]) == 'ValueError'
+    assert '/b' in out[0] and 'momentum' in out[0]
+    assert out[4:] == ['CHANGED', '2 [2, 2]']
+    assert out[1:3] == (['UNCHANGED', '2 [1, 1]'] if multi_tensor
+                        else out[4:])
+
+
 @pytest.mark.parametrize('emulated', [
     False, pytest.param(True, marks=pytest.mark.emulated)])
 @pytest.mark.parametrize('face', ['LARS', 'LAMB'])
