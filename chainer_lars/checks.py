@@ -146,8 +146,8 @@ def addressed(path, weight, grad, states=(), written=('weight',),
     for name, a in (('weight', weight),) + named:
         if a.dtype.kind != 'f':  # as NumPy's casts of the results refuse it
             raise TypeError(
-                'LARS updates floating-point arrays (float16, float32, '
-                'float64); the {} of {} is {}'.format(name, path, a.dtype))
+                'only floating-point arrays (float16, float32, float64) '
+                'are updated; the {} of {} is {}'.format(name, path, a.dtype))
     for name, a in named:
         like = gdtype if name == 'gradient' and gdtype is not None else (
             weight.dtype if name != extra_name else a.dtype)

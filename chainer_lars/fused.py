@@ -150,7 +150,6 @@ class FusedRule(optimizer.UpdateRule):
         plan = getattr(self, '_plan', None)
         if plan is None or not engine.same([w] + states, plan.others):
             path = self._path or param.name
-            _check_dtype(path, w, self._face)
             plan = engine.Plan([w] + states)  # kept once its checks pass
             plan.add(None, param.device, self.OP, path, None, self, w, states)
             self._plan, plan.others = plan.finish(), [w] + states
@@ -183,11 +182,13 @@ class FusedRule(optimizer.UpdateRule):
                        group.paths, group.dtype)
 
 
-def _check_dtype(path, array, face):
-    if array.dtype.kind != 'f':
-        raise TypeError(
-            '{} updates floating-point parameters (float16, float32, '
-            'float64); {} is {}'.format(face, path, array.dtype))
+def _equal(a, b):
+    """``a == b``; ``False`` where an array's truth is ambiguous (named by
+    its check)."""
+    try:
+        return a == b
+    except ValueError:
+        return False
 
 
 _RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
@@ -310,16 +311,9 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                 '{0} is not set up: call optimizer.setup(link) first, then '
                 'update()'.format(type(self).__name__))
         own = vars(self.hyperparam)
-        try:  # values set on hyperparam directly: checked when they change
-            same = own == self._checked
-        except ValueError:  # an array among them, named below
-            same = False
-        if not same:  # before the hooks, before t counts
-            for name, value in own.items():
-                check = checks.find_check(self, name)
-                if check is not None:
-                    check(value, '{} hyperparameter {}'.format(
-                        self._face, name))
+        # Values set on hyperparam directly: checked when they change,
+        if not _equal(own, self._checked):  # before the hooks and t
+            self._check_values(own, '')
             rule = self._rule  # and as rows where one may not fit a dtype
             fits = rule._fits(self.hyperparam)  # (LAMB's eps; else each time)
             for path, p in [] if fits else self.target.namedparams():
@@ -369,11 +363,20 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         for p, r in zip(params, map(engine.UPDATE_RULE, params)):
             own = vars(r.hyperparam) if isinstance(r, self._rule) else {}
             if (len(own) > 1 and r.enabled and p.array is not None
-                    and r._own_checked != (own, p.dtype)):  # as its row
+                    and not _equal(r._own_checked, (own, p.dtype))):
+                self._check_values(own, ' of ' + (r._path or p.name))
                 r._fill_rows(L.rows(1), [r._RULE_VALUES(r)], [r.t + 1],
                              r.uses_weight_decay, r.uses_adaptation,
-                             [r._path or p.name], p.dtype)
+                             [r._path or p.name], p.dtype)  # as its row
                 r._own_checked = (dict(own), p.dtype)
+
+    def _check_values(self, own, of):
+        """Checks the values set on a hyperparameter directly, by name."""
+        for name, value in own.items():
+            check = checks.find_check(self, name)
+            if check is not None:
+                check(value, '{} hyperparameter {}{}'.format(
+                    self._face, name, of))
 
     def _check_finite(self, params, grads):
         """Chainer's ``check_nan_in_grads`` (its warnings, in its order),
@@ -477,7 +480,6 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
             rule = param.update_rule
             if fused:
                 path, w = paths[id(param)], param.array
-                _check_dtype(path, w, self._face)
                 copy = master(param, rule)
                 plan.add(None if self._multi_tensor else path, param.device,
                          self._rule.OP, path, param, rule,

@@ -149,14 +149,12 @@ class LAMB(fused.FusedMethod):
             eps, eta, weight_decay_rate)
 
     alpha = checks.CheckedHyperparameter(checks.real, minimum=0.0)
-    beta1 = checks.CheckedHyperparameter(checks.real, minimum=0.0,
-                                         maximum=1.0)
+    beta1 = checks.CheckedHyperparameter(checks.real, minimum=0.0, maximum=1.0)
     beta2 = checks.CheckedHyperparameter(checks.real, minimum=0.0,
                                          maximum=1.0)
     eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     eta = checks.CheckedHyperparameter(checks.real, minimum=0.0)
-    weight_decay_rate = checks.CheckedHyperparameter(checks.real,
-                                                     minimum=0.0)
+    weight_decay_rate = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     _REPR = _HYPER + ('exclude_from_weight_decay',
                       'exclude_from_layer_adaptation', '_multi_tensor')
     alpha_t = lr = property(_alpha_t)

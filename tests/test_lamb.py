@@ -467,6 +467,47 @@ def test_values_set_under_the_optimizer_fail_before_anything_moves(
 
 
 @pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('value, words', [
+    ('0.5', r"beta1 of /fc/W must be a real number, not '0.5' \(str\)"),
+    ((0.9, 0.8), r'beta1 of /fc/W must be a real number, not \(0.9, 0.8\)'),
+    (numpy.array([0.9, 0.8]), r'beta1 of /fc/W must be a real number'),
+])
+def test_a_rules_value_of_the_wrong_type_is_named(multi_tensor, value,
+                                                  words):
+    """Checked as the optimizer's attribute checks it: a str was read as
+    a number and trained with, a sequence failed in NumPy unnamed; also
+    after a good value of the rule's own was taken."""
+    model = _model()
+    opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
+    rule = model.fc.W.update_rule
+    rule.hyperparam.beta1 = 0.5
+    _set_grads(model, 0)
+    opt.update()
+    w = {p: a.array.copy() for p, a in model.namedparams()}
+    rule.hyperparam.beta1 = value
+    _set_grads(model, 1)
+    with pytest.raises(TypeError, match='^LAMB hyperparameter ' + words):
+        opt.update()
+    for path, p in model.namedparams():
+        assert (p.array == w[path]).all(), path
+    rule.hyperparam.beta1 = 0.5
+    opt.update()  # taken again
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_an_integer_parameter_is_refused_naming_no_other_optimizer(
+        multi_tensor):
+    model = _model()
+    model.fc.b.array = numpy.zeros(model.fc.b.shape, numpy.int32)
+    opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
+    _set_grads(model, 0)
+    for _ in range(2):  # the first update, and the next
+        with pytest.raises(TypeError, match='int32') as e:
+            opt.update()
+        assert 'LARS' not in str(e.value) and '/fc/b' in str(e.value)
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
 def test_the_optimizers_own_values_fail_before_the_hooks_and_t(
         multi_tensor):
     model = _model()

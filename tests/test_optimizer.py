@@ -549,6 +549,9 @@ def test_an_integer_parameter_is_refused_before_anything_moves(multi_tensor):
     ('optimizer', 'lr', numpy.array([0.1, 0.2]),
      r'lr must be a real number, not array\(\[0.1, 0.2\]\)'),
     ('rule', 'weight_decay', -0.5, 'weight_decay of .*W must be at least'),
+    ('rule', 'lr', '0.1', "lr of .*W must be a real number, not '0.1'"),
+    ('rule', 'momentum', [0.9, 0.8],
+     r'momentum of .*W must be a real number, not \[0.9, 0.8\] \(list\)'),
 ])
 def test_hyperparameters_set_under_the_optimizer_are_checked(
         multi_tensor, where, name, value, words):
