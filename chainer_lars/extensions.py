@@ -135,8 +135,11 @@ class WarmupPolynomialShift(extension.Extension):
                     '{}'.format(name, value, self._attr, e)) from None
 
     def __call__(self, trainer):
-        setattr(self._get_optimizer(trainer), self._attr,
-                self.value(self._t + 1))  # counted once it is set
+        optimizer = self._get_optimizer(trainer)
+        if self._set is None:  # by hand, before initialize(): checked here
+            self._check_attr(optimizer)
+            self._check_values(optimizer, self._init)
+        setattr(optimizer, self._attr, self.value(self._t + 1))  # then counted
         self._t += 1
 
     def serialize(self, serializer):

@@ -150,8 +150,7 @@ class LAMB(fused.FusedMethod):
 
     alpha = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     beta1 = checks.CheckedHyperparameter(checks.real, minimum=0.0, maximum=1.0)
-    beta2 = checks.CheckedHyperparameter(checks.real, minimum=0.0,
-                                         maximum=1.0)
+    beta2 = checks.CheckedHyperparameter(checks.real, minimum=0.0, maximum=1.0)
     eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     eta = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     weight_decay_rate = checks.CheckedHyperparameter(checks.real, minimum=0.0)

@@ -87,9 +87,9 @@ class LARS(fused.FusedMethod):
     ``lr`` and ``trust_coefficient`` are the paper's :math:`\\gamma` and
     :math:`\\eta`, kept apart as in TensorFlow: an adapted array moves, per
     update and before momentum, by about ``lr * trust_coefficient`` times
-    its own norm (the hook's ``lr`` is that product: ``LARS(lr=2.0)`` is
-    ``MomentumSGD(lr=0.002)`` with ``GradientLARS()``). Start from the
-    defaults and scale ``lr`` with the batch (:doc:`optimizer`).
+    its own norm (as with ``GradientLARS()`` on ``MomentumSGD`` whose
+    ``lr`` is that product); one not adapted takes ``lr`` itself. Start
+    from the defaults and scale ``lr`` with the batch (:doc:`optimizer`).
 
     Args:
         lr (float): Learning rate :math:`\\gamma`.

@@ -197,9 +197,9 @@ def schedule(args, iterations_per_epoch):
 def observe_trust_ratios(trainer, lars, model, iterations_per_epoch):
     """Reports the trust ratio and norms of each weight; returns ratio keys.
 
-    About ten observations per epoch: each one brings the norms from the
-    GPU once. Biases and BatchNorm parameters are not adapted, so only the
-    weights (``/W``) are reported.
+    About ten observations per epoch, at most one an iteration: each one
+    brings the norms from the GPU once. Biases and BatchNorm parameters
+    are not adapted, so only the weights (``/W``) are reported.
     """
     if lars is None:
         return []

@@ -421,6 +421,25 @@ def test_schedule_called_before_it_starts_counts_nothing(tmp_path):
     assert optimizer.lr == schedule.value(1) == 0.5
 
 
+def test_schedule_called_by_hand_checks_its_attribute_first(tmp_path):
+    """With init given and no optimizer, before initialize(): a misspelt
+    attribute made a new one, unchecked, and counted the call."""
+    trainer = make_trainer(lambda: optimizers.SGD(lr=0.5), 1, tmp_path)
+    optimizer = trainer.updater.get_optimizer('main')
+    schedule = chainer_lars.WarmupPolynomialShift('lrr', 2, 4, init=1.0)
+    with pytest.raises(ValueError, match="attr 'lrr': the optimizer"):
+        schedule(trainer)
+    assert not hasattr(optimizer, 'lrr') and optimizer.lr == 0.5
+    schedule = chainer_lars.WarmupPolynomialShift('lr', 2, 4, init=-1.0)
+    lars = make_trainer(lambda: chainer_lars.LARS(lr=0.5), 1, tmp_path / 'b')
+    with pytest.raises(ValueError, match='init=-1.0 is not a valid value'):
+        schedule(lars)
+    assert lars.updater.get_optimizer('main').lr == 0.5
+    schedule = chainer_lars.WarmupPolynomialShift('lr', 2, 4, init=1.0)
+    schedule(trainer)  # as a started one: its first call
+    assert optimizer.lr == schedule.value(1) == 1.0
+
+
 def test_schedule_may_keep_a_negative_sign():
     shift = chainer_lars.WarmupPolynomialShift('x', 0, 2, init=-0.5)
     assert [shift.value(t) for t in range(3)] == [-0.5, -0.125, 0.0]

@@ -130,6 +130,26 @@ def test_equals_momentum_sgd_with_hook():
         testing.assert_allclose(wa[path], wb[path], rtol=1e-5, atol=1e-6)
 
 
+def test_an_all_zero_gradient_is_where_it_differs_from_the_hook():
+    """Under weight decay LARS takes the ratio 1 there (both norms must be
+    positive), the hook, as Chainer's, ||w|| / (wd ||w||) (docs)."""
+    ratios = []
+    for hooked in (False, True):
+        link = _link()
+        link.W.grad = numpy.zeros(6, numpy.float32)
+        kwargs = dict(weight_decay=1e-2, eps=0.0)
+        if hooked:
+            opt = optimizers.MomentumSGD(lr=0.05).setup(link)
+            hook = chainer_lars.GradientLARS(threshold=0.0, **kwargs)
+            opt.add_hook(hook)
+        else:
+            opt = hook = chainer_lars.LARS(lr=0.05, trust_coefficient=1.0,
+                                           **kwargs).setup(link)
+        opt.update()
+        ratios.append(hook.observe()['/W'][0])
+    assert ratios == [1.0, pytest.approx(100.0)]
+
+
 def _train(model, opt, steps, start=0):
     for step in range(start, start + steps):
         x, t = ref.batch(step)
