@@ -909,3 +909,31 @@ def test_a_float16_step_that_rounds_away_is_warned_of_without_waiting(
             cuda.cupy.cuda.Device().synchronize()
             opt.update()
     assert len([w for w in caught if 'rounded away' in str(w.message)]) == 1
+
+
+@pytest.mark.parametrize('face', ['lars', 'hook'])
+def test_a_strided_float16_gradient_of_a_mixed16_row_is_taken(gpu, face):
+    """It is checked against float16, the gradients' dtype, not against
+    the float32 master's; the result is the CPU's."""
+    weights = []
+    for xp in (numpy, gpu.xp):
+        link = chainer.links.Linear(
+            3, 2, initialW=chainer.initializers.Normal(1.0, numpy.float16),
+            initial_bias=chainer.initializers.Zero(numpy.float16))
+        link.W.array[...] = numpy.arange(6).reshape(2, 3) / 8
+        if xp is not numpy:
+            gpu.send(link)
+        if face == 'lars':
+            opt = chainer_lars.LARS(lr=0.5).setup(link)
+        else:
+            opt = optimizers.MomentumSGD(lr=0.5).setup(link)
+            opt.add_hook(chainer_lars.GradientLARS(weight_decay=1e-3))
+        opt.use_fp32_update()
+        for step in range(2):  # the masters are made at the first
+            link.W.grad = xp.asarray(
+                numpy.arange(6, dtype=numpy.float16).reshape(3, 2) / 4).T
+            link.b.grad = xp.ones(2, numpy.float16)
+            assert not link.W.grad.flags.c_contiguous
+            opt.update()
+        weights.append(chainer.backends.cuda.to_cpu(link.W.array))
+    testing.assert_allclose(weights[0], weights[1], rtol=4e-3)

@@ -383,3 +383,47 @@ def test_device_run_resumes_exactly(gpu, tmp_path, face):
     for path in weights:
         assert weights[path].dtype == numpy.float16
         assert resumed[path].tobytes() == weights[path].tobytes(), path
+
+
+def test_loss_scale_state_loaded_after_initialize_reports_the_loaded_scale(
+        tmp_path):
+    """A snapshot loaded after initialize() (autoload): the next call
+    reports the scale of the update it follows, the loaded one."""
+    path = str(tmp_path / 'state.npz')
+    saved = optimizers.SGD(lr=0.1).setup(L.Linear(3, 2))
+    saved.loss_scaling(scale=512.0)
+    serializers.save_npz(path, chainer_lars.LossScaleState(saved))
+    optimizer = optimizers.SGD(lr=0.1).setup(L.Linear(3, 2))
+    optimizer.loss_scaling(scale=4.0)
+    state = chainer_lars.LossScaleState(optimizer)
+    state.initialize(None)
+    serializers.load_npz(path, state)
+    assert state.loss_scale == 512.0
+    state(None)
+    assert state.last_loss_scale == 512.0
+
+
+def test_loss_scale_state_loads_no_master_of_an_uninitialized_parameter(
+        tmp_path):
+    """Its master would overwrite the weights the parameter is given."""
+    path = str(tmp_path / 'state.npz')
+    model = L.Linear(3, 2, initialW=chainer.initializers.One(numpy.float16),
+                     initial_bias=chainer.initializers.Zero(numpy.float16))
+    saved = optimizers.SGD(lr=0.1).setup(model)
+    saved.use_fp32_update()
+    for p in model.params():
+        p.grad = numpy.zeros_like(p.array)
+    saved.update()
+    model.W.update_rule._fp32_param.array[...] = 7.0
+    serializers.save_npz(path, chainer_lars.LossScaleState(saved))
+    fresh = L.Linear(None, 2, initialW=chainer.initializers.One(
+        numpy.float16), initial_bias=chainer.initializers.Zero(numpy.float16))
+    optimizer = optimizers.SGD(lr=0.1).setup(fresh)
+    optimizer.use_fp32_update()
+    serializers.load_npz(path, chainer_lars.LossScaleState(optimizer))
+    assert fresh.W.update_rule._fp32_param is None
+    fresh(numpy.ones((1, 3), numpy.float16))  # initializes W with ones
+    for p in fresh.params():
+        p.grad = numpy.zeros_like(p.array)
+    optimizer.update()
+    assert (fresh.W.array == 1).all()

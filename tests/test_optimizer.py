@@ -663,3 +663,26 @@ def test_a_rules_own_values_fail_before_the_hooks_and_t(
     setattr(model.l1.W.update_rule.hyperparam, name, good)
     opt.update()
     assert opt.t == t + 1
+
+
+@pytest.mark.parametrize('value', [b'/b$', bytearray(b'/b$')])
+def test_an_exclusion_list_of_bytes_is_refused_whole(value):
+    """Not taken item by item (each item an int)."""
+    with pytest.raises(TypeError, match=(
+            r'^exclude_from_weight_decay must be a list of regular '
+            r'expressions \(str\), not .*\({}\)$'.format(
+                type(value).__name__))):
+        chainer_lars.LARS(exclude_from_weight_decay=value)
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_disabled_rules_own_value_is_not_checked(multi_tensor):
+    """It steps nothing, as Chainer's disabled rules (which read none of
+    their values)."""
+    link = _link()
+    opt = chainer_lars.LARS(lr=0.1, multi_tensor=multi_tensor).setup(link)
+    link.W.update_rule.enabled = False
+    link.W.update_rule.hyperparam.lr = -1.0
+    opt.update()
+    assert opt.t == 1
+    numpy.testing.assert_array_equal(link.W.array, numpy.arange(1, 7))
