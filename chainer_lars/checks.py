@@ -57,8 +57,7 @@ def count(name, value):
         raise TypeError('{} must be an int, not {}'.format(
             name, _describe(value)))
     if value < 0:
-        raise ValueError('{} must be at least 0, got {!r}'.format(
-            name, value))
+        raise ValueError('{} must be at least 0, got {!r}'.format(name, value))
     return int(value)
 
 
@@ -86,10 +85,9 @@ def pattern(name, value):
     ``bytes`` one could never match a parameter path."""
     if isinstance(value, re.Pattern):
         if not isinstance(value.pattern, str):
-            raise TypeError(
-                '{} must be a regular expression on str, not the '
-                'compiled {} pattern {!r}'.format(
-                    name, type(value.pattern).__name__, value))
+            raise TypeError('{} must be a regular expression on str, not the '
+                            'compiled {} pattern {!r}'.format(
+                                name, type(value.pattern).__name__, value))
         return value
     if not isinstance(value, str):
         raise TypeError(

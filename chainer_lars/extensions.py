@@ -253,11 +253,10 @@ class TrustRatioObserver(extension.Extension):
 
     def __call__(self, trainer):
         source = self._get_source(trainer)
-        chainer.report({
-            self.key(quantity, path): value
-            for path, values in source.observe().items()
-            if self._pattern is None or self._pattern.search(path)
-            for quantity, value in zip(self.quantities, values)})
+        chainer.report({self.key(quantity, path): value
+                        for path, values in source.observe().items()
+                        if self._pattern is None or self._pattern.search(path)
+                        for quantity, value in zip(self.quantities, values)})
 
 
 class LossScaleState(extension.Extension):

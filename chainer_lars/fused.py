@@ -93,7 +93,19 @@ def warn_rounded(face, paths):
         stacklevel=3)
 
 
-class FusedRule(optimizer.UpdateRule):
+class _RefusesGradientLARS(object):
+
+    adapts_rates = True  # GradientLARS refuses to run on us
+
+    def add_hook(self, hook, name=None, timing='auto'):
+        """Registers a hook, as Chainer's ``add_hook``; a
+        :class:`GradientLARS` is refused: it would adapt the rates twice."""
+        if getattr(hook, 'adapts_gradients', False):  # GradientLARS
+            checks.double_adaptation(self._face)
+        super(_RefusesGradientLARS, self).add_hook(hook, name, timing)
+
+
+class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
 
     """What the faces' rules share: flags, ``STATES``, the master copy in
     snapshots, the engine's ``OP`` on a plan of one array. A face's rule
@@ -101,7 +113,6 @@ class FusedRule(optimizer.UpdateRule):
     ``_fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype)``.
     ``_lost``: the optimizer's float16 paths whose step rounded away."""
 
-    adapts_rates = True  # GradientLARS refuses to run on us
     is_elementwise = False
     _lost = _own_checked = None
     _fits = staticmethod(lambda hyperparam: True)  # in every dtype
@@ -122,11 +133,6 @@ class FusedRule(optimizer.UpdateRule):
         with chainer.using_device(param.device):
             for key in self.STATES:
                 self.state[key] = param.device.xp.zeros_like(param.array)
-
-    def add_hook(self, hook, name=None, timing='auto'):
-        if getattr(hook, 'adapts_gradients', False):  # GradientLARS
-            checks.double_adaptation(self._face)
-        super(FusedRule, self).add_hook(hook, name, timing)
 
     def serialize(self, serializer):
         """Serializes the state and the float32 master copy."""
@@ -183,8 +189,7 @@ class FusedRule(optimizer.UpdateRule):
 
 
 def _equal(a, b):
-    """``a == b``; ``False`` where an array's truth is ambiguous (named by
-    its check)."""
+    """``a == b``; ``False`` where it is ambiguous (its check names it)."""
     try:
         return a == b
     except ValueError:
@@ -255,13 +260,13 @@ def _depends(states, mixed16, params):
     return objects, values
 
 
-class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
+class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
+                  optimizer.GradientMethod):
 
     """What the faces share: ``update`` (a fork of Chainer's), the plans,
     the exclusions, snapshots and ``observe``; a face names its ``_rule``
     and itself (``_face``)."""
 
-    adapts_rates = True  # GradientLARS refuses to run on us
     _stepped, _warned, _checked = True, False, None
 
     def __init__(self, multi_tensor, exclude_from_weight_decay,
@@ -276,13 +281,6 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
         rule = self._rule(self.hyperparam)
         rule._lost = self._lost
         return rule
-
-    def add_hook(self, hook, name=None, timing='auto'):
-        """Registers a hook, as :meth:`chainer.Optimizer.add_hook`; a
-        :class:`GradientLARS` is refused: it would adapt the rates twice."""
-        if getattr(hook, 'adapts_gradients', False):  # GradientLARS
-            checks.double_adaptation(self._face)
-        super(FusedMethod, self).add_hook(hook, name, timing)
 
     def setup(self, link):
         super(FusedMethod, self).setup(link)
@@ -470,6 +468,9 @@ class FusedMethod(exclusions.ExclusionProperties, optimizer.GradientMethod):
                 [r.t + 1 for r in rules] if cls._STEPPED else None)
 
     def _build_plan(self, params):
+        for p in params:  # states loaded on the host: moved as Chainer's are
+            if isinstance(p.update_rule, FusedRule) and p.update_rule.state:
+                p.update_rule._init_states(p)
         paths = {id(param): path for path, param in self.target.namedparams()}
         batchable = [_batchable(p, p.update_rule, self._rule) for p in params]
         plan = engine.Plan(params, functools.partial(

@@ -9,12 +9,16 @@ NumPy written out by hand in the other test modules; here the GPU path must
 equal it within the rounding of each dtype.
 """
 
+import functools
+import io
+
 import numpy
 import pytest
 
 import chainer
 from chainer.backends import cuda
 from chainer import optimizers
+from chainer import serializers
 from chainer import testing
 
 import chainer_lars
@@ -937,3 +941,58 @@ def test_a_strided_float16_gradient_of_a_mixed16_row_is_taken(gpu, face):
             opt.update()
         weights.append(chainer.backends.cuda.to_cpu(link.W.array))
     testing.assert_allclose(weights[0], weights[1], rtol=4e-3)
+
+
+FACES = {'lars': functools.partial(chainer_lars.LARS, lr=2.0),
+         'lamb': functools.partial(chainer_lars.LAMB, alpha=0.1)}
+
+
+@pytest.mark.filterwarnings('ignore:.*rounded away:RuntimeWarning')
+@pytest.mark.parametrize('face', sorted(FACES))
+@pytest.mark.parametrize('dtype,fp32_update', [
+    (numpy.float32, False), (numpy.float16, False), (numpy.float16, True)])
+def test_a_run_resumed_on_the_device_continues_it_bit_for_bit(
+        gpu, face, dtype, fp32_update):
+    """A snapshot loads the rules' states as NumPy arrays, on a model
+    already sent to the device: they move there, as Chainer's rules move
+    theirs, and the run goes on as if never stopped."""
+    runs = []
+    for resumed in (False, True):
+        model = gpu.send(Params(MIXED, dtype))
+        opt = _run(model, FACES[face](), None, None, fp32_update, steps=1)
+        if resumed:
+            snapshot = io.BytesIO()
+            serializers.save_npz(snapshot, opt)
+            again = gpu.send(Params(MIXED, dtype, seed=7))
+            again.copyparams(model)
+            opt = FACES[face]().setup(again)
+            if fp32_update:
+                opt.use_fp32_update()
+            serializers.load_npz(io.BytesIO(snapshot.getvalue()), opt)
+            model = again
+        for step in (1, 2):
+            model.refill_grads(100 + step)
+            opt.update()
+        for _, param in model.namedparams():
+            for state in param.update_rule.state.values():
+                assert isinstance(state, gpu.xp.ndarray)
+        runs.append(_host(model))
+    for path, expected in runs[0].items():
+        numpy.testing.assert_array_equal(runs[1][path], expected, path)
+
+
+@pytest.mark.parametrize('face', sorted(FACES))
+def test_a_model_moved_between_updates_takes_its_states_along(gpu, face):
+    """Trained on the host, then on the device, then on the host again:
+    the batched path as the per-rule one (which Chainer's rule moves)."""
+    runs = []
+    for multi_tensor in (True, False):
+        model = Params(MIXED, numpy.float32)
+        opt = FACES[face](multi_tensor=multi_tensor).setup(model)
+        for step, device in enumerate(['@numpy', '@cupy:0', '@numpy']):
+            model.to_device(device)
+            model.refill_grads(100 + step)
+            opt.update()
+        runs.append(_host(model))
+    for path, expected in runs[1].items():
+        numpy.testing.assert_array_equal(runs[0][path], expected, path)
