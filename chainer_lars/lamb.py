@@ -37,20 +37,21 @@ def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
     """LAMB's settings rows (``values``: one tuple of ``_HYPER`` or one a
     row; ``steps``: the step ``t`` of each), checked as :class:`LAMB`
     checks assignments: values set on a hyperparameter directly fail at
-    the update. As in Chainer's ``Adam``, ``eps`` must not round to 0 in
-    the arrays' compute dtype (float32 for float16 ``dtype``)."""
+    the update. ``eps`` is above 0 (``0 / 0`` where no gradient came yet)
+    and must not round to 0 in the arrays' compute dtype (float32 for
+    float16 ``dtype``)."""
     v = numpy.empty((len(rows), len(_HYPER)))
     v[...] = values
     alpha, b1, b2, eps, eta, wd = v.T
     with numpy.errstate(invalid='ignore'):
         ok = (numpy.isfinite(v).all(axis=1) & (v >= 0).all(axis=1)
-              & (b1 < 1) & (b2 < 1))
+              & (b1 < 1) & (b2 < 1) & (eps > 0))
     for k in numpy.flatnonzero(~ok)[:1]:
         for j, name in enumerate(_HYPER):
             getattr(LAMB, name).check(v[k, j], (
                 'LAMB hyperparameter {} of {}'.format(name, paths[k])))
     ct = numpy.promote_types(numpy.float32, dtype)
-    for k in numpy.flatnonzero((eps != 0) & (eps.astype(ct) == 0))[:1]:
+    for k in numpy.flatnonzero(eps.astype(ct) == 0)[:1]:
         raise ValueError('eps of LAMB optimizer is too small for {} ({}), '
                          'at {}'.format(ct.name, eps[k], paths[k]))
     t = numpy.asarray(steps, numpy.float64)
@@ -79,7 +80,7 @@ class LAMBRule(fused.FusedRule):
     _RULE_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
     _DEFAULTS, _fill_rows = _default_hyperparam, staticmethod(_fill_rows)
     alpha_t = lr = property(_alpha_t)
-    _fits = staticmethod(lambda h: numpy.float32(min(h.eps, 1)) or not h.eps)
+    _fits = staticmethod(lambda h: numpy.float32(min(h.eps, 1)) != 0)
 
 
 class LAMB(fused.FusedMethod):
@@ -108,7 +109,7 @@ class LAMB(fused.FusedMethod):
         alpha (float): The rate :math:`\\alpha`.
         beta1 (float): Decay rate of the first moment, in ``[0, 1)``.
         beta2 (float): Decay rate of the second moment, in ``[0, 1)``.
-        eps (float): :math:`\\epsilon`, for numerical stability.
+        eps (float): :math:`\\epsilon` (above 0), for numerical stability.
         eta (float): Schedule multiplier :math:`\\eta`.
         weight_decay_rate (float): :math:`\\lambda`.
         exclude_from_weight_decay (list of str): Regular expressions
@@ -151,7 +152,8 @@ class LAMB(fused.FusedMethod):
     alpha = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     beta1 = checks.CheckedHyperparameter(checks.real, minimum=0.0, maximum=1.0)
     beta2 = checks.CheckedHyperparameter(checks.real, minimum=0.0, maximum=1.0)
-    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0,
+                                       exclusive=True)
     eta = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     weight_decay_rate = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     _REPR = _HYPER + ('exclude_from_weight_decay',

@@ -139,12 +139,13 @@ def assert_same_state(a, b):
 
 
 @pytest.mark.parametrize('multi_tensor', [True, False])
-def test_zero_weights_and_zero_gradients(multi_tensor):
+@pytest.mark.parametrize('eps', [1e-6, 1e-45])  # the least float32 takes
+def test_zero_weights_and_zero_gradients(multi_tensor, eps):
     # ||w|| = 0: ratio 1, the array moves by alpha * r (it is not frozen);
     # g = 0 with m = v = 0 and no weight decay: r = 0, nothing moves.
     model = _model()
     model.fc.W.array[...] = 0
-    opt = chainer_lars.LAMB(alpha=0.1, multi_tensor=multi_tensor)
+    opt = chainer_lars.LAMB(alpha=0.1, eps=eps, multi_tensor=multi_tensor)
     opt.setup(model)
     _set_grads(model, 1)
     model.conv1.W.grad[...] = 0
@@ -425,7 +426,8 @@ def test_a_copy_continues_like_the_original(how):
     ({'beta2': float('nan')}, ValueError, 'beta2 must be finite'),
     ({'alpha': -1e-3}, ValueError, 'alpha must be at least 0'),
     ({'alpha': float('nan')}, ValueError, 'alpha must be finite'),
-    ({'eps': -1e-8}, ValueError, 'eps must be at least 0'),
+    ({'eps': -1e-8}, ValueError, 'eps must be greater than 0'),
+    ({'eps': 0.0}, ValueError, 'eps must be greater than 0'),  # 0 / 0
     ({'eps': float('nan')}, ValueError, 'eps must be finite'),
     ({'weight_decay_rate': -0.1}, ValueError, 'weight_decay_rate'),
     ({'weight_decay_rate': float('nan')}, ValueError,
@@ -449,17 +451,18 @@ def test_bad_assignment_is_refused():
 
 
 @pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('name, value', [('beta2', 1.0), ('eps', 0.0)])
 def test_values_set_under_the_optimizer_fail_before_anything_moves(
-        multi_tensor):
+        multi_tensor, name, value):
     model = _model()
     opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
     _set_grads(model, 0)
     opt.update()
     w = {p: a.array.copy() for p, a in model.namedparams()}
-    model.fc.W.update_rule.hyperparam.beta2 = 1.0
+    setattr(model.fc.W.update_rule.hyperparam, name, value)
     _set_grads(model, 1)
     with pytest.raises(ValueError,
-                       match='LAMB hyperparameter beta2 of /fc/W'):
+                       match='LAMB hyperparameter {} of /fc/W'.format(name)):
         opt.update()
     if multi_tensor:
         for path, p in model.namedparams():
@@ -627,11 +630,11 @@ def test_names_and_lr_are_adam_s():
 
 
 def test_without_adaptation_it_is_adam_without_eps():
-    # Ratio 1 everywhere, eps 0, no weight decay: Adam's step exactly
-    # (Adam folds the bias corrections into alpha_t; LAMB's eps would sit
-    # inside them).
+    # Ratio 1 everywhere, eps too small to add, no weight decay: Adam's
+    # step exactly (Adam folds the bias corrections into alpha_t; LAMB's
+    # eps would sit inside them; LAMB refuses eps=0).
     models = [_model(numpy.float64) for _ in range(2)]
-    lamb = chainer_lars.LAMB(alpha=0.01, eps=0.0,
+    lamb = chainer_lars.LAMB(alpha=0.01, eps=1e-300,
                              exclude_from_layer_adaptation=['.'])
     adam = optimizers.Adam(alpha=0.01, eps=0.0)
     for model, opt in zip(models, (lamb, adam)):
