@@ -11,7 +11,9 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
+import tempfile
 import zipfile
 import zlib
 
@@ -38,7 +40,8 @@ HELP = {
            "holds another run's log or snapshots (see --overwrite), a "
            "resumed run one that holds a run other than its snapshot's",
     'overwrite': "Start a new run in an --out that holds another run's: "
-                 'its log, snapshots and plots are removed first',
+                 'its log, snapshots and plots are removed after the new '
+                 "run's first update (a run that stops before keeps them)",
     'resume': 'Resume the training from a snapshot, with the same flags '
               'but --out, --snapshots, --device, --dataset-root and '
               '--progress',
@@ -543,7 +546,7 @@ def _named_like_run_files(out):
 def not_files(out):
     """The names in ``out`` that a run writes a file under but that are
     not files (folders): Chainer's writer would move the run's file into
-    such a folder, and ``remove_run`` removes files only."""
+    such a folder, and ``OldRun`` moves files only."""
     return [n for n in _named_like_run_files(out)
             if not os.path.isfile(os.path.join(out, n))]
 
@@ -567,13 +570,44 @@ def run_files(out):
     return found
 
 
-def remove_run(out):
-    """--overwrite: removes the run in ``out`` (``run_files``), so that
-    the new one leaves no snapshot or plot of the old one beside its
-    own."""
-    for name in run_files(out) or [n for n in PLOTS
-                                   if os.path.isfile(os.path.join(out, n))]:
-        os.remove(os.path.join(out, name))
+class OldRun(object):
+
+    """--overwrite: the run in ``out`` (``run_files``, or plots alone),
+    so that the new one leaves no snapshot or plot of the old one beside
+    its own. It is moved into a hidden folder in ``out`` (``set_aside``),
+    removed once the new run has made its first update (``remove``), or
+    put back, in place of what the new run wrote, if it stopped before
+    (``restore``): an error or Ctrl-C before then loses nothing."""
+
+    def __init__(self, out):
+        self._out, self._aside = out, None
+        self._names = run_files(out) or [
+            n for n in PLOTS if os.path.isfile(os.path.join(out, n))]
+
+    def set_aside(self):
+        if self._names:
+            self._aside = tempfile.mkdtemp(prefix='.overwritten-',
+                                           dir=self._out)
+            self._move(self._out, self._aside, self._names)
+
+    def remove(self):
+        if self._aside is not None:  # once
+            shutil.rmtree(self._aside, ignore_errors=True)
+            self._aside = None
+
+    def restore(self):
+        if self._aside is not None:
+            for name in _named_like_run_files(self._out):
+                if os.path.isfile(os.path.join(self._out, name)):
+                    os.remove(os.path.join(self._out, name))
+            self._move(self._aside, self._out, self._names)
+            os.rmdir(self._aside)
+            self._aside = None
+
+    @staticmethod
+    def _move(source, target, names):
+        for name in names:
+            os.replace(os.path.join(source, name), os.path.join(target, name))
 
 
 def check_rank0_paths(args, comm):
@@ -918,8 +952,8 @@ class _CheckedNpz(chainer.serializers.NpzDeserializer):
             raise _Mismatch(name, 'no entry {}'.format(name))
         shape = getattr(value, 'shape', None)
         if shape is not None and self.npz[name].shape != shape:
-            raise _Mismatch(name, 'the entry {} has shape {}, this run has '
-                            '{}'.format(name, self.npz[name].shape, shape))
+            raise _Mismatch(name, 'the entry {} of shape {}, where this run '
+                            'has {}'.format(name, self.npz[name].shape, shape))
         return super(_CheckedNpz, self).__call__(key, value)
 
 
@@ -946,10 +980,10 @@ def load_snapshot(args, trainer):
             if getattr(a, 'shape', param.shape) != param.shape:
                 usage_error(
                     '--resume {}: the snapshot has the entry updater/'
-                    'optimizer:main{}/{} of shape {}, this run has {}; it was '
-                    'not written by this run of these examples: start a new '
-                    'run'.format(args.resume, path, name, a.shape,
-                                 param.shape))
+                    'optimizer:main{}/{} of shape {}, where this run has {}; '
+                    'it was not written by this run of these examples: start '
+                    'a new run'.format(args.resume, path, name, a.shape,
+                                       param.shape))
 
 
 def upgrade_reports(trainer):

@@ -213,9 +213,10 @@ class TrustRatioHeatmap(training.Extension):
 
     """Draws the trust ratio of every layer at every epoch as a heat map.
 
-    One row a layer, in the model's order, one column an epoch (from the
-    epoch before to the epoch, so that a one-epoch run is one column from
-    0 to 1), the colour the epoch's mean ratio on a log scale: lines, one
+    One row a layer, in the model's order, one column a line of the log
+    (an epoch, or with --eval-every the iterations since the line
+    before), spanning the epochs it covers (a one-epoch run is one column
+    from 0 to 1), the colour its mean ratio on a log scale: lines, one
     a layer, cannot be told apart beyond ten or so. It reads the
     LogReport's log, which snapshots hold, so it keeps no state of its
     own.
@@ -225,28 +226,57 @@ class TrustRatioHeatmap(training.Extension):
             ``observe_trust_ratios``.
         filename (str): The picture, in the trainer's output directory.
         title (str): The title (``run_title``), or None.
+        iterations_per_epoch (float): Places each line of the log by its
+            iteration; None: by its epoch (a log of one line an epoch).
+        every (int): --eval-every, which adds lines to the log, or None.
     """
 
     # After the LogReport has added the epoch.
     priority = training.PRIORITY_READER - 1
 
-    def __init__(self, keys, filename='trust_ratio.png', title=None):
+    def __init__(self, keys, filename='trust_ratio.png', title=None,
+                 iterations_per_epoch=None, every=None):
         self._keys = keys
         self._filename = filename
         self._title = title
+        self._per_epoch = iterations_per_epoch
+        self._every = every
+
+    def _columns(self, full):
+        """The log's lines that hold ratios, and the columns' edges (in
+        epochs): a line spans from the line before it to itself; a gap
+        between two (a line without ratios) is a column of None."""
+        # A line at an epoch's end (its first iteration past the epoch's
+        # examples) at the epoch's whole number, the others in between.
+        per = self._per_epoch
+        ends = [entry['iteration'] / per if per and entry['iteration'] != (
+            math.ceil(entry['epoch'] * per - 1e-9)) else entry['epoch']
+            for entry in full]
+        edges, lines = [], []
+        for k, entry in enumerate(full):
+            if self._keys[0] not in entry:
+                continue
+            start = ends[k - 1] if k else (
+                0.0 if self._per_epoch else ends[k] - 1)
+            if edges and edges[-1] != start:
+                lines.append(None)
+            if not edges or edges[-1] != start:
+                edges.append(start)
+            edges.append(ends[k])
+            lines.append(entry)
+        return lines, edges
 
     def __call__(self, trainer):
         import matplotlib.colors
         import matplotlib.pyplot as plt
         import matplotlib.ticker
-        log = [entry for entry in trainer.get_extension('LogReport').log
-               if self._keys[0] in entry]
-        ratios = numpy.array([[entry.get(key, numpy.nan) for entry in log]
-                              for key in self._keys])
+        log, edges = self._columns(trainer.get_extension('LogReport').log)
+        ratios = numpy.array([[(entry or {}).get(key, numpy.nan)
+                               for entry in log] for key in self._keys])
         # The epochs whose loss was not finite: their ratios are no model's
         # (the observer reads 1 where the norms are NaN).
-        dead = numpy.array([not math.isfinite(entry.get('main/loss', 0.0))
-                            for entry in log])
+        dead = numpy.array([not math.isfinite((entry or {}).get(
+            'main/loss', 0.0)) for entry in log], bool)
         ratios = numpy.ma.masked_where(~(ratios > 0) | dead, ratios)
         if not ratios.count() and not dead.any():
             return
@@ -261,11 +291,10 @@ class TrustRatioHeatmap(training.Extension):
         # at least a quarter of an inch.
         width = min(9, 5 + 0.25 * columns)
         figure, axes = plt.subplots(figsize=(width, 1.8 + 0.17 * rows))
-        image = axes.imshow(
-            ratios, aspect='auto', interpolation='nearest',
-            norm=matplotlib.colors.LogNorm(low, high),
-            extent=(log[0]['epoch'] - 1, log[-1]['epoch'],
-                    rows - 0.5, -0.5))
+        image = axes.pcolormesh(
+            edges, numpy.arange(rows + 1) - 0.5, ratios,
+            norm=matplotlib.colors.LogNorm(low, high))
+        axes.set_ylim(rows - 0.5, -0.5)
         prefix = os.path.commonprefix(self._keys)
         prefix = prefix[:prefix.rfind('/') + 1]
         axes.set_yticks(range(rows))
@@ -273,7 +302,11 @@ class TrustRatioHeatmap(training.Extension):
                              fontsize=min(9, max(4, 400 // rows)))
         axes.xaxis.set_major_locator(
             matplotlib.ticker.MaxNLocator(integer=True))
-        axes.set_xlabel('epoch (each column: the mean over that epoch)')
+        axes.set_xlabel(
+            'epoch (each column: the mean over that epoch)' if not self._every
+            else 'epoch (each column: the mean since the column before;\n'
+            'one every {} iterations and at the end of each epoch)'.format(
+                self._every))
         axes.set_title('{}trust ratio of each layer ({}...)'.format(
             self._title + ' (diverged)\n' if self._title and dead.any()
             else self._title + '\n' if self._title else '', prefix),
@@ -281,11 +314,11 @@ class TrustRatioHeatmap(training.Extension):
         if dead.any():
             # Masked cells show the background.
             axes.set_facecolor('#fdd')
-            first = log[int(numpy.argmax(dead))]['epoch'] - 1
-            axes.text((first + log[-1]['epoch']) / 2, (rows - 1) / 2,
+            first = edges[int(numpy.argmax(dead))]
+            axes.text((first + edges[-1]) / 2, (rows - 1) / 2,
                       'diverged in epoch {}:\nloss not finite, not drawn'
-                      .format(first + 1), ha='center', va='center',
-                      color='red', fontsize=9)
+                      .format(math.floor(first) + 1), ha='center',
+                      va='center', color='red', fontsize=9)
         if ratios.count():
             bar = figure.colorbar(image, ax=axes,
                                   label='trust ratio (log scale)')

@@ -50,8 +50,6 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         settings = {'examples': n_train, 'processes': comm.size}
     cli.check_iterations(args, n_train)
     cli.check_resume(args, **settings)
-    if args.overwrite and (comm is None or comm.rank == 0):
-        cli.remove_run(args.out)
     updater = training.updaters.StandardUpdater(
         train_iter, optimizer, device=device)
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
@@ -110,9 +108,21 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
     if args.resume is not None:
         cli.load_snapshot(args, trainer)
 
-    with Interruption(args, trainer,
-                      say=comm is None or comm.rank == 0):
-        trainer.run()
+    old = cli.OldRun(args.out) if args.overwrite and (
+        comm is None or comm.rank == 0) else None
+    if old is not None:
+        def remove_old_run(trainer):  # after the first update
+            old.remove()
+        trainer.extend(remove_old_run, trigger=(1, 'iteration'))
+        old.set_aside()
+    try:
+        with Interruption(args, trainer,
+                          say=comm is None or comm.rank == 0):
+            trainer.run()
+    except BaseException:  # before the first update: the old run back
+        if old is not None:
+            old.restore()
+        raise
     if divergence.found is not None:
         if divergence.say:
             cli.say('stopped: the run diverged (see above); the log and the '
@@ -258,13 +268,20 @@ def resume_command(snapshot, argv=None):
     for arg in argv[1:]:
         if skip:
             skip = False
-        elif arg in ('--resume', '-r'):
+        elif arg == '-r' or _abbreviates(arg, '--resume') and '=' not in arg:
             skip = True
-        elif arg == '--overwrite':  # a new run's, refused with --resume
+        elif _abbreviates(arg, '--overwrite'):  # refused with --resume
             continue
-        elif not arg.startswith(('--resume=', '-r')):  # -rPATH too
-            args.append(arg)
+        elif not (_abbreviates(arg, '--resume') or arg.startswith('-r')):
+            args.append(arg)  # (-rPATH and --res=PATH are left out too)
     return shlex.join(command + args + ['--resume', snapshot])
+
+
+def _abbreviates(arg, name):
+    """Whether ``arg`` is the flag ``name`` as argparse reads it: whole,
+    or a prefix (an ambiguous one was refused), with ``=VALUE`` or not."""
+    head = arg.split('=', 1)[0]
+    return len(head) > 2 and head.startswith('--') and name.startswith(head)
 
 
 def _unwrap_variables(keys):
@@ -461,8 +478,10 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         trainer.extend(plots.IterationPlot('lr', 'lr.png', 'learning rate',
                                            title=title))
         if ratio_keys:
-            trainer.extend(plots.TrustRatioHeatmap(ratio_keys, title=title),
-                           trigger=end_of_epoch)
+            trainer.extend(plots.TrustRatioHeatmap(
+                ratio_keys, title=title, every=args.eval_every,
+                iterations_per_epoch=settings['examples'] / args.batchsize),
+                trigger=end_of_epoch)
         if scaling is not None:
             trainer.extend(plots.LossScalePlot(scaling, title=title))
 

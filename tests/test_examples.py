@@ -1805,15 +1805,16 @@ def test_trust_ratio_heatmap_columns_span_their_epochs(mnist, dataset_root,
         if os.path.basename(str(path)) == 'trust_ratio.png':
             figure.canvas.draw()
             axes = figure.axes[0]
-            figures.append((axes.images[0].get_extent(),
+            edges = axes.collections[0].get_coordinates()[0, :, 0]
+            figures.append(((edges[0], edges[-1]) + axes.get_xlim(),
                             list(axes.get_xticks()), axes.get_title()))
         return save(figure, path, *args, **kwargs)
 
     monkeypatch.setattr(plt.Figure, 'savefig', keep)
     mnist.main(['-b', '32', '-u', '8', '-e', '1', '--lr', '0.4', '--out',
                 str(tmp_path / 'out')])
-    (left, right, _, _), ticks, title = figures[-1]
-    assert (left, right) == (0, 1)
+    (left, right, low, high), ticks, title = figures[-1]
+    assert (left, right) == (low, high) == (0, 1)
     assert [t for t in ticks if left <= t <= right] == [0, 1]
     assert title.startswith('lars, batch 32, peak lr 0.4, float32\n')
 
@@ -1897,7 +1898,7 @@ def test_trust_ratio_heatmap_draws_no_diverged_epoch(tmp_path, monkeypatch,
         LoggedTrainer(log, str(tmp_path)))
     figure, = drawn
     axes = figure.axes[0]
-    image = axes.images[0].get_array()
+    image = numpy.ma.asarray(axes.collections[0].get_array()).reshape(2, -1)
     alive = [i for i, loss in enumerate(losses) if loss == loss]
     assert [i for i in range(len(losses)) if not image.mask[:, i].all()] == (
         alive)
@@ -1910,6 +1911,39 @@ def test_trust_ratio_heatmap_draws_no_diverged_epoch(tmp_path, monkeypatch,
         'diverged in epoch {}:\nloss not finite, not drawn'.format(dead)]
     # A colour bar only for values drawn.
     assert len(figure.axes) == (2 if alive else 1)
+    plt.close(figure)
+
+
+def test_trust_ratio_heatmap_places_eval_every_s_columns_by_iteration(
+        tmp_path, monkeypatch):
+    """With --eval-every the log has a line per evaluation: a column
+    each, from the line before to its own, in epochs (not a column an
+    epoch from epoch - 1, which drew a 2-epoch run from -1 to 2)."""
+    import matplotlib.pyplot as plt
+    keys = ['lars/ratio/predictor/l1/W', 'lars/ratio/predictor/l2/W']
+    # 13.75 iterations an epoch, --eval-every 4; the line before training
+    # has no ratios.
+    ends = [0, 4, 8, 12, 14, 16, 20, 24, 28]
+    log = [{'epoch': int(i // 13.75), 'iteration': i, 'main/loss': 1.0}
+           for i in ends]
+    for k, entry in enumerate(log[1:]):
+        entry.update({keys[0]: 0.1 * (k + 1), keys[1]: 0.5})
+    drawn = []
+    monkeypatch.setattr(plt.Figure, 'savefig',
+                        lambda figure, path, **kwargs: drawn.append(figure))
+    plots.TrustRatioHeatmap(keys, iterations_per_epoch=13.75, every=4)(
+        LoggedTrainer(log, str(tmp_path)))
+    figure, = drawn
+    axes = figure.axes[0]
+    mesh = axes.collections[0]
+    image = numpy.ma.asarray(mesh.get_array()).reshape(2, -1)
+    numpy.testing.assert_allclose(image[0], [0.1 * k for k in range(1, 9)])
+    edges = mesh.get_coordinates()[0, :, 0]
+    # Epochs end at iterations 14 and 28: drawn at 1 and 2.
+    numpy.testing.assert_allclose(
+        edges, numpy.array([0, 4, 8, 12, 13.75, 16, 20, 24, 27.5]) / 13.75)
+    assert axes.get_xlim()[0] >= 0 and axes.get_xlim()[1] <= 28 / 13.75 + .1
+    assert 'one every 4 iterations' in axes.get_xlabel()
     plt.close(figure)
 
 
@@ -1973,7 +2007,10 @@ def test_resume_refuses_a_snapshot_with_a_missing_or_misshapen_entry(
         err = usage_error(main, args + ['--resume', path, '--out', str(out)],
                           capsys)
         assert len(err.splitlines()) == 1 and key in err, err
-        assert ('no entry' if damage == 'missing' else 'shape') in err
+        assert ('the snapshot has no entry ' + key if damage == 'missing'
+                else 'the snapshot has the entry {} of shape {}, where this '
+                'run has {}'.format(key, damaged[key].shape,
+                                    arrays[key].shape)) in err, err
         assert not out.exists()
 
 
@@ -2175,9 +2212,31 @@ def test_overwrite_replaces_the_other_run(mnist, dataset_root, tmp_path):
     # none) are gone; a file of no run stays.
     assert 'loss_scale.png' not in names and 'snapshot_iter_74' not in names
     assert 'notes.txt' in names and 'accuracy.png' in names
+    assert not [n for n in names if n.startswith('.')]  # nothing set aside
     assert [n for n in names if n.startswith('snapshot_')] == [
         'snapshot_iter_{}'.format(len(read_log(str(out))) and
                                   read_log(str(out))[-1]['iteration'])]
+
+
+@pytest.mark.parametrize('failure', [MemoryError, KeyboardInterrupt])
+def test_overwrite_keeps_the_other_run_until_the_first_update(
+        mnist, dataset_root, tmp_path, monkeypatch, capsys, failure):
+    """A new run that stops before its first update (out of memory on a
+    GPU, Ctrl-C) leaves the old run as it was, and nothing of its own."""
+    out = tmp_path / 'result'
+    _another_run(out)
+    before = {p.name: p.read_text() for p in out.iterdir()}
+
+    def first_update(updater):
+        raise failure('the first update')
+    monkeypatch.setattr(chainer.training.updaters.StandardUpdater,
+                        'update_core', first_update)
+    with pytest.raises((failure, SystemExit)):
+        mnist.main(_tiny(dataset_root, out) + ['--overwrite'])
+    assert {p.name: p.read_text() for p in out.iterdir()} == before
+    if failure is KeyboardInterrupt:
+        assert 'run the command again with --overwrite' in (
+            capsys.readouterr().err)
 
 
 @pytest.mark.parametrize('names', [['log'], ['snapshot_iter_2'],
@@ -2254,11 +2313,17 @@ def test_overwrite_with_resume_is_refused(mnist, dataset_root, tmp_path,
     assert (out / 'snapshot_iter_74').exists()
 
 
-def test_resume_command_leaves_overwrite_out(monkeypatch):
+@pytest.mark.parametrize('flag', ['--overwrite', '--overw', '--ov'])
+def test_resume_command_leaves_overwrite_out(monkeypatch, tmp_path, flag):
+    """Abbreviated too, as argparse takes it."""
     monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh mnist')
-    argv = ['train_mnist.py', '--overwrite', '-b', '64']
-    assert training.resume_command('result/snapshot_iter_8', argv) == (
-        'bash dev.sh mnist -b 64 --resume result/snapshot_iter_8')
+    argv = ['train_mnist.py', flag, '-b', '64', '--res', 'a/snapshot_iter_1',
+            '--resu=a/b', '--out', 'x']
+    assert training.resume_command('x/snapshot_iter_8', argv) == (
+        'bash dev.sh mnist -b 64 --out x --resume x/snapshot_iter_8')
+    args = importlib.import_module('examples.mnist.train_mnist').parse_args(
+        argv[1:4] + ['--dataset-root', str(tmp_path), '-o', str(tmp_path)])
+    assert args.overwrite  # what argparse reads
 
 
 @pytest.mark.parametrize('readme', ['examples/README.md',
