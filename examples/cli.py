@@ -182,7 +182,8 @@ def parser(description, defaults, epilog=None, helps=None):
                         'on --validation). Default: %(default)s')
     add('dataset_root')
     parser.add_argument('--noplot', dest='plot', action='store_false',
-                        help='Disable PlotReport extension')
+                        help='Draw no plots (loss.png, accuracy.png, lr.png, '
+                        'trust_ratio.png, loss_scale.png)')
     parser.add_argument('--progress', choices=('auto', 'bar', 'lines', 'none'),
                         default='auto',
                         help="How the run's progress between reports is "

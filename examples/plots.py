@@ -19,7 +19,8 @@ from examples import plotting
 
 # The legends' names of the reported values.
 LABELS = {'main/loss': 'train', 'test/main/loss': 'test',
-          'main/accuracy': 'train', 'test/main/accuracy': 'test'}
+          'val/main/loss': 'validation', 'main/accuracy': 'train',
+          'test/main/accuracy': 'test', 'val/main/accuracy': 'validation'}
 
 
 def run_title(args, processes=None):
@@ -32,24 +33,24 @@ def run_title(args, processes=None):
         batch = 'batch {} ({} x {} processes)'.format(
             args.batchsize * processes, args.batchsize, processes)
     dtype = chainer.config.dtype  # mixed16 is float16 to NumPy
-    return '{}, {}, peak lr {:g}, {}'.format(
-        args.optimizer, batch, args.lr, 'mixed16' if dtype is chainer.mixed16
-        else numpy.dtype(dtype).name)
+    return '{}, {}, peak {} {:g}, {}'.format(
+        args.optimizer, batch,
+        'alpha' if args.optimizer in ('adam', 'lamb') else 'lr', args.lr,
+        'mixed16' if dtype is chainer.mixed16 else numpy.dtype(dtype).name)
 
 
 def epoch_axes(ylabel, log=False, percent=False, title=None,
                divergence=None):
     """A PlotReport postprocess: labels, title, and where a run diverged.
 
-    It names the curves train and test, labels the y axis (log: on a log
-    scale; percent: the fractions drawn in %, from 0 to 100, with a zoom
-    on the values above 90 % in an inset, ``zoom_inset``), puts whole
-    epochs on the x axis, and titles the plot ``title``. From where the
-    run diverged (the ``training.Divergence`` extension ``divergence``
-    found the loss not finite, or a value drawn is not finite), the values
-    are no model's: they are not drawn, and a red band marks the epochs,
-    so that a run that blew up does not read as one that stopped, nor as
-    a curve.
+    It names the curves train, test and validation, labels the y axis (log:
+    on a log scale; percent: the fractions drawn in %, from 0 to 100, with a
+    zoom on the values above 90 % in an inset, ``zoom_inset``), puts whole
+    epochs on the x axis, and titles the plot ``title``. From where the run
+    diverged (the ``training.Divergence`` extension ``divergence`` found the
+    loss not finite, or a value drawn is not finite), the values are no
+    model's: they are not drawn, and a red band marks the epochs, so that a
+    run that blew up does not read as one that stopped, nor as a curve.
     """
     def postprocess(figure, axes, summary):
         import matplotlib.ticker

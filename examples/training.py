@@ -461,15 +461,19 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         # Draw into files without a display.
         import matplotlib
         matplotlib.use('Agg')
+        held_out = ['val/main/'] if args.validation else []
         trainer.extend(extensions.PlotReport(
-            ['main/loss', 'test/main/loss'], 'epoch',
+            [k + 'loss' for k in ['main/', 'test/main/'] + held_out], 'epoch',
             filename='loss.png', trigger=end_of_epoch,
             postprocess=plots.epoch_axes(
-                'loss (softmax cross entropy, log scale)', log=True,
+                'loss (softmax cross entropy{}, log scale)'.format(
+                    ' with label smoothing {:g}'.format(args.label_smoothing)
+                    if args.label_smoothing else ''), log=True,
                 title=title, divergence=divergence)),
             call_before_training=True)
         trainer.extend(extensions.PlotReport(
-            ['main/accuracy', 'test/main/accuracy'], 'epoch',
+            [k + 'accuracy' for k in ['main/', 'test/main/'] + held_out],
+            'epoch',
             filename='accuracy.png', trigger=end_of_epoch,
             postprocess=plots.epoch_axes(
                 'accuracy (%)', percent=True, title=title,

@@ -1763,6 +1763,33 @@ def test_accuracy_plot_is_in_percent_and_hides_a_diverged_runs_values():
     plt.close(figure)
 
 
+def test_plots_draw_the_validation_set_and_name_label_smoothing(
+        mnist, dataset_root, tmp_path, monkeypatch):
+    """With --validation and --test never the validation curves are what
+    a run is tuned on: drawn beside the training ones."""
+    import matplotlib.pyplot as plt
+    figures = {}
+    save = plt.Figure.savefig
+
+    def keep(figure, path, *args, **kwargs):
+        axes = figure.axes[0]
+        figures[os.path.basename(str(path))] = (drawn(axes),
+                                                axes.get_ylabel())
+        return save(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, 'savefig', keep)
+    mnist.main(['-b', '16', '-u', '8', '-e', '2', '--validation', '16',
+                '--test', 'never', '--label-smoothing', '0.1',
+                '--progress', 'none', '--dataset-root', dataset_root,
+                '--out', str(tmp_path / 'out')])
+    for name in ('loss.png', 'accuracy.png'):
+        curves, label = figures[name]
+        assert sorted(curves) == ['train', 'validation'], name
+        assert [x for x, _ in curves['validation']] == [0, 1, 2], name
+    assert figures['loss.png'][1] == (
+        'loss (softmax cross entropy with label smoothing 0.1, log scale)')
+
+
 @pytest.mark.parametrize('epochs', [1, 3, 30])
 def test_epoch_axis_has_whole_epochs(epochs):
     """A one-epoch run reads 0 and 1, not 0, 0.2, ..., 1."""
@@ -1790,6 +1817,10 @@ def test_run_title_names_optimizer_batch_rate_and_dtype():
     with chainer.using_config('dtype', chainer.mixed16):
         assert plots.run_title(args) == (
             'lars, batch 1024, peak lr 0.5, mixed16')
+    for name in ('adam', 'lamb'):  # --lr sets alpha, their schedule's
+        args.optimizer = name
+        assert plots.run_title(args) == (
+            '{}, batch 1024, peak alpha 0.5, float32'.format(name))
 
 
 def test_trust_ratio_heatmap_columns_span_their_epochs(mnist, dataset_root,
@@ -1945,6 +1976,25 @@ def test_trust_ratio_heatmap_places_eval_every_s_columns_by_iteration(
     assert axes.get_xlim()[0] >= 0 and axes.get_xlim()[1] <= 28 / 13.75 + .1
     assert 'one every 4 iterations' in axes.get_xlabel()
     plt.close(figure)
+
+
+def test_chainermn_without_mpi4py_says_so_in_one_line(
+        chainermn_example, dataset_root, tmp_path, monkeypatch, capsys):
+    import chainermn
+
+    def create_communicator(name):
+        raise ImportError("No module named 'mpi4py': ChainerMN requires "
+                          'mpi4py for distributed training. ...')
+    monkeypatch.setattr(chainermn, 'create_communicator', create_communicator)
+    with pytest.raises(SystemExit) as exc:
+        chainermn_example.main(['--dataset-root', dataset_root, '--out',
+                                str(tmp_path / 'out')])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert 'Traceback' not in err
+    assert err.splitlines()[-1].endswith(
+        "ChainerMN cannot start (No module named 'mpi4py'): install Open "
+        'MPI and mpi4py, as examples/chainermn/README.md says'), err
 
 
 @pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])

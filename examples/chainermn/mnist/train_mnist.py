@@ -177,7 +177,13 @@ def main(argv=None):
 
 
 def run(args):
-    comm = chainermn.create_communicator(args.communicator)
+    try:
+        comm = chainermn.create_communicator(args.communicator)
+    except ImportError as e:  # mpi4py: one line, as the usage errors
+        cli.say('ChainerMN cannot start ({}): install Open MPI and mpi4py, '
+                'as examples/chainermn/README.md says'.format(
+                    str(e).split(':')[0]))
+        sys.exit(1)
     cli.check_rank0_paths(args, comm)
     device = select_device(args, comm)
     device.use()
