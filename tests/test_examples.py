@@ -573,8 +573,8 @@ def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
     with open(log_path, 'w') as f:
         json.dump(log, f)
     assert results.main(argv + ['--same-as', again]) == 1
-    assert results.main(['--batchsizes', '64', '--out', out, '--same-as',
-                         again]) == 2
+    assert results.main(['--batchsizes', '64', '--epoch', '1', '--out', out,
+                         '--same-as', again]) == 2
     with pytest.raises(SystemExit):
         results.main(argv + ['--same-as', str(tmp_path / 'none')])
 
@@ -667,7 +667,7 @@ def test_mnist_results_with_flags(dataset_root, tmp_path, capsys,
     with open(os.path.join(flagged, 'b32-lars-s0.stdout')) as f:
         assert 'lars, lr 0.5,' in f.read()
     with open(os.path.join(flagged, 'flags')) as f:
-        assert f.read() == '--lr 0.5 --warmup-epochs 0\n'
+        assert f.read() == '--epoch 1 --lr 0.5 --warmup-epochs 0\n'
     assert read_log(os.path.join(flagged, 'b32-lars-s0')) != read_log(
         os.path.join(plain, 'b32-lars-s0'))
     # The runs of another set of flags are not taken for these.
@@ -681,6 +681,15 @@ def test_mnist_results_with_flags(dataset_root, tmp_path, capsys,
             results.main(argv + ['--out', out, '--flags', flags] + task)
         assert '--out {}: its runs were made with'.format(
             out) in capsys.readouterr().err
+    # Nor those of another --epoch: a run of 1 epoch is none of 2.
+    longer = list(argv)
+    longer[longer.index('--epoch') + 1] = '2'
+    with pytest.raises(SystemExit):
+        results.main(longer + ['--out', plain])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        '--out {}: its runs were made with --epoch 1 ({}), not --epoch 2; '
+        'give another --out, or --epoch 1'.format(
+            plain, os.path.join(plain, 'flags')))
     # The same flags again: nothing runs.
     log = os.path.join(flagged, 'b32-lars-s0', 'log')
     stamp = os.path.getmtime(log)

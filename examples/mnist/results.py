@@ -13,9 +13,10 @@ error along the runs into ``<out>/error.png``.
     python examples/mnist/results.py --seeds 0 1 2
 
 ``--flags`` adds train_mnist.py flags to every run (``--flags="--lr
-0.7071"``), into an ``--out`` of its own: the flags are recorded in
-``<out>/flags``, and an ``--out`` whose runs were made with other flags is
-refused.
+0.7071"``), into an ``--out`` of its own: the flags and ``--epoch`` are
+recorded in ``<out>/flags``, and an ``--out`` whose runs were made with
+other flags or another ``--epoch`` is refused (a run of 2 epochs would
+pass for one of 1).
 
 ``--check`` runs nothing and writes nothing: it builds the table from the
 runs already in ``<out>`` and checks that ``examples/mnist/README.md``
@@ -605,26 +606,89 @@ def flags_file(out):
     return os.path.join(out, 'flags')
 
 
-def check_out_flags(parser, args):
-    """Refuses an --out whose runs were made with other --flags."""
-    path = flags_file(args.out)
+def recorded_settings(parser, out):
+    """The ``--epoch`` and the ``--flags`` (a list) that ``<out>/flags``
+    records: ``(epoch, flags)``; ``epoch`` is None in a file written
+    before results.py recorded it, both are None without the file."""
+    path = flags_file(out)
     try:
         with open(path) as f:
-            recorded = f.read().strip()
+            tokens = shlex.split(f.read())
     except OSError:
-        recorded = None
-    given = shlex.join(args.flags)
-    if recorded is None:
-        has_runs = os.path.isdir(args.out) and any(
-            re.match(r'^b\d+-', name) for name in os.listdir(args.out))
-        if given and has_runs:
-            parser.error('--out {}: its runs were made without --flags; '
-                         'give another --out for --flags {!r}'.format(
-                             args.out, args.flags))
-    elif recorded != given:
-        parser.error('--out {}: its runs were made with --flags {!r} ({}); '
-                     'give another --out, or the same flags'.format(
-                         args.out, recorded, path))
+        return None, None
+    except ValueError as e:
+        parser.error('--out {}: {} cannot be read ({}); give another '
+                     '--out'.format(out, path, e))
+    if tokens[:1] == ['--epoch'] and len(tokens) > 1 and tokens[1].isdigit():
+        return int(tokens[1]), tokens[2:]
+    return None, tokens
+
+
+def runs_in(out):
+    """The names in ``out`` of the runs' folders and of their output
+    (``run_name``, ``<name>.stdout``)."""
+    if not os.path.isdir(out):
+        return []
+    return sorted(name for name in os.listdir(out)
+                  if re.match(r'^b\d+-', name))
+
+
+def longest_run(out):
+    """The run of ``out`` with the most epochs in its log: ``(name,
+    epochs)``, or None where no run has a log."""
+    found = [(log[-1]['epoch'], name) for name, log in (
+        (name, read_log(os.path.join(out, name)))
+        for name in runs_in(out)) if log]
+    return None if not found else max(found)[::-1]
+
+
+def _shown_flags(flags):
+    return ('--flags {!r}'.format(shlex.join(flags)) if flags
+            else 'no --flags')
+
+
+def check_out_flags(parser, args):
+    """Refuses an --out whose runs were made with another --epoch or other
+    --flags: a run of more epochs would be taken as done, its last
+    epoch's accuracy as the cell of these.
+
+    ``<out>/flags`` records both; where it records no --epoch (written
+    before results.py did), a run's log with more epochs than --epoch
+    shows it.
+    """
+    path = flags_file(args.out)
+    epoch, flags = recorded_settings(parser, args.out)
+    if flags is None and args.flags and runs_in(args.out):
+        parser.error('--out {}: its runs were made without --flags; '
+                     'give another --out for --flags {!r}'.format(
+                         args.out, shlex.join(args.flags)))
+    made, asked = [], []
+    if epoch is not None and epoch != args.epoch:
+        made.append('--epoch {}'.format(epoch))
+        asked.append('--epoch {}'.format(args.epoch))
+    if flags is not None and flags != args.flags:
+        made.append(_shown_flags(flags))
+        asked.append(_shown_flags(args.flags))
+    if made:
+        parser.error('--out {}: its runs were made with {} ({}), not {}; '
+                     'give another --out, or {}'.format(
+                         args.out, ' and '.join(made), path,
+                         ' and '.join(asked), ' and '.join(made)))
+    longest = longest_run(args.out) if epoch is None else None
+    if longest is not None and longest[1] > args.epoch:
+        parser.error('--out {}: its run {} has {} epochs, more than --epoch '
+                     '{}: its runs were made with another --epoch; give '
+                     'another --out, or --epoch {}'.format(
+                         args.out, longest[0], longest[1], args.epoch,
+                         longest[1]))
+
+
+def write_flags(args):
+    """Records --epoch and --flags in ``<out>/flags`` (``check_out_flags``
+    reads them)."""
+    with open(flags_file(args.out), 'w') as f:
+        f.write(shlex.join(['--epoch', str(args.epoch)] + args.flags)
+                + '\n')
 
 
 class ListFlag(argparse.Action):
@@ -707,8 +771,8 @@ def main(argv=None):
                         help='More train_mnist.py flags for every run, as '
                         'one string (e.g. --flags="--lr 0.7071"); they go '
                         'into the commands and the caption. An --out holds '
-                        'the runs of one set of flags (recorded in '
-                        '<out>/flags)')
+                        'the runs of one --epoch and one set of flags '
+                        '(recorded in <out>/flags)')
     parser.add_argument('--rerun', action='store_true',
                         help='Run again the configurations already done')
     parser.add_argument('--noplot', dest='plot', action='store_false',
@@ -755,9 +819,7 @@ def main(argv=None):
     if problem is not None:
         parser.error('--out {}: {}'.format(args.out, problem))
     os.makedirs(args.out, exist_ok=True)
-    if args.flags:
-        with open(flags_file(args.out), 'w') as f:
-            f.write(shlex.join(args.flags) + '\n')
+    write_flags(args)
     results = {}
     for batchsize in args.batchsizes:
         for optimizer in args.optimizers:
