@@ -606,7 +606,8 @@ def test_mnist_results_takes_a_diverged_run_as_done(dataset_root,
 @pytest.mark.parametrize('flags', [
     '--batchsize 64', '--batch=64', '-b64', '--seed 1', '--epoch 2',
     '-o elsewhere', '--dataset-root x', '--lr -1', '--no-such-flag',
-    '"--lr 0.5', '--optimizer momentum', '--trust-coefficient 0.05'])
+    '"--lr 0.5', '--optimizer momentum', '--trust-coefficient 0.05',
+    '--test never', '--test=end'])
 def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
                                          flags):
     results = importlib.import_module('examples.mnist.results')
@@ -626,6 +627,16 @@ def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
         assert ('refuses them with --optimizer momentum --batchsize 32: '
                 '--trust-coefficient is for --optimizer lars and '
                 'momentum-lars, got --optimizer momentum') in err
+    # Every run trained, then the table failed with a KeyError.
+    if flags == '--test never':
+        assert err.splitlines()[-1].endswith(
+            "--flags '--test never': --test never evaluates the test set "
+            'never, and results.py reads its accuracy (test/main/accuracy) '
+            'after every epoch, for the table and accuracy.png; leave '
+            '--test out')
+    if flags == '--test=end':
+        assert ('--test end evaluates the test set after the last epoch '
+                'only') in err
     assert not out.exists()  # refused before anything ran
 
 

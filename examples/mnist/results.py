@@ -589,8 +589,8 @@ def check_flags(parser, args):
                 stderr = io.StringIO()
                 try:
                     with contextlib.redirect_stderr(stderr):
-                        train_mnist.parse_args(cmd[len(TRAINER):],
-                                               paths=False)
+                        given = train_mnist.parse_args(cmd[len(TRAINER):],
+                                                       paths=False)
                 except SystemExit:
                     # The trainer's own message, without its usage.
                     message = stderr.getvalue().strip().splitlines()[-1]
@@ -599,6 +599,17 @@ def check_flags(parser, args):
                         '--optimizer {} --batchsize {}: {}'.format(
                             args.flags, optimizer, batchsize,
                             message.split('error: ', 1)[-1]))
+                # Else every run trains, and the table or the figure then
+                # fails on the missing test accuracy.
+                if given.test != 'each-epoch':
+                    parser.error(
+                        '--flags {!r}: --test {} evaluates the test set {}, '
+                        'and results.py reads its accuracy '
+                        '(test/main/accuracy) after every epoch, for the '
+                        'table and accuracy.png; leave --test out'.format(
+                            args.flags, given.test, 'never'
+                            if given.test == 'never' else
+                            'after the last epoch only'))
     return flags
 
 
