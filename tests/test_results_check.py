@@ -442,6 +442,31 @@ def test_runs_above_90_percent_get_a_zoomed_row(results):
     plt.close(figure)
 
 
+@pytest.mark.parametrize('batchsizes', [[8192], [128, 8192],
+                                        [128, 8192, 16384]])
+@pytest.mark.parametrize('seeds', [[0], [0, 1, 2, 3, 4]])
+def test_the_title_and_the_legend_fit_in_the_figure(results, batchsizes,
+                                                    seeds):
+    """With one batch size the figure was 4 inches wide and its title, a
+    line of 107 characters, lost both ends; the title now wraps to the
+    figure, above the panels' titles."""
+    args = argparse.Namespace(batchsizes=batchsizes,
+                              optimizers=list(OPTIMIZERS), seeds=seeds)
+    figure = results.draw(curve_logs(args, lambda b, o, s: False), args)
+    figure.draw_without_rendering()
+    inside = figure.bbox
+    title = figure._suptitle.get_window_extent()
+    legend = figure.legends[0].get_window_extent()
+    for box in (title, legend):
+        assert (inside.x0 <= box.x0 and box.x1 <= inside.x1
+                and inside.y0 <= box.y0 and box.y1 <= inside.y1), (
+            box, inside)
+    for axes in figure.axes:
+        assert axes.title.get_window_extent().y1 <= title.y0
+    import matplotlib.pyplot as plt
+    plt.close(figure)
+
+
 # A commit hash in prose: 7 to 40 hex digits, with a digit and a letter.
 _HASH = re.compile(r'\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b')
 

@@ -62,6 +62,11 @@ STYLES = {'momentum': {'marker': 'o', 'color': 'tab:blue'},
 DODGE = 0.15
 # The zoomed panels show accuracies from this (%) up.
 ZOOM_FLOOR = 90.0
+# The width (inches) of each batch size's column of accuracy.png, and of
+# the whole figure at least: the legend's row and the title's lines need
+# it with one column.
+COLUMN_WIDTH = 4.0
+MIN_WIDTH = 6.4
 
 
 # How a run is shown: as the READMEs run the trainers, as a module from the
@@ -460,7 +465,8 @@ def draw(results, args):
     rows = 1 if zoom is None else 2
     figure, axes = plt.subplots(
         rows, columns, sharex='col', sharey='row', squeeze=False,
-        figsize=(4 * columns, 3.2 + 3.0 * (rows - 1)),
+        figsize=(max(COLUMN_WIDTH * columns, MIN_WIDTH),
+                 3.2 + 3.0 * (rows - 1)),
         gridspec_kw={'height_ratios': (2, 3)[:rows]})
     for column, batchsize in enumerate(args.batchsizes):
         for row in range(rows):
@@ -495,11 +501,21 @@ def draw(results, args):
     if zoom is not None:
         axes[1][0].set_ylabel('test accuracy (%), zoomed')
         axes[1][0].set_ylim(*zoom)
-    figure.suptitle(
+    # Wrapped to the figure's width as it is drawn (unwrapped, a title
+    # wider than the figure, with one batch size, lost both ends), the
+    # figure taller by the lines that adds, which tight_layout then keeps
+    # free of the panels.
+    title = figure.suptitle(
         'MNIST MLP, test accuracy after each epoch: {}\nthe last epoch\'s '
         'points are the tables\' cells; the optimizers\' points are drawn '
         'side by side around each epoch'.format(seeds_text(args.seeds)),
-        fontsize=10)
+        fontsize=10, wrap=True)
+    renderer = figure.canvas.get_renderer()
+    wrapped = title.get_window_extent(renderer).height
+    title.set_wrap(False)
+    added = wrapped - title.get_window_extent(renderer).height
+    title.set_wrap(True)
+    figure.set_figheight(figure.get_figheight() + added / figure.dpi)
     # One legend for all panels, below them, where it hides no curve.
     handles, labels = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc='lower center', ncol=len(labels),
