@@ -515,7 +515,7 @@ def test_a_cache_that_is_no_file_is_not_called_damaged(
     assert (os.path.isdir if how == 'folder' else os.path.isfile)(path)
 
 
-def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
+def test_mnist_results_table(mnist, dataset_root, tmp_path, monkeypatch):
     results = importlib.import_module('examples.mnist.results')
     # Its trainers forked from tests/forked.py's server (Chainer imported
     # once); the diverged run's test keeps the real subprocess.
@@ -548,11 +548,18 @@ def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
             for run in runs:
                 assert not [name for name in os.listdir(run)
                             if name.startswith('snapshot')]
-    for command in ('python -m examples.mnist.train_mnist --batchsize 32 '
-                    '--optimizer lars --epoch 1\n',
-                    'python -m examples.mnist.train_mnist --batchsize 32 '
-                    '--optimizer lars --epoch 1 --seed 1\n'):
+    # Each command with its run's folder: without it, each wrote into the
+    # trainer's ./result, and the second command pasted was refused.
+    for seed, command in ((0, 'python -m examples.mnist.train_mnist '
+                           '--batchsize 32 --optimizer lars --epoch 1'),
+                          (1, 'python -m examples.mnist.train_mnist '
+                           '--batchsize 32 --optimizer lars --epoch 1 '
+                           '--seed 1')):
+        folder = os.path.join(out, 'b32-lars-s{}'.format(seed))
+        command += ' -o {}\n'.format(shlex.quote(folder))
         assert command in md and command in rst
+        assert mnist.parse_args(shlex.split(command)[3:],
+                                paths=False).out == folder
     assert os.path.getsize(os.path.join(out, 'accuracy.png')) > 0
     # Done configurations are not run again.
     stamp = os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log'))
@@ -671,10 +678,12 @@ def test_mnist_results_with_flags(dataset_root, tmp_path, capsys,
     with open(os.path.join(flagged, 'results.md')) as f:
         md = f.read()
     assert md.startswith('Test accuracy (%) of the MNIST MLP after 1 '
-                         'epochs, each optimizer with --lr 0.5 '
+                         'epoch, each optimizer with --lr 0.5 '
                          '--warmup-epochs 0 (otherwise on its defaults).')
     assert ('python -m examples.mnist.train_mnist --batchsize 32 '
-            '--optimizer lars --epoch 1 --lr 0.5 --warmup-epochs 0\n') in md
+            '--optimizer lars --epoch 1 --lr 0.5 --warmup-epochs 0 -o {}'
+            '\n'.format(shlex.quote(os.path.join(flagged, 'b32-lars-s0')))
+            ) in md
     with open(os.path.join(flagged, 'b32-lars-s0.stdout')) as f:
         assert 'lars, lr 0.5,' in f.read()
     with open(os.path.join(flagged, 'flags')) as f:

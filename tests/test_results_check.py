@@ -266,6 +266,27 @@ def test_flags_files_without_the_epoch_are_read(results, tmp_path,
         results.main(argv + ['--flags=--unit 16'])
 
 
+@pytest.mark.parametrize('epoch, says', [(1, 'after 1 epoch, '),
+                                         (10, 'after 10 epochs, ')])
+def test_caption_and_commands_read_as_written(results, epoch, says):
+    """The commands of results.md name each run's folder: the trainer's
+    default --out takes one run, and the second command pasted was
+    refused as holding another run."""
+    args = argparse.Namespace(
+        batchsizes=[128], optimizers=['lars'], seeds=[0, 1], epoch=epoch,
+        device='-1', flags=[], out='results_mnist')
+    logs = {(128, 'lars', seed): [{'epoch': epoch,
+                                   'test/main/accuracy': 0.98}]
+            for seed in (0, 1)}
+    md, rst = results.tables(logs, args)
+    assert md.startswith('Test accuracy (%) of the MNIST MLP ' + says)
+    for seed, tail in ((0, ''), (1, ' --seed 1')):
+        command = ('python -m examples.mnist.train_mnist --batchsize 128 '
+                   '--optimizer lars --epoch {}{} -o results_mnist/'
+                   'b128-lars-s{}'.format(epoch, tail, seed))
+        assert command + '\n' in md and '    ' + command + '\n' in rst
+
+
 @pytest.mark.parametrize('path', [os.path.join('examples', 'mnist',
                                                'README.md')])
 def test_the_readmes_have_a_table_that_check_can_read(results, path):

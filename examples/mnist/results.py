@@ -7,8 +7,9 @@ size, the optimizer and the seed change) in
 all epochs is not run again, so an interrupted sweep continues where it
 stopped. The test accuracy after the last epoch (the mean over the seeds,
 and their range when there are several) goes into ``<out>/results.md`` and
-``<out>/results.rst``, with the commands that produced it, and the test
-error along the runs into ``<out>/error.png``.
+``<out>/results.rst``, with the commands that produced it (each with
+its run's ``-o``, so that each runs as written), and the test accuracy
+along the runs into ``<out>/accuracy.png``.
 
     python examples/mnist/results.py --seeds 0 1 2
 
@@ -84,6 +85,14 @@ def command(batchsize, optimizer, seed, args):
     return cmd + args.flags
 
 
+def shown_command(batchsize, optimizer, seed, args):
+    """``command`` with the run's folder: the trainer's default --out,
+    ./result, takes one run only, and the next command pasted after it
+    would be refused."""
+    return command(batchsize, optimizer, seed, args) + [
+        '-o', os.path.join(args.out, run_name(batchsize, optimizer, seed))]
+
+
 def read_log(out):
     """The log of the run in ``out``, its keys as the trainers name them
     now (``examples/logs.py``: older logs name the test set
@@ -126,7 +135,8 @@ def run(batchsize, optimizer, seed, args):
     if done(log, args) and not args.rerun:
         return log
     cmd = command(batchsize, optimizer, seed, args)
-    print('$ ' + ' '.join(cmd), flush=True)
+    print('$ ' + shlex.join(shown_command(batchsize, optimizer, seed, args)),
+          flush=True)
     extra = ['--out', out, '--overwrite']  # a run cut short is redone
     if args.dataset_root is not None:
         extra += ['--dataset-root', args.dataset_root]
@@ -194,8 +204,8 @@ def rst_table(header, rows):
 def tables(results, args):
     """The results as a Markdown table and an RST table, with commands."""
     header, rows = table(results, args)
-    caption = 'Test accuracy (%) of the MNIST MLP after {} epochs, '.format(
-        args.epoch)
+    caption = 'Test accuracy (%) of the MNIST MLP after {} epoch{}, '.format(
+        args.epoch, '' if args.epoch == 1 else 's')
     if args.flags:
         caption += 'each optimizer with {} (otherwise on its defaults)'.format(
             shlex.join(args.flags))
@@ -205,7 +215,7 @@ def tables(results, args):
         caption += ('; the mean over seeds {} (range in '
                     'parentheses)'.format(', '.join(map(str, args.seeds))))
     caption += '.'
-    commands = [' '.join(shlex.quote(c) for c in command(b, o, s, args))
+    commands = [shlex.join(shown_command(b, o, s, args))
                 for b in args.batchsizes for o in args.optimizers
                 for s in args.seeds]
 
@@ -322,14 +332,14 @@ def check(args):
                 if done(log, args):
                     results[batchsize, optimizer, seed] = log
                 else:
-                    missing.append(command(batchsize, optimizer, seed, args))
+                    missing.append(shown_command(batchsize, optimizer,
+                                                 seed, args))
     if missing:
         print('results.py --check: {} of the runs are not (all) in {}; run '
               'results.py without --check first. Missing:'.format(
                   len(missing), args.out), file=sys.stderr)
         for cmd in missing:
-            print('  ' + ' '.join(shlex.quote(c) for c in cmd),
-                  file=sys.stderr)
+            print('  ' + shlex.join(cmd), file=sys.stderr)
         return 2
     header, rows = table(results, args)
     status = 0
