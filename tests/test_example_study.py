@@ -301,6 +301,43 @@ def test_study_refuses_an_empty_path(study, tmp_path, capsys, flag):
     assert os.listdir(str(tmp_path)) == []
 
 
+@pytest.mark.parametrize('task', ['--tables', '--check', '--plot-only'])
+@pytest.mark.parametrize('out, problem', [
+    ('nowhere', 'no such folder'), ('file', 'not a folder'),
+    ('empty', 'no JSON of a study in it')])
+def test_reading_tasks_refuse_an_out_without_a_study(study, tmp_path, capsys,
+                                                     task, out, problem):
+    """A mistyped --out printed empty tables (--check: a diff of them)
+    with status 0, and --plot-only drew an empty figure, without a word
+    that the folder holds no study."""
+    (tmp_path / 'file').write_text('mine')
+    (tmp_path / 'empty').mkdir()
+    readme = tmp_path / 'README.md'
+    readme.write_text('# Study\n')
+    figure = tmp_path / 'study.png'
+    path = str(tmp_path / out)
+    argv = ['--out', path, '--figure', str(figure), task] + (
+        [str(readme)] if task == '--check' else [])
+    with pytest.raises(SystemExit) as exc:
+        study.main(argv)
+    assert exc.value.code == 2
+    printed = capsys.readouterr()
+    assert printed.err.splitlines()[-1].endswith(
+        'error: --out {}: {}; {} reads the JSONs of a study there'.format(
+            path, problem, task)), printed.err
+    assert printed.out == ''
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        'README.md', 'empty', 'file']
+    assert (tmp_path / 'file').read_text() == 'mine'
+    # --fair reads a folder of --out's: the message names both.
+    if out == 'empty':
+        with pytest.raises(SystemExit):
+            study.main(['--fair', '2'] + argv)
+        assert capsys.readouterr().err.splitlines()[-1].endswith(
+            '--out {} ({}): no such folder; {} reads the JSONs of a study '
+            'there'.format(path, os.path.join(path, 'fair-x2'), task))
+
+
 def test_validation_as_large_as_the_training_set(mnist, dataset_root,
                                                  tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:

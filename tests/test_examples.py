@@ -515,7 +515,7 @@ def test_a_cache_that_is_no_file_is_not_called_damaged(
     assert (os.path.isdir if how == 'folder' else os.path.isfile)(path)
 
 
-def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
+def test_mnist_results_table(mnist, dataset_root, tmp_path, monkeypatch):
     results = importlib.import_module('examples.mnist.results')
     # Its trainers forked from tests/forked.py's server (Chainer imported
     # once); the diverged run's test keeps the real subprocess.
@@ -548,11 +548,18 @@ def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
             for run in runs:
                 assert not [name for name in os.listdir(run)
                             if name.startswith('snapshot')]
-    for command in ('python -m examples.mnist.train_mnist --batchsize 32 '
-                    '--optimizer lars --epoch 1\n',
-                    'python -m examples.mnist.train_mnist --batchsize 32 '
-                    '--optimizer lars --epoch 1 --seed 1\n'):
+    # Each command with its run's folder: without it, each wrote into the
+    # trainer's ./result, and the second command pasted was refused.
+    for seed, command in ((0, 'python -m examples.mnist.train_mnist '
+                           '--batchsize 32 --optimizer lars --epoch 1'),
+                          (1, 'python -m examples.mnist.train_mnist '
+                           '--batchsize 32 --optimizer lars --epoch 1 '
+                           '--seed 1')):
+        folder = os.path.join(out, 'b32-lars-s{}'.format(seed))
+        command += ' -o {}\n'.format(shlex.quote(folder))
         assert command in md and command in rst
+        assert mnist.parse_args(shlex.split(command)[3:],
+                                paths=False).out == folder
     assert os.path.getsize(os.path.join(out, 'accuracy.png')) > 0
     # Done configurations are not run again.
     stamp = os.path.getmtime(os.path.join(out, 'b32-lars-s1', 'log'))
@@ -573,8 +580,8 @@ def test_mnist_results_table(dataset_root, tmp_path, monkeypatch):
     with open(log_path, 'w') as f:
         json.dump(log, f)
     assert results.main(argv + ['--same-as', again]) == 1
-    assert results.main(['--batchsizes', '64', '--out', out, '--same-as',
-                         again]) == 2
+    assert results.main(['--batchsizes', '64', '--epoch', '1', '--out', out,
+                         '--same-as', again]) == 2
     with pytest.raises(SystemExit):
         results.main(argv + ['--same-as', str(tmp_path / 'none')])
 
@@ -606,7 +613,8 @@ def test_mnist_results_takes_a_diverged_run_as_done(dataset_root,
 @pytest.mark.parametrize('flags', [
     '--batchsize 64', '--batch=64', '-b64', '--seed 1', '--epoch 2',
     '-o elsewhere', '--dataset-root x', '--lr -1', '--no-such-flag',
-    '"--lr 0.5', '--optimizer momentum', '--trust-coefficient 0.05'])
+    '"--lr 0.5', '--optimizer momentum', '--trust-coefficient 0.05',
+    '--test never', '--test=end'])
 def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
                                          flags):
     results = importlib.import_module('examples.mnist.results')
@@ -626,6 +634,16 @@ def test_mnist_results_refuses_bad_flags(dataset_root, tmp_path, capsys,
         assert ('refuses them with --optimizer momentum --batchsize 32: '
                 '--trust-coefficient is for --optimizer lars and '
                 'momentum-lars, got --optimizer momentum') in err
+    # Every run trained, then the table failed with a KeyError.
+    if flags == '--test never':
+        assert err.splitlines()[-1].endswith(
+            "--flags '--test never': --test never evaluates the test set "
+            'never, and results.py reads its accuracy (test/main/accuracy) '
+            'after every epoch, for the table and accuracy.png; leave '
+            '--test out')
+    if flags == '--test=end':
+        assert ('--test end evaluates the test set after the last epoch '
+                'only') in err
     assert not out.exists()  # refused before anything ran
 
 
@@ -660,14 +678,16 @@ def test_mnist_results_with_flags(dataset_root, tmp_path, capsys,
     with open(os.path.join(flagged, 'results.md')) as f:
         md = f.read()
     assert md.startswith('Test accuracy (%) of the MNIST MLP after 1 '
-                         'epochs, each optimizer with --lr 0.5 '
+                         'epoch, each optimizer with --lr 0.5 '
                          '--warmup-epochs 0 (otherwise on its defaults).')
     assert ('python -m examples.mnist.train_mnist --batchsize 32 '
-            '--optimizer lars --epoch 1 --lr 0.5 --warmup-epochs 0\n') in md
+            '--optimizer lars --epoch 1 --lr 0.5 --warmup-epochs 0 -o {}'
+            '\n'.format(shlex.quote(os.path.join(flagged, 'b32-lars-s0')))
+            ) in md
     with open(os.path.join(flagged, 'b32-lars-s0.stdout')) as f:
         assert 'lars, lr 0.5,' in f.read()
     with open(os.path.join(flagged, 'flags')) as f:
-        assert f.read() == '--lr 0.5 --warmup-epochs 0\n'
+        assert f.read() == '--epoch 1 --lr 0.5 --warmup-epochs 0\n'
     assert read_log(os.path.join(flagged, 'b32-lars-s0')) != read_log(
         os.path.join(plain, 'b32-lars-s0'))
     # The runs of another set of flags are not taken for these.
@@ -681,6 +701,15 @@ def test_mnist_results_with_flags(dataset_root, tmp_path, capsys,
             results.main(argv + ['--out', out, '--flags', flags] + task)
         assert '--out {}: its runs were made with'.format(
             out) in capsys.readouterr().err
+    # Nor those of another --epoch: a run of 1 epoch is none of 2.
+    longer = list(argv)
+    longer[longer.index('--epoch') + 1] = '2'
+    with pytest.raises(SystemExit):
+        results.main(longer + ['--out', plain])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        '--out {}: its runs were made with --epoch 1 ({}), not --epoch 2; '
+        'give another --out, or --epoch 1'.format(
+            plain, os.path.join(plain, 'flags')))
     # The same flags again: nothing runs.
     log = os.path.join(flagged, 'b32-lars-s0', 'log')
     stamp = os.path.getmtime(log)

@@ -196,6 +196,97 @@ def test_check_needs_every_run_and_runs_nothing(results, runs, tmp_path,
                                                  path]) == 2
 
 
+def no_run(*args, **kwargs):
+    raise AssertionError('a run was started')
+
+
+def files(folder):
+    """Each file under ``folder``, and when it last changed."""
+    return {os.path.join(top, name): os.stat(os.path.join(top, name))
+            .st_mtime_ns for top, _, names in os.walk(folder)
+            for name in names}
+
+
+@pytest.mark.parametrize('task', [[], ['--check'], ['--same-as', '.']])
+@pytest.mark.parametrize('recorded', [True, False])
+def test_runs_of_another_epoch_are_refused(results, tmp_path, capsys,
+                                           monkeypatch, task, recorded):
+    """Runs of 2 epochs read as done at --epoch 1, and their last epoch's
+    accuracy was the cell of a table "after 1 epoch". <out>/flags records
+    --epoch; in an --out whose file does not (none, or one written before
+    results.py recorded it), a log of more epochs than --epoch shows it."""
+    monkeypatch.setattr(results, 'run_process', no_run)
+    out = str(tmp_path / 'runs')
+    write_runs(out, {(8192, 'lars', 0): 0.98, (8192, 'momentum', 0): 0.5},
+               epoch=2)
+    argv = ['--batchsizes', '8192', '--optimizers', 'lars', 'momentum',
+            '--seeds', '0', '--out', out, '--noplot']
+    if recorded:
+        # At their own --epoch they are done: nothing runs, and the
+        # table is theirs.
+        assert results.main(argv + ['--epoch', '2']) == 0
+        with open(os.path.join(out, 'results.md')) as f:
+            assert f.read().startswith('Test accuracy (%) of the MNIST MLP '
+                                       'after 2 epochs, ')
+        with open(os.path.join(out, 'flags')) as f:
+            assert f.read() == '--epoch 2\n'
+    before = files(out)
+    with pytest.raises(SystemExit) as e:
+        results.main(argv + ['--epoch', '1'] + task)
+    assert e.value.code == 2
+    message = capsys.readouterr().err.splitlines()[-1]
+    if recorded:
+        assert message.endswith(
+            'error: --out {}: its runs were made with --epoch 2 ({}), not '
+            '--epoch 1; give another --out, or --epoch 2'.format(
+                out, os.path.join(out, 'flags'))), message
+    else:
+        assert message.endswith(
+            'error: --out {}: its run b8192-momentum-s0 has 2 epochs, more '
+            'than --epoch 1: its runs were made with another --epoch; give '
+            'another --out, or --epoch 2'.format(out)), message
+    assert files(out) == before
+
+
+def test_flags_files_without_the_epoch_are_read(results, tmp_path,
+                                                monkeypatch):
+    """A <out>/flags of before --epoch was recorded holds the flags
+    alone: they are compared as before, and the runs' logs tell the
+    epochs."""
+    monkeypatch.setattr(results, 'run_process', no_run)
+    out = str(tmp_path / 'runs')
+    write_runs(out, {(8192, 'lars', 0): 0.98})
+    write(tmp_path, os.path.join('runs', 'flags'), '--unit 8\n')
+    argv = ['--batchsizes', '8192', '--optimizers', 'lars', '--epoch', '1',
+            '--out', out, '--noplot']
+    assert results.main(argv + ['--flags=--unit 8']) == 0
+    with open(os.path.join(out, 'flags')) as f:
+        assert f.read() == '--epoch 1 --unit 8\n'
+    with pytest.raises(SystemExit):
+        results.main(argv + ['--flags=--unit 16'])
+
+
+@pytest.mark.parametrize('epoch, says', [(1, 'after 1 epoch, '),
+                                         (10, 'after 10 epochs, ')])
+def test_caption_and_commands_read_as_written(results, epoch, says):
+    """The commands of results.md name each run's folder: the trainer's
+    default --out takes one run, and the second command pasted was
+    refused as holding another run."""
+    args = argparse.Namespace(
+        batchsizes=[128], optimizers=['lars'], seeds=[0, 1], epoch=epoch,
+        device='-1', flags=[], out='results_mnist')
+    logs = {(128, 'lars', seed): [{'epoch': epoch,
+                                   'test/main/accuracy': 0.98}]
+            for seed in (0, 1)}
+    md, rst = results.tables(logs, args)
+    assert md.startswith('Test accuracy (%) of the MNIST MLP ' + says)
+    for seed, tail in ((0, ''), (1, ' --seed 1')):
+        command = ('python -m examples.mnist.train_mnist --batchsize 128 '
+                   '--optimizer lars --epoch {}{} -o results_mnist/'
+                   'b128-lars-s{}'.format(epoch, tail, seed))
+        assert command + '\n' in md and '    ' + command + '\n' in rst
+
+
 @pytest.mark.parametrize('path', [os.path.join('examples', 'mnist',
                                                'README.md')])
 def test_the_readmes_have_a_table_that_check_can_read(results, path):
@@ -368,6 +459,31 @@ def test_runs_above_90_percent_get_a_zoomed_row(results):
     last = [round(bars.lines[0].get_ydata()[-1], 2)
             for bars in zoom.containers]
     assert last == means
+    import matplotlib.pyplot as plt
+    plt.close(figure)
+
+
+@pytest.mark.parametrize('batchsizes', [[8192], [128, 8192],
+                                        [128, 8192, 16384]])
+@pytest.mark.parametrize('seeds', [[0], [0, 1, 2, 3, 4]])
+def test_the_title_and_the_legend_fit_in_the_figure(results, batchsizes,
+                                                    seeds):
+    """With one batch size the figure was 4 inches wide and its title, a
+    line of 107 characters, lost both ends; the title now wraps to the
+    figure, above the panels' titles."""
+    args = argparse.Namespace(batchsizes=batchsizes,
+                              optimizers=list(OPTIMIZERS), seeds=seeds)
+    figure = results.draw(curve_logs(args, lambda b, o, s: False), args)
+    figure.draw_without_rendering()
+    inside = figure.bbox
+    title = figure._suptitle.get_window_extent()
+    legend = figure.legends[0].get_window_extent()
+    for box in (title, legend):
+        assert (inside.x0 <= box.x0 and box.x1 <= inside.x1
+                and inside.y0 <= box.y0 and box.y1 <= inside.y1), (
+            box, inside)
+    for axes in figure.axes:
+        assert axes.title.get_window_extent().y1 <= title.y0
     import matplotlib.pyplot as plt
     plt.close(figure)
 

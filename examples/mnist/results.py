@@ -7,15 +7,17 @@ size, the optimizer and the seed change) in
 all epochs is not run again, so an interrupted sweep continues where it
 stopped. The test accuracy after the last epoch (the mean over the seeds,
 and their range when there are several) goes into ``<out>/results.md`` and
-``<out>/results.rst``, with the commands that produced it, and the test
-error along the runs into ``<out>/error.png``.
+``<out>/results.rst``, with the commands that produced it (each with
+its run's ``-o``, so that each runs as written), and the test accuracy
+along the runs into ``<out>/accuracy.png``.
 
     python examples/mnist/results.py --seeds 0 1 2
 
 ``--flags`` adds train_mnist.py flags to every run (``--flags="--lr
-0.7071"``), into an ``--out`` of its own: the flags are recorded in
-``<out>/flags``, and an ``--out`` whose runs were made with other flags is
-refused.
+0.7071"``), into an ``--out`` of its own: the flags and ``--epoch`` are
+recorded in ``<out>/flags``, and an ``--out`` whose runs were made with
+other flags or another ``--epoch`` is refused (a run of 2 epochs would
+pass for one of 1).
 
 ``--check`` runs nothing and writes nothing: it builds the table from the
 runs already in ``<out>`` and checks that ``examples/mnist/README.md``
@@ -61,6 +63,11 @@ STYLES = {'momentum': {'marker': 'o', 'color': 'tab:blue'},
 DODGE = 0.15
 # The zoomed panels show accuracies from this (%) up.
 ZOOM_FLOOR = 90.0
+# The width (inches) of each batch size's column of accuracy.png, and of
+# the whole figure at least: the legend's row and the title's lines need
+# it with one column.
+COLUMN_WIDTH = 4.0
+MIN_WIDTH = 6.4
 
 
 # How a run is shown: as the READMEs run the trainers, as a module from the
@@ -76,6 +83,14 @@ def command(batchsize, optimizer, seed, args):
     if args.device != '-1':
         cmd += ['--device', args.device]
     return cmd + args.flags
+
+
+def shown_command(batchsize, optimizer, seed, args):
+    """``command`` with the run's folder: the trainer's default --out,
+    ./result, takes one run only, and the next command pasted after it
+    would be refused."""
+    return command(batchsize, optimizer, seed, args) + [
+        '-o', os.path.join(args.out, run_name(batchsize, optimizer, seed))]
 
 
 def read_log(out):
@@ -120,7 +135,8 @@ def run(batchsize, optimizer, seed, args):
     if done(log, args) and not args.rerun:
         return log
     cmd = command(batchsize, optimizer, seed, args)
-    print('$ ' + ' '.join(cmd), flush=True)
+    print('$ ' + shlex.join(shown_command(batchsize, optimizer, seed, args)),
+          flush=True)
     extra = ['--out', out, '--overwrite']  # a run cut short is redone
     if args.dataset_root is not None:
         extra += ['--dataset-root', args.dataset_root]
@@ -188,8 +204,8 @@ def rst_table(header, rows):
 def tables(results, args):
     """The results as a Markdown table and an RST table, with commands."""
     header, rows = table(results, args)
-    caption = 'Test accuracy (%) of the MNIST MLP after {} epochs, '.format(
-        args.epoch)
+    caption = 'Test accuracy (%) of the MNIST MLP after {} epoch{}, '.format(
+        args.epoch, '' if args.epoch == 1 else 's')
     if args.flags:
         caption += 'each optimizer with {} (otherwise on its defaults)'.format(
             shlex.join(args.flags))
@@ -199,7 +215,7 @@ def tables(results, args):
         caption += ('; the mean over seeds {} (range in '
                     'parentheses)'.format(', '.join(map(str, args.seeds))))
     caption += '.'
-    commands = [' '.join(shlex.quote(c) for c in command(b, o, s, args))
+    commands = [shlex.join(shown_command(b, o, s, args))
                 for b in args.batchsizes for o in args.optimizers
                 for s in args.seeds]
 
@@ -316,14 +332,14 @@ def check(args):
                 if done(log, args):
                     results[batchsize, optimizer, seed] = log
                 else:
-                    missing.append(command(batchsize, optimizer, seed, args))
+                    missing.append(shown_command(batchsize, optimizer,
+                                                 seed, args))
     if missing:
         print('results.py --check: {} of the runs are not (all) in {}; run '
               'results.py without --check first. Missing:'.format(
                   len(missing), args.out), file=sys.stderr)
         for cmd in missing:
-            print('  ' + ' '.join(shlex.quote(c) for c in cmd),
-                  file=sys.stderr)
+            print('  ' + shlex.join(cmd), file=sys.stderr)
         return 2
     header, rows = table(results, args)
     status = 0
@@ -459,7 +475,8 @@ def draw(results, args):
     rows = 1 if zoom is None else 2
     figure, axes = plt.subplots(
         rows, columns, sharex='col', sharey='row', squeeze=False,
-        figsize=(4 * columns, 3.2 + 3.0 * (rows - 1)),
+        figsize=(max(COLUMN_WIDTH * columns, MIN_WIDTH),
+                 3.2 + 3.0 * (rows - 1)),
         gridspec_kw={'height_ratios': (2, 3)[:rows]})
     for column, batchsize in enumerate(args.batchsizes):
         for row in range(rows):
@@ -494,11 +511,21 @@ def draw(results, args):
     if zoom is not None:
         axes[1][0].set_ylabel('test accuracy (%), zoomed')
         axes[1][0].set_ylim(*zoom)
-    figure.suptitle(
+    # Wrapped to the figure's width as it is drawn (unwrapped, a title
+    # wider than the figure, with one batch size, lost both ends), the
+    # figure taller by the lines that adds, which tight_layout then keeps
+    # free of the panels.
+    title = figure.suptitle(
         'MNIST MLP, test accuracy after each epoch: {}\nthe last epoch\'s '
         'points are the tables\' cells; the optimizers\' points are drawn '
         'side by side around each epoch'.format(seeds_text(args.seeds)),
-        fontsize=10)
+        fontsize=10, wrap=True)
+    renderer = figure.canvas.get_renderer()
+    wrapped = title.get_window_extent(renderer).height
+    title.set_wrap(False)
+    added = wrapped - title.get_window_extent(renderer).height
+    title.set_wrap(True)
+    figure.set_figheight(figure.get_figheight() + added / figure.dpi)
     # One legend for all panels, below them, where it hides no curve.
     handles, labels = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc='lower center', ncol=len(labels),
@@ -588,8 +615,8 @@ def check_flags(parser, args):
                 stderr = io.StringIO()
                 try:
                     with contextlib.redirect_stderr(stderr):
-                        train_mnist.parse_args(cmd[len(TRAINER):],
-                                               paths=False)
+                        given = train_mnist.parse_args(cmd[len(TRAINER):],
+                                                       paths=False)
                 except SystemExit:
                     # The trainer's own message, without its usage.
                     message = stderr.getvalue().strip().splitlines()[-1]
@@ -598,6 +625,17 @@ def check_flags(parser, args):
                         '--optimizer {} --batchsize {}: {}'.format(
                             args.flags, optimizer, batchsize,
                             message.split('error: ', 1)[-1]))
+                # Else every run trains, and the table or the figure then
+                # fails on the missing test accuracy.
+                if given.test != 'each-epoch':
+                    parser.error(
+                        '--flags {!r}: --test {} evaluates the test set {}, '
+                        'and results.py reads its accuracy '
+                        '(test/main/accuracy) after every epoch, for the '
+                        'table and accuracy.png; leave --test out'.format(
+                            args.flags, given.test, 'never'
+                            if given.test == 'never' else
+                            'after the last epoch only'))
     return flags
 
 
@@ -605,26 +643,89 @@ def flags_file(out):
     return os.path.join(out, 'flags')
 
 
-def check_out_flags(parser, args):
-    """Refuses an --out whose runs were made with other --flags."""
-    path = flags_file(args.out)
+def recorded_settings(parser, out):
+    """The ``--epoch`` and the ``--flags`` (a list) that ``<out>/flags``
+    records: ``(epoch, flags)``; ``epoch`` is None in a file written
+    before results.py recorded it, both are None without the file."""
+    path = flags_file(out)
     try:
         with open(path) as f:
-            recorded = f.read().strip()
+            tokens = shlex.split(f.read())
     except OSError:
-        recorded = None
-    given = shlex.join(args.flags)
-    if recorded is None:
-        has_runs = os.path.isdir(args.out) and any(
-            re.match(r'^b\d+-', name) for name in os.listdir(args.out))
-        if given and has_runs:
-            parser.error('--out {}: its runs were made without --flags; '
-                         'give another --out for --flags {!r}'.format(
-                             args.out, args.flags))
-    elif recorded != given:
-        parser.error('--out {}: its runs were made with --flags {!r} ({}); '
-                     'give another --out, or the same flags'.format(
-                         args.out, recorded, path))
+        return None, None
+    except ValueError as e:
+        parser.error('--out {}: {} cannot be read ({}); give another '
+                     '--out'.format(out, path, e))
+    if tokens[:1] == ['--epoch'] and len(tokens) > 1 and tokens[1].isdigit():
+        return int(tokens[1]), tokens[2:]
+    return None, tokens
+
+
+def runs_in(out):
+    """The names in ``out`` of the runs' folders and of their output
+    (``run_name``, ``<name>.stdout``)."""
+    if not os.path.isdir(out):
+        return []
+    return sorted(name for name in os.listdir(out)
+                  if re.match(r'^b\d+-', name))
+
+
+def longest_run(out):
+    """The run of ``out`` with the most epochs in its log: ``(name,
+    epochs)``, or None where no run has a log."""
+    found = [(log[-1]['epoch'], name) for name, log in (
+        (name, read_log(os.path.join(out, name)))
+        for name in runs_in(out)) if log]
+    return None if not found else max(found)[::-1]
+
+
+def _shown_flags(flags):
+    return ('--flags {!r}'.format(shlex.join(flags)) if flags
+            else 'no --flags')
+
+
+def check_out_flags(parser, args):
+    """Refuses an --out whose runs were made with another --epoch or other
+    --flags: a run of more epochs would be taken as done, its last
+    epoch's accuracy as the cell of these.
+
+    ``<out>/flags`` records both; where it records no --epoch (written
+    before results.py did), a run's log with more epochs than --epoch
+    shows it.
+    """
+    path = flags_file(args.out)
+    epoch, flags = recorded_settings(parser, args.out)
+    if flags is None and args.flags and runs_in(args.out):
+        parser.error('--out {}: its runs were made without --flags; '
+                     'give another --out for --flags {!r}'.format(
+                         args.out, shlex.join(args.flags)))
+    made, asked = [], []
+    if epoch is not None and epoch != args.epoch:
+        made.append('--epoch {}'.format(epoch))
+        asked.append('--epoch {}'.format(args.epoch))
+    if flags is not None and flags != args.flags:
+        made.append(_shown_flags(flags))
+        asked.append(_shown_flags(args.flags))
+    if made:
+        parser.error('--out {}: its runs were made with {} ({}), not {}; '
+                     'give another --out, or {}'.format(
+                         args.out, ' and '.join(made), path,
+                         ' and '.join(asked), ' and '.join(made)))
+    longest = longest_run(args.out) if epoch is None else None
+    if longest is not None and longest[1] > args.epoch:
+        parser.error('--out {}: its run {} has {} epochs, more than --epoch '
+                     '{}: its runs were made with another --epoch; give '
+                     'another --out, or --epoch {}'.format(
+                         args.out, longest[0], longest[1], args.epoch,
+                         longest[1]))
+
+
+def write_flags(args):
+    """Records --epoch and --flags in ``<out>/flags`` (``check_out_flags``
+    reads them)."""
+    with open(flags_file(args.out), 'w') as f:
+        f.write(shlex.join(['--epoch', str(args.epoch)] + args.flags)
+                + '\n')
 
 
 class ListFlag(argparse.Action):
@@ -707,8 +808,8 @@ def main(argv=None):
                         help='More train_mnist.py flags for every run, as '
                         'one string (e.g. --flags="--lr 0.7071"); they go '
                         'into the commands and the caption. An --out holds '
-                        'the runs of one set of flags (recorded in '
-                        '<out>/flags)')
+                        'the runs of one --epoch and one set of flags '
+                        '(recorded in <out>/flags)')
     parser.add_argument('--rerun', action='store_true',
                         help='Run again the configurations already done')
     parser.add_argument('--noplot', dest='plot', action='store_false',
@@ -755,9 +856,7 @@ def main(argv=None):
     if problem is not None:
         parser.error('--out {}: {}'.format(args.out, problem))
     os.makedirs(args.out, exist_ok=True)
-    if args.flags:
-        with open(flags_file(args.out), 'w') as f:
-            f.write(shlex.join(args.flags) + '\n')
+    write_flags(args)
     results = {}
     for batchsize in args.batchsizes:
         for optimizer in args.optimizers:

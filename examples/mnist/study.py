@@ -663,6 +663,19 @@ def _records(out):
             yield name[:-len('.json')], read(os.path.join(out, name))
 
 
+def no_study(out):
+    """Why ``out`` holds no study to read, or None: no folder, or a folder
+    without a JSON of one (in it or in its ``pretune/``)."""
+    problem = folders.folder_problem(out, create=False)
+    if problem is not None:
+        return problem
+    for folder in (out, os.path.join(out, PRETUNE)):
+        if os.path.isdir(folder) and any(
+                name.endswith('.json') for name in os.listdir(folder)):
+            return None
+    return 'no JSON of a study in it'
+
+
 def load(out):
     """The records in ``out``: ``(search, reruns)`` by (batch, optimizer);
     the budget sweep's are ``load_budgets``'."""
@@ -2101,6 +2114,7 @@ def main(argv=None):
                                                   '', create=False)))
     if args.out is None:
         args.out = model_out(args.model)
+    given_out = args.out
     if args.figure is None:
         args.figure = (FIGURE if args.model == MODELS[0] else os.path.join(
             HERE, 'study-{}.png'.format(args.model)))
@@ -2135,6 +2149,17 @@ def main(argv=None):
     if args.dataset_root is not None:
         import chainer
         chainer.dataset.set_dataset_root(args.dataset_root)
+    task = ('--check' if args.check is not None else '--tables'
+            if args.tables else '--plot-only' if args.plot_only else None)
+    problem = task and no_study(args.out)
+    if problem:
+        # Else the tables came out empty (--check: a diff), with status 0,
+        # and --plot-only drew an empty figure over the study's.
+        parser.error('--out {}: {}; {} reads the JSONs of a study '
+                     'there'.format(given_out if given_out == args.out
+                                    else '{} ({})'.format(given_out,
+                                                          args.out),
+                                    problem, task))
     if args.check is not None:
         return check(args)
     if args.reproduce is not None:
