@@ -2393,7 +2393,8 @@ def test_overwrite_with_resume_is_refused(mnist, dataset_root, tmp_path,
 
 
 @pytest.mark.parametrize('flag', ['--overwrite', '--overw', '--ov'])
-def test_resume_command_leaves_overwrite_out(monkeypatch, tmp_path, flag):
+def test_resume_command_leaves_overwrite_out(monkeypatch, dataset_root,
+                                             tmp_path, flag):
     """Abbreviated too, as argparse takes it."""
     monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh mnist')
     argv = ['train_mnist.py', flag, '-b', '64', '--res', 'a/snapshot_iter_1',
@@ -2401,7 +2402,7 @@ def test_resume_command_leaves_overwrite_out(monkeypatch, tmp_path, flag):
     assert training.resume_command('x/snapshot_iter_8', argv) == (
         'bash dev.sh mnist -b 64 --out x --resume x/snapshot_iter_8')
     args = importlib.import_module('examples.mnist.train_mnist').parse_args(
-        argv[1:4] + ['--dataset-root', str(tmp_path), '-o', str(tmp_path)])
+        argv[1:4] + ['--dataset-root', dataset_root, '-o', str(tmp_path)])
     assert args.overwrite  # what argparse reads
 
 
