@@ -213,8 +213,11 @@ class Interruption(object):
 
     def message(self):
         updater = self._trainer.updater
+        # Of the updates done: mid-update the iterator is a batch ahead.
+        batches = updater.get_iterator('main')
         where = 'interrupted at iteration {} (epoch {:.2f} of {})'.format(
-            updater.iteration, updater.epoch_detail, self._args.epoch)
+            updater.iteration, updater.iteration * batches.batch_size
+            / len(batches.dataset), self._args.epoch)
         snapshot = self.snapshot()
         if snapshot is None:
             why = ('--snapshots 0 writes none' if not self._args.snapshots

@@ -1600,6 +1600,8 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(dataset_root, tmp_path):
     line, = result.stderr.strip().splitlines()
     match = INTERRUPTED.match(line)
     assert match, line
+    # 64 training examples, batch 32: the epoch of the updates done.
+    assert float(match.group(2)) == int(match.group(1)) / 2, line
     snapshot, command = re.search(
         r'; to continue from (\S+), run: (.*)$', line).groups()
     assert os.path.isfile(str(tmp_path / snapshot))
