@@ -496,6 +496,8 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
                'main/accuracy', 'test/main/accuracy', 'lr'] + columns
     if args.validation:
         printed[5:5] = ['val/main/accuracy']
+    if args.eval_every:  # several lines an epoch
+        printed[1:1] = ['iteration']
     progress = args.progress
     if progress == 'auto':
         # The bar moves the cursor with escape codes: in a log file, lines.

@@ -170,7 +170,7 @@ def test_hold_out_takes_the_last_n_images(dataset_root):
 
 
 def test_mnist_validation_eval_every_and_resume(mnist, dataset_root,
-                                                tmp_path):
+                                                tmp_path, capsys):
     """--validation 16: 48 training images, 3 iterations an epoch; the
     validation set at every iteration, the test set never; the last
     accuracy is the model's on the last 16 training images; a resumed run
@@ -183,6 +183,10 @@ def test_mnist_validation_eval_every_and_resume(mnist, dataset_root,
     mnist.main(args + ['--out', str(first), '--snapshots', '3'])
     log = read_log(first)
     assert [e['iteration'] for e in log] == list(range(10))
+    # Lines of the same epoch, told apart by their iteration.
+    header = [line for line in capsys.readouterr().out.splitlines()
+              if line.startswith('epoch')]
+    assert header and header[0].split()[:2] == ['epoch', 'iteration']
     assert all('val/main/accuracy' in e for e in log)
     assert not any('test/main/accuracy' in e for e in log)
 
