@@ -145,19 +145,36 @@ def _restore():
 
 def main(argv=None):
     """``python -m chainer_lars_compat SCRIPT|-m MODULE [ARGS...]``."""
+    import importlib.util
     import runpy
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ('-h', '--help') or argv == ['-m']:
+    asked = argv[:1] in (['-h'], ['--help'])
+    if asked or not argv or argv == ['-m'] or (
+            argv[0].startswith('-') and argv[0] != '-m'):
+        # Asked for: on stdout, status 0; else a usage error, as python's.
         print('usage: python -m chainer_lars_compat SCRIPT [ARGS...]\n'
               '       python -m chainer_lars_compat -m MODULE [ARGS...]\n'
               'Runs SCRIPT (or MODULE) as python would, with what Chainer '
               '7.8.1 needs at import on Python 3.12+ and numpy 2 put back.',
-              file=sys.stderr)
-        return 2
+              file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
     if argv[0] == '-m':
+        try:
+            found = importlib.util.find_spec(argv[1]) is not None
+        except ImportError:  # a package of the name's is missing
+            found = False
+        if not found:  # python's line and status
+            print('{}: No module named {}'.format(sys.executable, argv[1]),
+                  file=sys.stderr)
+            return 1
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name='__main__', alter_sys=True)
     else:
+        if not os.path.exists(argv[0]):  # python's line and status
+            print("python: can't open file {!r}: [Errno 2] No such file or "
+                  'directory'.format(os.path.abspath(argv[0])),
+                  file=sys.stderr)
+            return 2
         sys.argv = argv
         # As python SCRIPT: the script's folder first on the path.
         sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))

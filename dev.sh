@@ -89,8 +89,10 @@ print(sys.executable)" 2>/dev/null && return 0
     return 1
 }
 
-no_python="no Python 3.9, 3.10 or 3.11 found (Chainer 7.8.1 needs one): \
-install one, e.g. 'pyenv install 3.11' or Debian's python3.11 and python3.11-venv"
+no_python="no Python 3.9, 3.10 or 3.11 found (dev.sh makes its envs with one, \
+where Chainer 7.8.1 imports as it is): install one, e.g. 'pyenv install 3.11' \
+or Debian's python3.11 and python3.11-venv; on Python 3.12 or newer, install \
+with pip and chainer_lars_compat instead (README.rst, \"Installation\")"
 
 # Prints the newest Python Chainer can use.
 best_python() {

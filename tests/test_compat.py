@@ -215,11 +215,41 @@ def test_python_m_runs_a_script_or_module_as_python_would(tmp_path, form):
         assert first == str(tmp_path)  # the script's folder, as python's
 
 
-def test_python_m_without_a_script_gives_its_usage():
+@pytest.mark.parametrize('args', [[], ['-m'], ['-c', 'print(1)']])
+def test_python_m_without_a_script_gives_its_usage(args):
     result = subprocess.run(
-        [sys.executable, '-m', 'chainer_lars_compat'], cwd=REPO_ROOT,
+        [sys.executable, '-m', 'chainer_lars_compat'] + args, cwd=REPO_ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         universal_newlines=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.startswith(
         'usage: python -m chainer_lars_compat SCRIPT [ARGS...]')
+
+
+@pytest.mark.parametrize('flag', ['-h', '--help'])
+def test_help_asked_for_goes_to_stdout(flag):
+    result = subprocess.run(
+        [sys.executable, '-m', 'chainer_lars_compat', flag], cwd=REPO_ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=120)
+    assert (result.returncode, result.stderr) == (0, '')
+    assert result.stdout.startswith(
+        'usage: python -m chainer_lars_compat SCRIPT [ARGS...]')
+
+
+@pytest.mark.parametrize('args, status, line', [
+    (['nope.py'], 2, "python: can't open file {!r}: [Errno 2] No such file "
+     'or directory'),
+    (['-m', 'nope_at_all'], 1, '{}: No module named nope_at_all'),
+    (['-m', 'nope_at_all.sub'], 1, '{}: No module named nope_at_all.sub'),
+])
+def test_a_missing_script_or_module_is_one_line_as_python_s(
+        tmp_path, args, status, line):
+    result = subprocess.run(
+        [sys.executable, '-m', 'chainer_lars_compat'] + args,
+        cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=120)
+    assert result.returncode == status
+    assert result.stderr.strip() == line.format(
+        str(tmp_path / 'nope.py') if args == ['nope.py'] else sys.executable)
