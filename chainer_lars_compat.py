@@ -28,6 +28,10 @@ What it puts back is what Chainer uses of them, no more:
   packages installed at once. ``require`` says whether a distribution is
   installed and does not compare versions, so Chainer's warning that a
   ``cupy`` package is newer than it was tested with is not given.
+
+Where setuptools' own ``pkg_resources`` is there, its warning at import
+("pkg_resources is deprecated ... pin to Setuptools<81") is filtered out:
+the advice is followed already.
 """
 
 import importlib.metadata
@@ -107,7 +111,11 @@ def _restore_numpy_distutils():
 
 def _restore_pkg_resources():
     if _found('pkg_resources'):
-        return  # not imported: that is slow, and it warns
+        # Not imported (that is slow); Chainer's import of it would warn
+        # (setuptools 67 to 80) to pin setuptools<81, done already.
+        warnings.filterwarnings('ignore', category=UserWarning,
+                                message=r'(?s).*pkg_resources is deprecated')
+        return
     module = types.ModuleType('pkg_resources')
     module.__doc__ = ('chainer_lars_compat: a stand-in for what Chainer '
                       '7.8.1 reads of pkg_resources (setuptools < 81).')

@@ -226,6 +226,26 @@ def test_python_m_without_a_script_gives_its_usage(args):
         'usage: python -m chainer_lars_compat SCRIPT [ARGS...]')
 
 
+def test_setuptools_pkg_resources_warning_is_filtered_where_it_is_used():
+    """setuptools 67 to 80 warn at ``import pkg_resources`` to pin
+    setuptools<81, which the constraints do: no noise on every import."""
+    code = textwrap.dedent("""
+        import importlib.util, warnings
+        import chainer_lars_compat
+        assert importlib.util.find_spec('pkg_resources') is not None
+        warnings.warn('pkg_resources is deprecated as an API. See ... '
+                      'pin to Setuptools<81.', UserWarning)
+        warnings.warn('another', UserWarning)
+    """)
+    result = subprocess.run(
+        [sys.executable, '-c', code], cwd=REPO_ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert 'pkg_resources' not in result.stderr
+    assert 'UserWarning: another' in result.stderr
+
+
 @pytest.mark.parametrize('flag', ['-h', '--help'])
 def test_help_asked_for_goes_to_stdout(flag):
     result = subprocess.run(
