@@ -15,6 +15,7 @@ import chainer
 from chainer import training
 
 from examples import plotting
+from examples import recipe
 
 
 # The legends' names of the reported values.
@@ -35,7 +36,7 @@ def run_title(args, processes=None):
     dtype = chainer.config.dtype  # mixed16 is float16 to NumPy
     return '{}, {}, peak {} {:g}, {}'.format(
         args.optimizer, batch,
-        'alpha' if args.optimizer in ('adam', 'lamb') else 'lr', args.lr,
+        'alpha' if args.optimizer in recipe.ADAM_LIKE else 'lr', args.lr,
         'mixed16' if dtype is chainer.mixed16 else numpy.dtype(dtype).name)
 
 
@@ -257,11 +258,10 @@ class TrustRatioHeatmap(training.Extension):
         for k, entry in enumerate(full):
             if self._keys[0] not in entry:
                 continue
-            start = ends[k - 1] if k else (
-                0.0 if self._per_epoch else ends[k] - 1)
-            if edges and edges[-1] != start:
-                lines.append(None)
+            start = ends[k - 1] if k else 0.0 if per else ends[k] - 1
             if not edges or edges[-1] != start:
+                if edges:
+                    lines.append(None)  # the gap
                 edges.append(start)
             edges.append(ends[k])
             lines.append(entry)
