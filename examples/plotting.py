@@ -9,13 +9,25 @@ def plain_log_ticks(axis):
     """Labels a log-scale ``axis`` (e.g. ``axes.yaxis``) 0.1, 1, 2, 10, ...
     rather than matplotlib's 10^-1, 10^0, 2x10^0; minor ticks are labelled
     where matplotlib's default labels them (a range of a decade or less).
+    An axis that reaches past 0.001 or 10000 is labelled 1e-05, 1e+08 in
+    all its ticks, not 10000 beside 1e+08.
     """
     import matplotlib.ticker
 
     class Plain(matplotlib.ticker.LogFormatter):
         def _num_to_string(self, x, vmin, vmax):
-            return '{:g}'.format(x)
+            return plain_number(x, vmin, vmax)
 
     axis.set_major_formatter(Plain())
     axis.set_minor_formatter(
         Plain(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+
+
+def plain_number(x, low, high):
+    """``x`` as a tick label of an axis from ``low`` to ``high``: as
+    ``'{:g}'`` writes it, or in exponent form where the axis reaches past
+    0.001 or 10000 (one form on the whole axis)."""
+    if 1e-3 <= min(low, high) and max(low, high) <= 1e4:
+        return '{:g}'.format(x)
+    return '{:.0e}'.format(x) if x == float('{:.0e}'.format(x)) else (
+        '{:.1e}'.format(x))

@@ -1767,6 +1767,30 @@ def test_loss_plot_names_train_and_test_and_marks_divergence():
     plt.close(figure)
 
 
+def tick_labels(figure, axis):
+    """The labels ``axis`` shows once ``figure`` is drawn (blank left out)."""
+    figure.canvas.draw()
+    low, high = axis.get_view_interval()
+    return [t.get_text() for t in axis.get_ticklabels(which='both')
+            if t.get_text()
+            and low <= t.get_position()[axis.axis_name == 'y'] <= high]
+
+
+def test_log_axis_labels_use_one_form():
+    """A loss axis of a decade reads 1, 2, 3, ...; one from 1 to 1e8
+    reads 1e+00 ... 1e+08, not 10000 beside 1e+08."""
+    import matplotlib.pyplot as plt
+    figure, axes = draw_epochs({'main/loss': [2.3, 1.5, 1.2]}, log=True)
+    labels = tick_labels(figure, axes.yaxis)
+    assert labels and all('e' not in t for t in labels), labels
+    plt.close(figure)
+    figure, axes = draw_epochs({'main/loss': [2.3, 3e3, 1e8]}, log=True)
+    labels = tick_labels(figure, axes.yaxis)
+    assert '1e+08' in labels and all(
+        re.fullmatch(r'\d(\.\d)?e[+-]\d\d', t) for t in labels), labels
+    plt.close(figure)
+
+
 def test_accuracy_plot_is_in_percent_and_hides_a_diverged_runs_values():
     """A diverged model's accuracy (that of one class) is finite, but no
     model's: from where the Divergence extension found the loss not
