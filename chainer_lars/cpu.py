@@ -69,8 +69,7 @@ def _lamb(row, obs, w, g, m, v, ct):
 
 
 def _momentum(row, obs, op, w, g, v, ct):
-    """The hook's new ``g`` or :func:`chainer_lars._numba.step_row`'s
-    ``w``."""
+    """The hook's new ``g``, or ``_numba.step_row``'s new ``w``."""
     s = row[L.LOSS_SCALE] if op == L.RESCALE else 1.0
     r, w_norm, g_norm = 1.0, math.nan, math.nan
     if op == L.RESCALE or row[L.ADAPT]:
