@@ -83,14 +83,14 @@ def masters(rules):
                 for r in rules]
 
 
-def warn_rounded(face, paths):
+def warn_rounded(face, paths, stacklevel):
     """The warning of float16 weights whose step rounded away."""
     warnings.warn(
         '{}: the step of {} rounded away in float16 for most of its '
         'elements (the weights did not change): call '
         'optimizer.use_fp32_update() to step float32 master copies of '
         'float16 parameters'.format(face, ', '.join(paths)), RuntimeWarning,
-        stacklevel=3)
+        stacklevel=stacklevel)  # at the call of update()
 
 
 class _RefusesGradientLARS(object):
@@ -322,7 +322,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             self._check_rules(list(self.target.params()))
             super(FusedMethod, self).update(lossfun, *args, **kwds)
             self._stepped = self.is_safe_to_update()
-            return self._warn_rounded([])
+            return self._warn_rounded([], 3)
         if lossfun is not None:
             loss = lossfun(*args, **kwds)
             if getattr(self, '_use_cleargrads', True):
@@ -445,16 +445,16 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                 unbatched.append(group.params[k])
         for param in plan.others:
             param.update()
-        self._warn_rounded(plan.groups)
+        self._warn_rounded(plan.groups, 4)
         return unbatched
 
-    def _warn_rounded(self, groups):
+    def _warn_rounded(self, groups, stacklevel):
         """Warns, once, of float16 steps that mostly rounded away."""
         lost = [p for g in groups for p in engine.rounded_away(g)]
         lost += self.__dict__.get('_lost', ())
         if lost and not self._warned:
             self._warned = True
-            warn_rounded(self._face, lost)
+            warn_rounded(self._face, lost, stacklevel + 1)
         del self.__dict__.get('_lost', [])[:]
 
     def _key(self, group):

@@ -54,7 +54,7 @@ class _RuleDelegate(object):
                     numpy.count_nonzero((before[0] == w) & before[1])
                     > w.size / 2):
                 self.hook._warned = True
-                fused.warn_rounded('GradientLARS', [path])
+                fused.warn_rounded('GradientLARS', [path], 9)  # at update()
 
 
 _DELEGATE_NAME = 'chainer_lars.GradientLARS'

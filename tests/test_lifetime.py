@@ -4,6 +4,7 @@ warned of, and misuses refused in our words."""
 
 import copy
 import gc
+import linecache
 import pickle
 import warnings
 import weakref
@@ -162,10 +163,14 @@ def test_a_float16_step_that_rounds_away_is_warned_of_once(face, small,
     with pytest.warns(RuntimeWarning) as caught:
         for _ in range(4):
             _step(model, opt)
-    messages = [str(w.message) for w in caught
-                if 'rounded away' in str(w.message)]
+    rounded = [w for w in caught if 'rounded away' in str(w.message)]
+    messages = [str(w.message) for w in rounded]
     assert len(messages) == 1, messages
     assert messages[0].startswith(face + ': the step of /')
+    # It points at the user's call of update(), not into the library.
+    assert (rounded[0].filename, linecache.getline(
+        rounded[0].filename, rounded[0].lineno).strip()) == (
+            __file__, 'opt.update()')
     assert 'optimizer.use_fp32_update()' in messages[0]
 
 
