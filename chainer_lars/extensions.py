@@ -27,8 +27,8 @@ class WarmupPolynomialShift(extension.Extension):
 
     (in plain text: ``init * (t + 1) / warmup_count`` during the warm-up,
     then ``end + (init - end) * (1 - (t - warmup_count) / (max_count -
-    warmup_count)) ** power``, then ``end``),
-    so no update has a rate of 0. Snapshots hold the count, the peak and
+    warmup_count)) ** power``, then ``end``): no update of the warm-up
+    has a rate of 0. Snapshots hold the count, the peak and
     the schedule; loading one of another schedule (or of another ``init``
     given) raises ``ValueError``: a longer ``max_count`` would bring a
     decayed rate back up (0.2.0's still load). The values are checked
@@ -198,8 +198,8 @@ class TrustRatioObserver(extension.Extension):
     interval you want (default once per epoch), not every iteration.
 
     Args:
-        source: A :class:`chainer_lars.LARS`, :class:`chainer_lars.LAMB`
-            or :class:`chainer_lars.GradientLARS` (anything with
+        source (object): A :class:`chainer_lars.LARS`, ``LAMB`` or
+            :class:`chainer_lars.GradientLARS` (anything with
             ``observe()``); ``None``: the main optimizer, a ``LARS`` or
             ``LAMB``.
         prefix (str): The first component of the names (``''``: none).
