@@ -80,3 +80,27 @@ def test_every_long_command_says_how_long_it_takes(command):
             found += 1
             assert DURATION.search(prose), (command, prose)
     assert found, command
+
+
+def _rst_files():
+    for folder in ('', 'docs', 'examples', 'benchmarks'):
+        for name in sorted(os.listdir(os.path.join(REPO_ROOT, folder))):
+            if name.endswith('.rst'):
+                yield os.path.join(folder, name)
+
+
+@pytest.mark.parametrize('name', list(_rst_files()))
+def test_every_heading_starts_a_section(name):
+    """A heading right below a paragraph's last line is read by docutils
+    as more of that paragraph: the section and its title vanish from the
+    page, its underline printed as dashes, and no build warns."""
+    with open(os.path.join(REPO_ROOT, name)) as f:
+        lines = f.read().split('\n')
+    for k in range(2, len(lines)):
+        underline, title, above = lines[k], lines[k - 1], lines[k - 2]
+        if (re.fullmatch(r'([=\-~^"])\1{2,}', underline)
+                and title.strip() and len(underline) >= len(title)
+                and not title.startswith(' ') and above.strip()
+                and not re.fullmatch(r'([=\-~^"])\1{2,}', above)):
+            pytest.fail('{}:{}: the heading {!r} has no blank line above '
+                        'it'.format(name, k, title))
