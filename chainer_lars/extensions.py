@@ -262,10 +262,10 @@ class TrustRatioObserver(extension.Extension):
 class LossScaleState(extension.Extension):
 
     """Saves in snapshots the loss scale, its dynamic-scaling state and the
-    float32 master copies, which Chainer's optimizers leave out (``LARS``
-    saves them itself); counts the updates dynamic scaling skipped, at its
-    calls: keep its trigger (every iteration). Add it in every process of
-    a ChainerMN run; snapshots without it still load.
+    float32 master copies, which Chainer's optimizers leave out (``LARS`` and
+    ``LAMB`` save them); counts the updates dynamic scaling skipped, once a
+    call: leave its trigger at every iteration. Add it in every process of a
+    ChainerMN run; snapshots without it still load.
 
     Args:
         optimizer (~chainer.Optimizer): The optimizer (ChainerMN's too).
