@@ -87,6 +87,10 @@ Usage::
     python benchmarks/bench_lars.py --models mlp --reps 3
     python benchmarks/bench_lars.py --gpu-host             # no GPU needed
 
+The exit status is 1 when a target printed FAIL (a target whose
+variant raised fails too) or a case or variant raised, once the table and
+the JSON are written; 2 for a usage error.
+
 Importable: :func:`run` returns the result as a dict (what ``--json``
 writes) and :func:`format_tables` prints it. CuPy is imported only for a
 GPU device.
@@ -517,27 +521,62 @@ def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0,
     }
 
 
+_OPS = {'floor': '>=', 'ratio': '<=', 'below': '<'}
+
+
 def _targets(model, dtype, basis, median, fraction):
     """The :data:`TARGETS` of ``model`` and ``dtype`` within one case, each
-    with its value and verdict."""
+    with its value and verdict; one whose variant failed (or whose case
+    did: empty ``median``) fails, its value ``None``."""
     out = []
     for target in TARGETS:
         target_model, target_dtype, name, kind, variant, other, bound = target
-        if (target_model != model or target_dtype != dtype
-                or variant not in median
-                or (other is not None and other not in median)):
+        if target_model != model or target_dtype != dtype:
+            continue
+        op = _OPS[kind]
+        missing = [v for v in (variant, other)
+                   if v is not None and v not in median]
+        if missing:
+            out.append({'name': name, 'value': None, 'op': op,
+                        'bound': bound, 'pass': False,
+                        'failed': ', '.join(missing)})
             continue
         if kind == 'floor':
             value = fraction.get(variant)
             ok = value is not None and value >= bound
-            op = '>='
         else:
             value = _median_ratio(basis[variant], basis[other])
             ok = value <= bound if kind == 'ratio' else value < bound
-            op = '<=' if kind == 'ratio' else '<'
         out.append({'name': name, 'value': value, 'op': op, 'bound': bound,
                     'pass': bool(ok)})
     return out
+
+
+def _verdict(t):
+    """A target as ``value op bound  PASS`` (or ``FAIL``)."""
+    if t['value'] is None:
+        return '{} {:g}  FAIL ({} failed)'.format(t['op'], t['bound'],
+                                                  t.get('failed', 'it'))
+    return '{:.3f} {} {:g}  {}'.format(t['value'], t['op'], t['bound'],
+                                       'PASS' if t['pass'] else 'FAIL')
+
+
+def failures(result):
+    """What failed in a :func:`run` result, one line each: targets missed,
+    cases and variants that raised. Empty when everything passed."""
+    lines = []
+    for c in result['cases']:
+        name = '{} {} wd={:g}'.format(c['model'], c['dtype'],
+                                      c['weight_decay'])
+        if 'error' in c:
+            lines.append('{}: case failed: {}'.format(name, c['error']))
+        for v, e in sorted(c.get('errors', {}).items()):
+            lines.append('{}: {} failed: {}'.format(name, v, e))
+        for t in c.get('targets', ()):
+            if not t['pass']:
+                lines.append('{}: target {}: {}'.format(name, t['name'],
+                                                        _verdict(t)))
+    return lines
 
 
 def _cpu_model():
@@ -627,7 +666,9 @@ def run(models=MODELS, dtypes=DTYPES, weight_decays=(5e-4, 0.0),
                 except Exception as e:  # keep the other cases (GPU budget)
                     case = {'model': model, 'dtype': dtype,
                             'weight_decay': wd,
-                            'error': '{}: {}'.format(type(e).__name__, e)}
+                            'error': '{}: {}'.format(type(e).__name__, e),
+                            'targets': [] if device.xp is not numpy else
+                            _targets(model, dtype, {}, {}, {})}
                 result['cases'].append(case)
                 if log is not None:
                     log(format_tables({'cases': [case]}, header=False))
@@ -658,6 +699,8 @@ def format_tables(result, header=True):
         name = '{} {} {:g}'.format(c['model'], c['dtype'], c['weight_decay'])
         if 'error' in c:
             lines.append('{:<30} case failed: {}'.format(name, c['error']))
+            lines += ['    target {}: {}'.format(t['name'], _verdict(t))
+                      for t in c.get('targets', ())]
             continue
         ms = ' '.join(
             '{:8.3f}'.format(1e3 * c['median_s'][v]) if v in c['median_s']
@@ -680,9 +723,7 @@ def format_tables(result, header=True):
                 for v in VARIANTS)
             lines.append('{:<42} ns/e {} |'.format('', per))
         for t in c.get('targets', ()):
-            lines.append('    target {}: {:.3f} {} {:g}  {}'.format(
-                t['name'], t['value'], t['op'], t['bound'],
-                'PASS' if t['pass'] else 'FAIL'))
+            lines.append('    target {}: {}'.format(t['name'], _verdict(t)))
         for v, e in sorted(c['errors'].items()):
             lines.append('    {} failed: {}'.format(v, e))
     return '\n'.join(lines)
@@ -691,16 +732,15 @@ def format_tables(result, header=True):
 def summary(result):
     """The targets' verdicts and the linear-cost comparison, as lines."""
     lines = []
+    targets = [(c, t) for c in result['cases'] for t in c.get('targets', ())]
     cases = [c for c in result['cases'] if 'error' not in c]
-    targets = [(c, t) for c in cases for t in c.get('targets', ())]
     if targets:
         lines.append('\ntargets ({} clock):'.format(
             result.get('clock', 'wall')))
         for c, t in targets:
-            lines.append('  {} {} wd={:g}: {} = {:.3f} {} {:g}  {}'.format(
+            lines.append('  {} {} wd={:g}: {} = {}'.format(
                 c['model'], c['dtype'], c['weight_decay'], t['name'],
-                t['value'],
-                t['op'], t['bound'], 'PASS' if t['pass'] else 'FAIL'))
+                _verdict(t)))
     by_key = {(c['model'], c['dtype'], c['weight_decay']): c for c in cases}
     pairs = [(c, by_key.get(('many_1k', c['dtype'], c['weight_decay'])))
              for c in cases if c['model'] == 'one_32m']
@@ -931,6 +971,10 @@ def main(argv=None):
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(result, f, indent=1, sort_keys=True)
+    failed = failures(result)
+    if failed:
+        print('\nFAILED ({}): {}'.format(len(failed), '; '.join(failed)))
+        sys.exit(1)
     return result
 
 

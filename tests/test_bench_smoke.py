@@ -127,6 +127,67 @@ def test_targets_are_judged_from_the_ratios(bench):
         ('LARS mixed16 / LARS float32', 1.125, True)]
 
 
+_TINY = ['--models', 'mlp', '--dtypes', 'float32', '--weight-decays', '0',
+         '--reps', '1', '--warmup', '0']
+
+
+def test_a_failed_target_exits_1_after_writing_everything(
+        bench, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench, 'TARGETS', (
+        ('mlp', 'float32', 'floor / LARS', 'ratio', 'floor', 'lars', 0.0),))
+    out = tmp_path / 'bench.json'
+    with pytest.raises(SystemExit) as e:
+        bench.main(_TINY + ['--json', str(out)])
+    assert e.value.code == 1
+    printed = capsys.readouterr().out
+    assert re.search(r'target floor / LARS: \d+\.\d{3} <= 0  FAIL', printed)
+    assert 'FAILED (1): mlp float32 wd=0: target floor / LARS: ' in printed
+    case, = json.loads(out.read_text())['cases']
+    assert case['targets'][0]['pass'] is False
+
+
+def test_a_target_whose_variant_raised_fails(bench, capsys, monkeypatch):
+    monkeypatch.setattr(bench, 'TARGETS', (
+        ('mlp', 'float32', 'LARS / MomentumSGD', 'ratio', 'lars',
+         'momentum_sgd', 100.0),))
+    make = bench._make_variants
+
+    def broken(case, weight_decay):
+        variants = make(case, weight_decay)
+
+        def lars():
+            raise MemoryError('no room')
+        variants['lars'] = lars
+        return variants
+    monkeypatch.setattr(bench, '_make_variants', broken)
+    with pytest.raises(SystemExit) as e:
+        bench.main(_TINY)
+    assert e.value.code == 1
+    printed = capsys.readouterr().out
+    assert ('    target LARS / MomentumSGD: <= 100  FAIL (lars failed)'
+            in printed)
+    assert ('  mlp float32 wd=0: LARS / MomentumSGD = <= 100  FAIL (lars '
+            'failed)') in printed
+    assert '    lars failed: MemoryError: no room' in printed
+
+
+def test_a_case_that_raised_fails_its_targets(bench, capsys, monkeypatch):
+    monkeypatch.setattr(bench, 'TARGETS', (
+        ('mlp', 'float32', 'LARS / MomentumSGD', 'ratio', 'lars',
+         'momentum_sgd', 100.0),))
+
+    def run_case(*args, **kwargs):
+        raise MemoryError('no room')
+    monkeypatch.setattr(bench, 'run_case', run_case)
+    with pytest.raises(SystemExit) as e:
+        bench.main(_TINY)
+    assert e.value.code == 1
+    printed = capsys.readouterr().out
+    assert 'mlp float32 0                  case failed: MemoryError' in printed
+    assert 'LARS / MomentumSGD = <= 100  FAIL (lars, momentum_sgd failed)' \
+        in printed
+
+
 def _module(name):
     path = os.path.join(os.path.dirname(_PATH), name + '.py')
     spec = importlib.util.spec_from_file_location(name, path)
@@ -348,6 +409,57 @@ def test_compare_prints_ratios_and_both_versions_targets(tmp_path, capsys,
         assert ('targets of new: 0 of 1 PASS in every round\n'
                 '  FAIL in a round: mlp float32 wd=0.0005: lars <= 2 x floor'
                 in printed)
+
+
+def test_compare_reads_results_with_failed_cases_and_variants(
+        tmp_path, capsys, monkeypatch):
+    # An old commit's bench may fail a case (no 'median_s') or the floor
+    # (no 'floor_fraction'), and exit 1: the comparison goes on.
+    compare = _load('compare')
+    for tree in ('old', 'new'):
+        (tmp_path / tree / 'benchmarks').mkdir(parents=True)
+        (tmp_path / tree / 'benchmarks' / 'bench_lars.py').write_text(
+            'import json, sys\n'
+            'out = sys.argv[sys.argv.index("--json") + 1]\n'
+            'json.dump({"cases": [\n'
+            '  {"model": "mlp", "dtype": "float32", "weight_decay": 0.0,\n'
+            '   "error": "MemoryError: x"},\n'
+            '  {"model": "mlp", "dtype": "float16", "weight_decay": 0.0,\n'
+            '   "median_s": {"lars": 1.0, "momentum_sgd": 2.0},\n'
+            '   "floor_fraction": {}, "errors": {"floor": "boom"},\n'
+            '   "targets": [{"name": "t", "value": None, "pass": False}]}]},\n'
+            '  open(out, "w"))\n'
+            'sys.exit(1)\n')
+    monkeypatch.setattr('sys.argv', ['compare.py', str(tmp_path / 'old'),
+                                     str(tmp_path / 'new'), '--rounds', '1'])
+    assert compare.main() == 1
+    printed = capsys.readouterr().out
+    assert [line.split() for line in printed.splitlines()
+            if line.startswith('mlp')] == [
+        ['mlp', 'float16', 'wd=0.0', 'lars', '1000.000', '1000.000', '1.000'],
+        ['mlp', 'float16', 'wd=0.0', 'momentum_sgd', '2000.000', '2000.000',
+         '1.000']]
+    assert ('failed in a round of old: mlp float32 wd=0.0: MemoryError: x'
+            in printed)
+    assert ('failed in a round of new: mlp float16 wd=0.0 floor: boom'
+            in printed)
+    assert 'targets of old: 0 of 1 PASS in every round' in printed
+
+
+@pytest.mark.parametrize('trees,message', [
+    (['/nonexistent', '{root}'], 'old /nonexistent: no such folder'),
+    (['{root}', '{tmp}'], 'new {tmp}: no {tmp}/benchmarks/bench_lars.py'),
+])
+def test_compare_refuses_a_tree_it_cannot_run(tmp_path, capsys,
+                                              monkeypatch, trees, message):
+    compare = _load('compare')
+    root = os.path.dirname(os.path.dirname(_PATH))
+    monkeypatch.setattr('sys.argv', ['compare.py'] + [
+        t.format(tmp=tmp_path, root=root) for t in trees])
+    with pytest.raises(SystemExit) as raised:
+        compare.main()
+    assert raised.value.code == 2
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
 
 
 def _load(name):
