@@ -684,6 +684,12 @@ _SHORT = {'floor': 'floor', 'momentum_sgd': 'sgd',
           'lars_pa': 'LARS_pa', 'lars_float32': 'LARS_f32'}
 
 
+#: The speed-up columns' heads, as :data:`SPEEDUPS` computes them: the
+#: slower variant over the faster.
+_SPEEDUP_LABELS = ('ch/hook', 'sgd+ch/sgd+ours', 'sgd/LARS', 'pa/hook',
+                   'pa/LARS')
+
+
 def format_tables(result, header=True):
     """The result as text: two lines per case (times, then fractions)."""
     cols = ' '.join('{:>8}'.format(_SHORT[v]) for v in VARIANTS)
@@ -694,7 +700,7 @@ def format_tables(result, header=True):
                          result.get('clock', 'wall')))
         lines.append('{:<30} {:>6} {:>4}      {} | {}'.format(
             'model dtype weight_decay', 'MiB', 'reps', cols,
-            'hook/ch sgd+hook/sgd+ch LARS/sgd hook/pa LARS/pa'))
+            ' '.join(_SPEEDUP_LABELS)))
     for c in result['cases']:
         name = '{} {} {:g}'.format(c['model'], c['dtype'], c['weight_decay'])
         if 'error' in c:

@@ -70,6 +70,20 @@ def test_main_writes_table_and_json(bench, tmp_path, capsys):
         assert all(len(t) == 2 for t in c['cpu_times_s'].values())
 
 
+def test_speed_up_columns_are_labelled_slower_over_faster(bench, capsys):
+    # Each head names the slower variant first, as the ratio is computed.
+    label = {'chainer_hook': 'ch', 'hook': 'hook', 'hook_pa': 'pa',
+             'momentum_sgd': 'sgd', 'momentum_sgd+chainer': 'sgd+ch',
+             'momentum_sgd+hook': 'sgd+ours', 'lars': 'LARS',
+             'lars_pa': 'pa'}
+    heads = ['{}/{}'.format(label[slow], label[fast])
+             for _, fast, slow in bench.SPEEDUPS]
+    assert heads == ['ch/hook', 'sgd+ch/sgd+ours', 'sgd/LARS', 'pa/hook',
+                     'pa/LARS']
+    header = bench.format_tables({'cases': []}).splitlines()[1]
+    assert header.endswith('| ' + ' '.join(heads))
+
+
 def test_models_build_without_running(bench):
     link = bench.build_model('cifar_resnet20', 'float16')
     params = list(link.params())
