@@ -122,6 +122,11 @@ except ImportError:
     import chainer_lars
     import chainer_lars.cpu
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+import bench_flags  # NOQA: E402
+
 
 MODELS = ('mlp', 'cifar_resnet20', 'resnet50', 'one_32m', 'many_1k')
 #: The parameter sets whose time per element is reported.
@@ -853,52 +858,25 @@ def _weight_decay(text):
     return value
 
 
-def _check_device(parser, spec):
-    """The device ``spec`` names, or a usage error in one line."""
-    try:
-        device = chainer.get_device(spec)
-    except (ValueError, RuntimeError) as e:
-        if (not chainer.backends.cuda.available
-                and str(e).startswith('CUDA environment')):
-            # Chainer's message runs two sentences together.
-            e = 'CuPy cannot be used ({})'.format(' '.join(str(
-                chainer.backends.cuda._resolution_error).split()))
-        parser.error('--device {}: {}'.format(spec, ' '.join(
-            str(e).split())))
-    if device.xp is chainer.backend.chainerx:
-        parser.error('--device {}: ChainerX devices are not benchmarked; '
-                     'use @numpy or @cupy:N'.format(spec))
-    if device.xp is not numpy:
-        import cupy
-        try:
-            count = cupy.cuda.runtime.getDeviceCount()
-        except cupy.cuda.runtime.CUDARuntimeError as e:
-            parser.error('--device {}: no usable GPU ({})'.format(spec, e))
-        if device.device.id >= count:
-            parser.error('--device {}: no such GPU, this machine has {}'
-                         .format(spec, count))
-    return device
-
-
 def parse_args(argv=None):
     """The flags, or a usage error (exit status 2) naming the bad one."""
     parser = argparse.ArgumentParser(
         description='Per-update cost of LARS against the streaming floor.')
-    parser.add_argument('--device', '-d', default='@numpy',
+    parser.add_argument('--device', '-d', default=None,
                         help='Chainer device specifier: @numpy, -1, '
-                             '@cupy:0, 0 (default: %(default)s)')
+                             '@cupy:0, 0 (default: @numpy)')
     parser.add_argument('--models', action=ListFlag, type=_model,
                         default=None,
                         help='one or more of ' + ', '.join(MODELS)
                         + ', space- or comma-separated (default: all; '
                         'with --gpu-host, cifar_resnet20)')
     parser.add_argument('--dtypes', action=ListFlag, type=_float_dtype,
-                        default=DTYPES,
+                        default=None,
                         help='one or more floating-point dtypes, space- or '
                         'comma-separated (default: {})'.format(
                             ' '.join(DTYPES)))
     parser.add_argument('--weight-decays', action=ListFlag,
-                        type=_weight_decay, default=(5e-4, 0.0),
+                        type=_weight_decay, default=None,
                         help='one or more, space- or comma-separated; 0 is '
                         'weight decay off (default: 0.0005 0)')
     parser.add_argument('--reps', type=int, default=None,
@@ -907,16 +885,17 @@ def parse_args(argv=None):
     parser.add_argument('--warmup', type=int, default=2,
                         help='untimed repetitions first (state, kernels) '
                         '(default: %(default)s)')
-    parser.add_argument('--clock', choices=('wall', 'cpu'), default='wall',
+    parser.add_argument('--clock', choices=('wall', 'cpu'), default=None,
                         help='what the table is computed from: wall time '
                              '(perf_counter) or, on a CPU shared with other '
                              'jobs, this process\'s CPU time (process_time, '
                              'which leaves out time spent descheduled); both '
-                             'are in the JSON')
+                             'are in the JSON (default: wall)')
     parser.add_argument('--case-seconds', type=float, default=None,
                         help='stop a case after this many seconds of timed '
                              'repetitions (at least 3 are run)')
-    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--seed', type=int, default=None,
+                        help='of the random gradients (default: 0)')
     parser.add_argument('--json', help='also write the result here')
     parser.add_argument('--gpu-host', action='store_true',
                         help='time the host code of the GPU path instead, '
@@ -925,6 +904,22 @@ def parse_args(argv=None):
                              'benchmarks/gpu_host.py); exits 1 if a target '
                              'fails')
     args = parser.parse_args(argv)
+    if args.gpu_host:
+        # The mode times the emulated device beside the CPU, in float32
+        # on the models' own arrays: these would be silently ignored.
+        given = [flag for flag, dest in (
+            ('--device', 'device'), ('--dtypes', 'dtypes'),
+            ('--weight-decays', 'weight_decays'), ('--clock', 'clock'),
+            ('--case-seconds', 'case_seconds'), ('--seed', 'seed'))
+            if getattr(args, dest) is not None]
+        if given:
+            parser.error('--gpu-host takes --models, --reps, --warmup and '
+                         '--json only, not {}'.format(', '.join(given)))
+    for dest, default in (('device', '@numpy'), ('dtypes', DTYPES),
+                          ('weight_decays', (5e-4, 0.0)), ('clock', 'wall'),
+                          ('seed', 0)):
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
     if args.reps is None:
         args.reps = 300 if args.gpu_host else 15
     if args.models is None:
@@ -937,10 +932,11 @@ def parse_args(argv=None):
     if args.seed < 0:
         parser.error('--seed must be at least 0, got {}'.format(args.seed))
     if not args.gpu_host:
-        device = _check_device(parser, args.device)
+        device = bench_flags.device(parser, args.device)
         if args.clock == 'cpu' and device.xp is not numpy:
             parser.error('--clock cpu measures the host only; use wall '
                          'time on a GPU')
+    bench_flags.output_file(parser, '--json', args.json)
     return args
 
 

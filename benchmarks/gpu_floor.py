@@ -40,6 +40,7 @@ import numpy
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+import bench_flags  # NOQA: E402
 import gpu_peers  # NOQA: E402
 import paper_model  # NOQA: E402
 import shape_sets  # NOQA: E402
@@ -286,6 +287,8 @@ def parse_args(argv=None):
             args.loop_iters))
     if args.copy_mib is not None and not args.copy_mib > 0:
         parser.error('--copy-mib must be positive')
+    bench_flags.device(parser, args.device)  # a GPU that is there
+    bench_flags.output_file(parser, '--json', args.json)
     return args
 
 

@@ -61,6 +61,7 @@ import numpy
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+import bench_flags  # NOQA: E402
 import paper_model  # NOQA: E402
 import shape_sets  # NOQA: E402
 
@@ -760,6 +761,8 @@ def parse_args(argv=None):
         parser.error('--copy-mib must be positive')
     if not args.timeout > 0:
         parser.error('--timeout must be positive')
+    bench_flags.output_file(parser, '--json', args.json)
+    bench_flags.output_file(parser, '--markdown', args.markdown)
     return args
 
 

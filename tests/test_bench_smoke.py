@@ -714,18 +714,95 @@ def test_train_loop_refuses_another_tree_without_the_package(tmp_path,
         tmp_path / 'chainer_lars' / '__init__.py') in capsys.readouterr().err
 
 
+_NO_CUDA = pytest.mark.skipif(__import__('chainer').backends.cuda.available,
+                              reason='CuPy can use CUDA here')
+
+
 @pytest.mark.parametrize('argv, message', [
     (['--iters', '5'], '--iters must be more than 5'),
     (['--variants', 'lars,sgd'], "--variants: unknown 'sgd'"),
     (['--dtype', 'float32,float16'], "--dtype: unknown 'float16'"),
     (['--json', '/nonexistent/loop.json'], "--json: no folder '/nonexistent'"),
+    (['--device', 'foo'], '--device foo: '),
+    pytest.param(['--device', '0'], '--device 0: CuPy cannot be used (',
+                 marks=_NO_CUDA),
+    (['--width', '0'], '--width must be at least 1, got 0'),
+    (['--batch', '0'], '--batch must be at least 1, got 0'),
+    (['--layers', '0'], '--layers must be at least 1, got 0'),
 ])
 def test_train_loop_refuses_bad_flags(capsys, argv, message):
     train_loop = _load('train_loop')
     with pytest.raises(SystemExit) as raised:
         train_loop.main(argv)
     assert raised.value.code == 2
-    assert message in capsys.readouterr().err
+    assert message in capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize('argv', [
+    ['--json', '{tmp}/results/cpu.json'],
+    ['--gpu-host', '--json', '{tmp}/results/gpu_host.json'],
+])
+def test_bench_makes_the_json_folder_before_the_run(bench, tmp_path, argv):
+    # The README's commands write into benchmarks/results/, which a
+    # checkout lacks: the run ended in FileNotFoundError after its work.
+    args = bench.parse_args([a.format(tmp=tmp_path) for a in argv])
+    assert (tmp_path / 'results').is_dir()
+    assert not os.path.exists(args.json)
+
+
+def test_bench_refuses_a_json_it_cannot_write_before_the_run(
+        bench, tmp_path, capsys):
+    (tmp_path / 'file').write_text('')
+    with pytest.raises(SystemExit) as raised:
+        bench.parse_args(['--json', str(tmp_path / 'file' / 'cpu.json')])
+    assert raised.value.code == 2
+    assert '--json {}: cannot make its folder {}'.format(
+        tmp_path / 'file' / 'cpu.json', tmp_path / 'file') in (
+        capsys.readouterr().err.splitlines()[-1])
+
+
+@pytest.mark.parametrize('flags', [
+    ['--device', '@numpy'], ['--clock', 'cpu'], ['--dtypes', 'float16'],
+    ['--weight-decays', '0', '--seed', '1']])
+def test_gpu_host_refuses_the_flags_it_would_ignore(bench, capsys, flags):
+    with pytest.raises(SystemExit) as raised:
+        bench.parse_args(['--gpu-host'] + flags)
+    assert raised.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.endswith(
+        'error: --gpu-host takes --models, --reps, --warmup and --json '
+        'only, not ' + ', '.join(f for f in flags if f.startswith('--')))
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--dtype', 'foo'], "--dtype: invalid choice: 'foo'"),
+    (['--rounds', '0'], '--rounds must be at least 1, got 0'),
+])
+def test_compare_inprocess_refuses_bad_flags(capsys, argv, message):
+    compare_inprocess = _load('compare_inprocess')
+    with pytest.raises(SystemExit) as raised:
+        compare_inprocess.main([os.path.dirname(os.path.dirname(_PATH))]
+                               + argv)
+    assert raised.value.code == 2
+    assert message in capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--models', 'mlp,foo'], "--models: unknown 'foo'; choose from mlp, cnn"),
+    (['--batchsize', '0'], '--batchsize must be at least 1, got 0'),
+    (['--updates', '0'], '--updates must be at least 1, got 0'),
+])
+def test_first_contact_refuses_bad_flags_before_loading_mnist(
+        capsys, monkeypatch, argv, message):
+    first_contact = _load('first_contact')
+
+    def load_mnist(root=None):
+        raise AssertionError('MNIST loaded before the flags were checked')
+    monkeypatch.setattr(first_contact, 'load_mnist', load_mnist)
+    with pytest.raises(SystemExit) as raised:
+        first_contact.main(argv)
+    assert raised.value.code == 2
+    assert message in capsys.readouterr().err.splitlines()[-1]
 
 
 def test_train_loop_leaves_the_cuda_module_as_it_was():

@@ -290,6 +290,26 @@ def test_peers_refuses_bad_flags(peers, capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize('tool', ['gpu_peers', 'gpu_floor'])
+def test_output_folders_are_made_before_the_run(tool, tmp_path, capsys):
+    # Not at the end of the run, where a missing folder lost it all.
+    module = _load(tool)
+    flags = ['--json', '--markdown'] if tool == 'gpu_peers' else ['--json']
+    argv = ['--device', '@numpy']
+    for k, flag in enumerate(flags):
+        argv += [flag, str(tmp_path / 'new{}'.format(k) / 'out')]
+    module.parse_args(argv)
+    assert sorted(os.listdir(str(tmp_path))) == [
+        'new{}'.format(k) for k in range(len(flags))]
+    (tmp_path / 'file').write_text('')
+    with pytest.raises(SystemExit) as e:
+        module.parse_args(['--device', '@numpy', flags[-1],
+                           str(tmp_path / 'file' / 'out')])
+    assert e.value.code == 2
+    assert '{} {}: cannot make its folder'.format(
+        flags[-1], tmp_path / 'file' / 'out') in capsys.readouterr().err
+
+
 # --- train_loop.py's interleaved loop --------------------------------------
 
 def test_train_loop_interleaves_and_prints_the_ratio(capsys):
@@ -400,6 +420,10 @@ def test_floor_end_to_end_on_the_cpu(floor, tmp_path, capsys):
     (['--loop-iters', '5'], '--loop-iters must be 0 or more than 5'),
     (['--loop-size', '40,512'], '--loop-size: three positive integers'),
     (['--device', 'cuda:0'], '--device: '),
+    pytest.param(['--device', '0'], '--device 0: CuPy cannot be used (',
+                 marks=pytest.mark.skipif(
+                     __import__('chainer').backends.cuda.available,
+                     reason='CuPy can use CUDA here')),
 ])
 def test_floor_refuses_bad_flags(floor, capsys, argv, message):
     with pytest.raises(SystemExit) as e:
