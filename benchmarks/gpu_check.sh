@@ -334,9 +334,11 @@ fi
 
 if timed "peers" "${PEERS_TIMEOUT:-150}" "$reserve"; then
     log "peers (gpu_peers.py, ${t} s)"
+    # Its two processes share --timeout (each writes peers.md and
+    # peers.json as it ends); the rest is for the parent's start and end.
     # shellcheck disable=SC2086  # PEERS_ARGS is a list of arguments
     timeout "$t" "$py" benchmarks/gpu_peers.py "${peers_args[@]}" \
-        --timeout $((t * 2 / 3)) ${PEERS_ARGS:-} 2>&1 | tee "$out/peers.txt"
+        --timeout $((t * 9 / 10)) ${PEERS_ARGS:-} 2>&1 | tee "$out/peers.txt"
     record "peers" "${PIPESTATUS[0]}"
 fi
 

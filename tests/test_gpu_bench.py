@@ -276,6 +276,38 @@ def test_peers_end_to_end_on_the_cpu(peers, tmp_path, capsys):
                        if r['update'].startswith('timm'))
 
 
+def test_peers_shares_its_timeout_and_writes_each_process_as_it_ends(
+        peers, tmp_path, monkeypatch, capsys):
+    # gpu_check.sh gave each of two processes 2/3 of its limit and lost
+    # everything when its own limit stopped the second: now the processes
+    # share --timeout, and the files hold the first before the second.
+    clock = {'t': 0.0}
+    monkeypatch.setattr(peers.time, 'monotonic', lambda: clock['t'])
+    given = []
+    md, out = tmp_path / 'peers.md', tmp_path / 'peers.json'
+
+    def run_worker(framework, spec, timeout, python=None):
+        given.append(timeout)
+        if framework == 'torch':
+            # What a stop from outside would have left: the first process.
+            assert 'chainer process' in md.read_text()
+            assert ('- not run yet when this was written: torch process'
+                    in md.read_text())
+            assert json.loads(out.read_text())['pending'] == ['torch']
+        clock['t'] += timeout * (0.5 if framework == 'chainer' else 1.0)
+        return {'framework': framework, 'versions': {}, 'copy': None,
+                'rows': []}
+    monkeypatch.setattr(peers, 'run_worker', run_worker)
+    peers.main(['--device', '@numpy', '--sets', 'tiny', '--timeout', '90',
+                '--json', str(out), '--markdown', str(md)])
+    # Half for the first; the second gets what is left, the first's
+    # unused time too; together within the limit.
+    assert given == [45.0, 67.5] and clock['t'] <= 90
+    assert 'not run yet' not in md.read_text()
+    assert 'pending' not in json.loads(out.read_text())
+    assert peers._SEPARATE in md.read_text().splitlines()
+
+
 @pytest.mark.parametrize('argv,message', [
     (['--device', '@intel64'], '--device: '),
     (['--sets', 'tiny,vgg'], "--sets: unknown 'vgg'"),
