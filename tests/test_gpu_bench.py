@@ -636,12 +636,86 @@ def test_check_cuts_the_timings_that_the_budget_has_no_room_for(tmp_path):
     assert done.returncode == 1, done.stdout
     summary = (tmp_path / 'out' / 'summary.txt').read_text()
     steps = summary[summary.index('== steps'):].splitlines()[1:-1]
+    # Cut for time, bench_lars.py too (it read "not run" and passed).
     assert steps[1:5] == [
         '  byte floors: cut: no time left in the budget',
         '  engine before/after: cut: no time left in the budget',
         '  peers: cut: no time left in the budget',
-        '  bench_lars.py: not run: no time left before the tests']
+        '  bench_lars.py: cut: no time left in the budget']
     assert '  gpu tests: passed' in steps
     assert re.search(r'GPU check REHEARSAL \(CPU\) FAILED in \d+ s: byte '
-                     r'floors, engine before/after, peers$',
+                     r'floors, engine before/after, peers, bench_lars.py$',
                      summary.splitlines()[-1])
+
+
+@pytest.mark.parametrize('value', ['90s', '-5', '1.5'])
+def test_check_refuses_a_limit_that_is_not_whole_seconds(tmp_path, value):
+    done = _check(['--rehearse', 'out'], tmp_path, PEERS_TIMEOUT=value)
+    assert done.returncode == 2
+    assert done.stdout.strip().splitlines() == [
+        "{}: PEERS_TIMEOUT takes whole seconds (0 skips its step), not "
+        "'{}'".format(CHECK, value)]
+    assert not (tmp_path / 'out').exists()
+
+
+_FAKE_SANITIZER = """#!/bin/sh
+# compute-sanitizer's stand-in: --tool TOOL ...; prints what each tool's
+# end looks like, or sleeps past its limit (SLOW_TOOL).
+[ "$2" = "$SLOW_TOOL" ] && exec sleep 60
+echo "========= COMPUTE-SANITIZER"
+echo "3 passed, 280 deselected in 0.10s"
+case $2 in
+    racecheck) echo "========= RACECHECK SUMMARY: 0 hazards displayed" \\
+        "(0 errors, 0 warnings)" ;;
+    *) echo "========= ERROR SUMMARY: 0 errors" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize('slow', ['', 'synccheck'])
+def test_check_skips_on_purpose_and_fails_a_sanitizer_cut_for_time(
+        tmp_path, slow):
+    # The device's command skips the floors and peers with 0: no failure.
+    # compute-sanitizer's tools share its time; one cut for it fails the
+    # check, and racecheck's hazard count is in its status line.
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    (bin_dir / 'compute-sanitizer').write_text(_FAKE_SANITIZER)
+    (bin_dir / 'compute-sanitizer').chmod(0o755)
+    done = _check(['--rehearse', 'out'], tmp_path, FLOOR_TIMEOUT='0',
+                  PEERS_TIMEOUT='00', BENCH='0', TEST_TIMEOUT='0',
+                  SANITIZE_TIMEOUT='20', SLOW_TOOL=slow,
+                  MNIST_ROOT=str(tmp_path / 'none'),
+                  PATH=os.pathsep.join([str(bin_dir), os.environ['PATH']]))
+    summary = (tmp_path / 'out' / 'summary.txt').read_text()
+    steps = summary[summary.index('== steps'):].splitlines()[1:-1]
+    assert steps[:7] == [
+        '  study --reproduce: not run: REPRODUCE is empty',
+        '  byte floors: not run: skipped (FLOOR_TIMEOUT=0)',
+        '  engine before/after: not run: BEFORE is empty',
+        '  peers: not run: skipped (PEERS_TIMEOUT=0)',
+        '  bench_lars.py: not run: BENCH=0',
+        '  gpu tests: not run: skipped (TEST_TIMEOUT=0)',
+        '  MNIST: not run: no MNIST under {}'.format(tmp_path / 'none')]
+    status = (tmp_path / 'out' / 'sanitize.status').read_text().splitlines()
+    assert status[0].startswith('memcheck: passed; 3 passed, 280 '
+                                'deselected in 0.10s ========= ERROR '
+                                'SUMMARY: 0 errors (exit status 0, limit ')
+    assert status[1].startswith(
+        'racecheck: passed; 3 passed, 280 deselected in 0.10s ========= '
+        'RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings) '
+        '(exit status 0, limit ')
+    # Limits within the sanitizer's 20 s, each tool's leftover passed on.
+    limits = [int(re.search(r'limit (\d+) s\)$', line).group(1))
+              for line in status]
+    assert limits[0] == 12 and 10 <= limits[1] <= 12 and limits[2] <= 20
+    if not slow:
+        assert done.returncode == 0, done.stdout
+        assert steps[7] == '  compute-sanitizer: passed'
+        assert status[2].startswith('synccheck: passed; ')
+        return
+    assert done.returncode == 1, done.stdout
+    assert status[2].startswith('synccheck: cut: not done within its ')
+    assert steps[7] == ('  compute-sanitizer: cut: a tool was not done in '
+                        'its time (sanitize.status)')
+    assert summary.splitlines()[-1].endswith(': compute-sanitizer')
