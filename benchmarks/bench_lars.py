@@ -147,11 +147,11 @@ SPEEDUPS = (
     ('lars_vs_per_array', 'lars', 'lars_pa'),
 )
 #: (model, dtype, name, kind, variant, other, bound): the CPU targets,
-#: checked on the cases of that dtype. ``ratio``: median of variant / other
-#: must be at most bound; ``floor``: variant's fraction of the floor at
-#: least bound; ``below``: median of variant / other less than bound;
-#: ``float32``: the variant's median over its median in the float32 case of
-#: the same model and weight decay (run apart) at most bound.
+#: checked on the cases of that dtype. ``ratio``: the median of the
+#: per-repetition ratios variant / other at most bound; ``floor``:
+#: variant's fraction of the floor at least bound; ``below``: that median
+#: of variant / other less than bound. In mixed16, ``lars_float32`` is
+#: LARS on float32 copies of the same parameters, timed in the same case.
 TARGETS = (
     ('cifar_resnet20', 'float32', 'LARS / MomentumSGD', 'ratio', 'lars',
      'momentum_sgd', 0.6),

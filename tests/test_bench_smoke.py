@@ -314,6 +314,21 @@ def test_byte_floors_agree_with_the_paper_model():
     assert paper.floor_bytes('lars', 'mixed16') == paper.MIXED16['lars'][0]
 
 
+def test_readme_counts_mixed16_lars_bytes_as_the_model_does(bench):
+    # The norms read the master and the float16 gradient (the kernel's S
+    # and G in mixed16), not the float16 weight too (which made 28 N).
+    paper = _module('paper_model')
+    with open(os.path.join(os.path.dirname(_PATH), 'README.md')) as f:
+        text = ' '.join(f.read().split())
+    start = text.index('In mixed16 (float16 weights and gradients')
+    sentence = text[start:text.index('ms;', start)]
+    parts = [int(n) for n in re.findall(r'\((\d+) N\)', sentence)]
+    assert parts == [6, 10, 10] and '26 N' in sentence
+    assert sum(parts) == paper.floor_bytes('lars', 'mixed16')
+    # The targets' kinds are the ones TARGETS' comment describes.
+    assert {t[3] for t in bench.TARGETS} == {'ratio', 'floor', 'below'}
+
+
 @pytest.mark.parametrize('method,precision,message', [
     ('sgd', 'float32', "no byte floor for 'sgd'"),
     ('lars', 'bfloat16', "no byte floor in 'bfloat16'"),
