@@ -87,6 +87,10 @@ Usage::
     python benchmarks/bench_lars.py --models mlp --reps 3
     python benchmarks/bench_lars.py --gpu-host             # no GPU needed
 
+The exit status is 1 when a target printed FAIL (a target whose
+variant raised fails too) or a case or variant raised, once the table and
+the JSON are written; 2 for a usage error.
+
 Importable: :func:`run` returns the result as a dict (what ``--json``
 writes) and :func:`format_tables` prints it. CuPy is imported only for a
 GPU device.
@@ -118,6 +122,11 @@ except ImportError:
     import chainer_lars
     import chainer_lars.cpu
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+import bench_flags  # NOQA: E402
+
 
 MODELS = ('mlp', 'cifar_resnet20', 'resnet50', 'one_32m', 'many_1k')
 #: The parameter sets whose time per element is reported.
@@ -138,11 +147,11 @@ SPEEDUPS = (
     ('lars_vs_per_array', 'lars', 'lars_pa'),
 )
 #: (model, dtype, name, kind, variant, other, bound): the CPU targets,
-#: checked on the cases of that dtype. ``ratio``: median of variant / other
-#: must be at most bound; ``floor``: variant's fraction of the floor at
-#: least bound; ``below``: median of variant / other less than bound;
-#: ``float32``: the variant's median over its median in the float32 case of
-#: the same model and weight decay (run apart) at most bound.
+#: checked on the cases of that dtype. ``ratio``: the median of the
+#: per-repetition ratios variant / other at most bound; ``floor``:
+#: variant's fraction of the floor at least bound; ``below``: that median
+#: of variant / other less than bound. In mixed16, ``lars_float32`` is
+#: LARS on float32 copies of the same parameters, timed in the same case.
 TARGETS = (
     ('cifar_resnet20', 'float32', 'LARS / MomentumSGD', 'ratio', 'lars',
      'momentum_sgd', 0.6),
@@ -517,27 +526,62 @@ def run_case(model, dtype, weight_decay, device, reps, warmup, seed=0,
     }
 
 
+_OPS = {'floor': '>=', 'ratio': '<=', 'below': '<'}
+
+
 def _targets(model, dtype, basis, median, fraction):
     """The :data:`TARGETS` of ``model`` and ``dtype`` within one case, each
-    with its value and verdict."""
+    with its value and verdict; one whose variant failed (or whose case
+    did: empty ``median``) fails, its value ``None``."""
     out = []
     for target in TARGETS:
         target_model, target_dtype, name, kind, variant, other, bound = target
-        if (target_model != model or target_dtype != dtype
-                or variant not in median
-                or (other is not None and other not in median)):
+        if target_model != model or target_dtype != dtype:
+            continue
+        op = _OPS[kind]
+        missing = [v for v in (variant, other)
+                   if v is not None and v not in median]
+        if missing:
+            out.append({'name': name, 'value': None, 'op': op,
+                        'bound': bound, 'pass': False,
+                        'failed': ', '.join(missing)})
             continue
         if kind == 'floor':
             value = fraction.get(variant)
             ok = value is not None and value >= bound
-            op = '>='
         else:
             value = _median_ratio(basis[variant], basis[other])
             ok = value <= bound if kind == 'ratio' else value < bound
-            op = '<=' if kind == 'ratio' else '<'
         out.append({'name': name, 'value': value, 'op': op, 'bound': bound,
                     'pass': bool(ok)})
     return out
+
+
+def _verdict(t):
+    """A target as ``value op bound  PASS`` (or ``FAIL``)."""
+    if t['value'] is None:
+        return '{} {:g}  FAIL ({} failed)'.format(t['op'], t['bound'],
+                                                  t.get('failed', 'it'))
+    return '{:.3f} {} {:g}  {}'.format(t['value'], t['op'], t['bound'],
+                                       'PASS' if t['pass'] else 'FAIL')
+
+
+def failures(result):
+    """What failed in a :func:`run` result, one line each: targets missed,
+    cases and variants that raised. Empty when everything passed."""
+    lines = []
+    for c in result['cases']:
+        name = '{} {} wd={:g}'.format(c['model'], c['dtype'],
+                                      c['weight_decay'])
+        if 'error' in c:
+            lines.append('{}: case failed: {}'.format(name, c['error']))
+        for v, e in sorted(c.get('errors', {}).items()):
+            lines.append('{}: {} failed: {}'.format(name, v, e))
+        for t in c.get('targets', ()):
+            if not t['pass']:
+                lines.append('{}: target {}: {}'.format(name, t['name'],
+                                                        _verdict(t)))
+    return lines
 
 
 def _cpu_model():
@@ -627,7 +671,9 @@ def run(models=MODELS, dtypes=DTYPES, weight_decays=(5e-4, 0.0),
                 except Exception as e:  # keep the other cases (GPU budget)
                     case = {'model': model, 'dtype': dtype,
                             'weight_decay': wd,
-                            'error': '{}: {}'.format(type(e).__name__, e)}
+                            'error': '{}: {}'.format(type(e).__name__, e),
+                            'targets': [] if device.xp is not numpy else
+                            _targets(model, dtype, {}, {}, {})}
                 result['cases'].append(case)
                 if log is not None:
                     log(format_tables({'cases': [case]}, header=False))
@@ -643,6 +689,12 @@ _SHORT = {'floor': 'floor', 'momentum_sgd': 'sgd',
           'lars_pa': 'LARS_pa', 'lars_float32': 'LARS_f32'}
 
 
+#: The speed-up columns' heads, as :data:`SPEEDUPS` computes them: the
+#: slower variant over the faster.
+_SPEEDUP_LABELS = ('ch/hook', 'sgd+ch/sgd+ours', 'sgd/LARS', 'pa/hook',
+                   'pa/LARS')
+
+
 def format_tables(result, header=True):
     """The result as text: two lines per case (times, then fractions)."""
     cols = ' '.join('{:>8}'.format(_SHORT[v]) for v in VARIANTS)
@@ -653,11 +705,13 @@ def format_tables(result, header=True):
                          result.get('clock', 'wall')))
         lines.append('{:<30} {:>6} {:>4}      {} | {}'.format(
             'model dtype weight_decay', 'MiB', 'reps', cols,
-            'hook/ch sgd+hook/sgd+ch LARS/sgd hook/pa LARS/pa'))
+            ' '.join(_SPEEDUP_LABELS)))
     for c in result['cases']:
         name = '{} {} {:g}'.format(c['model'], c['dtype'], c['weight_decay'])
         if 'error' in c:
             lines.append('{:<30} case failed: {}'.format(name, c['error']))
+            lines += ['    target {}: {}'.format(t['name'], _verdict(t))
+                      for t in c.get('targets', ())]
             continue
         ms = ' '.join(
             '{:8.3f}'.format(1e3 * c['median_s'][v]) if v in c['median_s']
@@ -680,9 +734,7 @@ def format_tables(result, header=True):
                 for v in VARIANTS)
             lines.append('{:<42} ns/e {} |'.format('', per))
         for t in c.get('targets', ()):
-            lines.append('    target {}: {:.3f} {} {:g}  {}'.format(
-                t['name'], t['value'], t['op'], t['bound'],
-                'PASS' if t['pass'] else 'FAIL'))
+            lines.append('    target {}: {}'.format(t['name'], _verdict(t)))
         for v, e in sorted(c['errors'].items()):
             lines.append('    {} failed: {}'.format(v, e))
     return '\n'.join(lines)
@@ -691,16 +743,15 @@ def format_tables(result, header=True):
 def summary(result):
     """The targets' verdicts and the linear-cost comparison, as lines."""
     lines = []
+    targets = [(c, t) for c in result['cases'] for t in c.get('targets', ())]
     cases = [c for c in result['cases'] if 'error' not in c]
-    targets = [(c, t) for c in cases for t in c.get('targets', ())]
     if targets:
         lines.append('\ntargets ({} clock):'.format(
             result.get('clock', 'wall')))
         for c, t in targets:
-            lines.append('  {} {} wd={:g}: {} = {:.3f} {} {:g}  {}'.format(
+            lines.append('  {} {} wd={:g}: {} = {}'.format(
                 c['model'], c['dtype'], c['weight_decay'], t['name'],
-                t['value'],
-                t['op'], t['bound'], 'PASS' if t['pass'] else 'FAIL'))
+                _verdict(t)))
     by_key = {(c['model'], c['dtype'], c['weight_decay']): c for c in cases}
     pairs = [(c, by_key.get(('many_1k', c['dtype'], c['weight_decay'])))
              for c in cases if c['model'] == 'one_32m']
@@ -807,52 +858,25 @@ def _weight_decay(text):
     return value
 
 
-def _check_device(parser, spec):
-    """The device ``spec`` names, or a usage error in one line."""
-    try:
-        device = chainer.get_device(spec)
-    except (ValueError, RuntimeError) as e:
-        if (not chainer.backends.cuda.available
-                and str(e).startswith('CUDA environment')):
-            # Chainer's message runs two sentences together.
-            e = 'CuPy cannot be used ({})'.format(' '.join(str(
-                chainer.backends.cuda._resolution_error).split()))
-        parser.error('--device {}: {}'.format(spec, ' '.join(
-            str(e).split())))
-    if device.xp is chainer.backend.chainerx:
-        parser.error('--device {}: ChainerX devices are not benchmarked; '
-                     'use @numpy or @cupy:N'.format(spec))
-    if device.xp is not numpy:
-        import cupy
-        try:
-            count = cupy.cuda.runtime.getDeviceCount()
-        except cupy.cuda.runtime.CUDARuntimeError as e:
-            parser.error('--device {}: no usable GPU ({})'.format(spec, e))
-        if device.device.id >= count:
-            parser.error('--device {}: no such GPU, this machine has {}'
-                         .format(spec, count))
-    return device
-
-
 def parse_args(argv=None):
     """The flags, or a usage error (exit status 2) naming the bad one."""
     parser = argparse.ArgumentParser(
         description='Per-update cost of LARS against the streaming floor.')
-    parser.add_argument('--device', '-d', default='@numpy',
+    parser.add_argument('--device', '-d', default=None,
                         help='Chainer device specifier: @numpy, -1, '
-                             '@cupy:0, 0 (default: %(default)s)')
+                             '@cupy:0, 0 (default: @numpy)')
     parser.add_argument('--models', action=ListFlag, type=_model,
                         default=None,
                         help='one or more of ' + ', '.join(MODELS)
                         + ', space- or comma-separated (default: all; '
                         'with --gpu-host, cifar_resnet20)')
     parser.add_argument('--dtypes', action=ListFlag, type=_float_dtype,
-                        default=DTYPES,
+                        default=None,
                         help='one or more floating-point dtypes, space- or '
                         'comma-separated (default: {})'.format(
                             ' '.join(DTYPES)))
     parser.add_argument('--weight-decays', action=ListFlag,
-                        type=_weight_decay, default=(5e-4, 0.0),
+                        type=_weight_decay, default=None,
                         help='one or more, space- or comma-separated; 0 is '
                         'weight decay off (default: 0.0005 0)')
     parser.add_argument('--reps', type=int, default=None,
@@ -861,16 +885,17 @@ def parse_args(argv=None):
     parser.add_argument('--warmup', type=int, default=2,
                         help='untimed repetitions first (state, kernels) '
                         '(default: %(default)s)')
-    parser.add_argument('--clock', choices=('wall', 'cpu'), default='wall',
+    parser.add_argument('--clock', choices=('wall', 'cpu'), default=None,
                         help='what the table is computed from: wall time '
                              '(perf_counter) or, on a CPU shared with other '
                              'jobs, this process\'s CPU time (process_time, '
                              'which leaves out time spent descheduled); both '
-                             'are in the JSON')
+                             'are in the JSON (default: wall)')
     parser.add_argument('--case-seconds', type=float, default=None,
                         help='stop a case after this many seconds of timed '
                              'repetitions (at least 3 are run)')
-    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--seed', type=int, default=None,
+                        help='of the random gradients (default: 0)')
     parser.add_argument('--json', help='also write the result here')
     parser.add_argument('--gpu-host', action='store_true',
                         help='time the host code of the GPU path instead, '
@@ -879,6 +904,22 @@ def parse_args(argv=None):
                              'benchmarks/gpu_host.py); exits 1 if a target '
                              'fails')
     args = parser.parse_args(argv)
+    if args.gpu_host:
+        # The mode times the emulated device beside the CPU, in float32
+        # on the models' own arrays: these would be silently ignored.
+        given = [flag for flag, dest in (
+            ('--device', 'device'), ('--dtypes', 'dtypes'),
+            ('--weight-decays', 'weight_decays'), ('--clock', 'clock'),
+            ('--case-seconds', 'case_seconds'), ('--seed', 'seed'))
+            if getattr(args, dest) is not None]
+        if given:
+            parser.error('--gpu-host takes --models, --reps, --warmup and '
+                         '--json only, not {}'.format(', '.join(given)))
+    for dest, default in (('device', '@numpy'), ('dtypes', DTYPES),
+                          ('weight_decays', (5e-4, 0.0)), ('clock', 'wall'),
+                          ('seed', 0)):
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
     if args.reps is None:
         args.reps = 300 if args.gpu_host else 15
     if args.models is None:
@@ -891,10 +932,11 @@ def parse_args(argv=None):
     if args.seed < 0:
         parser.error('--seed must be at least 0, got {}'.format(args.seed))
     if not args.gpu_host:
-        device = _check_device(parser, args.device)
+        device = bench_flags.device(parser, args.device)
         if args.clock == 'cpu' and device.xp is not numpy:
             parser.error('--clock cpu measures the host only; use wall '
                          'time on a GPU')
+    bench_flags.output_file(parser, '--json', args.json)
     return args
 
 
@@ -931,6 +973,10 @@ def main(argv=None):
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(result, f, indent=1, sort_keys=True)
+    failed = failures(result)
+    if failed:
+        print('\nFAILED ({}): {}'.format(len(failed), '; '.join(failed)))
+        sys.exit(1)
     return result
 
 

@@ -8,9 +8,12 @@ the median of the per-round ratios ``new / old``: below 1 is faster.
 Alternating the versions (each round the other goes first) lets a shared
 machine's slow drifts hit both.
 Variants that are not ours (``momentum_sgd``, Chainer's hook, the floor)
-show what the noise is. Below the table, each version's targets (the PASS
-or FAIL that bench_lars.py prints) over all rounds; the exit status is 1
-when one of the new version's failed in a round.
+show what the noise is. Below the table, the cases and variants that
+raised in a round (left out of the table), and each version's targets
+(the PASS or FAIL that bench_lars.py prints) over all rounds; the exit
+status is 1 when one of the new version's failed in a round, or one of
+its cases or variants raised. A version's bench_lars.py that exits 1 (a
+target failed) is read all the same: its JSON is there.
 
 With ``--bench train_loop`` it runs the new tree's ``train_loop.py``
 instead (an older tree's may not write JSON) with each tree's library
@@ -87,13 +90,28 @@ def _times(result):
                 row['ms'] * 1e-3, None)
     for case in result.get('cases', ()):
         name = _case_name(case)
-        for variant, seconds in case['median_s'].items():
+        fractions = case.get('floor_fraction') or {}
+        for variant, seconds in case.get('median_s', {}).items():
+            # No floor where the floor's own variant failed.
+            fraction = fractions.get(variant)
             times[name, variant] = (
-                seconds, 1.0 / case['floor_fraction'][variant])
+                seconds, 1.0 / fraction if fraction else None)
     for case in result.get('gpu_host', ()):
         for variant, row in case['variants'].items():
             times[case['model'], variant] = (row['us'] * 1e-6, None)
     return times
+
+
+def _failures(result):
+    """The cases and variants of one bench_lars.py result that raised,
+    as ``case: what failed`` strings."""
+    failed = set()
+    for case in result.get('cases', ()):
+        if 'error' in case:
+            failed.add('{}: {}'.format(_case_name(case), case['error']))
+        for variant, error in case.get('errors', {}).items():
+            failed.add('{} {}: {}'.format(_case_name(case), variant, error))
+    return failed
 
 
 def main():
@@ -112,12 +130,20 @@ def main():
         parser.error('--rounds must be at least 1, got {}'.format(
             args.rounds))
     bench_args = argv[cut + 1:]
+    for which in ('old', 'new'):
+        tree = getattr(args, which)
+        if not os.path.isdir(tree):
+            parser.error('{} {}: no such folder'.format(which, tree))
+        own = os.path.join(tree, 'benchmarks', 'bench_lars.py')
+        if args.bench == 'bench_lars' and not os.path.isfile(own):
+            parser.error('{} {}: no {}'.format(which, tree, own))
     script = None if args.bench == 'bench_lars' else os.path.join(
         os.path.abspath(args.new), 'benchmarks', 'train_loop.py')
     if script and not os.path.isfile(script):
         parser.error('--bench train_loop: no {}'.format(script))
     runs = {'old': [], 'new': []}
     verdicts = {'old': [], 'new': []}
+    failures = {'old': set(), 'new': set()}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.rounds):
             # Alternate which tree goes first, so that neither always
@@ -128,9 +154,13 @@ def main():
                               script)
                 runs[which].append(_times(result))
                 verdicts[which].append(_verdicts(result))
+                failures[which] |= _failures(result)
                 print('round {}: {} done'.format(k + 1, which),
                       file=sys.stderr)
-    keys = [key for key in runs['old'][0] if key in runs['new'][0]]
+    # What every round of both timed (a variant that failed in a round
+    # is left out, and named below).
+    keys = [key for key in runs['old'][0]
+            if all(key in r for r in runs['old'] + runs['new'])]
     print('{:<34} {:<24} {:>10} {:>10} {:>8} {:>8}'.format(
         'case', 'variant', 'old ms', 'new ms', 'new/old', 'norm'))
     for key in keys:
@@ -138,11 +168,15 @@ def main():
         new = [r[key] for r in runs['new']]
         ratio = statistics.median(n[0] / o[0] for n, o in zip(new, old))
         norm = ('{:>8.3f}'.format(statistics.median(
-            n[1] / o[1] for n, o in zip(new, old))) if old[0][1] else '')
+            n[1] / o[1] for n, o in zip(new, old)))
+            if all(t[1] for t in old + new) else '')
         print('{:<34} {:<24} {:>10.3f} {:>10.3f} {:>8.3f} {:>8}'.format(
             key[0], key[1], statistics.median(o[0] for o in old) * 1e3,
             statistics.median(n[0] for n in new) * 1e3, ratio, norm))
-    failed = False
+    failed = bool(failures['new'])
+    for which in ('old', 'new'):
+        for what in sorted(failures[which]):
+            print('failed in a round of {}: {}'.format(which, what))
     for which in ('old', 'new'):
         names = sorted(set().union(*verdicts[which]))
         if not names:  # train_loop.py, or a run without targets

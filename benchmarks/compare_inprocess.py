@@ -117,7 +117,11 @@ def _pass(module, model, weight_decay, face, dtype):
     return one_pass, len(items)
 
 
-def main():
+#: What ``--dtype`` takes.
+DTYPES = ('float16', 'float32', 'float64', 'mixed16')
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('old', help='the tree of the other version')
     parser.add_argument('--model', choices=sorted(SHAPES),
@@ -128,11 +132,14 @@ def main():
                         default='hook', help="the hook's per-array path, "
                         'the hook on all arrays (hook(optimizer)), '
                         'LARS.update(), or its per-rule path')
-    parser.add_argument('--dtype', default='float16')
+    parser.add_argument('--dtype', choices=DTYPES, default='float16')
     parser.add_argument('--rounds', type=int, default=15)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not os.path.isdir(os.path.join(args.old, 'chainer_lars')):
         parser.error('old: {} has no chainer_lars folder'.format(args.old))
+    if args.rounds < 1:
+        parser.error('--rounds must be at least 1, got {}'.format(
+            args.rounds))
     warnings.simplefilter('ignore', DeprecationWarning)
     sys.path.insert(0, HERE)
     import chainer_lars

@@ -193,7 +193,9 @@ def main(argv=None):
                         'pfnet/chainer/mnist (default: CHAINER_DATASET_ROOT, '
                         'else ~/.chainer/dataset, where Chainer downloads '
                         'MNIST the first time)')
-    parser.add_argument('--models', default='mlp,cnn')
+    parser.add_argument('--models', default='mlp,cnn',
+                        help='comma-separated, of: {} (default: '
+                        '%(default)s)'.format(', '.join(MODELS)))
     parser.add_argument('--updates', type=int, default=300)
     parser.add_argument('--batchsize', type=int, default=128)
     parser.add_argument('--seed', type=int, default=0)
@@ -201,6 +203,15 @@ def main(argv=None):
                         help="LARS's lr and the hook's MomentumSGD lr "
                         'around the defaults instead of the first set-ups')
     args = parser.parse_args(argv)
+    models = args.models.split(',')
+    for name in models:
+        if name not in MODELS:
+            parser.error('--models: unknown {!r}; choose from {}'.format(
+                name, ', '.join(MODELS)))
+    for flag in ('updates', 'batchsize'):
+        if getattr(args, flag) < 1:
+            parser.error('--{} must be at least 1, got {}'.format(
+                flag, getattr(args, flag)))
     if args.dataset_root is not None and not os.path.isdir(
             args.dataset_root):
         parser.error('--dataset-root {}: no such folder'.format(
@@ -213,7 +224,7 @@ def main(argv=None):
           'test images; chainer-lars {}'.format(
               args.updates, args.batchsize, args.seed,
               chainer_lars.__version__))
-    for model_name in args.models.split(','):
+    for model_name in models:
         for name, make in (_sweep() if args.sweep else FIRST):
             model = make_model(model_name, args.seed)
             start = time.time()

@@ -59,16 +59,20 @@
 # (default .whl/), CHAINER_SITE, MNIST_ROOT (default .whl/datasets),
 # REPRODUCE (a study JSON; empty skips it), BEFORE (the tree to time the
 # training loop against, default .whl/before; empty skips it), BENCH=0
-# (no bench_lars.py), SANITIZE= (no compute-sanitizer); limits in
-# seconds, each cut to what the budget has left: FLOOR_TIMEOUT (90),
-# ENGINE_TIMEOUT (120), PEERS_TIMEOUT (150), BENCH_TIMEOUT (60),
-# TEST_TIMEOUT (150), SANITIZE_TIMEOUT (100 a tool), TRAIN_TIMEOUT (90),
-# REPRODUCE_TIMEOUT (480); extra arguments: FLOOR_ARGS, ENGINE_ARGS (to
+# (no bench_lars.py), SANITIZE= (no compute-sanitizer); limits in whole
+# seconds, each cut to what the budget has left, 0 to skip that step on
+# purpose: FLOOR_TIMEOUT (90), ENGINE_TIMEOUT (120), PEERS_TIMEOUT (150),
+# BENCH_TIMEOUT (60), TEST_TIMEOUT (150), SANITIZE_TIMEOUT (the three
+# tools together, shared 60:25:15 in turn; default all the side-by-side
+# steps have), TRAIN_TIMEOUT (90), REPRODUCE_TIMEOUT (480);
+# PARALLEL_RESERVE (140), the seconds the timings leave for the
+# side-by-side steps; extra arguments: FLOOR_ARGS, ENGINE_ARGS (to
 # train_loop.py), PEERS_ARGS, BENCH_ARGS, MNIST_ARGS.
 # Exit status: 0 when every step that ran passed and none was cut for
-# lack of time (summary.txt lists what did not run, and why), 1 otherwise,
-# 2 for a usage error. Speed targets missed do not fail the check: their
-# ratios are printed (floor.txt, peers.md).
+# lack of time (summary.txt lists what did not run, and why: skipped on
+# purpose, or absent), 1 otherwise, 2 for a usage error (a limit that is
+# not whole seconds among them). Speed targets missed do not fail the
+# check: their ratios are printed (floor.txt, peers.md).
 
 set -u -o pipefail
 
@@ -105,6 +109,16 @@ if [ -z "$1" ]; then
     echo "$0: OUTDIR is empty" >&2
     exit 2
 fi
+for var in FLOOR_TIMEOUT ENGINE_TIMEOUT PEERS_TIMEOUT BENCH_TIMEOUT \
+        TEST_TIMEOUT SANITIZE_TIMEOUT TRAIN_TIMEOUT REPRODUCE_TIMEOUT \
+        PARALLEL_RESERVE; do
+    case ${!var-} in
+        *[!0-9]*)
+            echo "$0: $var takes whole seconds (0 skips its step), not '${!var}'" >&2
+            exit 2 ;;
+        ?*) printf -v "$var" '%d' "$((10#${!var}))" ;;  # 090 is not octal
+    esac
+done
 if [ -e "$1" ] && { [ ! -d "$1" ] || [ -n "$(ls -A "$1" 2>&1)" ]; }; then
     # An earlier check's files would be read as this one's (the MNIST
     # step's trainer refuses a folder that holds a run).
@@ -134,9 +148,18 @@ limit() {
     if [ "$want" -ge 10 ]; then echo "$want"; else echo 0; fi
 }
 
-# Whether a timing ($1) has time: its seconds, limit $2 keeping $3 for
-# what follows, in $t; one with none is recorded as cut.
+# Whether step $1 is skipped on purpose: its limit variable $2 is 0
+# (recorded as not run, which does not fail the check).
+skipped() {
+    [ "${!2:-1}" = 0 ] || return 1
+    record "$1" "not run: skipped ($2=0)"
+}
+
+# Whether a timing ($1) runs: not when skipped (its limit variable $4 is
+# 0), nor, recorded as cut, when the budget leaves it under 10 s of its
+# limit $2 once $3 are kept for what follows; its seconds in $t.
 timed() {
+    skipped "$1" "$4" && return 1
     t=$(limit "$2" "$3")
     [ "$t" != 0 ] && return 0
     record "$1" "cut: no time left in the budget"
@@ -144,7 +167,8 @@ timed() {
 }
 
 # Each step's outcome, for the verdict: a number (its exit status), or
-# "not run: why" (by choice or absence), or "cut: why" (out of time).
+# "not run: why" (skipped on purpose, or absent), or "cut: why" (out of
+# time, which fails the check).
 steps=()
 outcomes=()
 record() { steps+=("$1"); outcomes+=("$2"); log "$1: $(describe "$2")"; }
@@ -274,6 +298,8 @@ if [ -z "$reproduce" ]; then
     record "study --reproduce" "not run: REPRODUCE is empty"
 elif [ $have_mnist = 0 ]; then
     record "study --reproduce" "not run: no MNIST under $mnist_root"
+elif skipped "study --reproduce" REPRODUCE_TIMEOUT; then
+    :
 else
     repro_limit=$(limit "${REPRODUCE_TIMEOUT:-480}" 15)
     log "study --reproduce $reproduce, on the CPU, in the background (${repro_limit} s)"
@@ -304,7 +330,7 @@ if [ $rehearse = 1 ]; then
     engine_args=(--device "$device" --dtype float32,mixed16 --layers 2 --width 4 --batch 2 --iters 6 --variants momentum_sgd,lars)
 fi
 
-if timed "byte floors" "${FLOOR_TIMEOUT:-90}" $((reserve + 60)); then
+if timed "byte floors" "${FLOOR_TIMEOUT:-90}" $((reserve + 60)) FLOOR_TIMEOUT; then
     log "byte floors and the training loop (gpu_floor.py, ${t} s)"
     # shellcheck disable=SC2086  # FLOOR_ARGS is a list of arguments
     timeout "$t" "$py" benchmarks/gpu_floor.py "${floor_args[@]}" \
@@ -321,7 +347,7 @@ if [ -z "$before" ]; then
     record "engine before/after" "not run: BEFORE is empty"
 elif [ ! -f "$before/chainer_lars/__init__.py" ]; then
     record "engine before/after" "not run: no $before/chainer_lars"
-elif timed "engine before/after" "${ENGINE_TIMEOUT:-120}" "$reserve"; then
+elif timed "engine before/after" "${ENGINE_TIMEOUT:-120}" "$reserve" ENGINE_TIMEOUT; then
     log "engine before/after in a training loop (train_loop.py --other $before, one process, ${t} s)"
     # shellcheck disable=SC2086  # ENGINE_ARGS is a list of arguments
     timeout "$t" "$py" benchmarks/train_loop.py --other "$before" \
@@ -332,37 +358,34 @@ elif timed "engine before/after" "${ENGINE_TIMEOUT:-120}" "$reserve"; then
     record "engine before/after" "$rc"
 fi
 
-if timed "peers" "${PEERS_TIMEOUT:-150}" "$reserve"; then
+if timed "peers" "${PEERS_TIMEOUT:-150}" "$reserve" PEERS_TIMEOUT; then
     log "peers (gpu_peers.py, ${t} s)"
+    # Its two processes share --timeout (each writes peers.md and
+    # peers.json as it ends); the rest is for the parent's start and end.
     # shellcheck disable=SC2086  # PEERS_ARGS is a list of arguments
     timeout "$t" "$py" benchmarks/gpu_peers.py "${peers_args[@]}" \
-        --timeout $((t * 2 / 3)) ${PEERS_ARGS:-} 2>&1 | tee "$out/peers.txt"
+        --timeout $((t * 9 / 10)) ${PEERS_ARGS:-} 2>&1 | tee "$out/peers.txt"
     record "peers" "${PIPESTATUS[0]}"
 fi
 
 if [ "${BENCH:-1}" = 0 ]; then
     record "bench_lars.py" "not run: BENCH=0"
-else
-    t=$(limit "${BENCH_TIMEOUT:-60}" "$reserve")
-    if [ "$t" = 0 ]; then
-        record "bench_lars.py" "not run: no time left before the tests"
-    else
-        log "bench_lars.py (${t} s)"
-        # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
-        timeout "$t" "$py" benchmarks/bench_lars.py "${bench_args[@]}" \
-            --json "$out/bench_gpu.json" ${BENCH_ARGS:-} 2>&1 |
-            tee "$out/bench_gpu.txt"
-        rc=${PIPESTATUS[0]}
-        if [ "$rc" = 0 ] && grep -q ' failed: ' "$out/bench_gpu.txt"; then
-            log "some benchmark variants failed (bench_gpu.txt)"
-            rc=1
-        fi
-        record "bench_lars.py" "$rc"
-        if [ -f "$out/bench_gpu.json" ]; then
-            "$py" benchmarks/paper_model.py "$out/bench_gpu.json" \
-                > "$out/paper_model.txt" 2>&1
-            log "bench_lars.py against the paper model: paper_model.txt"
-        fi
+elif timed "bench_lars.py" "${BENCH_TIMEOUT:-60}" "$reserve" BENCH_TIMEOUT; then
+    log "bench_lars.py (${t} s)"
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
+    timeout "$t" "$py" benchmarks/bench_lars.py "${bench_args[@]}" \
+        --json "$out/bench_gpu.json" ${BENCH_ARGS:-} 2>&1 |
+        tee "$out/bench_gpu.txt"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" = 0 ] && grep -q ' failed: ' "$out/bench_gpu.txt"; then
+        log "some benchmark variants failed (bench_gpu.txt)"
+        rc=1
+    fi
+    record "bench_lars.py" "$rc"
+    if [ -f "$out/bench_gpu.json" ]; then
+        "$py" benchmarks/paper_model.py "$out/bench_gpu.json" \
+            > "$out/paper_model.txt" 2>&1
+        log "bench_lars.py against the paper model: paper_model.txt"
     fi
 fi
 
@@ -373,55 +396,86 @@ cap() {  # $1 cut to what is left before $end
     if [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
 }
 if [ $((end - SECONDS)) -lt 20 ]; then
-    for step in "gpu tests" "compute-sanitizer" "MNIST mixed16"; do
-        record "$step" "cut: no time left in the budget"
+    for step in "gpu tests|TEST_TIMEOUT" "compute-sanitizer|SANITIZE_TIMEOUT" \
+            "MNIST mixed16|TRAIN_TIMEOUT"; do
+        skipped "${step%|*}" "${step#*|}" ||
+            record "${step%|*}" "cut: no time left in the budget"
     done
 else
     log "gpu tests, compute-sanitizer and MNIST, side by side ($((end - SECONDS)) s left)"
-    timeout "$(cap "${TEST_TIMEOUT:-150}")" "$py" -m pytest -m gpu -q -rs \
-        -p no:cacheprovider --junitxml="$out/pytest_gpu.xml" tests \
-        > "$out/pytest_gpu.txt" 2>&1 &
-    tests_pid=$!
-    bg_pids+=("$tests_pid")
+    tests_pid=
+    if ! skipped "gpu tests" TEST_TIMEOUT; then
+        timeout "$(cap "${TEST_TIMEOUT:-150}")" "$py" -m pytest -m gpu -q -rs \
+            -p no:cacheprovider --junitxml="$out/pytest_gpu.xml" tests \
+            > "$out/pytest_gpu.txt" 2>&1 &
+        tests_pid=$!
+        bg_pids+=("$tests_pid")
+    fi
 
     # memcheck (a read or write outside an array) on the tests at the
-    # sizes around a block's threads and chunk, strided and mixed16;
-    # racecheck and synccheck (the reductions' shared memory and barriers)
-    # on a few. CuPy's pool is off (tests/conftest.py), so each array is
-    # its own allocation. One status line per tool in sanitize.status.
+    # sizes around a block's threads and chunk, strided, the mixed16 row
+    # and batched update, zero weights and a skipped update; racecheck and
+    # synccheck (the reductions' shared memory and barriers) on fewer.
+    # CuPy's pool is off (tests/conftest.py), so each array is its own
+    # allocation. On the H100 (measured/gpu_h100_check.txt) memcheck took
+    # 92 s over 41 tests and racecheck 30 s over 12, beside the gpu tests
+    # and MNIST: the selections are about half of those, and the three
+    # tools share SANITIZE_TIMEOUT (default: all the side-by-side steps
+    # have) 60:25:15 in turn, what one leaves going to the next. Each
+    # tool's outcome (passed, errors found, tests failed, checked
+    # nothing, or cut for time) is a line of sanitize.status.
     sanitizer=$(command -v compute-sanitizer ||
         ls /usr/local/cuda*/bin/compute-sanitizer \
            /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -n 1)
     sanitize_pid=
     if [ -z "${SANITIZE-1}" ]; then
         record "compute-sanitizer" "not run: SANITIZE is empty"
+    elif skipped "compute-sanitizer" SANITIZE_TIMEOUT; then
+        :
     elif [ -z "$sanitizer" ]; then
         record "compute-sanitizer" "not run: compute-sanitizer not found"
     else
+        : > "$out/sanitize.status"
         (
             rc=0
+            cut=0
+            san_end=$((SECONDS + $(cap "${SANITIZE_TIMEOUT:-$end}")))
+            weights=100
             for check in \
-                "memcheck|cuda and (every_size or strided or mixed16 or zero_weight or fp32_update or skipped_update)" \
-                "racecheck|cuda and ((every_size and float32) or mixed16_batched)" \
-                "synccheck|cuda and every_size and float32"; do
+                "memcheck|60|cuda and (every_size or (strided and float32) or strided_float16 or zero_weight or skipped_update or (mixed16_batched and dynamic))" \
+                "racecheck|25|cuda and ((every_size and float32) or (mixed16_batched and dynamic))" \
+                "synccheck|15|cuda and every_size and float32"; do
                 tool=${check%%|*}
-                t=$(cap "${SANITIZE_TIMEOUT:-100}")
+                rest=${check#*|}
+                weight=${rest%%|*}
+                left=$(cap $((san_end - SECONDS)))
+                t=$((left * weight / weights))
+                weights=$((weights - weight))
                 if [ "$t" -lt 10 ]; then
-                    echo "$tool: cut: no time left" >> "$out/sanitize.status"
-                    rc=1
+                    echo "$tool: cut: no time left (${left} s for it and the tools after it)" >> "$out/sanitize.status"
+                    cut=1
                     continue
                 fi
                 CHAINER_LARS_NO_MEMORY_POOL=1 timeout "$t" \
                     "$sanitizer" --tool "$tool" --error-exitcode 99 \
                     "$py" -m pytest -m gpu -q -p no:cacheprovider \
-                    tests/test_gpu.py -k "${check#*|}" \
+                    tests/test_gpu.py -k "${rest#*|}" \
                     > "$out/sanitize_$tool.txt" 2>&1
                 r=$?
-                # A run whose tests all skipped checked nothing.
-                grep -q ' passed' "$out/sanitize_$tool.txt" || [ "$r" -ne 0 ] || r=1
-                echo "$tool: $(grep -E 'ERROR SUMMARY| passed| failed| skipped' "$out/sanitize_$tool.txt" | tr '\n' ' ')(exit status $r)" >> "$out/sanitize.status"
-                [ "$r" -eq 0 ] || rc=$r
+                case $r in
+                    0) what=passed
+                       # A run whose tests all skipped checked nothing.
+                       grep -q ' passed' "$out/sanitize_$tool.txt" ||
+                           { what="FAILED: checked nothing (no test passed)"; r=1; } ;;
+                    124) what="cut: not done within its ${t} s"; cut=1 ;;
+                    99) what="FAILED: the sanitizer reported errors" ;;
+                    *) what="FAILED: exit status $r" ;;
+                esac
+                echo "$tool: $what; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY| passed| failed| skipped' "$out/sanitize_$tool.txt" | tr '\n' ' ')(exit status $r, limit ${t} s)" >> "$out/sanitize.status"
+                case $r in 0|124) ;; *) rc=$r ;; esac
             done
+            # A tool that failed outranks one cut for time.
+            [ "$rc" = 0 ] && [ $cut = 1 ] && rc=124
             exit $rc
         ) &
         sanitize_pid=$!
@@ -430,9 +484,11 @@ else
 
     mnist_pids=()
     mnist_dtypes=${MNIST_DTYPES:-mixed16}
+    mnist_run=0
     if [ $have_mnist = 0 ]; then
         record "MNIST" "not run: no MNIST under $mnist_root"
-    else
+    elif ! skipped "MNIST" TRAIN_TIMEOUT; then
+        mnist_run=1
         for dtype in $mnist_dtypes; do
             # shellcheck disable=SC2086  # MNIST_ARGS is a list of arguments
             timeout "$(cap "${TRAIN_TIMEOUT:-90}")" "$py" \
@@ -445,27 +501,33 @@ else
         done
     fi
 
-    wait "$tests_pid"
-    rc=$?
-    log "gpu tests: $(tail -n 1 "$out/pytest_gpu.txt")"
-    if [ $rehearse = 0 ] && grep '^SKIPPED' "$out/pytest_gpu.txt" |
-            grep -qv 'counted by the emulator'; then
-        # The tests that count transfers on the emulated device skip on a
-        # GPU by design; any other skip is worth a look.
-        log "some gpu tests were skipped on a machine with a GPU (pytest_gpu.txt)"
+    if [ -n "$tests_pid" ]; then
+        wait "$tests_pid"
+        rc=$?
+        log "gpu tests: $(tail -n 1 "$out/pytest_gpu.txt")"
+        if [ $rehearse = 0 ] && grep '^SKIPPED' "$out/pytest_gpu.txt" |
+                grep -qv 'counted by the emulator'; then
+            # The tests that count transfers on the emulated device skip on a
+            # GPU by design; any other skip is worth a look.
+            log "some gpu tests were skipped on a machine with a GPU (pytest_gpu.txt)"
+        fi
+        record "gpu tests" "$rc"
     fi
-    record "gpu tests" "$rc"
 
     if [ -n "$sanitize_pid" ]; then
         wait "$sanitize_pid"
         rc=$?
         while read -r line; do log "compute-sanitizer $line"; done \
             < "$out/sanitize.status"
-        record "compute-sanitizer" "$rc"
+        if [ "$rc" = 124 ]; then
+            record "compute-sanitizer" "cut: a tool was not done in its time (sanitize.status)"
+        else
+            record "compute-sanitizer" "$rc"
+        fi
     fi
 
     i=0
-    for dtype in $( [ $have_mnist = 1 ] && echo "$mnist_dtypes"); do
+    for dtype in $( [ $mnist_run = 1 ] && echo "$mnist_dtypes"); do
         wait "${mnist_pids[$i]}"
         rc=$?
         i=$((i + 1))

@@ -12,9 +12,14 @@ Issue 46's speed targets, measured in one run and printed as ratios with
    bandwidth of a device-to-device copy timed in the same run: at most
    **1.5**. The floors are ``paper_model.floor_bytes``: LARS 28 bytes a
    parameter in float32 and 26 in mixed16, LAMB 40 in both.
-2. The host time of the same calls over their GPU time: at most **1**
-   (an update the host cannot launch faster than the device runs it is
-   host-bound).
+2. The host time of the same calls over their GPU time: at most
+   **0.9**, the device still at work for a tenth of the update or more
+   after ``update()`` has returned: the GPU, not the host, sets the pace.
+   ``cupyx.profiler.benchmark`` records its start event before the host
+   clock starts and its end event after the host clock stops, so the GPU
+   time spans the host time: the ratio is at most 1 whatever the update,
+   and about 1 for one the host cannot launch faster than the device runs
+   it (host-bound), which a bound of 1 would call met.
 3. In a training loop (``train_loop.py``: an MLP of 40 layers, 80
    arrays, new gradients from backward at every iteration), in mixed16,
    ``MomentumSGD`` with ``chainer_lars.GradientLARS`` over ``MomentumSGD``
@@ -40,13 +45,16 @@ import numpy
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+import bench_flags  # NOQA: E402
 import gpu_peers  # NOQA: E402
 import paper_model  # NOQA: E402
 import shape_sets  # NOQA: E402
 
 METHODS = ('lars', 'lamb')
 FLOOR_TARGET = 1.5
-HOST_TARGET = 1.0
+#: Host time over GPU time, at most: below 1 by a margin, since the GPU
+#: time spans the host time (see the module's docstring).
+HOST_TARGET = 0.9
 LOOP_TARGET = 1.15
 LOOP_VARIANTS = ('momentum_sgd', 'momentum_sgd+hook')
 
@@ -286,6 +294,8 @@ def parse_args(argv=None):
             args.loop_iters))
     if args.copy_mib is not None and not args.copy_mib > 0:
         parser.error('--copy-mib must be positive')
+    bench_flags.device(parser, args.device)  # a GPU that is there
+    bench_flags.output_file(parser, '--json', args.json)
     return args
 
 

@@ -35,7 +35,16 @@ is no GPU time and the wall time stands in.
 
 Below each table: the issue's goals, as ratios of wall times (ours
 against timm's ``Lars`` and ``Lamb``, and against PyTorch's fused ``SGD``
-and ``Adam``).
+and ``Adam``). Ours and PyTorch's are timed in separate processes with
+no shared control but the device copy (which follows the device's
+bandwidth, not the host's speed): a ratio near its bound can fall on
+either side of it from one run to another, which the output's header
+says.
+
+``--timeout`` is for all the processes together: each gets the time
+left over the processes still to run. ``--json`` and ``--markdown`` are
+written after each process (naming the ones still to run), so a run
+stopped from outside keeps what was done.
 
 Usage::
 
@@ -61,6 +70,7 @@ import numpy
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+import bench_flags  # NOQA: E402
 import paper_model  # NOQA: E402
 import shape_sets  # NOQA: E402
 
@@ -596,8 +606,15 @@ def _git_commit():
 
 
 def run(sets, device='0', frameworks=FRAMEWORKS, reps=20, warmup=3,
-        copy_mib=None, seed=0, timeout=300, log=print):
-    """Every framework's rows on every shape set; the merged result."""
+        copy_mib=None, seed=0, timeout=600, log=print, save=None):
+    """Every framework's rows on every shape set; the merged result.
+
+    ``timeout``: seconds for all the processes together, shared out as
+    they go (each gets the time left over the processes left, so one that
+    ends early leaves its time to the next). ``save(result)`` is called
+    after each process, the result then naming the frameworks still to
+    run in ``'pending'``, so that what is done is kept if this process is
+    stopped."""
     gpu = parse_device(device)
     if copy_mib is None:
         copy_mib = 1024 if gpu is not None else 64
@@ -610,13 +627,19 @@ def run(sets, device='0', frameworks=FRAMEWORKS, reps=20, warmup=3,
               'cpu_count': os.cpu_count(), 'reps': reps, 'warmup': warmup,
               'sets': [{k: s[k] for k in ('name', 'n_params', 'n_arrays',
                                           'source')} for s in shape_list],
-              'processes': []}
-    for framework in frameworks:
-        log('{} process'.format(framework))
+              'processes': [], 'pending': list(frameworks)}
+    deadline = time.monotonic() + timeout
+    for k, framework in enumerate(frameworks):
+        share = (deadline - time.monotonic()) / (len(frameworks) - k)
+        log('{} process ({:.0f} s at most)'.format(framework, share))
         start = time.perf_counter()
-        worker = run_worker(framework, spec, timeout)
+        worker = run_worker(framework, spec, max(share, 1.0))
         worker['seconds'] = time.perf_counter() - start
         result['processes'].append(worker)
+        result['pending'].remove(framework)
+        if save is not None:
+            save(result)
+    del result['pending']
     return result
 
 
@@ -642,6 +665,14 @@ def _ms(seconds):
     return '-' if seconds is None else '{:.3f}'.format(seconds * 1e3)
 
 
+#: What the goals' ratios can and cannot tell, under the table's header.
+_SEPARATE = (
+    'Ours and the peers run in separate processes, one after the other, '
+    'with no control timed in both but the device copy, which follows the '
+    "device's bandwidth, not the host's: a goal's ratio near its bound can "
+    'fall on the other side of it in another run.')
+
+
 def markdown(result):
     """The result as Markdown: a header, one table per shape set, the
     goals."""
@@ -649,7 +680,10 @@ def markdown(result):
              'git {}, device {}, Python {}; median of {} updates after {}; '
              'new gradients before every update.'.format(
                  result['git'], result['device'], result['python'],
-                 result['reps'], result['warmup'])]
+                 result['reps'], result['warmup']), '', _SEPARATE, '']
+    if result.get('pending'):
+        lines.append('- not run yet when this was written: {}'.format(
+            ', '.join(p + ' process' for p in result['pending'])))
     for p in result['processes']:
         versions = ', '.join('{} {}'.format(k, v)
                              for k, v in sorted(p['versions'].items()))
@@ -726,8 +760,10 @@ def parse_args(argv=None):
                         help='size of the timed device copy (default 1024 '
                         'on a GPU, 64 on the CPU)')
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--timeout', type=float, default=300,
-                        help='seconds for each process (default %(default)s)')
+    parser.add_argument('--timeout', type=float, default=600,
+                        help='seconds for all the processes together, each '
+                        'getting the time left over the processes left '
+                        '(default %(default)s)')
     parser.add_argument('--json', help='also write the result here')
     parser.add_argument('--markdown', help='also write the table here')
     parser.add_argument('--worker', choices=FRAMEWORKS, help=argparse.SUPPRESS)
@@ -760,6 +796,8 @@ def parse_args(argv=None):
         parser.error('--copy-mib must be positive')
     if not args.timeout > 0:
         parser.error('--timeout must be positive')
+    bench_flags.output_file(parser, '--json', args.json)
+    bench_flags.output_file(parser, '--markdown', args.markdown)
     return args
 
 
@@ -773,16 +811,21 @@ def main(argv=None):
             json.dump(out, f)
         return 0
     result = run(args.sets, args.device, args.frameworks, args.reps,
-                 args.warmup, args.copy_mib, args.seed, args.timeout)
-    text = markdown(result)
-    print(text)
+                 args.warmup, args.copy_mib, args.seed, args.timeout,
+                 save=lambda partial: _write(args, partial))
+    print(markdown(result))
+    _write(args, result)
+    return 1 if failed(result) else 0
+
+
+def _write(args, result):
+    """The result in ``--json`` and ``--markdown``, where asked for."""
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(result, f, indent=1, sort_keys=True)
     if args.markdown:
         with open(args.markdown, 'w') as f:
-            f.write(text + '\n')
-    return 1 if failed(result) else 0
+            f.write(markdown(result) + '\n')
 
 
 if __name__ == '__main__':

@@ -83,6 +83,11 @@ try:
 except ImportError:  # a version whose kernels live elsewhere: no counts
     cuda_kernels = None
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+import bench_flags  # NOQA: E402
+
 
 #: name -> make(module): (optimizer, hook), ``module`` a chainer_lars.
 VARIANTS = {
@@ -300,6 +305,10 @@ def main(argv=None):
     if args.iters <= 5:
         parser.error('--iters must be more than 5 (the first five are not '
                      'timed), got {}'.format(args.iters))
+    for flag in ('layers', 'width', 'batch'):
+        if getattr(args, flag) < 1:
+            parser.error('--{} must be at least 1, got {}'.format(
+                flag, getattr(args, flag)))
     names = args.variants.split(',')
     for name in names:
         if name not in VARIANTS:
@@ -320,6 +329,8 @@ def main(argv=None):
         parser.error('--chunk must be a positive multiple of {}, got {}'
                      .format(step, args.chunk) if step else
                      '--chunk: this tree has no chainer_lars.cuda')
+    if not args.emulate:
+        bench_flags.device(parser, args.device)
     other = None
     if args.other is not None:
         try:

@@ -70,6 +70,20 @@ def test_main_writes_table_and_json(bench, tmp_path, capsys):
         assert all(len(t) == 2 for t in c['cpu_times_s'].values())
 
 
+def test_speed_up_columns_are_labelled_slower_over_faster(bench, capsys):
+    # Each head names the slower variant first, as the ratio is computed.
+    label = {'chainer_hook': 'ch', 'hook': 'hook', 'hook_pa': 'pa',
+             'momentum_sgd': 'sgd', 'momentum_sgd+chainer': 'sgd+ch',
+             'momentum_sgd+hook': 'sgd+ours', 'lars': 'LARS',
+             'lars_pa': 'pa'}
+    heads = ['{}/{}'.format(label[slow], label[fast])
+             for _, fast, slow in bench.SPEEDUPS]
+    assert heads == ['ch/hook', 'sgd+ch/sgd+ours', 'sgd/LARS', 'pa/hook',
+                     'pa/LARS']
+    header = bench.format_tables({'cases': []}).splitlines()[1]
+    assert header.endswith('| ' + ' '.join(heads))
+
+
 def test_models_build_without_running(bench):
     link = bench.build_model('cifar_resnet20', 'float16')
     params = list(link.params())
@@ -125,6 +139,67 @@ def test_targets_are_judged_from_the_ratios(bench):
     assert [(t['name'], round(t['value'], 3), t['pass']) for t in got] == [
         ('LARS / MomentumSGD, both mixed16', 0.458, True),
         ('LARS mixed16 / LARS float32', 1.125, True)]
+
+
+_TINY = ['--models', 'mlp', '--dtypes', 'float32', '--weight-decays', '0',
+         '--reps', '1', '--warmup', '0']
+
+
+def test_a_failed_target_exits_1_after_writing_everything(
+        bench, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench, 'TARGETS', (
+        ('mlp', 'float32', 'floor / LARS', 'ratio', 'floor', 'lars', 0.0),))
+    out = tmp_path / 'bench.json'
+    with pytest.raises(SystemExit) as e:
+        bench.main(_TINY + ['--json', str(out)])
+    assert e.value.code == 1
+    printed = capsys.readouterr().out
+    assert re.search(r'target floor / LARS: \d+\.\d{3} <= 0  FAIL', printed)
+    assert 'FAILED (1): mlp float32 wd=0: target floor / LARS: ' in printed
+    case, = json.loads(out.read_text())['cases']
+    assert case['targets'][0]['pass'] is False
+
+
+def test_a_target_whose_variant_raised_fails(bench, capsys, monkeypatch):
+    monkeypatch.setattr(bench, 'TARGETS', (
+        ('mlp', 'float32', 'LARS / MomentumSGD', 'ratio', 'lars',
+         'momentum_sgd', 100.0),))
+    make = bench._make_variants
+
+    def broken(case, weight_decay):
+        variants = make(case, weight_decay)
+
+        def lars():
+            raise MemoryError('no room')
+        variants['lars'] = lars
+        return variants
+    monkeypatch.setattr(bench, '_make_variants', broken)
+    with pytest.raises(SystemExit) as e:
+        bench.main(_TINY)
+    assert e.value.code == 1
+    printed = capsys.readouterr().out
+    assert ('    target LARS / MomentumSGD: <= 100  FAIL (lars failed)'
+            in printed)
+    assert ('  mlp float32 wd=0: LARS / MomentumSGD = <= 100  FAIL (lars '
+            'failed)') in printed
+    assert '    lars failed: MemoryError: no room' in printed
+
+
+def test_a_case_that_raised_fails_its_targets(bench, capsys, monkeypatch):
+    monkeypatch.setattr(bench, 'TARGETS', (
+        ('mlp', 'float32', 'LARS / MomentumSGD', 'ratio', 'lars',
+         'momentum_sgd', 100.0),))
+
+    def run_case(*args, **kwargs):
+        raise MemoryError('no room')
+    monkeypatch.setattr(bench, 'run_case', run_case)
+    with pytest.raises(SystemExit) as e:
+        bench.main(_TINY)
+    assert e.value.code == 1
+    printed = capsys.readouterr().out
+    assert 'mlp float32 0                  case failed: MemoryError' in printed
+    assert 'LARS / MomentumSGD = <= 100  FAIL (lars, momentum_sgd failed)' \
+        in printed
 
 
 def _module(name):
@@ -239,6 +314,21 @@ def test_byte_floors_agree_with_the_paper_model():
     assert paper.floor_bytes('lars', 'mixed16') == paper.MIXED16['lars'][0]
 
 
+def test_readme_counts_mixed16_lars_bytes_as_the_model_does(bench):
+    # The norms read the master and the float16 gradient (the kernel's S
+    # and G in mixed16), not the float16 weight too (which made 28 N).
+    paper = _module('paper_model')
+    with open(os.path.join(os.path.dirname(_PATH), 'README.md')) as f:
+        text = ' '.join(f.read().split())
+    start = text.index('In mixed16 (float16 weights and gradients')
+    sentence = text[start:text.index('ms;', start)]
+    parts = [int(n) for n in re.findall(r'\((\d+) N\)', sentence)]
+    assert parts == [6, 10, 10] and '26 N' in sentence
+    assert sum(parts) == paper.floor_bytes('lars', 'mixed16')
+    # The targets' kinds are the ones TARGETS' comment describes.
+    assert {t[3] for t in bench.TARGETS} == {'ratio', 'floor', 'below'}
+
+
 @pytest.mark.parametrize('method,precision,message', [
     ('sgd', 'float32', "no byte floor for 'sgd'"),
     ('lars', 'bfloat16', "no byte floor in 'bfloat16'"),
@@ -348,6 +438,57 @@ def test_compare_prints_ratios_and_both_versions_targets(tmp_path, capsys,
         assert ('targets of new: 0 of 1 PASS in every round\n'
                 '  FAIL in a round: mlp float32 wd=0.0005: lars <= 2 x floor'
                 in printed)
+
+
+def test_compare_reads_results_with_failed_cases_and_variants(
+        tmp_path, capsys, monkeypatch):
+    # An old commit's bench may fail a case (no 'median_s') or the floor
+    # (no 'floor_fraction'), and exit 1: the comparison goes on.
+    compare = _load('compare')
+    for tree in ('old', 'new'):
+        (tmp_path / tree / 'benchmarks').mkdir(parents=True)
+        (tmp_path / tree / 'benchmarks' / 'bench_lars.py').write_text(
+            'import json, sys\n'
+            'out = sys.argv[sys.argv.index("--json") + 1]\n'
+            'json.dump({"cases": [\n'
+            '  {"model": "mlp", "dtype": "float32", "weight_decay": 0.0,\n'
+            '   "error": "MemoryError: x"},\n'
+            '  {"model": "mlp", "dtype": "float16", "weight_decay": 0.0,\n'
+            '   "median_s": {"lars": 1.0, "momentum_sgd": 2.0},\n'
+            '   "floor_fraction": {}, "errors": {"floor": "boom"},\n'
+            '   "targets": [{"name": "t", "value": None, "pass": False}]}]},\n'
+            '  open(out, "w"))\n'
+            'sys.exit(1)\n')
+    monkeypatch.setattr('sys.argv', ['compare.py', str(tmp_path / 'old'),
+                                     str(tmp_path / 'new'), '--rounds', '1'])
+    assert compare.main() == 1
+    printed = capsys.readouterr().out
+    assert [line.split() for line in printed.splitlines()
+            if line.startswith('mlp')] == [
+        ['mlp', 'float16', 'wd=0.0', 'lars', '1000.000', '1000.000', '1.000'],
+        ['mlp', 'float16', 'wd=0.0', 'momentum_sgd', '2000.000', '2000.000',
+         '1.000']]
+    assert ('failed in a round of old: mlp float32 wd=0.0: MemoryError: x'
+            in printed)
+    assert ('failed in a round of new: mlp float16 wd=0.0 floor: boom'
+            in printed)
+    assert 'targets of old: 0 of 1 PASS in every round' in printed
+
+
+@pytest.mark.parametrize('trees,message', [
+    (['/nonexistent', '{root}'], 'old /nonexistent: no such folder'),
+    (['{root}', '{tmp}'], 'new {tmp}: no {tmp}/benchmarks/bench_lars.py'),
+])
+def test_compare_refuses_a_tree_it_cannot_run(tmp_path, capsys,
+                                              monkeypatch, trees, message):
+    compare = _load('compare')
+    root = os.path.dirname(os.path.dirname(_PATH))
+    monkeypatch.setattr('sys.argv', ['compare.py'] + [
+        t.format(tmp=tmp_path, root=root) for t in trees])
+    with pytest.raises(SystemExit) as raised:
+        compare.main()
+    assert raised.value.code == 2
+    assert message.format(tmp=tmp_path) in capsys.readouterr().err
 
 
 def _load(name):
@@ -588,18 +729,95 @@ def test_train_loop_refuses_another_tree_without_the_package(tmp_path,
         tmp_path / 'chainer_lars' / '__init__.py') in capsys.readouterr().err
 
 
+_NO_CUDA = pytest.mark.skipif(__import__('chainer').backends.cuda.available,
+                              reason='CuPy can use CUDA here')
+
+
 @pytest.mark.parametrize('argv, message', [
     (['--iters', '5'], '--iters must be more than 5'),
     (['--variants', 'lars,sgd'], "--variants: unknown 'sgd'"),
     (['--dtype', 'float32,float16'], "--dtype: unknown 'float16'"),
     (['--json', '/nonexistent/loop.json'], "--json: no folder '/nonexistent'"),
+    (['--device', 'foo'], '--device foo: '),
+    pytest.param(['--device', '0'], '--device 0: CuPy cannot be used (',
+                 marks=_NO_CUDA),
+    (['--width', '0'], '--width must be at least 1, got 0'),
+    (['--batch', '0'], '--batch must be at least 1, got 0'),
+    (['--layers', '0'], '--layers must be at least 1, got 0'),
 ])
 def test_train_loop_refuses_bad_flags(capsys, argv, message):
     train_loop = _load('train_loop')
     with pytest.raises(SystemExit) as raised:
         train_loop.main(argv)
     assert raised.value.code == 2
-    assert message in capsys.readouterr().err
+    assert message in capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize('argv', [
+    ['--json', '{tmp}/results/cpu.json'],
+    ['--gpu-host', '--json', '{tmp}/results/gpu_host.json'],
+])
+def test_bench_makes_the_json_folder_before_the_run(bench, tmp_path, argv):
+    # The README's commands write into benchmarks/results/, which a
+    # checkout lacks: the run ended in FileNotFoundError after its work.
+    args = bench.parse_args([a.format(tmp=tmp_path) for a in argv])
+    assert (tmp_path / 'results').is_dir()
+    assert not os.path.exists(args.json)
+
+
+def test_bench_refuses_a_json_it_cannot_write_before_the_run(
+        bench, tmp_path, capsys):
+    (tmp_path / 'file').write_text('')
+    with pytest.raises(SystemExit) as raised:
+        bench.parse_args(['--json', str(tmp_path / 'file' / 'cpu.json')])
+    assert raised.value.code == 2
+    assert '--json {}: cannot make its folder {}'.format(
+        tmp_path / 'file' / 'cpu.json', tmp_path / 'file') in (
+        capsys.readouterr().err.splitlines()[-1])
+
+
+@pytest.mark.parametrize('flags', [
+    ['--device', '@numpy'], ['--clock', 'cpu'], ['--dtypes', 'float16'],
+    ['--weight-decays', '0', '--seed', '1']])
+def test_gpu_host_refuses_the_flags_it_would_ignore(bench, capsys, flags):
+    with pytest.raises(SystemExit) as raised:
+        bench.parse_args(['--gpu-host'] + flags)
+    assert raised.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.endswith(
+        'error: --gpu-host takes --models, --reps, --warmup and --json '
+        'only, not ' + ', '.join(f for f in flags if f.startswith('--')))
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--dtype', 'foo'], "--dtype: invalid choice: 'foo'"),
+    (['--rounds', '0'], '--rounds must be at least 1, got 0'),
+])
+def test_compare_inprocess_refuses_bad_flags(capsys, argv, message):
+    compare_inprocess = _load('compare_inprocess')
+    with pytest.raises(SystemExit) as raised:
+        compare_inprocess.main([os.path.dirname(os.path.dirname(_PATH))]
+                               + argv)
+    assert raised.value.code == 2
+    assert message in capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--models', 'mlp,foo'], "--models: unknown 'foo'; choose from mlp, cnn"),
+    (['--batchsize', '0'], '--batchsize must be at least 1, got 0'),
+    (['--updates', '0'], '--updates must be at least 1, got 0'),
+])
+def test_first_contact_refuses_bad_flags_before_loading_mnist(
+        capsys, monkeypatch, argv, message):
+    first_contact = _load('first_contact')
+
+    def load_mnist(root=None):
+        raise AssertionError('MNIST loaded before the flags were checked')
+    monkeypatch.setattr(first_contact, 'load_mnist', load_mnist)
+    with pytest.raises(SystemExit) as raised:
+        first_contact.main(argv)
+    assert raised.value.code == 2
+    assert message in capsys.readouterr().err.splitlines()[-1]
 
 
 def test_train_loop_leaves_the_cuda_module_as_it_was():
