@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import zipfile
 import zlib
 
@@ -578,12 +579,16 @@ class OldRun(object):
     its own. It is moved into a hidden folder in ``out`` (``set_aside``),
     removed once the new run has made its first update (``remove``), or
     put back, in place of what the new run wrote, if it stopped before
-    (``restore``): an error or Ctrl-C before then loses nothing."""
+    (``restore``): an error, Ctrl-C or SIGTERM before then loses nothing.
+    ``remove`` and ``restore`` act once, whichever thread calls them
+    (``training.Interruption``'s watcher restores for a run stuck in a
+    long computation)."""
 
     def __init__(self, out):
         self._out, self._aside = out, None
         self._names = run_files(out) or [
             n for n in PLOTS if os.path.isfile(os.path.join(out, n))]
+        self._lock = threading.Lock()
 
     def set_aside(self):
         if self._names:
@@ -592,18 +597,20 @@ class OldRun(object):
             self._move(self._out, self._aside, self._names)
 
     def remove(self):
-        if self._aside is not None:  # once
-            shutil.rmtree(self._aside, ignore_errors=True)
-            self._aside = None
+        with self._lock:
+            if self._aside is not None:  # once
+                shutil.rmtree(self._aside, ignore_errors=True)
+                self._aside = None
 
     def restore(self):
-        if self._aside is not None:
-            for name in _named_like_run_files(self._out):
-                if os.path.isfile(os.path.join(self._out, name)):
-                    os.remove(os.path.join(self._out, name))
-            self._move(self._aside, self._out, self._names)
-            os.rmdir(self._aside)
-            self._aside = None
+        with self._lock:
+            if self._aside is not None:
+                for name in _named_like_run_files(self._out):
+                    if os.path.isfile(os.path.join(self._out, name)):
+                        os.remove(os.path.join(self._out, name))
+                self._move(self._aside, self._out, self._names)
+                os.rmdir(self._aside)
+                self._aside = None
 
     @staticmethod
     def _move(source, target, names):

@@ -9,6 +9,12 @@ from the first snapshot on 2 ranks.
 
 import json
 import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
 
 import numpy
 import pytest
@@ -24,17 +30,25 @@ RANKS = 2
 ITERS_PER_EPOCH = 64 // RANKS // BATCH_PER_RANK
 
 
-def run_example(out, *extra, ranks=RANKS):
-    args = ['-m', MODULE, '--communicator', 'naive', '--device', '-1',
-            '--epoch', '2', '--batchsize', str(BATCH_PER_RANK),
-            '--unit', '16', '--warmup-epochs', '0.5', '--noplot',
+def example_args(out, *extra):
+    """The example's flags for a short run on the tiny data, into
+    ``out``, then ``extra`` (a later flag wins)."""
+    return ['--communicator', 'naive', '--device', '-1', '--epoch', '2',
+            '--batchsize', str(BATCH_PER_RANK), '--unit', '16',
+            '--warmup-epochs', '0.5', '--noplot',
             '--out', str(out)] + list(extra)
-    # A download, if the loader tries one, fails at once and never leaves
-    # the machine: the proxy is a closed local port.
-    proxies = {name: 'http://127.0.0.1:9' for name in (
-        'http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY')}
-    proxies.update(no_proxy='', NO_PROXY='')
-    return mpi_util.run_mpi(ranks, args, timeout=240, env=proxies)
+
+
+# A download, if the loader tries one, fails at once and never leaves
+# the machine: the proxy is a closed local port.
+PROXIES = dict({name: 'http://127.0.0.1:9' for name in (
+    'http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY')},
+    no_proxy='', NO_PROXY='')
+
+
+def run_example(out, *extra, ranks=RANKS):
+    return mpi_util.run_mpi(ranks, ['-m', MODULE] + example_args(out, *extra),
+                            timeout=240, env=PROXIES)
 
 
 def read_log(out):
@@ -237,3 +251,105 @@ def test_a_model_too_large_for_memory_is_a_usage_error(
             'smaller --unit') in lines[0]
     assert 'Traceback' not in result.stderr
     assert not out.exists()
+
+
+# The example, each update slowed down so that a run lasts long enough to
+# be interrupted; the first update stalls (for 2 minutes, in Python) where
+# STALL_FIRST_UPDATE names a file, which it makes first.
+SLOW_DRIVER = """import os, sys, time
+from chainer.training import updaters
+from examples.chainermn.mnist import train_mnist
+update = updaters.StandardUpdater.update_core
+def slow(self):
+    stall = os.environ.get('STALL_FIRST_UPDATE')
+    if stall and self.iteration == 0:
+        open(stall, 'w').close()
+        time.sleep(120)
+    update(self)
+    time.sleep(0.05)
+updaters.StandardUpdater.update_core = slow
+train_mnist.main(sys.argv[1:])
+"""
+
+
+def interrupt(tmp_path, args, ready, env=None):
+    """Starts the slowed example on RANKS ranks under mpiexec, sends
+    mpiexec SIGINT (a terminal's Ctrl-C) once ``ready()`` holds, and
+    returns its result. Open MPI sends each rank SIGTERM, then SIGKILL
+    a second later."""
+    driver = tmp_path / 'driver.py'
+    driver.write_text(SLOW_DRIVER)
+    process = mpi_util.start_mpi(
+        RANKS, [str(driver)] + args,
+        env=dict(PROXIES, PYTHONWARNINGS='ignore', **(env or {})))
+    try:
+        deadline = time.time() + 120
+        while (time.time() < deadline and process.poll() is None
+               and not ready()):
+            time.sleep(0.1)
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            mpi_util._stop(process)
+    return subprocess.CompletedProcess(process.args, process.returncode,
+                                       stdout, stderr)
+
+
+def test_ctrl_c_says_once_how_to_resume_and_the_command_resumes(
+        dataset_root, tmp_path):
+    """Ctrl-C to mpiexec: rank 0 says, in one line and at once (SIGKILL
+    follows within a second), where the run stopped and the command that
+    continues it, mpiexec's included; pasted, that command finishes the
+    run."""
+    out = tmp_path / 'out'
+    args = example_args(out, '--epoch', '12', '--snapshots', '2')
+    result = interrupt(tmp_path, args, ready=lambda: out.exists() and any(
+        n.startswith('snapshot_iter_') for n in os.listdir(str(out))))
+    assert result.returncode != 0
+    assert 'Traceback' not in result.stderr
+    line, = result.stderr.strip().splitlines()
+    match = re.match(r'^driver\.py: interrupted at iteration (\d+) \(epoch '
+                     r'([\d.]+) of 12\); to continue from (\S+), run: (.*)$',
+                     line)
+    assert match, line
+    iteration, epoch, snapshot, command = match.groups()
+    assert float(epoch) == int(iteration) / ITERS_PER_EPOCH, line
+    assert os.path.isfile(snapshot)
+    # Without dev.sh, the command starts the same number of processes.
+    assert shlex.split(command) == (
+        ['mpiexec', '-n', str(RANKS), shlex.split(command)[3],
+         str(tmp_path / 'driver.py')] + args + ['--resume', snapshot])
+    # Pasted (Open MPI's variables stand for the flags a root user and a
+    # machine of one core would add).
+    resumed = subprocess.run(
+        shlex.split(command), cwd=str(tmp_path), env=mpi_util.mpi_env(dict(
+            PROXIES, PYTHONWARNINGS='ignore', OMPI_ALLOW_RUN_AS_ROOT='1',
+            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM='1',
+            OMPI_MCA_rmaps_base_oversubscribe='1')),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_log(out)[-1]['epoch'] == 12
+
+
+def test_ctrl_c_before_the_first_update_keeps_the_overwritten_run(
+        dataset_root, tmp_path):
+    """--overwrite sets the old run aside until the new one's first
+    update: Ctrl-C to mpiexec before then puts it back."""
+    out = tmp_path / 'out'
+    out.mkdir()
+    for name in ('log', 'snapshot_iter_74', 'notes.txt'):
+        (out / name).write_text(name)
+    before = {p.name: p.read_text() for p in out.iterdir()}
+    stalled = tmp_path / 'stalled'
+    result = interrupt(tmp_path, example_args(out, '--overwrite'),
+                       ready=stalled.exists,
+                       env={'STALL_FIRST_UPDATE': str(stalled)})
+    line, = result.stderr.strip().splitlines()
+    assert line.startswith('driver.py: interrupted at iteration 0 '), line
+    assert line.endswith('run the command again with --overwrite to start '
+                         'over'), line
+    assert {p.name: p.read_text() for p in out.iterdir()} == before
