@@ -43,14 +43,20 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
     model = optimizer.target
     n_train = len(train_iter.dataset)
     if comm is None:
-        cli.check_batchsize(args, n_train, 'the training set')
         settings = {'examples': n_train}
     else:
-        cli.check_batchsize(args, n_train,
-                            "each process's shard of the training set")
         settings = {'examples': n_train, 'processes': comm.size}
-    cli.check_iterations(args, n_train)
-    cli.check_resume(args, **settings)
+
+    # With ChainerMN, in every process; where one stops, all stop.
+    def check():
+        if comm is None:
+            cli.check_batchsize(args, n_train, 'the training set')
+        else:
+            cli.check_batchsize(args, n_train,
+                                "each process's shard of the training set")
+        cli.check_iterations(args, n_train)
+        cli.check_resume(args, **settings)
+    cli.stop_together(comm, check)
     updater = training.updaters.StandardUpdater(
         train_iter, optimizer, device=device)
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
@@ -107,7 +113,7 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
                scaling, **settings)
 
     if args.resume is not None:
-        cli.load_snapshot(args, trainer)
+        cli.stop_together(comm, lambda: cli.load_snapshot(args, trainer))
 
     old = cli.OldRun(args.out) if args.overwrite and (
         comm is None or comm.rank == 0) else None

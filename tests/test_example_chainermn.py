@@ -13,11 +13,14 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import time
 
 import numpy
 import pytest
+
+import chainer
 
 from tests import mpi_util
 
@@ -115,15 +118,19 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
             if p.name.startswith('snapshot_')] == snapshots[-1:]
 
     # Another number of processes is another global batch, and so another
-    # schedule.
-    result = run_example(tmp_path / 'one', '--optimizer', optimizer,
-                         '--resume', str(out / snapshots[0]), ranks=1)
+    # schedule: every rank finds it, and rank 0 says it, once.
+    result = run_example(tmp_path / 'three', '--optimizer', optimizer,
+                         '--resume', str(out / snapshots[0]), ranks=3)
     assert result.returncode == 2
-    assert 'the number of processes {}, this run has 1'.format(RANKS) in (
-        result.stderr)
+    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith('train_mnist.py: error: --resume ')
+    assert 'the number of processes {}, this run has 3'.format(RANKS) in (
+        lines[0])
+    assert not (tmp_path / 'three').exists()
 
-    # Another optimizer or seed: refused on every rank, in one line each,
-    # naming the flag and both values.
+    # Another optimizer or seed: refused on every rank, in one line said
+    # by rank 0, naming the flag and both values.
     for flags, message in (
             (['--optimizer', 'momentum-lars'],
              'written with --optimizer lars, this run has momentum-lars'),
@@ -134,12 +141,12 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
         assert result.returncode == 2
         lines = [line for line in result.stderr.splitlines()
                  if 'error: --resume' in line]
-        assert len(lines) == RANKS and message in lines[0], result.stderr
+        assert len(lines) == 1 and message in lines[0], result.stderr
         assert 'Traceback' not in result.stderr
         assert not (tmp_path / 'other').exists()
 
     # A snapshot without a momentum buffer (another version's): refused on
-    # every rank, naming the entry, before any training.
+    # every rank, naming the entry (once), before any training.
     with numpy.load(str(out / snapshots[0])) as npz:
         arrays = {key: npz[key] for key in npz.files}
     entry, = [k for k in arrays if k.endswith('predictor/l1/W/v')]
@@ -150,7 +157,7 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines()
              if 'error: --resume' in line]
-    assert len(lines) == RANKS and entry in lines[0], result.stderr
+    assert len(lines) == 1 and entry in lines[0], result.stderr
     assert 'Traceback' not in result.stderr
 
 
@@ -197,7 +204,8 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
 ])
 def test_bad_paths_stop_every_rank_at_once(dataset_root, tmp_path, flag,
                                            path, message):
-    """Rank 0 checks the paths it alone uses; every rank stops with it.
+    """Rank 0 checks the paths it alone uses; every rank stops with it,
+    and rank 0 says why, once.
 
     Before any data is loaded or any collective waits for rank 0.
     """
@@ -207,10 +215,9 @@ def test_bad_paths_stop_every_rank_at_once(dataset_root, tmp_path, flag,
     result = run_example(out, flag, path) if flag != '--out' else (
         run_example(path))
     assert result.returncode == 2
-    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
-    assert len(lines) == RANKS, result.stderr
-    assert all(line.endswith('error: {} {}: {}'.format(flag, path, message))
-               for line in lines), result.stderr
+    line, = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert line == 'train_mnist.py: error: {} {}: {}'.format(
+        flag, path, message), result.stderr
     assert 'Traceback' not in result.stderr
     assert not out.exists()
     assert (tmp_path / 'file').read_text() == 'mine'
@@ -238,19 +245,77 @@ def test_what_rank0_finds_in_the_data_stops_every_rank(
 
 def test_a_model_too_large_for_memory_is_a_usage_error(
         dataset_root, tmp_path):
-    """Every rank stops with one line naming --unit, not NumPy's
-    traceback (10 ** 12 units: beyond any address space)."""
+    """Every rank stops, and rank 0 says why in one line naming --unit,
+    not NumPy's traceback (10 ** 12 units: beyond any address space)."""
     out = tmp_path / 'result'
     result = run_example(out, '--unit', str(10 ** 12))
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines()
              if 'error: --unit' in line]
-    assert len(lines) == RANKS, result.stderr
+    assert len(lines) == 1, result.stderr
     assert ('--unit 1000000000000: the model does not fit in memory (on '
             '@numpy): its 1e+24 weights take 4e+15 GB in float32; give a '
             'smaller --unit') in lines[0]
     assert 'Traceback' not in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--gpu', '0'], 'error: unrecognized arguments: --gpu 0'),
+    (['--communicator', 'flat'], "error: --communicator flat: only 'naive' "
+     'runs on the CPU'),
+    (['--batchsize', '0'], 'error: --batchsize must be a positive integer, '
+     'got 0'),
+    (['--help'], None),
+    pytest.param(['--device', '0'], 'error: --device 0: ',
+                 marks=pytest.mark.skipif(
+                     chainer.backends.cuda.available,
+                     reason='CuPy can use CUDA here')),
+])
+def test_what_every_rank_finds_alike_is_said_once(dataset_root, tmp_path,
+                                                  flags, message):
+    """A mistake in the flags (or a device that no machine has) is every
+    process's: rank 0 says it, once, and every rank stops with its
+    status (2; --help: 0, its text once)."""
+    out = tmp_path / 'out'
+    result = run_example(out, *flags, ranks=3)
+    if message is None:
+        assert result.returncode == 0
+        assert result.stdout.count('usage: ') == 1, result.stdout
+        assert result.stdout.count('--batchnorm {per-process,all-reduced}'
+                                   ) == 2, result.stdout  # usage and help
+        return
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith('train_mnist.py: ' + message), result.stderr
+    assert result.stderr.count('usage: ') == (
+        0 if flags[0] == '--device' else 1), result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not out.exists()
+
+
+def test_what_one_machine_finds_is_said_by_its_ranks(dataset_root,
+                                                     tmp_path):
+    """A snapshot that one machine has and another lacks (a relative path
+    in each rank's own folder, here): the rank that finds it missing says
+    so, naming itself, and every rank stops rather than wait for it."""
+    first, second = tmp_path / 'first', tmp_path / 'second'
+    first.mkdir()
+    second.mkdir()
+    (first / 'snapshot_iter_4').write_text('a snapshot')
+    process = mpi_util.start_mpi(
+        [(1, first), (1, second)],
+        ['-m', MODULE] + example_args(tmp_path / 'out', '--resume',
+                                      'snapshot_iter_4'),
+        env=dict(PROXIES, PYTHONWARNINGS='ignore'))
+    stdout, stderr = process.communicate(timeout=240)
+    assert process.returncode == 2, stderr
+    lines = [line for line in stderr.splitlines() if 'error:' in line]
+    assert lines == ['train_mnist.py: rank 1 of 2 (on {}): error: --resume '
+                     'snapshot_iter_4: no such file'.format(
+                         socket.gethostname())], stderr
+    assert not (tmp_path / 'out').exists()
 
 
 # The example, each update slowed down so that a run lasts long enough to

@@ -1665,6 +1665,56 @@ def test_resume_command_replaces_a_resume_of_its_own(monkeypatch):
         "'my result/snapshot_iter_8'")
 
 
+class _Processes(object):
+
+    """A communicator of ``size`` processes, this one ``rank``, whose
+    others stop with ``others`` (``(stopped, status, text)``) in
+    ``stop_together``."""
+
+    def __init__(self, rank, size, others):
+        self.rank, self.size, self._others = rank, size, others
+
+    def allgather(self, verdict):
+        verdicts = [self._others] * self.size
+        verdicts[self.rank] = verdict
+        return verdicts
+
+
+def test_stop_together_says_once_what_all_find_and_names_the_rest(
+        monkeypatch, capsys):
+    monkeypatch.setattr(sys, 'argv', ['train_mnist.py'])
+    monkeypatch.setattr(training.cli.socket, 'gethostname', lambda: 'n2')
+    same = (True, 2, 'train_mnist.py: error: --lr 0: bad\n')
+
+    def bad():
+        cli.usage_error('--lr 0: bad')
+    for rank, said in ((0, same[2]), (1, '')):
+        with pytest.raises(SystemExit) as exc:
+            cli.stop_together(_Processes(rank, 3, same), bad)
+        assert exc.value.code == 2
+        assert capsys.readouterr().err == said
+    # Found by this process alone: said, naming it.
+    with pytest.raises(SystemExit) as exc:
+        cli.stop_together(_Processes(1, 3, (False, 0, '')), bad)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        'train_mnist.py: rank 1 of 3 (on n2): error: --lr 0: bad\n')
+    # Found by another process: silent, its status.
+    with pytest.raises(SystemExit) as exc:
+        cli.stop_together(_Processes(0, 3, same), lambda: 7)
+    assert exc.value.code == 2 and capsys.readouterr().err == ''
+    # A failure is a traceback, named, and status 1; none: the result.
+    with pytest.raises(SystemExit) as exc:
+        cli.stop_together(_Processes(2, 3, (False, 0, '')), lambda: 1 / 0)
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith('rank 2 of 3 (on n2): Traceback'), err
+    assert 'ZeroDivisionError' in err
+    assert cli.stop_together(_Processes(0, 3, (False, 0, '')),
+                             lambda: 7) == 7
+    assert cli.stop_together(None, lambda: 7) == 7
+
+
 def test_resume_command_of_chainermn_starts_its_processes(monkeypatch):
     """dev.sh's command names the processes itself; a run that mpiexec
     started directly is given mpiexec -n N."""
