@@ -882,11 +882,20 @@ def usage_error(message):
     sys.exit(2)
 
 
-def check_batchsize(args, n_train, what):
-    """Stops if a mini-batch would hold more than all the training data."""
-    if args.batchsize > n_train:
-        usage_error('--batchsize {} is larger than {} ({} examples)'.format(
-            args.batchsize, what, n_train))
+def check_batchsize(args, n_train, processes=None):
+    """Stops if a mini-batch would hold more than all the ``n_train``
+    training examples; with ChainerMN's ``processes``, the global batch,
+    --batchsize times their number (the shards are of one length, where
+    need be sharing an example with their neighbour: checked against a
+    shard, 2 examples would train a global batch of 3)."""
+    if processes is None and args.batchsize > n_train:
+        usage_error('--batchsize {} is larger than the training set ({} '
+                    'examples)'.format(args.batchsize, n_train))
+    if processes is not None and args.batchsize * processes > n_train:
+        usage_error('--batchsize {} on {} processes is a global batch of '
+                    '{}, larger than the training set ({} examples)'.format(
+                        args.batchsize, processes,
+                        args.batchsize * processes, n_train))
 
 
 #: Whether the output is a terminal, where a launcher knows better than

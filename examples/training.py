@@ -29,7 +29,7 @@ from examples import recipe
 
 
 def train(args, device, optimizer, lars, train_iter, test, comm=None,
-          validation=None):
+          validation=None, n_examples=None):
     """Trains ``optimizer.target`` by Chainer's trainer, with the recipe.
 
     ``optimizer`` and ``lars`` are ``make_optimizer``'s. The trainer runs
@@ -38,7 +38,9 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
     set, or None) at each ``evaluation_trigger``, and reports, plots and
     snapshots (``report``). With a ChainerMN communicator ``comm``, the
     evaluation and the training loss and accuracy are averaged over the
-    processes, and rank 0 alone reports and writes.
+    processes, and rank 0 alone reports and writes; ``n_examples`` is
+    then the number of examples of the whole training set, of which
+    ``train_iter`` has this process's shard.
     """
     model = optimizer.target
     n_train = len(train_iter.dataset)
@@ -50,10 +52,9 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
     # With ChainerMN, in every process; where one stops, all stop.
     def check():
         if comm is None:
-            cli.check_batchsize(args, n_train, 'the training set')
+            cli.check_batchsize(args, n_train)
         else:
-            cli.check_batchsize(args, n_train,
-                                "each process's shard of the training set")
+            cli.check_batchsize(args, n_examples, processes=comm.size)
         cli.check_iterations(args, n_train)
         cli.check_resume(args, **settings)
     cli.stop_together(comm, check)

@@ -161,12 +161,21 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     assert 'Traceback' not in result.stderr
 
 
-def test_batch_larger_than_a_shard_is_a_usage_error(dataset_root, tmp_path):
-    result = run_example(tmp_path / 'out', '--batchsize', '33')
+@pytest.mark.parametrize('ranks,flags,message', [
+    (RANKS, ['--batchsize', '33'], '--batchsize 33 on 2 processes is a global '
+     'batch of 66, larger than the training set (64 examples)'),
+    # 2 training images in 3 shards, padded to one each: a global batch
+    # of 3 trained on 2 images (and a duplicate) before.
+    (3, ['--batchsize', '1', '--validation', '62'], '--batchsize 1 on 3 '
+     'processes is a global batch of 3, larger than the training set (2 '
+     'examples)'),
+])
+def test_global_batch_larger_than_the_training_set_is_a_usage_error(
+        dataset_root, tmp_path, ranks, flags, message):
+    result = run_example(tmp_path / 'out', *flags, ranks=ranks)
     assert result.returncode == 2
-    assert ("--batchsize 33 is larger than each process's shard of the "
-            'training set (32 examples)') in result.stderr
-    assert 'Traceback' not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert lines == ['train_mnist.py: error: ' + message], result.stderr
     assert not (tmp_path / 'out').exists()
 
 

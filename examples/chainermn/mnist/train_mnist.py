@@ -260,6 +260,8 @@ def run(args):
 
     # Only rank 0 reads the dataset; each process gets an equal shard.
     train, test, validation = load_on_rank0(args, comm)
+    # The whole training set's size: equal shards may share examples.
+    n_examples = comm.bcast_obj(len(train) if comm.rank == 0 else None)
     if args.validation:
         validation = chainermn.scatter_dataset(validation, comm, shuffle=True,
                                                seed=args.seed)
@@ -278,7 +280,8 @@ def run(args):
         train, args.batchsize,
         order_sampler=chainer.iterators.ShuffleOrderSampler(random_state))
     training.train(args, device, optimizer, lars, train_iter, test, comm,
-                   validation=validation if args.validation else None)
+                   validation=validation if args.validation else None,
+                   n_examples=n_examples)
 
 
 if __name__ == '__main__':
