@@ -1,7 +1,8 @@
 """Chainer's trainer, assembled from the recipe and the reports.
 
 ``train`` runs a trainer in one process or, with ChainerMN, in many; the
-reports are an evaluator that weights each batch by its size, the log, the
+reports are an evaluator that weights each batch by its size (and each
+ChainerMN process's part of the data by its size), the log, the
 plots (``examples/plots.py``) and the snapshots.
 """
 
@@ -37,10 +38,11 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
     on ``test`` as --test says, and on ``validation`` (``data.hold_out``'s
     set, or None) at each ``evaluation_trigger``, and reports, plots and
     snapshots (``report``). With a ChainerMN communicator ``comm``, the
-    evaluation and the training loss and accuracy are averaged over the
-    processes, and rank 0 alone reports and writes; ``n_examples`` is
-    then the number of examples of the whole training set, of which
-    ``train_iter`` has this process's shard.
+    evaluation is over every process's part of the test and validation
+    sets (``over_all_shards``), the training loss and accuracy are
+    averaged over the processes, and rank 0 alone reports and writes;
+    ``n_examples`` is then the number of examples of the whole training
+    set, of which ``train_iter`` has this process's shard.
     """
     model = optimizer.target
     n_train = len(train_iter.dataset)
@@ -84,8 +86,8 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
             True))
     if comm is not None:
         import chainermn
-        evaluators = [(chainermn.create_multi_node_evaluator(e, comm), n,
-                       t, b) for e, n, t, b in evaluators]
+        evaluators = [(over_all_shards(e, comm), n, t, b)
+                      for e, n, t, b in evaluators]
         # Rank 0 reports the training loss and accuracy of the global
         # batch, not of its shard.
         averaged = ('main/loss', 'main/accuracy')
@@ -493,6 +495,35 @@ class Evaluator(extensions.Evaluator):
         first = in_arrays[0] if in_arrays else next(iter(in_dict.values()))
         for key, value in observation.items():
             observation[key] = (value, len(first))
+
+
+def over_all_shards(evaluator, comm):
+    """Makes ``evaluator`` (an ``Evaluator``) report its means over the
+    whole dataset, of which each ChainerMN process evaluates a shard.
+
+    ChainerMN's ``create_multi_node_evaluator`` averages the processes'
+    means with equal weights, exact only for shards of one length, which
+    ``scatter_dataset`` makes by letting neighbouring shards share an
+    example (10,000 test images on 3 processes: 2 of them counted
+    twice). The shards here are the dataset's parts
+    (``force_equal_length=False``), and each process's mean, itself
+    weighted by the size of each batch, is weighted by the number of its
+    examples: every example counts once. A process whose shard is empty
+    reports nothing, and is not counted.
+    """
+    evaluate = evaluator.evaluate
+    size = len(evaluator.get_iterator('main').dataset)
+
+    def evaluate_all():
+        means = {key: float(value) for key, value in evaluate().items()}
+        shards = comm.mpi_comm.allgather((size, means))
+        keys = sorted(set().union(*(means for _, means in shards)))
+        return {key: sum(n * means[key] for n, means in shards
+                         if key in means)
+                / sum(n for n, means in shards if key in means)
+                for key in keys}
+    evaluator.evaluate = evaluate_all
+    return evaluator
 
 
 def end_of_epoch(trainer):

@@ -207,6 +207,32 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
     assert not numpy.allclose(means['per-process'], means['all-reduced'])
 
 
+def test_the_test_set_is_evaluated_whole_on_any_number_of_processes(
+        dataset_root, tmp_path):
+    """On 3 processes, which do not divide the 32 test images, the log's
+    test loss and accuracy are the model's on the whole test set, each
+    image counted once (ChainerMN's evaluator averaged 3 shards of 11,
+    one image counted twice)."""
+    from examples import data
+    from examples.mnist import train_mnist
+    out = tmp_path / 'out'
+    result = run_example(out, '--epoch', '1', ranks=3)
+    assert result.returncode == 0
+    entry = read_log(out)[-1]
+    model = chainer.links.Classifier(train_mnist.MLP(784, 16, 10))
+    snapshot, = [p for p in out.iterdir() if p.name.startswith('snapshot_')]
+    with numpy.load(str(snapshot)) as npz:
+        chainer.serializers.NpzDeserializer(
+            npz, path='updater/model:main/').load(model)
+    _, test = data.load_mnist()
+    x, t = chainer.dataset.concat_examples(test)
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        loss = float(model(x, t).array)
+    assert entry['test/main/loss'] == pytest.approx(loss, rel=1e-5)
+    assert entry['test/main/accuracy'] == pytest.approx(
+        float(model.accuracy.array), abs=1e-6)
+
+
 @pytest.mark.parametrize('flag,path,message', [
     ('--out', 'file', 'not a folder'),
     ('--dataset-root', 'nowhere', 'no such folder'),

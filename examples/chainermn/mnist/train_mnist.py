@@ -258,17 +258,22 @@ def run(args):
         model.to_device(device)
     optimizer, lars = recipe.make_optimizer(args, model, comm)
 
-    # Only rank 0 reads the dataset; each process gets an equal shard.
+    # Only rank 0 reads the dataset; each process gets a shard.
     train, test, validation = load_on_rank0(args, comm)
     # The whole training set's size: equal shards may share examples.
     n_examples = comm.bcast_obj(len(train) if comm.rank == 0 else None)
+    # The training shards are of one length (every process runs the same
+    # updates), neighbours sharing an example where need be; the test
+    # and validation sets are split into parts, each example in one
+    # (training.over_all_shards).
     if args.validation:
-        validation = chainermn.scatter_dataset(validation, comm, shuffle=True,
-                                               seed=args.seed)
+        validation = chainermn.scatter_dataset(
+            validation, comm, shuffle=True, seed=args.seed,
+            force_equal_length=False)
     train = chainermn.scatter_dataset(train, comm, shuffle=True,
                                       seed=args.seed)
     test = chainermn.scatter_dataset(test, comm, shuffle=True,
-                                     seed=args.seed)
+                                     seed=args.seed, force_equal_length=False)
 
     # Each process shuffles (and augments) its shard by its own random
     # state.
