@@ -15,6 +15,7 @@ import shlex
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -125,6 +126,12 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
             old.remove()
         trainer.extend(remove_old_run, trigger=(1, 'iteration'))
         old.set_aside()
+    scratch = None
+    if comm is not None and comm.rank != 0:
+        # Chainer's Trainer makes its folder in every process, and rank 0
+        # alone writes --out: the others' (on other machines too) is a
+        # temporary folder, never written, removed at the end.
+        scratch = trainer.out = tempfile.mkdtemp(prefix='chainer-lars-')
     try:
         with Interruption(args, trainer, say=comm is None or comm.rank == 0,
                           cleanup=None if old is None else old.restore,
@@ -134,6 +141,9 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         if old is not None:
             old.restore()
         raise
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     if divergence.found is not None:
         if divergence.say:
             cli.say('stopped: the run diverged (see above); the log and the '

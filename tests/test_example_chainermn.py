@@ -207,6 +207,31 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
     assert not numpy.allclose(means['per-process'], means['all-reduced'])
 
 
+def test_only_rank_0_makes_out(dataset_root, tmp_path):
+    """Rank 0 alone writes --out: the other ranks, each in a folder of its
+    own here as on another machine, make none (Chainer's trainer made an
+    empty one), and leave no temporary folder; they resume from a
+    snapshot as before."""
+    first, second, scratch = (tmp_path / name for name in (
+        'first', 'second', 'tmp'))
+    for folder in (first, second, scratch):
+        folder.mkdir()
+
+    def run(*flags):
+        process = mpi_util.start_mpi(
+            [(1, first), (1, second)], ['-m', MODULE] + example_args(*flags),
+            env=dict(PROXIES, PYTHONWARNINGS='ignore', TMPDIR=str(scratch)))
+        stdout, stderr = process.communicate(timeout=240)
+        assert process.returncode == 0, stderr
+    run('result', '--snapshots', '2')
+    snapshot = first / 'result' / 'snapshot_iter_{}'.format(ITERS_PER_EPOCH)
+    assert snapshot.is_file()
+    run('resumed', '--resume', str(snapshot))
+    assert read_log(first / 'resumed')[-1]['epoch'] == 2
+    assert list(second.iterdir()) == []
+    assert list(scratch.iterdir()) == []
+
+
 def test_the_test_set_is_evaluated_whole_on_any_number_of_processes(
         dataset_root, tmp_path):
     """On 3 processes, which do not divide the 32 test images, the log's
