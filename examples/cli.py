@@ -7,13 +7,18 @@ given to ``--resume`` is checked against the run's flags
 """
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
+import threading
+import traceback
 import zipfile
 import zlib
 
@@ -109,18 +114,35 @@ def lr_rule(batch='the batch size B'):
             recipe.LAMB_STEP_PER_256, recipe.REFERENCE_BATCHSIZE))
 
 
-def parser(description, defaults, epilog=None, helps=None):
+class _SilentParser(argparse.ArgumentParser):
+
+    """A parser that prints nothing: its usage errors (and --help) end
+    the process with their status, silently, for the processes of a
+    ChainerMN trainer but rank 0, which says them once."""
+
+    def print_usage(self, file=None):
+        pass
+
+    def print_help(self, file=None):
+        pass
+
+    def exit(self, status=0, message=None):
+        sys.exit(status)
+
+
+def parser(description, defaults, epilog=None, helps=None, silent=False):
     """The parser of the flags every trainer has.
 
     ``defaults`` gives those of ``batchsize``, ``epoch`` and
     ``warmup_epochs``; ``helps`` replaces the help of the flags it names
-    (``HELP``'s keys). The trainer adds its own flags to the parser it
-    returns.
+    (``HELP``'s keys); a ``silent`` parser prints neither its usage
+    errors nor --help (``_SilentParser``). The trainer adds its own flags
+    to the parser it returns.
     """
     given = helps or {}
     helps = dict(HELP, **given)
-    parser = argparse.ArgumentParser(description=description,
-                                     epilog=epilog or lr_rule())
+    parser = (_SilentParser if silent else argparse.ArgumentParser)(
+        description=description, epilog=epilog or lr_rule())
 
     def add(name, *flags, **kwargs):
         text = helps[name]
@@ -210,7 +232,11 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
     ChainerMN trainer (``distributed``) knows once its communicator is up,
     so it does them itself, and it checks --out and --dataset-root on
     rank 0 alone (``check_rank0_paths``), and warns of float16 on the
-    CPU (``warn_of_slow_precision``) there. ``paths=False`` leaves --out
+    CPU (``warn_of_slow_precision``) there. Under an MPI launcher a
+    ChainerMN trainer checks what may differ from machine to machine,
+    whether it can use --device and read --resume, once MPI is up
+    (``check_machine``, in ``stop_together``), so that every process that
+    finds a problem says it. ``paths=False`` leaves --out
     and --dataset-root unchecked, for a caller that checks flags which
     another program completes with paths of its own (``results.py``).
     """
@@ -246,7 +272,9 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
         args.trust_coefficient = recipe.TRUST_COEFFICIENT
     if args.epoch is not None and parser.warmup_default is not None:
         resolve_warmup(parser.error, args, parser.warmup_default)
-    check_device(parser, args.device)
+    # A ChainerMN trainer under an MPI launcher: check_machine, later.
+    each_machine = not (distributed and launcher_rank() is not None)
+    check_device(parser, args.device, machine=each_machine)
     terminal = os.environ.get(TERMINAL_VARIABLE)
     if terminal not in (None, '', '0', '1'):
         parser.error('{}={!r}: 1 (the output is a terminal: --progress auto '
@@ -255,9 +283,8 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
     if args.resume is not None and args.overwrite:
         parser.error('--overwrite starts a new run and --resume continues '
                      'one: give one of them')
-    if args.resume is not None and not os.path.isfile(args.resume):
-        parser.error('--resume {}: {}'.format(folders.shown(args.resume), (
-            'not a file' if os.path.exists(args.resume) else 'no such file')))
+    if each_machine and resume_problem(args) is not None:
+        parser.error(resume_problem(args))
     if not distributed and paths:
         problem = path_problem(args)
         if problem is not None:
@@ -274,6 +301,25 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
         # with it: what fails here fails for every number of processes.
         derived_lr(parser.error, args, args.batchsize)
     return args
+
+
+def resume_problem(args):
+    """What is wrong with --resume before it is read, or None."""
+    if args.resume is not None and not os.path.isfile(args.resume):
+        return '--resume {}: {}'.format(folders.shown(args.resume), (
+            'not a file' if os.path.exists(args.resume) else 'no such file'))
+    return None
+
+
+def check_machine(args):
+    """Stops with a usage error where this machine cannot run the flags:
+    use --device (CuPy, its GPUs) or read --resume (a snapshot that each
+    process reads: on a shared disk, or copied to every machine). What
+    ``parse_args`` leaves to a ChainerMN trainer under an MPI launcher,
+    which calls it in every process (``stop_together``)."""
+    problem = device_problem(args.device) or resume_problem(args)
+    if problem is not None:
+        usage_error(problem)
 
 
 def derived_lr(error, args, batch):
@@ -578,12 +624,16 @@ class OldRun(object):
     its own. It is moved into a hidden folder in ``out`` (``set_aside``),
     removed once the new run has made its first update (``remove``), or
     put back, in place of what the new run wrote, if it stopped before
-    (``restore``): an error or Ctrl-C before then loses nothing."""
+    (``restore``): an error, Ctrl-C or SIGTERM before then loses nothing.
+    ``remove`` and ``restore`` act once, whichever thread calls them
+    (``training.Interruption``'s watcher restores for a run stuck in a
+    long computation)."""
 
     def __init__(self, out):
         self._out, self._aside = out, None
         self._names = run_files(out) or [
             n for n in PLOTS if os.path.isfile(os.path.join(out, n))]
+        self._lock = threading.Lock()
 
     def set_aside(self):
         if self._names:
@@ -592,18 +642,20 @@ class OldRun(object):
             self._move(self._out, self._aside, self._names)
 
     def remove(self):
-        if self._aside is not None:  # once
-            shutil.rmtree(self._aside, ignore_errors=True)
-            self._aside = None
+        with self._lock:
+            if self._aside is not None:  # once
+                shutil.rmtree(self._aside, ignore_errors=True)
+                self._aside = None
 
     def restore(self):
-        if self._aside is not None:
-            for name in _named_like_run_files(self._out):
-                if os.path.isfile(os.path.join(self._out, name)):
-                    os.remove(os.path.join(self._out, name))
-            self._move(self._aside, self._out, self._names)
-            os.rmdir(self._aside)
-            self._aside = None
+        with self._lock:
+            if self._aside is not None:
+                for name in _named_like_run_files(self._out):
+                    if os.path.isfile(os.path.join(self._out, name)):
+                        os.remove(os.path.join(self._out, name))
+                self._move(self._aside, self._out, self._names)
+                os.rmdir(self._aside)
+                self._aside = None
 
     @staticmethod
     def _move(source, target, names):
@@ -616,7 +668,7 @@ def check_rank0_paths(args, comm):
 
     Only rank 0 writes --out and reads --dataset-root; the other ranks
     take its verdict, so that they stop with it rather than wait for it
-    in the first collective.
+    in the first collective (in ``stop_together``: said once).
     """
     problem = (path_problem(args) or '') if comm.rank == 0 else None
     # bcast_obj refuses to send None.
@@ -625,28 +677,112 @@ def check_rank0_paths(args, comm):
         usage_error(problem)
 
 
-def check_device(parser, spec):
-    """The device ``spec`` names, or a usage error saying why it cannot be.
+#: The variables in which MPI launchers give each process its rank before
+#: MPI starts: Open MPI's, PMIx's, and PMI's (MPICH's Hydra, Intel MPI).
+RANK_VARIABLES = ('OMPI_COMM_WORLD_RANK', 'PMIX_RANK', 'PMI_RANK')
+
+
+def launcher_rank():
+    """This process's rank as its MPI launcher gives it, or None where no
+    launcher started it."""
+    for name in RANK_VARIABLES:
+        value = os.environ.get(name, '')
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def stop_together(comm, check):
+    """``check()`` in every process of ``comm``; where one stops, all do.
+
+    For a ChainerMN trainer (``comm``: its communicator, or mpi4py's):
+    every process calls it at the same point with its own ``check``,
+    which may stop it with a usage error (``SystemExit``, the message on
+    stderr) or fail with any exception. Then every process learns every
+    verdict (MPI's all-gather), so that none waits in a later collective
+    for one that stopped. A problem every process found alike (one of
+    the flags, the number of processes, rank 0's verdict that all took)
+    is said once, by rank 0; otherwise each process that found one says
+    it, naming its rank and machine (a file missing on one machine), and
+    the others stop silently, all with the status of the first. Returns
+    what ``check`` returned. With ``comm`` None (one process), just
+    ``check()``.
+    """
+    if comm is None:
+        return check()
+    comm = getattr(comm, 'mpi_comm', comm)
+    said = io.StringIO()
+    result, stopped, status = None, False, 0
+    try:
+        with contextlib.redirect_stderr(said):
+            result = check()
+    except SystemExit as e:
+        stopped = True
+        status = e.code
+        if not isinstance(status, int):
+            if status is not None:
+                said.write('{}\n'.format(status))
+            status = 0 if status is None else 1
+    except Exception:
+        stopped, status = True, 1
+        said.write(traceback.format_exc())
+    text = said.getvalue()
+    verdicts = comm.allgather((stopped, status, text))
+    stops = [(s, t) for stop, s, t in verdicts if stop]
+    if not stops:
+        sys.stderr.write(text)  # warnings
+        return result
+    if len(stops) == len(verdicts) and len(set(stops)) == 1:
+        if comm.rank == 0:
+            sys.stderr.write(text)
+    elif stopped:
+        sys.stderr.write(_naming_rank(text, comm.rank, comm.size))
+    sys.stderr.flush()
+    sys.exit(status if stopped else stops[0][0])
+
+
+def _naming_rank(text, rank, size):
+    """``text``'s lines, each naming this process's rank and machine."""
+    prog = os.path.basename(sys.argv[0]) + ': '
+    where = 'rank {} of {} (on {})'.format(rank, size, socket.gethostname())
+    return ''.join(
+        '{}{}: {}'.format(prog, where, line[len(prog):])
+        if line.startswith(prog) else '{}: {}'.format(where, line)
+        for line in text.splitlines(True))
+
+
+def check_device(parser, spec, machine=True):
+    """A usage error (the parser's) where ``device_problem`` finds one."""
+    problem = device_problem(spec, machine)
+    if problem is not None:
+        parser.error(problem)
+
+
+def device_problem(spec, machine=True):
+    """Why the device ``spec`` cannot be used, in one line, or None.
 
     ``chainer.get_device`` accepts a GPU that the machine does not have,
     and the first use of it fails with a CUDA error; so the GPUs are
-    counted here.
+    counted here. ``machine=False``: only whether ``spec`` names a
+    device, not whether this machine can use it (CuPy, its GPUs).
     """
     hint = ' (-1 or @numpy: the CPU; 0 or @cupy:0: the first GPU)'
     try:
         device = chainer.get_device(spec)
-    except (ValueError, RuntimeError) as e:
-        parser.error('--device {}: {}{}'.format(spec, device_error(e), hint))
-    if device.xp is cuda.cupy:
+    except ValueError as e:  # no device at all
+        return '--device {}: {}{}'.format(spec, device_error(e), hint)
+    except RuntimeError as e:  # CuPy (or ChainerX) cannot be used here
+        return '--device {}: {}{}'.format(spec, device_error(e), hint) if (
+            machine) else None
+    if machine and device.xp is cuda.cupy:
         try:
             count = cuda.cupy.cuda.runtime.getDeviceCount()
         except cuda.cupy.cuda.runtime.CUDARuntimeError as e:
-            parser.error('--device {}: no usable GPU ({}){}'.format(
-                spec, e, hint))
+            return '--device {}: no usable GPU ({}){}'.format(spec, e, hint)
         if device.device.id >= count:
-            parser.error('--device {}: no such GPU, this machine has {}{}'
-                         .format(spec, count, hint))
-    return device
+            return '--device {}: no such GPU, this machine has {}{}'.format(
+                spec, count, hint)
+    return None
 
 
 def device_error(error):
@@ -746,11 +882,20 @@ def usage_error(message):
     sys.exit(2)
 
 
-def check_batchsize(args, n_train, what):
-    """Stops if a mini-batch would hold more than all the training data."""
-    if args.batchsize > n_train:
-        usage_error('--batchsize {} is larger than {} ({} examples)'.format(
-            args.batchsize, what, n_train))
+def check_batchsize(args, n_train, processes=None):
+    """Stops if a mini-batch would hold more than all the ``n_train``
+    training examples; with ChainerMN's ``processes``, the global batch,
+    --batchsize times their number (the shards are of one length, where
+    need be sharing an example with their neighbour: checked against a
+    shard, 2 examples would train a global batch of 3)."""
+    if processes is None and args.batchsize > n_train:
+        usage_error('--batchsize {} is larger than the training set ({} '
+                    'examples)'.format(args.batchsize, n_train))
+    if processes is not None and args.batchsize * processes > n_train:
+        usage_error('--batchsize {} on {} processes is a global batch of '
+                    '{}, larger than the training set ({} examples)'.format(
+                        args.batchsize, processes,
+                        args.batchsize * processes, n_train))
 
 
 #: Whether the output is a terminal, where a launcher knows better than

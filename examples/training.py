@@ -1,7 +1,8 @@
 """Chainer's trainer, assembled from the recipe and the reports.
 
 ``train`` runs a trainer in one process or, with ChainerMN, in many; the
-reports are an evaluator that weights each batch by its size, the log, the
+reports are an evaluator that weights each batch by its size (and each
+ChainerMN process's part of the data by its size), the log, the
 plots (``examples/plots.py``) and the snapshots.
 """
 
@@ -9,10 +10,12 @@ import gc
 import math
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -28,7 +31,7 @@ from examples import recipe
 
 
 def train(args, device, optimizer, lars, train_iter, test, comm=None,
-          validation=None):
+          validation=None, n_examples=None):
     """Trains ``optimizer.target`` by Chainer's trainer, with the recipe.
 
     ``optimizer`` and ``lars`` are ``make_optimizer``'s. The trainer runs
@@ -36,20 +39,28 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
     on ``test`` as --test says, and on ``validation`` (``data.hold_out``'s
     set, or None) at each ``evaluation_trigger``, and reports, plots and
     snapshots (``report``). With a ChainerMN communicator ``comm``, the
-    evaluation and the training loss and accuracy are averaged over the
-    processes, and rank 0 alone reports and writes.
+    evaluation is over every process's part of the test and validation
+    sets (``over_all_shards``), the training loss and accuracy are
+    averaged over the processes, and rank 0 alone reports and writes;
+    ``n_examples`` is then the number of examples of the whole training
+    set, of which ``train_iter`` has this process's shard.
     """
     model = optimizer.target
     n_train = len(train_iter.dataset)
     if comm is None:
-        cli.check_batchsize(args, n_train, 'the training set')
         settings = {'examples': n_train}
     else:
-        cli.check_batchsize(args, n_train,
-                            "each process's shard of the training set")
         settings = {'examples': n_train, 'processes': comm.size}
-    cli.check_iterations(args, n_train)
-    cli.check_resume(args, **settings)
+
+    # With ChainerMN, in every process; where one stops, all stop.
+    def check():
+        if comm is None:
+            cli.check_batchsize(args, n_train)
+        else:
+            cli.check_batchsize(args, n_examples, processes=comm.size)
+        cli.check_iterations(args, n_train)
+        cli.check_resume(args, **settings)
+    cli.stop_together(comm, check)
     updater = training.updaters.StandardUpdater(
         train_iter, optimizer, device=device)
     trainer = training.Trainer(updater, (args.epoch, 'epoch'), out=args.out)
@@ -76,8 +87,8 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
             True))
     if comm is not None:
         import chainermn
-        evaluators = [(chainermn.create_multi_node_evaluator(e, comm), n,
-                       t, b) for e, n, t, b in evaluators]
+        evaluators = [(over_all_shards(e, comm), n, t, b)
+                      for e, n, t, b in evaluators]
         # Rank 0 reports the training loss and accuracy of the global
         # batch, not of its shard.
         averaged = ('main/loss', 'main/accuracy')
@@ -106,7 +117,7 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
                scaling, **settings)
 
     if args.resume is not None:
-        cli.load_snapshot(args, trainer)
+        cli.stop_together(comm, lambda: cli.load_snapshot(args, trainer))
 
     old = cli.OldRun(args.out) if args.overwrite and (
         comm is None or comm.rank == 0) else None
@@ -115,14 +126,24 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
             old.remove()
         trainer.extend(remove_old_run, trigger=(1, 'iteration'))
         old.set_aside()
+    scratch = None
+    if comm is not None and comm.rank != 0:
+        # Chainer's Trainer makes its folder in every process, and rank 0
+        # alone writes --out: the others' (on other machines too) is a
+        # temporary folder, never written, removed at the end.
+        scratch = trainer.out = tempfile.mkdtemp(prefix='chainer-lars-')
     try:
-        with Interruption(args, trainer,
-                          say=comm is None or comm.rank == 0):
+        with Interruption(args, trainer, say=comm is None or comm.rank == 0,
+                          cleanup=None if old is None else old.restore,
+                          processes=None if comm is None else comm.size):
             trainer.run()
     except BaseException:  # before the first update: the old run back
         if old is not None:
             old.restore()
         raise
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     if divergence.found is not None:
         if divergence.say:
             cli.say('stopped: the run diverged (see above); the log and the '
@@ -130,29 +151,57 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         sys.exit(1)
 
 
+class Interrupted(KeyboardInterrupt):
+
+    """Raised in the main thread by ``Interruption`` at SIGINT (Ctrl-C)
+    or SIGTERM; ``signal`` is which."""
+
+    def __init__(self, signum):
+        super(Interrupted, self).__init__(signal.Signals(signum).name)
+        self.signal = signum
+
+
 class Interruption(object):
 
-    """Ctrl-C during ``trainer.run()``: one line, no traceback, status 130.
+    """Ctrl-C or SIGTERM during ``trainer.run()``: one line, no traceback,
+    status 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
 
     The line says where the run stopped and, where this run wrote a
     snapshot (or was resumed from one), the command that continues it:
     the same command with ``--resume`` (``resume_command``); where there
-    is none, it says so. Python acts on Ctrl-C between two of its
-    operations, so a single long one (a float16 matrix product on the
-    CPU takes minutes) would hold it back: a watcher thread sees the
-    signal at once (``signal.set_wakeup_fd``), and if the run has not
-    stopped within ``GRACE`` seconds it says the same and ends the
-    process itself. ``say``: this process prints (ChainerMN's rank 0).
+    is none, it says so. SIGTERM is what ``kill`` and job schedulers
+    send, and what Open MPI's ``mpiexec`` turns Ctrl-C into: it sends
+    each process SIGTERM, then SIGKILL a second later
+    (``odls_base_sigkill_timeout``). Python acts on a signal between two
+    of its operations, so a single long one (a float16 matrix product on
+    the CPU takes minutes, a collective waits for another process) would
+    hold it back: a watcher thread sees the signal at once
+    (``signal.set_wakeup_fd``), and if the run has not begun to stop
+    within ``GRACE`` seconds of SIGINT, or ``TERM_GRACE`` of SIGTERM
+    (before the SIGKILL), it says the same and calls ``cleanup`` (what
+    the run's ``except`` would have done: --overwrite's
+    ``OldRun.restore``), then ends the process ``GRACE`` seconds after
+    the signal. ``say``: this process prints (ChainerMN's rank 0);
+    ``processes``: ChainerMN's number, for ``resume_command``. The
+    handlers are this object's from ``__enter__`` to ``__exit__`` only,
+    and only where they were Python's defaults.
     """
 
     GRACE = 3.0
+    TERM_GRACE = 0.2
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, args, trainer, say=True):
+    def __init__(self, args, trainer, say=True, cleanup=None,
+                 processes=None):
         self._args = args
+        self._processes = processes
         self._trainer = trainer
         self._say = say
+        self._cleanup = cleanup
         self._lock = threading.Lock()
         self._stopping = False
+        self._raised = None  # the signal the main thread acted on
+        self._handlers = {}
 
     def __enter__(self):
         self._start = time.time()
@@ -160,44 +209,77 @@ class Interruption(object):
         os.set_blocking(self._write, False)
         try:
             self._previous = signal.set_wakeup_fd(self._write)
-        except ValueError:  # not the main thread: no watcher
+        except ValueError:  # not the main thread: no watcher, no handlers
             self._previous = None
             os.close(self._read)
-        else:
-            threading.Thread(target=self._watch, daemon=True).start()
+            return self
+        for signum in self.SIGNALS:
+            # Not where the caller has its own handler, or ignores the
+            # signal (a job started in the background ignores SIGINT).
+            if signal.getsignal(signum) in (signal.SIG_DFL,
+                                            signal.default_int_handler):
+                self._handlers[signum] = signal.signal(signum, self._handle)
+        threading.Thread(target=self._watch, daemon=True).start()
         return self
 
+    def _handle(self, signum, frame):
+        self._raised = signum
+        raise Interrupted(signum)
+
     def __exit__(self, kind, value, tb):
+        for signum, handler in self._handlers.items():
+            signal.signal(signum, handler)
         if self._previous is not None:
             signal.set_wakeup_fd(self._previous)
         os.close(self._write)  # the watcher reads the end and returns
         if not isinstance(value, KeyboardInterrupt):
             return False
-        if self._stop():
-            # A snapshot being written when the signal came holds an open
-            # zip file: let it go now, without the warning Python would
-            # print at exit.
-            hook, sys.unraisablehook = sys.unraisablehook, lambda _: None
-            try:
-                traceback.clear_frames(tb)
-                gc.collect()
-            finally:
-                sys.unraisablehook = hook
-        sys.exit(130)
+        self._stop()
+        # A snapshot being written when the signal came holds an open
+        # zip file: let it go now, without the warning Python would
+        # print at exit.
+        hook, sys.unraisablehook = sys.unraisablehook, lambda _: None
+        try:
+            traceback.clear_frames(tb)
+            gc.collect()
+        finally:
+            sys.unraisablehook = hook
+        sys.exit(128 + getattr(value, 'signal', signal.SIGINT))
 
     def _watch(self):
+        signum, said, end = None, None, None
         while True:
+            now = time.time()
+            deadline = min(t for t in (said, end, math.inf)
+                           if t is not None)
             try:
-                byte = os.read(self._read, 1)
-            except OSError:
+                ready, _, _ = select.select(
+                    [self._read], [], [],
+                    None if deadline == math.inf else max(0, deadline - now))
+                byte = os.read(self._read, 1) if ready else None
+            except (OSError, ValueError):
                 break
-            if not byte:  # the run ended
+            if byte == b'':  # the run ended
                 break
-            if byte[0] == signal.SIGINT:
-                time.sleep(self.GRACE)
-                if self._stop():
-                    os._exit(130)
-                break
+            if byte is not None:
+                if byte[0] not in self._handlers:  # not ours to act on
+                    continue
+                if signum is None:
+                    signum = byte[0]
+                    said = now + (self.GRACE if signum == signal.SIGINT
+                                  else self.TERM_GRACE)
+                    end = now + self.GRACE
+                elif byte[0] == signal.SIGTERM and said is not None:
+                    said = min(said, now + self.TERM_GRACE)  # SIGKILL next
+                continue
+            if said is not None:  # the grace is over: say it, if still to
+                said = None
+                if self._raised is not None or not self._stop():
+                    break  # the main thread stops the run
+                if self._cleanup is not None:
+                    self._cleanup()
+                continue
+            os._exit(128 + signum)  # the run is stuck: end it
         os.close(self._read)
 
     def _stop(self):
@@ -225,7 +307,8 @@ class Interruption(object):
             return '{}; no snapshot to resume from ({}): run the command ' \
                 'again with --overwrite to start over'.format(where, why)
         return '{}; to continue from {}, run: {}'.format(
-            where, snapshot, resume_command(snapshot))
+            where, snapshot, resume_command(snapshot,
+                                            processes=self._processes))
 
     def snapshot(self):
         """The latest snapshot this run wrote in --out, else the one it
@@ -246,12 +329,15 @@ class Interruption(object):
         return self._args.resume
 
 
-def resume_command(snapshot, argv=None):
+def resume_command(snapshot, argv=None, processes=None):
     """The command of this run with ``--resume snapshot``, to paste.
 
     The script as it was started (``dev.sh`` names itself in
     ``CHAINER_LARS_LAUNCHER``; a module is run with ``-m``), its
-    arguments without a --resume of their own.
+    arguments without a --resume of their own. A ChainerMN run of
+    ``processes`` processes that ``dev.sh`` did not start is given
+    ``mpiexec -n N`` (the options of your own ``mpiexec``, such as a
+    hostfile, are not known here: add them).
     """
     argv = list(sys.argv if argv is None else argv)
     launcher = os.environ.get('CHAINER_LARS_LAUNCHER')
@@ -267,6 +353,8 @@ def resume_command(snapshot, argv=None):
             command = [python, '-m', spec.name]
         else:
             command = [python, argv[0]]
+        if processes is not None:
+            command = ['mpiexec', '-n', str(processes)] + command
     args, skip = [], False
     for arg in argv[1:]:
         if skip:
@@ -417,6 +505,35 @@ class Evaluator(extensions.Evaluator):
         first = in_arrays[0] if in_arrays else next(iter(in_dict.values()))
         for key, value in observation.items():
             observation[key] = (value, len(first))
+
+
+def over_all_shards(evaluator, comm):
+    """Makes ``evaluator`` (an ``Evaluator``) report its means over the
+    whole dataset, of which each ChainerMN process evaluates a shard.
+
+    ChainerMN's ``create_multi_node_evaluator`` averages the processes'
+    means with equal weights, exact only for shards of one length, which
+    ``scatter_dataset`` makes by letting neighbouring shards share an
+    example (10,000 test images on 3 processes: 2 of them counted
+    twice). The shards here are the dataset's parts
+    (``force_equal_length=False``), and each process's mean, itself
+    weighted by the size of each batch, is weighted by the number of its
+    examples: every example counts once. A process whose shard is empty
+    reports nothing, and is not counted.
+    """
+    evaluate = evaluator.evaluate
+    size = len(evaluator.get_iterator('main').dataset)
+
+    def evaluate_all():
+        means = {key: float(value) for key, value in evaluate().items()}
+        shards = comm.mpi_comm.allgather((size, means))
+        keys = sorted(set().union(*(means for _, means in shards)))
+        return {key: sum(n * means[key] for n, means in shards
+                         if key in means)
+                / sum(n for n, means in shards if key in means)
+                for key in keys}
+    evaluator.evaluate = evaluate_all
+    return evaluator
 
 
 def end_of_epoch(trainer):

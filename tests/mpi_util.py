@@ -96,11 +96,8 @@ def run_mpi(n, args, timeout=120, env=None, cwd=None):
         shows it with the failure.
 
     """
-    command = mpiexec_command(n, args)
-    process = subprocess.Popen(
-        command, cwd=cwd or REPO_ROOT, env=mpi_env(env),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        universal_newlines=True, start_new_session=True)
+    process = start_mpi(n, args, env=env, cwd=cwd)
+    command = process.args
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -113,6 +110,31 @@ def run_mpi(n, args, timeout=120, env=None, cwd=None):
     if result.returncode != 0:
         _print_output(command, result.returncode, stdout, stderr)
     return result
+
+
+def start_mpi(n, args, env=None, cwd=None):
+    """Starts ``python args...`` on ``n`` ranks (``run_mpi``'s arguments)
+    and returns the ``subprocess.Popen`` of ``mpiexec``, its output piped
+    as text, in a session of its own, and SIGINT as a terminal's Ctrl-C
+    finds it (a test run started in the background of a non-interactive
+    shell ignores it, and so would its children). ``n`` may also be a
+    list of ``(ranks, folder)``: that many ranks run in each folder
+    (``mpiexec``'s ``-wdir``, one ``:``-separated part each)."""
+    if isinstance(n, int):
+        command = mpiexec_command(n, args)
+    else:
+        total = sum(ranks for ranks, _ in n)
+        command = mpiexec_command(total, [])[:-1]  # without the python
+        del command[1:3]  # the -n of each part instead
+        for i, (ranks, folder) in enumerate(n):
+            command += ([':'] if i else []) + [
+                '-n', str(ranks), '-wdir', str(folder), sys.executable] + list(
+                    args)
+    return subprocess.Popen(
+        command, cwd=cwd or REPO_ROOT, env=mpi_env(env),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _stop(process):

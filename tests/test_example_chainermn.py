@@ -9,9 +9,18 @@ from the first snapshot on 2 ranks.
 
 import json
 import math
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import time
 
 import numpy
 import pytest
+
+import chainer
 
 from tests import mpi_util
 
@@ -24,17 +33,25 @@ RANKS = 2
 ITERS_PER_EPOCH = 64 // RANKS // BATCH_PER_RANK
 
 
-def run_example(out, *extra, ranks=RANKS):
-    args = ['-m', MODULE, '--communicator', 'naive', '--device', '-1',
-            '--epoch', '2', '--batchsize', str(BATCH_PER_RANK),
-            '--unit', '16', '--warmup-epochs', '0.5', '--noplot',
+def example_args(out, *extra):
+    """The example's flags for a short run on the tiny data, into
+    ``out``, then ``extra`` (a later flag wins)."""
+    return ['--communicator', 'naive', '--device', '-1', '--epoch', '2',
+            '--batchsize', str(BATCH_PER_RANK), '--unit', '16',
+            '--warmup-epochs', '0.5', '--noplot',
             '--out', str(out)] + list(extra)
-    # A download, if the loader tries one, fails at once and never leaves
-    # the machine: the proxy is a closed local port.
-    proxies = {name: 'http://127.0.0.1:9' for name in (
-        'http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY')}
-    proxies.update(no_proxy='', NO_PROXY='')
-    return mpi_util.run_mpi(ranks, args, timeout=240, env=proxies)
+
+
+# A download, if the loader tries one, fails at once and never leaves
+# the machine: the proxy is a closed local port.
+PROXIES = dict({name: 'http://127.0.0.1:9' for name in (
+    'http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY')},
+    no_proxy='', NO_PROXY='')
+
+
+def run_example(out, *extra, ranks=RANKS):
+    return mpi_util.run_mpi(ranks, ['-m', MODULE] + example_args(out, *extra),
+                            timeout=240, env=PROXIES)
 
 
 def read_log(out):
@@ -101,15 +118,19 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
             if p.name.startswith('snapshot_')] == snapshots[-1:]
 
     # Another number of processes is another global batch, and so another
-    # schedule.
-    result = run_example(tmp_path / 'one', '--optimizer', optimizer,
-                         '--resume', str(out / snapshots[0]), ranks=1)
+    # schedule: every rank finds it, and rank 0 says it, once.
+    result = run_example(tmp_path / 'three', '--optimizer', optimizer,
+                         '--resume', str(out / snapshots[0]), ranks=3)
     assert result.returncode == 2
-    assert 'the number of processes {}, this run has 1'.format(RANKS) in (
-        result.stderr)
+    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith('train_mnist.py: error: --resume ')
+    assert 'the number of processes {}, this run has 3'.format(RANKS) in (
+        lines[0])
+    assert not (tmp_path / 'three').exists()
 
-    # Another optimizer or seed: refused on every rank, in one line each,
-    # naming the flag and both values.
+    # Another optimizer or seed: refused on every rank, in one line said
+    # by rank 0, naming the flag and both values.
     for flags, message in (
             (['--optimizer', 'momentum-lars'],
              'written with --optimizer lars, this run has momentum-lars'),
@@ -120,12 +141,12 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
         assert result.returncode == 2
         lines = [line for line in result.stderr.splitlines()
                  if 'error: --resume' in line]
-        assert len(lines) == RANKS and message in lines[0], result.stderr
+        assert len(lines) == 1 and message in lines[0], result.stderr
         assert 'Traceback' not in result.stderr
         assert not (tmp_path / 'other').exists()
 
     # A snapshot without a momentum buffer (another version's): refused on
-    # every rank, naming the entry, before any training.
+    # every rank, naming the entry (once), before any training.
     with numpy.load(str(out / snapshots[0])) as npz:
         arrays = {key: npz[key] for key in npz.files}
     entry, = [k for k in arrays if k.endswith('predictor/l1/W/v')]
@@ -136,16 +157,25 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines()
              if 'error: --resume' in line]
-    assert len(lines) == RANKS and entry in lines[0], result.stderr
+    assert len(lines) == 1 and entry in lines[0], result.stderr
     assert 'Traceback' not in result.stderr
 
 
-def test_batch_larger_than_a_shard_is_a_usage_error(dataset_root, tmp_path):
-    result = run_example(tmp_path / 'out', '--batchsize', '33')
+@pytest.mark.parametrize('ranks,flags,message', [
+    (RANKS, ['--batchsize', '33'], '--batchsize 33 on 2 processes is a global '
+     'batch of 66, larger than the training set (64 examples)'),
+    # 2 training images in 3 shards, padded to one each: a global batch
+    # of 3 trained on 2 images (and a duplicate) before.
+    (3, ['--batchsize', '1', '--validation', '62'], '--batchsize 1 on 3 '
+     'processes is a global batch of 3, larger than the training set (2 '
+     'examples)'),
+])
+def test_global_batch_larger_than_the_training_set_is_a_usage_error(
+        dataset_root, tmp_path, ranks, flags, message):
+    result = run_example(tmp_path / 'out', *flags, ranks=ranks)
     assert result.returncode == 2
-    assert ("--batchsize 33 is larger than each process's shard of the "
-            'training set (32 examples)') in result.stderr
-    assert 'Traceback' not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert lines == ['train_mnist.py: error: ' + message], result.stderr
     assert not (tmp_path / 'out').exists()
 
 
@@ -177,13 +207,65 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
     assert not numpy.allclose(means['per-process'], means['all-reduced'])
 
 
+def test_only_rank_0_makes_out(dataset_root, tmp_path):
+    """Rank 0 alone writes --out: the other ranks, each in a folder of its
+    own here as on another machine, make none (Chainer's trainer made an
+    empty one), and leave no temporary folder; they resume from a
+    snapshot as before."""
+    first, second, scratch = (tmp_path / name for name in (
+        'first', 'second', 'tmp'))
+    for folder in (first, second, scratch):
+        folder.mkdir()
+
+    def run(*flags):
+        process = mpi_util.start_mpi(
+            [(1, first), (1, second)], ['-m', MODULE] + example_args(*flags),
+            env=dict(PROXIES, PYTHONWARNINGS='ignore', TMPDIR=str(scratch)))
+        stdout, stderr = process.communicate(timeout=240)
+        assert process.returncode == 0, stderr
+    run('result', '--snapshots', '2')
+    snapshot = first / 'result' / 'snapshot_iter_{}'.format(ITERS_PER_EPOCH)
+    assert snapshot.is_file()
+    run('resumed', '--resume', str(snapshot))
+    assert read_log(first / 'resumed')[-1]['epoch'] == 2
+    assert list(second.iterdir()) == []
+    assert list(scratch.iterdir()) == []
+
+
+def test_the_test_set_is_evaluated_whole_on_any_number_of_processes(
+        dataset_root, tmp_path):
+    """On 3 processes, which do not divide the 32 test images, the log's
+    test loss and accuracy are the model's on the whole test set, each
+    image counted once (ChainerMN's evaluator averaged 3 shards of 11,
+    one image counted twice)."""
+    from examples import data
+    from examples.mnist import train_mnist
+    out = tmp_path / 'out'
+    result = run_example(out, '--epoch', '1', ranks=3)
+    assert result.returncode == 0
+    entry = read_log(out)[-1]
+    model = chainer.links.Classifier(train_mnist.MLP(784, 16, 10))
+    snapshot, = [p for p in out.iterdir() if p.name.startswith('snapshot_')]
+    with numpy.load(str(snapshot)) as npz:
+        chainer.serializers.NpzDeserializer(
+            npz, path='updater/model:main/').load(model)
+    _, test = data.load_mnist()
+    x, t = chainer.dataset.concat_examples(test)
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        loss = float(model(x, t).array)
+    assert entry['test/main/loss'] == pytest.approx(loss, rel=1e-5)
+    assert entry['test/main/accuracy'] == pytest.approx(
+        float(model.accuracy.array), abs=1e-6)
+
+
 @pytest.mark.parametrize('flag,path,message', [
     ('--out', 'file', 'not a folder'),
     ('--dataset-root', 'nowhere', 'no such folder'),
 ])
 def test_bad_paths_stop_every_rank_at_once(dataset_root, tmp_path, flag,
                                            path, message):
-    """Rank 0 checks the paths it alone uses; every rank stops with it.
+    """Rank 0 checks the paths it alone uses; every rank stops with it,
+    and rank 0 says why, once.
 
     Before any data is loaded or any collective waits for rank 0.
     """
@@ -193,10 +275,9 @@ def test_bad_paths_stop_every_rank_at_once(dataset_root, tmp_path, flag,
     result = run_example(out, flag, path) if flag != '--out' else (
         run_example(path))
     assert result.returncode == 2
-    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
-    assert len(lines) == RANKS, result.stderr
-    assert all(line.endswith('error: {} {}: {}'.format(flag, path, message))
-               for line in lines), result.stderr
+    line, = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert line == 'train_mnist.py: error: {} {}: {}'.format(
+        flag, path, message), result.stderr
     assert 'Traceback' not in result.stderr
     assert not out.exists()
     assert (tmp_path / 'file').read_text() == 'mine'
@@ -224,16 +305,176 @@ def test_what_rank0_finds_in_the_data_stops_every_rank(
 
 def test_a_model_too_large_for_memory_is_a_usage_error(
         dataset_root, tmp_path):
-    """Every rank stops with one line naming --unit, not NumPy's
-    traceback (10 ** 12 units: beyond any address space)."""
+    """Every rank stops, and rank 0 says why in one line naming --unit,
+    not NumPy's traceback (10 ** 12 units: beyond any address space)."""
     out = tmp_path / 'result'
     result = run_example(out, '--unit', str(10 ** 12))
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines()
              if 'error: --unit' in line]
-    assert len(lines) == RANKS, result.stderr
+    assert len(lines) == 1, result.stderr
     assert ('--unit 1000000000000: the model does not fit in memory (on '
             '@numpy): its 1e+24 weights take 4e+15 GB in float32; give a '
             'smaller --unit') in lines[0]
     assert 'Traceback' not in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--gpu', '0'], 'error: unrecognized arguments: --gpu 0'),
+    (['--communicator', 'flat'], "error: --communicator flat: only 'naive' "
+     'runs on the CPU'),
+    (['--batchsize', '0'], 'error: --batchsize must be a positive integer, '
+     'got 0'),
+    (['--help'], None),
+    pytest.param(['--device', '0'], 'error: --device 0: ',
+                 marks=pytest.mark.skipif(
+                     chainer.backends.cuda.available,
+                     reason='CuPy can use CUDA here')),
+])
+def test_what_every_rank_finds_alike_is_said_once(dataset_root, tmp_path,
+                                                  flags, message):
+    """A mistake in the flags (or a device that no machine has) is every
+    process's: rank 0 says it, once, and every rank stops with its
+    status (2; --help: 0, its text once)."""
+    out = tmp_path / 'out'
+    result = run_example(out, *flags, ranks=3)
+    if message is None:
+        assert result.returncode == 0
+        assert result.stdout.count('usage: ') == 1, result.stdout
+        assert result.stdout.count('--batchnorm {per-process,all-reduced}'
+                                   ) == 2, result.stdout  # usage and help
+        return
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith('train_mnist.py: ' + message), result.stderr
+    assert result.stderr.count('usage: ') == (
+        0 if flags[0] == '--device' else 1), result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not out.exists()
+
+
+def test_what_one_machine_finds_is_said_by_its_ranks(dataset_root,
+                                                     tmp_path):
+    """A snapshot that one machine has and another lacks (a relative path
+    in each rank's own folder, here): the rank that finds it missing says
+    so, naming itself, and every rank stops rather than wait for it."""
+    first, second = tmp_path / 'first', tmp_path / 'second'
+    first.mkdir()
+    second.mkdir()
+    (first / 'snapshot_iter_4').write_text('a snapshot')
+    process = mpi_util.start_mpi(
+        [(1, first), (1, second)],
+        ['-m', MODULE] + example_args(tmp_path / 'out', '--resume',
+                                      'snapshot_iter_4'),
+        env=dict(PROXIES, PYTHONWARNINGS='ignore'))
+    stdout, stderr = process.communicate(timeout=240)
+    assert process.returncode == 2, stderr
+    lines = [line for line in stderr.splitlines() if 'error:' in line]
+    assert lines == ['train_mnist.py: rank 1 of 2 (on {}): error: --resume '
+                     'snapshot_iter_4: no such file'.format(
+                         socket.gethostname())], stderr
+    assert not (tmp_path / 'out').exists()
+
+
+# The example, each update slowed down so that a run lasts long enough to
+# be interrupted; the first update stalls (for 2 minutes, in Python) where
+# STALL_FIRST_UPDATE names a file, which it makes first.
+SLOW_DRIVER = """import os, sys, time
+from chainer.training import updaters
+from examples.chainermn.mnist import train_mnist
+update = updaters.StandardUpdater.update_core
+def slow(self):
+    stall = os.environ.get('STALL_FIRST_UPDATE')
+    if stall and self.iteration == 0:
+        open(stall, 'w').close()
+        time.sleep(120)
+    update(self)
+    time.sleep(0.05)
+updaters.StandardUpdater.update_core = slow
+train_mnist.main(sys.argv[1:])
+"""
+
+
+def interrupt(tmp_path, args, ready, env=None):
+    """Starts the slowed example on RANKS ranks under mpiexec, sends
+    mpiexec SIGINT (a terminal's Ctrl-C) once ``ready()`` holds, and
+    returns its result. Open MPI sends each rank SIGTERM, then SIGKILL
+    a second later."""
+    driver = tmp_path / 'driver.py'
+    driver.write_text(SLOW_DRIVER)
+    process = mpi_util.start_mpi(
+        RANKS, [str(driver)] + args,
+        env=dict(PROXIES, PYTHONWARNINGS='ignore', **(env or {})))
+    try:
+        deadline = time.time() + 120
+        while (time.time() < deadline and process.poll() is None
+               and not ready()):
+            time.sleep(0.1)
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            mpi_util._stop(process)
+    return subprocess.CompletedProcess(process.args, process.returncode,
+                                       stdout, stderr)
+
+
+def test_ctrl_c_says_once_how_to_resume_and_the_command_resumes(
+        dataset_root, tmp_path):
+    """Ctrl-C to mpiexec: rank 0 says, in one line and at once (SIGKILL
+    follows within a second), where the run stopped and the command that
+    continues it, mpiexec's included; pasted, that command finishes the
+    run."""
+    out = tmp_path / 'out'
+    args = example_args(out, '--epoch', '12', '--snapshots', '2')
+    result = interrupt(tmp_path, args, ready=lambda: out.exists() and any(
+        n.startswith('snapshot_iter_') for n in os.listdir(str(out))))
+    assert result.returncode != 0
+    assert 'Traceback' not in result.stderr
+    line, = result.stderr.strip().splitlines()
+    match = re.match(r'^driver\.py: interrupted at iteration (\d+) \(epoch '
+                     r'([\d.]+) of 12\); to continue from (\S+), run: (.*)$',
+                     line)
+    assert match, line
+    iteration, epoch, snapshot, command = match.groups()
+    assert float(epoch) == int(iteration) / ITERS_PER_EPOCH, line
+    assert os.path.isfile(snapshot)
+    # Without dev.sh, the command starts the same number of processes.
+    assert shlex.split(command) == (
+        ['mpiexec', '-n', str(RANKS), shlex.split(command)[3],
+         str(tmp_path / 'driver.py')] + args + ['--resume', snapshot])
+    # Pasted (Open MPI's variables stand for the flags a root user and a
+    # machine of one core would add).
+    resumed = subprocess.run(
+        shlex.split(command), cwd=str(tmp_path), env=mpi_util.mpi_env(dict(
+            PROXIES, PYTHONWARNINGS='ignore', OMPI_ALLOW_RUN_AS_ROOT='1',
+            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM='1',
+            OMPI_MCA_rmaps_base_oversubscribe='1')),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_log(out)[-1]['epoch'] == 12
+
+
+def test_ctrl_c_before_the_first_update_keeps_the_overwritten_run(
+        dataset_root, tmp_path):
+    """--overwrite sets the old run aside until the new one's first
+    update: Ctrl-C to mpiexec before then puts it back."""
+    out = tmp_path / 'out'
+    out.mkdir()
+    for name in ('log', 'snapshot_iter_74', 'notes.txt'):
+        (out / name).write_text(name)
+    before = {p.name: p.read_text() for p in out.iterdir()}
+    stalled = tmp_path / 'stalled'
+    result = interrupt(tmp_path, example_args(out, '--overwrite'),
+                       ready=stalled.exists,
+                       env={'STALL_FIRST_UPDATE': str(stalled)})
+    line, = result.stderr.strip().splitlines()
+    assert line.startswith('driver.py: interrupted at iteration 0 '), line
+    assert line.endswith('run the command again with --overwrite to start '
+                         'over'), line
+    assert {p.name: p.read_text() for p in out.iterdir()} == before

@@ -1542,12 +1542,14 @@ train_mnist.main(sys.argv[1:])
 """
 
 
-def interrupt(tmp_path, root, args, wait_for_snapshot=True, env=None):
-    """Starts the slowed trainer, sends it SIGINT once it has written a
-    snapshot (or after a second), and returns its result and the time
-    from the signal to its end."""
-    driver = tmp_path / 'driver.py'
-    driver.write_text(SLOW_DRIVER)
+def interrupt(tmp_path, root, args, wait_for_snapshot=True, env=None,
+              signum=signal.SIGINT, driver=SLOW_DRIVER, kill_after=None):
+    """Starts the slowed trainer (``driver``), sends it SIGINT (or
+    ``signum``) once it has written a snapshot (or after a second), and
+    SIGKILL ``kill_after`` seconds later if given and still running, and
+    returns its result and the time from the signal to its end."""
+    text, driver = driver, tmp_path / 'driver.py'
+    driver.write_text(text)
     out = tmp_path / 'out'
     environment = dict(os.environ, PYTHONPATH=pythonpath(),
                        CHAINER_DATASET_ROOT=root, PYTHONWARNINGS='ignore')
@@ -1573,7 +1575,12 @@ def interrupt(tmp_path, root, args, wait_for_snapshot=True, env=None):
                 break
         time.sleep(0.3)
         sent = time.time()
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
+        if kill_after is not None:
+            try:
+                process.wait(timeout=kill_after)
+            except subprocess.TimeoutExpired:
+                process.kill()
         stdout, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
@@ -1616,6 +1623,39 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(dataset_root, tmp_path):
     assert read_log(str(tmp_path / 'out'))[-1]['epoch'] == 6
 
 
+def test_sigterm_says_how_to_resume_and_exits_143(dataset_root, tmp_path):
+    """SIGTERM (kill, a job scheduler; Open MPI's mpiexec turns Ctrl-C
+    into it) is Ctrl-C's line, with status 128 + 15."""
+    args = ['-b', '32', '-u', '8', '-e', '6', '--noplot', '--warmup-epochs',
+            '1', '--snapshots', '2']
+    result, _, _ = interrupt(tmp_path, dataset_root, args,
+                             signum=signal.SIGTERM)
+    assert result.returncode == 143, result.stderr
+    assert 'Traceback' not in result.stderr
+    assert 'Exception ignored' not in result.stderr
+    line, = result.stderr.strip().splitlines()
+    assert INTERRUPTED.match(line), line
+    snapshot = re.search(r'; to continue from (\S+), run: ', line).group(1)
+    assert os.path.isfile(str(tmp_path / snapshot))
+
+
+def test_sigterm_during_a_long_update_says_so_at_once(dataset_root,
+                                                      tmp_path):
+    """A SIGKILL may follow SIGTERM within a second (Open MPI's): the
+    watcher says where the run stopped after TERM_GRACE, not GRACE."""
+    driver = SLOW_DRIVER.replace('GRACE = 0.5', 'GRACE = 30')
+    result, took, _ = interrupt(
+        tmp_path, dataset_root, ['-b', '32', '-u', '8', '-e', '6',
+                                 '--noplot', '--warmup-epochs', '1'],
+        env={'SLOW_UPDATE': '1'}, signum=signal.SIGTERM, driver=driver,
+        kill_after=2)
+    # Killed (as Open MPI would) after 2 s, having said it.
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    line, = result.stderr.strip().splitlines()
+    assert INTERRUPTED.match(line), line
+    assert 'to continue from ' in line
+
+
 def test_resume_command_replaces_a_resume_of_its_own(monkeypatch):
     monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh mnist')
     argv = ['train_mnist.py', '-b', '64', '--resume', 'a/snapshot_iter_1',
@@ -1623,6 +1663,72 @@ def test_resume_command_replaces_a_resume_of_its_own(monkeypatch):
     assert training.resume_command('my result/snapshot_iter_8', argv) == (
         "bash dev.sh mnist -b 64 -o 'my result' --resume "
         "'my result/snapshot_iter_8'")
+
+
+class _Processes(object):
+
+    """A communicator of ``size`` processes, this one ``rank``, whose
+    others stop with ``others`` (``(stopped, status, text)``) in
+    ``stop_together``."""
+
+    def __init__(self, rank, size, others):
+        self.rank, self.size, self._others = rank, size, others
+
+    def allgather(self, verdict):
+        verdicts = [self._others] * self.size
+        verdicts[self.rank] = verdict
+        return verdicts
+
+
+def test_stop_together_says_once_what_all_find_and_names_the_rest(
+        monkeypatch, capsys):
+    monkeypatch.setattr(sys, 'argv', ['train_mnist.py'])
+    monkeypatch.setattr(training.cli.socket, 'gethostname', lambda: 'n2')
+    same = (True, 2, 'train_mnist.py: error: --lr 0: bad\n')
+
+    def bad():
+        cli.usage_error('--lr 0: bad')
+    for rank, said in ((0, same[2]), (1, '')):
+        with pytest.raises(SystemExit) as exc:
+            cli.stop_together(_Processes(rank, 3, same), bad)
+        assert exc.value.code == 2
+        assert capsys.readouterr().err == said
+    # Found by this process alone: said, naming it.
+    with pytest.raises(SystemExit) as exc:
+        cli.stop_together(_Processes(1, 3, (False, 0, '')), bad)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == (
+        'train_mnist.py: rank 1 of 3 (on n2): error: --lr 0: bad\n')
+    # Found by another process: silent, its status.
+    with pytest.raises(SystemExit) as exc:
+        cli.stop_together(_Processes(0, 3, same), lambda: 7)
+    assert exc.value.code == 2 and capsys.readouterr().err == ''
+    # A failure is a traceback, named, and status 1; none: the result.
+    with pytest.raises(SystemExit) as exc:
+        cli.stop_together(_Processes(2, 3, (False, 0, '')), lambda: 1 / 0)
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith('rank 2 of 3 (on n2): Traceback'), err
+    assert 'ZeroDivisionError' in err
+    assert cli.stop_together(_Processes(0, 3, (False, 0, '')),
+                             lambda: 7) == 7
+    assert cli.stop_together(None, lambda: 7) == 7
+
+
+def test_resume_command_of_chainermn_starts_its_processes(monkeypatch):
+    """dev.sh's command names the processes itself; a run that mpiexec
+    started directly is given mpiexec -n N."""
+    argv = ['train_mnist.py', '-b', '64']
+    monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh chainermn -n 4')
+    assert training.resume_command('r/snapshot_iter_8', argv,
+                                   processes=4) == (
+        'bash dev.sh chainermn -n 4 -b 64 --resume r/snapshot_iter_8')
+    monkeypatch.delenv('CHAINER_LARS_LAUNCHER')
+    command = shlex.split(training.resume_command('r/snapshot_iter_8', argv,
+                                                  processes=4))
+    # Then the script as this process was started (pytest's, here).
+    assert command[:3] == ['mpiexec', '-n', '4']
+    assert command[-4:] == ['-b', '64', '--resume', 'r/snapshot_iter_8']
 
 
 def test_ctrl_c_without_a_snapshot_says_there_is_none(
@@ -2342,6 +2448,37 @@ def test_overwrite_keeps_the_other_run_until_the_first_update(
     if failure is KeyboardInterrupt:
         assert 'run the command again with --overwrite' in (
             capsys.readouterr().err)
+
+
+def test_sigterm_keeps_the_overwritten_run_until_the_first_update(
+        dataset_root, tmp_path):
+    """SIGTERM (kill, a job scheduler, mpiexec's Ctrl-C) during the first
+    update of an --overwrite run puts the old run back, as Ctrl-C does."""
+    out = tmp_path / 'result'
+    _another_run(out)
+    before = {p.name: p.read_text() for p in out.iterdir()}
+    driver = tmp_path / 'driver.py'
+    driver.write_text(
+        'import os, signal, sys, time\n'
+        'from chainer.training import updaters\n'
+        'from examples.mnist import train_mnist\n'
+        'def first_update(updater):\n'
+        '    os.kill(os.getpid(), signal.SIGTERM)\n'
+        '    time.sleep(60)\n'
+        'updaters.StandardUpdater.update_core = first_update\n'
+        'train_mnist.main(sys.argv[1:])\n')
+    environment = dict(os.environ, PYTHONPATH=pythonpath(),
+                       PYTHONWARNINGS='ignore')
+    result = subprocess.run(
+        [sys.executable, str(driver)] + _tiny(dataset_root, out)
+        + ['--overwrite'], cwd=str(tmp_path), env=environment,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=60)
+    assert result.returncode == 143, result.stderr
+    line, = result.stderr.strip().splitlines()
+    assert line.endswith('run the command again with --overwrite to start '
+                         'over'), line
+    assert {p.name: p.read_text() for p in out.iterdir()} == before
 
 
 @pytest.mark.parametrize('names', [['log'], ['snapshot_iter_2'],

@@ -82,7 +82,9 @@ def parse_args(argv=None):
         epilog='Batch size: --batchsize is PER PROCESS; the global batch B '
         'is batchsize times the number of processes (mpiexec -n). '
         + cli.lr_rule('the global batch B') + ' A given --lr is used as '
-        'it is.', helps=HELP)
+        'it is.', helps=HELP,
+        # A usage error of the flags is every process's: rank 0 says it.
+        silent=cli.launcher_rank() not in (None, 0))
     parser.add_argument('--dataset', choices=('mnist', 'cifar10', 'cifar100'),
                         default='mnist',
                         help='mnist: the MLP of examples/mnist; cifar10, '
@@ -117,8 +119,13 @@ def parse_args(argv=None):
     else:
         train_cifar.check_depth(parser, args.depth)
 
-    xp = chainer.get_device(args.device).xp
-    if xp is not numpy and xp is not chainer.backends.cuda.cupy:
+    try:
+        xp = chainer.get_device(args.device).xp
+    except RuntimeError:
+        # A device this machine cannot use (CuPy's): said once MPI is up,
+        # by every process that finds it (cli.check_machine).
+        xp = None
+    if xp not in (None, numpy, chainer.backends.cuda.cupy):
         parser.error('--device must be a NumPy or CuPy device for ChainerMN, '
                      'got {}'.format(args.device))
     if args.communicator is None:
@@ -128,6 +135,24 @@ def parse_args(argv=None):
                      '--communicator naive, or --device @cupy:0 for GPUs'
                      .format(args.communicator))
     return args
+
+
+def communicator(args):
+    """ChainerMN's communicator, once every process has checked that its
+    machine can run the flags (``cli.check_machine``, where an MPI
+    launcher started the processes; else ``parse_args`` did)."""
+    try:
+        if cli.launcher_rank() is not None:
+            from mpi4py import MPI
+            cli.stop_together(MPI.COMM_WORLD,
+                              lambda: cli.check_machine(args))
+        return chainermn.create_communicator(args.communicator)
+    except ImportError as e:  # mpi4py: one line, as the usage errors
+        if not cli.launcher_rank():  # every process finds it: rank 0 says
+            cli.say('ChainerMN cannot start ({}): install Open MPI and '
+                    'mpi4py, as examples/chainermn/README.md says'.format(
+                        str(e).split(':')[0]))
+        sys.exit(1)
 
 
 def select_device(args, comm):
@@ -177,20 +202,19 @@ def main(argv=None):
 
 
 def run(args):
-    try:
-        comm = chainermn.create_communicator(args.communicator)
-    except ImportError as e:  # mpi4py: one line, as the usage errors
-        cli.say('ChainerMN cannot start ({}): install Open MPI and mpi4py, '
-                'as examples/chainermn/README.md says'.format(
-                    str(e).split(':')[0]))
-        sys.exit(1)
-    cli.check_rank0_paths(args, comm)
-    device = select_device(args, comm)
-    device.use()
-
+    comm = communicator(args)
+    # Each check in every process; where one stops, all stop, and what
+    # every process found alike is said once (cli.stop_together).
+    cli.stop_together(comm, lambda: cli.check_rank0_paths(args, comm))
     global_batchsize = args.batchsize * comm.size
-    args.lr = cli.derived_lr(cli.usage_error, args, global_batchsize)
-    cli.check_resume(args, processes=comm.size)
+
+    def prepare():
+        device = select_device(args, comm)
+        args.lr = cli.derived_lr(cli.usage_error, args, global_batchsize)
+        cli.check_resume(args, processes=comm.size)
+        return device
+    device = cli.stop_together(comm, prepare)
+    device.use()
     if comm.rank == 0:
         cli.warn_of_slow_precision(args)
 
@@ -211,17 +235,17 @@ def run(args):
     # rank 0's.
     numpy.random.seed(args.seed)
     if args.dataset == 'mnist':
-        try:
-            model = L.Classifier(train_mnist.MLP(784, args.unit, 10),
-                                 lossfun=recipe.loss_function(args))
-            model.to_device(device)
-            fits = 1
-        except MemoryError:  # NumPy's and CuPy's out-of-memory errors
-            fits = 0
+        def build():
+            try:
+                model = L.Classifier(train_mnist.MLP(784, args.unit, 10),
+                                     lossfun=recipe.loss_function(args))
+                model.to_device(device)
+            except MemoryError:  # NumPy's and CuPy's out-of-memory errors
+                cli.usage_error(train_mnist.too_large(args, device))
+            return model
         # Every rank stops if one cannot hold its model, rather than wait
         # for it in the first collective.
-        if comm.allreduce_obj(fits) < comm.size:
-            cli.usage_error(train_mnist.too_large(args, device))
+        model = cli.stop_together(comm, build)
     else:
         batchnorm = L.BatchNormalization
         if args.batchnorm == 'all-reduced':
@@ -234,15 +258,22 @@ def run(args):
         model.to_device(device)
     optimizer, lars = recipe.make_optimizer(args, model, comm)
 
-    # Only rank 0 reads the dataset; each process gets an equal shard.
+    # Only rank 0 reads the dataset; each process gets a shard.
     train, test, validation = load_on_rank0(args, comm)
+    # The whole training set's size: equal shards may share examples.
+    n_examples = comm.bcast_obj(len(train) if comm.rank == 0 else None)
+    # The training shards are of one length (every process runs the same
+    # updates), neighbours sharing an example where need be; the test
+    # and validation sets are split into parts, each example in one
+    # (training.over_all_shards).
     if args.validation:
-        validation = chainermn.scatter_dataset(validation, comm, shuffle=True,
-                                               seed=args.seed)
+        validation = chainermn.scatter_dataset(
+            validation, comm, shuffle=True, seed=args.seed,
+            force_equal_length=False)
     train = chainermn.scatter_dataset(train, comm, shuffle=True,
                                       seed=args.seed)
     test = chainermn.scatter_dataset(test, comm, shuffle=True,
-                                     seed=args.seed)
+                                     seed=args.seed, force_equal_length=False)
 
     # Each process shuffles (and augments) its shard by its own random
     # state.
@@ -254,7 +285,8 @@ def run(args):
         train, args.batchsize,
         order_sampler=chainer.iterators.ShuffleOrderSampler(random_state))
     training.train(args, device, optimizer, lars, train_iter, test, comm,
-                   validation=validation if args.validation else None)
+                   validation=validation if args.validation else None,
+                   n_examples=n_examples)
 
 
 if __name__ == '__main__':
