@@ -365,6 +365,27 @@ def test_a_direct_call_rescales_float16_in_the_next_update_too():
         testing.assert_allclose(param.array, expected, rtol=2e-3, atol=2e-3)
 
 
+def test_a_direct_call_before_a_skipped_update_is_not_carried_further():
+    # hook(optimizer) arms the float16 delegate for the next update only:
+    # when dynamic loss scaling skips that one (the rules never run), the
+    # update after it, where the hook is not called, is a plain SGD step.
+    link = _fp16_link([1.0, 2.0], [0.5, 0.5])
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(link)
+    opt.loss_scaling(interval=1)
+    chainer_lars.GradientLARS(threshold=0.0)(opt)  # armed for t = 1
+    link.p.grad = numpy.array([numpy.inf, 0.5], numpy.float16)
+    with pytest.warns(UserWarning, match='Non finite'):
+        opt.update()  # skipped; t = 1
+    assert link.p.array.tolist() == [1.0, 2.0]
+    link.p.grad = numpy.array([0.5, 0.5], numpy.float16)
+    opt.update()  # t = 2: the delegate armed for t = 1 does nothing
+    assert opt.t == 2
+    # Rescaled, it would move by 0.1 * sqrt(5) / sqrt(0.5) * 0.5 = 0.158.
+    testing.assert_allclose(link.p.array, [1.0 - 0.05, 2.0 - 0.05],
+                            rtol=1e-3)
+
+
 def test_hook_pickles():
     hook = chainer_lars.GradientLARS(
         threshold=0.1, weight_decay=1e-3, eps=0.0, trust_coefficient=0.5,
