@@ -528,17 +528,26 @@ def test_two_hooks_on_one_model_keep_their_own_delegates():
     opt.setup(link)
     first = chainer_lars.GradientLARS(threshold=0.0)
     second = copy.deepcopy(first)
+    second.trust_coefficient = 0.5  # its effect is seen in the step
     opt.add_hook(first)
     opt.add_hook(second, name='second')
     opt.update()
     names = list(link.p.update_rule._hookable._pre_update_hooks)
     assert names == ['chainer_lars.GradientLARS',
                      'chainer_lars.GradientLARS#2']
-    # Both ran: ||r * g|| = ||w|| after the first, and the second's ratio
-    # of ||w|| / ||w|| = 1 keeps it.
-    step = 0.1 * math.sqrt(5.0) / math.sqrt(0.5) * 0.5
+    # Both ran, in order: ||r * g|| = ||w|| after the first (r = sqrt(5) /
+    # sqrt(0.5)), and the second's ratio of 0.5 * ||w|| / ||w|| halves it.
+    r = math.sqrt(5.0) / math.sqrt(0.5)
+    step = 0.1 * 0.5 * r * 0.5
     testing.assert_allclose(link.p.array, [1.0 - step, 2.0 - step],
                             rtol=1e-3)
+    # Each hook observed its own ratio, of the gradient it was handed.
+    (r1, w1, g1), = first.observe().values()
+    (r2, w2, g2), = second.observe().values()
+    testing.assert_allclose([r1, w1, g1], [r, math.sqrt(5.0), math.sqrt(0.5)],
+                            rtol=1e-6)
+    testing.assert_allclose([r2, w2, g2], [0.5, math.sqrt(5.0),
+                                           math.sqrt(5.0)], rtol=1e-3)
 
 
 @pytest.mark.parametrize('fp32_update', [False, True])
