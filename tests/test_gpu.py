@@ -707,10 +707,13 @@ def test_hook_rescales_strided_gradients_as_the_cpu(gpu, dtype, multi_tensor):
 
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('loss_scale', [None, 8.0])
 def test_lars_steps_with_strided_gradients_as_the_cpu(gpu, dtype,
-                                                      multi_tensor):
+                                                      multi_tensor,
+                                                      loss_scale):
     """A gradient that is not C-contiguous takes the per-rule path, whose
-    kernels update contiguous copies, written back."""
+    kernels update contiguous copies, written back: under a loss scale the
+    gradient too, left unscaled as Chainer's rule leaves it."""
     sizes = [1, THREADS + 1, 40]
     cpu, dev = _pair(gpu, sizes, dtype)
     opts = []
@@ -724,14 +727,24 @@ def test_lars_steps_with_strided_gradients_as_the_cpu(gpu, dtype,
         opt = chainer_lars.LARS(lr=2.0, weight_decay=1e-3,
                                 multi_tensor=multi_tensor)
         opt.setup(model)
+        if loss_scale is not None:
+            opt.loss_scaling(scale=loss_scale)
         for step in range(2):
             rng = numpy.random.RandomState(7 + step)
+            unscaled = []
             for i, n in enumerate(sizes):
                 g = numpy.repeat(
                     (rng.standard_normal(n) * 1e-2).astype(dtype), 2)
-                getattr(model, 'l{}'.format(i)).W.grad = (
-                    g if xp is numpy else xp.asarray(g))[::2]
+                unscaled.append(g[::2])
+                if loss_scale is not None:
+                    g = g * dtype(loss_scale)  # a power of two: exact
+                param = getattr(model, 'l{}'.format(i)).W
+                param.grad = (g if xp is numpy else xp.asarray(g))[::2]
+                param._loss_scale = loss_scale
             opt.update()
+            for i, g in enumerate(unscaled):
+                numpy.testing.assert_array_equal(cuda.to_cpu(getattr(
+                    model, 'l{}'.format(i)).W.grad), g)
         opts.append(opt)
     assert not dev.l1.W.grad.flags.c_contiguous
     assert not dev.l2.W.array.flags.c_contiguous

@@ -452,6 +452,36 @@ def test_replaced_arrays_and_odd_gradients():
     run_both(net(), 4, step_fn, **KWARGS)
 
 
+@pytest.mark.parametrize('scale', [8.0, 3.7])
+def test_strided_gradients_are_left_unscaled_under_a_static_loss_scale(
+        scale):
+    """A strided gradient is stepped through a contiguous copy, which the
+    step divides the loss scale out of: the copy is written back, so that
+    the gradient is left unscaled, as Chainer's rule (``grad /=
+    loss_scale``) and the per-rule path leave it."""
+    def step_fn(model, opt, step):
+        if step == 0:
+            opt.loss_scaling(scale=scale)
+        rng = numpy.random.RandomState(100 + step)
+        for path, p in sorted(model.namedparams()):
+            g = rng.standard_normal(p.shape).astype(p.dtype) * p.dtype.type(
+                scale)
+            if path in ('/conv1/W', '/fc/b'):  # every other element
+                g = numpy.repeat(g[..., None], 2, axis=-1)[..., 0]
+                assert not g.flags.c_contiguous
+            p.grad = g
+            p._loss_scale = scale  # as backward(loss_scale=...) sets it
+        unscaled = {path: p.grad / p.dtype.type(scale)
+                    for path, p in model.namedparams()}
+        opt.update()
+        for path, p in model.namedparams():
+            assert p.grad.tobytes() == unscaled[path].tobytes(), path
+
+    (model, opt), _ = run_both(net(), 3, step_fn, **KWARGS)
+    assert not model.conv1.W.grad.flags.c_contiguous
+    assert '/conv1/W' in batched_paths(opt)
+
+
 def test_cleared_gradients_and_optimizer_hooks_as_chainer_does():
     """Chainer's update gives a cleared gradient zeros before the hooks,
     lists the parameters again after them, and keeps what they did: a
