@@ -11,6 +11,7 @@ equal it within the rounding of each dtype.
 
 import functools
 import io
+import warnings
 
 import numpy
 import pytest
@@ -926,6 +927,40 @@ def test_a_float16_step_that_rounds_away_is_warned_of_without_waiting(
             cuda.cupy.cuda.Device().synchronize()
             opt.update()
     assert len([w for w in caught if 'rounded away' in str(w.message)]) == 1
+
+
+@pytest.mark.parametrize('make', [
+    lambda: chainer_lars.LARS(lr=100.0, weight_decay=0.0),
+    lambda: chainer_lars.LARS(lr=100.0, weight_decay=0.0,
+                              multi_tensor=False),
+    lambda: chainer_lars.LAMB(alpha=0.1, weight_decay_rate=0.0)])
+def test_float16_rows_without_a_gradient_are_not_steps_that_rounded_away(
+        gpu, make):
+    """As on the CPU (tests/test_lifetime.py): without weight decay, the
+    elements whose gradient is 0 stand still, which the kernels must not
+    count as steps that rounded away; only the rows that moved are steps,
+    and they moved."""
+    model = chainer.Link()
+    with model.init_scope():
+        model.w = chainer.Parameter(numpy.ones(64, numpy.float16))
+        model.b = chainer.Parameter(
+            numpy.linspace(-1, 1, 64).astype(numpy.float16))
+    gpu.send(model)
+    opt = make().setup(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        for _ in range(4):
+            w = cuda.to_cpu(model.w.array)
+            for param in model.params():
+                g = numpy.zeros(param.shape, param.dtype)
+                g[:8] = 1e-2
+                param.grad = gpu.xp.asarray(g)
+            opt.update()
+            if not gpu.emulated:
+                cuda.cupy.cuda.Device().synchronize()
+            moved = cuda.to_cpu(model.w.array) != w
+            assert moved[:8].all() and not moved[8:].any()
+        opt.update()  # reads the last update's counts
 
 
 @pytest.mark.parametrize('face', ['lars', 'hook'])
