@@ -403,6 +403,25 @@ def test_loss_scale_state_loaded_after_initialize_reports_the_loaded_scale(
     assert state.last_loss_scale == 512.0
 
 
+def test_loss_scale_state_reports_the_scale_of_the_update_it_follows():
+    """Dynamic scaling doubles the scale after each update (interval 1):
+    ``last_loss_scale`` is the scale the update used, ``loss_scale`` the
+    next one's."""
+    optimizer = optimizers.SGD(lr=0.1).setup(L.Linear(3, 2))
+    optimizer.loss_scaling(interval=1)  # from 1
+    state = chainer_lars.LossScaleState(optimizer)
+    state.initialize(None)
+    seen = []
+    for _ in range(3):
+        for p in optimizer.target.params():
+            p.grad = numpy.ones_like(p.array)
+        optimizer.update()
+        state(None)
+        seen.append((state.last_loss_scale, state.loss_scale,
+                     state.last_skipped))
+    assert seen == [(1.0, 2.0, False), (2.0, 4.0, False), (4.0, 8.0, False)]
+
+
 def test_loss_scale_state_loads_no_master_of_an_uninitialized_parameter(
         tmp_path):
     """Its master would overwrite the weights the parameter is given."""
