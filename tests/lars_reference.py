@@ -18,6 +18,22 @@ def norm64(a):
     return math.sqrt(float((a * a).sum()))
 
 
+def trust_ratio(w_norm, g_norm, weight_decay, eps, trust_coefficient,
+                threshold=0.0, require_grad=False, clip_lr=-1.0):
+    """The ratio as docs/hook.rst writes it, from the norms: ``eta ||w|| /
+    (eps + ||g|| + wd ||w||)`` where ``||w|| > threshold`` (and, with
+    ``require_grad``, ``||g|| > 0``) and the denominator is positive, else
+    1; ``clip_lr >= 0`` clips it to ``min(r / clip_lr, 1)``."""
+    denominator = eps + g_norm + weight_decay * w_norm
+    if (w_norm <= threshold or denominator <= 0
+            or require_grad and g_norm <= 0):
+        return 1.0
+    r = trust_coefficient * w_norm / denominator
+    if clip_lr is not None and clip_lr >= 0:
+        r = min(r / clip_lr, 1.0) if clip_lr > 0 else 1.0
+    return r
+
+
 def hook_gradient(w, g, threshold=1e-2, weight_decay=0.0, eps=1e-9,
                   trust_coefficient=1.0, clip_lr=None, uses_weight_decay=True,
                   uses_adaptation=True):
