@@ -22,10 +22,11 @@ from chainer_lars import engine
 from chainer_lars import layout as L
 from chainer_lars import ratio
 from tests import lars_reference as ref
+from tests import numba_util
 
 
 def _numba():
-    return pytest.importorskip('chainer_lars._numba')
+    return numba_util.require_numba(in_use=False)
 
 
 @pytest.fixture(params=['numpy', 'numba'])
@@ -354,6 +355,27 @@ def test_broken_numba_warns_and_falls_back(monkeypatch):
     monkeypatch.setattr(builtins, '__import__', fake_import)
     with pytest.warns(RuntimeWarning, match='cannot cache function'):
         assert cpu.backend() == 'numpy'
+
+
+@pytest.mark.parametrize('require', ['1', ''])
+@pytest.mark.parametrize('missing', ['off', 'not importable'])
+def test_tests_of_the_compiled_loops_fail_where_numba_is_required(
+        monkeypatch, require, missing):
+    """tests/numba_util.py: without the compiled loops their tests skip,
+    or fail with CHAINER_LARS_REQUIRE_NUMBA=1 (.ci/run sets it)."""
+    monkeypatch.setenv('CHAINER_LARS_REQUIRE_NUMBA', require)
+    monkeypatch.setattr(cpu, '_jit_module', None)  # the NumPy passes
+    if missing == 'not importable':
+        monkeypatch.setitem(sys.modules, 'chainer_lars._numba', None)
+        monkeypatch.delattr(chainer_lars, '_numba', raising=False)
+    expected = pytest.fail.Exception if require else pytest.skip.Exception
+    with pytest.raises(expected, match=(
+            'CHAINER_LARS_REQUIRE_NUMBA=1 but ' if require else '^')
+            + '(Numba does not import|the library runs the NumPy passes)'):
+        numba_util.require_numba()
+    if missing == 'off':  # a test that installs the module itself
+        assert numba_util.require_numba(in_use=False).__name__ == (
+            'chainer_lars._numba')
 
 
 def test_float16_conversions_are_numpys():

@@ -22,13 +22,15 @@ from chainer import serializers
 from chainer import testing
 
 import chainer_lars
-from chainer_lars import cpu as kernels
 from tests import lars_reference as ref
+from tests import numba_util
 
 
-pytestmark = pytest.mark.skipif(
-    kernels.backend() != 'numba',
-    reason='the CPU executor needs Numba (CHAINER_LARS_NUMBA=0 here)')
+@pytest.fixture(autouse=True)
+def compiled_loops():
+    """The CPU executor's batched path needs Numba: skipped without it,
+    failed where it is required (tests/numba_util.py)."""
+    numba_util.require_numba()
 
 
 class Mixed(chainer.Chain):
