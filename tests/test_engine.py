@@ -118,7 +118,7 @@ def test_settings_are_filled_when_their_values_change():
     def refuse(group, key):
         raise ValueError('refused')
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match='^refused$'):
         engine.settings(group, (1.0, 1.0), refuse)
     assert group.key is None  # filled again at the next update
     engine.settings(group, (0.25, 8.0), fill)
