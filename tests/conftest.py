@@ -34,6 +34,10 @@
 * ``@pytest.mark.mpi`` tests skip unless ``mpiexec`` is on ``PATH`` and
   mpi4py imports; with ``CHAINER_LARS_REQUIRE_MPI=1`` (set by CI) they fail
   instead (``tests/mpi_util.py``, which also runs the ranks).
+* The tests of the compiled CPU loops skip where the library runs without
+  Numba (``cpu._jit()`` falls back to the NumPy passes); with
+  ``CHAINER_LARS_REQUIRE_NUMBA=1`` (set by CI) they fail instead
+  (``tests/numba_util.py``).
 * Where ``CHAINER_LARS_PROGRESS`` names a folder (``dev.sh test`` sets it),
   the session writes how far it is into a file there
   (``tests/progress.py``).

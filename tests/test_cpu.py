@@ -21,10 +21,12 @@ from chainer_lars import cpu
 from chainer_lars import engine
 from chainer_lars import layout as L
 from chainer_lars import ratio
+from tests import lars_reference as ref
+from tests import numba_util
 
 
 def _numba():
-    return pytest.importorskip('chainer_lars._numba')
+    return numba_util.require_numba(in_use=False)
 
 
 @pytest.fixture(params=['numpy', 'numba'])
@@ -100,9 +102,9 @@ def test_rescale(dtype, n, settings):
     w_norm, g_norm = _norms(w, g, s)
     r = 1.0
     if row[L.ADAPT]:
-        r = ratio.trust_ratio(w_norm, g_norm, wd, row[L.EPS],
-                              row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
-                              False, row[L.CLIP_LR])
+        r = ref.trust_ratio(w_norm, g_norm, wd, row[L.EPS],
+                            row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
+                            False, row[L.CLIP_LR])
     expected = r * g.astype(numpy.float64) + r * s * wd * w
     w_before = w.copy()
     obs = _run(L.RESCALE, row, w, g)
@@ -127,8 +129,8 @@ def test_momentum_step(dtype, n, wd, nesterov, adapt):
                adapt=adapt)
     w64, g64, v64 = (x.astype(numpy.float64) for x in (w, g, v))
     w_norm, g_norm = _norms(w, g)
-    r = ratio.trust_ratio(w_norm, g_norm, wd, 1e-6, 0.02, 0.0,
-                          True) if adapt else 1.0
+    r = ref.trust_ratio(w_norm, g_norm, wd, 1e-6, 0.02, 0.0,
+                        True) if adapt else 1.0
     u = 0.5 * r * (g64 + wd * w64)
     v_new = 0.9 * v64 + u
     w_new = w64 - (u + 0.9 * v_new if nesterov else v_new)
@@ -353,6 +355,27 @@ def test_broken_numba_warns_and_falls_back(monkeypatch):
     monkeypatch.setattr(builtins, '__import__', fake_import)
     with pytest.warns(RuntimeWarning, match='cannot cache function'):
         assert cpu.backend() == 'numpy'
+
+
+@pytest.mark.parametrize('require', ['1', ''])
+@pytest.mark.parametrize('missing', ['off', 'not importable'])
+def test_tests_of_the_compiled_loops_fail_where_numba_is_required(
+        monkeypatch, require, missing):
+    """tests/numba_util.py: without the compiled loops their tests skip,
+    or fail with CHAINER_LARS_REQUIRE_NUMBA=1 (.ci/run sets it)."""
+    monkeypatch.setenv('CHAINER_LARS_REQUIRE_NUMBA', require)
+    monkeypatch.setattr(cpu, '_jit_module', None)  # the NumPy passes
+    if missing == 'not importable':
+        monkeypatch.setitem(sys.modules, 'chainer_lars._numba', None)
+        monkeypatch.delattr(chainer_lars, '_numba', raising=False)
+    expected = pytest.fail.Exception if require else pytest.skip.Exception
+    with pytest.raises(expected, match=(
+            'CHAINER_LARS_REQUIRE_NUMBA=1 but ' if require else '^')
+            + '(Numba does not import|the library runs the NumPy passes)'):
+        numba_util.require_numba()
+    if missing == 'off':  # a test that installs the module itself
+        assert numba_util.require_numba(in_use=False).__name__ == (
+            'chainer_lars._numba')
 
 
 def test_float16_conversions_are_numpys():

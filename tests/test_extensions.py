@@ -343,15 +343,20 @@ def test_schedule_of_a_method_or_object_is_refused(tmp_path, attr):
     assert callable(optimizer.update)
 
 
-@pytest.mark.parametrize('kwargs,error', [
-    ({'warmup_count': -1, 'max_count': 3}, ValueError),
-    ({'warmup_count': 1.5, 'max_count': 3}, TypeError),
-    ({'warmup_count': 4, 'max_count': 3}, ValueError),
-    ({'warmup_count': 1, 'max_count': 3, 'power': 0}, ValueError),
-    ({'warmup_count': 1, 'max_count': 3, 'init': float('nan')}, ValueError),
+@pytest.mark.parametrize('kwargs,error,words', [
+    ({'warmup_count': -1, 'max_count': 3}, ValueError,
+     'warmup_count must be at least 0, got -1'),
+    ({'warmup_count': 1.5, 'max_count': 3}, TypeError,
+     'warmup_count must be an int, not 1.5 (float)'),
+    ({'warmup_count': 4, 'max_count': 3}, ValueError,
+     'max_count must be at least warmup_count (4), got 3'),
+    ({'warmup_count': 1, 'max_count': 3, 'power': 0}, ValueError,
+     'power must be greater than 0.0, got 0.0'),
+    ({'warmup_count': 1, 'max_count': 3, 'init': float('nan')}, ValueError,
+     'init must be finite, got nan'),
 ])
-def test_schedule_arguments_checked(kwargs, error):
-    with pytest.raises(error):
+def test_schedule_arguments_checked(kwargs, error, words):
+    with pytest.raises(error, match='^' + re.escape(words) + '$'):
         chainer_lars.WarmupPolynomialShift('lr', **kwargs)
 
 
@@ -592,7 +597,9 @@ def test_observer_takes_a_compiled_pattern():
 
 
 def test_observer_checks_source(tmp_path):
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=re.escape(
+            'source must be a chainer_lars.LARS, LAMB or GradientLARS '
+            'instance (anything with an observe() method), got <object')):
         chainer_lars.TrustRatioObserver(object())
     trainer = make_trainer(lambda: optimizers.MomentumSGD(), 1, out=tmp_path)
     trainer.extend(chainer_lars.TrustRatioObserver(), trigger=(1, 'iteration'))

@@ -11,6 +11,7 @@ equal it within the rounding of each dtype.
 
 import functools
 import io
+import warnings
 
 import numpy
 import pytest
@@ -707,10 +708,13 @@ def test_hook_rescales_strided_gradients_as_the_cpu(gpu, dtype, multi_tensor):
 
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('loss_scale', [None, 8.0])
 def test_lars_steps_with_strided_gradients_as_the_cpu(gpu, dtype,
-                                                      multi_tensor):
+                                                      multi_tensor,
+                                                      loss_scale):
     """A gradient that is not C-contiguous takes the per-rule path, whose
-    kernels update contiguous copies, written back."""
+    kernels update contiguous copies, written back: under a loss scale the
+    gradient too, left unscaled as Chainer's rule leaves it."""
     sizes = [1, THREADS + 1, 40]
     cpu, dev = _pair(gpu, sizes, dtype)
     opts = []
@@ -724,14 +728,24 @@ def test_lars_steps_with_strided_gradients_as_the_cpu(gpu, dtype,
         opt = chainer_lars.LARS(lr=2.0, weight_decay=1e-3,
                                 multi_tensor=multi_tensor)
         opt.setup(model)
+        if loss_scale is not None:
+            opt.loss_scaling(scale=loss_scale)
         for step in range(2):
             rng = numpy.random.RandomState(7 + step)
+            unscaled = []
             for i, n in enumerate(sizes):
                 g = numpy.repeat(
                     (rng.standard_normal(n) * 1e-2).astype(dtype), 2)
-                getattr(model, 'l{}'.format(i)).W.grad = (
-                    g if xp is numpy else xp.asarray(g))[::2]
+                unscaled.append(g[::2])
+                if loss_scale is not None:
+                    g = g * dtype(loss_scale)  # a power of two: exact
+                param = getattr(model, 'l{}'.format(i)).W
+                param.grad = (g if xp is numpy else xp.asarray(g))[::2]
+                param._loss_scale = loss_scale
             opt.update()
+            for i, g in enumerate(unscaled):
+                numpy.testing.assert_array_equal(cuda.to_cpu(getattr(
+                    model, 'l{}'.format(i)).W.grad), g)
         opts.append(opt)
     assert not dev.l1.W.grad.flags.c_contiguous
     assert not dev.l2.W.array.flags.c_contiguous
@@ -913,6 +927,40 @@ def test_a_float16_step_that_rounds_away_is_warned_of_without_waiting(
             cuda.cupy.cuda.Device().synchronize()
             opt.update()
     assert len([w for w in caught if 'rounded away' in str(w.message)]) == 1
+
+
+@pytest.mark.parametrize('make', [
+    lambda: chainer_lars.LARS(lr=100.0, weight_decay=0.0),
+    lambda: chainer_lars.LARS(lr=100.0, weight_decay=0.0,
+                              multi_tensor=False),
+    lambda: chainer_lars.LAMB(alpha=0.1, weight_decay_rate=0.0)])
+def test_float16_rows_without_a_gradient_are_not_steps_that_rounded_away(
+        gpu, make):
+    """As on the CPU (tests/test_lifetime.py): without weight decay, the
+    elements whose gradient is 0 stand still, which the kernels must not
+    count as steps that rounded away; only the rows that moved are steps,
+    and they moved."""
+    model = chainer.Link()
+    with model.init_scope():
+        model.w = chainer.Parameter(numpy.ones(64, numpy.float16))
+        model.b = chainer.Parameter(
+            numpy.linspace(-1, 1, 64).astype(numpy.float16))
+    gpu.send(model)
+    opt = make().setup(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        for _ in range(4):
+            w = cuda.to_cpu(model.w.array)
+            for param in model.params():
+                g = numpy.zeros(param.shape, param.dtype)
+                g[:8] = 1e-2
+                param.grad = gpu.xp.asarray(g)
+            opt.update()
+            if not gpu.emulated:
+                cuda.cupy.cuda.Device().synchronize()
+            moved = cuda.to_cpu(model.w.array) != w
+            assert moved[:8].all() and not moved[8:].any()
+        opt.update()  # reads the last update's counts
 
 
 @pytest.mark.parametrize('face', ['lars', 'hook'])

@@ -17,6 +17,7 @@ from chainer import testing
 
 import chainer_lars
 from tests import lars_reference as ref
+from tests import numba_util
 from tests.lars_reference import PATHS
 
 
@@ -365,6 +366,27 @@ def test_a_direct_call_rescales_float16_in_the_next_update_too():
         testing.assert_allclose(param.array, expected, rtol=2e-3, atol=2e-3)
 
 
+def test_a_direct_call_before_a_skipped_update_is_not_carried_further():
+    # hook(optimizer) arms the float16 delegate for the next update only:
+    # when dynamic loss scaling skips that one (the rules never run), the
+    # update after it, where the hook is not called, is a plain SGD step.
+    link = _fp16_link([1.0, 2.0], [0.5, 0.5])
+    opt = optimizers.SGD(lr=0.1)
+    opt.setup(link)
+    opt.loss_scaling(interval=1)
+    chainer_lars.GradientLARS(threshold=0.0)(opt)  # armed for t = 1
+    link.p.grad = numpy.array([numpy.inf, 0.5], numpy.float16)
+    with pytest.warns(UserWarning, match='Non finite'):
+        opt.update()  # skipped; t = 1
+    assert link.p.array.tolist() == [1.0, 2.0]
+    link.p.grad = numpy.array([0.5, 0.5], numpy.float16)
+    opt.update()  # t = 2: the delegate armed for t = 1 does nothing
+    assert opt.t == 2
+    # Rescaled, it would move by 0.1 * sqrt(5) / sqrt(0.5) * 0.5 = 0.158.
+    testing.assert_allclose(link.p.array, [1.0 - 0.05, 2.0 - 0.05],
+                            rtol=1e-3)
+
+
 def test_hook_pickles():
     hook = chainer_lars.GradientLARS(
         threshold=0.1, weight_decay=1e-3, eps=0.0, trust_coefficient=0.5,
@@ -507,17 +529,26 @@ def test_two_hooks_on_one_model_keep_their_own_delegates():
     opt.setup(link)
     first = chainer_lars.GradientLARS(threshold=0.0)
     second = copy.deepcopy(first)
+    second.trust_coefficient = 0.5  # its effect is seen in the step
     opt.add_hook(first)
     opt.add_hook(second, name='second')
     opt.update()
     names = list(link.p.update_rule._hookable._pre_update_hooks)
     assert names == ['chainer_lars.GradientLARS',
                      'chainer_lars.GradientLARS#2']
-    # Both ran: ||r * g|| = ||w|| after the first, and the second's ratio
-    # of ||w|| / ||w|| = 1 keeps it.
-    step = 0.1 * math.sqrt(5.0) / math.sqrt(0.5) * 0.5
+    # Both ran, in order: ||r * g|| = ||w|| after the first (r = sqrt(5) /
+    # sqrt(0.5)), and the second's ratio of 0.5 * ||w|| / ||w|| halves it.
+    r = math.sqrt(5.0) / math.sqrt(0.5)
+    step = 0.1 * 0.5 * r * 0.5
     testing.assert_allclose(link.p.array, [1.0 - step, 2.0 - step],
                             rtol=1e-3)
+    # Each hook observed its own ratio, of the gradient it was handed.
+    (r1, w1, g1), = first.observe().values()
+    (r2, w2, g2), = second.observe().values()
+    testing.assert_allclose([r1, w1, g1], [r, math.sqrt(5.0), math.sqrt(0.5)],
+                            rtol=1e-6)
+    testing.assert_allclose([r2, w2, g2], [0.5, math.sqrt(5.0),
+                                           math.sqrt(5.0)], rtol=1e-3)
 
 
 @pytest.mark.parametrize('fp32_update', [False, True])
@@ -1017,8 +1048,8 @@ def test_huge_gradients_do_not_overflow_the_norm(monkeypatch, numba):
     from chainer_lars import cpu
     if not numba:
         monkeypatch.setattr(cpu, '_jit_module', None)
-    elif cpu.backend() != 'numba':
-        pytest.skip('Numba is not available')
+    else:
+        numba_util.require_numba()
     # ||g|| = 3e20 * 10: its square overflows float32 (3.4e38).
     link = chainer.Link()
     with link.init_scope():

@@ -19,6 +19,7 @@ import chainer_lars
 from chainer_lars import cpu
 from tests import lamb_reference as ref
 from tests import lars_reference
+from tests import numba_util
 from tests.lars_reference import EXCLUDED_FLAGS
 from tests.lars_reference import EXCLUDE_FROM_LAYER_ADAPTATION
 from tests.lars_reference import EXCLUDE_FROM_WEIGHT_DECAY
@@ -649,8 +650,7 @@ def test_without_adaptation_it_is_adam_without_eps():
 
 
 def test_numpy_passes_equal_the_compiled_loop(monkeypatch):
-    if cpu.backend() != 'numba':
-        pytest.skip('Numba is not installed')
+    numba_util.require_numba()
     models = [_model(numpy.float32) for _ in range(2)]
     opts = [chainer_lars.LAMB(**CASES[1]).setup(m) for m in models]
     for step in range(2):

@@ -255,8 +255,14 @@ def test_lars_saves_and_loads_its_loss_scaling(tmp_path):
         assert loaded._loss_scaling_is_dynamic is False
 
 
-@pytest.mark.parametrize('damage', ['missing', 'misshapen'])
-def test_a_damaged_loss_scaling_entry_sets_none_of_it(tmp_path, damage):
+@pytest.mark.parametrize('damage, error, words', [
+    # Chainer's NpzDeserializer names the missing key; float() of a
+    # misshapen entry is refused by NumPy (its words, any version).
+    ('missing', KeyError, 'loss_scale_max'),
+    ('misshapen', TypeError, 'converted to Python scalars'),
+])
+def test_a_damaged_loss_scaling_entry_sets_none_of_it(tmp_path, damage,
+                                                      error, words):
     """loss_scale is read first: it must not be set when a later entry
     fails."""
     path = str(tmp_path / 'opt.npz')
@@ -272,7 +278,7 @@ def test_a_damaged_loss_scaling_entry_sets_none_of_it(tmp_path, damage):
     lars.loss_scaling(interval=10, scale=4.0)
     before = {name: getattr(lars, name, '-')
               for name, _ in fused._LOSS_SCALING}
-    with pytest.raises((KeyError, TypeError)):
+    with pytest.raises(error, match=words):
         fused.serialize_loss_scaling(
             lars, serializers.NpzDeserializer(arrays))
     assert {name: getattr(lars, name, '-')
@@ -401,6 +407,25 @@ def test_loss_scale_state_loaded_after_initialize_reports_the_loaded_scale(
     assert state.loss_scale == 512.0
     state(None)
     assert state.last_loss_scale == 512.0
+
+
+def test_loss_scale_state_reports_the_scale_of_the_update_it_follows():
+    """Dynamic scaling doubles the scale after each update (interval 1):
+    ``last_loss_scale`` is the scale the update used, ``loss_scale`` the
+    next one's."""
+    optimizer = optimizers.SGD(lr=0.1).setup(L.Linear(3, 2))
+    optimizer.loss_scaling(interval=1)  # from 1
+    state = chainer_lars.LossScaleState(optimizer)
+    state.initialize(None)
+    seen = []
+    for _ in range(3):
+        for p in optimizer.target.params():
+            p.grad = numpy.ones_like(p.array)
+        optimizer.update()
+        state(None)
+        seen.append((state.last_loss_scale, state.loss_scale,
+                     state.last_skipped))
+    assert seen == [(1.0, 2.0, False), (2.0, 4.0, False), (4.0, 8.0, False)]
 
 
 def test_loss_scale_state_loads_no_master_of_an_uninitialized_parameter(

@@ -272,6 +272,30 @@ def test_the_hook_refuses_a_read_only_gradient(multi_tensor):
     assert out[1] == 'UNCHANGED'
 
 
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_the_hook_refuses_a_read_only_float16_gradient_before_all_moves(
+        multi_tensor):
+    """A float16 parameter without a master copy, rescaled later in its
+    rule, beside a float32 one the hook rescales at once: the float16
+    gradient is checked first, so that the float32 gradient and weight
+    keep their values too."""
+    out = lines('''
+        m = chainer.Link()
+        with m.init_scope():
+            m.a = chainer.Parameter(np.array([3, 4], np.float32))
+            m.b = chainer.Parameter(np.array([1, 2, 3], np.float16))
+        m.a.grad = np.array([1, 0], np.float32)
+        g = np.full(3, .5, np.float16); g.flags.writeable = False
+        m.b.grad = g
+        o = chainer.optimizers.SGD(lr=0.1); o.setup(m)
+        o.add_hook(chainer_lars.GradientLARS(multi_tensor={mt}))
+        outcome(o.update, m.a.array, m.a.grad, m.b.array, m.b.grad)
+    '''.format(mt=multi_tensor))
+    assert lines_error(out[0]) == 'ValueError'
+    assert '/b' in out[0] and 'read-only' in out[0]
+    assert out[1] == 'UNCHANGED'
+
+
 @pytest.mark.emulated
 def test_the_hook_and_a_step_on_the_same_gpu_arrays_keep_their_words():
     """The same gradients under two ops, one plan each: the step must get
