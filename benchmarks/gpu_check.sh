@@ -101,6 +101,7 @@ done
 case $budget in
     ''|*[!0-9]*) echo "$0: --budget takes whole seconds, not '$budget'" >&2; exit 2 ;;
 esac
+budget=$((10#$budget))  # 090 is 90 s, not octal
 if [ "$budget" -lt 60 ]; then
     echo "$0: --budget $budget is under the 60 s the steps need" >&2
     exit 2

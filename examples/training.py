@@ -15,7 +15,6 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -126,12 +125,12 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
             old.remove()
         trainer.extend(remove_old_run, trigger=(1, 'iteration'))
         old.set_aside()
-    scratch = None
     if comm is not None and comm.rank != 0:
         # Chainer's Trainer makes its folder in every process, and rank 0
-        # alone writes --out: the others' (on other machines too) is a
-        # temporary folder, never written, removed at the end.
-        scratch = trainer.out = tempfile.mkdtemp(prefix='chainer-lars-')
+        # alone writes --out: the others' (on other machines too) is the
+        # null device, which makedirs leaves as it is, which nothing can
+        # be written under, and which no killed process leaves behind.
+        trainer.out = os.devnull
     try:
         with Interruption(args, trainer, say=comm is None or comm.rank == 0,
                           cleanup=None if old is None else old.restore,
@@ -141,9 +140,6 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         if old is not None:
             old.restore()
         raise
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
     if divergence.found is not None:
         if divergence.say:
             cli.say('stopped: the run diverged (see above); the log and the '
@@ -259,6 +255,7 @@ class Interruption(object):
                 byte = os.read(self._read, 1) if ready else None
             except (OSError, ValueError):
                 break
+            now = time.time()  # the graces count from the signal
             if byte == b'':  # the run ended
                 break
             if byte is not None:

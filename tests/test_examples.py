@@ -1656,6 +1656,45 @@ def test_sigterm_during_a_long_update_says_so_at_once(dataset_root,
     assert 'to continue from ' in line
 
 
+def test_the_watcher_counts_its_graces_from_the_signal(monkeypatch):
+    """A SIGTERM that comes long after the run started, while the main
+    thread is held in a long call: the watcher says where the run stopped
+    TERM_GRACE after the signal and ends the process GRACE after it (it
+    counted from its own start, and so ended a run at once)."""
+    clock = {'now': 1000.0}
+    monkeypatch.setattr(training.time, 'time', lambda: clock['now'])
+
+    def select(readers, writers, errors, timeout=None):
+        # The signal comes 100 s in; then time passes only by timeouts.
+        clock['now'] += 100.0 if timeout is None else timeout
+        return readers if timeout is None else [], [], []
+    monkeypatch.setattr(training.select, 'select', select)
+    events = []
+
+    class Exit(Exception):
+        pass
+
+    def exit_(status):
+        events.append(('exit', clock['now'], status))
+        raise Exit()
+    monkeypatch.setattr(training.os, '_exit', exit_)
+    read, write = os.pipe()
+    os.write(write, bytes([signal.SIGTERM]))
+    watcher = training.Interruption(None, None, say=False)
+    watcher._read, watcher._handlers = read, {signal.SIGTERM: None}
+    monkeypatch.setattr(watcher, '_stop', lambda: events.append(
+        ('said', clock['now'])) or True)
+    try:
+        with pytest.raises(Exit):
+            watcher._watch()
+    finally:
+        os.close(write)
+        os.close(read)
+    assert events == [
+        ('said', pytest.approx(1100.0 + watcher.TERM_GRACE)),
+        ('exit', pytest.approx(1100.0 + watcher.GRACE), 143)]
+
+
 def test_resume_command_replaces_a_resume_of_its_own(monkeypatch):
     monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh mnist')
     argv = ['train_mnist.py', '-b', '64', '--resume', 'a/snapshot_iter_1',
