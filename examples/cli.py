@@ -283,8 +283,9 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
     if args.resume is not None and args.overwrite:
         parser.error('--overwrite starts a new run and --resume continues '
                      'one: give one of them')
-    if each_machine and resume_problem(args) is not None:
-        parser.error(resume_problem(args))
+    problem = resume_problem(args) if each_machine else None
+    if problem is not None:
+        parser.error(problem)
     if not distributed and paths:
         problem = path_problem(args)
         if problem is not None:
@@ -888,14 +889,12 @@ def check_batchsize(args, n_train, processes=None):
     --batchsize times their number (the shards are of one length, where
     need be sharing an example with their neighbour: checked against a
     shard, 2 examples would train a global batch of 3)."""
-    if processes is None and args.batchsize > n_train:
-        usage_error('--batchsize {} is larger than the training set ({} '
-                    'examples)'.format(args.batchsize, n_train))
-    if processes is not None and args.batchsize * processes > n_train:
-        usage_error('--batchsize {} on {} processes is a global batch of '
-                    '{}, larger than the training set ({} examples)'.format(
-                        args.batchsize, processes,
-                        args.batchsize * processes, n_train))
+    batch = args.batchsize * (processes or 1)
+    is_ = 'is' if processes is None else (
+        'on {} processes is a global batch of {},'.format(processes, batch))
+    if batch > n_train:
+        usage_error('--batchsize {} {} larger than the training set ({} '
+                    'examples)'.format(args.batchsize, is_, n_train))
 
 
 #: Whether the output is a terminal, where a launcher knows better than

@@ -29,5 +29,5 @@ def plain_number(x, low, high):
     0.001 or 10000 (one form on the whole axis)."""
     if 1e-3 <= min(low, high) and max(low, high) <= 1e4:
         return '{:g}'.format(x)
-    return '{:.0e}'.format(x) if x == float('{:.0e}'.format(x)) else (
-        '{:.1e}'.format(x))
+    text = '{:.0e}'.format(x)
+    return text if float(text) == x else '{:.1e}'.format(x)
