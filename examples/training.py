@@ -180,7 +180,8 @@ class Interruption(object):
     the signal. ``say``: this process prints (ChainerMN's rank 0);
     ``processes``: ChainerMN's number, for ``resume_command``. The
     handlers are this object's from ``__enter__`` to ``__exit__`` only,
-    and only where they were Python's defaults.
+    and only where they were Python's defaults; a signal once the run
+    has ended, whole, stops nothing.
     """
 
     GRACE = 3.0
@@ -219,6 +220,10 @@ class Interruption(object):
         return self
 
     def _handle(self, signum, frame):
+        if getattr(self._trainer, '_done', False):
+            # trainer.run() has returned, whole: nothing left to stop (it
+            # would raise in the handlers' restoring, with a traceback).
+            return
         self._raised = signum
         raise Interrupted(signum)
 

@@ -1695,6 +1695,31 @@ def test_the_watcher_counts_its_graces_from_the_signal(monkeypatch):
         ('exit', pytest.approx(1100.0 + watcher.GRACE), 143)]
 
 
+@pytest.mark.parametrize('name', ['SIGINT', 'SIGTERM'])
+def test_a_signal_once_the_run_has_ended_stops_nothing(name):
+    """Ctrl-C or SIGTERM once ``trainer.run()`` has ended (Chainer's
+    ``Trainer`` sets ``_done`` as its last step), before ``__exit__`` has
+    put the handlers back: the run is whole, so no "interrupted" line and
+    status 0 (the handler raised, and ``__exit__`` gave a traceback)."""
+    status, out, err = forked.run(
+        'import os, signal, time\n'
+        'from examples import training\n'
+        'class Trainer(object):\n'
+        '    _done = False\n'
+        '    def run(self):\n'
+        '        self._done = True\n'
+        '        os.kill(os.getpid(), signal.{0})  # handled at once\n'
+        '        time.sleep(0.05)\n'
+        'for signum in training.Interruption.SIGNALS:\n'
+        '    signal.signal(signum, signal.SIG_DFL)\n'
+        'trainer = Trainer()\n'
+        'with training.Interruption(None, trainer):\n'
+        '    trainer.run()\n'
+        'assert signal.getsignal(signal.{0}) == signal.SIG_DFL\n'
+        'print("ended")\n'.format(name))
+    assert (status, out, err) == (0, 'ended\n', '')
+
+
 def test_resume_command_replaces_a_resume_of_its_own(monkeypatch):
     monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh mnist')
     argv = ['train_mnist.py', '-b', '64', '--resume', 'a/snapshot_iter_1',
