@@ -770,23 +770,38 @@ def report_loss_scale(scaling):
 
 
 def keep_latest_snapshots(n):
-    """Removes all but the ``n`` latest snapshots in the output directory.
+    """Removes all but the ``n`` latest snapshots in the output directory,
+    and the temporary folders of snapshots a killed run left there.
 
     Chainer's own ``snapshot(n_retains=n)`` orders the files by their
     modification times alone, which are equal for files written within one
     clock tick, and then by name, where ``snapshot_iter_10`` comes before
-    ``snapshot_iter_9``; here the iteration breaks ties. Runs after the
-    snapshot (priority -100) of each epoch.
+    ``snapshot_iter_9``; here the iteration breaks ties. Chainer's writer
+    saves each snapshot in a folder ``tmpsnapshot_iter_N...`` and then
+    moves it out: such a folder is left only by a run killed while it
+    wrote. Runs after the snapshot (priority -100) of each epoch.
     """
     @training.make_extension(trigger=(1, 'epoch'), priority=-200)
     def remove_older_snapshots(trainer):
         found = []
         for name in os.listdir(trainer.out):
+            path = os.path.join(trainer.out, name)
             match = re.match(r'snapshot_iter_(\d+)$', name)
             if match:
-                path = os.path.join(trainer.out, name)
                 found.append((os.stat(path).st_mtime, int(match.group(1)),
                               path))
+            elif re.match(r'tmpsnapshot_iter_\d', name) and all(
+                    re.match(r'snapshot_iter_\d+$', inside)
+                    for inside in _listed(path)):  # nothing else
+                shutil.rmtree(path, ignore_errors=True)
         for _, _, path in sorted(found)[:-n]:
             os.remove(path)
     return remove_older_snapshots
+
+
+def _listed(path):
+    """The names in the folder ``path``, or [''] where it is none."""
+    try:
+        return os.listdir(path)
+    except OSError:
+        return ['']

@@ -1482,8 +1482,9 @@ def test_a_kill_while_writing_leaves_no_snapshot_cut_short(
     """Chainer's writer saves into a temporary folder, then renames.
 
     The trainer is killed (SIGKILL) halfway through writing the snapshot
-    of epoch 2: the snapshot of epoch 1 is whole and resumes, and no file
-    under a snapshot's name is cut short.
+    of epoch 2: the snapshot of epoch 1 is whole and resumes, no file
+    under a snapshot's name is cut short, and the run resumed in the same
+    --out removes the temporary folder left behind.
     """
     driver = tmp_path / 'driver.py'
     driver.write_text(
@@ -1512,14 +1513,20 @@ def test_a_kill_while_writing_leaves_no_snapshot_cut_short(
     assert result.returncode == -9, result.stderr
     names = os.listdir(str(out))
     assert 'snapshot_iter_2' in names and 'snapshot_iter_4' not in names
-    # The half-written file is in Chainer's temporary folder.
+    # The half-written file is in Chainer's temporary folder, which the
+    # resumed run removes at its first snapshot; a folder of that name
+    # that holds anything else stays.
     assert [name for name in names if name.startswith('tmpsnapshot_iter_4')]
-    resumed = tmp_path / 'resumed'
+    (out / 'tmpsnapshot_iter_9mine').mkdir()
+    (out / 'tmpsnapshot_iter_9mine' / 'notes').write_text('mine')
     result = run_script('examples.mnist.train_mnist', args + [
-        '--resume', str(out / 'snapshot_iter_2'), '--out', str(resumed)],
+        '--resume', str(out / 'snapshot_iter_2'), '--out', str(out)],
         dataset_root)
     assert result.returncode == 0, result.stderr
-    assert read_log(str(resumed))[-1]['epoch'] == 3
+    assert read_log(str(out))[-1]['epoch'] == 3
+    assert sorted(n for n in os.listdir(str(out)) if 'snapshot' in n) == [
+        'snapshot_iter_2', 'snapshot_iter_4', 'snapshot_iter_6',
+        'tmpsnapshot_iter_9mine']
 
 
 # The MNIST trainer, each update slowed down so that a run lasts long
