@@ -66,7 +66,8 @@
 # tools together, shared 60:25:15 in turn; default all the side-by-side
 # steps have), TRAIN_TIMEOUT (90), REPRODUCE_TIMEOUT (480);
 # PARALLEL_RESERVE (140), the seconds the timings leave for the
-# side-by-side steps; extra arguments: FLOOR_ARGS, ENGINE_ARGS (to
+# side-by-side steps (a --budget under what the timings that run need
+# with it is a usage error); extra arguments: FLOOR_ARGS, ENGINE_ARGS (to
 # train_loop.py), PEERS_ARGS, BENCH_ARGS, MNIST_ARGS.
 # Exit status: 0 when every step that ran passed and none was cut for
 # lack of time (summary.txt lists what did not run, and why: skipped on
@@ -102,10 +103,6 @@ case $budget in
     ''|*[!0-9]*) echo "$0: --budget takes whole seconds, not '$budget'" >&2; exit 2 ;;
 esac
 budget=$((10#$budget))  # 090 is 90 s, not octal
-if [ "$budget" -lt 60 ]; then
-    echo "$0: --budget $budget is under the 60 s the steps need" >&2
-    exit 2
-fi
 if [ -z "$1" ]; then
     echo "$0: OUTDIR is empty" >&2
     exit 2
@@ -120,6 +117,25 @@ for var in FLOOR_TIMEOUT ENGINE_TIMEOUT PEERS_TIMEOUT BENCH_TIMEOUT \
         ?*) printf -v "$var" '%d' "$((10#${!var}))" ;;  # 090 is not octal
     esac
 done
+# The least budget under which no step that runs is cut (a cut fails the
+# check): the byte floors keep the reserve of the side-by-side steps and
+# 60 s, the other timings the reserve; each needs 10 s of its own.
+need=60 why="the steps need"
+reserve=${PARALLEL_RESERVE:-140}
+[ $rehearse = 1 ] && reserve=60
+if [ "${FLOOR_TIMEOUT:-1}" != 0 ]; then
+    need=$((reserve + 70))
+    why="the byte floors need (10 s, keeping $((reserve + 60)) s for the later steps; FLOOR_TIMEOUT=0 skips them)"
+elif [ "${PEERS_TIMEOUT:-1}" != 0 ] \
+        || { [ "${ENGINE_TIMEOUT:-1}" != 0 ] && [ -n "${BEFORE-x}" ]; } \
+        || { [ "${BENCH_TIMEOUT:-1}" != 0 ] && [ "${BENCH:-1}" != 0 ]; }; then
+    need=$((reserve + 10))
+    why="the timings need (10 s, keeping PARALLEL_RESERVE $reserve s for the side-by-side steps)"
+fi
+if [ "$budget" -lt "$need" ]; then
+    echo "$0: --budget $budget is under the $need s $why" >&2
+    exit 2
+fi
 if [ -e "$1" ] && { [ ! -d "$1" ] || [ -n "$(ls -A "$1" 2>&1)" ]; }; then
     # An earlier check's files would be read as this one's (the MNIST
     # step's trainer refuses a folder that holds a run).
@@ -311,9 +327,8 @@ else
     bg_pids+=("$repro_pid")
 fi
 
-# What the side-by-side steps at the end need, kept from the timings.
-reserve=${PARALLEL_RESERVE:-140}
-[ $rehearse = 1 ] && reserve=60
+# What the side-by-side steps at the end need, kept from the timings:
+# $reserve (above).
 
 # 1. The timings, one at a time, alone on the GPU.
 floor_args=(--device "$device" --json "$out/floor.json")

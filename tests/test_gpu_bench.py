@@ -489,7 +489,11 @@ def _check(args, tmp_path, timeout=300, **env):
     (['out', '0', 'extra'], 'usage: '),
     (['--archive'], 'usage: '),
     (['--budget', 'ten', 'out'], "--budget takes whole seconds, not 'ten'"),
-    (['--budget', '30', 'out'], '--budget 30 is under the 60 s'),
+    (['--budget', '209', 'out'], '--budget 209 is under the 210 s the byte '
+     'floors need (10 s, keeping 200 s for the later steps; FLOOR_TIMEOUT=0 '
+     'skips them)'),
+    (['--rehearse', '--budget', '90', 'out'],
+     '--budget 90 is under the 130 s'),
     ([''], 'OUTDIR is empty'),
 ])
 def test_check_usage_errors(tmp_path, args, message):
@@ -497,6 +501,27 @@ def test_check_usage_errors(tmp_path, args, message):
     assert done.returncode == 2
     assert message in done.stdout
     assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('env,least', [
+    # No byte floors: the other timings keep the side-by-side reserve.
+    ({'FLOOR_TIMEOUT': '0'}, 150),
+    ({'FLOOR_TIMEOUT': '0', 'PARALLEL_RESERVE': '100'}, 110),
+    # No timing at all (BEFORE is empty in _check): the side-by-side steps.
+    ({'FLOOR_TIMEOUT': '0', 'PEERS_TIMEOUT': '0', 'BENCH': '0'}, 60),
+])
+def test_check_budget_least_is_what_the_steps_that_run_need(
+        tmp_path, env, least):
+    done = _check(['--budget', str(least - 1), 'out'], tmp_path, **env)
+    assert done.returncode == 2
+    assert '--budget {} is under the {} s'.format(
+        least - 1, least) in done.stdout
+    assert not (tmp_path / 'out').exists()
+    # One second more passes: the next check (OUTDIR) speaks.
+    (tmp_path / 'out').write_text('')
+    done = _check(['--budget', str(least), 'out'], tmp_path, **env)
+    assert done.returncode == 2
+    assert 'OUTDIR out is not an empty folder' in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize('kind', ['file', 'folder with a file'])
