@@ -95,7 +95,7 @@ class LARS(fused.FusedMethod):
         lr (float): Learning rate :math:`\\gamma`.
         momentum (float): Momentum :math:`\\mu`, in ``[0, 1)``.
         weight_decay (float): Weight decay :math:`\\lambda`.
-        trust_coefficient (float): :math:`\\eta` (TensorFlow's ``eeta``).
+        trust_coefficient (float): Trust coefficient :math:`\\eta`.
         eps (float): Added to the denominator; ``0`` stays 0.
         nesterov (bool): Use Nesterov momentum.
         exclude_from_weight_decay (list of str): Regular expressions
