@@ -192,8 +192,7 @@ class Record(object):
         ) + self.tables[0].likes + (groups[0].op,)
 
     def take(self, grads):
-        """How many gradients are not taken; ``None``: a held array
-        changed."""
+        """How many gradients are not taken; ``None``: a held array changed."""
         self._required()
         self.gids[:] = [id(a) for gs in grads for a in gs]
         left = _jit().restamp(self.held, self.changed, self.grads, _NONE,

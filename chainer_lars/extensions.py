@@ -55,10 +55,10 @@ class WarmupPolynomialShift(extension.Extension):
         self._attr = checks.string('attr', attr)
         self._warmup_count = checks.count('warmup_count', warmup_count)
         self._max_count = checks.count('max_count', max_count)
-        if self._max_count < self._warmup_count:
-            raise ValueError(
-                'max_count must be at least warmup_count ({}), got {}'.format(
-                    self._warmup_count, self._max_count))
+        if self._max_count < max(self._warmup_count, 1):  # 0: all at end
+            raise ValueError('max_count must be at least 1 and warmup_count '
+                             '({}), got {}'.format(self._warmup_count,
+                                                   self._max_count))
         self._power = checks.real('power', power, minimum=0.0, exclusive=True)
         self._init = None if init is None else checks.real('init', init)
         self._end = checks.real('end', end)

@@ -26,7 +26,8 @@ _LOSS_SCALING = (('_loss_scale', None), ('_loss_scale_max', 65504.0),
 
 
 def serialize_loss_scaling(optimizer, serializer):
-    """Saves or loads the loss-scaling state (``None`` as NaN): all or none."""
+    """Saves or loads the loss-scaling state (``None`` as NaN): all or none;
+    a snapshot without a scale leaves one set up (float32 to mixed16)."""
     values = []
     for name, default in _LOSS_SCALING:
         value = getattr(optimizer, name, default)
@@ -37,7 +38,8 @@ def serialize_loss_scaling(optimizer, serializer):
             if values:  # a snapshot with some of them is damaged
                 raise
             return
-    if isinstance(serializer, chainer.serializer.Deserializer):
+    if isinstance(serializer, chainer.serializer.Deserializer) and not (
+            numpy.isnan(values[0]) and optimizer._loss_scale is not None):
         values = list(map(float, values))  # all read before any is set
         for (name, default), value in zip(_LOSS_SCALING, values):
             setattr(optimizer, name, None if numpy.isnan(value) else

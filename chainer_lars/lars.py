@@ -78,11 +78,10 @@ class LARS(fused.FusedMethod):
         \\quad (\\text{Nesterov: } w \\leftarrow w - \\gamma r (g + \\lambda w)
         - \\mu v).
 
-    In plain text, with the arguments' names: ``r = trust_coefficient *
-    ||w|| / (||g|| + weight_decay * ||w|| + eps)`` if both norms are
-    positive, else ``r = 1``; ``u = lr * r * (g + weight_decay * w)``, ``v <-
-    momentum * v + u``, ``w <- w - v`` (Nesterov: ``w <- w - u - momentum *
-    v``).
+    In plain text, with the arguments' names: ``r = trust_coefficient * ||w|| /
+    (||g|| + weight_decay * ||w|| + eps)`` if both norms are positive, else
+    ``r = 1``; ``u = lr * r * (g + weight_decay * w)``, ``v <- momentum * v +
+    u``, ``w <- w - v`` (Nesterov: ``w <- w - u - momentum * v``).
 
     ``lr`` and ``trust_coefficient`` are the paper's :math:`\\gamma` and
     :math:`\\eta`, kept apart as in TensorFlow: an adapted array moves, per

@@ -349,7 +349,10 @@ def test_schedule_of_a_method_or_object_is_refused(tmp_path, attr):
     ({'warmup_count': 1.5, 'max_count': 3}, TypeError,
      'warmup_count must be an int, not 1.5 (float)'),
     ({'warmup_count': 4, 'max_count': 3}, ValueError,
-     'max_count must be at least warmup_count (4), got 3'),
+     'max_count must be at least 1 and warmup_count (4), got 3'),
+    # A run at end (0 for a rate) from its first update.
+    ({'warmup_count': 0, 'max_count': 0}, ValueError,
+     'max_count must be at least 1 and warmup_count (0), got 0'),
     ({'warmup_count': 1, 'max_count': 3, 'power': 0}, ValueError,
      'power must be greater than 0.0, got 0.0'),
     ({'warmup_count': 1, 'max_count': 3, 'init': float('nan')}, ValueError,

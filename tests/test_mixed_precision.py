@@ -244,15 +244,17 @@ def test_lars_saves_and_loads_its_loss_scaling(tmp_path):
     assert loaded._loss_scaling_is_dynamic is True
     assert loaded._loss_scaling_isnan_ever is True
     assert loaded._loss_scaling_multiplier == 2.0 ** 0.1
-    # A static scale, and none.
+    # A static scale replaces the dynamic one set up; none leaves it (a
+    # float32 run resumed in mixed16: the test below).
     for scale in (8.0, None):
         serializers.save_npz(path, updated_lars(model, scale, dynamic=False))
         loaded = chainer_lars.LARS()
         loaded.setup(L.Linear(3, 2))
         loaded.loss_scaling()
+        set_up = loaded._loss_scale
         serializers.load_npz(path, loaded)
-        assert loaded._loss_scale == scale
-        assert loaded._loss_scaling_is_dynamic is False
+        assert loaded._loss_scale == (set_up if scale is None else scale)
+        assert loaded._loss_scaling_is_dynamic is (scale is None)
 
 
 @pytest.mark.parametrize('damage, error, words', [
@@ -407,6 +409,40 @@ def test_loss_scale_state_loaded_after_initialize_reports_the_loaded_scale(
     assert state.loss_scale == 512.0
     state(None)
     assert state.last_loss_scale == 512.0
+
+
+@pytest.mark.parametrize('face', ['lars', 'lamb', 'sgd'])
+@pytest.mark.parametrize('dynamic', [False, True])
+def test_a_snapshot_without_a_loss_scale_leaves_the_one_set_up(
+        tmp_path, face, dynamic):
+    """A float32 run's snapshot (no scale) resumed by a mixed16 run with
+    ``loss_scaling()``: the scale set up stays (it was turned off, and
+    small float16 gradients underflowed). A snapshot with a scale still
+    gives its own."""
+    def make(scaled, scale):
+        model = L.Linear(3, 2)
+        optimizer = {'lars': chainer_lars.LARS, 'lamb': chainer_lars.LAMB,
+                     'sgd': optimizers.MomentumSGD}[face]().setup(model)
+        if scaled and dynamic:
+            optimizer.loss_scaling(interval=1000)
+            optimizer._loss_scale = scale
+        elif scaled:
+            optimizer.loss_scaling(scale=scale)
+        for p in model.params():
+            p.grad = numpy.ones_like(p.array)
+        optimizer.update()
+        return optimizer, chainer_lars.LossScaleState(optimizer)
+
+    for scaled in (False, True):
+        path = str(tmp_path / 'snapshot{}.npz'.format(scaled))
+        saved, saved_state = make(scaled, 512.0)
+        serializers.save_npz(path, saved if face != 'sgd' else saved_state)
+        optimizer, state = make(True, 64.0)
+        before = optimizer._loss_scale  # 64, or grown by 2 ** 0.001
+        serializers.load_npz(path, optimizer if face != 'sgd' else state)
+        assert optimizer._loss_scale == (
+            saved._loss_scale if scaled else before), scaled
+        assert optimizer._loss_scaling_is_dynamic == dynamic
 
 
 def test_loss_scale_state_reports_the_scale_of_the_update_it_follows():
