@@ -216,6 +216,18 @@ class Interruption(object):
             if signal.getsignal(signum) in (signal.SIG_DFL,
                                             signal.default_int_handler):
                 self._handlers[signum] = signal.signal(signum, self._handle)
+        # Python drops an exception raised in a weakref callback or a
+        # __del__ (Chainer and matplotlib run them all the time), printing
+        # "Exception ignored": the signal is raised again after the update,
+        # and not printed where it was dropped.
+        self._unraisable = sys.unraisablehook
+        sys.unraisablehook = self._dropped
+        if self._handlers and hasattr(self._trainer, 'extend'):
+            def raise_again(trainer):
+                if self._raised is not None:  # the first was dropped
+                    raise Interrupted(self._raised)
+            self._trainer.extend(raise_again, name='Interruption',
+                                 trigger=(1, 'iteration'), priority=1000)
         threading.Thread(target=self._watch, daemon=True).start()
         return self
 
@@ -227,11 +239,16 @@ class Interruption(object):
         self._raised = signum
         raise Interrupted(signum)
 
+    def _dropped(self, unraisable):
+        if not isinstance(unraisable.exc_value, Interrupted):
+            self._unraisable(unraisable)
+
     def __exit__(self, kind, value, tb):
         for signum, handler in self._handlers.items():
             signal.signal(signum, handler)
-        if self._previous is not None:
+        if self._previous is not None:  # (else none of them was set)
             signal.set_wakeup_fd(self._previous)
+            sys.unraisablehook = self._unraisable
         os.close(self._write)  # the watcher reads the end and returns
         if not isinstance(value, KeyboardInterrupt):
             return False
@@ -276,12 +293,16 @@ class Interruption(object):
                 continue
             if said is not None:  # the grace is over: say it, if still to
                 said = None
-                if self._raised is not None or not self._stop():
-                    break  # the main thread stops the run
-                if self._cleanup is not None:
+                if (self._raised is None and self._stop()
+                        and self._cleanup is not None):
                     self._cleanup()
-                continue
-            os._exit(128 + signum)  # the run is stuck: end it
+                continue  # until __exit__ closes the pipe, or the end
+            # The run is stuck (in a long call, or the main thread's
+            # Interrupted was dropped and no update has ended since): end it.
+            if (self._raised is not None and self._stop()
+                    and self._cleanup is not None):
+                self._cleanup()
+            os._exit(128 + signum)
         os.close(self._read)
 
     def _stop(self):

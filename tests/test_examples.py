@@ -1727,6 +1727,45 @@ def test_a_signal_once_the_run_has_ended_stops_nothing(name):
     assert (status, out, err) == (0, 'ended\n', '')
 
 
+@pytest.mark.parametrize('name', ['SIGINT', 'SIGTERM'])
+def test_a_signal_dropped_in_a_weakref_callback_still_stops_the_run(name):
+    """Python drops an exception raised in a weakref callback (or a
+    ``__del__``) and prints "Exception ignored": a signal handled there
+    stopped nothing, and the run trained to its end with status 0. It is
+    raised again once the update has ended, with the usual line."""
+    status, out, err = forked.run(
+        'import os, signal, types, weakref\n'
+        'import numpy, chainer, chainer.links as L\n'
+        'from chainer import training as T\n'
+        'from examples import training\n'
+        'for signum in training.Interruption.SIGNALS:\n'
+        '    signal.signal(signum, signal.SIG_DFL)\n'
+        'model = L.Classifier(L.Linear(2, 2))\n'
+        'optimizer = chainer.optimizers.SGD().setup(model)\n'
+        'data = chainer.datasets.TupleDataset(\n'
+        '    numpy.ones((8, 2), numpy.float32), numpy.zeros(8, numpy.int32))\n'
+        'updater = T.updaters.StandardUpdater(\n'
+        '    chainer.iterators.SerialIterator(data, 4), optimizer)\n'
+        'trainer = T.Trainer(updater, (500, "iteration"), out=os.devnull)\n'
+        'class Freed(object):\n'
+        '    pass\n'
+        'def freed(ref):\n'
+        '    os.kill(os.getpid(), signal.{0})  # handled in the callback\n'
+        'def drop(trainer):\n'
+        '    if trainer.updater.iteration == 3:\n'
+        '        thing = Freed()\n'
+        '        ref = weakref.ref(thing, freed)\n'
+        '        del thing\n'
+        'trainer.extend(drop, trigger=(1, "iteration"))\n'
+        'args = types.SimpleNamespace(epoch=500, out=os.devnull, '
+        'snapshots=0, resume=None)\n'
+        'with training.Interruption(args, trainer):\n'
+        '    trainer.run()\n'.format(name))
+    assert status == 128 + getattr(signal, name), (out, err)
+    assert 'Exception ignored' not in err and 'Traceback' not in err, err
+    assert re.search(r'interrupted at iteration [34] .*no snapshot', err), err
+
+
 def test_resume_command_replaces_a_resume_of_its_own(monkeypatch):
     monkeypatch.setenv('CHAINER_LARS_LAUNCHER', 'bash dev.sh mnist')
     argv = ['train_mnist.py', '-b', '64', '--resume', 'a/snapshot_iter_1',
