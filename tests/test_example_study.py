@@ -1464,3 +1464,64 @@ def test_the_committed_fair_experiment_is_in_the_readme(study, capsys):
                 reruns, b, o, study.SEEDS, study.MORE_SEEDS)[:len(done)]
         flags = ['--model', 'mlp-bn', '--fair', budget]
         assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
+
+
+# -- A study folder of bad JSONs ----------------
+
+def committed_copy(study, tmp_path):
+    """A copy of the committed study's folder, and a snapshot of it."""
+    copy = tmp_path / 'copy'
+    shutil.copytree(study.OUT, str(copy))
+    return copy, snapshot(copy)
+
+
+def snapshot(folder):
+    return {str(p): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(folder.rglob('*')) if p.is_file()}
+
+
+def no_run(*args, **kwargs):
+    raise AssertionError('a trainer ran')
+
+
+@pytest.mark.parametrize('text, says', [
+    ('{"batchsize": 512', 'cannot be read as JSON'),
+    ('[1, 2]', 'not a JSON object but a list'),
+    (None, 'no batchsize'),
+    (None, 'no curve'),
+    (None, 'curve holds [1], not an [iteration, accuracy] pair'),
+    (None, 'steps_to_target is "40", not int or null')])
+@pytest.mark.parametrize('task', ['--tables', '--check', '--plot-only',
+                                  '--reproduce', 'run'])
+def test_a_bad_json_is_named_not_a_traceback(study, tmp_path, monkeypatch,
+                                             text, says, task):
+    """A JSON cut short or edited by hand crashed every task with a
+    traceback that did not name it."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    out = tmp_path / 'study'
+    out.mkdir()
+    good = read_json(os.path.join(study.OUT, 'nesterov-b512-t0.json'))
+    if text is None:
+        bad = dict(good)
+        if says.startswith('no '):
+            del bad[says[3:]]
+        elif says.startswith('curve'):
+            bad['curve'] = good['curve'][:2] + [[1]]
+        else:
+            bad['steps_to_target'] = '40'
+        text = json.dumps(bad)
+    path = out / 'nesterov-b512-t1.json'
+    path.write_text(text)
+    with open(str(out / 'nesterov-b512-t0.json'), 'w') as f:
+        json.dump(good, f)
+    argv = ['--out', str(out), '--runs', str(tmp_path / 'runs'), '--noplot',
+            '--figure', str(tmp_path / 'f.png'), '--batchsizes', '512']
+    argv += {'run': [], '--reproduce': ['--reproduce', str(path)],
+             '--check': ['--check', str(tmp_path / 'none.md')]}.get(
+                 task, [task])
+    with pytest.raises(SystemExit) as exc:
+        study.main(argv)
+    # SystemExit(message): status 1, the message on stderr, no traceback.
+    message = exc.value.code
+    assert isinstance(message, str), message
+    assert message.startswith(str(path) + ': ') and says in message, message

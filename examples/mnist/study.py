@@ -624,9 +624,69 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
     return record
 
 
+_NUMBER = (int, float)
+#: The entries of a result JSON, and their types (None: null allowed).
+RECORD_KEYS = {'optimizer': (str,), 'batchsize': (int,),
+               'trial': (int, None), 'seed': (int,), 'flags': (dict,),
+               'command': (str,), 'target': _NUMBER, 'epochs': (int,),
+               'validation': (int,), 'steps_to_target': (int, None),
+               'epochs_to_target': _NUMBER + (None,),
+               'best_validation': _NUMBER + (None,),
+               'test_accuracy': _NUMBER + (None,), 'diverged': (bool,),
+               'curve': (list,)}
+#: Those of some JSONs only: the budget sweep's, the pre-tuning's, ...
+OPTIONAL_KEYS = {'budget': _NUMBER, 'budget_of': (str,), 'stage': (str,),
+                 'model': (str,), 'fair': _NUMBER, 'machine': (dict,),
+                 'n_train': (int,)}
+
+
+def _of_type(value, kinds):
+    if value is None:
+        return None in kinds
+    if isinstance(value, bool):  # JSON's true and false are no numbers
+        return bool in kinds
+    return isinstance(value, tuple(k for k in kinds if k is not None))
+
+
+def record_problem(record):
+    """What makes ``record`` (a result JSON, read) no result of the study,
+    or None: not an object, an entry missing or of the wrong type, a
+    curve that is not of ``[iteration, accuracy]`` pairs."""
+    if not isinstance(record, dict):
+        return 'not a JSON object but a {}'.format(type(record).__name__)
+    missing = [k for k in RECORD_KEYS if k not in record]
+    if missing:
+        return 'no {}'.format(', '.join(missing))
+    for key, kinds in list(RECORD_KEYS.items()) + list(
+            OPTIONAL_KEYS.items()):
+        if key in record and not _of_type(record[key], kinds):
+            return '{} is {}, not {}'.format(key, json.dumps(record[key]), (
+                ' or '.join('null' if k is None else k.__name__
+                            for k in kinds)))
+    for point in record['curve']:
+        if not (isinstance(point, list) and len(point) == 2
+                and _of_type(point[0], (int,))
+                and _of_type(point[1], _NUMBER + (None,))):
+            return 'curve holds {}, not an [iteration, accuracy] ' \
+                'pair'.format(json.dumps(point))
+    return None
+
+
 def read(path):
-    with open(path) as f:
-        return json.load(f)
+    """The result JSON ``path``; exits naming it where it cannot be read
+    or is not a result (``record_problem``): a file cut short, edited by
+    hand, or of something else."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit('{}: cannot be read as JSON ({}); remove it, and '
+                         'the study runs it again'.format(path, e))
+    problem = record_problem(record)
+    if problem is not None:
+        raise SystemExit('{}: not a result of the study: {}; remove it, '
+                         'and the study runs it again'.format(path, problem))
+    return record
 
 
 def write(path, record):
