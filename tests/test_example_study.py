@@ -1466,7 +1466,7 @@ def test_the_committed_fair_experiment_is_in_the_readme(study, capsys):
         assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
 
 
-# -- A study folder of bad JSONs ----------------
+# -- A study folder read, or run again, with other settings ----------------
 
 def committed_copy(study, tmp_path):
     """A copy of the committed study's folder, and a snapshot of it."""
@@ -1482,6 +1482,78 @@ def snapshot(folder):
 
 def no_run(*args, **kwargs):
     raise AssertionError('a trainer ran')
+
+
+@pytest.mark.parametrize('flags, says', [
+    (['--epochs', '10'], 'made with --epochs 24, not --epochs 10'),
+    (['--trials', '4'], 'trial 4 of a search of 4'),
+    (['--target', '0.97'], 'made with --target 0.98, not --target 0.97'),
+    (['--validation', '5000'],
+     'made with --validation 10000, not --validation 5000'),
+    (['--model', 'mlp-bn'], 'made with --model mlp, not --model mlp-bn'),
+    (['--target', '0.97', '--tables'], '--target 0.98, not --target 0.97'),
+    (['--validation', '5000', '--plot-only'], '--validation 10000'),
+    (['--trials', '4', '--tables'], 'trial 4 of a search of 4'),
+    (['--seeds', '1', '--tables'], 'a rerun with seed 2, not one of '
+     '--seeds 1'),
+    (['--batchsizes', '1000', '--tables'],
+     '--batchsizes 1000: no JSON of that batch size')])
+def test_a_folder_of_other_settings_is_refused_before_anything_runs(
+        study, tmp_path, capsys, monkeypatch, flags, says):
+    """Run again with flags that change a trial, the study replaced the
+    committed JSONs (or took a 98 % folder as complete at 97 %); --tables
+    printed another study's tables. Now it refuses, naming a file, and
+    the folder is as it was."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    copy, before = committed_copy(study, tmp_path)
+    runs = tmp_path / 'runs'
+    with pytest.raises(SystemExit) as exc:
+        study.main(['--out', str(copy), '--runs', str(runs), '--noplot',
+                    '--figure', str(tmp_path / 'f.png')] + flags)
+    assert exc.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert says in line and 'give another --out' in line, line
+    if not says.startswith('--batchsizes'):
+        assert str(copy) + os.sep in line
+    assert snapshot(copy) == before
+    assert not runs.exists() and not (tmp_path / 'f.png').exists()
+
+
+def test_a_search_json_of_other_flags_is_not_replaced(study, tmp_path,
+                                                      monkeypatch):
+    """Past main's check (a JSON written meanwhile): run_trial refuses
+    to replace a search trial; only reruns and budget runs are redone."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    copy, before = committed_copy(study, tmp_path)
+    args = argparse.Namespace(out=str(copy))
+    path = str(copy / 'nesterov-b512-t0.json')
+    flags = dict(read_json(path)['flags'], lr=1.0)
+    with pytest.raises(SystemExit) as exc:
+        study.run_trial(args, 'nesterov', 512, 0, flags, 0, 'never')
+    assert str(exc.value.code).startswith(path + ': made with the flags')
+    assert snapshot(copy) == before
+
+
+def test_tables_of_the_batch_sizes_asked(study, capsys):
+    assert study.main(['--batchsizes', '512', '--tables']) == 0
+    rows = [line.split('|')[1].strip()
+            for line in capsys.readouterr().out.splitlines()
+            if line.startswith('| ') and not line.startswith('| batch')]
+    assert rows and set(rows) == {'512'}
+
+
+@pytest.mark.parametrize('flags, says', [
+    (['--tables', '--plot-only'], '--tables and --plot-only are 2 tasks'),
+    (['--check', '--tables'], '--check and --tables are 2 tasks'),
+    (['--pretuned', '--optimizers', 'foo'],
+     '--optimizers foo: choose from')])
+def test_flags_the_reading_tasks_cannot_honour_are_refused(
+        study, tmp_path, capsys, flags, says):
+    with pytest.raises(SystemExit) as exc:
+        study.main(['--figure', str(tmp_path / 'f.png')] + flags)
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err.splitlines()[-1]
+    assert not (tmp_path / 'f.png').exists()
 
 
 @pytest.mark.parametrize('text, says', [

@@ -27,7 +27,9 @@ epochs, the warm-up stretched with the run
 ``budget`` and ``epochs``). Trials are run round by round
 (trial 0 of every cell, then trial 1, ...), so that every cell has
 results early; what is done (its JSON exists) is skipped, so an
-interrupted study continues where it stopped. ``--model mlp-bn`` runs
+interrupted study continues where it stopped; a folder whose JSONs were
+made with other settings (flags, epochs, target, validation, model) is
+refused before anything runs. ``--model mlp-bn`` runs
 the study of the MLP with BatchNorm into ``<out>/mlp-bn/``.
 
     python examples/mnist/study.py
@@ -584,10 +586,19 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
         record = read(path)
         if record['trial'] == trial and record['flags'] == flags:
             return record
-        # A rerun of a trial that is no longer its cell's best (the search
-        # grew): made again of the best.
-        print('  {}: a rerun of trial {}, the best is now trial {}: run '
-              'again'.format(name, record['trial'], trial), flush=True)
+        # Only a rerun of a trial that is no longer its cell's best (the
+        # search grew), or a budget run of a trial that left the cell's
+        # best, is made again; any other JSON of other flags is of
+        # another study (main refuses them before anything runs:
+        # ``other_settings``).
+        if budget is None and (stage is not None or test == 'never'):
+            raise SystemExit('{}: made with the flags {}, this study runs '
+                             '{}; give another --out'.format(
+                                 path, record['flags'], flags))
+        print('  {}: a {} of trial {}, the best is now trial {}: run '
+              'again'.format(name, 'rerun' if budget is None
+                             else 'budget run', record['trial'], trial),
+              flush=True)
     epochs = epochs_of(args, batchsize)
     if budget is not None:
         epochs = int(epochs * budget)  # a whole number: main checks it
@@ -1493,11 +1504,86 @@ def off_the_curve(out):
     return problems
 
 
-def all_tables(args, search, reruns, budgets):
+def _paths(out):
+    """``(path, record)`` of each JSON of ``out`` and its ``pretune/``."""
+    for folder in (out, os.path.join(out, PRETUNE)):
+        for name, record in _records(folder):
+            yield os.path.join(folder, name + '.json'), record
+
+
+def all_fair_rates(args, search):
+    """The fair experiment's working rates by (batch size, optimizer), for
+    ``inconsistent``; None outside it."""
+    if args.fair is None:
+        return None
+    return {(b, o): lr for b in {b for b, _ in search}
+            for o, lr in fair_rates(args.out, b, list(OPTIMIZERS)).items()}
+
+
+def other_settings(args, given):
+    """Each JSON of ``--out`` made with other settings than this
+    invocation's, as ``path: what differs``: the model, the target, the
+    validation split and the epochs, those of ``given`` only (the flags
+    named on the command line; all of them where the study runs), and
+    the flags of the search trials, the pilot and the grid (``inconsistent``
+    without the reruns, which the study makes again of a new best). A
+    study that took them as its own would skip their runs, or replace
+    them, and its tables would mix two studies."""
+    problems, names = [], {}
+    for path, r in _paths(args.out):
+        names[os.path.basename(path)[:-len('.json')]] = path
+        made, asked = [], []
+        want = {'model': args.model, 'target': args.target,
+                'validation': args.validation}
+        if args.epochs is not None or r['batchsize'] in EPOCHS:
+            want['epochs'] = int(epochs_of(args, r['batchsize'])
+                                 * r.get('budget', 1))
+        for key, value in sorted(want.items()):
+            was = r.get(key, MODELS[0] if key == 'model' else None)
+            if key in given and was != value:
+                made.append('--{} {}'.format(key, was))
+                asked.append('--{} {}'.format(key, value))
+        if made:
+            problems.append('{}: made with {}, not {}'.format(
+                path, ' '.join(made), ' '.join(asked)))
+    if problems or 'flags' not in given:
+        return problems
+    search, _ = load(args.out)
+    rates = all_fair_rates(args, search)
+    for problem in (inconsistent(search, {}, args.trials, args.refine,
+                                 args.settings, rates)
+                    + inconsistent_pretune(load_pretune(args.out))):
+        name, what = problem.split(': ', 1)
+        problems.append('{}: {} (with --trials {} and --refine {})'.format(
+            names.get(name, name), what, args.trials,
+            ','.join(map(str, args.refine))))
+    return problems
+
+
+def other_seeds(args):
+    """Each rerun of ``--out`` of a seed that ``--seeds`` (and, in the fair
+    experiment, ``--more-seeds``) does not name: the tables would count
+    it against the seeds named ("3/1")."""
+    seeds = set(args.seeds) | (set(args.more_seeds) if args.fair is not None
+                               else set())
+    return ['{}: a rerun with seed {}, not one of --seeds {}'.format(
+        path, r['seed'], ','.join(map(str, args.seeds)))
+        for path, r in _paths(args.out)
+        if r['seed'] and r['seed'] not in seeds]
+
+
+def all_tables(args, search, reruns, budgets, only=False):
     """Every table of ``--out``, as ``--tables`` prints them and
     ``--check`` expects them: the study's and, where it has run, the
-    pre-tuning's."""
+    pre-tuning's; ``only``: those of ``--batchsizes`` only."""
     pre = load_pretune(args.out)
+    defaults, default_reruns = (load_defaults(args.out),
+                                load_defaults(args.out, reruns=True))
+    if only:
+        pre = {k: v for k, v in pre.items() if k[0] in args.batchsizes}
+        defaults, default_reruns = (
+            {b: v for b, v in found.items() if b in args.batchsizes}
+            for found in (defaults, default_reruns))
     if args.fair is not None:
         extra = ['decay_power'] + (['beta2', 'eps'] if any(
             o in recipe.ADAM_LIKE for _, o in search) else [])
@@ -1505,9 +1591,9 @@ def all_tables(args, search, reruns, budgets):
                       args.refine, wanted=fair_wanted(args, reruns),
                       extra=extra) + (pretune_tables(pre, 0) if pre else [])
     return tables(search, reruns, args.trials, len(args.seeds), args.refine,
-                  load_defaults(args.out), budgets, args.budgets,
+                  defaults, budgets, args.budgets,
                   args.budget_configs, args.budget_batchsizes,
-                  load_defaults(args.out, reruns=True)) + (
+                  default_reruns) + (
         pretune_tables(pre) if pre else [])
 
 
@@ -1515,11 +1601,7 @@ def check(args):
     search, reruns = load(args.out)
     budgets = load_budgets(args.out)
     status = 0
-    rates = None
-    if args.fair is not None:
-        rates = {(b, o): lr for b in {b for b, _ in search}
-                 for o, lr in fair_rates(args.out, b, list(OPTIMIZERS))
-                 .items()}
+    rates = all_fair_rates(args, search)
     for problem in (inconsistent(search, reruns, args.trials, args.refine,
                                  args.settings, rates)
                     + (fair_problems(args, search, reruns)
@@ -2121,22 +2203,21 @@ def main(argv=None):
                         default=PRETUNE_BATCHSIZE,
                         help='The batch size of the pre-tuning (default: '
                         '%(default)s)')
-    parser.add_argument('--model', choices=MODELS, default=MODELS[0],
+    parser.add_argument('--model', choices=MODELS,
                         help='The trainer\'s --model; the JSONs of mlp-bn '
                         'go to examples/mnist/study/mlp-bn/, its figure to '
-                        'study-mlp-bn.png (default: %(default)s)')
+                        'study-mlp-bn.png (default: {})'.format(MODELS[0]))
     parser.add_argument('--epochs', type=results._integer(1),
                         help='One epoch budget for every batch size '
                         '(default: {})'.format(', '.join(
                             '{} for {}'.format(e, b)
                             for b, e in EPOCHS.items())))
     parser.add_argument('--validation', type=results._integer(1),
-                        default=VALIDATION,
                         help='Training images held out (default: '
-                        '%(default)s)')
-    parser.add_argument('--target', type=float, default=TARGET,
+                        '{})'.format(VALIDATION))
+    parser.add_argument('--target', type=float,
                         help='Validation accuracy target (default: '
-                        '%(default)s)')
+                        '{})'.format(TARGET))
     parser.add_argument('--device', '-d', default='-1')
     parser.add_argument('--dataset-root',
                         help='Passed on to train_mnist.py')
@@ -2164,9 +2245,24 @@ def main(argv=None):
     parser.add_argument('--plot-only', action='store_true',
                         help='Run nothing: draw the figure from the JSONs')
     args = parser.parse_args(argv)
+    # The settings of a trial named on the command line: a task that only
+    # reads the JSONs refuses a folder made with others (``other_settings``).
+    given = {name for name in ('batchsizes', 'model', 'target', 'validation',
+                               'epochs') if getattr(args, name) is not None}
+    for name, value in (('model', MODELS[0]), ('target', TARGET),
+                        ('validation', VALIDATION)):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.batchsizes is None:
         args.batchsizes = (BATCHSIZES if args.fair is None
                            else [FAIR_BATCHSIZE])
+    tasks = [flag for flag, on in (
+        ('--check', args.check is not None),
+        ('--reproduce', args.reproduce is not None),
+        ('--tables', args.tables), ('--plot-only', args.plot_only)) if on]
+    if len(tasks) > 1:
+        parser.error('{} are {} tasks: give one'.format(
+            ' and '.join(tasks), len(tasks)))
     for name in ('out', 'runs', 'dataset_root'):
         if getattr(args, name) == '':  # it would be the current folder
             parser.error("--{} '': {}".format(name.replace('_', '-'),
@@ -2191,6 +2287,10 @@ def main(argv=None):
         # Two rounds at every batch size, no budget sweep.
         args.refine = list(args.batchsizes)
         args.budget_configs = 0
+    for name in args.optimizers:
+        if name not in OPTIMIZERS:
+            parser.error('--optimizers {}: choose from {}'.format(
+                name, ', '.join(OPTIMIZERS)))
     args.settings = None
     if args.pretuned:
         if args.pretune:
@@ -2199,10 +2299,6 @@ def main(argv=None):
         args.settings = pretuned_settings(
             args.out, args.pretune_batchsize, args.optimizers)
         args.out = os.path.join(args.out, PRETUNED)
-    for name in args.optimizers:
-        if name not in OPTIMIZERS:
-            parser.error('--optimizers {}: choose from {}'.format(
-                name, ', '.join(OPTIMIZERS)))
     if not 0 < args.target <= 1:
         parser.error('--target must be in (0, 1], got {}'.format(
             args.target))
@@ -2222,6 +2318,21 @@ def main(argv=None):
                                     problem, task))
     if args.check is not None:
         return check(args)
+    if args.reproduce is None:
+        # Where the study runs, every setting is this invocation's.
+        problems = other_settings(args, given | {'flags'} if task else {
+            'model', 'target', 'validation', 'epochs', 'flags'})
+        if task:
+            problems += other_seeds(args)
+            held = {r['batchsize'] for _, r in _paths(args.out)}
+            problems += ['--batchsizes {}: no JSON of that batch size'.format(
+                b) for b in args.batchsizes
+                if 'batchsizes' in given and b not in held]
+        if problems:
+            parser.error('--out {}: {}{}; give another --out for these '
+                         'settings, or those it was made with'.format(
+                             args.out, problems[0], ' (and {} more)'.format(
+                                 len(problems) - 1) if problems[1:] else ''))
     if args.reproduce is not None:
         if not os.path.isfile(args.reproduce):
             parser.error('--reproduce {}: no such file'.format(
@@ -2229,8 +2340,13 @@ def main(argv=None):
         return reproduce(args)
     if args.tables:
         search, reruns = load(args.out)
-        for header, rows in all_tables(args, search, reruns,
-                                       load_budgets(args.out)):
+        budgets = load_budgets(args.out)
+        if 'batchsizes' in given:
+            search, reruns, budgets = (
+                {c: v for c, v in found.items() if c[0] in args.batchsizes}
+                for found in (search, reruns, budgets))
+        for header, rows in all_tables(args, search, reruns, budgets,
+                                       'batchsizes' in given):
             print('\n'.join(results.markdown_table(header, rows)) + '\n')
         return 0
     if args.plot_only:
