@@ -9,7 +9,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 
 import numpy
 import pytest
@@ -779,12 +778,15 @@ def test_a_diverged_trial_is_a_result(study, tiny_study, tmp_path):
         with open(str(tmp_path / 'stdout'), 'w') as stdout:
             log = study.run_command(cmd, str(tmp_path / 'run'),
                                     tiny_study.root, '-1', stdout)
-            with pytest.raises(subprocess.CalledProcessError):
+            with pytest.raises(SystemExit) as exc:
                 study.run_command(cmd + ['--momentum', '2'],
                                   str(tmp_path / 'bad'), tiny_study.root,
                                   '-1', stdout)
     finally:
         chainer.dataset.set_dataset_root(previous)
+    # Its reason, from the end of the trainer's output, and the file.
+    assert str(tmp_path / 'stdout') in exc.value.code
+    assert '--momentum' in exc.value.code.split('\n', 1)[1]
     record = study.measure(log, 16, 48, 0.3, 16)
     assert record['diverged'] is True
     assert record['final_loss'] is None
@@ -1597,3 +1599,51 @@ def test_a_bad_json_is_named_not_a_traceback(study, tmp_path, monkeypatch,
     message = exc.value.code
     assert isinstance(message, str), message
     assert message.startswith(str(path) + ': ') and says in message, message
+
+
+# -- A trainer that fails, data that is missing ------------------------------
+
+def test_a_failed_trainer_shows_its_reason_and_its_output(
+        study, tmp_path, dataset_root, capsys):
+    """--validation as large as the training set: the trainer says why
+    it stops in <runs>/<name>.stdout; the study showed a
+    CalledProcessError traceback instead."""
+    runs = tmp_path / 'runs'
+    argv = ['--dataset-root', dataset_root, '--batchsizes', '16',
+            '--optimizers', 'lars', '--trials', '1', '--seeds', '1',
+            '--epochs', '2', '--validation', '64', '--noplot',
+            '--out', str(tmp_path / 'json'), '--runs', str(runs)]
+    with pytest.raises(SystemExit) as exc:
+        study.main(argv)
+    message = exc.value.code
+    assert isinstance(message, str), message
+    stdout = str(runs / 'lars-b16-t0.stdout')
+    assert 'status 2' in message and stdout in message
+    assert 'leaves no training images' in message.split(stdout, 1)[1]
+    assert not (tmp_path / 'json').exists()
+
+
+@pytest.mark.parametrize('task', ['run', '--reproduce'])
+def test_missing_mnist_is_the_trainer_s_message(study, tmp_path,
+                                                monkeypatch, task):
+    """Without MNIST and a network the study ended in a URLError
+    traceback (it called get_mnist itself); now as the trainer does."""
+    def offline(*args, **kwargs):
+        raise OSError('no network')
+    monkeypatch.setattr(chainer.datasets, 'get_mnist', offline)
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    root = tmp_path / 'empty'
+    root.mkdir()
+    argv = ['--dataset-root', str(root), '--out', str(tmp_path / 'json'),
+            '--runs', str(tmp_path / 'runs'), '--noplot']
+    if task == '--reproduce':
+        argv += ['--reproduce',
+                 os.path.join(study.OUT, 'lars-b512-t0.json')]
+    previous = chainer.dataset.get_dataset_root()
+    try:
+        with pytest.raises(SystemExit) as exc:
+            study.main(argv)
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    assert 'Error: MNIST is not cached' in str(exc.value.code)
+    assert str(root) in str(exc.value.code)

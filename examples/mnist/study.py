@@ -58,8 +58,7 @@ import math
 import os
 import platform
 import shlex
-import signal
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
@@ -68,7 +67,8 @@ import numpy
 
 if not __package__:  # run as a file: examples/README.md
     import _examples_path  # NOQA
-from examples import folders  # NOQA: E402 (after the path is set)
+from examples import data  # NOQA: E402 (after the path is set)
+from examples import folders  # NOQA: E402
 from examples import recipe  # NOQA: E402
 from examples.mnist import results  # NOQA: E402
 
@@ -465,7 +465,7 @@ def run_command(cmd, out, dataset_root, device, stdout):
     if code == 1 and log and results.diverged(log):
         return log
     if code:
-        raise subprocess.CalledProcessError(code, full)
+        results.trainer_failed(code, stdout.name)
     return log
 
 
@@ -1678,18 +1678,13 @@ def reproduce(args):
     """Reruns the command of ``args.reproduce``; 0 when the numbers match."""
     record = read(args.reproduce)
     cmd = shlex.split(record['command'])
-    with tempfile.TemporaryDirectory() as folder:
-        out = os.path.join(folder, 'run')
-        with open(os.path.join(folder, 'stdout'), 'w') as stdout:
-            try:
-                log = run_command(cmd, out, args.dataset_root, args.device,
-                                  stdout)
-            except subprocess.CalledProcessError:
-                stdout.close()
-                with open(os.path.join(folder, 'stdout')) as f:
-                    sys.stderr.write(f.read())
-                raise
-        n_train = n_training_images(record['validation'])
+    n_train = n_training_images(record['validation'])
+    # Kept where the trainer fails: its output, named in the message.
+    folder = tempfile.mkdtemp()
+    with open(os.path.join(folder, 'stdout'), 'w') as stdout:
+        log = run_command(cmd, os.path.join(folder, 'run'),
+                          args.dataset_root, args.device, stdout)
+    shutil.rmtree(folder)
     again = measure(log, record['batchsize'], n_train, record['target'],
                     record['validation'])
     if record['test_accuracy'] is None:
@@ -1751,14 +1746,13 @@ def _eval_every(cmd):
 
 
 def n_training_images(validation):
-    """The training images left once ``validation`` are held out."""
-    import chainer
-    return len(chainer.datasets.get_mnist()[0]) - validation
+    """The training images left once ``validation`` are held out; exits
+    as the trainer does (``data.load_mnist``) where MNIST is missing."""
+    return len(data.load_mnist()[0]) - validation
 
 
 def n_test_images():
-    import chainer
-    return len(chainer.datasets.get_mnist()[1])
+    return len(data.load_mnist()[1])
 
 
 # -- The figure ------------------------------------------------------------
@@ -2373,7 +2367,7 @@ def main(argv=None):
     args.machine = machine()
     os.makedirs(args.runs, exist_ok=True)
     # SIGTERM stops the study as Ctrl-C does, its current run with it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    results.stop_on_sigterm()
     if args.pretune:
         if args.epochs is None and args.pretune_batchsize not in EPOCHS:
             parser.error('--pretune-batchsize {}: no epoch budget for it; '
