@@ -1647,3 +1647,15 @@ def test_missing_mnist_is_the_trainer_s_message(study, tmp_path,
         chainer.dataset.set_dataset_root(previous)
     assert 'Error: MNIST is not cached' in str(exc.value.code)
     assert str(root) in str(exc.value.code)
+
+
+def test_epochs_to_target_are_rounded_once(study):
+    """17.6947 epochs (54 steps of 16384 on 50,000 images) were recorded
+    as 17.695, then shown as 17.70; the tables round the exact value."""
+    record = read_json(os.path.join(study.OUT, 'lars-b16384-t4.json'))
+    assert record['epochs_to_target'] == 17.695
+    head, rows = study.tables({(16384, 'lars'): [record]}, {})[0]
+    assert rows[0][head.index('epochs to target')] == '17.69'
+    head, rows = study.defaults_table({}, {8192: dict(
+        record, batchsize=8192, steps_to_target=43, n_train=50000)})
+    assert rows[0][head.index('epochs to target')] == '7.05'

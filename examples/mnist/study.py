@@ -614,7 +614,8 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
     record = {'optimizer': optimizer, 'batchsize': batchsize,
               'trial': trial, 'seed': seed, 'flags': flags,
               'command': text, 'target': args.target, 'epochs': epochs,
-              'validation': args.validation, 'model': args.model}
+              'validation': args.validation, 'model': args.model,
+              'n_train': args.n_train}
     if budget is not None:
         record['budget'] = budget
         record['budget_of'] = trial_name(optimizer, batchsize, trial)
@@ -1124,8 +1125,7 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
                                     trials_of(cell[0], trials, refine)),
                      str(len(reached)), str(top['trial']),
                      str(top['steps_to_target'] if reached else '-'),
-                     '{:.2f}'.format(top['epochs_to_target'])
-                     if reached else '-',
+                     _epochs(top) if reached else '-',
                      _percent(max(r['best_validation'] or 0
                                   for r in records)),
                      '{:g}'.format(flags['lr']),
@@ -1288,6 +1288,21 @@ def _steps(r):
     return '-' if r['steps_to_target'] is None else str(r['steps_to_target'])
 
 
+#: MNIST's training images: the JSONs without ``n_train`` held
+#: ``validation`` of them out.
+MNIST_TRAINING = 60000
+
+
+def _epochs(r):
+    """A record's epochs to the target, two decimals, from its steps (its
+    ``epochs_to_target`` is rounded to three: 17.6947 read 17.695, then
+    17.70)."""
+    if r['steps_to_target'] is None:
+        return '-'
+    n = r.get('n_train', MNIST_TRAINING - r['validation'])
+    return '{:.2f}'.format(r['steps_to_target'] * r['batchsize'] / n)
+
+
 def budget_tables(search, budgets, budget_list=BUDGETS,
                   budget_configs=BUDGET_CONFIGS,
                   budget_batchsizes=BUDGET_BATCHSIZES):
@@ -1352,8 +1367,7 @@ def defaults_table(search, defaults):
                 recipe.default_lr('lars', batchsize, TRUST_COEFFICIENT)),
             '-' if r['steps_to_target'] is None else str(
                 r['steps_to_target']),
-            '-' if r['epochs_to_target'] is None else '{:.2f}'.format(
-                r['epochs_to_target']),
+            _epochs(r),
             _percent(r['best_validation']),
             '-' if top is None or top['steps_to_target'] is None
             else str(top['steps_to_target'])])
