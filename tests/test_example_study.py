@@ -1659,3 +1659,22 @@ def test_epochs_to_target_are_rounded_once(study):
     head, rows = study.defaults_table({}, {8192: dict(
         record, batchsize=8192, steps_to_target=43, n_train=50000)})
     assert rows[0][head.index('epochs to target')] == '7.05'
+
+
+@pytest.mark.parametrize('task', ['--plot-only', '--tables'])
+def test_a_study_s_folder_read_without_its_flags_is_refused(study, tmp_path,
+                                                            capsys, task):
+    """--model mlp-bn --plot-only without the BatchNorm study's --refine
+    0 --budget-configs 1 --budgets 2,4 drew its committed figure again,
+    from the wrong flags (16 trials at 8192, 3 configurations swept)."""
+    figure = tmp_path / 'study-mlp-bn.png'
+    with pytest.raises(SystemExit) as exc:
+        study.main(['--model', 'mlp-bn', '--figure', str(figure), task])
+    assert exc.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert 'reruns of a search of one round of 8 trials' in line, line
+    assert not figure.exists()
+    assert study.main(['--model', 'mlp-bn', '--batchsizes', '8192,16384,512',
+                       '--refine', '0', '--budget-configs', '1', '--budgets',
+                       '2,4', '--figure', str(figure), task]) == 0
+    assert figure.exists() == (task == '--plot-only')

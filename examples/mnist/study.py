@@ -1586,6 +1586,39 @@ def other_seeds(args):
         if r['seed'] and r['seed'] not in seeds]
 
 
+def other_rounds(args):
+    """What in ``--out`` says it was made with another ``--refine``,
+    ``--budgets`` or ``--budget-configs``: reruns of a cell whose search
+    is one complete round where ``--refine`` gives it two (the study
+    reruns a cell's best once its search is complete), a budget run of
+    another budget or of a trial outside the best ``--budget-configs``.
+    The figure and the tables drawn with them would misreport the
+    folder's study (``--model mlp-bn --plot-only`` without its flags)."""
+    search, reruns = load(args.out)
+    problems = []
+    for (b, o), found in sorted(reruns.items()):
+        trials = [r['trial'] for r in search.get((b, o), [])]
+        # Round one complete, round two never begun, and the reruns made:
+        # a search of one round.
+        if (b in args.refine and max(trials + [-1]) == args.trials - 1
+                and len(trials) == args.trials):
+            problems.append('{}: reruns of a search of one round of {} '
+                            'trials, --refine {} gives it two'.format(
+                                os.path.join(args.out, trial_name(
+                                    o, b, seed=found[0]['seed']) + '.json'),
+                                args.trials, ','.join(map(str, args.refine))))
+    budgets = load_budgets(args.out)
+    problems += ['{}: a run at {:g}x, not one of --budgets {}'.format(
+        os.path.join(args.out, trial_name(o, b, r['trial'],
+                                          budget=r['budget']) + '.json'),
+        r['budget'], ','.join('{:g}'.format(x) for x in args.budgets))
+        for (b, o), found in sorted(budgets.items()) for r in found
+        if r['budget'] not in args.budgets]
+    return problems + [
+        os.path.join(args.out, p) for p in inconsistent_budgets(
+            search, budgets, args.trials, args.refine, args.budget_configs)]
+
+
 def all_tables(args, search, reruns, budgets, only=False):
     """Every table of ``--out``, as ``--tables`` prints them and
     ``--check`` expects them: the study's and, where it has run, the
@@ -2331,7 +2364,7 @@ def main(argv=None):
         problems = other_settings(args, given | {'flags'} if task else {
             'model', 'target', 'validation', 'epochs', 'flags'})
         if task:
-            problems += other_seeds(args)
+            problems += other_seeds(args) + other_rounds(args)
             held = {r['batchsize'] for _, r in _paths(args.out)}
             problems += ['--batchsizes {}: no JSON of that batch size'.format(
                 b) for b in args.batchsizes
