@@ -9,7 +9,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 
 import numpy
 import pytest
@@ -779,12 +778,15 @@ def test_a_diverged_trial_is_a_result(study, tiny_study, tmp_path):
         with open(str(tmp_path / 'stdout'), 'w') as stdout:
             log = study.run_command(cmd, str(tmp_path / 'run'),
                                     tiny_study.root, '-1', stdout)
-            with pytest.raises(subprocess.CalledProcessError):
+            with pytest.raises(SystemExit) as exc:
                 study.run_command(cmd + ['--momentum', '2'],
                                   str(tmp_path / 'bad'), tiny_study.root,
                                   '-1', stdout)
     finally:
         chainer.dataset.set_dataset_root(previous)
+    # Its reason, from the end of the trainer's output, and the file.
+    assert str(tmp_path / 'stdout') in exc.value.code
+    assert '--momentum' in exc.value.code.split('\n', 1)[1]
     record = study.measure(log, 16, 48, 0.3, 16)
     assert record['diverged'] is True
     assert record['final_loss'] is None
@@ -1464,3 +1466,215 @@ def test_the_committed_fair_experiment_is_in_the_readme(study, capsys):
                 reruns, b, o, study.SEEDS, study.MORE_SEEDS)[:len(done)]
         flags = ['--model', 'mlp-bn', '--fair', budget]
         assert study.main(flags + ['--check']) == 0, capsys.readouterr().out
+
+
+# -- A study folder read, or run again, with other settings ----------------
+
+def committed_copy(study, tmp_path):
+    """A copy of the committed study's folder, and a snapshot of it."""
+    copy = tmp_path / 'copy'
+    shutil.copytree(study.OUT, str(copy))
+    return copy, snapshot(copy)
+
+
+def snapshot(folder):
+    return {str(p): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(folder.rglob('*')) if p.is_file()}
+
+
+def no_run(*args, **kwargs):
+    raise AssertionError('a trainer ran')
+
+
+@pytest.mark.parametrize('flags, says', [
+    (['--epochs', '10'], 'made with --epochs 24, not --epochs 10'),
+    (['--trials', '4'], 'trial 4 of a search of 4'),
+    (['--target', '0.97'], 'made with --target 0.98, not --target 0.97'),
+    (['--validation', '5000'],
+     'made with --validation 10000, not --validation 5000'),
+    (['--model', 'mlp-bn'], 'made with --model mlp, not --model mlp-bn'),
+    (['--target', '0.97', '--tables'], '--target 0.98, not --target 0.97'),
+    (['--validation', '5000', '--plot-only'], '--validation 10000'),
+    (['--trials', '4', '--tables'], 'trial 4 of a search of 4'),
+    (['--seeds', '1', '--tables'], 'a rerun with seed 2, not one of '
+     '--seeds 1'),
+    (['--batchsizes', '1000', '--tables'],
+     '--batchsizes 1000: no JSON of that batch size')])
+def test_a_folder_of_other_settings_is_refused_before_anything_runs(
+        study, tmp_path, capsys, monkeypatch, flags, says):
+    """Run again with flags that change a trial, the study replaced the
+    committed JSONs (or took a 98 % folder as complete at 97 %); --tables
+    printed another study's tables. Now it refuses, naming a file, and
+    the folder is as it was."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    copy, before = committed_copy(study, tmp_path)
+    runs = tmp_path / 'runs'
+    with pytest.raises(SystemExit) as exc:
+        study.main(['--out', str(copy), '--runs', str(runs), '--noplot',
+                    '--figure', str(tmp_path / 'f.png')] + flags)
+    assert exc.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert says in line and 'give another --out' in line, line
+    if not says.startswith('--batchsizes'):
+        assert str(copy) + os.sep in line
+    assert snapshot(copy) == before
+    assert not runs.exists() and not (tmp_path / 'f.png').exists()
+
+
+def test_a_search_json_of_other_flags_is_not_replaced(study, tmp_path,
+                                                      monkeypatch):
+    """Past main's check (a JSON written meanwhile): run_trial refuses
+    to replace a search trial; only reruns and budget runs are redone."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    copy, before = committed_copy(study, tmp_path)
+    args = argparse.Namespace(out=str(copy))
+    path = str(copy / 'nesterov-b512-t0.json')
+    flags = dict(read_json(path)['flags'], lr=1.0)
+    with pytest.raises(SystemExit) as exc:
+        study.run_trial(args, 'nesterov', 512, 0, flags, 0, 'never')
+    assert str(exc.value.code).startswith(path + ': made with the flags')
+    assert snapshot(copy) == before
+
+
+def test_tables_of_the_batch_sizes_asked(study, capsys):
+    assert study.main(['--batchsizes', '512', '--tables']) == 0
+    rows = [line.split('|')[1].strip()
+            for line in capsys.readouterr().out.splitlines()
+            if line.startswith('| ') and not line.startswith('| batch')]
+    assert rows and set(rows) == {'512'}
+
+
+@pytest.mark.parametrize('flags, says', [
+    (['--tables', '--plot-only'], '--tables and --plot-only are 2 tasks'),
+    (['--check', '--tables'], '--check and --tables are 2 tasks'),
+    (['--pretuned', '--optimizers', 'foo'],
+     '--optimizers foo: choose from')])
+def test_flags_the_reading_tasks_cannot_honour_are_refused(
+        study, tmp_path, capsys, flags, says):
+    with pytest.raises(SystemExit) as exc:
+        study.main(['--figure', str(tmp_path / 'f.png')] + flags)
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err.splitlines()[-1]
+    assert not (tmp_path / 'f.png').exists()
+
+
+@pytest.mark.parametrize('text, says', [
+    ('{"batchsize": 512', 'cannot be read as JSON'),
+    ('[1, 2]', 'not a JSON object but a list'),
+    (None, 'no batchsize'),
+    (None, 'no curve'),
+    (None, 'curve holds [1], not an [iteration, accuracy] pair'),
+    (None, 'steps_to_target is "40", not int or null')])
+@pytest.mark.parametrize('task', ['--tables', '--check', '--plot-only',
+                                  '--reproduce', 'run'])
+def test_a_bad_json_is_named_not_a_traceback(study, tmp_path, monkeypatch,
+                                             text, says, task):
+    """A JSON cut short or edited by hand crashed every task with a
+    traceback that did not name it."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    out = tmp_path / 'study'
+    out.mkdir()
+    good = read_json(os.path.join(study.OUT, 'nesterov-b512-t0.json'))
+    if text is None:
+        bad = dict(good)
+        if says.startswith('no '):
+            del bad[says[3:]]
+        elif says.startswith('curve'):
+            bad['curve'] = good['curve'][:2] + [[1]]
+        else:
+            bad['steps_to_target'] = '40'
+        text = json.dumps(bad)
+    path = out / 'nesterov-b512-t1.json'
+    path.write_text(text)
+    with open(str(out / 'nesterov-b512-t0.json'), 'w') as f:
+        json.dump(good, f)
+    argv = ['--out', str(out), '--runs', str(tmp_path / 'runs'), '--noplot',
+            '--figure', str(tmp_path / 'f.png'), '--batchsizes', '512']
+    argv += {'run': [], '--reproduce': ['--reproduce', str(path)],
+             '--check': ['--check', str(tmp_path / 'none.md')]}.get(
+                 task, [task])
+    with pytest.raises(SystemExit) as exc:
+        study.main(argv)
+    # SystemExit(message): status 1, the message on stderr, no traceback.
+    message = exc.value.code
+    assert isinstance(message, str), message
+    assert message.startswith(str(path) + ': ') and says in message, message
+
+
+# -- A trainer that fails, data that is missing ------------------------------
+
+def test_a_failed_trainer_shows_its_reason_and_its_output(
+        study, tmp_path, dataset_root, capsys):
+    """--validation as large as the training set: the trainer says why
+    it stops in <runs>/<name>.stdout; the study showed a
+    CalledProcessError traceback instead."""
+    runs = tmp_path / 'runs'
+    argv = ['--dataset-root', dataset_root, '--batchsizes', '16',
+            '--optimizers', 'lars', '--trials', '1', '--seeds', '1',
+            '--epochs', '2', '--validation', '64', '--noplot',
+            '--out', str(tmp_path / 'json'), '--runs', str(runs)]
+    with pytest.raises(SystemExit) as exc:
+        study.main(argv)
+    message = exc.value.code
+    assert isinstance(message, str), message
+    stdout = str(runs / 'lars-b16-t0.stdout')
+    assert 'status 2' in message and stdout in message
+    assert 'leaves no training images' in message.split(stdout, 1)[1]
+    assert not (tmp_path / 'json').exists()
+
+
+@pytest.mark.parametrize('task', ['run', '--reproduce'])
+def test_missing_mnist_is_the_trainer_s_message(study, tmp_path,
+                                                monkeypatch, task):
+    """Without MNIST and a network the study ended in a URLError
+    traceback (it called get_mnist itself); now as the trainer does."""
+    def offline(*args, **kwargs):
+        raise OSError('no network')
+    monkeypatch.setattr(chainer.datasets, 'get_mnist', offline)
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    root = tmp_path / 'empty'
+    root.mkdir()
+    argv = ['--dataset-root', str(root), '--out', str(tmp_path / 'json'),
+            '--runs', str(tmp_path / 'runs'), '--noplot']
+    if task == '--reproduce':
+        argv += ['--reproduce',
+                 os.path.join(study.OUT, 'lars-b512-t0.json')]
+    previous = chainer.dataset.get_dataset_root()
+    try:
+        with pytest.raises(SystemExit) as exc:
+            study.main(argv)
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    assert 'Error: MNIST is not cached' in str(exc.value.code)
+    assert str(root) in str(exc.value.code)
+
+
+def test_epochs_to_target_are_rounded_once(study):
+    """17.6947 epochs (54 steps of 16384 on 50,000 images) were recorded
+    as 17.695, then shown as 17.70; the tables round the exact value."""
+    record = read_json(os.path.join(study.OUT, 'lars-b16384-t4.json'))
+    assert record['epochs_to_target'] == 17.695
+    head, rows = study.tables({(16384, 'lars'): [record]}, {})[0]
+    assert rows[0][head.index('epochs to target')] == '17.69'
+    head, rows = study.defaults_table({}, {8192: dict(
+        record, batchsize=8192, steps_to_target=43, n_train=50000)})
+    assert rows[0][head.index('epochs to target')] == '7.05'
+
+
+@pytest.mark.parametrize('task', ['--plot-only', '--tables'])
+def test_a_study_s_folder_read_without_its_flags_is_refused(study, tmp_path,
+                                                            capsys, task):
+    """--model mlp-bn --plot-only without the BatchNorm study's --refine
+    0 --budget-configs 1 --budgets 2,4 drew its committed figure again,
+    from the wrong flags (16 trials at 8192, 3 configurations swept)."""
+    figure = tmp_path / 'study-mlp-bn.png'
+    with pytest.raises(SystemExit) as exc:
+        study.main(['--model', 'mlp-bn', '--figure', str(figure), task])
+    assert exc.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert 'reruns of a search of one round of 8 trials' in line, line
+    assert not figure.exists()
+    assert study.main(['--model', 'mlp-bn', '--batchsizes', '8192,16384,512',
+                       '--refine', '0', '--budget-configs', '1', '--budgets',
+                       '2,4', '--figure', str(figure), task]) == 0
+    assert figure.exists() == (task == '--plot-only')

@@ -9,10 +9,16 @@ import importlib
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from tests import REPO_ROOT
+from tests import conftest
+from tests import pythonpath
 
 
 OPTIMIZERS = ('momentum', 'momentum-lars', 'lars')
@@ -518,3 +524,98 @@ def test_readmes_say_what_to_expect_on_another_machine(results, path):
     assert 'On another machine expect' in after.replace(
         'machine, expect', 'machine expect')
     assert 'within about 0.2 point' in after
+
+
+# -- The trainer's end: failed, or stopped with results.py -----------------
+
+def test_a_failed_trainer_shows_the_end_of_its_output(results, tmp_path,
+                                                      monkeypatch):
+    """The reason is in <out>/<run>.stdout; results.py showed a
+    CalledProcessError traceback instead."""
+    def failing(argv, stdout):
+        stdout.write('\n'.join('line {}'.format(i) for i in range(30))
+                     + '\nError: the reason\n')
+        stdout.flush()
+        return 2
+    monkeypatch.setattr(results, 'run_process', failing)
+    out = str(tmp_path / 'runs')
+    with pytest.raises(SystemExit) as exc:
+        results.main(['--batchsizes', '16', '--optimizers', 'lars',
+                      '--epoch', '1', '--out', out])
+    message = exc.value.code
+    assert isinstance(message, str), message
+    path = os.path.join(out, 'b16-lars-s0.stdout')
+    assert 'status 2' in message and path in message
+    shown = message.split(path, 1)[1].splitlines()[1:]
+    assert shown[-1].strip() == 'Error: the reason'
+    assert len(shown) == results.TAIL
+
+
+def children(pid):
+    found = []
+    for name in os.listdir('/proc'):
+        try:
+            with open('/proc/{}/stat'.format(name)) as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found.append(int(name))
+    return found
+
+
+def running(pid):
+    """Whether ``pid`` runs (a zombie, waiting to be reaped, does not)."""
+    try:
+        with open('/proc/{}/stat'.format(pid)) as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads /proc')
+def test_sigterm_stops_the_trainer_too(results, tmp_path):
+    """kill -TERM results.py: its trainer ran on, writing into the run's
+    folder; now it stops with it, and the run is not done (a restart
+    runs it again)."""
+    root = str(tmp_path / 'datasets')
+    conftest._write_mnist(root)
+    out = str(tmp_path / 'runs')
+    env = dict(os.environ, PYTHONPATH=pythonpath(), PYTHONWARNINGS='ignore')
+    errors = tmp_path / 'stderr'
+    with open(str(errors), 'w') as stderr:
+        parent = subprocess.Popen(
+            [sys.executable, os.path.join('examples', 'mnist', 'results.py'),
+             '--batchsizes', '16', '--optimizers', 'lars', '--epoch',
+             '100000', '--noplot', '--out', out, '--dataset-root', root],
+            cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    trainer, log = [], os.path.join(out, 'b16-lars-s0', 'log')
+    try:
+        deadline = time.time() + 120
+        # Until the trainer has logged an epoch: well under way.
+        while time.time() < deadline and not os.path.exists(log):
+            assert parent.poll() is None, errors.read_text()
+            time.sleep(0.2)
+        trainer = children(parent.pid)
+        assert len(trainer) == 1 and os.path.exists(log)
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=60) == 143
+        deadline = time.time() + 10
+        while running(trainer[0]) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not running(trainer[0])
+    finally:
+        for pid in trainer:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    with open(log) as f:
+        epochs = json.load(f)[-1]['epoch']
+    time.sleep(1)
+    with open(log) as f:
+        assert json.load(f)[-1]['epoch'] == epochs  # nothing writes it
+    args = argparse.Namespace(epoch=100000)
+    assert not results.done(results.read_log(os.path.dirname(log)), args)
+    assert not os.path.exists(os.path.join(out, 'results.md'))

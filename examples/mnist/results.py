@@ -36,6 +36,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -121,10 +122,37 @@ def run_process(argv, stdout):
     try:
         return process.wait()
     finally:
-        # Stopped (SIGTERM, Ctrl-C): the run does not go on without us.
+        # Stopped (Ctrl-C, or SIGTERM once ``stop_on_sigterm`` made it an
+        # exit): the run does not go on without us.
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def stop_on_sigterm():
+    """Makes SIGTERM stop this process as Ctrl-C does, through
+    ``run_process``' cleanup: its trainer with it. (SIGTERM's own action
+    ends the process at once, and the trainer ran on, writing into the
+    run's folder.)"""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+#: The lines of a failed trainer's output that ``trainer_failed`` shows.
+TAIL = 20
+
+
+def trainer_failed(code, path):
+    """Exits with the end of the output (``path``) of a trainer that
+    failed with status ``code``: the reason is there, not in a
+    traceback of this script."""
+    try:
+        with open(path, errors='replace') as f:
+            tail = f.read().splitlines()[-TAIL:]
+    except OSError as e:
+        tail = ['(cannot be read: {})'.format(e)]
+    sys.exit('The trainer failed (status {}); the end of its output, in '
+             '{}:\n{}'.format(code, path, '\n'.join(
+                 '    ' + line for line in tail)))
 
 
 def run(batchsize, optimizer, seed, args):
@@ -151,7 +179,7 @@ def run(batchsize, optimizer, seed, args):
         print('  diverged: stopped after epoch {} ({:.0f} s)'.format(
             log[-1]['epoch'], time.time() - start), flush=True)
     elif code:
-        raise subprocess.CalledProcessError(code, trainer)
+        trainer_failed(code, stdout.name)
     else:
         print('  done in {:.0f} s'.format(time.time() - start), flush=True)
     for name in os.listdir(out):
@@ -857,6 +885,7 @@ def main(argv=None):
         parser.error('--out {}: {}'.format(args.out, problem))
     os.makedirs(args.out, exist_ok=True)
     write_flags(args)
+    stop_on_sigterm()
     results = {}
     for batchsize in args.batchsizes:
         for optimizer in args.optimizers:

@@ -27,7 +27,9 @@ epochs, the warm-up stretched with the run
 ``budget`` and ``epochs``). Trials are run round by round
 (trial 0 of every cell, then trial 1, ...), so that every cell has
 results early; what is done (its JSON exists) is skipped, so an
-interrupted study continues where it stopped. ``--model mlp-bn`` runs
+interrupted study continues where it stopped; a folder whose JSONs were
+made with other settings (flags, epochs, target, validation, model) is
+refused before anything runs. ``--model mlp-bn`` runs
 the study of the MLP with BatchNorm into ``<out>/mlp-bn/``.
 
     python examples/mnist/study.py
@@ -56,8 +58,7 @@ import math
 import os
 import platform
 import shlex
-import signal
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
@@ -66,7 +67,8 @@ import numpy
 
 if not __package__:  # run as a file: examples/README.md
     import _examples_path  # NOQA
-from examples import folders  # NOQA: E402 (after the path is set)
+from examples import data  # NOQA: E402 (after the path is set)
+from examples import folders  # NOQA: E402
 from examples import recipe  # NOQA: E402
 from examples.mnist import results  # NOQA: E402
 
@@ -463,7 +465,7 @@ def run_command(cmd, out, dataset_root, device, stdout):
     if code == 1 and log and results.diverged(log):
         return log
     if code:
-        raise subprocess.CalledProcessError(code, full)
+        results.trainer_failed(code, stdout.name)
     return log
 
 
@@ -584,10 +586,19 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
         record = read(path)
         if record['trial'] == trial and record['flags'] == flags:
             return record
-        # A rerun of a trial that is no longer its cell's best (the search
-        # grew): made again of the best.
-        print('  {}: a rerun of trial {}, the best is now trial {}: run '
-              'again'.format(name, record['trial'], trial), flush=True)
+        # Only a rerun of a trial that is no longer its cell's best (the
+        # search grew), or a budget run of a trial that left the cell's
+        # best, is made again; any other JSON of other flags is of
+        # another study (main refuses them before anything runs:
+        # ``other_settings``).
+        if budget is None and (stage is not None or test == 'never'):
+            raise SystemExit('{}: made with the flags {}, this study runs '
+                             '{}; give another --out'.format(
+                                 path, record['flags'], flags))
+        print('  {}: a {} of trial {}, the best is now trial {}: run '
+              'again'.format(name, 'rerun' if budget is None
+                             else 'budget run', record['trial'], trial),
+              flush=True)
     epochs = epochs_of(args, batchsize)
     if budget is not None:
         epochs = int(epochs * budget)  # a whole number: main checks it
@@ -603,7 +614,8 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
     record = {'optimizer': optimizer, 'batchsize': batchsize,
               'trial': trial, 'seed': seed, 'flags': flags,
               'command': text, 'target': args.target, 'epochs': epochs,
-              'validation': args.validation, 'model': args.model}
+              'validation': args.validation, 'model': args.model,
+              'n_train': args.n_train}
     if budget is not None:
         record['budget'] = budget
         record['budget_of'] = trial_name(optimizer, batchsize, trial)
@@ -624,9 +636,69 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
     return record
 
 
+_NUMBER = (int, float)
+#: The entries of a result JSON, and their types (None: null allowed).
+RECORD_KEYS = {'optimizer': (str,), 'batchsize': (int,),
+               'trial': (int, None), 'seed': (int,), 'flags': (dict,),
+               'command': (str,), 'target': _NUMBER, 'epochs': (int,),
+               'validation': (int,), 'steps_to_target': (int, None),
+               'epochs_to_target': _NUMBER + (None,),
+               'best_validation': _NUMBER + (None,),
+               'test_accuracy': _NUMBER + (None,), 'diverged': (bool,),
+               'curve': (list,)}
+#: Those of some JSONs only: the budget sweep's, the pre-tuning's, ...
+OPTIONAL_KEYS = {'budget': _NUMBER, 'budget_of': (str,), 'stage': (str,),
+                 'model': (str,), 'fair': _NUMBER, 'machine': (dict,),
+                 'n_train': (int,)}
+
+
+def _of_type(value, kinds):
+    if value is None:
+        return None in kinds
+    if isinstance(value, bool):  # JSON's true and false are no numbers
+        return bool in kinds
+    return isinstance(value, tuple(k for k in kinds if k is not None))
+
+
+def record_problem(record):
+    """What makes ``record`` (a result JSON, read) no result of the study,
+    or None: not an object, an entry missing or of the wrong type, a
+    curve that is not of ``[iteration, accuracy]`` pairs."""
+    if not isinstance(record, dict):
+        return 'not a JSON object but a {}'.format(type(record).__name__)
+    missing = [k for k in RECORD_KEYS if k not in record]
+    if missing:
+        return 'no {}'.format(', '.join(missing))
+    for key, kinds in list(RECORD_KEYS.items()) + list(
+            OPTIONAL_KEYS.items()):
+        if key in record and not _of_type(record[key], kinds):
+            return '{} is {}, not {}'.format(key, json.dumps(record[key]), (
+                ' or '.join('null' if k is None else k.__name__
+                            for k in kinds)))
+    for point in record['curve']:
+        if not (isinstance(point, list) and len(point) == 2
+                and _of_type(point[0], (int,))
+                and _of_type(point[1], _NUMBER + (None,))):
+            return 'curve holds {}, not an [iteration, accuracy] ' \
+                'pair'.format(json.dumps(point))
+    return None
+
+
 def read(path):
-    with open(path) as f:
-        return json.load(f)
+    """The result JSON ``path``; exits naming it where it cannot be read
+    or is not a result (``record_problem``): a file cut short, edited by
+    hand, or of something else."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit('{}: cannot be read as JSON ({}); remove it, and '
+                         'the study runs it again'.format(path, e))
+    problem = record_problem(record)
+    if problem is not None:
+        raise SystemExit('{}: not a result of the study: {}; remove it, '
+                         'and the study runs it again'.format(path, problem))
+    return record
 
 
 def write(path, record):
@@ -1053,8 +1125,7 @@ def tables(search, reruns, trials=TRIALS, seeds=len(SEEDS), refine=REFINED,
                                     trials_of(cell[0], trials, refine)),
                      str(len(reached)), str(top['trial']),
                      str(top['steps_to_target'] if reached else '-'),
-                     '{:.2f}'.format(top['epochs_to_target'])
-                     if reached else '-',
+                     _epochs(top) if reached else '-',
                      _percent(max(r['best_validation'] or 0
                                   for r in records)),
                      '{:g}'.format(flags['lr']),
@@ -1217,6 +1288,21 @@ def _steps(r):
     return '-' if r['steps_to_target'] is None else str(r['steps_to_target'])
 
 
+#: MNIST's training images: the JSONs without ``n_train`` held
+#: ``validation`` of them out.
+MNIST_TRAINING = 60000
+
+
+def _epochs(r):
+    """A record's epochs to the target, two decimals, from its steps (its
+    ``epochs_to_target`` is rounded to three: 17.6947 read 17.695, then
+    17.70)."""
+    if r['steps_to_target'] is None:
+        return '-'
+    n = r.get('n_train', MNIST_TRAINING - r['validation'])
+    return '{:.2f}'.format(r['steps_to_target'] * r['batchsize'] / n)
+
+
 def budget_tables(search, budgets, budget_list=BUDGETS,
                   budget_configs=BUDGET_CONFIGS,
                   budget_batchsizes=BUDGET_BATCHSIZES):
@@ -1281,8 +1367,7 @@ def defaults_table(search, defaults):
                 recipe.default_lr('lars', batchsize, TRUST_COEFFICIENT)),
             '-' if r['steps_to_target'] is None else str(
                 r['steps_to_target']),
-            '-' if r['epochs_to_target'] is None else '{:.2f}'.format(
-                r['epochs_to_target']),
+            _epochs(r),
             _percent(r['best_validation']),
             '-' if top is None or top['steps_to_target'] is None
             else str(top['steps_to_target'])])
@@ -1433,11 +1518,119 @@ def off_the_curve(out):
     return problems
 
 
-def all_tables(args, search, reruns, budgets):
+def _paths(out):
+    """``(path, record)`` of each JSON of ``out`` and its ``pretune/``."""
+    for folder in (out, os.path.join(out, PRETUNE)):
+        for name, record in _records(folder):
+            yield os.path.join(folder, name + '.json'), record
+
+
+def all_fair_rates(args, search):
+    """The fair experiment's working rates by (batch size, optimizer), for
+    ``inconsistent``; None outside it."""
+    if args.fair is None:
+        return None
+    return {(b, o): lr for b in {b for b, _ in search}
+            for o, lr in fair_rates(args.out, b, list(OPTIMIZERS)).items()}
+
+
+def other_settings(args, given):
+    """Each JSON of ``--out`` made with other settings than this
+    invocation's, as ``path: what differs``: the model, the target, the
+    validation split and the epochs, those of ``given`` only (the flags
+    named on the command line; all of them where the study runs), and
+    the flags of the search trials, the pilot and the grid (``inconsistent``
+    without the reruns, which the study makes again of a new best). A
+    study that took them as its own would skip their runs, or replace
+    them, and its tables would mix two studies."""
+    problems, names = [], {}
+    for path, r in _paths(args.out):
+        names[os.path.basename(path)[:-len('.json')]] = path
+        made, asked = [], []
+        want = {'model': args.model, 'target': args.target,
+                'validation': args.validation}
+        if args.epochs is not None or r['batchsize'] in EPOCHS:
+            want['epochs'] = int(epochs_of(args, r['batchsize'])
+                                 * r.get('budget', 1))
+        for key, value in sorted(want.items()):
+            was = r.get(key, MODELS[0] if key == 'model' else None)
+            if key in given and was != value:
+                made.append('--{} {}'.format(key, was))
+                asked.append('--{} {}'.format(key, value))
+        if made:
+            problems.append('{}: made with {}, not {}'.format(
+                path, ' '.join(made), ' '.join(asked)))
+    if problems or 'flags' not in given:
+        return problems
+    search, _ = load(args.out)
+    rates = all_fair_rates(args, search)
+    for problem in (inconsistent(search, {}, args.trials, args.refine,
+                                 args.settings, rates)
+                    + inconsistent_pretune(load_pretune(args.out))):
+        name, what = problem.split(': ', 1)
+        problems.append('{}: {} (with --trials {} and --refine {})'.format(
+            names.get(name, name), what, args.trials,
+            ','.join(map(str, args.refine))))
+    return problems
+
+
+def other_seeds(args):
+    """Each rerun of ``--out`` of a seed that ``--seeds`` (and, in the fair
+    experiment, ``--more-seeds``) does not name: the tables would count
+    it against the seeds named ("3/1")."""
+    seeds = set(args.seeds) | (set(args.more_seeds) if args.fair is not None
+                               else set())
+    return ['{}: a rerun with seed {}, not one of --seeds {}'.format(
+        path, r['seed'], ','.join(map(str, args.seeds)))
+        for path, r in _paths(args.out)
+        if r['seed'] and r['seed'] not in seeds]
+
+
+def other_rounds(args):
+    """What in ``--out`` says it was made with another ``--refine``,
+    ``--budgets`` or ``--budget-configs``: reruns of a cell whose search
+    is one complete round where ``--refine`` gives it two (the study
+    reruns a cell's best once its search is complete), a budget run of
+    another budget or of a trial outside the best ``--budget-configs``.
+    The figure and the tables drawn with them would misreport the
+    folder's study (``--model mlp-bn --plot-only`` without its flags)."""
+    search, reruns = load(args.out)
+    problems = []
+    for (b, o), found in sorted(reruns.items()):
+        trials = [r['trial'] for r in search.get((b, o), [])]
+        # Round one complete, round two never begun, and the reruns made:
+        # a search of one round.
+        if (b in args.refine and max(trials + [-1]) == args.trials - 1
+                and len(trials) == args.trials):
+            problems.append('{}: reruns of a search of one round of {} '
+                            'trials, --refine {} gives it two'.format(
+                                os.path.join(args.out, trial_name(
+                                    o, b, seed=found[0]['seed']) + '.json'),
+                                args.trials, ','.join(map(str, args.refine))))
+    budgets = load_budgets(args.out)
+    problems += ['{}: a run at {:g}x, not one of --budgets {}'.format(
+        os.path.join(args.out, trial_name(o, b, r['trial'],
+                                          budget=r['budget']) + '.json'),
+        r['budget'], ','.join('{:g}'.format(x) for x in args.budgets))
+        for (b, o), found in sorted(budgets.items()) for r in found
+        if r['budget'] not in args.budgets]
+    return problems + [
+        os.path.join(args.out, p) for p in inconsistent_budgets(
+            search, budgets, args.trials, args.refine, args.budget_configs)]
+
+
+def all_tables(args, search, reruns, budgets, only=False):
     """Every table of ``--out``, as ``--tables`` prints them and
     ``--check`` expects them: the study's and, where it has run, the
-    pre-tuning's."""
+    pre-tuning's; ``only``: those of ``--batchsizes`` only."""
     pre = load_pretune(args.out)
+    defaults, default_reruns = (load_defaults(args.out),
+                                load_defaults(args.out, reruns=True))
+    if only:
+        pre = {k: v for k, v in pre.items() if k[0] in args.batchsizes}
+        defaults, default_reruns = (
+            {b: v for b, v in found.items() if b in args.batchsizes}
+            for found in (defaults, default_reruns))
     if args.fair is not None:
         extra = ['decay_power'] + (['beta2', 'eps'] if any(
             o in recipe.ADAM_LIKE for _, o in search) else [])
@@ -1445,9 +1638,9 @@ def all_tables(args, search, reruns, budgets):
                       args.refine, wanted=fair_wanted(args, reruns),
                       extra=extra) + (pretune_tables(pre, 0) if pre else [])
     return tables(search, reruns, args.trials, len(args.seeds), args.refine,
-                  load_defaults(args.out), budgets, args.budgets,
+                  defaults, budgets, args.budgets,
                   args.budget_configs, args.budget_batchsizes,
-                  load_defaults(args.out, reruns=True)) + (
+                  default_reruns) + (
         pretune_tables(pre) if pre else [])
 
 
@@ -1455,11 +1648,7 @@ def check(args):
     search, reruns = load(args.out)
     budgets = load_budgets(args.out)
     status = 0
-    rates = None
-    if args.fair is not None:
-        rates = {(b, o): lr for b in {b for b, _ in search}
-                 for o, lr in fair_rates(args.out, b, list(OPTIMIZERS))
-                 .items()}
+    rates = all_fair_rates(args, search)
     for problem in (inconsistent(search, reruns, args.trials, args.refine,
                                  args.settings, rates)
                     + (fair_problems(args, search, reruns)
@@ -1536,18 +1725,13 @@ def reproduce(args):
     """Reruns the command of ``args.reproduce``; 0 when the numbers match."""
     record = read(args.reproduce)
     cmd = shlex.split(record['command'])
-    with tempfile.TemporaryDirectory() as folder:
-        out = os.path.join(folder, 'run')
-        with open(os.path.join(folder, 'stdout'), 'w') as stdout:
-            try:
-                log = run_command(cmd, out, args.dataset_root, args.device,
-                                  stdout)
-            except subprocess.CalledProcessError:
-                stdout.close()
-                with open(os.path.join(folder, 'stdout')) as f:
-                    sys.stderr.write(f.read())
-                raise
-        n_train = n_training_images(record['validation'])
+    n_train = n_training_images(record['validation'])
+    # Kept where the trainer fails: its output, named in the message.
+    folder = tempfile.mkdtemp()
+    with open(os.path.join(folder, 'stdout'), 'w') as stdout:
+        log = run_command(cmd, os.path.join(folder, 'run'),
+                          args.dataset_root, args.device, stdout)
+    shutil.rmtree(folder)
     again = measure(log, record['batchsize'], n_train, record['target'],
                     record['validation'])
     if record['test_accuracy'] is None:
@@ -1609,14 +1793,13 @@ def _eval_every(cmd):
 
 
 def n_training_images(validation):
-    """The training images left once ``validation`` are held out."""
-    import chainer
-    return len(chainer.datasets.get_mnist()[0]) - validation
+    """The training images left once ``validation`` are held out; exits
+    as the trainer does (``data.load_mnist``) where MNIST is missing."""
+    return len(data.load_mnist()[0]) - validation
 
 
 def n_test_images():
-    import chainer
-    return len(chainer.datasets.get_mnist()[1])
+    return len(data.load_mnist()[1])
 
 
 # -- The figure ------------------------------------------------------------
@@ -2061,22 +2244,21 @@ def main(argv=None):
                         default=PRETUNE_BATCHSIZE,
                         help='The batch size of the pre-tuning (default: '
                         '%(default)s)')
-    parser.add_argument('--model', choices=MODELS, default=MODELS[0],
+    parser.add_argument('--model', choices=MODELS,
                         help='The trainer\'s --model; the JSONs of mlp-bn '
                         'go to examples/mnist/study/mlp-bn/, its figure to '
-                        'study-mlp-bn.png (default: %(default)s)')
+                        'study-mlp-bn.png (default: {})'.format(MODELS[0]))
     parser.add_argument('--epochs', type=results._integer(1),
                         help='One epoch budget for every batch size '
                         '(default: {})'.format(', '.join(
                             '{} for {}'.format(e, b)
                             for b, e in EPOCHS.items())))
     parser.add_argument('--validation', type=results._integer(1),
-                        default=VALIDATION,
                         help='Training images held out (default: '
-                        '%(default)s)')
-    parser.add_argument('--target', type=float, default=TARGET,
+                        '{})'.format(VALIDATION))
+    parser.add_argument('--target', type=float,
                         help='Validation accuracy target (default: '
-                        '%(default)s)')
+                        '{})'.format(TARGET))
     parser.add_argument('--device', '-d', default='-1')
     parser.add_argument('--dataset-root',
                         help='Passed on to train_mnist.py')
@@ -2104,9 +2286,24 @@ def main(argv=None):
     parser.add_argument('--plot-only', action='store_true',
                         help='Run nothing: draw the figure from the JSONs')
     args = parser.parse_args(argv)
+    # The settings of a trial named on the command line: a task that only
+    # reads the JSONs refuses a folder made with others (``other_settings``).
+    given = {name for name in ('batchsizes', 'model', 'target', 'validation',
+                               'epochs') if getattr(args, name) is not None}
+    for name, value in (('model', MODELS[0]), ('target', TARGET),
+                        ('validation', VALIDATION)):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.batchsizes is None:
         args.batchsizes = (BATCHSIZES if args.fair is None
                            else [FAIR_BATCHSIZE])
+    tasks = [flag for flag, on in (
+        ('--check', args.check is not None),
+        ('--reproduce', args.reproduce is not None),
+        ('--tables', args.tables), ('--plot-only', args.plot_only)) if on]
+    if len(tasks) > 1:
+        parser.error('{} are {} tasks: give one'.format(
+            ' and '.join(tasks), len(tasks)))
     for name in ('out', 'runs', 'dataset_root'):
         if getattr(args, name) == '':  # it would be the current folder
             parser.error("--{} '': {}".format(name.replace('_', '-'),
@@ -2131,6 +2328,10 @@ def main(argv=None):
         # Two rounds at every batch size, no budget sweep.
         args.refine = list(args.batchsizes)
         args.budget_configs = 0
+    for name in args.optimizers:
+        if name not in OPTIMIZERS:
+            parser.error('--optimizers {}: choose from {}'.format(
+                name, ', '.join(OPTIMIZERS)))
     args.settings = None
     if args.pretuned:
         if args.pretune:
@@ -2139,10 +2340,6 @@ def main(argv=None):
         args.settings = pretuned_settings(
             args.out, args.pretune_batchsize, args.optimizers)
         args.out = os.path.join(args.out, PRETUNED)
-    for name in args.optimizers:
-        if name not in OPTIMIZERS:
-            parser.error('--optimizers {}: choose from {}'.format(
-                name, ', '.join(OPTIMIZERS)))
     if not 0 < args.target <= 1:
         parser.error('--target must be in (0, 1], got {}'.format(
             args.target))
@@ -2162,6 +2359,21 @@ def main(argv=None):
                                     problem, task))
     if args.check is not None:
         return check(args)
+    if args.reproduce is None:
+        # Where the study runs, every setting is this invocation's.
+        problems = other_settings(args, given | {'flags'} if task else {
+            'model', 'target', 'validation', 'epochs', 'flags'})
+        if task:
+            problems += other_seeds(args) + other_rounds(args)
+            held = {r['batchsize'] for _, r in _paths(args.out)}
+            problems += ['--batchsizes {}: no JSON of that batch size'.format(
+                b) for b in args.batchsizes
+                if 'batchsizes' in given and b not in held]
+        if problems:
+            parser.error('--out {}: {}{}; give another --out for these '
+                         'settings, or those it was made with'.format(
+                             args.out, problems[0], ' (and {} more)'.format(
+                                 len(problems) - 1) if problems[1:] else ''))
     if args.reproduce is not None:
         if not os.path.isfile(args.reproduce):
             parser.error('--reproduce {}: no such file'.format(
@@ -2169,8 +2381,13 @@ def main(argv=None):
         return reproduce(args)
     if args.tables:
         search, reruns = load(args.out)
-        for header, rows in all_tables(args, search, reruns,
-                                       load_budgets(args.out)):
+        budgets = load_budgets(args.out)
+        if 'batchsizes' in given:
+            search, reruns, budgets = (
+                {c: v for c, v in found.items() if c[0] in args.batchsizes}
+                for found in (search, reruns, budgets))
+        for header, rows in all_tables(args, search, reruns, budgets,
+                                       'batchsizes' in given):
             print('\n'.join(results.markdown_table(header, rows)) + '\n')
         return 0
     if args.plot_only:
@@ -2197,7 +2414,7 @@ def main(argv=None):
     args.machine = machine()
     os.makedirs(args.runs, exist_ok=True)
     # SIGTERM stops the study as Ctrl-C does, its current run with it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    results.stop_on_sigterm()
     if args.pretune:
         if args.epochs is None and args.pretune_batchsize not in EPOCHS:
             parser.error('--pretune-batchsize {}: no epoch budget for it; '
