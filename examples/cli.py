@@ -43,7 +43,9 @@ HELP = {
               'used',
     'out': 'Directory to output the result; a new run refuses one that '
            "holds another run's log or snapshots (see --overwrite), a "
-           "resumed run one that holds a run other than its snapshot's",
+           "resumed run one that holds a run other than its snapshot's "
+           '(default: result; with --resume, the folder of its snapshot, '
+           'where the run goes on)',
     'overwrite': "Start a new run in an --out that holds another run's: "
                  'its log, snapshots and plots are removed after the new '
                  "run's first update (a run that stops before keeps them)",
@@ -154,7 +156,8 @@ def parser(description, defaults, epilog=None, helps=None, silent=False):
     add('batchsize', '-b', type=int, default=defaults['batchsize'])
     add('epoch', '-e', type=int, default=defaults['epoch'])
     add('device', '-d', type=str, default='-1')
-    add('out', '-o', default='result')
+    # None: resolved by parse_args (default_out), once --resume is known.
+    add('out', '-o')
     add('overwrite', action='store_true')
     add('resume', '-r', type=str)
     add('snapshots', type=int, default=1)
@@ -241,6 +244,8 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
     another program completes with paths of its own (``results.py``).
     """
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = default_out(args)
     check_ranges(parser, args, positive)
     check_precision(parser, args)
     if args.nesterov and args.optimizer != 'lars':
@@ -302,6 +307,19 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
         # with it: what fails here fails for every number of processes.
         derived_lr(parser.error, args, args.batchsize)
     return args
+
+
+#: --out's default for a new run.
+DEFAULT_OUT = 'result'
+
+
+def default_out(args):
+    """--out when not given: ``DEFAULT_OUT``, or for a resumed run the
+    folder of its snapshot, so that the run goes on beside its log (in
+    ``DEFAULT_OUT`` it would start a second copy of the run elsewhere)."""
+    if args.resume is None:
+        return DEFAULT_OUT
+    return os.path.dirname(args.resume) or os.curdir
 
 
 def resume_problem(args):
@@ -808,6 +826,7 @@ def print_banner(args, *lines, batch=None):
     batch = args.batchsize if batch is None else batch
     for line in lines:
         print(line)
+    print('# out: {}'.format(args.out))
     print('# epoch: {}'.format(args.epoch))
     # Only the LARS optimizers have a trust coefficient.
     trust = ('' if args.optimizer not in ('lars', 'momentum-lars') else

@@ -1328,6 +1328,31 @@ def test_resume_writes_on_in_the_folder_of_its_snapshot(
         'snapshot_iter_4']
 
 
+def test_resume_without_out_writes_on_in_the_folder_of_its_snapshot(
+        cifar, dataset_root, tmp_path, capsys, monkeypatch):
+    """--resume DIR/snapshot_iter_N without --out went on in ./result, the
+    new run's default, beside the run in DIR: it goes on in DIR, as the
+    banner says."""
+    args = ['-b', '16', '--depth', '8', '-e', '2', '--warmup-epochs', '1',
+            '--noplot', '--progress', 'none']
+    run = tmp_path / 'result_cifar10'
+    cifar.main(args + ['-o', str(run), '--snapshots', '2'])
+    log = read_log(str(run))
+    os.remove(str(run / 'snapshot_iter_4'))
+    capsys.readouterr()
+    cifar.main(args + ['--resume', str(run / 'snapshot_iter_2'),
+                       '--snapshots', '2'])
+    assert '# out: {}\n'.format(run) in capsys.readouterr().out
+    assert not (tmp_path / 'result').exists()
+    assert without_time(read_log(str(run))) == without_time(log)
+    assert (run / 'snapshot_iter_4').exists()
+    # In the current folder, relative: the folder is '.'.
+    monkeypatch.chdir(str(run))
+    assert cifar.parse_args(args[:-1] + ['lines', '--resume',
+                                         'snapshot_iter_2']).out == '.'
+    assert cifar.parse_args([]).out == 'result'
+
+
 @pytest.mark.parametrize('name,more', [
     ('mnist', []), ('cifar', []),
     ('chainermn_example', ['--communicator'])])
