@@ -532,6 +532,11 @@ def path_problem(args):
     what = ', '.join(n for n in found if not n.endswith('.png'))
     if found and args.resume is None:
         latest = snapshots_in(args.out)
+        if latest and _finished(latest[-1]):
+            # --resume would refuse it: nothing is left to train.
+            return ('--out {}: holds a finished run ({}); give another '
+                    '--out, or --overwrite to remove it and start '
+                    'over'.format(args.out, what))
         how = ('continue it with --resume {}, '.format(latest[-1])
                if latest else '')
         return ('--out {}: holds another run ({}); {}give another --out, '
@@ -1058,6 +1063,21 @@ def _epochs_done(path):
     with numpy.load(path) as snapshot:
         key = 'updater/iterator:main/epoch'
         return int(snapshot[key]) if key in snapshot.files else None
+
+
+def _finished(path):
+    """Whether the snapshot ``path`` was written at the end of its run
+    (``_epochs_done`` against the --epoch it records); False where it
+    cannot be read (``check_resume`` says why, if it is resumed)."""
+    try:
+        with numpy.load(path) as snapshot:
+            key = RunSettings.prefix + 'epoch'
+            epochs = int(snapshot[key]) if key in snapshot.files else None
+        done = _epochs_done(path)
+    except (OSError, ValueError, KeyError, EOFError, TypeError,
+            zipfile.BadZipFile, zlib.error):
+        return False
+    return None not in (done, epochs) and done >= epochs
 
 
 def _difference(name, saved, value):

@@ -2529,6 +2529,33 @@ def test_a_new_run_refuses_an_out_holding_another_run(
         'snapshot_iter_9']
 
 
+def test_a_new_run_refuses_an_out_holding_a_finished_run(
+        cifar, dataset_root, tmp_path, capsys):
+    """A finished run's folder was refused with "continue it with
+    --resume .../snapshot_iter_4", which --resume then refused: "the run
+    is finished ... nothing left to train". It says the run is finished."""
+    out = tmp_path / 'result'
+    args = ['-b', '16', '--depth', '8', '-e', '2', '--warmup-epochs', '1',
+            '--noplot', '--progress', 'none', '--out', str(out)]
+    cifar.main(args)
+    before = sorted(p.name for p in out.iterdir())
+    line = usage_error(cifar.main, args, capsys).splitlines()[-1]
+    assert line.endswith(
+        '--out {}: holds a finished run (log, snapshot_iter_4); give another '
+        '--out, or --overwrite to remove it and start over'.format(out)), line
+    assert sorted(p.name for p in out.iterdir()) == before
+    # Stopped halfway, it is continued: the snapshot of epoch 1 of 2.
+    os.replace(str(out / 'snapshot_iter_4'), str(out / 'snapshot_iter_2'))
+    with numpy.load(str(out / 'snapshot_iter_2')) as npz:
+        arrays = dict(npz)
+    arrays['updater/iterator:main/epoch'] = numpy.asarray(1)
+    with open(str(out / 'snapshot_iter_2'), 'wb') as f:
+        numpy.savez(f, **arrays)
+    line = usage_error(cifar.main, args, capsys).splitlines()[-1]
+    assert 'continue it with --resume {}'.format(
+        out / 'snapshot_iter_2') in line, line
+
+
 def test_a_new_run_refuses_an_out_holding_a_log_alone(
         mnist, dataset_root, tmp_path, capsys):
     out = tmp_path / 'result'
