@@ -488,9 +488,11 @@ def resolve_warmup(error, args, default):
     A warm-up longer than --epoch would still be rising at the last
     update: given, it is an error (``error``, the parser's); the trainer's
     ``default``, when longer than a short run, becomes the whole run, and
-    ``args.warmup_note`` says so for the banner.
+    ``args.warmup_note`` says so for the banner; ``args.warmup_given``
+    says whether it was given, for ``check_resume``'s messages.
     """
     args.warmup_note = None
+    args.warmup_given = args.warmup_epochs is not None
     if args.warmup_epochs is None:
         args.warmup_epochs = min(default, args.epoch)
         if default > args.epoch:
@@ -917,8 +919,12 @@ def check_batchsize(args, n_train, processes=None):
     is_ = 'is' if processes is None else (
         'on {} processes is a global batch of {},'.format(processes, batch))
     if batch > n_train:
+        held = getattr(args, 'validation', 0)
         usage_error('--batchsize {} {} larger than the training set ({} '
-                    'examples)'.format(args.batchsize, is_, n_train))
+                    'examples{})'.format(
+                        args.batchsize, is_, n_train,
+                        ', the rest held out by --validation {}'.format(held)
+                        if held else ''))
 
 
 #: Whether the output is a terminal, where a launcher knows better than
@@ -936,6 +942,10 @@ CHANGEABLE = ('out', 'snapshots', 'device', 'dataset_root', 'progress',
 # changeable ones, the snapshot that --resume names, and --overwrite, a
 # new run's (refused with --resume).
 FREE_FLAGS = CHANGEABLE + ('resume', 'overwrite')
+
+# What parse_args adds to the flags (resolve_warmup), for the banner and
+# the messages: no flags, not recorded.
+DERIVED = ('warmup_note', 'warmup_given')
 
 # What a snapshot records besides the flags, as a message names it.
 SETTINGS = {
@@ -964,8 +974,7 @@ def run_settings(args, **settings):
     loaded.
     """
     recorded = {name: value for name, value in vars(args).items()
-                if name not in FREE_FLAGS and name != 'warmup_note'
-                and value is not None}
+                if name not in FREE_FLAGS + DERIVED and value is not None}
     # --loss-scale's default: dynamic scaling in float16 and mixed16.
     recorded.setdefault('loss_scale', 'none' if args.dtype == 'float32'
                         else 'dynamic')
@@ -1043,7 +1052,9 @@ def check_resume(args, **settings):
                         'it keeps every flag but {}; to change one, start '
                         'a new run.'.format(
                             args.resume,
-                            _difference(name, saved[name], settings[name]),
+                            _difference(name, saved[name], settings[name],
+                                        _given_note(args, name,
+                                                    saved[name])),
                             _changeable(args)))
     done = _epochs_done(args.resume)
     if done is not None and done >= args.epoch:
@@ -1080,7 +1091,22 @@ def _finished(path):
     return None not in (done, epochs) and done >= epochs
 
 
-def _difference(name, saved, value):
+def _given_note(args, name, saved):
+    """What a refusal adds where this run's value of ``name`` is not what
+    the user typed: the default --warmup-epochs, taken when not given; a
+    --lr copied from the banner, which rounds it."""
+    if name == 'warmup_epochs' and not getattr(args, 'warmup_given', True):
+        return 'not given: the default{}; give --warmup-epochs {}'.format(
+            ', the whole run' if args.warmup_note else '', saved)
+    if (name == 'lr' and saved is not None and args.lr is not None
+            and '{:g}'.format(saved) == '{:g}'.format(args.lr)):
+        return ('the banner rounds the rate to 6 digits: leave --lr out if '
+                'the run was started without it, or give --lr {!r}'.format(
+                    saved))
+    return None
+
+
+def _difference(name, saved, value, note=None):
     if name == 'plot':  # --noplot: the plots' state is in the snapshot
         return 'the snapshot was written {} --noplot, this run {} it'.format(
             *(('with', 'without') if value else ('without', 'with')))
@@ -1090,8 +1116,8 @@ def _difference(name, saved, value):
     if value is None:
         return ('the snapshot was written with {} {}, this run without it '
                 '(not given)'.format(_name(name), saved))
-    return 'the snapshot was written with {} {}, this run has {}'.format(
-        _name(name), saved, value)
+    return 'the snapshot was written with {} {}, this run has {}{}'.format(
+        _name(name), saved, value, ' ({})'.format(note) if note else '')
 
 
 def _recorded(path):

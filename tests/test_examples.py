@@ -459,6 +459,11 @@ def _rewritten(path, **changes):
      'File is not a zip file'),
     ('cifar', ['--dataset', 'cifar100'], 'cifar/cifar-100.npz',
      lambda p: _rewritten(p, test_y=None), 'it holds no array test_y'),
+    # CIFAR's file holds both splits: the empty one is named.
+    ('cifar', [], 'cifar/cifar-10.npz',
+     lambda p: _rewritten(p, test_x=numpy.zeros((0, 3072), numpy.uint8),
+                          test_y=numpy.zeros(0, numpy.uint8)),
+     'its test split (test_x, test_y) holds no images'),
 ])
 def test_damaged_dataset_cache_gives_clear_message(
         request, dataset_root, tmp_path, name, argv, file, damage, says):
@@ -1117,6 +1122,65 @@ def test_batch_larger_than_the_training_set_is_a_usage_error(
     assert '--batchsize {} is larger than the training set ({} examples)' \
         .format(batchsize, n_train) in err
     assert not out.exists()
+
+
+def test_a_batch_larger_than_what_validation_leaves_says_so(
+        cifar, dataset_root, tmp_path, capsys):
+    """With --validation 28 of 32 images, "--batchsize 8 is larger than
+    the training set (4 examples)" left the user to count: it says where
+    the rest went."""
+    out = tmp_path / 'out'
+    err = usage_error(cifar.main, ['-b', '8', '--validation', '28',
+                                   '--out', str(out)], capsys)
+    assert ('--batchsize 8 is larger than the training set (4 examples, '
+            'the rest held out by --validation 28)') in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize('name,flags,says', [
+    # MNIST's default warm-up, 0.5, fits a 2-epoch run.
+    ('mnist', ['-b', '32', '-u', '8'],
+     'written with --warmup-epochs 1.0, this run has 0.5 (not given: the '
+     'default; give --warmup-epochs 1.0)'),
+    # CIFAR's, 5, is the whole run.
+    ('cifar', ['-b', '16', '--depth', '8'],
+     'written with --warmup-epochs 1.0, this run has 2 (not given: the '
+     'default, the whole run; give --warmup-epochs 1.0)'),
+])
+def test_resume_without_the_warmup_given_says_the_default_was_taken(
+        request, dataset_root, tmp_path, capsys, name, flags, says):
+    """'this run has 2', where the user gave no --warmup-epochs, read as
+    a value typed: it says the default was taken, and what to give."""
+    main = request.getfixturevalue(name).main
+    args = flags + ['-e', '2', '--noplot', '--progress', 'none']
+    run = tmp_path / 'run'
+    main(args + ['--warmup-epochs', '1', '--out', str(run),
+                 '--snapshots', '2'])
+    capsys.readouterr()
+    snapshot = cli.snapshots_in(str(run))[0]
+    err = usage_error(main, args + ['--resume', snapshot], capsys)
+    assert says in err, err
+
+
+def test_resume_with_the_banner_s_rounded_lr_says_so(
+        mnist, mnist_snapshot, tmp_path, capsys):
+    """The banner prints the rate to 6 digits (lr 0.0883883); pasted into
+    --lr on --resume it was refused with no hint: the refusal says to
+    leave --lr out, or give the whole value, with which it resumes."""
+    snapshot, args = mnist_snapshot
+    cli.print_banner(mnist.parse_args(args + ['--out', str(tmp_path / 'x')]))
+    lr = re.search(r', lr (\S+), ', capsys.readouterr().out).group(1)
+    exact = 0.005 * math.sqrt(32 / 256) / 0.02
+    assert float(lr) != exact
+    out = str(tmp_path / 'resumed')
+    err = usage_error(mnist.main, args + [
+        '--resume', snapshot, '--out', out, '--lr', lr], capsys)
+    assert ('this run has {} (the banner rounds the rate to 6 digits: '
+            'leave --lr out if the run was started without it, or give '
+            '--lr {!r})'.format(float(lr), exact)) in err, err
+    mnist.main(args + ['--resume', snapshot, '--out', out,
+                       '--lr', repr(exact)])
+    assert read_log(out)[-1]['epoch'] == 2
 
 
 def test_resume_refuses_another_schedule(mnist, dataset_root, tmp_path,
