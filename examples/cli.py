@@ -68,15 +68,7 @@ HELP = {
     'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars '
                          '(default: {:g})'.format(recipe.TRUST_COEFFICIENT),
     'seed': 'Seed of the weights, the shuffling and the data augmentation',
-    'dtype': 'The precision, as chainer.config.dtype: float32; float16 '
-             '(float16 arrays throughout); mixed16 (float16 arrays, '
-             'BatchNorm parameters and statistics in float32). In 16 bits '
-             'the loss is scaled and the update made on float32 master '
-             "copies (default: CHAINER_DTYPE's, float32 if unset). On the "
-             "CPU, 16 bits are for a functional try: NumPy's float16 has "
-             'no fast matrix product, and an update takes some 100 times '
-             "as long as in float32 (this example's defaults: hours); use "
-             'a GPU, or a small model (MNIST: -u 50)',
+    'dtype': None,  # dtype_help(), below: it names the trainer's model
     'loss_scale': 'A static loss scale, for --dtype float16 and mixed16, '
                   'from {:.4g} to {:g}: the loss is scaled in float16, and '
                   "these are its normal numbers (default: Chainer's dynamic "
@@ -96,6 +88,23 @@ HELP = {
                     'pfnet/chainer/<dataset> (default: '
                     'CHAINER_DATASET_ROOT, or ~/.chainer/dataset)',
 }
+
+
+def dtype_help(small_model):
+    """The help of --dtype; ``small_model`` names the flags of a small
+    model of the trainer, for a functional try of 16 bits on the CPU."""
+    return ('The precision, as chainer.config.dtype: float32; float16 '
+            '(float16 arrays throughout); mixed16 (float16 arrays, '
+            'BatchNorm parameters and statistics in float32). In 16 bits '
+            'the loss is scaled and the update made on float32 master '
+            "copies (default: CHAINER_DTYPE's, float32 if unset). On the "
+            "CPU, 16 bits are for a functional try: NumPy's float16 has "
+            'no fast matrix product, and an update takes some 100 times '
+            "as long as in float32 (this example's defaults: hours); use "
+            'a GPU, or a small model ({})'.format(small_model))
+
+
+HELP['dtype'] = dtype_help('MNIST: -u 50')
 
 
 def lr_rule(batch='the batch size B'):
@@ -448,8 +457,15 @@ def warn_of_slow_precision(args):
             'long as in float32 (with the defaults of these examples, '
             'minutes each, hours in all); use a GPU (--device 0), or a '
             'small model for a functional try{}'
-            .format(args.dtype,
-                    ' (-u 50)' if 'unit' in vars(args) else ''))
+            .format(args.dtype, small_model(args)))
+
+
+def small_model(args):
+    """The flags of the trainer's small model, as the warning of 16 bits
+    on the CPU suggests them: --unit's for MNIST, --depth's for CIFAR."""
+    if getattr(args, 'dataset', 'mnist').startswith('cifar'):
+        return ' (--depth 8)'
+    return ' (-u 50)' if 'unit' in vars(args) else ''
 
 
 def check_precision(parser, args):

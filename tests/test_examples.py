@@ -1417,6 +1417,15 @@ def test_resume_without_out_writes_on_in_the_folder_of_its_snapshot(
     assert cifar.parse_args([]).out == 'result'
 
 
+@pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])
+def test_out_help_names_both_defaults(request, capsys, name):
+    with pytest.raises(SystemExit):
+        request.getfixturevalue(name).main(['--help'])
+    text = ' '.join(capsys.readouterr().out.split())
+    assert ('(default: result; with --resume, the folder of its snapshot, '
+            'where the run goes on)') in text
+
+
 @pytest.mark.parametrize('name,more', [
     ('mnist', []), ('cifar', []),
     ('chainermn_example', ['--communicator'])])
@@ -2148,6 +2157,29 @@ def test_plots_draw_the_validation_set_and_name_label_smoothing(
         assert [x for x, _ in curves['validation']] == [0, 1, 2], name
     assert figures['loss.png'][1] == (
         'loss (softmax cross entropy with label smoothing 0.1, log scale)')
+
+
+@pytest.mark.parametrize('optimizer,ylabel', [
+    ('lars', 'learning rate'), ('lamb', 'alpha'), ('adam', 'alpha')])
+def test_lr_plot_names_adam_s_and_lamb_s_rate_alpha(
+        mnist, dataset_root, tmp_path, monkeypatch, optimizer, ylabel):
+    """lr.png's title says "peak alpha" for adam and lamb: its y axis
+    said "learning rate"."""
+    import matplotlib.pyplot as plt
+    labels = {}
+    save = plt.Figure.savefig
+
+    def keep(figure, path, *args, **kwargs):
+        labels[os.path.basename(str(path))] = (figure.axes[0].get_ylabel(),
+                                               figure.axes[0].get_title())
+        return save(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, 'savefig', keep)
+    mnist.main(_tiny(dataset_root, tmp_path / 'out') + [
+        '--optimizer', optimizer])
+    label, title = labels['lr.png']
+    assert label == ylabel
+    assert ('peak alpha' in title) == (ylabel == 'alpha')
 
 
 @pytest.mark.parametrize('epochs', [1, 3, 30])

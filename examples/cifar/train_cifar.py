@@ -111,7 +111,8 @@ def check_depth(parser, depth):
 
 def parse_args(argv=None):
     parser = cli.parser('chainer-lars example: large-batch CIFAR',
-                        DEFAULTS)
+                        DEFAULTS,
+                        helps={'dtype': cli.dtype_help('CIFAR: --depth 8')})
     parser.add_argument('--dataset', choices=('cifar10', 'cifar100'),
                         default='cifar10',
                         help='The dataset to use (default: %(default)s)')

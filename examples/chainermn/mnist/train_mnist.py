@@ -64,7 +64,10 @@ HELP = dict(
     'CuPy specifier (0, @cupy:0): one GPU per process, the one numbered by '
     'the rank of the process on its machine (comm.intra_rank); the number '
     'given is not used',
-    out='Directory to output the result (written by rank 0)',
+    out='Directory to output the result, written by rank 0 (default: '
+    'result; with --resume, the folder of its snapshot, where the run goes '
+    'on)',
+    dtype=cli.dtype_help('MNIST: -u 50; CIFAR: --depth 8'),
     resume='Resume the training from a snapshot (read by every process), '
     'with the same flags but --out, --snapshots, --device, --dataset-root, '
     '--progress and --communicator, and the same number of processes',
