@@ -2,7 +2,10 @@
 """Large-batch CIFAR-10/100 with LARS: a ResNet trained by Chainer's trainer.
 
 The model is the ResNet of He et al. for CIFAR (depth 6n + 2, BatchNorm after
-every convolution); the trainer follows Chainer's own examples; the optimizer
+every convolution), but for its shortcuts: where a stage halves the size and
+doubles the channels, the shortcut is a 1x1 convolution and BatchNorm (He
+et al.'s option B), not their CIFAR models' identity padded with zeros
+(option A). The trainer follows Chainer's own examples; the optimizer
 follows the large-batch recipe: LARS, momentum 0.9, linear warm-up then a
 polynomial decay of power 2, and biases and BatchNorm parameters excluded from
 weight decay and from layer adaptation. Run it as a file, from the repository
