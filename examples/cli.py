@@ -43,7 +43,9 @@ HELP = {
               'used',
     'out': 'Directory to output the result; a new run refuses one that '
            "holds another run's log or snapshots (see --overwrite), a "
-           "resumed run one that holds a run other than its snapshot's",
+           "resumed run one that holds a run other than its snapshot's "
+           '(default: result; with --resume, the folder of its snapshot, '
+           'where the run goes on)',
     'overwrite': "Start a new run in an --out that holds another run's: "
                  'its log, snapshots and plots are removed after the new '
                  "run's first update (a run that stops before keeps them)",
@@ -66,15 +68,7 @@ HELP = {
     'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars '
                          '(default: {:g})'.format(recipe.TRUST_COEFFICIENT),
     'seed': 'Seed of the weights, the shuffling and the data augmentation',
-    'dtype': 'The precision, as chainer.config.dtype: float32; float16 '
-             '(float16 arrays throughout); mixed16 (float16 arrays, '
-             'BatchNorm parameters and statistics in float32). In 16 bits '
-             'the loss is scaled and the update made on float32 master '
-             "copies (default: CHAINER_DTYPE's, float32 if unset). On the "
-             "CPU, 16 bits are for a functional try: NumPy's float16 has "
-             'no fast matrix product, and an update takes some 100 times '
-             "as long as in float32 (this example's defaults: hours); use "
-             'a GPU, or a small model (MNIST: -u 50)',
+    'dtype': None,  # dtype_help(), below: it names the trainer's model
     'loss_scale': 'A static loss scale, for --dtype float16 and mixed16, '
                   'from {:.4g} to {:g}: the loss is scaled in float16, and '
                   "these are its normal numbers (default: Chainer's dynamic "
@@ -94,6 +88,23 @@ HELP = {
                     'pfnet/chainer/<dataset> (default: '
                     'CHAINER_DATASET_ROOT, or ~/.chainer/dataset)',
 }
+
+
+def dtype_help(small_model):
+    """The help of --dtype; ``small_model`` names the flags of a small
+    model of the trainer, for a functional try of 16 bits on the CPU."""
+    return ('The precision, as chainer.config.dtype: float32; float16 '
+            '(float16 arrays throughout); mixed16 (float16 arrays, '
+            'BatchNorm parameters and statistics in float32). In 16 bits '
+            'the loss is scaled and the update made on float32 master '
+            "copies (default: CHAINER_DTYPE's, float32 if unset). On the "
+            "CPU, 16 bits are for a functional try: NumPy's float16 has "
+            'no fast matrix product, and an update takes some 100 times '
+            "as long as in float32 (this example's defaults: hours); use "
+            'a GPU, or a small model ({})'.format(small_model))
+
+
+HELP['dtype'] = dtype_help('MNIST: -u 50')
 
 
 def lr_rule(batch='the batch size B'):
@@ -154,7 +165,8 @@ def parser(description, defaults, epilog=None, helps=None, silent=False):
     add('batchsize', '-b', type=int, default=defaults['batchsize'])
     add('epoch', '-e', type=int, default=defaults['epoch'])
     add('device', '-d', type=str, default='-1')
-    add('out', '-o', default='result')
+    # None: resolved by parse_args (default_out), once --resume is known.
+    add('out', '-o')
     add('overwrite', action='store_true')
     add('resume', '-r', type=str)
     add('snapshots', type=int, default=1)
@@ -241,6 +253,8 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
     another program completes with paths of its own (``results.py``).
     """
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = default_out(args)
     check_ranges(parser, args, positive)
     check_precision(parser, args)
     if args.nesterov and args.optimizer != 'lars':
@@ -302,6 +316,19 @@ def parse_args(parser, argv=None, positive=(), distributed=False,
         # with it: what fails here fails for every number of processes.
         derived_lr(parser.error, args, args.batchsize)
     return args
+
+
+#: --out's default for a new run.
+DEFAULT_OUT = 'result'
+
+
+def default_out(args):
+    """--out when not given: ``DEFAULT_OUT``, or for a resumed run the
+    folder of its snapshot, so that the run goes on beside its log (in
+    ``DEFAULT_OUT`` it would start a second copy of the run elsewhere)."""
+    if args.resume is None:
+        return DEFAULT_OUT
+    return os.path.dirname(args.resume) or os.curdir
 
 
 def resume_problem(args):
@@ -430,8 +457,15 @@ def warn_of_slow_precision(args):
             'long as in float32 (with the defaults of these examples, '
             'minutes each, hours in all); use a GPU (--device 0), or a '
             'small model for a functional try{}'
-            .format(args.dtype,
-                    ' (-u 50)' if 'unit' in vars(args) else ''))
+            .format(args.dtype, small_model(args)))
+
+
+def small_model(args):
+    """The flags of the trainer's small model, as the warning of 16 bits
+    on the CPU suggests them: --unit's for MNIST, --depth's for CIFAR."""
+    if getattr(args, 'dataset', 'mnist').startswith('cifar'):
+        return ' (--depth 8)'
+    return ' (-u 50)' if 'unit' in vars(args) else ''
 
 
 def check_precision(parser, args):
@@ -470,9 +504,11 @@ def resolve_warmup(error, args, default):
     A warm-up longer than --epoch would still be rising at the last
     update: given, it is an error (``error``, the parser's); the trainer's
     ``default``, when longer than a short run, becomes the whole run, and
-    ``args.warmup_note`` says so for the banner.
+    ``args.warmup_note`` says so for the banner; ``args.warmup_given``
+    says whether it was given, for ``check_resume``'s messages.
     """
     args.warmup_note = None
+    args.warmup_given = args.warmup_epochs is not None
     if args.warmup_epochs is None:
         args.warmup_epochs = min(default, args.epoch)
         if default > args.epoch:
@@ -514,6 +550,11 @@ def path_problem(args):
     what = ', '.join(n for n in found if not n.endswith('.png'))
     if found and args.resume is None:
         latest = snapshots_in(args.out)
+        if latest and _finished(latest[-1]):
+            # --resume would refuse it: nothing is left to train.
+            return ('--out {}: holds a finished run ({}); give another '
+                    '--out, or --overwrite to remove it and start '
+                    'over'.format(args.out, what))
         how = ('continue it with --resume {}, '.format(latest[-1])
                if latest else '')
         return ('--out {}: holds another run ({}); {}give another --out, '
@@ -808,6 +849,7 @@ def print_banner(args, *lines, batch=None):
     batch = args.batchsize if batch is None else batch
     for line in lines:
         print(line)
+    print('# out: {}'.format(args.out))
     print('# epoch: {}'.format(args.epoch))
     # Only the LARS optimizers have a trust coefficient.
     trust = ('' if args.optimizer not in ('lars', 'momentum-lars') else
@@ -893,8 +935,12 @@ def check_batchsize(args, n_train, processes=None):
     is_ = 'is' if processes is None else (
         'on {} processes is a global batch of {},'.format(processes, batch))
     if batch > n_train:
+        held = getattr(args, 'validation', 0)
         usage_error('--batchsize {} {} larger than the training set ({} '
-                    'examples)'.format(args.batchsize, is_, n_train))
+                    'examples{})'.format(
+                        args.batchsize, is_, n_train,
+                        ', the rest held out by --validation {}'.format(held)
+                        if held else ''))
 
 
 #: Whether the output is a terminal, where a launcher knows better than
@@ -912,6 +958,10 @@ CHANGEABLE = ('out', 'snapshots', 'device', 'dataset_root', 'progress',
 # changeable ones, the snapshot that --resume names, and --overwrite, a
 # new run's (refused with --resume).
 FREE_FLAGS = CHANGEABLE + ('resume', 'overwrite')
+
+# What parse_args adds to the flags (resolve_warmup), for the banner and
+# the messages: no flags, not recorded.
+DERIVED = ('warmup_note', 'warmup_given')
 
 # What a snapshot records besides the flags, as a message names it.
 SETTINGS = {
@@ -940,8 +990,7 @@ def run_settings(args, **settings):
     loaded.
     """
     recorded = {name: value for name, value in vars(args).items()
-                if name not in FREE_FLAGS and name != 'warmup_note'
-                and value is not None}
+                if name not in FREE_FLAGS + DERIVED and value is not None}
     # --loss-scale's default: dynamic scaling in float16 and mixed16.
     recorded.setdefault('loss_scale', 'none' if args.dtype == 'float32'
                         else 'dynamic')
@@ -1019,7 +1068,9 @@ def check_resume(args, **settings):
                         'it keeps every flag but {}; to change one, start '
                         'a new run.'.format(
                             args.resume,
-                            _difference(name, saved[name], settings[name]),
+                            _difference(name, saved[name], settings[name],
+                                        _given_note(args, name,
+                                                    saved[name])),
                             _changeable(args)))
     done = _epochs_done(args.resume)
     if done is not None and done >= args.epoch:
@@ -1041,7 +1092,37 @@ def _epochs_done(path):
         return int(snapshot[key]) if key in snapshot.files else None
 
 
-def _difference(name, saved, value):
+def _finished(path):
+    """Whether the snapshot ``path`` was written at the end of its run
+    (``_epochs_done`` against the --epoch it records); False where it
+    cannot be read (``check_resume`` says why, if it is resumed)."""
+    try:
+        with numpy.load(path) as snapshot:
+            key = RunSettings.prefix + 'epoch'
+            epochs = int(snapshot[key]) if key in snapshot.files else None
+        done = _epochs_done(path)
+    except (OSError, ValueError, KeyError, EOFError, TypeError,
+            zipfile.BadZipFile, zlib.error):
+        return False
+    return None not in (done, epochs) and done >= epochs
+
+
+def _given_note(args, name, saved):
+    """What a refusal adds where this run's value of ``name`` is not what
+    the user typed: the default --warmup-epochs, taken when not given; a
+    --lr copied from the banner, which rounds it."""
+    if name == 'warmup_epochs' and not getattr(args, 'warmup_given', True):
+        return 'not given: the default{}; give --warmup-epochs {}'.format(
+            ', the whole run' if args.warmup_note else '', saved)
+    if (name == 'lr' and saved is not None and args.lr is not None
+            and '{:g}'.format(saved) == '{:g}'.format(args.lr)):
+        return ('the banner rounds the rate to 6 digits: leave --lr out if '
+                'the run was started without it, or give --lr {!r}'.format(
+                    saved))
+    return None
+
+
+def _difference(name, saved, value, note=None):
     if name == 'plot':  # --noplot: the plots' state is in the snapshot
         return 'the snapshot was written {} --noplot, this run {} it'.format(
             *(('with', 'without') if value else ('without', 'with')))
@@ -1051,8 +1132,8 @@ def _difference(name, saved, value):
     if value is None:
         return ('the snapshot was written with {} {}, this run without it '
                 '(not given)'.format(_name(name), saved))
-    return 'the snapshot was written with {} {}, this run has {}'.format(
-        _name(name), saved, value)
+    return 'the snapshot was written with {} {}, this run has {}{}'.format(
+        _name(name), saved, value, ' ({})'.format(note) if note else '')
 
 
 def _recorded(path):

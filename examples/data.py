@@ -49,8 +49,10 @@ def load_cifar(name):
     train, test = _load(name.upper(), loader, 'cifar', 'file', {
         path: [('train_x', 'train_y'), ('test_x', 'test_y')]}, 3 * 32 * 32)
     classes = 10 if name == 'cifar10' else 100
-    x, t = _examples(name.upper(), path, train, classes)
-    test = _examples(name.upper(), path, test, classes)
+    x, t = _examples(name.upper(), path, train, classes,
+                     split='training split (train_x, train_y)')
+    test = _examples(name.upper(), path, test, classes,
+                     split='test split (test_x, test_y)')
     return _standardized(
         x, t, test, x.mean(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None],
         x.std(axis=(0, 2, 3), dtype=numpy.float64)[:, None, None])
@@ -163,12 +165,15 @@ def _check_cache(name, path, pairs, size, whole=False):
     _damaged(name, [path], ' '.join(problem.split()), damaged)
 
 
-def _examples(name, path, dataset, classes):
+def _examples(name, path, dataset, classes, split=None):
     """``(x, t)``, the arrays of ``dataset`` read from the cache file
     ``path``, or exit if it is empty or a label is not one of ``classes``:
-    the trainer would fail in its first update."""
+    the trainer would fail in its first update. ``split`` names the
+    arrays of ``dataset`` where the file holds more than one split
+    (CIFAR's)."""
     if not len(dataset):
-        _damaged(name, [path], 'it holds no images')
+        _damaged(name, [path], '{} holds no images'.format(
+            'it' if split is None else 'its ' + split))
     x, t = chainer.dataset.concat_examples(dataset)
     if t.min() < 0 or t.max() >= classes:
         _damaged(name, [path], 'its labels run from {} to {}, {} has {} '

@@ -622,8 +622,10 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
                 'accuracy (%)', percent=True, title=title,
                 divergence=divergence)),
             call_before_training=True)
-        trainer.extend(plots.IterationPlot('lr', 'lr.png', 'learning rate',
-                                           title=title))
+        # Adam's and LAMB's scheduled rate is alpha, as the title says.
+        trainer.extend(plots.IterationPlot(
+            'lr', 'lr.png', 'alpha' if args.optimizer in recipe.ADAM_LIKE
+            else 'learning rate', title=title))
         if ratio_keys:
             trainer.extend(plots.TrustRatioHeatmap(
                 ratio_keys, title=title, every=args.eval_every,

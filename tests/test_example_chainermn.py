@@ -168,7 +168,7 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     # of 3 trained on 2 images (and a duplicate) before.
     (3, ['--batchsize', '1', '--validation', '62'], '--batchsize 1 on 3 '
      'processes is a global batch of 3, larger than the training set (2 '
-     'examples)'),
+     'examples, the rest held out by --validation 62)'),
 ])
 def test_global_batch_larger_than_the_training_set_is_a_usage_error(
         dataset_root, tmp_path, ranks, flags, message):

@@ -50,6 +50,26 @@ def test_help(script, how):
     result = run(args + ['--help'], cwd)
     assert result.returncode == 0, result.stderr
     assert '--batchsize' in result.stdout
+    # CuPy without NCCL warned in 8 lines at every start, --help too
+    # (chainer.training imports cupy.cuda.nccl): filtered, that one only.
+    assert 'nccl' not in result.stderr.lower(), result.stderr
+
+
+def test_only_the_nccl_warning_is_filtered():
+    """examples/__init__.py filters CuPy's warning by its message: any
+    other warning, a UserWarning too, still shows."""
+    import warnings
+    import examples  # NOQA: its filter
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('default')  # what a fresh process has
+        import importlib
+        importlib.reload(examples)
+        warnings.warn('\nnccl library could not be loaded.\n\nReason: '
+                      'ImportError', UserWarning)
+        warnings.warn('another warning', UserWarning)
+        warnings.warn('nccl library could not be loaded.', RuntimeWarning)
+    assert [str(w.message) for w in caught] == [
+        'another warning', 'nccl library could not be loaded.']
 
 
 @pytest.mark.parametrize('script', TRAINERS)

@@ -331,3 +331,25 @@ def test_a_slow_run_shows_it_is_alive(mnist, dataset_root, tmp_path,
     # (after the progress bar's escape codes)
     assert beats and all(re.search(r'  \.\.\. \d+ s since update \d+ of '
                                    'the run', line) for line in beats)
+
+
+@pytest.mark.parametrize('name,small', [
+    ('examples.cifar.train_cifar', 'CIFAR: --depth 8'),
+    ('examples.chainermn.mnist.train_mnist',
+     'MNIST: -u 50; CIFAR: --depth 8'),
+])
+def test_help_and_warning_name_the_trainer_s_small_model(
+        capsys, name, small):
+    """The CIFAR trainer has no -u: its help and warning said
+    "(MNIST: -u 50)" and named no small model of its own."""
+    trainer = importlib.import_module(name)
+    with pytest.raises(SystemExit):
+        trainer.parse_args(['--help'])
+    text = ' '.join(capsys.readouterr().out.split())
+    assert 'use a GPU, or a small model ({})'.format(small) in text
+    if 'chainermn' in name:
+        return
+    from examples import cli
+    cli.warn_of_slow_precision(trainer.parse_args(['--dtype', 'float16']))
+    assert capsys.readouterr().err.rstrip().endswith(
+        'or a small model for a functional try (--depth 8)')

@@ -459,6 +459,11 @@ def _rewritten(path, **changes):
      'File is not a zip file'),
     ('cifar', ['--dataset', 'cifar100'], 'cifar/cifar-100.npz',
      lambda p: _rewritten(p, test_y=None), 'it holds no array test_y'),
+    # CIFAR's file holds both splits: the empty one is named.
+    ('cifar', [], 'cifar/cifar-10.npz',
+     lambda p: _rewritten(p, test_x=numpy.zeros((0, 3072), numpy.uint8),
+                          test_y=numpy.zeros(0, numpy.uint8)),
+     'its test split (test_x, test_y) holds no images'),
 ])
 def test_damaged_dataset_cache_gives_clear_message(
         request, dataset_root, tmp_path, name, argv, file, damage, says):
@@ -1119,6 +1124,65 @@ def test_batch_larger_than_the_training_set_is_a_usage_error(
     assert not out.exists()
 
 
+def test_a_batch_larger_than_what_validation_leaves_says_so(
+        cifar, dataset_root, tmp_path, capsys):
+    """With --validation 28 of 32 images, "--batchsize 8 is larger than
+    the training set (4 examples)" left the user to count: it says where
+    the rest went."""
+    out = tmp_path / 'out'
+    err = usage_error(cifar.main, ['-b', '8', '--validation', '28',
+                                   '--out', str(out)], capsys)
+    assert ('--batchsize 8 is larger than the training set (4 examples, '
+            'the rest held out by --validation 28)') in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize('name,flags,says', [
+    # MNIST's default warm-up, 0.5, fits a 2-epoch run.
+    ('mnist', ['-b', '32', '-u', '8'],
+     'written with --warmup-epochs 1.0, this run has 0.5 (not given: the '
+     'default; give --warmup-epochs 1.0)'),
+    # CIFAR's, 5, is the whole run.
+    ('cifar', ['-b', '16', '--depth', '8'],
+     'written with --warmup-epochs 1.0, this run has 2 (not given: the '
+     'default, the whole run; give --warmup-epochs 1.0)'),
+])
+def test_resume_without_the_warmup_given_says_the_default_was_taken(
+        request, dataset_root, tmp_path, capsys, name, flags, says):
+    """'this run has 2', where the user gave no --warmup-epochs, read as
+    a value typed: it says the default was taken, and what to give."""
+    main = request.getfixturevalue(name).main
+    args = flags + ['-e', '2', '--noplot', '--progress', 'none']
+    run = tmp_path / 'run'
+    main(args + ['--warmup-epochs', '1', '--out', str(run),
+                 '--snapshots', '2'])
+    capsys.readouterr()
+    snapshot = cli.snapshots_in(str(run))[0]
+    err = usage_error(main, args + ['--resume', snapshot], capsys)
+    assert says in err, err
+
+
+def test_resume_with_the_banner_s_rounded_lr_says_so(
+        mnist, mnist_snapshot, tmp_path, capsys):
+    """The banner prints the rate to 6 digits (lr 0.0883883); pasted into
+    --lr on --resume it was refused with no hint: the refusal says to
+    leave --lr out, or give the whole value, with which it resumes."""
+    snapshot, args = mnist_snapshot
+    cli.print_banner(mnist.parse_args(args + ['--out', str(tmp_path / 'x')]))
+    lr = re.search(r', lr (\S+), ', capsys.readouterr().out).group(1)
+    exact = 0.005 * math.sqrt(32 / 256) / 0.02
+    assert float(lr) != exact
+    out = str(tmp_path / 'resumed')
+    err = usage_error(mnist.main, args + [
+        '--resume', snapshot, '--out', out, '--lr', lr], capsys)
+    assert ('this run has {} (the banner rounds the rate to 6 digits: '
+            'leave --lr out if the run was started without it, or give '
+            '--lr {!r})'.format(float(lr), exact)) in err, err
+    mnist.main(args + ['--resume', snapshot, '--out', out,
+                       '--lr', repr(exact)])
+    assert read_log(out)[-1]['epoch'] == 2
+
+
 def test_resume_refuses_another_schedule(mnist, dataset_root, tmp_path,
                                          capsys):
     """The snapshot records the flags of the schedule; --resume keeps them.
@@ -1326,6 +1390,40 @@ def test_resume_writes_on_in_the_folder_of_its_snapshot(
     assert without_time(read_log(run)) == without_time(log)
     assert sorted(n for n in os.listdir(run) if n.startswith('snap')) == [
         'snapshot_iter_4']
+
+
+def test_resume_without_out_writes_on_in_the_folder_of_its_snapshot(
+        cifar, dataset_root, tmp_path, capsys, monkeypatch):
+    """--resume DIR/snapshot_iter_N without --out went on in ./result, the
+    new run's default, beside the run in DIR: it goes on in DIR, as the
+    banner says."""
+    args = ['-b', '16', '--depth', '8', '-e', '2', '--warmup-epochs', '1',
+            '--noplot', '--progress', 'none']
+    run = tmp_path / 'result_cifar10'
+    cifar.main(args + ['-o', str(run), '--snapshots', '2'])
+    log = read_log(str(run))
+    os.remove(str(run / 'snapshot_iter_4'))
+    capsys.readouterr()
+    cifar.main(args + ['--resume', str(run / 'snapshot_iter_2'),
+                       '--snapshots', '2'])
+    assert '# out: {}\n'.format(run) in capsys.readouterr().out
+    assert not (tmp_path / 'result').exists()
+    assert without_time(read_log(str(run))) == without_time(log)
+    assert (run / 'snapshot_iter_4').exists()
+    # In the current folder, relative: the folder is '.'.
+    monkeypatch.chdir(str(run))
+    assert cifar.parse_args(args[:-1] + ['lines', '--resume',
+                                         'snapshot_iter_2']).out == '.'
+    assert cifar.parse_args([]).out == 'result'
+
+
+@pytest.mark.parametrize('name', ['mnist', 'cifar', 'chainermn_example'])
+def test_out_help_names_both_defaults(request, capsys, name):
+    with pytest.raises(SystemExit):
+        request.getfixturevalue(name).main(['--help'])
+    text = ' '.join(capsys.readouterr().out.split())
+    assert ('(default: result; with --resume, the folder of its snapshot, '
+            'where the run goes on)') in text
 
 
 @pytest.mark.parametrize('name,more', [
@@ -2061,6 +2159,29 @@ def test_plots_draw_the_validation_set_and_name_label_smoothing(
         'loss (softmax cross entropy with label smoothing 0.1, log scale)')
 
 
+@pytest.mark.parametrize('optimizer,ylabel', [
+    ('lars', 'learning rate'), ('lamb', 'alpha'), ('adam', 'alpha')])
+def test_lr_plot_names_adam_s_and_lamb_s_rate_alpha(
+        mnist, dataset_root, tmp_path, monkeypatch, optimizer, ylabel):
+    """lr.png's title says "peak alpha" for adam and lamb: its y axis
+    said "learning rate"."""
+    import matplotlib.pyplot as plt
+    labels = {}
+    save = plt.Figure.savefig
+
+    def keep(figure, path, *args, **kwargs):
+        labels[os.path.basename(str(path))] = (figure.axes[0].get_ylabel(),
+                                               figure.axes[0].get_title())
+        return save(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, 'savefig', keep)
+    mnist.main(_tiny(dataset_root, tmp_path / 'out') + [
+        '--optimizer', optimizer])
+    label, title = labels['lr.png']
+    assert label == ylabel
+    assert ('peak alpha' in title) == (ylabel == 'alpha')
+
+
 @pytest.mark.parametrize('epochs', [1, 3, 30])
 def test_epoch_axis_has_whole_epochs(epochs):
     """A one-epoch run reads 0 and 1, not 0, 0.2, ..., 1."""
@@ -2502,6 +2623,33 @@ def test_a_new_run_refuses_an_out_holding_another_run(
     assert sorted(p.name for p in out.iterdir()) == [
         'log', 'loss_scale.png', 'notes.txt', 'snapshot_iter_74',
         'snapshot_iter_9']
+
+
+def test_a_new_run_refuses_an_out_holding_a_finished_run(
+        cifar, dataset_root, tmp_path, capsys):
+    """A finished run's folder was refused with "continue it with
+    --resume .../snapshot_iter_4", which --resume then refused: "the run
+    is finished ... nothing left to train". It says the run is finished."""
+    out = tmp_path / 'result'
+    args = ['-b', '16', '--depth', '8', '-e', '2', '--warmup-epochs', '1',
+            '--noplot', '--progress', 'none', '--out', str(out)]
+    cifar.main(args)
+    before = sorted(p.name for p in out.iterdir())
+    line = usage_error(cifar.main, args, capsys).splitlines()[-1]
+    assert line.endswith(
+        '--out {}: holds a finished run (log, snapshot_iter_4); give another '
+        '--out, or --overwrite to remove it and start over'.format(out)), line
+    assert sorted(p.name for p in out.iterdir()) == before
+    # Stopped halfway, it is continued: the snapshot of epoch 1 of 2.
+    os.replace(str(out / 'snapshot_iter_4'), str(out / 'snapshot_iter_2'))
+    with numpy.load(str(out / 'snapshot_iter_2')) as npz:
+        arrays = dict(npz)
+    arrays['updater/iterator:main/epoch'] = numpy.asarray(1)
+    with open(str(out / 'snapshot_iter_2'), 'wb') as f:
+        numpy.savez(f, **arrays)
+    line = usage_error(cifar.main, args, capsys).splitlines()[-1]
+    assert 'continue it with --resume {}'.format(
+        out / 'snapshot_iter_2') in line, line
 
 
 def test_a_new_run_refuses_an_out_holding_a_log_alone(

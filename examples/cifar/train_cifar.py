@@ -2,7 +2,10 @@
 """Large-batch CIFAR-10/100 with LARS: a ResNet trained by Chainer's trainer.
 
 The model is the ResNet of He et al. for CIFAR (depth 6n + 2, BatchNorm after
-every convolution); the trainer follows Chainer's own examples; the optimizer
+every convolution), but for its shortcuts: where a stage halves the size and
+doubles the channels, the shortcut is a 1x1 convolution and BatchNorm (He
+et al.'s option B), not their CIFAR models' identity padded with zeros
+(option A). The trainer follows Chainer's own examples; the optimizer
 follows the large-batch recipe: LARS, momentum 0.9, linear warm-up then a
 polynomial decay of power 2, and biases and BatchNorm parameters excluded from
 weight decay and from layer adaptation. Run it as a file, from the repository
@@ -15,12 +18,16 @@ root or from its own folder, or as a module from the root:
 
 import numpy
 
+# This package before Chainer: it filters CuPy's warning that NCCL is
+# missing, which Chainer's import sets off (examples/__init__.py).
+if not __package__:  # run as a file: examples/README.md
+    import _examples_path  # NOQA
+import examples  # NOQA
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
 
-if not __package__:  # run as a file: examples/README.md
-    import _examples_path  # NOQA
 from examples import cli
 from examples import data
 from examples import recipe
@@ -111,7 +118,8 @@ def check_depth(parser, depth):
 
 def parse_args(argv=None):
     parser = cli.parser('chainer-lars example: large-batch CIFAR',
-                        DEFAULTS)
+                        DEFAULTS,
+                        helps={'dtype': cli.dtype_help('CIFAR: --depth 8')})
     parser.add_argument('--dataset', choices=('cifar10', 'cifar100'),
                         default='cifar10',
                         help='The dataset to use (default: %(default)s)')

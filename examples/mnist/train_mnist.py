@@ -14,12 +14,16 @@ folder, or as a module from the root:
 
 import numpy
 
+# This package before Chainer: it filters CuPy's warning that NCCL is
+# missing, which Chainer's import sets off (examples/__init__.py).
+if not __package__:  # run as a file: examples/README.md
+    import _examples_path  # NOQA
+import examples  # NOQA
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
 
-if not __package__:  # run as a file: examples/README.md
-    import _examples_path  # NOQA
 from examples import cli
 from examples import data
 from examples import recipe

@@ -28,12 +28,16 @@ import sys
 
 import numpy
 
+# This package before Chainer: it filters CuPy's warning that NCCL is
+# missing, which Chainer's import sets off (examples/__init__.py).
+if not __package__:  # run as a file: examples/README.md
+    import _examples_path  # NOQA
+import examples  # NOQA
+
 import chainer
 import chainer.links as L
 import chainermn
 
-if not __package__:  # run as a file: examples/README.md
-    import _examples_path  # NOQA
 from examples import cli
 from examples import data
 from examples import recipe
@@ -64,7 +68,10 @@ HELP = dict(
     'CuPy specifier (0, @cupy:0): one GPU per process, the one numbered by '
     'the rank of the process on its machine (comm.intra_rank); the number '
     'given is not used',
-    out='Directory to output the result (written by rank 0)',
+    out='Directory to output the result, written by rank 0 (default: '
+    'result; with --resume, the folder of its snapshot, where the run goes '
+    'on)',
+    dtype=cli.dtype_help('MNIST: -u 50; CIFAR: --depth 8'),
     resume='Resume the training from a snapshot (read by every process), '
     'with the same flags but --out, --snapshots, --device, --dataset-root, '
     '--progress and --communicator, and the same number of processes',
