@@ -8,6 +8,7 @@ import importlib
 import json
 import math
 import os
+import re
 import shutil
 
 import numpy
@@ -1678,3 +1679,28 @@ def test_a_study_s_folder_read_without_its_flags_is_refused(study, tmp_path,
                        '--refine', '0', '--budget-configs', '1', '--budgets',
                        '2,4', '--figure', str(figure), task]) == 0
     assert figure.exists() == (task == '--plot-only')
+
+
+def test_budget_run_messages_name_the_file(study, capsys):
+    """--budget-configs 1 on the study that swept 3: each budget run of a
+    trial outside the best is named as a file, ``.json`` and all."""
+    with pytest.raises(SystemExit):
+        study.main(['--budget-configs', '1', '--tables'])
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert re.search(r'-x[0-9.]+\.json: trial \d+ is not among the 1 best',
+                     line), line
+
+
+def test_a_search_of_one_trial_is_not_of_1_trials(study, tiny_study,
+                                                  tmp_path):
+    out = tmp_path / 'json'
+    shutil.copytree(str(tiny_study.out), str(out))
+    for name in os.listdir(str(out)):
+        if '-t1' in name:
+            os.remove(str(out / name))
+    args = argparse.Namespace(out=str(out), refine=[16], trials=1,
+                              budgets=[], budget_configs=0)
+    problems = study.other_rounds(args)
+    assert problems and all(
+        'reruns of a search of one round of 1 trial, --refine 16 gives it '
+        'two' in p for p in problems), problems

@@ -1603,10 +1603,11 @@ def other_rounds(args):
         if (b in args.refine and max(trials + [-1]) == args.trials - 1
                 and len(trials) == args.trials):
             problems.append('{}: reruns of a search of one round of {} '
-                            'trials, --refine {} gives it two'.format(
+                            'trial{}, --refine {} gives it two'.format(
                                 os.path.join(args.out, trial_name(
                                     o, b, seed=found[0]['seed']) + '.json'),
-                                args.trials, ','.join(map(str, args.refine))))
+                                args.trials, '' if args.trials == 1 else 's',
+                                ','.join(map(str, args.refine))))
     budgets = load_budgets(args.out)
     problems += ['{}: a run at {:g}x, not one of --budgets {}'.format(
         os.path.join(args.out, trial_name(o, b, r['trial'],
@@ -1614,9 +1615,12 @@ def other_rounds(args):
         r['budget'], ','.join('{:g}'.format(x) for x in args.budgets))
         for (b, o), found in sorted(budgets.items()) for r in found
         if r['budget'] not in args.budgets]
-    return problems + [
-        os.path.join(args.out, p) for p in inconsistent_budgets(
-            search, budgets, args.trials, args.refine, args.budget_configs)]
+    for problem in inconsistent_budgets(search, budgets, args.trials,
+                                        args.refine, args.budget_configs):
+        name, what = problem.split(': ', 1)
+        problems.append('{}: {}'.format(
+            os.path.join(args.out, name + '.json'), what))
+    return problems
 
 
 def all_tables(args, search, reruns, budgets, only=False):
