@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 
 import numpy
@@ -1704,3 +1705,52 @@ def test_a_search_of_one_trial_is_not_of_1_trials(study, tiny_study,
     assert problems and all(
         'reruns of a search of one round of 1 trial, --refine 16 gives it '
         'two' in p for p in problems), problems
+
+
+# -- The committed figures ---------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, 'examples', 'mnist', 'README.md')
+
+
+@pytest.fixture(scope='module')
+def readme_figures(study, tmp_path_factory):
+    """Each figure a ``python examples/mnist/study.py ... --plot-only``
+    command of examples/mnist/README.md draws, by its file's name: the
+    figure (drawn into a temporary folder) and the command."""
+    with open(README) as f:
+        text = ' '.join(f.read().split())
+    commands = re.findall(
+        r'`python examples/mnist/study\.py ([^`]*--plot-only[^`]*)`', text)
+    folder = tmp_path_factory.mktemp('figures')
+    found, real = {}, study.plot
+
+    def plot(args):
+        from matplotlib.backends import backend_agg
+        name = os.path.basename(args.figure)
+        args.figure = str(folder / name)
+        figure = real(args)
+        # Closed, it has no canvas to draw on again.
+        backend_agg.FigureCanvasAgg(figure)
+        found[name] = figure, flags
+
+    study.plot = plot
+    try:
+        for flags in commands:
+            argv = [os.path.join(ROOT, a)
+                    if a.startswith('examples/') else a
+                    for a in shlex.split(flags)]
+            assert study.main(argv) == 0, flags
+    finally:
+        study.plot = real
+    return found
+
+
+def test_the_readme_redraws_each_committed_figure(readme_figures):
+    """Each committed figure of the study has its --plot-only command in
+    the README, with its study's flags, and the command runs."""
+    here = os.path.join(ROOT, 'examples', 'mnist')
+    committed = {n for n in os.listdir(here)
+                 if n.startswith('study') and n.endswith('.png')}
+    assert committed and committed <= set(readme_figures), sorted(
+        committed - set(readme_figures))

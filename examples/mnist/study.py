@@ -2058,6 +2058,7 @@ def plot(args):
     figure.tight_layout()
     figure.savefig(args.figure)
     plt.close(figure)
+    return figure
 
 
 def plot_fair(args):
@@ -2065,7 +2066,8 @@ def plot_fair(args):
     and search trial's best validation accuracy against its rate relative
     to its optimizer's working rate (the pilot's best), below the
     validation curves of the reruns of each optimizer's best trial, a
-    dot where a rerun first reached the target."""
+    dot where a rerun first reached the target. Returns the figure
+    (closed)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -2158,6 +2160,7 @@ def plot_fair(args):
     figure.tight_layout()
     figure.savefig(args.figure)
     plt.close(figure)
+    return figure
 
 
 def _budget(text):
