@@ -1754,3 +1754,60 @@ def test_the_readme_redraws_each_committed_figure(readme_figures):
                  if n.startswith('study') and n.endswith('.png')}
     assert committed and committed <= set(readme_figures), sorted(
         committed - set(readme_figures))
+
+
+def _legend(axes):
+    legend = axes.get_legend()
+    return {t.get_text(): h for t, h in zip(legend.get_texts(),
+                                            legend.legend_handles)}
+
+
+def test_cell_summary_of_a_cell_some_of_whose_seeds_reached_it(study):
+    records = [{'trial': 0, 'steps_to_target': 40, 'best_validation': 0.98,
+                'flags': {}}]
+    done = [{'steps_to_target': s, 'best_validation': v}
+            for s, v in ((47, 0.982), (None, 0.979), (None, 0.978))]
+    steps, accuracy, complete, label, some = study.cell_summary(
+        records, done, 1, 3)
+    assert (steps, complete, label, some) == (
+        None, True, '1/3 seeds reached it', [47])
+    assert accuracy == pytest.approx(0.979666, abs=1e-6)
+    for r in done:
+        r['steps_to_target'] = r['steps_to_target'] or 50
+    assert study.cell_summary(records, done, 1, 3)[3:] == (None, [])
+
+
+def test_a_cell_some_of_whose_seeds_reached_it_has_a_mark_of_its_own(
+        study, readme_figures):
+    """LAMB at 16384 in study-adam-lamb.png: 1 of its 3 reruns reached
+    98 % (47 steps). It was drawn as the triangle whose legend says "none
+    reached it", its seed's steps not at all; now that seed's steps have
+    a marker of their own, labelled 1/3, with a legend entry that says
+    so."""
+    figure, _ = readme_figures['study-adam-lamb.png']
+    left = figure.axes[0]
+    legend = _legend(left)
+    partly = legend['k/3 seeds reached it: the steps of each that did']
+    marker = partly.get_marker()
+    assert marker not in ('v', 'D', 'o', 's', 'x')
+    lamb = matplotlib_color(study.STYLES['lamb']['color'])
+    drawn = [line for line in left.get_lines()
+             if line.get_marker() == marker]
+    assert [(list(line.get_xdata()), list(line.get_ydata()),
+             matplotlib_color(line.get_color())) for line in drawn] == [
+        ([16384], [47], lamb)]
+    # No triangle of "none reached it" at that cell.
+    assert not [line for line in left.get_lines()
+                if line.get_marker() == 'v'
+                and matplotlib_color(line.get_color()) == lamb]
+    labels = [(t.get_text(), t.xy) for t in left.texts]
+    assert ('1/3 seeds reached it', (16384, 47)) in labels
+    # The other committed figures have no such cell: no such entry.
+    for name in ('study.png', 'study-mlp-bn.png'):
+        assert not [t for t in _legend(readme_figures[name][0].axes[0])
+                    if 'seeds reached it' in t], name
+
+
+def matplotlib_color(color):
+    import matplotlib.colors
+    return matplotlib.colors.to_hex(color)

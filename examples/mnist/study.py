@@ -1812,6 +1812,9 @@ STYLES = {'nesterov': {'color': 'tab:blue', 'marker': 'o'},
           'lars': {'color': 'tab:green', 'marker': 's'},
           'adam': {'color': 'tab:orange', 'marker': 'o'},
           'lamb': {'color': 'tab:purple', 'marker': 's'}}
+# The marker of the steps of each seed of a cell that reached the target
+# where some did not: their mean is not the cell's.
+PARTLY = '*'
 # The figure names each optimizer by what sets it apart.
 LABELS = {'nesterov': 'Nesterov (no trust ratio)',
           'lars': 'LARS (Nesterov momentum)',
@@ -1829,22 +1832,29 @@ def rerun_means(done):
 
 def cell_summary(records, done, trials, seeds):
     """What the figure shows of a cell: ``(steps, accuracy, complete,
-    label)``. Complete (all trials and reruns done): the reruns' mean steps
-    (None if a seed missed the target) and mean best validation accuracy;
+    label, some)``. Complete (all trials and reruns done): the reruns' mean
+    steps (None if a seed missed the target) and mean best validation
+    accuracy, and where some seeds but not all reached the target, the
+    steps of each that did (``some``; the figure draws them apart, as no
+    mean of the cell's steps exists) and how many they are (``label``);
     otherwise the best search trial so far and the fraction of the trials
     done."""
     if len(records) >= trials and len(done) >= seeds:
         steps, accuracy = rerun_means(done)
-        hits = sum(r['steps_to_target'] is not None for r in done)
+        some = [r['steps_to_target'] for r in done
+                if r['steps_to_target'] is not None]
+        if len(some) == len(done):
+            some = []
         return steps, accuracy, True, (
-            '{}/{} seeds reached it'.format(hits, len(done))
-            if 0 < hits < len(done) else None)
+            '{}/{} seeds reached it'.format(len(some), len(done))
+            if some else None), some
     top = best(records)
     label = ('{}/{} trials'.format(len(records), trials)
              if len(records) < trials else
              '{}/{} reruns'.format(len(done), seeds))
     return (top['steps_to_target'],
-            max(r['best_validation'] or 0 for r in records), False, label)
+            max(r['best_validation'] or 0 for r in records), False, label,
+            [])
 
 
 def budget_points(search, budgets, args):
@@ -1900,10 +1910,12 @@ def plot(args):
 
     One line per optimizer; a filled marker is a complete cell (the mean
     of its seeded reruns), a hollow one a cell still being searched (its
-    best trial so far, labelled with the trials done). The dotted line is
-    perfect scaling: the steps halve as the batch doubles, from the fewest
-    steps at the smallest batch size drawn. The fair experiment has its
-    own figure (``plot_fair``).
+    best trial so far, labelled with the trials done), a star each seed
+    that reached the target in a cell where some did not. The dotted line
+    is perfect scaling: the steps halve as the batch doubles, from the
+    fewest steps at the smallest batch size drawn. The fair experiment has
+    its own figure (``plot_fair``). Returns the figure (closed), which the
+    tests read.
     """
     if args.fair is not None:
         return plot_fair(args)
@@ -1918,7 +1930,7 @@ def plot(args):
     search, reruns = load(args.out)
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
     anchors = []
-    under_way = False
+    under_way = partly = False
     for row, optimizer in enumerate(args.optimizers):
         style = STYLES.get(optimizer, {})
         color = style.get('color')
@@ -1947,15 +1959,18 @@ def plot(args):
                                 textcoords='offset points', fontsize=7,
                                 color=color)
         for p in points:
-            if p[1] is None:  # a triangle under the top edge
+            if p[5]:  # a complete cell some of whose seeds reached it
+                left.plot([p[0]] * len(p[5]), p[5], linestyle='none',
+                          marker=PARTLY, color=color, markersize=9,
+                          markerfacecolor='white')
+                left.annotate(p[4], xy=(p[0], min(p[5])), xytext=(7, -3),
+                              textcoords='offset points', fontsize=7,
+                              color=color)
+                partly = True
+            elif p[1] is None:  # a triangle under the top edge
                 left.plot([p[0]], [0.97 - 0.04 * row], linestyle='none',
                           marker='v', color=color, markerfacecolor='white',
                           transform=left.get_xaxis_transform())
-                if p[4]:  # a complete cell some of whose seeds reached it
-                    left.annotate(p[4], xy=(p[0], 0.97 - 0.04 * row),
-                                  xycoords=left.get_xaxis_transform(),
-                                  xytext=(7, -3), textcoords='offset points',
-                                  fontsize=7, color=color)
             else:
                 anchors.append((p[0], p[1]))
     swept = budget_points(search, load_budgets(args.out), args)
@@ -2039,6 +2054,12 @@ def plot(args):
             markerfacecolor='white', label='budget sweep: fewest steps at '
             '{:g}x-{:g}x the epochs (seed 0)'.format(
                 min([1] + args.budgets), max([1] + args.budgets))))
+    if partly:
+        handles.append(matplotlib.lines.Line2D(
+            [], [], linestyle='none', marker=PARTLY, color='gray',
+            markersize=9, markerfacecolor='white',
+            label='k/{} seeds reached it: the steps of each that '
+            'did'.format(len(args.seeds))))
     handles.append(matplotlib.lines.Line2D(
         [], [], linestyle='none', marker='v', color='gray',
         markerfacecolor='white', label='none reached it (top edge)'))
