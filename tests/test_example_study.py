@@ -1811,3 +1811,19 @@ def test_a_cell_some_of_whose_seeds_reached_it_has_a_mark_of_its_own(
 def matplotlib_color(color):
     import matplotlib.colors
     return matplotlib.colors.to_hex(color)
+
+
+@pytest.mark.parametrize('name', ['study.png', 'study-mlp-bn.png'])
+def test_the_budget_sweep_s_legend_says_what_each_panel_draws(
+        readme_figures, name):
+    """The hollow diamonds of the right panel are the best validation
+    accuracy of any run of the sweep (seed 0), beside the reruns' means;
+    the legend called them "fewest steps"."""
+    figure, _ = readme_figures[name]
+    left, right = figure.axes
+    assert [line for line in right.get_lines() if line.get_marker() == 'D']
+    labels = [t for t, h in _legend(left).items() if h.get_marker() == 'D']
+    assert len(labels) == 1
+    assert 'fewest steps (left)' in labels[0], labels
+    assert 'best validation of any run (right)' in labels[0], labels
+    assert '(seed 0)' in labels[0], labels

@@ -2051,8 +2051,9 @@ def plot(args):
     if swept:
         handles.append(matplotlib.lines.Line2D(
             [], [], linestyle='--', marker='D', color='gray',
-            markerfacecolor='white', label='budget sweep: fewest steps at '
-            '{:g}x-{:g}x the epochs (seed 0)'.format(
+            markerfacecolor='white', label='budget sweep, {:g}x-{:g}x the '
+            'epochs (seed 0):\nfewest steps (left), best validation of any '
+            'run (right)'.format(
                 min([1] + args.budgets), max([1] + args.budgets))))
     if partly:
         handles.append(matplotlib.lines.Line2D(
