@@ -1827,3 +1827,25 @@ def test_the_budget_sweep_s_legend_says_what_each_panel_draws(
     assert 'fewest steps (left)' in labels[0], labels
     assert 'best validation of any run (right)' in labels[0], labels
     assert '(seed 0)' in labels[0], labels
+
+
+def tick_labels(figure, axis):
+    """The labels ``axis`` shows once ``figure`` is drawn (blank left out)."""
+    figure.canvas.draw()
+    low, high = axis.get_view_interval()
+    return [t.get_text() for t in axis.get_ticklabels(which='both')
+            if t.get_text()
+            and low <= t.get_position()[axis.axis_name == 'y'] <= high]
+
+
+@pytest.mark.parametrize('name, labels', [
+    ('study.png', ['5', '10', '20', '50', '100', '200', '500']),
+    ('study-mlp-bn.png', ['5', '10', '20', '50', '100', '200']),
+    ('study-adam-lamb.png', ['30', '40', '50', '60'])])
+def test_the_step_axis_is_labelled_where_a_reader_needs_it(
+        readme_figures, name, labels):
+    """study.png's log-scale step axis read 10 and 100 only; the axis of
+    less than a decade keeps matplotlib's labels."""
+    figure, _ = readme_figures[name]
+    axis = figure.axes[0].yaxis
+    assert sorted(tick_labels(figure, axis), key=float) == labels

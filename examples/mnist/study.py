@@ -2029,7 +2029,8 @@ def plot(args):
     top = max([v for line in left.get_lines() if line.get_transform()
                is left.transData for v in line.get_ydata()] or [high])
     left.set_ylim(low, max(high, low * (top / low) ** (1 / 0.88)))
-    plotting.plain_log_ticks(left.yaxis)
+    # 20, 50, 200: the axis spans two or three decades.
+    plotting.plain_log_ticks(left.yaxis, minor=(2, 5))
     left.set_ylabel('steps to {:g} % validation accuracy'.format(
         100 * args.target))
     right.set_ylabel('best validation accuracy (%)')
