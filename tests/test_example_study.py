@@ -1849,3 +1849,26 @@ def test_the_step_axis_is_labelled_where_a_reader_needs_it(
     figure, _ = readme_figures[name]
     axis = figure.axes[0].yaxis
     assert sorted(tick_labels(figure, axis), key=float) == labels
+
+
+@pytest.mark.parametrize('name', ['study-mlp-bn-fair-x1.png',
+                                  'study-mlp-bn-fair-x2.png'])
+def test_the_fair_figure_s_legends_cover_no_curve(readme_figures, name):
+    """At 2x the reruns' legend, lower right, covered LAMB's curves near
+    steps 45-55."""
+    figure, _ = readme_figures[name]
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    checked = 0
+    for axes in figure.axes:
+        legend = axes.get_legend()
+        if legend is None:
+            continue
+        box = legend.get_window_extent(renderer)
+        for line in axes.get_lines():
+            points = line.get_transform().transform(line.get_xydata())
+            inside = [p for p in points if axes.bbox.contains(*p)
+                      and box.contains(*p)]
+            assert not inside, (name, axes.get_title(), line.get_label())
+            checked += 1
+    assert checked

@@ -2100,7 +2100,7 @@ def plot_fair(args):
     arms = {c[1] for c in search} | {o for _, o, _ in pilots}
     pairs = [p for p in PAIRS if arms & set(p)]
     figure, axes = plt.subplots(2, max(1, len(pairs)), squeeze=False,
-                                figsize=(max(8, 5.5 * len(pairs)), 9))
+                                figsize=(max(8, 5.5 * len(pairs)), 9.5))
     low = 100 * args.target - 4  # the lowest accuracy drawn
     for column, pair in enumerate(pairs):
         top, bottom = axes[0][column], axes[1][column]
@@ -2169,7 +2169,10 @@ def plot_fair(args):
         bottom.set_xlabel('step')
         bottom.set_ylabel('validation accuracy (%)')
         if bottom.get_legend_handles_labels()[0]:
-            bottom.legend(fontsize=7, loc='lower right')
+            # Below the axes, as the top's: inside, the curves rising
+            # from below the axis ran under it wherever it stood.
+            bottom.legend(fontsize=7, loc='upper center',
+                          bbox_to_anchor=(0.5, -0.13))
         top.set_title(' against '.join(LABELS.get(o, o) for o in pair),
                       fontsize=9)
     epochs = sorted({r['epochs'] for rs in list(search.values())
