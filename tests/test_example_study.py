@@ -8,6 +8,8 @@ import importlib
 import json
 import math
 import os
+import re
+import shlex
 import shutil
 
 import numpy
@@ -1678,3 +1680,195 @@ def test_a_study_s_folder_read_without_its_flags_is_refused(study, tmp_path,
                        '--refine', '0', '--budget-configs', '1', '--budgets',
                        '2,4', '--figure', str(figure), task]) == 0
     assert figure.exists() == (task == '--plot-only')
+
+
+def test_budget_run_messages_name_the_file(study, capsys):
+    """--budget-configs 1 on the study that swept 3: each budget run of a
+    trial outside the best is named as a file, ``.json`` and all."""
+    with pytest.raises(SystemExit):
+        study.main(['--budget-configs', '1', '--tables'])
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert re.search(r'-x[0-9.]+\.json: trial \d+ is not among the 1 best',
+                     line), line
+
+
+def test_a_search_of_one_trial_is_not_of_1_trials(study, tiny_study,
+                                                  tmp_path):
+    out = tmp_path / 'json'
+    shutil.copytree(str(tiny_study.out), str(out))
+    for name in os.listdir(str(out)):
+        if '-t1' in name:
+            os.remove(str(out / name))
+    args = argparse.Namespace(out=str(out), refine=[16], trials=1,
+                              budgets=[], budget_configs=0)
+    problems = study.other_rounds(args)
+    assert problems and all(
+        'reruns of a search of one round of 1 trial, --refine 16 gives it '
+        'two' in p for p in problems), problems
+
+
+# -- The committed figures ---------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, 'examples', 'mnist', 'README.md')
+
+
+@pytest.fixture(scope='module')
+def readme_figures(study, tmp_path_factory):
+    """Each figure a ``python examples/mnist/study.py ... --plot-only``
+    command of examples/mnist/README.md draws, by its file's name: the
+    figure (drawn into a temporary folder) and the command."""
+    with open(README) as f:
+        text = ' '.join(f.read().split())
+    commands = re.findall(
+        r'`python examples/mnist/study\.py ([^`]*--plot-only[^`]*)`', text)
+    folder = tmp_path_factory.mktemp('figures')
+    found, real = {}, study.plot
+
+    def plot(args):
+        from matplotlib.backends import backend_agg
+        name = os.path.basename(args.figure)
+        args.figure = str(folder / name)
+        figure = real(args)
+        # Closed, it has no canvas to draw on again.
+        backend_agg.FigureCanvasAgg(figure)
+        found[name] = figure, flags
+
+    study.plot = plot
+    try:
+        for flags in commands:
+            argv = [os.path.join(ROOT, a)
+                    if a.startswith('examples/') else a
+                    for a in shlex.split(flags)]
+            assert study.main(argv) == 0, flags
+    finally:
+        study.plot = real
+    return found
+
+
+def test_the_readme_redraws_each_committed_figure(readme_figures):
+    """Each committed figure of the study has its --plot-only command in
+    the README, with its study's flags, and the command runs."""
+    here = os.path.join(ROOT, 'examples', 'mnist')
+    committed = {n for n in os.listdir(here)
+                 if n.startswith('study') and n.endswith('.png')}
+    assert committed and committed <= set(readme_figures), sorted(
+        committed - set(readme_figures))
+
+
+def _legend(axes):
+    legend = axes.get_legend()
+    return {t.get_text(): h for t, h in zip(legend.get_texts(),
+                                            legend.legend_handles)}
+
+
+def test_cell_summary_of_a_cell_some_of_whose_seeds_reached_it(study):
+    records = [{'trial': 0, 'steps_to_target': 40, 'best_validation': 0.98,
+                'flags': {}}]
+    done = [{'steps_to_target': s, 'best_validation': v}
+            for s, v in ((47, 0.982), (None, 0.979), (None, 0.978))]
+    steps, accuracy, complete, label, some = study.cell_summary(
+        records, done, 1, 3)
+    assert (steps, complete, label, some) == (
+        None, True, '1/3 seeds reached it', [47])
+    assert accuracy == pytest.approx(0.979666, abs=1e-6)
+    for r in done:
+        r['steps_to_target'] = r['steps_to_target'] or 50
+    assert study.cell_summary(records, done, 1, 3)[3:] == (None, [])
+
+
+def test_a_cell_some_of_whose_seeds_reached_it_has_a_mark_of_its_own(
+        study, readme_figures):
+    """LAMB at 16384 in study-adam-lamb.png: 1 of its 3 reruns reached
+    98 % (47 steps). It was drawn as the triangle whose legend says "none
+    reached it", its seed's steps not at all; now that seed's steps have
+    a marker of their own, labelled 1/3, with a legend entry that says
+    so."""
+    figure, _ = readme_figures['study-adam-lamb.png']
+    left = figure.axes[0]
+    legend = _legend(left)
+    partly = legend['k/3 seeds reached it: the steps of each that did']
+    marker = partly.get_marker()
+    assert marker not in ('v', 'D', 'o', 's', 'x')
+    lamb = matplotlib_color(study.STYLES['lamb']['color'])
+    drawn = [line for line in left.get_lines()
+             if line.get_marker() == marker]
+    assert [(list(line.get_xdata()), list(line.get_ydata()),
+             matplotlib_color(line.get_color())) for line in drawn] == [
+        ([16384], [47], lamb)]
+    # No triangle of "none reached it" at that cell.
+    assert not [line for line in left.get_lines()
+                if line.get_marker() == 'v'
+                and matplotlib_color(line.get_color()) == lamb]
+    labels = [(t.get_text(), t.xy) for t in left.texts]
+    assert ('1/3 seeds reached it', (16384, 47)) in labels
+    # The other committed figures have no such cell: no such entry.
+    for name in ('study.png', 'study-mlp-bn.png'):
+        assert not [t for t in _legend(readme_figures[name][0].axes[0])
+                    if 'seeds reached it' in t], name
+
+
+def matplotlib_color(color):
+    import matplotlib.colors
+    return matplotlib.colors.to_hex(color)
+
+
+@pytest.mark.parametrize('name', ['study.png', 'study-mlp-bn.png'])
+def test_the_budget_sweep_s_legend_says_what_each_panel_draws(
+        readme_figures, name):
+    """The hollow diamonds of the right panel are the best validation
+    accuracy of any run of the sweep (seed 0), beside the reruns' means;
+    the legend called them "fewest steps"."""
+    figure, _ = readme_figures[name]
+    left, right = figure.axes
+    assert [line for line in right.get_lines() if line.get_marker() == 'D']
+    labels = [t for t, h in _legend(left).items() if h.get_marker() == 'D']
+    assert len(labels) == 1
+    assert 'fewest steps (left)' in labels[0], labels
+    assert 'best validation of any run (right)' in labels[0], labels
+    assert '(seed 0)' in labels[0], labels
+
+
+def tick_labels(figure, axis):
+    """The labels ``axis`` shows once ``figure`` is drawn (blank left out)."""
+    figure.canvas.draw()
+    low, high = axis.get_view_interval()
+    return [t.get_text() for t in axis.get_ticklabels(which='both')
+            if t.get_text()
+            and low <= t.get_position()[axis.axis_name == 'y'] <= high]
+
+
+@pytest.mark.parametrize('name, labels', [
+    ('study.png', ['5', '10', '20', '50', '100', '200', '500']),
+    ('study-mlp-bn.png', ['5', '10', '20', '50', '100', '200']),
+    ('study-adam-lamb.png', ['30', '40', '50', '60'])])
+def test_the_step_axis_is_labelled_where_a_reader_needs_it(
+        readme_figures, name, labels):
+    """study.png's log-scale step axis read 10 and 100 only; the axis of
+    less than a decade keeps matplotlib's labels."""
+    figure, _ = readme_figures[name]
+    axis = figure.axes[0].yaxis
+    assert sorted(tick_labels(figure, axis), key=float) == labels
+
+
+@pytest.mark.parametrize('name', ['study-mlp-bn-fair-x1.png',
+                                  'study-mlp-bn-fair-x2.png'])
+def test_the_fair_figure_s_legends_cover_no_curve(readme_figures, name):
+    """At 2x the reruns' legend, lower right, covered LAMB's curves near
+    steps 45-55."""
+    figure, _ = readme_figures[name]
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    checked = 0
+    for axes in figure.axes:
+        legend = axes.get_legend()
+        if legend is None:
+            continue
+        box = legend.get_window_extent(renderer)
+        for line in axes.get_lines():
+            points = line.get_transform().transform(line.get_xydata())
+            inside = [p for p in points if axes.bbox.contains(*p)
+                      and box.contains(*p)]
+            assert not inside, (name, axes.get_title(), line.get_label())
+            checked += 1
+    assert checked

@@ -1603,10 +1603,11 @@ def other_rounds(args):
         if (b in args.refine and max(trials + [-1]) == args.trials - 1
                 and len(trials) == args.trials):
             problems.append('{}: reruns of a search of one round of {} '
-                            'trials, --refine {} gives it two'.format(
+                            'trial{}, --refine {} gives it two'.format(
                                 os.path.join(args.out, trial_name(
                                     o, b, seed=found[0]['seed']) + '.json'),
-                                args.trials, ','.join(map(str, args.refine))))
+                                args.trials, '' if args.trials == 1 else 's',
+                                ','.join(map(str, args.refine))))
     budgets = load_budgets(args.out)
     problems += ['{}: a run at {:g}x, not one of --budgets {}'.format(
         os.path.join(args.out, trial_name(o, b, r['trial'],
@@ -1614,9 +1615,12 @@ def other_rounds(args):
         r['budget'], ','.join('{:g}'.format(x) for x in args.budgets))
         for (b, o), found in sorted(budgets.items()) for r in found
         if r['budget'] not in args.budgets]
-    return problems + [
-        os.path.join(args.out, p) for p in inconsistent_budgets(
-            search, budgets, args.trials, args.refine, args.budget_configs)]
+    for problem in inconsistent_budgets(search, budgets, args.trials,
+                                        args.refine, args.budget_configs):
+        name, what = problem.split(': ', 1)
+        problems.append('{}: {}'.format(
+            os.path.join(args.out, name + '.json'), what))
+    return problems
 
 
 def all_tables(args, search, reruns, budgets, only=False):
@@ -1808,6 +1812,9 @@ STYLES = {'nesterov': {'color': 'tab:blue', 'marker': 'o'},
           'lars': {'color': 'tab:green', 'marker': 's'},
           'adam': {'color': 'tab:orange', 'marker': 'o'},
           'lamb': {'color': 'tab:purple', 'marker': 's'}}
+# The marker of the steps of each seed of a cell that reached the target
+# where some did not: their mean is not the cell's.
+PARTLY = '*'
 # The figure names each optimizer by what sets it apart.
 LABELS = {'nesterov': 'Nesterov (no trust ratio)',
           'lars': 'LARS (Nesterov momentum)',
@@ -1825,22 +1832,29 @@ def rerun_means(done):
 
 def cell_summary(records, done, trials, seeds):
     """What the figure shows of a cell: ``(steps, accuracy, complete,
-    label)``. Complete (all trials and reruns done): the reruns' mean steps
-    (None if a seed missed the target) and mean best validation accuracy;
+    label, some)``. Complete (all trials and reruns done): the reruns' mean
+    steps (None if a seed missed the target) and mean best validation
+    accuracy, and where some seeds but not all reached the target, the
+    steps of each that did (``some``; the figure draws them apart, as no
+    mean of the cell's steps exists) and how many they are (``label``);
     otherwise the best search trial so far and the fraction of the trials
     done."""
     if len(records) >= trials and len(done) >= seeds:
         steps, accuracy = rerun_means(done)
-        hits = sum(r['steps_to_target'] is not None for r in done)
+        some = [r['steps_to_target'] for r in done
+                if r['steps_to_target'] is not None]
+        if len(some) == len(done):
+            some = []
         return steps, accuracy, True, (
-            '{}/{} seeds reached it'.format(hits, len(done))
-            if 0 < hits < len(done) else None)
+            '{}/{} seeds reached it'.format(len(some), len(done))
+            if some else None), some
     top = best(records)
     label = ('{}/{} trials'.format(len(records), trials)
              if len(records) < trials else
              '{}/{} reruns'.format(len(done), seeds))
     return (top['steps_to_target'],
-            max(r['best_validation'] or 0 for r in records), False, label)
+            max(r['best_validation'] or 0 for r in records), False, label,
+            [])
 
 
 def budget_points(search, budgets, args):
@@ -1896,10 +1910,12 @@ def plot(args):
 
     One line per optimizer; a filled marker is a complete cell (the mean
     of its seeded reruns), a hollow one a cell still being searched (its
-    best trial so far, labelled with the trials done). The dotted line is
-    perfect scaling: the steps halve as the batch doubles, from the fewest
-    steps at the smallest batch size drawn. The fair experiment has its
-    own figure (``plot_fair``).
+    best trial so far, labelled with the trials done), a star each seed
+    that reached the target in a cell where some did not. The dotted line
+    is perfect scaling: the steps halve as the batch doubles, from the
+    fewest steps at the smallest batch size drawn. The fair experiment has
+    its own figure (``plot_fair``). Returns the figure (closed), which the
+    tests read.
     """
     if args.fair is not None:
         return plot_fair(args)
@@ -1914,7 +1930,7 @@ def plot(args):
     search, reruns = load(args.out)
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
     anchors = []
-    under_way = False
+    under_way = partly = False
     for row, optimizer in enumerate(args.optimizers):
         style = STYLES.get(optimizer, {})
         color = style.get('color')
@@ -1943,15 +1959,18 @@ def plot(args):
                                 textcoords='offset points', fontsize=7,
                                 color=color)
         for p in points:
-            if p[1] is None:  # a triangle under the top edge
+            if p[5]:  # a complete cell some of whose seeds reached it
+                left.plot([p[0]] * len(p[5]), p[5], linestyle='none',
+                          marker=PARTLY, color=color, markersize=9,
+                          markerfacecolor='white')
+                left.annotate(p[4], xy=(p[0], min(p[5])), xytext=(7, -3),
+                              textcoords='offset points', fontsize=7,
+                              color=color)
+                partly = True
+            elif p[1] is None:  # a triangle under the top edge
                 left.plot([p[0]], [0.97 - 0.04 * row], linestyle='none',
                           marker='v', color=color, markerfacecolor='white',
                           transform=left.get_xaxis_transform())
-                if p[4]:  # a complete cell some of whose seeds reached it
-                    left.annotate(p[4], xy=(p[0], 0.97 - 0.04 * row),
-                                  xycoords=left.get_xaxis_transform(),
-                                  xytext=(7, -3), textcoords='offset points',
-                                  fontsize=7, color=color)
             else:
                 anchors.append((p[0], p[1]))
     swept = budget_points(search, load_budgets(args.out), args)
@@ -2010,7 +2029,8 @@ def plot(args):
     top = max([v for line in left.get_lines() if line.get_transform()
                is left.transData for v in line.get_ydata()] or [high])
     left.set_ylim(low, max(high, low * (top / low) ** (1 / 0.88)))
-    plotting.plain_log_ticks(left.yaxis)
+    # 20, 50, 200: the axis spans two or three decades.
+    plotting.plain_log_ticks(left.yaxis, minor=(2, 5))
     left.set_ylabel('steps to {:g} % validation accuracy'.format(
         100 * args.target))
     right.set_ylabel('best validation accuracy (%)')
@@ -2032,9 +2052,16 @@ def plot(args):
     if swept:
         handles.append(matplotlib.lines.Line2D(
             [], [], linestyle='--', marker='D', color='gray',
-            markerfacecolor='white', label='budget sweep: fewest steps at '
-            '{:g}x-{:g}x the epochs (seed 0)'.format(
+            markerfacecolor='white', label='budget sweep, {:g}x-{:g}x the '
+            'epochs (seed 0):\nfewest steps (left), best validation of any '
+            'run (right)'.format(
                 min([1] + args.budgets), max([1] + args.budgets))))
+    if partly:
+        handles.append(matplotlib.lines.Line2D(
+            [], [], linestyle='none', marker=PARTLY, color='gray',
+            markersize=9, markerfacecolor='white',
+            label='k/{} seeds reached it: the steps of each that '
+            'did'.format(len(args.seeds))))
     handles.append(matplotlib.lines.Line2D(
         [], [], linestyle='none', marker='v', color='gray',
         markerfacecolor='white', label='none reached it (top edge)'))
@@ -2054,6 +2081,7 @@ def plot(args):
     figure.tight_layout()
     figure.savefig(args.figure)
     plt.close(figure)
+    return figure
 
 
 def plot_fair(args):
@@ -2061,7 +2089,8 @@ def plot_fair(args):
     and search trial's best validation accuracy against its rate relative
     to its optimizer's working rate (the pilot's best), below the
     validation curves of the reruns of each optimizer's best trial, a
-    dot where a rerun first reached the target."""
+    dot where a rerun first reached the target. Returns the figure
+    (closed)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -2071,7 +2100,7 @@ def plot_fair(args):
     arms = {c[1] for c in search} | {o for _, o, _ in pilots}
     pairs = [p for p in PAIRS if arms & set(p)]
     figure, axes = plt.subplots(2, max(1, len(pairs)), squeeze=False,
-                                figsize=(max(8, 5.5 * len(pairs)), 9))
+                                figsize=(max(8, 5.5 * len(pairs)), 9.5))
     low = 100 * args.target - 4  # the lowest accuracy drawn
     for column, pair in enumerate(pairs):
         top, bottom = axes[0][column], axes[1][column]
@@ -2140,7 +2169,10 @@ def plot_fair(args):
         bottom.set_xlabel('step')
         bottom.set_ylabel('validation accuracy (%)')
         if bottom.get_legend_handles_labels()[0]:
-            bottom.legend(fontsize=7, loc='lower right')
+            # Below the axes, as the top's: inside, the curves rising
+            # from below the axis ran under it wherever it stood.
+            bottom.legend(fontsize=7, loc='upper center',
+                          bbox_to_anchor=(0.5, -0.13))
         top.set_title(' against '.join(LABELS.get(o, o) for o in pair),
                       fontsize=9)
     epochs = sorted({r['epochs'] for rs in list(search.values())
@@ -2154,6 +2186,7 @@ def plot_fair(args):
     figure.tight_layout()
     figure.savefig(args.figure)
     plt.close(figure)
+    return figure
 
 
 def _budget(text):
