@@ -24,6 +24,7 @@ from examples import recipe
 from tests import conftest
 from tests import forked
 from tests import mpi_util
+from tests import tick_labels
 
 
 pytestmark = pytest.mark.example
@@ -1827,15 +1828,6 @@ def test_the_budget_sweep_s_legend_says_what_each_panel_draws(
     assert 'fewest steps (left)' in labels[0], labels
     assert 'best validation of any run (right)' in labels[0], labels
     assert '(seed 0)' in labels[0], labels
-
-
-def tick_labels(figure, axis):
-    """The labels ``axis`` shows once ``figure`` is drawn (blank left out)."""
-    figure.canvas.draw()
-    low, high = axis.get_view_interval()
-    return [t.get_text() for t in axis.get_ticklabels(which='both')
-            if t.get_text()
-            and low <= t.get_position()[axis.axis_name == 'y'] <= high]
 
 
 @pytest.mark.parametrize('name, labels', [

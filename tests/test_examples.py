@@ -29,6 +29,7 @@ from examples import training
 from tests import forked
 from tests import pythonpath
 from tests import REPO_ROOT
+from tests import tick_labels
 
 
 pytestmark = pytest.mark.example
@@ -2079,15 +2080,6 @@ def test_loss_plot_names_train_and_test_and_marks_divergence():
     assert [line.get_label() for line in axes.get_lines()] == ['train']
     assert not axes.patches and axes.get_title() == 'lars, batch 32'
     plt.close(figure)
-
-
-def tick_labels(figure, axis):
-    """The labels ``axis`` shows once ``figure`` is drawn (blank left out)."""
-    figure.canvas.draw()
-    low, high = axis.get_view_interval()
-    return [t.get_text() for t in axis.get_ticklabels(which='both')
-            if t.get_text()
-            and low <= t.get_position()[axis.axis_name == 'y'] <= high]
 
 
 def test_log_axis_labels_use_one_form():
