@@ -419,6 +419,12 @@ def interrupt(tmp_path, args, ready, env=None):
     finally:
         if process.poll() is None:
             mpi_util._stop(process)
+    # mpiexec's own (Open MPI 4.1's libevent), now and then, as the ranks
+    # end while it forwards the signal: "[warn] Epoll MOD(1) on fd 23
+    # failed. ... Bad file descriptor". Not the trainer's, which the tests
+    # read.
+    stderr = ''.join(line for line in stderr.splitlines(True)
+                     if not line.startswith('[warn] Epoll '))
     return subprocess.CompletedProcess(process.args, process.returncode,
                                        stdout, stderr)
 
@@ -473,6 +479,7 @@ def test_ctrl_c_before_the_first_update_keeps_the_overwritten_run(
     result = interrupt(tmp_path, example_args(out, '--overwrite'),
                        ready=stalled.exists,
                        env={'STALL_FIRST_UPDATE': str(stalled)})
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     line, = result.stderr.strip().splitlines()
     assert line.startswith('driver.py: interrupted at iteration 0 '), line
     assert line.endswith('run the command again with --overwrite to start '
