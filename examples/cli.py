@@ -34,6 +34,20 @@ from examples import logs
 from examples import recipe
 
 
+def dtype_help(small_model):
+    """The help of --dtype; ``small_model`` names the flags of a small
+    model of the trainer, for a functional try of 16 bits on the CPU."""
+    return ('The precision, as chainer.config.dtype: float32; float16 '
+            '(float16 arrays throughout); mixed16 (float16 arrays, '
+            'BatchNorm parameters and statistics in float32). In 16 bits '
+            'the loss is scaled and the update made on float32 master '
+            "copies (default: CHAINER_DTYPE's, float32 if unset). On the "
+            "CPU, 16 bits are for a functional try: NumPy's float16 has "
+            'no fast matrix product, and an update takes some 100 times '
+            "as long as in float32 (this example's defaults: hours); use "
+            'a GPU, or a small model ({})'.format(small_model))
+
+
 HELP = {
     'batchsize': 'Number of images in each mini-batch',
     'epoch': 'Number of sweeps over the dataset to train',
@@ -68,7 +82,7 @@ HELP = {
     'trust_coefficient': 'LARS trust coefficient, for lars and momentum-lars '
                          '(default: {:g})'.format(recipe.TRUST_COEFFICIENT),
     'seed': 'Seed of the weights, the shuffling and the data augmentation',
-    'dtype': None,  # dtype_help(), below: it names the trainer's model
+    'dtype': dtype_help('MNIST: -u 50'),
     'loss_scale': 'A static loss scale, for --dtype float16 and mixed16, '
                   'from {:.4g} to {:g}: the loss is scaled in float16, and '
                   "these are its normal numbers (default: Chainer's dynamic "
@@ -88,23 +102,6 @@ HELP = {
                     'pfnet/chainer/<dataset> (default: '
                     'CHAINER_DATASET_ROOT, or ~/.chainer/dataset)',
 }
-
-
-def dtype_help(small_model):
-    """The help of --dtype; ``small_model`` names the flags of a small
-    model of the trainer, for a functional try of 16 bits on the CPU."""
-    return ('The precision, as chainer.config.dtype: float32; float16 '
-            '(float16 arrays throughout); mixed16 (float16 arrays, '
-            'BatchNorm parameters and statistics in float32). In 16 bits '
-            'the loss is scaled and the update made on float32 master '
-            "copies (default: CHAINER_DTYPE's, float32 if unset). On the "
-            "CPU, 16 bits are for a functional try: NumPy's float16 has "
-            'no fast matrix product, and an update takes some 100 times '
-            "as long as in float32 (this example's defaults: hours); use "
-            'a GPU, or a small model ({})'.format(small_model))
-
-
-HELP['dtype'] = dtype_help('MNIST: -u 50')
 
 
 def lr_rule(batch='the batch size B'):
@@ -1087,8 +1084,12 @@ def _epochs_done(path):
     The trainer stops once its iterator has done --epoch epochs: a snapshot
     at that point resumes into a run that stops before its first update.
     """
+    return _whole_number(path, 'updater/iterator:main/epoch')
+
+
+def _whole_number(path, key):
+    """The entry ``key`` of the snapshot ``path``, as an int, or None."""
     with numpy.load(path) as snapshot:
-        key = 'updater/iterator:main/epoch'
         return int(snapshot[key]) if key in snapshot.files else None
 
 
@@ -1097,10 +1098,8 @@ def _finished(path):
     (``_epochs_done`` against the --epoch it records); False where it
     cannot be read (``check_resume`` says why, if it is resumed)."""
     try:
-        with numpy.load(path) as snapshot:
-            key = RunSettings.prefix + 'epoch'
-            epochs = int(snapshot[key]) if key in snapshot.files else None
         done = _epochs_done(path)
+        epochs = _whole_number(path, RunSettings.prefix + 'epoch')
     except (OSError, ValueError, KeyError, EOFError, TypeError,
             zipfile.BadZipFile, zlib.error):
         return False

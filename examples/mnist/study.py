@@ -1630,11 +1630,12 @@ def all_tables(args, search, reruns, budgets, only=False):
     pre = load_pretune(args.out)
     defaults, default_reruns = (load_defaults(args.out),
                                 load_defaults(args.out, reruns=True))
-    if only:
-        pre = {k: v for k, v in pre.items() if k[0] in args.batchsizes}
-        defaults, default_reruns = (
-            {b: v for b, v in found.items() if b in args.batchsizes}
-            for found in (defaults, default_reruns))
+    if only:  # each keyed by the batch size, or a tuple that begins with it
+        search, reruns, budgets, pre, defaults, default_reruns = (
+            {k: v for k, v in found.items()
+             if (k[0] if isinstance(k, tuple) else k) in args.batchsizes}
+            for found in (search, reruns, budgets, pre, defaults,
+                          default_reruns))
     if args.fair is not None:
         extra = ['decay_power'] + (['beta2', 'eps'] if any(
             o in recipe.ADAM_LIKE for _, o in search) else [])
@@ -2414,12 +2415,8 @@ def main(argv=None):
         return reproduce(args)
     if args.tables:
         search, reruns = load(args.out)
-        budgets = load_budgets(args.out)
-        if 'batchsizes' in given:
-            search, reruns, budgets = (
-                {c: v for c, v in found.items() if c[0] in args.batchsizes}
-                for found in (search, reruns, budgets))
-        for header, rows in all_tables(args, search, reruns, budgets,
+        for header, rows in all_tables(args, search, reruns,
+                                       load_budgets(args.out),
                                        'batchsizes' in given):
             print('\n'.join(results.markdown_table(header, rows)) + '\n')
         return 0
