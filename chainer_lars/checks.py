@@ -205,15 +205,13 @@ class CheckedHyperparameter(CheckedAttribute):
 
 
 def find_check(obj, attr):
-    """``check(value)`` of ``obj``'s checked attribute ``attr``, or
-    ``None``."""
+    """``check(value)`` of ``obj``'s checked attribute ``attr``, or None."""
     found = getattr(type(obj), attr, None)
     return found.check if isinstance(found, CheckedAttribute) else None
 
 
 def unexpected(face, kwargs, hints):
-    """Refuses unknown keyword arguments, with ``hints`` (name -> what to
-    write instead)."""
+    """Refuses unknown keyword arguments (``hints``: name -> instead)."""
     for name in sorted(kwargs):
         raise TypeError('{}() got an unexpected keyword argument {!r}{}'
                         .format(face, name, ': ' + hints[name]

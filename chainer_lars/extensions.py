@@ -25,14 +25,13 @@ class WarmupPolynomialShift(extension.Extension):
         v_e + (v_0 - v_e) \\left(1 - \\frac{t - T_w}{T - T_w}\\right)^p
         \\ (T_w \\le t < T), \\quad v_e \\ (t \\ge T),
 
-    (in plain text: ``init * (t + 1) / warmup_count`` during the warm-up,
-    then ``end + (init - end) * (1 - (t - warmup_count) / (max_count -
-    warmup_count)) ** power``, then ``end``): no update of the warm-up
-    has a rate of 0. Snapshots hold the count, the peak and
-    the schedule; loading one of another schedule (or of another ``init``
-    given) raises ``ValueError``: a longer ``max_count`` would bring a
-    decayed rate back up (0.2.0's still load). The values are checked
-    before the attribute first changes.
+    (in plain text: ``init * (t + 1) / warmup_count`` during the warm-up, then
+    ``end + (init - end) * (1 - (t - warmup_count) / (max_count -
+    warmup_count)) ** power``, then ``end``): no update of the warm-up has a
+    rate of 0. Snapshots hold the count, the peak and the schedule; loading one
+    of another schedule (or of another ``init`` given) raises ``ValueError``: a
+    longer ``max_count`` would bring a decayed rate back up (0.2.0's still
+    load). The values are checked before the attribute first changes.
 
     Args:
         attr (str): The optimizer attribute, e.g. ``'lr'``.
@@ -149,16 +148,10 @@ class WarmupPolynomialShift(extension.Extension):
         mine = {'warmup_count': self._warmup_count,
                 'max_count': self._max_count, 'power': self._power,
                 'end': self._end}
-        try:
-            saved = {name: serializer(name, value)
-                     for name, value in mine.items()}
-        except KeyError:
-            saved = dict(mine)
-        try:
-            attr = serializer('attr', None if loading else numpy.frombuffer(
-                self._attr.encode(), numpy.uint8))
-        except KeyError:
-            attr = None
+        saved = {name: fused.read(serializer, name, value)  # None: not saved
+                 for name, value in mine.items()}
+        attr = fused.read(serializer, 'attr', None if loading else
+                          numpy.frombuffer(self._attr.encode(), numpy.uint8))
         if attr is not None:
             mine['attr'], saved['attr'] = self._attr, bytes(
                 numpy.asarray(attr, numpy.uint8)).decode()
@@ -170,7 +163,7 @@ class WarmupPolynomialShift(extension.Extension):
         if self._given_init is not None and init is not None:
             mine['init'], saved['init'] = self._given_init, init
         for name in mine:
-            if saved[name] != mine[name]:
+            if saved[name] is not None and saved[name] != mine[name]:
                 raise ValueError(
                     'WarmupPolynomialShift: the snapshot was written with '
                     '{0}={1!r}, this schedule has {0}={2!r}; {3}'.format(
@@ -198,10 +191,8 @@ class TrustRatioObserver(extension.Extension):
     interval you want (default once per epoch), not every iteration.
 
     Args:
-        source (object): A :class:`chainer_lars.LARS`, ``LAMB`` or
-            :class:`chainer_lars.GradientLARS` (anything with
-            ``observe()``); ``None``: the main optimizer, a ``LARS`` or
-            ``LAMB``.
+        source (object): Anything with ``observe()`` (``LARS``, ``LAMB``,
+            ``GradientLARS``); ``None``: the main one, a ``LARS`` or ``LAMB``.
         prefix (str): The first component of the names (``''``: none).
         pattern (str): A regular expression: only the paths it matches
             (:func:`re.search`) are reported, e.g. ``'/W$'``.
@@ -302,11 +293,10 @@ class LossScaleState(extension.Extension):
         self.last_loss_scale, self._next = self._next, self.loss_scale
 
     def serialize(self, serializer):
-        try:
-            self.skipped_updates = int(serializer('skipped_updates',
-                                                  self.skipped_updates))
-        except KeyError:
+        n = fused.read(serializer, 'skipped_updates', self.skipped_updates)
+        if n is None:
             return  # a snapshot of a trainer without this extension
+        self.skipped_updates = int(n)
         fused.serialize_loss_scaling(self._optimizer, serializer)
         loading = isinstance(serializer, chainer.serializer.Deserializer)
         if loading:  # after initialize() too (autoload)

@@ -46,6 +46,14 @@ def serialize_loss_scaling(optimizer, serializer):
                     bool(value) if isinstance(default, bool) else value)
 
 
+def read(serializer, key, value=None):
+    """``serializer(key, value)``; ``None`` where a snapshot lacks ``key``."""
+    try:
+        return serializer(key, value)
+    except KeyError:
+        return None
+
+
 def serialize_master(rule, serializer, device=None):
     """Saves or loads ``rule``'s float32 master copy, if any (a new one
     sent to ``device``)."""
@@ -55,10 +63,7 @@ def serialize_master(rule, serializer, device=None):
         if current is not None:
             serializer('fp32_param', current)
         return
-    try:
-        value = serializer('fp32_param', current)
-    except KeyError:  # not made yet when the snapshot was written
-        return
+    value = read(serializer, 'fp32_param', current)  # None: not made yet
     if value is not None and current is None:
         rule._fp32_param = chainer.Parameter(
             value if device is None else device.send(value))
@@ -295,7 +300,17 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         return self
 
     def serialize(self, serializer):
-        """Chainer's, and the loss-scaling state it leaves out."""
+        """Chainer's, and the loss-scaling state it leaves out; the states
+        of another optimizer class are refused before anything is loaded."""
+        for path, _ in self.target.namedparams() if isinstance(
+                serializer, chainer.serializer.Deserializer) else ():
+            held = [k for k in 'mv' if read(serializer[path], k) is not None]
+            if 'v' in held and held != list(self._rule.STATES):
+                raise ValueError(
+                    '{}: the snapshot holds {} for {}, the state of {}: load '
+                    'it into the optimizer class that saved it'.format(
+                        self._face, ' and '.join(held), path, 'LAMB or Adam'
+                        if 'm' in held else 'LARS or MomentumSGD'))
         super(FusedMethod, self).serialize(serializer)
         serialize_loss_scaling(self, serializer)
 

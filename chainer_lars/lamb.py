@@ -34,12 +34,11 @@ def _alpha_t(self):
 
 
 def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
-    """LAMB's settings rows (``values``: one tuple of ``_HYPER`` or one a
-    row; ``steps``: the step ``t`` of each), checked as :class:`LAMB`
-    checks assignments: values set on a hyperparameter directly fail at
-    the update. ``eps`` is above 0 (``0 / 0`` where no gradient came yet)
-    and must not round to 0 in the arrays' compute dtype (float32 for
-    float16 ``dtype``)."""
+    """LAMB's settings rows (``values``: one tuple of ``_HYPER`` or one a row;
+    ``steps``: the step ``t`` of each), checked as :class:`LAMB` checks
+    assignments: values set on a hyperparameter directly fail at the update.
+    ``eps`` is above 0 (``0 / 0`` where no gradient came yet) and must not
+    round to 0 in the arrays' compute dtype (float32 for float16 ``dtype``)."""
     v = numpy.empty((len(rows), len(_HYPER)))
     v[...] = values
     alpha, b1, b2, eps, eta, wd = v.T
@@ -64,13 +63,12 @@ def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
 
 class LAMBRule(fused.FusedRule):
 
-    """Update rule of :class:`LAMB` for one parameter array (reads its
-    hyperparameters at every update; state ``m`` and ``v``).
+    """Update rule of :class:`LAMB` for one parameter array (states ``m``,
+    ``v``; reads its hyperparameters at every update; flags as attributes).
 
     Args:
         parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
-        uses_weight_decay (bool): ``False``: no weight decay on this array
-            (an attribute too, as is ``uses_adaptation``).
+        uses_weight_decay (bool): ``False``: no weight decay on this array.
         uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
 
     """

@@ -47,12 +47,11 @@ def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
 class LARSRule(fused.FusedRule):
 
     """Update rule of :class:`LARS` for one parameter array (reads its
-    hyperparameters at every update).
+    hyperparameters at every update; flags as attributes).
 
     Args:
         parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
-        uses_weight_decay (bool): ``False``: no weight decay on this array
-            (an attribute too, as is ``uses_adaptation``).
+        uses_weight_decay (bool): ``False``: no weight decay on this array.
         uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
 
     """

@@ -716,8 +716,8 @@ def test_observer_names_lamb_and_reads_it_as_the_main_optimizer(tmp_path):
     doc = chainer_lars.TrustRatioObserver.__doc__
     source = doc[doc.index('source (object):'):doc.index('prefix (str)')]
     source = ' '.join(source.split())
-    assert source.startswith('source (object): A :class:`chainer_lars.LARS`'
-                             ', ``LAMB`` or'), source
+    assert source.startswith('source (object): Anything with ``observe()`` '
+                             '(``LARS``, ``LAMB``'), source
     assert '``LARS`` or ``LAMB``' in source  # the main optimizer's
     trainer = make_trainer(lambda: chainer_lars.LAMB(alpha=0.01), 4,
                            out=tmp_path)
