@@ -50,12 +50,18 @@
   for Chainer's own loaders.
 * After collection, what is alive is frozen out of the garbage collector
   (``gc.freeze()``): full collections then skip it.
+* hypothesis keeps its caches in a temporary folder, removed at the end
+  (``HYPOTHESIS_STORAGE_DIRECTORY``, which subprocesses inherit), not in
+  ``.hypothesis/`` of the checkout.
 
 """
 
+import atexit
 import functools
 import gc
 import os
+import shutil
+import tempfile
 
 import numpy
 import pytest
@@ -65,6 +71,13 @@ from chainer.backends import cuda
 
 from tests import mpi_util
 from tests import progress
+
+
+if 'HYPOTHESIS_STORAGE_DIRECTORY' not in os.environ:  # read at first use
+    os.environ['HYPOTHESIS_STORAGE_DIRECTORY'] = tempfile.mkdtemp(
+        prefix='chainer-lars-hypothesis-')
+    atexit.register(shutil.rmtree, os.environ['HYPOTHESIS_STORAGE_DIRECTORY'],
+                    True)
 
 
 # The sizes of the tiny datasets: (train, test) examples.
