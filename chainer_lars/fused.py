@@ -56,7 +56,7 @@ def read(serializer, key, value=None):
 
 def serialize_master(rule, serializer, device=None):
     """Saves or loads ``rule``'s float32 master copy, if any (a new one
-    sent to ``device``)."""
+    sent to ``device``, where the rule uses one: ``use_fp32_update()``)."""
     master = rule._fp32_param
     current = None if master is None else master.array
     if isinstance(serializer, chainer.serializer.Serializer):
@@ -64,7 +64,7 @@ def serialize_master(rule, serializer, device=None):
             serializer('fp32_param', current)
         return
     value = read(serializer, 'fp32_param', current)  # None: not made yet
-    if value is not None and current is None:
+    if value is not None and current is None and rule._use_fp32_update:
         rule._fp32_param = chainer.Parameter(
             value if device is None else device.send(value))
 

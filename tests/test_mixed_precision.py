@@ -488,3 +488,52 @@ def test_loss_scale_state_loads_no_master_of_an_uninitialized_parameter(
         p.grad = numpy.zeros_like(p.array)
     optimizer.update()
     assert (fresh.W.array == 1).all()
+
+
+@pytest.mark.parametrize('face', ['lars', 'lamb', 'sgd'])
+def test_a_master_copy_is_loaded_only_where_the_rule_uses_one(tmp_path,
+                                                              face):
+    """A mixed16 snapshot loaded into an optimizer without
+    ``use_fp32_update()``: its master copies are left out. They were
+    loaded and kept, unstepped, while the float16 weights trained; a
+    later ``use_fp32_update()`` then stepped the stale copy and threw
+    away every update since the resume. Now the run equals one whose
+    copies are dropped by hand."""
+    def make():
+        model = L.Linear(3, 2)
+        model.W.array = numpy.full((2, 3), 1.0, numpy.float16)
+        model.b.array = numpy.full(2, 1.0, numpy.float16)
+        optimizer = {'lars': lambda: chainer_lars.LARS(lr=1.0, momentum=0.0),
+                     'lamb': chainer_lars.LAMB,
+                     'sgd': lambda: optimizers.SGD(lr=0.1)}[face]()
+        return model, optimizer.setup(model)
+
+    def step(model, optimizer):
+        for p in model.params():
+            p.grad = numpy.ones_like(p.array)
+        optimizer.update()
+
+    def resume(path, saved, drop):
+        model, optimizer = make()
+        model.copyparams(saved)
+        serializers.load_npz(path, optimizer if face != 'sgd'
+                             else chainer_lars.LossScaleState(optimizer))
+        loaded = [p.update_rule._fp32_param is not None
+                  for p in model.params()]
+        for p in model.params() if drop else ():
+            p.update_rule._fp32_param = None
+        for _ in range(2):
+            step(model, optimizer)
+        optimizer.use_fp32_update()  # Chainer makes copies of the weights
+        step(model, optimizer)
+        return loaded, model.W.array
+
+    path = str(tmp_path / 'snapshot.npz')
+    saved, optimizer = make()
+    optimizer.use_fp32_update()
+    step(saved, optimizer)
+    serializers.save_npz(path, optimizer if face != 'sgd'
+                         else chainer_lars.LossScaleState(optimizer))
+    loaded, trained = resume(path, saved, drop=False)
+    assert loaded == [False, False]
+    assert trained.tobytes() == resume(path, saved, drop=True)[1].tobytes()
