@@ -229,8 +229,7 @@ def _lamb_mixed_at(w, m, v, h, i, a, c1, c2, eps, wd):
 
 @numba.njit(fastmath=_ELEMENTWISE, **_DIVIDES, **_JIT)
 def lamb_step(w, m, v, a, c1, c2, eps, wd, h, mixed):
-    """``w <- w - a r`` (``mixed``: ``h`` written), as
-    :func:`momentum_step`."""
+    """``w <- w - a r`` (``mixed``: ``h`` too), as :func:`momentum_step`."""
     lost = 0
     if mixed:
         for i in range(w.size):

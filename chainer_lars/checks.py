@@ -161,16 +161,14 @@ def addressed(path, weight, grad, states=(), written=('weight',),
 
 
 def direct(dtype, arrays):
-    """Whether ``arrays`` go through addresses as they are: of ``dtype``,
-    native, C-contiguous and aligned."""
+    """Whether ``arrays`` go as they are: ``dtype``, native, C, aligned."""
     return all(a.dtype == dtype and a.dtype.isnative and a.flags.c_contiguous
                and getattr(a.flags, 'aligned', True) for a in arrays)
 
 
 class CheckedAttribute(object):
 
-    """An instance attribute checked by ``check(name, value, **options)``
-    at every assignment, kept in the instance's ``__dict__``."""
+    """An attribute checked on set by ``check(name, value, **options)``."""
 
     def __init__(self, check, **options):
         self._check, self._options, self.name = check, options, None

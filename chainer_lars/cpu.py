@@ -93,8 +93,7 @@ def _momentum(row, obs, op, w, g, v, ct):
 
 
 def numpy_update(row, obs, op, *arrays):
-    """One row of :func:`chainer_lars._numba.multi_update` in NumPy, for
-    ``(w, g, *states)`` of any dtypes and layouts."""
+    """One row of ``_numba.multi_update`` in NumPy, any dtypes and layouts."""
     natives = list(map(native, arrays))
     flat = [a.reshape(-1) for a in natives]
     row = row.tolist()  # Python floats: faster than NumPy scalars
@@ -130,8 +129,7 @@ _DIRECT, _WRITEABLE = 0x1 | 0x100, 0x400
 
 class _Table(object):
 
-    """A group's table of addresses (``None``: no compiled loop) and its
-    observations."""
+    """A group's table of addresses (``None``: no loop), its observations."""
 
     __slots__ = ('table', 'obs', 'likes', 'descr', 'update', 'arguments')
 
@@ -160,8 +158,7 @@ class _Table(object):
 class Record(object):
 
     """The stamps of a plan's arrays (``held``) and what each row expects
-    of a gradient (``grads``), read by :func:`chainer_lars._numba.restamp`
-    in one call."""
+    of a gradient (``grads``), read by ``_numba.restamp`` in one call."""
 
     def __init__(self, groups):
         jit = _jit()
@@ -238,8 +235,7 @@ class CpuExecutor(object):
             group.dtype, group.gdtype) in LIKES)
 
     def take(self, plan, groups, grads):
-        """As :func:`chainer_lars.engine._taken`; ``None``: a group's own
-        arrays changed."""
+        """As :func:`chainer_lars.engine._taken`; ``None``: arrays changed."""
         compiled = [g for g in groups if g.state.table is not None]
         found, left = {}, sum(len(g) for g in groups if g.state.table is None)
         if compiled:

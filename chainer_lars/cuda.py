@@ -534,8 +534,7 @@ class CudaExecutor(object):
 
     @staticmethod
     def observe(state):
-        """``(ratio, ||w||, ||g||)`` per array, NaN where none was taken;
-        one transfer from the device."""
+        """``(ratio, ||w||, ||g||)`` per array (NaN: not taken); one copy."""
         out = numpy.full((len(state.empty), 3), numpy.nan)
         if state.last is None:
             return out

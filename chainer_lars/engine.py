@@ -28,6 +28,18 @@ def executor_for(device):
             _chainer_cuda.cupy: cuda.executor}.get(device.xp)
 
 
+def tied(params):
+    """Whether each of ``params`` shares its array's buffer (CuPy's: memory)
+    with another: a parameter listed twice, tied weights, views of one
+    array. Chainer steps each in turn."""
+    roots = []
+    for a in map(operator.attrgetter('array'), params):
+        while getattr(a, 'base', None) is not None:
+            a = a.base
+        roots.append(id(getattr(getattr(a, 'data', 0), 'mem', a)))
+    return [r != id(None) and roots.count(r) > 1 for r in roots]
+
+
 class Group(object):
 
     """Arrays of one device, dtype and ``op``, a row each; a ``mixed16``
@@ -90,8 +102,7 @@ class Group(object):
 
 class Last(object):
 
-    """What :func:`observe` reads of a group's last update (and its
-    copies', row -> :class:`Last`): no array."""
+    """What :func:`observe` reads of an update (no array; copies by row)."""
 
     __slots__ = ('paths', 'executor', 'state', 'copies')
 
@@ -190,8 +201,7 @@ def settings(group, key, fill):
 
 
 def update(plan, grads):
-    """One update of a plan's groups, all checked before any moves;
-    returns each group's rows left to the face."""
+    """A plan's groups' update, all checked first; each one's rows left."""
     groups = plan.groups
     if len(groups) == 1 and groups[0].executor.update(plan, grads[0]):
         return [[]]

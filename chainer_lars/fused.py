@@ -81,8 +81,7 @@ def master(param, rule):
 
 
 def masters(rules):
-    """Each rule's master copy's array (``None`` where none), read at C
-    speed: a plan compares them at every update."""
+    """Each rule's master copy's array or ``None``, at C speed (per update)."""
     try:
         return [d[0] for d in map(_MASTER_DATA, rules)]
     except (AttributeError, TypeError):
@@ -270,9 +269,8 @@ def _depends(states, mixed16, params):
 class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                   optimizer.GradientMethod):
 
-    """What the faces share: ``update`` (a fork of Chainer's), the plans,
-    the exclusions, snapshots and ``observe``; a face names its ``_rule``
-    and itself (``_face``)."""
+    """What the faces share: ``update`` (a fork of Chainer's), plans,
+    exclusions, snapshots, ``observe``; a face names ``_rule``, ``_face``."""
 
     _stepped, _warned, _checked = True, False, None
 
@@ -441,8 +439,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         return grads
 
     def _update_params(self, params, grads=None):
-        """``param.update()`` of every parameter, batched; returns those
-        that took the per-rule path."""
+        """``param.update()`` of every parameter, batched; returns the rest."""
         plan = self._plans.get(self, params, self._build_plan)
         picks = []
         for group, where in zip(plan.groups, plan.where):
@@ -489,7 +486,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             if isinstance(p.update_rule, FusedRule) and p.update_rule.state:
                 p.update_rule._init_states(p)
         paths = {id(param): path for path, param in self.target.namedparams()}
-        batchable = [_batchable(p, p.update_rule, self._rule) for p in params]
+        batchable = [_batchable(p, p.update_rule, self._rule) and not tied
+                     for p, tied in zip(params, engine.tied(params))]
         plan = engine.Plan(params, functools.partial(
             _depends, self._rule.STATES, [
                 k for k, p in enumerate(params) if batchable[k]

@@ -266,6 +266,7 @@ class GradientLARS(exclusions.ExclusionProperties):
 
     def _build_plan(self, target, params):
         paths = {id(param): path for path, param in target.namedparams()}
+        tied = engine.tied(params)  # each in turn, as ChainerX arrays
         mixed16 = [k for k, param in enumerate(params)
                    if param.update_rule is not None and param.array is not None
                    and fused.master(param, param.update_rule) is not None
@@ -278,14 +279,14 @@ class GradientLARS(exclusions.ExclusionProperties):
             path = paths[id(param)]
             flags = self._rules.lookup(path)
             key = None if self._multi_tensor else path
-            if k in mixed16:
+            if k in mixed16 and not tied[k]:
                 copy = fused.master(param, rule)
                 with chainer.using_device(param.device):
                     out = param.device.xp.empty_like(copy)
                 plan.add(key, param.device, L.RESCALE, path, param, rule,
                          copy, (), flags, out)
             elif (w.dtype == numpy.float16  # in its rule (_RuleDelegate)
-                    or engine.executor_for(param.device) is None):  # chx
+                    or tied[k] or engine.executor_for(param.device) is None):
                 plan.others.append((param, rule, path, flags[1]))
             else:
                 plan.add(key, param.device, L.RESCALE, path, param, rule, w,

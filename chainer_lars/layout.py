@@ -33,8 +33,7 @@ W, V, V2, OUT, SIZE = range(5)
 
 
 def written(op, scaled):
-    """Which of ``(w, g, *states)`` an op writes (``g`` by a step where it
-    divides out a loss scale)."""
+    """Which of ``(w, g, *states)`` an op writes (``g``: a step's scale)."""
     if op == RESCALE:
         return (1,)
     states = tuple(range(2, 2 + STATES[op]))

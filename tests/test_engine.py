@@ -233,6 +233,92 @@ def _imports():
     return graph
 
 
+class _Tied(chainer.Chain):
+
+    def __init__(self, tie):
+        super(_Tied, self).__init__()
+        with self.init_scope():
+            # More than one block of the kernels (cuda.CHUNK elements):
+            # their norms come from a launch of their own.
+            self.a = chainer.links.Linear(96, 96)
+            self.b = chainer.links.Linear(96, 96)
+        rng = numpy.random.RandomState(0)
+        for p in (self.a.W, self.b.W):
+            p.array[...] = rng.uniform(0.5, 1.5, p.shape)
+        if tie == 'listed twice':  # one Parameter in both links
+            self.b.W = self.a.W
+        elif tie == 'one array':
+            self.b.W.array = self.a.W.array
+        elif tie == 'a view':  # the view is listed first
+            self.a.W.array = self.b.W.array.T
+
+
+@pytest.mark.parametrize('device,face,tie', [
+    (device, face, tie) for device in ('cpu', 'emulated')
+    for face in ('lars', 'lamb', 'hook')
+    for tie in ('listed twice', 'one array', 'a view')
+    # MomentumSGD's own kernel, under the hook, takes no transposed view
+    # on the emulated device (its ElementwiseKernel: contiguous arrays).
+    if (device, face, tie) != ('emulated', 'hook', 'a view')])
+def test_tied_parameters_are_stepped_one_after_another(device, face, tie):
+    # Chainer steps a parameter listed twice, or two that share memory,
+    # one after the other in params() order; one batched launch stepped
+    # them from the same norms (and one row after a later parameter's).
+    import contextlib
+    from chainer_lars.testing import emulated_cupy
+    xp = numpy if device == 'cpu' else emulated_cupy
+
+    def run(multi_tensor):
+        model = _Tied(tie)
+        if device == 'emulated':
+            model.to_device('@cupy:0')
+            if tie != 'listed twice':  # to_device copies: tie them again
+                model = _retie(model, tie)
+        if face == 'hook':
+            opt = optimizers.MomentumSGD(lr=0.1).setup(model)
+            opt.add_hook(chainer_lars.GradientLARS(
+                weight_decay=1e-3, multi_tensor=multi_tensor))
+        else:
+            opt = (chainer_lars.LARS(lr=1.0, multi_tensor=multi_tensor)
+                   if face == 'lars' else chainer_lars.LAMB(
+                       alpha=0.1, multi_tensor=multi_tensor)).setup(model)
+        for step in range(3):
+            for k, (_, p) in enumerate(sorted(model.namedparams())):
+                p.grad = xp.asarray(numpy.random.RandomState(
+                    10 * step + k).standard_normal(p.shape).astype('f'))
+            opt.update()
+        return [chainer.get_device('@numpy').send(p.array)
+                for _, p in sorted(model.namedparams())]
+
+    with (emulated_cupy.installed() if device == 'emulated'
+          else contextlib.nullcontext()):
+        batched, each = run(True), run(False)
+    for path, a, b in zip(['/a/W', '/a/b', '/b/W', '/b/b'], batched, each):
+        assert a.tobytes() == b.tobytes(), path
+    assert not numpy.array_equal(batched[0], _Tied(tie).a.W.array)
+
+
+def _retie(model, tie):
+    if tie == 'one array':
+        model.b.W.array = model.a.W.array
+    else:
+        model.a.W.array = model.b.W.array.T
+    return model
+
+
+def test_tied_marks_the_arrays_that_share_memory():
+    a, b, c = (chainer.Parameter(numpy.ones((2, 3), numpy.float32))
+               for _ in range(3))
+    lazy, other = chainer.Parameter(), chainer.Parameter()
+    assert engine.tied([a, b, lazy, other]) == [False] * 4
+    c.array = b.array.T
+    assert engine.tied([a, b, c, lazy, other]) == [
+        False, True, True, False, False]
+    assert engine.tied([a, b, a]) == [True, False, True]
+    c.array = numpy.frombuffer(b.array.tobytes(), numpy.float32).reshape(2, 3)
+    assert engine.tied([b, c]) == [False, False]  # a copy's own buffer
+
+
 def test_the_modules_import_each_other_without_a_cycle():
     graph = _imports()
     assert graph['layout'] == set()
