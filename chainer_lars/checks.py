@@ -186,8 +186,7 @@ class CheckedAttribute(object):
 
 class CheckedHyperparameter(CheckedAttribute):
 
-    """An optimizer attribute kept in ``optimizer.hyperparam`` (as
-    :class:`chainer.optimizer.HyperparameterProxy`), checked on set."""
+    """An optimizer attribute kept in ``optimizer.hyperparam``, checked."""
 
     def __set_name__(self, owner, name):
         super(CheckedHyperparameter, self).__set_name__(owner, name)

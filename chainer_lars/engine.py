@@ -32,12 +32,13 @@ def tied(params):
     """Whether each of ``params`` shares its array's buffer (CuPy's: memory)
     with another: a parameter listed twice, tied weights, views of one
     array. Chainer steps each in turn."""
-    roots = []
+    roots, counts = [], {}
     for a in map(operator.attrgetter('array'), params):
         while getattr(a, 'base', None) is not None:
             a = a.base
         roots.append(id(getattr(getattr(a, 'data', 0), 'mem', a)))
-    return [r != id(None) and roots.count(r) > 1 for r in roots]
+        counts[roots[-1]] = counts.get(roots[-1], 0) + 1
+    return [r != id(None) and counts[r] > 1 for r in roots]
 
 
 class Group(object):
