@@ -10,12 +10,17 @@ changes nothing. It is opt-in, in one of three ways:
 
 * ``import chainer_lars_compat`` before ``import chainer``, in a script;
 * ``python -m chainer_lars_compat SCRIPT [ARGS...]`` (or ``-m MODULE``),
-  which imports it and runs the script as ``python SCRIPT`` would;
+  which imports it and runs the script as ``python SCRIPT`` would, in
+  this process (and its forks) only: a worker that ``multiprocessing``
+  starts with ``spawn`` or ``forkserver`` runs the script again without
+  it, so there import it in the script, or use the next form;
 * ``PYTHONPATH=<checkout>/compat``, whose ``sitecustomize.py`` imports it
   in every Python process started with that variable, subprocesses (MPI
   ranks, test workers) included.
 
-What it puts back is what Chainer uses of them, no more:
+What it puts back is what Chainer's import uses of them, no more
+(``chainer.testing``'s ``with_requires`` needs setuptools' own
+``pkg_resources``, so ``setuptools<81``):
 
 * ``numpy.sctypes``: numpy 1.26's table of the scalar types by kind
   (Chainer's ``as_strided`` reads its ``'int'`` and ``'float'`` rows);
@@ -167,13 +172,19 @@ def main(argv=None):
               file=sys.stdout if asked else sys.stderr)
         return 0 if asked else 2
     if argv[0] == '-m':
+        name, package = argv[1], None
         try:
-            found = importlib.util.find_spec(argv[1]) is not None
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.submodule_search_locations:
+                package, name = name, name + '.__main__'  # as python runs it
+                spec = importlib.util.find_spec(name)
         except ImportError:  # a package of the name's is missing
-            found = False
-        if not found:  # python's line and status
-            print('{}: No module named {}'.format(sys.executable, argv[1]),
-                  file=sys.stderr)
+            spec = None
+        if spec is None:  # python's line and status
+            print('{}: No module named {}{}'.format(
+                sys.executable, name, '' if package is None else
+                "; '{}' is a package and cannot be directly executed".format(
+                    package)), file=sys.stderr)
             return 1
         sys.argv = argv[1:]
         runpy.run_module(argv[1], run_name='__main__', alter_sys=True)

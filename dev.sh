@@ -11,6 +11,7 @@
 #                                        .venv/bin/activate'
 #   bash dev.sh test [TOX ARGS...]       the whole test suite, through tox
 #   bash dev.sh docs [SPHINX ARGS...]    build the docs into docs/_build/html
+#   bash dev.sh --help                   this text
 #
 # mnist and chainermn run in the caller's directory, so relative paths in
 # ARGS (-o, --resume, --dataset-root) are the caller's, as when the script
@@ -214,8 +215,9 @@ cmd_venv() {
     [ $# -le 1 ] || die "usage: bash dev.sh venv [EXTRA,...]"
     for extra in ${extras//,/ }; do
         case $extra in
-            test|examples|mpi|cuda12|lint|docs) ;;
-            *) die "unknown extra '$extra' (test, examples, mpi, cuda12, lint, docs)" ;;
+            test|examples|mpi|cuda12|nvrtc|lint|docs) ;;
+            cuda13) die "the extra 'cuda13' needs Python 3.12+ and numpy 2; .venv is Python 3.9 to 3.11 with numpy<2: use cuda12 (README.rst, Installation)" ;;
+            *) die "unknown extra '$extra' (test, examples, mpi, cuda12, nvrtc, lint, docs)" ;;
         esac
     done
     case ,$extras, in *,mpi,*) ensure_mpi ;; esac
@@ -471,7 +473,7 @@ cmd_test() {
     export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS-1}
     export OMP_NUM_THREADS=${OMP_NUM_THREADS-1}
     say "running the tox envs $jobs at a time (auto: one per core; CHAINER_LARS_TOX_PARALLEL=1: one at a time)"
-    say "this takes about 4 to 5 minutes on 2 idle cores once its envs are made, 6 to 8 the first time"
+    say "this takes about 6 to 9 minutes on 2 idle cores once its envs are made, 7 to 10 the first time"
     say "(from a fresh clone, installs and compiles included; README.rst, Quick start), and leaves 2.2 GB in .tox;"
     say "a line every ${CHAINER_LARS_HEARTBEAT:-30} s says how far each env is; tox says OK or FAILED as each ends"
     journal=$(mktemp)
@@ -517,8 +519,10 @@ case ${1:-} in
     venv) shift; cmd_venv "$@" ;;
     test) shift; cmd_test "$@" ;;
     docs) shift; cmd_docs "$@" ;;
-    *) say "usage: bash dev.sh mnist [ARGS...] | bash dev.sh chainermn [-n N] [ARGS...]"
+    -h|--help|help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" ;;
+    *) [ -z "${1:-}" ] || say "error: unknown command '$1'"
+       say "usage: bash dev.sh mnist [ARGS...] | bash dev.sh chainermn [-n N] [ARGS...]"
        say "       | bash dev.sh venv [EXTRAS] | bash dev.sh test [TOX ARGS...]"
-       say "       | bash dev.sh docs [SPHINX ARGS...]"
+       say "       | bash dev.sh docs [SPHINX ARGS...] | bash dev.sh --help"
        exit 2 ;;
 esac

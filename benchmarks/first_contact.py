@@ -24,13 +24,17 @@ import time
 
 import numpy
 
-import chainer
-import chainer.functions as F
-import chainer.links as L
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, ROOT)
+
+# Before Chainer: on Python 3.12+ with numpy 2 it puts back what Chainer
+# reads at import; elsewhere it does nothing.
+import chainer_lars_compat  # NOQA: E402,F401
+
+import chainer  # NOQA: E402
+import chainer.functions as F  # NOQA: E402
+import chainer.links as L  # NOQA: E402
 
 import chainer_lars  # NOQA: E402
 from examples import data  # NOQA: E402

@@ -1,5 +1,11 @@
 """The examples: trainers, and the modules they share.
 
+Each trainer imports this package before Chainer, which imports
+``chainer_lars_compat`` here: on Python 3.12+ with numpy 2 it puts back
+what Chainer 7.8.1 reads at import, so that the trainers run there as
+``python examples/...`` (the resume command a trainer prints included);
+on Python 3.9 to 3.11 it does nothing.
+
 CuPy installed without NCCL warns, in 8 lines, as Chainer's trainer is
 imported (``chainer.training`` imports its multi-process updater, which
 imports ``cupy.cuda.nccl``), at every run of every trainer, ``--help``
@@ -10,6 +16,8 @@ imports this package first); every other warning shows as before.
 """
 
 import warnings
+
+import chainer_lars_compat  # NOQA: before Chainer
 
 
 warnings.filterwarnings('ignore', message=r'\s*nccl library could not be '

@@ -262,9 +262,13 @@ def test_help_asked_for_goes_to_stdout(flag):
      'or directory'),
     (['-m', 'nope_at_all'], 1, '{}: No module named nope_at_all'),
     (['-m', 'nope_at_all.sub'], 1, '{}: No module named nope_at_all.sub'),
+    (['-m', 'pkg'], 1, "{}: No module named pkg.__main__; 'pkg' is a package "
+     'and cannot be directly executed'),
 ])
 def test_a_missing_script_or_module_is_one_line_as_python_s(
         tmp_path, args, status, line):
+    (tmp_path / 'pkg').mkdir()
+    (tmp_path / 'pkg' / '__init__.py').write_text('')
     result = subprocess.run(
         [sys.executable, '-m', 'chainer_lars_compat'] + args,
         cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=REPO_ROOT),
@@ -273,3 +277,23 @@ def test_a_missing_script_or_module_is_one_line_as_python_s(
     assert result.returncode == status
     assert result.stderr.strip() == line.format(
         str(tmp_path / 'nope.py') if args == ['nope.py'] else sys.executable)
+
+
+@pytest.mark.parametrize('script', [
+    'examples/mnist/train_mnist.py', 'examples/cifar/train_cifar.py',
+    'examples/chainermn/mnist/train_mnist.py', 'benchmarks/first_contact.py'])
+def test_the_repositorys_scripts_import_it_themselves(script):
+    # Run as python SCRIPT would, on the new stack and without compat on
+    # PYTHONPATH: their import of Chainer (--help) works, so the resume
+    # command a trainer prints runs there as written.
+    out = python("""
+        import os, runpy, sys
+        sys.argv = [{0!r}, '--help']
+        sys.path[0] = os.path.dirname(os.path.abspath({0!r}))
+        try:
+            runpy.run_path({0!r}, run_name='__main__')
+        except SystemExit as e:
+            assert e.code in (0, None), e.code
+        print('chainer_lars_compat' in sys.modules, 'chainer' in sys.modules)
+    """.format(script), simulate=True)
+    assert out.splitlines()[-1] == 'True True'

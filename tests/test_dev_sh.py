@@ -227,7 +227,8 @@ def test_chainermn_refuses_a_bad_number_of_processes(checkout, args):
 
 @pytest.mark.parametrize('args,extras', [([], 'examples,mpi'),
                                          (['mpi'], 'examples,mpi'),
-                                         (['test,mpi'], 'examples,mpi,test')])
+                                         (['test,mpi'], 'examples,mpi,test'),
+                                         (['nvrtc'], 'examples,mpi,nvrtc')])
 def test_venv_installs_only_what_is_missing(checkout, args, extras):
     calls, result = dev_sh(checkout, 'venv', *args)
     installs = [call for call in calls if call['argv'][:2] == ['-m', 'pip']]
@@ -260,6 +261,45 @@ def test_venv_refuses_an_unknown_extra(checkout):
         stderr=subprocess.PIPE, universal_newlines=True)
     assert result.returncode == 1
     assert "unknown extra 'tests'" in result.stderr
+
+
+@pytest.mark.parametrize('extra, says', [
+    ('cuda13', "the extra 'cuda13' needs Python 3.12+ and numpy 2"),
+    ('test,cuda13', "the extra 'cuda13' needs Python 3.12+ and numpy 2")])
+def test_venv_says_why_cuda13_is_not_for_it(checkout, extra, says):
+    result = subprocess.run(
+        ['bash', str(checkout['repo'] / 'dev.sh'), 'venv', extra],
+        cwd=str(checkout['caller']), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True)
+    assert result.returncode == 1
+    assert says in result.stderr
+
+
+@pytest.mark.parametrize('flag', ['--help', '-h', 'help'])
+def test_help_is_the_header_on_stdout(checkout, flag):
+    result = subprocess.run(
+        ['bash', str(checkout['repo'] / 'dev.sh'), flag],
+        cwd=str(checkout['caller']), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True)
+    assert (result.returncode, result.stderr) == (0, '')
+    assert result.stdout.startswith(
+        'The commands a developer needs, on a fresh Debian machine')
+    assert '  bash dev.sh test [TOX ARGS...]       the whole test suite' in (
+        result.stdout)
+    assert 'set -euo' not in result.stdout and '#' not in result.stdout
+
+
+@pytest.mark.parametrize('args, first', [
+    (['bogus'], "dev.sh: error: unknown command 'bogus'"),
+    ([], 'dev.sh: usage: bash dev.sh mnist')])
+def test_an_unknown_command_is_named_before_the_usage(checkout, args, first):
+    result = subprocess.run(
+        ['bash', str(checkout['repo'] / 'dev.sh')] + args,
+        cwd=str(checkout['caller']), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True)
+    assert (result.returncode, result.stdout) == (2, '')
+    assert result.stderr.splitlines()[0].startswith(first)
+    assert 'bash dev.sh --help' in result.stderr
 
 
 def test_mnist_help_runs_for_real(tmp_path):
