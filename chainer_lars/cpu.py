@@ -114,8 +114,7 @@ def numpy_update(row, obs, op, *arrays):
             arrays[k][...] = natives[k]
 
 
-#: Empty arrays of the weights', the gradients' and the compute type
-#: (float16 stored as its bits, computed in float32).
+#: Empty arrays of the weights', gradients' and compute type (float16: bits).
 LIKES = {
     (numpy.dtype(w), numpy.dtype(g)): tuple(numpy.empty(0, t) for t in (
         w.replace('e', 'H'), g.replace('e', 'H'), w.replace('e', 'f')))

@@ -413,11 +413,10 @@ def empty_pinned(xp, size, dtype):
 
 class _DeviceState(object):
 
-    """A group's device side: its two kernels, the block map, its own
-    arrays' words, the ring of pinned buffers and events (each reused once
-    its copy is done), ``stats`` per row ``(r, ||w||^2, ||g||^2)``, the
-    ``rounded`` float16 weights (copied: ``counted``, read: ``lost``), the
-    last update's gradient addresses (``last``, for :meth:`observe`)."""
+    """A group's device side: two kernels, the block map, its arrays' words,
+    the ring of pinned buffers and events (reused once copied), ``stats`` a
+    row ``(r, ||w||^2, ||g||^2)``, ``rounded`` float16 weights (copied:
+    ``counted``, read: ``lost``), the last gradients (``last``, observed)."""
 
     RING = 4
 

@@ -33,7 +33,7 @@ def tied(params):
     with another: a parameter listed twice, tied weights, views of one
     array. Chainer steps each in turn."""
     roots, counts = [], {}
-    for a in map(operator.attrgetter('array'), params):
+    for a in [d[0] for d in map(operator.attrgetter('_data'), params)]:
         while getattr(a, 'base', None) is not None:
             a = a.base
         roots.append(id(getattr(getattr(a, 'data', 0), 'mem', a)))
@@ -43,10 +43,9 @@ def tied(params):
 
 class Group(object):
 
-    """Arrays of one device, dtype and ``op``, a row each; a ``mixed16``
-    group's weights are float32 masters, its gradients float16, its
-    ``extras`` what it writes besides. ``rows``: settings, filled from
-    ``key``; ``state``: the executor's; ``last``: for :func:`observe`."""
+    """Arrays of one device, dtype and ``op``, a row each (``mixed16``: float32
+    masters, float16 gradients, ``extras`` written too). ``rows``:
+    settings, from ``key``; ``state``: the executor's; ``last``: observed."""
 
     __slots__ = ('executor', 'device', 'op', 'dtype', 'gdtype', 'mixed16',
                  'paths', 'params', 'rules', 'weights', 'states', 'extras',
@@ -114,10 +113,9 @@ class Last(object):
 
 class Plan(object):
 
-    """A face's groups (by device, dtype, op and the face's key), valid
-    while :meth:`matches` (``depends(params)``: ``(objects, values)``, by
-    identity and equality). ``where``: positions in ``params``; ``record``:
-    the CPU executor's stamps; ``executors``: each one's group positions."""
+    """A face's groups (by device, dtype, op, key), valid while :meth:`matches`
+    (``depends(params)``: objects by identity, values by ``==``). ``where``:
+    positions in ``params``; ``record``: CPU stamps; ``executors``: groups."""
 
     __slots__ = ('groups', 'where', 'others', 'record', 'executors',
                  '_by_key', '_depends', '_objects', '_values')

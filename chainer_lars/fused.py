@@ -188,8 +188,7 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
         values, scales, steps = key[:3]
         if len(key) > 3:
             group.uses_wd[:], group.adapt[:] = key[3:]
-        group.rows[:, L.LOSS_SCALE] = [1.0 if s is None else s
-                                       for s in scales]
+        group.rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
         cls._fill_rows(group.rows, values, steps, group.uses_wd, group.adapt,
                        group.paths, group.dtype)
 
@@ -245,11 +244,13 @@ def _check_unbatched(param):
                          param.device.xp is not numpy, names=names)
 
 
-def _depends(states, mixed16, params):
-    """What an optimizer's plan is made from: the parameters, rules,
-    arrays, ``states`` and ``mixed16`` rows' masters; flags and hooks."""
+def _depends(states, mixed16, reassigned, params):
+    """What an optimizer's plan is made from: parameters, rules, arrays (of
+    the ``reassigned``: masters), ``states``, ``mixed16`` masters; flags."""
     rules = list(map(engine.UPDATE_RULE, params))
     objects = [params, rules, [d[0] for d in map(_DATA, params)]]
+    for k, copy in zip(reassigned, masters([rules[k] for k in reassigned])):
+        objects[2][k] = copy  # per rule: Chainer's fp32 update assigns w anew
     try:  # at C speed: a plan compares these at every update
         dicts = list(map(_STATE, rules))
         objects += [list(map(dict.get, dicts, [key] * len(dicts)))
@@ -298,12 +299,15 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         return self
 
     def serialize(self, serializer):
-        """Chainer's, and the loss-scaling state it leaves out; the states
-        of another optimizer class are refused before anything is loaded."""
-        for path, _ in self.target.namedparams() if isinstance(
+        """Chainer's and the loss scaling it leaves out; refuses the states
+        its rules find of another optimizer class, before any is loaded."""
+        for path, p in self.target.namedparams() if isinstance(
                 serializer, chainer.serializer.Deserializer) else ():
-            held = [k for k in 'mv' if read(serializer[path], k) is not None]
-            if 'v' in held and held != list(self._rule.STATES):
+            held = [k for k in 'mv' if isinstance(p.update_rule, self._rule)
+                    and read(serializer[path], k) is not None]
+            if held == list(self._rule.STATES):
+                break  # one array's states tell the class that saved them
+            if 'v' in held:
                 raise ValueError(
                     '{}: the snapshot holds {} for {}, the state of {}: load '
                     'it into the optimizer class that saved it'.format(
@@ -392,8 +396,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                     self._face, name, of))
 
     def _check_finite(self, params, grads):
-        """Chainer's ``check_nan_in_grads`` (its warnings, in its order),
-        with one transfer per device, not one per array."""
+        """Chainer's ``check_nan_in_grads`` (its warnings); a copy a device."""
         self._loss_scaling_isnan = False
         if not self._loss_scaling_is_dynamic:
             return
@@ -486,12 +489,14 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             if isinstance(p.update_rule, FusedRule) and p.update_rule.state:
                 p.update_rule._init_states(p)
         paths = {id(param): path for path, param in self.target.namedparams()}
-        batchable = [_batchable(p, p.update_rule, self._rule) and not tied
-                     for p, tied in zip(params, engine.tied(params))]
+        tied = engine.tied(params)  # to their rules, each in turn
+        batchable = [_batchable(p, p.update_rule, self._rule) and not t
+                     for p, t in zip(params, tied)]
         plan = engine.Plan(params, functools.partial(
-            _depends, self._rule.STATES, [
-                k for k, p in enumerate(params) if batchable[k]
-                and master(p, p.update_rule) is not None]))
+            _depends, self._rule.STATES, *([
+                k for k, p in enumerate(params) if rows[k] and p.update_rule
+                and master(p, p.update_rule) is not None]
+                for rows in (batchable, tied))))
         for param, fused in zip(params, batchable):
             rule = param.update_rule
             if fused:

@@ -259,7 +259,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         for param, rule, path in others:
             if param.dtype == numpy.float16:
                 self._delegate(rule).arm(optimizer, path)
-            else:  # ChainerX
+            else:  # ChainerX, tied
                 scale = param._loss_scale
                 self._rescale(rule, param, path,
                               1.0 if scale is None else scale)

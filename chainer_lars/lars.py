@@ -32,11 +32,10 @@ def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
     rows[:, L.WEIGHT_DECAY] *= uses_wd
     rows[:, L.THRESHOLD], rows[:, L.REQUIRE_GRAD] = 0.0, 1.0
     rows[:, L.ADAPT] = adapt
-    with numpy.errstate(invalid='ignore'):
-        ok = (numpy.isfinite(rows[:, :len(_HYPER)]).all(axis=1)
-              & (rows[:, L.LR] >= 0) & (rows[:, L.MOMENTUM] >= 0)
-              & (rows[:, L.MOMENTUM] < 1) & (rows[:, L.WEIGHT_DECAY] >= 0)
-              & (rows[:, L.EPS] >= 0) & (rows[:, L.TRUST_COEFFICIENT] > 0))
+    with numpy.errstate(invalid='ignore'):  # columns of _HYPER, all >= 0
+        v = rows[:, :len(_HYPER)]
+        ok = (numpy.isfinite(v).all(axis=1) & (v >= 0).all(axis=1)
+              & (v[:, 1] < 1) & (v[:, 5] > 0))  # momentum, trust coefficient
     for k in numpy.flatnonzero(~ok)[:1]:
         for name in _HYPER:
             if name != 'nesterov':

@@ -34,7 +34,7 @@ def _model():
 
 def _plan(params):
     return engine.Plan(params, functools.partial(
-        fused._depends, ('v',), []))
+        fused._depends, ('v',), [], []))
 
 
 @pytest.mark.parametrize('change', [
@@ -266,18 +266,21 @@ def test_tied_parameters_are_stepped_one_after_another(device, face, tie):
     # them from the same norms (and one row after a later parameter's).
     import contextlib
     from chainer_lars.testing import emulated_cupy
-    xp = numpy if device == 'cpu' else emulated_cupy
 
     def run(multi_tensor):
+        on_device = device == 'emulated' and multi_tensor is not None
+        xp = emulated_cupy if on_device else numpy
         model = _Tied(tie)
-        if device == 'emulated':
+        if on_device:
             model.to_device('@cupy:0')
             if tie != 'listed twice':  # to_device copies: tie them again
                 model = _retie(model, tie)
-        if face == 'hook':
+        if face == 'hook':  # multi_tensor None: Chainer's hook, on the CPU
             opt = optimizers.MomentumSGD(lr=0.1).setup(model)
-            opt.add_hook(chainer_lars.GradientLARS(
-                weight_decay=1e-3, multi_tensor=multi_tensor))
+            opt.add_hook(chainer.optimizer_hooks.GradientLARS(
+                weight_decay=1e-3, eps=0.0) if multi_tensor is None else
+                chainer_lars.GradientLARS(weight_decay=1e-3, eps=0.0,
+                                          multi_tensor=multi_tensor))
         else:
             opt = (chainer_lars.LARS(lr=1.0, multi_tensor=multi_tensor)
                    if face == 'lars' else chainer_lars.LAMB(
@@ -293,9 +296,42 @@ def test_tied_parameters_are_stepped_one_after_another(device, face, tie):
     with (emulated_cupy.installed() if device == 'emulated'
           else contextlib.nullcontext()):
         batched, each = run(True), run(False)
+    if face == 'hook':  # each array's own group either way: Chainer's hook
+        each = run(None)
     for path, a, b in zip(['/a/W', '/a/b', '/b/W', '/b/b'], batched, each):
-        assert a.tobytes() == b.tobytes(), path
+        if face == 'hook':
+            numpy.testing.assert_allclose(
+                a, b, rtol=1e-5, atol=1e-5, err_msg=path)
+        else:
+            assert a.tobytes() == b.tobytes(), path
     assert not numpy.array_equal(batched[0], _Tied(tie).a.W.array)
+
+
+@pytest.mark.parametrize('face', ['lars', 'lamb'])
+def test_a_tied_float16_parameter_keeps_the_plan_in_mixed16(face):
+    # Per rule, Chainer's fp32 update assigns the float16 array anew at
+    # every update: the plan follows its master instead, or it would be
+    # built again at every update.
+    model = chainer.Sequential(*[chainer.links.Linear(8, 8)
+                                 for _ in range(3)])
+    model.append(model[0])  # one link twice: its W and b listed twice
+    for p in model.params():
+        p.array = p.array.astype(numpy.float16)
+    opt = (chainer_lars.LARS() if face == 'lars'
+           else chainer_lars.LAMB()).setup(model)
+    opt.use_fp32_update()
+    builds = []
+    build = opt._build_plan
+    opt._build_plan = lambda params: builds.append(1) or build(params)
+    for step in range(6):
+        for p in model.params():
+            p.grad = numpy.full_like(p.array, 0.01)
+        opt.update()
+        if step == 1:
+            del builds[:]  # the first update makes the masters
+    assert builds == []
+    plan, = opt._plans.plans()
+    assert [len(g) for g in plan.groups] == [4] and len(plan.others) == 4
 
 
 def _retie(model, tie):

@@ -750,3 +750,33 @@ def test_a_snapshot_without_the_state_still_meets_chainers_limit():
     buf.seek(0)
     with pytest.raises(KeyError):
         serializers.load_npz(buf, other)
+
+
+def test_a_snapshot_with_rules_of_other_types_or_none_loads():
+    # Only this class's rules' states are looked at: a parameter whose rule
+    # is Adam's (the per-rule loop takes it) holds m and v in LARS's own
+    # snapshot, and a parameter added after setup has no rule at all.
+    def make():
+        model = chainer.Sequential(chainer.links.Linear(3, 4),
+                                   chainer.links.Linear(4, 2))
+        opt = chainer_lars.LARS(lr=0.1).setup(model)
+        model[1].W.update_rule = optimizers.Adam().setup(
+            chainer.Link()).create_update_rule()
+        with model.init_scope():
+            model.extra = chainer.Parameter(numpy.zeros(2, numpy.float32))
+        return model, opt
+
+    model, opt = make()
+    for p in model.params():
+        p.grad = numpy.ones_like(p.array)
+    opt.update()
+    buf = io.BytesIO()
+    serializers.save_npz(buf, opt)
+    buf.seek(0)
+    other_model, other = make()
+    serializers.load_npz(buf, other)
+    assert other.t == 1
+    assert (other_model[1].W.update_rule.state['m'].tobytes()
+            == model[1].W.update_rule.state['m'].tobytes())
+    assert (other_model[0].W.update_rule.state['v'].tobytes()
+            == model[0].W.update_rule.state['v'].tobytes())
