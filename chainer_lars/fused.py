@@ -113,11 +113,10 @@ class _RefusesGradientLARS(object):
 
 class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
 
-    """What the faces' rules share: flags, ``STATES``, the master copy in
-    snapshots, the engine's ``OP`` on a plan of one array. A face's rule
-    has ``_DEFAULTS``, ``_VALUES``, ``_RULE_VALUES``, ``_STEPPED`` and
-    ``_fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype)``.
-    ``_lost``: the optimizer's float16 paths whose step rounded away."""
+    """What the faces' rules share: flags, ``STATES``, master copies in
+    snapshots, the engine's ``OP`` on a plan of one array. A face's rule has
+    ``_DEFAULTS``, ``_VALUES``, ``_RULE_VALUES``, ``_STEPPED``, ``_fill_rows``
+    (rows, values, steps, flags, paths, dtype); ``_lost``: rounded paths."""
 
     is_elementwise = False
     _lost = _own_checked = None
@@ -152,8 +151,7 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
             master.to_device(param.device)  # loaded from a snapshot
         super(FusedRule, self).update(param)
 
-    # ChainerX arrays take UpdateRule's default path: memory-shared NumPy or
-    # CuPy views of them are passed here.
+    # ChainerX: UpdateRule's default path passes NumPy or CuPy views here.
     def update_core_cpu(self, param):
         w, g = param.array, param.grad
         if g is None:
@@ -489,14 +487,16 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             if isinstance(p.update_rule, FusedRule) and p.update_rule.state:
                 p.update_rule._init_states(p)
         paths = {id(param): path for path, param in self.target.namedparams()}
-        tied = engine.tied(params)  # to their rules, each in turn
-        batchable = [_batchable(p, p.update_rule, self._rule) and not t
-                     for p, t in zip(params, tied)]
+        batchable = [_batchable(p, p.update_rule, self._rule) and not tied
+                     for p, tied in zip(params, engine.tied(params))]
+        ruled = [not b and getattr(getattr(p.array, 'flags', None),
+                                   'writeable', True)  # (else: batched next)
+                 for p, b in zip(params, batchable)]
         plan = engine.Plan(params, functools.partial(
             _depends, self._rule.STATES, *([
                 k for k, p in enumerate(params) if rows[k] and p.update_rule
                 and master(p, p.update_rule) is not None]
-                for rows in (batchable, tied))))
+                for rows in (batchable, ruled))))
         for param, fused in zip(params, batchable):
             rule = param.update_rule
             if fused:

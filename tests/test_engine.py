@@ -308,17 +308,25 @@ def test_tied_parameters_are_stepped_one_after_another(device, face, tie):
 
 
 @pytest.mark.parametrize('face', ['lars', 'lamb'])
-def test_a_tied_float16_parameter_keeps_the_plan_in_mixed16(face):
-    # Per rule, Chainer's fp32 update assigns the float16 array anew at
-    # every update: the plan follows its master instead, or it would be
-    # built again at every update.
+@pytest.mark.parametrize('case', ['tied', 'rule hook', 'Adam rule'])
+def test_a_float16_parameter_of_its_rule_keeps_the_plan_in_mixed16(
+        face, case):
+    # A parameter its rule steps (tied, or not batchable) gets a new float16
+    # array at every update from Chainer's fp32 update: the plan follows
+    # its master instead, or it would be built again at every update.
     model = chainer.Sequential(*[chainer.links.Linear(8, 8)
                                  for _ in range(3)])
-    model.append(model[0])  # one link twice: its W and b listed twice
+    if case == 'tied':
+        model.append(model[0])  # one link twice: its W and b listed twice
     for p in model.params():
         p.array = p.array.astype(numpy.float16)
     opt = (chainer_lars.LARS() if face == 'lars'
            else chainer_lars.LAMB()).setup(model)
+    if case == 'rule hook':
+        model[0].W.update_rule.add_hook(lambda rule, param: None)
+    elif case == 'Adam rule':
+        model[0].W.update_rule = optimizers.Adam().setup(
+            chainer.Link()).create_update_rule()
     opt.use_fp32_update()
     builds = []
     build = opt._build_plan
@@ -331,7 +339,8 @@ def test_a_tied_float16_parameter_keeps_the_plan_in_mixed16(face):
             del builds[:]  # the first update makes the masters
     assert builds == []
     plan, = opt._plans.plans()
-    assert [len(g) for g in plan.groups] == [4] and len(plan.others) == 4
+    assert [len(g) for g in plan.groups] == [{'tied': 4}.get(case, 5)]
+    assert len(plan.others) == {'tied': 4}.get(case, 1)
 
 
 def _retie(model, tie):
