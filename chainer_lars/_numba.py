@@ -1,6 +1,5 @@
-"""The CPU loops, compiled with Numba: :func:`multi_update` through a
-table of addresses, one function per op's row; float16 as its bits,
-computed in float32; norms in float64; :func:`restamp`."""
+"""The CPU loops, compiled with Numba: :func:`multi_update` through a table
+of addresses, a function per op's row (float16 as bits); :func:`restamp`."""
 
 import math
 
@@ -63,8 +62,7 @@ def load(a, i):
 
 
 def store(a, i, x):
-    """``a[i] = x``, rounded to nearest in the storage type; whether it
-    rounded to what was there (float16)."""
+    """``a[i] = x``, rounded to nearest; whether it was what was there."""
 
 
 def compute(like, x):
@@ -102,8 +100,7 @@ def _compute(like, x):
 
 @numba.njit(fastmath=_REDUCE, **_JIT)
 def sqnorms(w, g, s, inverse):
-    """``(||w||^2, ||g / s||^2)`` (times ``inverse`` where not 0: the same
-    by a power of two, and faster)."""
+    """``(||w||^2, ||g / s||^2)`` (``inverse``, not 0: ``1 / s``, faster)."""
     sw = sg = 0.0
     for i in range(w.size):
         x = numpy.float64(load(w, i))
@@ -168,8 +165,7 @@ def _mixed_at(w, v, h, i, gi, a, b, momentum, nesterov):
 @numba.njit(fastmath=_ELEMENTWISE, **_JIT)
 def momentum_step(w, g, v, a, b, momentum, nesterov, s, inverse, h, mixed):
     """``u = a g + b w; v <- m v + u; w <- w - v`` (Nesterov: ``w <- w - (u
-    + m v)``); ``mixed``: ``g / s``, ``h`` written. Returns the count of
-    float16 steps rounded away."""
+    + m v)``); ``mixed``: ``g / s``, ``h`` written. Returns the steps lost."""
     lost = 0
     if not mixed:
         for i in range(w.size):
@@ -317,9 +313,8 @@ def lamb_row(row, obs, w, g, m, v, h, mixed, like_c):
 
 @numba.njit(**_JIT)
 def multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op):
-    """One update (``op``) of the rows whose gradient address ``gptr``
-    gives (0: left); ``like_*``: empty arrays of the weights', gradients'
-    and compute type; ``obs``: ``(ratio, ||w||, ||g||, rounded)`` a row."""
+    """One update (``op``) of the rows whose gradient address ``gptr`` gives
+    (0: left); ``like_*``: dtypes; ``obs``: ``(r, ||w||, ||g||, lost)``."""
     for k in range(table.shape[0]):
         size = table[k, L.SIZE]
         obs[k, :] = numpy.nan
@@ -384,9 +379,8 @@ def stamp(held, ndarray):
 
 @numba.njit(**_JIT)
 def restamp(held, changed, grads, none, ndarray):
-    """Reads a plan's arrays' headers: ``changed[g]`` counts group ``g``'s
-    held arrays whose stamp differs; a gradient as its row expects gets
-    its address (else 0). Returns how many are not taken."""
+    """Reads a plan's arrays' headers: ``changed[g]``: group ``g``'s changed
+    arrays; a gradient as its row expects gets its address; how many not."""
     now = numpy.empty(STAMP, numpy.int64)
     changed[:] = 0
     for k in range(held.shape[0]):
@@ -414,8 +408,7 @@ def restamp(held, changed, grads, none, ndarray):
 @numba.njit(**_JIT)
 def restamp_update(held, changed, grads, none, ndarray, table, rows, obs,
                    like_w, like_g, like_c, op):
-    """:func:`restamp`, then :func:`multi_update` if every array goes as
-    it is; returns whether it ran."""
+    """:func:`restamp`, then :func:`multi_update` if all go; whether it ran."""
     if restamp(held, changed, grads, none, ndarray) or changed.any():
         return False
     multi_update(table, grads[GPTR], rows, obs, like_w, like_g, like_c, op)

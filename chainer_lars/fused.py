@@ -70,8 +70,7 @@ def serialize_master(rule, serializer, device=None):
 
 
 def master(param, rule):
-    """The float32 master copy of a float16 parameter's rule, made and on
-    the parameter's device, else ``None``."""
+    """A float16 parameter's float32 master (made, on its device), or None."""
     copy = getattr(rule, '_fp32_param', None)
     if (rule._use_fp32_update and param.dtype == numpy.float16
             and copy is not None and copy.array is not None

@@ -17,11 +17,12 @@ from chainer_lars import layout as L
 
 class _RuleDelegate(object):
 
-    """A GradientLARS in a float16 parameter's rule, armed for the next
-    ``t`` only: hands the rule the float32 gradient the batched pass
-    rescaled (mixed16), or rescales it there once the rule has divided out
-    the loss scale. ``_before``: the float16 weights before the last
-    update and where its gradient was not 0 (CPU, until it warned)."""
+    """A GradientLARS in a float16 parameter's rule, armed for the next ``t``
+    only: hands the rule the float32 gradient the batched pass rescaled
+    (mixed16), or rescales it there once the rule has divided out the loss
+    scale (``n`` times where listed ``n`` times; the later updates take it).
+    ``_before``: the float16 weights and where the gradient was not 0, of the
+    last update (CPU, until it warned)."""
 
     timing = 'pre'
     _before = _armed = None
@@ -30,7 +31,9 @@ class _RuleDelegate(object):
         self.hook = hook
 
     def arm(self, optimizer, path, grad=None):
-        self._armed = (weakref.ref(optimizer), optimizer.t + 1, path, grad)
+        n = 1 + (grad is None and self._armed is not None and self._armed[1]
+                 == optimizer.t + 1 and self._armed[4])  # a listing more
+        self._armed = (weakref.ref(optimizer), optimizer.t + 1, path, grad, n)
 
     def __getstate__(self):
         return dict(self.__dict__, _armed=None, _before=None)
@@ -39,13 +42,18 @@ class _RuleDelegate(object):
         armed, self._armed = self._armed, None
         if armed is None:
             return
-        optimizer, t, path, grad = armed
+        optimizer, t, path, grad, n = armed
         if getattr(optimizer(), 't', None) != t:  # gone, or moved on
             return
-        if grad is not None and grad.dtype == param.dtype:  # a master
+        given = grad is not None and grad.dtype == param.dtype  # a master's
+        if given:
             param.grad = grad
+        for _ in range(0 if given else n):  # a listing each, as Chainer's
+            self.hook._rescale(rule, param, path, 1.0)
+        if n > 1:  # listed again: its next update takes this gradient
+            self._armed = armed[:3] + (param.grad, n - 1)
+        if given:
             return
-        self.hook._rescale(rule, param, path, 1.0)
         w = param.array
         if (isinstance(w, numpy.ndarray) and w.dtype == numpy.float16
                 and not self.hook._warned):

@@ -1267,3 +1267,38 @@ def test_observe_follows_strided_and_contiguous_gradients(face):
             observed = hook.observe()
         ratio, w_norm, g_norm = observed['/p']
         assert g_norm == pytest.approx(scale * math.sqrt(8), rel=1e-6)
+
+
+@pytest.mark.parametrize('listings', [1, 2, 3])
+def test_a_float16_parameter_listed_twice_is_rescaled_for_each_listing(
+        listings):
+    # One link under several names lists its parameters that many times:
+    # Chainer's hook rescales such a gradient once a listing, then the
+    # optimizer steps it once a listing with the gradient rescaled so.
+    # The float16 rule's delegate was armed once: its later steps took
+    # the gradient unadapted (the weights moved 5 times as far).
+    def run(dtype):
+        model = chainer.Chain()
+        with model.init_scope():
+            model.l0 = chainer.links.Linear(8, 8, initialW=numpy.random.
+                                            RandomState(0).uniform(
+                                                0.5, 1.5, (8, 8)))
+            for k in range(1, listings):
+                setattr(model, 'again{}'.format(k), model.l0)
+        for p in model.params():
+            p.array = p.array.astype(dtype)
+        opt = optimizers.MomentumSGD(lr=0.1, momentum=0.0).setup(model)
+        if dtype == numpy.float16:
+            opt.use_fp32_update()
+        opt.add_hook(chainer_lars.GradientLARS(weight_decay=1e-3))
+        before = model.l0.W.array.astype(numpy.float64)
+        for step in range(2):
+            model.l0.W.grad = (numpy.random.RandomState(step).standard_normal(
+                (8, 8)) * 10).astype(dtype)
+            model.l0.b.grad = numpy.ones(8, dtype)
+            opt.update()
+        return model.l0.W.array.astype(numpy.float64) - before
+
+    moved, mixed16 = run(numpy.float32), run(numpy.float16)
+    numpy.testing.assert_allclose(mixed16, moved, rtol=0, atol=2e-3)
+    assert numpy.linalg.norm(moved) > 0.5
