@@ -50,8 +50,8 @@ class _RuleDelegate(object):
             param.grad = grad
         for _ in range(0 if given else n):  # a listing each, as Chainer's
             self.hook._rescale(rule, param, path, 1.0)
-        if n > 1:  # listed again: its next update takes this gradient
-            self._armed = armed[:3] + (param.grad, n - 1)
+        if n > 1 and param.dtype != numpy.float16:  # a master: its rule
+            self._armed = armed[:3] + (param.grad, n - 1)  # makes it anew
         if given:
             return
         w = param.array
