@@ -28,9 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, ROOT)
 
-# Before Chainer: on Python 3.12+ with numpy 2 it puts back what Chainer
-# reads at import; elsewhere it does nothing.
-import chainer_lars_compat  # NOQA: E402,F401
+# Before Chainer, as the trainers do (examples/__init__.py): on Python
+# 3.12+ with numpy 2, chainer_lars_compat; CuPy's NCCL warning filtered.
+import examples  # NOQA: E402,F401
 
 import chainer  # NOQA: E402
 import chainer.functions as F  # NOQA: E402

@@ -35,7 +35,7 @@ def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
     with numpy.errstate(invalid='ignore'):  # columns of _HYPER, all >= 0
         v = rows[:, :len(_HYPER)]
         ok = (numpy.isfinite(v).all(axis=1) & (v >= 0).all(axis=1)
-              & (v[:, 1] < 1) & (v[:, 5] > 0))  # momentum, trust coefficient
+              & (v[:, L.MOMENTUM] < 1) & (v[:, L.TRUST_COEFFICIENT] > 0))
     for k in numpy.flatnonzero(~ok)[:1]:
         for name in _HYPER:
             if name != 'nesterov':
