@@ -2,6 +2,7 @@
 :class:`Group` s, fills their rows (:func:`settings`) and calls
 :func:`update`, which runs each group's executor (``docs/design.rst``)."""
 
+import functools
 import operator
 import weakref
 
@@ -20,6 +21,13 @@ from chainer_lars import layout as L
 GRAD = operator.attrgetter('grad')
 LOSS_SCALE = operator.attrgetter('_loss_scale')
 UPDATE_RULE = operator.attrgetter('update_rule')
+
+
+def raw_arrays(method):  # cuDNN's layouts, read as Chainer's rules read them
+    def read_raw(*args):
+        with chainer.variable._AllowArrayAccessWithNonstandardLayout():
+            return method(*args)
+    return functools.wraps(method)(read_raw)
 
 
 def executor_for(device):

@@ -305,6 +305,6 @@ class LossScaleState(extension.Extension):
             rule = getattr(param, 'update_rule', None)
             # No update; a fused rule saves its own copy.
             if (rule is None or isinstance(rule, fused.FusedRule)
-                    or loading and param.array is None):
+                    or loading and param.raw_array is None):
                 continue
             fused.serialize_master(rule, serializer[path], param.device)

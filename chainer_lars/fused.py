@@ -10,7 +10,6 @@ import numpy
 
 import chainer
 from chainer import optimizer
-from chainer import variable
 
 from chainer_lars import checks
 from chainer_lars import engine
@@ -117,7 +116,7 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
     ``_DEFAULTS``, ``_VALUES``, ``_RULE_VALUES``, ``_STEPPED``, ``_fill_rows``
     (rows, values, steps, flags, paths, dtype); ``_lost``: rounded paths."""
 
-    is_elementwise = False
+    is_elementwise = True  # a layout permutes elements: no norm changes
     _lost = _own_checked = None
     _fits = staticmethod(lambda hyperparam: True)  # in every dtype
 
@@ -218,7 +217,6 @@ def _batchable(param, rule, cls):
     return (type(rule) is cls and rule.enabled
             and not any(hooks(rule) for hooks in _HOOKS)
             and param.array is not None and rule.state is not None
-            and param.layout is None
             and engine.executor_for(param.device) is not None
             and (master(param, rule) is not None
                  and getattr(param.array.flags, 'writeable', True)
@@ -355,15 +353,12 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         if self._hookable._pre_update_hooks:
             self.call_hooks('pre')
             params, grads = list(self.target.params()), None
-
         self.t += 1
         unbatched = params
         self._stepped = self.is_safe_to_update()
         if self._stepped:
             unbatched = self._update_params(params, grads)
-
         self._reallocate(unbatched)
-
         self.call_hooks('post')
         self.update_loss_scale()
 
@@ -376,7 +371,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             pass
         for p, r in zip(params, map(engine.UPDATE_RULE, params)):
             own = vars(r.hyperparam) if isinstance(r, self._rule) else {}
-            if (len(own) > 1 and r.enabled and p.array is not None
+            if (len(own) > 1 and r.enabled and p.raw_array is not None
                     and not _equal(r._own_checked, (own, p.dtype))):
                 self._check_values(own, ' of ' + (r._path or p.name))
                 r._fill_rows(L.rows(1), [r._RULE_VALUES(r)], [r.t + 1],
@@ -425,10 +420,10 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         self._reallocate(list(self.target.params()))
 
     @staticmethod
+    @engine.raw_arrays
     def _reallocate(params):
         """Zero gradients where ``params`` have none; every gradient."""
-        with variable._AllowArrayAccessWithNonstandardLayout():
-            grads = list(map(engine.GRAD, params))
+        grads = list(map(engine.GRAD, params))
         for k in [k for k, g in enumerate(grads) if g is None]:
             param, device = params[k], params[k].device
             if param.raw_array is not None:
@@ -438,6 +433,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                 grads[k] = param.grad
         return grads
 
+    @engine.raw_arrays
     def _update_params(self, params, grads=None):
         """``param.update()`` of every parameter, batched; returns the rest."""
         plan = self._plans.get(self, params, self._build_plan)
@@ -451,15 +447,14 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             _check_unbatched(param)
         unbatched = list(plan.others)
         for group, left in zip(plan.groups, engine.update(plan, picks)):
-            for k, rule in enumerate(group.rules):
-                if k not in left:
-                    rule.t += 1
+            for r in [r for k, r in enumerate(group.rules) if k not in left]:
+                r.t += 1
             for k in left:
                 group.params[k].update()
                 unbatched.append(group.params[k])
         for param in plan.others:
             param.update()
-        self._warn_rounded(plan.groups, 4)
+        self._warn_rounded(plan.groups, 5)
         return unbatched
 
     def _warn_rounded(self, groups, stacklevel):

@@ -165,8 +165,7 @@ class GradientLARS(exclusions.ExclusionProperties):
             threshold, weight_decay, eps)
         self.trust_coefficient, self.clip = trust_coefficient, clip
         self._multi_tensor = checks.boolean('multi_tensor', multi_tensor)
-        # Plans by optimizer, and by parameter of a per-rule call; what
-        # observe() reads of the last update (engine.Last, no array).
+        # Plans by optimizer and by parameter (per-rule calls); observe()'s.
         self._plans, self._singles, self._seen = (
             engine.PlanCache(), engine.PlanCache(), {})
 
@@ -177,6 +176,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         state.pop('_observed', None)
         self.__dict__.update(state, _seen={}, _singles=engine.PlanCache())
 
+    @engine.raw_arrays
     def __call__(self, owner, param=None):  # (optimizer) or (rule, param)
         # timing='post' (add_hook gives us no way to see it): refused here.
         hookable = getattr(owner, '_hookable', None)
@@ -257,7 +257,6 @@ class GradientLARS(exclusions.ExclusionProperties):
                 'before GradientLARS'.format(', '.join(later)))
         lefts = engine.update(plan, grads)
         self._seen = dict(enumerate(group.last for group in plan.groups))
-
         for group, g, left in zip(plan.groups, grads, lefts):
             for k in range(len(group)) if group.mixed16 else ():
                 if g[k] is not None:
@@ -268,9 +267,8 @@ class GradientLARS(exclusions.ExclusionProperties):
             if param.dtype == numpy.float16:
                 self._delegate(rule).arm(optimizer, path)
             else:  # ChainerX, tied
-                scale = param._loss_scale
-                self._rescale(rule, param, path,
-                              1.0 if scale is None else scale)
+                self._rescale(rule, param, path, 1.0 if param._loss_scale
+                              is None else param._loss_scale)
 
     def _build_plan(self, target, params):
         paths = {id(param): path for path, param in target.namedparams()}

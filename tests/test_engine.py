@@ -4,6 +4,7 @@ import ast
 import copy
 import functools
 import gc
+import io
 import os
 import pickle
 import weakref
@@ -349,6 +350,141 @@ def _retie(model, tie):
     else:
         model.a.W.array = model.b.W.array.T
     return model
+
+
+def _npz(obj):
+    saved = io.BytesIO()
+    chainer.serializers.save_npz(saved, obj)
+    return saved.getvalue()
+
+
+class _Layouts(chainer.Chain):
+
+    def __init__(self, layout, dtype):
+        super(_Layouts, self).__init__()
+        rng = numpy.random.RandomState(0)
+        with chainer.using_config('compute_mode', 'cudnn_fast' if layout
+                                  else 'default'), chainer.using_config(
+                                      'dtype', numpy.dtype(dtype)):
+            with self.init_scope():  # W: out, kh, kw, in in memory
+                self.conv = chainer.links.Convolution2D(
+                    5, 6, 3, initialW=rng.uniform(-1, 1, (6, 5, 3, 3)))
+                self.fc = chainer.links.Linear(
+                    6, 4, initialW=rng.uniform(-1, 1, (4, 6)))
+        assert (self.conv.W.layout is not None) == layout
+
+    def semantic(self, path, a):  # an array of path in its semantic order
+        param = dict(self.namedparams())[path]
+        return chainer.memory_layouts._transpose_array(a, param.layout, None)
+
+
+@pytest.mark.parametrize('device,face,dtype', [
+    (device, face, dtype) for device in ('cpu', 'emulated')
+    for face in ('lars', 'lamb', 'hook')
+    for dtype in ('float32', 'float16', 'mixed16')
+    if device == 'cpu' or dtype != 'float16'])
+def test_parameters_in_cudnn_layouts_train_as_in_the_standard_one(
+        device, face, dtype):
+    # compute_mode='cudnn_fast' keeps a convolution's W channel-last: its
+    # raw array a permutation of the standard one's. Chainer's MomentumSGD
+    # steps it; the faces raised RuntimeError (array of a layout).
+    import contextlib
+    from chainer_lars.testing import emulated_cupy
+
+    def run(layout, multi_tensor):
+        xp = emulated_cupy if device == 'emulated' else numpy
+        model = _Layouts(layout, 'float32' if dtype == 'float32'
+                         else 'float16')
+        if device == 'emulated':
+            model.to_device('@cupy:0')
+        hook = None
+        if face == 'hook':
+            opt = optimizers.MomentumSGD(lr=0.1).setup(model)
+            hook = chainer_lars.GradientLARS(weight_decay=1e-3,
+                                             multi_tensor=multi_tensor)
+            opt.add_hook(hook)
+        else:
+            opt = (chainer_lars.LARS(lr=1.0, multi_tensor=multi_tensor)
+                   if face == 'lars' else chainer_lars.LAMB(
+                       alpha=0.1, multi_tensor=multi_tensor)).setup(model)
+        if dtype == 'mixed16':
+            opt.use_fp32_update()
+            opt.loss_scaling(interval=2, scale=8.0)
+        for step in range(3):
+            for k, (path, p) in enumerate(sorted(model.namedparams())):
+                g = numpy.random.RandomState(10 * step + k).standard_normal(
+                    p.shape).astype(p.dtype)
+                g = chainer.memory_layouts._transpose_array(g, None, p.layout)
+                p._set_grad_without_check(None if (step, path) == (
+                    1, '/conv/W') else xp.asarray(numpy.ascontiguousarray(
+                        g) * (8 if dtype == 'mixed16' else 1)))
+            if step == 1:  # zeros for the missing gradient, its raw shape
+                opt.reallocate_cleared_grads()
+            opt.update()
+        if multi_tensor:  # the layout's array batched as the others are
+            plan, = (hook or opt)._plans.plans()
+            # The hook leaves plain float16 to its rules' delegates.
+            batched = 0 if (face, dtype) == ('hook', 'float16') else 4
+            assert sum(map(len, plan.groups)) == batched
+            assert len(plan.others) == 4 - batched
+        observed = sorted((hook or opt).observe().items())
+        states = [dict(p.update_rule.state) for p in model.params()]
+        snapshots = [_npz(opt), _npz(chainer_lars.LossScaleState(opt))]
+        new = type(opt)().setup(model)  # loads them, states and scale
+        chainer.serializers.load_npz(io.BytesIO(snapshots[0]), new)
+        chainer.serializers.load_npz(io.BytesIO(snapshots[1]),
+                                     chainer_lars.LossScaleState(new))
+        assert new._loss_scale == opt._loss_scale
+        for state, param in zip(states, model.params()):
+            assert sorted(state) == sorted(param.update_rule.state)
+            for key, value in state.items():
+                assert numpy.array_equal(*map(  # loaded: on the host
+                    CPU.send, (param.update_rule.state[key], value))), key
+        return observed, [
+            model.semantic(path, chainer.get_device('@numpy').send(
+                p.raw_array)) for path, p in sorted(model.namedparams())]
+
+    with (emulated_cupy.installed() if device == 'emulated'
+          else contextlib.nullcontext()):
+        observed, standard = run(False, True)
+        for multi_tensor in (True, False):
+            seen, arrays = run(True, multi_tensor)
+            assert [k for k, _ in seen] == [k for k, _ in observed]
+            # Norms are sums in another order: float64 on the CPU, where
+            # the steps agree to the bit; the kernels' float32 on a device.
+            rtol = 1e-12 if device == 'cpu' else 1e-5
+            numpy.testing.assert_allclose(
+                [v for _, v in seen], [v for _, v in observed], rtol=rtol)
+            for a, b in zip(arrays, standard):
+                if device == 'cpu':
+                    assert a.tobytes() == b.tobytes(), multi_tensor
+                else:
+                    numpy.testing.assert_allclose(a, b, rtol=rtol, atol=1e-6)
+
+
+@pytest.mark.parametrize('face', ['MomentumSGD', 'LARS', 'LAMB'])
+def test_the_users_hooks_see_layouts_as_chainers_update_shows_them(face):
+    # Only the faces' own reads take raw arrays: a hook of the user's that
+    # reads a layout's array is refused, as under Chainer's update.
+    model = _Layouts(True, 'float32')
+    opt = getattr(optimizers if face == 'MomentumSGD' else chainer_lars,
+                  face)()
+    opt.setup(model)
+    seen = []
+
+    def hook(optimizer):
+        try:
+            seen.append(model.conv.W.array.shape)
+        except RuntimeError as e:
+            seen.append(str(e))
+    opt.add_hook(hook, name='reads')
+    for p in model.params():
+        p._set_grad_without_check(numpy.ones_like(p.raw_array))
+    opt.update()
+    assert seen == ['Cannot directly retrieve the underlying array from a '
+                    'variable with non-standard layout.']
+    assert not numpy.array_equal(model.conv.W.raw_array,
+                                 _Layouts(True, 'float32').conv.W.raw_array)
 
 
 def test_tied_marks_the_arrays_that_share_memory():
