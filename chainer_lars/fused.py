@@ -212,14 +212,15 @@ _HOOKS = (operator.attrgetter('_hookable._pre_update_hooks'),
 
 def _batchable(param, rule, cls):
     """Whether the batched step does what ``param.update()`` would: a plain
-    enabled ``cls`` without hooks, its state (and :func:`master`) made, a
-    master's float16 weight writeable (Chainer's rule assigns it anew)."""
+    enabled ``cls`` without hooks, its state (and :func:`master`) made; a
+    master's float16 weight writeable, its states float32 (not float16's)."""
     return (type(rule) is cls and rule.enabled
             and not any(hooks(rule) for hooks in _HOOKS)
             and param.array is not None and rule.state is not None
             and engine.executor_for(param.device) is not None
             and (master(param, rule) is not None
                  and getattr(param.array.flags, 'writeable', True)
+                 and all(s.dtype == numpy.float32 for s in rule.state.values())
                  or not (rule._use_fp32_update
                          and param.dtype == numpy.float16)))
 
@@ -491,19 +492,16 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                 k for k, p in enumerate(params) if rows[k] and p.update_rule
                 and master(p, p.update_rule) is not None]
                 for rows in (batchable, ruled))))
-        for param, fused in zip(params, batchable):
-            rule = param.update_rule
-            if fused:
-                path, w = paths[id(param)], param.array
-                copy = master(param, rule)
-                plan.add(None if self._multi_tensor else path, param.device,
-                         self._rule.OP, path, param, rule,
-                         w if copy is None else copy,
-                         list(map(rule.state.__getitem__, rule.STATES)),
-                         (rule.uses_weight_decay, rule.uses_adaptation),
-                         None if copy is None else w)
-            else:
-                plan.others.append(param)
+        plan.others = [p for p, b in zip(params, batchable) if not b]
+        for param in [p for p, b in zip(params, batchable) if b]:
+            rule, path, w = param.update_rule, paths[id(param)], param.array
+            copy = master(param, rule)
+            plan.add(None if self._multi_tensor else path, param.device,
+                     self._rule.OP, path, param, rule,
+                     w if copy is None else copy,
+                     list(map(rule.state.__getitem__, rule.STATES)),
+                     (rule.uses_weight_decay, rule.uses_adaptation),
+                     None if copy is None else w)
         for r in [r for g in plan.finish(params).groups for r in g.rules]:
             r._observed = False  # observed in the groups once they run
         return plan

@@ -309,39 +309,56 @@ def test_tied_parameters_are_stepped_one_after_another(device, face, tie):
 
 
 @pytest.mark.parametrize('face', ['lars', 'lamb'])
-@pytest.mark.parametrize('case', ['tied', 'rule hook', 'Adam rule'])
+@pytest.mark.parametrize('case', ['tied', 'rule hook', 'Adam rule',
+                                  'float16 states'])
 def test_a_float16_parameter_of_its_rule_keeps_the_plan_in_mixed16(
         face, case):
     # A parameter its rule steps (tied, or not batchable) gets a new float16
     # array at every update from Chainer's fp32 update: the plan follows
     # its master instead, or it would be built again at every update.
-    model = chainer.Sequential(*[chainer.links.Linear(8, 8)
-                                 for _ in range(3)])
-    if case == 'tied':
-        model.append(model[0])  # one link twice: its W and b listed twice
-    for p in model.params():
-        p.array = p.array.astype(numpy.float16)
-    opt = (chainer_lars.LARS() if face == 'lars'
-           else chainer_lars.LAMB()).setup(model)
-    if case == 'rule hook':
-        model[0].W.update_rule.add_hook(lambda rule, param: None)
-    elif case == 'Adam rule':
-        model[0].W.update_rule = optimizers.Adam().setup(
-            chainer.Link()).create_update_rule()
-    opt.use_fp32_update()
-    builds = []
-    build = opt._build_plan
-    opt._build_plan = lambda params: builds.append(1) or build(params)
-    for step in range(6):
+    # 'float16 states': use_fp32_update() after updates in float16 (or on
+    # loading such a run's snapshot): the rules keep their float16 states
+    # with the masters, as Chainer's do, and step every array themselves.
+    def run(multi_tensor):
+        model = chainer.Sequential(*[chainer.links.Linear(
+            8, 8, initialW=numpy.linspace(-1, 1, 64).reshape(8, 8) * k)
+            for k in (1, 2, 3)])
+        if case == 'tied':
+            model.append(model[0])  # one link twice: W and b listed twice
         for p in model.params():
-            p.grad = numpy.full_like(p.array, 0.01)
-        opt.update()
-        if step == 1:
-            del builds[:]  # the first update makes the masters
+            p.array = p.array.astype(numpy.float16)
+        opt = (chainer_lars.LARS if face == 'lars' else chainer_lars.LAMB)(
+            multi_tensor=multi_tensor).setup(model)
+        if case == 'rule hook':
+            model[0].W.update_rule.add_hook(lambda rule, param: None)
+        elif case == 'Adam rule':
+            model[0].W.update_rule = optimizers.Adam().setup(
+                chainer.Link()).create_update_rule()
+        builds = []
+        build = opt._build_plan
+        opt._build_plan = lambda params: builds.append(1) or build(params)
+        for step in range(8):
+            if step == (2 if case == 'float16 states' else 0):
+                opt.use_fp32_update()
+            for k, p in enumerate(model.params()):
+                p.grad = numpy.full_like(p.array, 0.01 * (k + step + 1))
+            opt.update()
+            if step == (3 if case == 'float16 states' else 1):
+                del builds[:]  # the first update makes the masters
+        return builds, opt, [p.array for p in model.params()]
+
+    builds, opt, batched = run(True)
     assert builds == []
     plan, = opt._plans.plans()
-    assert [len(g) for g in plan.groups] == [{'tied': 4}.get(case, 5)]
-    assert len(plan.others) == {'tied': 4}.get(case, 1)
+    assert [len(g) for g in plan.groups] == {
+        'tied': [4], 'float16 states': []}.get(case, [5])
+    assert len(plan.others) == {'tied': 4, 'float16 states': 6}.get(case, 1)
+    if case == 'float16 states':
+        states = [r.state for r in map(engine.UPDATE_RULE, plan.others)]
+        assert {s.dtype for d in states for s in d.values()} == {
+            numpy.dtype(numpy.float16)}
+        for a, b in zip(batched, run(False)[2]):
+            assert a.tobytes() == b.tobytes()
 
 
 def _retie(model, tie):
