@@ -396,7 +396,8 @@ class _Layouts(chainer.Chain):
 
 
 @pytest.mark.parametrize('device,face,dtype', [
-    (device, face, dtype) for device in ('cpu', 'emulated')
+    pytest.param(device, face, dtype, marks=[pytest.mark.gpu] * (
+        device == 'cuda')) for device in ('cpu', 'emulated', 'cuda')
     for face in ('lars', 'lamb', 'hook')
     for dtype in ('float32', 'float16', 'mixed16')
     if device == 'cpu' or dtype != 'float16'])
@@ -409,10 +410,11 @@ def test_parameters_in_cudnn_layouts_train_as_in_the_standard_one(
     from chainer_lars.testing import emulated_cupy
 
     def run(layout, multi_tensor):
-        xp = emulated_cupy if device == 'emulated' else numpy
+        xp = {'cpu': numpy, 'emulated': emulated_cupy}.get(
+            device, chainer.backends.cuda.cupy)
         model = _Layouts(layout, 'float32' if dtype == 'float32'
                          else 'float16')
-        if device == 'emulated':
+        if device != 'cpu':
             model.to_device('@cupy:0')
         hook = None
         if face == 'hook':
