@@ -24,9 +24,9 @@ UPDATE_RULE = operator.attrgetter('update_rule')
 
 
 def raw_arrays(method):  # cuDNN's layouts, read as Chainer's rules read them
-    def read_raw(*args):
+    def read_raw(*args, **kwargs):
         with chainer.variable._AllowArrayAccessWithNonstandardLayout():
-            return method(*args)
+            return method(*args, **kwargs)
     return functools.wraps(method)(read_raw)
 
 

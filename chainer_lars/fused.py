@@ -270,6 +270,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
     exclusions, snapshots, ``observe``; a face names ``_rule``, ``_face``."""
 
     _stepped, _warned, _checked = True, False, None
+    check_nan_in_grads = engine.raw_arrays(  # Chainer's, reading layouts
+        optimizer.GradientMethod.check_nan_in_grads)
 
     def __init__(self, multi_tensor, exclude_from_weight_decay,
                  exclude_from_layer_adaptation):

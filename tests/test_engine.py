@@ -7,6 +7,7 @@ import gc
 import io
 import os
 import pickle
+import warnings
 import weakref
 
 import numpy
@@ -409,13 +410,7 @@ def test_parameters_in_cudnn_layouts_train_as_in_the_standard_one(
     import contextlib
     from chainer_lars.testing import emulated_cupy
 
-    def run(layout, multi_tensor):
-        xp = {'cpu': numpy, 'emulated': emulated_cupy}.get(
-            device, chainer.backends.cuda.cupy)
-        model = _Layouts(layout, 'float32' if dtype == 'float32'
-                         else 'float16')
-        if device != 'cpu':
-            model.to_device('@cupy:0')
+    def make(model, multi_tensor):
         hook = None
         if face == 'hook':
             opt = optimizers.MomentumSGD(lr=0.1).setup(model)
@@ -426,20 +421,40 @@ def test_parameters_in_cudnn_layouts_train_as_in_the_standard_one(
             opt = (chainer_lars.LARS(lr=1.0, multi_tensor=multi_tensor)
                    if face == 'lars' else chainer_lars.LAMB(
                        alpha=0.1, multi_tensor=multi_tensor)).setup(model)
-        if dtype == 'mixed16':
-            opt.use_fp32_update()
-            opt.loss_scaling(interval=2, scale=8.0)
-        for step in range(3):
-            for k, (path, p) in enumerate(sorted(model.namedparams())):
-                g = numpy.random.RandomState(10 * step + k).standard_normal(
-                    p.shape).astype(p.dtype)
-                g = chainer.memory_layouts._transpose_array(g, None, p.layout)
-                p._set_grad_without_check(None if (step, path) == (
-                    1, '/conv/W') else xp.asarray(numpy.ascontiguousarray(
-                        g) * (8 if dtype == 'mixed16' else 1)))
-            if step == 1:  # zeros for the missing gradient, its raw shape
-                opt.reallocate_cleared_grads()
-            opt.update()
+        if dtype == 'mixed16':  # dynamic: a NaN skips an update; static
+            opt.use_fp32_update()  # under MomentumSGD, whose NaN check
+            opt.loss_scaling(  # refuses layouts (Chainer's own limit)
+                interval=2, scale=8.0 if face == 'hook' else None)
+        return opt, hook
+
+    def step(model, opt, xp, t, hook=None):
+        for k, (path, p) in enumerate(sorted(model.namedparams())):
+            g = numpy.random.RandomState(10 * t + k).standard_normal(
+                p.shape).astype(p.dtype) * (opt._loss_scale or 1)
+            if (dtype, t, path) == ('mixed16', 2, '/fc/b') and not hook:
+                g[0] = numpy.nan
+            g = chainer.memory_layouts._transpose_array(g, None, p.layout)
+            p._set_grad_without_check(None if (t, path) == (1, '/conv/W')
+                                      else xp.asarray(
+                                          numpy.ascontiguousarray(g)))
+            p._loss_scale = opt._loss_scale  # as backward() sets it
+        if t == 1:  # zeros for the missing gradient, its raw shape
+            opt.reallocate_cleared_grads()
+        opt.update()
+
+    def run(layout, multi_tensor):
+        xp = {'cpu': numpy, 'emulated': emulated_cupy}.get(
+            device, chainer.backends.cuda.cupy)
+        model = _Layouts(layout, 'float32' if dtype == 'float32'
+                         else 'float16')
+        if device != 'cpu':
+            model.to_device('@cupy:0')
+        opt, hook = make(model, multi_tensor)
+        # A rule's own value (optimizer.update() checks it, of the layout)
+        setattr(model.conv.W.update_rule.hyperparam,
+                'alpha' if face == 'lamb' else 'lr', 0.05)
+        for t in range(4):
+            step(model, opt, xp, t, hook)
         if multi_tensor:  # the layout's array batched as the others are
             plan, = (hook or opt)._plans.plans()
             # The hook leaves plain float16 to its rules' delegates.
@@ -449,7 +464,7 @@ def test_parameters_in_cudnn_layouts_train_as_in_the_standard_one(
         observed = sorted((hook or opt).observe().items())
         states = [dict(p.update_rule.state) for p in model.params()]
         snapshots = [_npz(opt), _npz(chainer_lars.LossScaleState(opt))]
-        new = type(opt)().setup(model)  # loads them, states and scale
+        new, _ = make(model, multi_tensor)  # loads them, then steps on
         chainer.serializers.load_npz(io.BytesIO(snapshots[0]), new)
         chainer.serializers.load_npz(io.BytesIO(snapshots[1]),
                                      chainer_lars.LossScaleState(new))
@@ -459,12 +474,15 @@ def test_parameters_in_cudnn_layouts_train_as_in_the_standard_one(
             for key, value in state.items():
                 assert numpy.array_equal(*map(  # loaded: on the host
                     CPU.send, (param.update_rule.state[key], value))), key
+        step(model, new, xp, 4)
         return observed, [
             model.semantic(path, chainer.get_device('@numpy').send(
                 p.raw_array)) for path, p in sorted(model.namedparams())]
 
     with (emulated_cupy.installed() if device == 'emulated'
-          else contextlib.nullcontext()):
+          else contextlib.nullcontext()), warnings.catch_warnings():
+        warnings.filterwarnings(  # the NaN, plain float16 at lr 0.05
+            'ignore', 'Non finite number|.* rounded away in float16')
         observed, standard = run(False, True)
         for multi_tensor in (True, False):
             seen, arrays = run(True, multi_tensor)
@@ -504,6 +522,25 @@ def test_the_users_hooks_see_layouts_as_chainers_update_shows_them(face):
                     'variable with non-standard layout.']
     assert not numpy.array_equal(model.conv.W.raw_array,
                                  _Layouts(True, 'float32').conv.W.raw_array)
+
+
+def test_raw_arrays_passes_keywords_and_restores_the_flag():
+    model = _Layouts(True, 'float32')
+
+    @engine.raw_arrays
+    def read(param, scale=1):
+        """Reads a layout's array."""
+        if scale == 0:
+            raise ZeroDivisionError
+        return param.array.shape
+
+    assert read(param=model.conv.W, scale=2) == (6, 3, 3, 5)
+    assert (read.__name__, read.__doc__) == (
+        'read', 'Reads a layout\'s array.')
+    with pytest.raises(ZeroDivisionError):
+        read(model.conv.W, 0)
+    with pytest.raises(RuntimeError, match='non-standard layout'):
+        model.conv.W.array
 
 
 def test_tied_marks_the_arrays_that_share_memory():
