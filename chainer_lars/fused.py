@@ -220,7 +220,7 @@ def _batchable(param, rule, cls):
             and engine.executor_for(param.device) is not None
             and (master(param, rule) is not None
                  and getattr(param.array.flags, 'writeable', True)
-                 and all(s.dtype == numpy.float32 for s in rule.state.values())
+                 and checks.direct(numpy.float32, list(rule.state.values()))
                  or not (rule._use_fp32_update
                          and param.dtype == numpy.float16)))
 

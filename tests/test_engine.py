@@ -431,8 +431,8 @@ def test_parameters_in_cudnn_layouts_train_as_in_the_standard_one(
         for k, (path, p) in enumerate(sorted(model.namedparams())):
             g = numpy.random.RandomState(10 * t + k).standard_normal(
                 p.shape).astype(p.dtype) * (opt._loss_scale or 1)
-            if (dtype, t, path) == ('mixed16', 2, '/fc/b') and not hook:
-                g[0] = numpy.nan
+            if (dtype, t, path) == ('mixed16', 2, '/conv/W') and not hook:
+                g[0, 0, 0, 0] = numpy.nan  # in the layout's gradient
             g = chainer.memory_layouts._transpose_array(g, None, p.layout)
             p._set_grad_without_check(None if (t, path) == (1, '/conv/W')
                                       else xp.asarray(
@@ -440,7 +440,11 @@ def test_parameters_in_cudnn_layouts_train_as_in_the_standard_one(
             p._loss_scale = opt._loss_scale  # as backward() sets it
         if t == 1:  # zeros for the missing gradient, its raw shape
             opt.reallocate_cleared_grads()
+        before = [CPU.send(p.raw_array).copy() for p in model.params()]
         opt.update()
+        skipped = [numpy.array_equal(a, CPU.send(p.raw_array))
+                   for a, p in zip(before, model.params())]
+        assert skipped == [(dtype, t) == ('mixed16', 2) and not hook] * 4
 
     def run(layout, multi_tensor):
         xp = {'cpu': numpy, 'emulated': emulated_cupy}.get(
@@ -453,12 +457,21 @@ def test_parameters_in_cudnn_layouts_train_as_in_the_standard_one(
         # A rule's own value (optimizer.update() checks it, of the layout)
         setattr(model.conv.W.update_rule.hyperparam,
                 'alpha' if face == 'lamb' else 'lr', 0.05)
+        builds = []
+        plans = hook or opt
+        build = plans._build_plan
+        plans._build_plan = lambda *a: builds.append(1) or build(*a)
         for t in range(4):
             step(model, opt, xp, t, hook)
-        if multi_tensor:  # the layout's array batched as the others are
-            plan, = (hook or opt)._plans.plans()
-            # The hook leaves plain float16 to its rules' delegates.
-            batched = 0 if (face, dtype) == ('hook', 'float16') else 4
+            if t == 1:
+                del builds[:]  # made: the masters, then the plan
+        assert builds == []  # the plan holds
+        if multi_tensor:  # the layout's array batched as the others are,
+            plan, = plans._plans.plans()  # but where noted
+            batched = {('hook', 'float16'): 0}.get((face, dtype), 4)
+            if (layout and device == 'cpu' and dtype == 'mixed16'
+                    and face != 'hook'):  # a transposed view: its rule's
+                batched = 3
             assert sum(map(len, plan.groups)) == batched
             assert len(plan.others) == 4 - batched
         observed = sorted((hook or opt).observe().items())
