@@ -18,6 +18,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import zipfile
 import zlib
@@ -126,7 +127,16 @@ class _SilentParser(argparse.ArgumentParser):
 
     """A parser that prints nothing: its usage errors (and --help) end
     the process with their status, silently, for the processes of a
-    ChainerMN trainer but rank 0, which says them once."""
+    ChainerMN trainer but rank 0, which says them once.
+
+    A usage error ends the process only after ``GRACE`` seconds: one that
+    ended first with a non-zero status would make mpiexec stop the job,
+    rank 0 too, perhaps before it said the error (its imports may take
+    longer). Rank 0 finds the same error in the same flags, says it and
+    ends, and mpiexec then stops the waiting ones; the wait ends the job
+    where rank 0 did not find it."""
+
+    GRACE = 30.0
 
     def print_usage(self, file=None):
         pass
@@ -135,6 +145,8 @@ class _SilentParser(argparse.ArgumentParser):
         pass
 
     def exit(self, status=0, message=None):
+        if status:
+            time.sleep(self.GRACE)
         sys.exit(status)
 
 

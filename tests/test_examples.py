@@ -2834,3 +2834,21 @@ def test_readmes_leave_the_history_to_history_md(readme):
                    'cannot be made again'):
         assert phrase not in text
     assert '\n## {}\n'.format(readme) in _readme('examples/HISTORY.md')
+
+
+def test_a_silent_rank_ends_late_on_a_usage_error(monkeypatch, capsys):
+    """Under mpiexec every rank but 0 parses silently; on a usage error it
+    ends only after _SilentParser.GRACE seconds, since one that ended first,
+    non-zero, made mpiexec stop rank 0 before it said the error (seen under
+    load). --help ends at once, status 0."""
+    slept = []
+    monkeypatch.setattr(cli.time, 'sleep', slept.append)
+    parser = cli.parser('x', dict(batchsize=8, epoch=1, warmup_epochs=0.5),
+                        silent=True)
+    with pytest.raises(SystemExit) as stopped:
+        parser.parse_args(['--no-such-flag'])
+    assert (stopped.value.code, slept) == (2, [cli._SilentParser.GRACE])
+    with pytest.raises(SystemExit) as stopped:
+        parser.parse_args(['--help'])
+    assert (stopped.value.code, slept) == (0, [cli._SilentParser.GRACE])
+    assert capsys.readouterr() == ('', '')
