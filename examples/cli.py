@@ -125,18 +125,9 @@ def lr_rule(batch='the batch size B'):
 
 class _SilentParser(argparse.ArgumentParser):
 
-    """A parser that prints nothing: its usage errors (and --help) end
-    the process with their status, silently, for the processes of a
-    ChainerMN trainer but rank 0, which says them once.
-
-    A usage error ends the process only after ``GRACE`` seconds: one that
-    ended first with a non-zero status would make mpiexec stop the job,
-    rank 0 too, perhaps before it said the error (its imports may take
-    longer). Rank 0 finds the same error in the same flags, says it and
-    ends, and mpiexec then stops the waiting ones; the wait ends the job
-    where rank 0 did not find it."""
-
-    GRACE = 30.0
+    """A parser that prints nothing at once: for the processes of a
+    ChainerMN trainer but rank 0, which says its usage errors once (and
+    --help); they end as :func:`rank_0_says` ends them."""
 
     def print_usage(self, file=None):
         pass
@@ -145,9 +136,33 @@ class _SilentParser(argparse.ArgumentParser):
         pass
 
     def exit(self, status=0, message=None):
-        if status:
-            time.sleep(self.GRACE)
-        sys.exit(status)
+        rank_0_says(message or '', status)
+
+
+#: How long a rank other than 0 waits before it ends on a problem that
+#: every rank finds alike before MPI is up (rank_0_says).
+GRACE = 30.0
+
+
+def rank_0_says(text, status):
+    """Ends this process with ``status`` on a problem that every process
+    of a ChainerMN trainer finds alike before MPI is up (the flags, no
+    mpi4py): rank 0, or a process no launcher started, writes ``text`` at
+    once. Another rank waits ``GRACE`` seconds first: one that ended
+    first, non-zero, would make mpiexec stop the job, rank 0 too, perhaps
+    before it said the problem (its imports may take longer). Rank 0
+    ends, and mpiexec stops the ranks still waiting; one still running
+    after the wait (rank 0 did not find the problem: another machine's
+    environment) writes ``text`` itself, naming its rank and machine."""
+    rank = launcher_rank()
+    if rank and status:
+        time.sleep(GRACE)
+        text = _naming_rank(text, rank)
+    elif rank:
+        text = ''  # --help: said by rank 0
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    sys.exit(status)
 
 
 def parser(description, defaults, epilog=None, helps=None, silent=False):
@@ -792,10 +807,13 @@ def stop_together(comm, check):
     sys.exit(status if stopped else stops[0][0])
 
 
-def _naming_rank(text, rank, size):
-    """``text``'s lines, each naming this process's rank and machine."""
+def _naming_rank(text, rank, size=None):
+    """``text``'s lines, each naming this process's rank (of ``size``) and
+    machine."""
     prog = os.path.basename(sys.argv[0]) + ': '
-    where = 'rank {} of {} (on {})'.format(rank, size, socket.gethostname())
+    where = 'rank {}{} (on {})'.format(
+        rank, '' if size is None else ' of {}'.format(size),
+        socket.gethostname())
     return ''.join(
         '{}{}: {}'.format(prog, where, line[len(prog):])
         if line.startswith(prog) else '{}: {}'.format(where, line)

@@ -187,7 +187,7 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
     pass already gives rank 0 the statistics of its own 8 images in one
     run and those of all 16 in the other, so its running means differ.
     """
-    means = {}
+    means, losses = {}, {}
     for batchnorm in ('per-process', 'all-reduced'):
         out = tmp_path / batchnorm
         result = run_example(out, '--dataset', 'cifar10', '--depth', '8',
@@ -199,12 +199,17 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
         for key in ('main/loss', 'test/main/accuracy',
                     'lars/ratio/predictor/res3/0/conv1/W'):
             assert math.isfinite(entry[key]), key
+        losses[batchnorm] = entry['test/main/loss']
         snapshot = 'snapshot_iter_{}'.format(32 // RANKS // BATCH_PER_RANK)
         with numpy.load(str(out / snapshot)) as arrays:
             means[batchnorm] = arrays[
                 'updater/model:main/predictor/bn1/avg_mean']
     assert numpy.isfinite(means['all-reduced']).all()
     assert not numpy.allclose(means['per-process'], means['all-reduced'])
+    # ChainerMN's BatchNorm starts its running variance at 0 where
+    # Chainer's starts at 1: the test loss after an epoch read 400 (and
+    # 2e16 before the first update) against 3 per process.
+    assert losses['all-reduced'] < 3 * losses['per-process'], losses
 
 
 def test_only_rank_0_makes_out(dataset_root, tmp_path):
@@ -326,6 +331,8 @@ def test_a_model_too_large_for_memory_is_a_usage_error(
      'runs on the CPU'),
     (['--batchsize', '0'], 'error: --batchsize must be a positive integer, '
      'got 0'),
+    (['--dataset', 'cifar10', '--batchsize', '1'], 'error: --batchsize 1: '
+     'the model normalises each feature over the batch'),
     (['--help'], None),
     pytest.param(['--device', '0'], 'error: --device 0: ',
                  marks=pytest.mark.skipif(
@@ -376,6 +383,79 @@ def test_what_one_machine_finds_is_said_by_its_ranks(dataset_root,
                      'snapshot_iter_4: no such file'.format(
                          socket.gethostname())], stderr
     assert not (tmp_path / 'out').exists()
+
+
+def test_a_validation_set_smaller_than_the_processes_is_a_usage_error(
+        dataset_root, tmp_path):
+    """Each process evaluates its share of the validation set: with fewer
+    images than processes one share is empty, on which Chainer's iterator
+    divides by zero (and the others waited in a collective)."""
+    out = tmp_path / 'out'
+    result = run_example(out, '--validation', '1')
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert lines == ['train_mnist.py: error: --validation 1: fewer images '
+                     'than the 2 processes, each of which evaluates its '
+                     'share of them: give at least 2'], result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not out.exists()
+
+
+# The example with rank 1's environment changed before Chainer's import,
+# as another machine's may be; FAIL_IN_TRAINING makes rank 1 raise where
+# training starts, as an error only one process meets would.
+RANK_DRIVER = """import os, sys
+rank = os.environ.get('OMPI_COMM_WORLD_RANK')
+if rank == '1' and os.environ.get('RANK1_DTYPE'):
+    os.environ['CHAINER_DTYPE'] = os.environ['RANK1_DTYPE']
+from examples import training
+from examples.chainermn.mnist import train_mnist
+train = training.train
+def failing(*args, **kwargs):
+    if rank == '1' and os.environ.get('FAIL_IN_TRAINING'):
+        raise RuntimeError('rank 1 fails alone')
+    return train(*args, **kwargs)
+training.train = failing
+train_mnist.main(sys.argv[1:])
+"""
+
+
+def test_ranks_that_would_train_in_other_dtypes_stop(dataset_root, tmp_path):
+    """--dtype defaults to CHAINER_DTYPE, which mpiexec passes to another
+    machine only when asked (-x): a rank whose dtype is not rank 0's says
+    so, naming itself, and every rank stops (they failed in the first
+    update, and the others waited in a collective)."""
+    driver = tmp_path / 'driver.py'
+    driver.write_text(RANK_DRIVER)
+    result = mpi_util.run_mpi(
+        RANKS, [str(driver)] + example_args(tmp_path / 'out'),
+        timeout=240, env=dict(PROXIES, RANK1_DTYPE='float16',
+                              PYTHONWARNINGS='ignore'))
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if 'error:' in line]
+    assert lines == ['driver.py: rank 1 of 2 (on {}): error: --dtype: this '
+                     'process would train in float16 (CHAINER_DTYPE) and '
+                     'rank 0 in float32: give --dtype, or pass the variable '
+                     'to every process (mpiexec -x CHAINER_DTYPE)'.format(
+                         socket.gethostname())], result.stderr
+    assert not (tmp_path / 'out').exists()
+
+
+def test_an_exception_on_one_rank_ends_the_job(dataset_root, tmp_path):
+    """An error only one process meets, past the checks every process
+    shares, ends the job with its traceback (ChainerMN's except hook:
+    MPI_Abort) rather than leave the others in a collective."""
+    driver = tmp_path / 'driver.py'
+    driver.write_text(RANK_DRIVER)
+    started = time.time()
+    result = mpi_util.run_mpi(
+        RANKS, [str(driver)] + example_args(tmp_path / 'out'),
+        timeout=240, env=dict(PROXIES, FAIL_IN_TRAINING='1',
+                              PYTHONWARNINGS='ignore'))
+    assert result.returncode != 0
+    assert 'RuntimeError: rank 1 fails alone' in result.stderr
+    assert 'Uncaught exception on rank 1' in result.stderr
+    assert time.time() - started < 120
 
 
 # The example, each update slowed down so that a run lasts long enough to

@@ -24,7 +24,9 @@ learning rate follows from it. See README.md one folder up.
 """
 
 import functools
+import os
 import sys
+import warnings
 
 import numpy
 
@@ -37,6 +39,7 @@ import examples  # NOQA
 import chainer
 import chainer.links as L
 import chainermn
+from chainermn import global_except_hook
 
 from examples import cli
 from examples import data
@@ -125,6 +128,8 @@ def parse_args(argv=None):
                          'BatchNorm'.format(args.batchnorm))
     else:
         train_cifar.check_depth(parser, args.depth)
+        if args.batchnorm == 'per-process':  # each process's batch
+            cli.check_batch_norm_batchsize(parser, args)
 
     try:
         xp = chainer.get_device(args.device).xp
@@ -155,11 +160,10 @@ def communicator(args):
                               lambda: cli.check_machine(args))
         return chainermn.create_communicator(args.communicator)
     except ImportError as e:  # mpi4py: one line, as the usage errors
-        if not cli.launcher_rank():  # every process finds it: rank 0 says
-            cli.say('ChainerMN cannot start ({}): install Open MPI and '
-                    'mpi4py, as examples/chainermn/README.md says'.format(
-                        str(e).split(':')[0]))
-        sys.exit(1)
+        cli.rank_0_says(
+            '{}: ChainerMN cannot start ({}): install Open MPI and mpi4py, '
+            'as examples/chainermn/README.md says\n'.format(
+                os.path.basename(sys.argv[0]), str(e).split(':')[0]), 1)
 
 
 def select_device(args, comm):
@@ -210,12 +214,31 @@ def main(argv=None):
 
 def run(args):
     comm = communicator(args)
+    # An exception that one process does not survive ends the job
+    # (MPI_Abort, after its traceback), rather than leave the others
+    # waiting for it in a collective; usage errors (SystemExit) stop every
+    # process as cli.stop_together stops them.
+    with warnings.catch_warnings():  # (added already: the environment's
+        warnings.simplefilter('ignore')  # CHAINERMN_FORCE_ABORT_...)
+        global_except_hook.add_hook()
     # Each check in every process; where one stops, all stop, and what
     # every process found alike is said once (cli.stop_together).
     cli.stop_together(comm, lambda: cli.check_rank0_paths(args, comm))
     global_batchsize = args.batchsize * comm.size
+    dtype = comm.bcast_obj(args.dtype if comm.rank == 0 else None)
 
     def prepare():
+        if args.dtype != dtype:  # CHAINER_DTYPE, set on one machine
+            cli.usage_error(
+                '--dtype: this process would train in {} (CHAINER_DTYPE) '
+                'and rank 0 in {}: give --dtype, or pass the variable to '
+                'every process (mpiexec -x CHAINER_DTYPE)'.format(
+                    args.dtype, dtype))
+        if args.validation and args.validation < comm.size:
+            cli.usage_error(
+                '--validation {}: fewer images than the {} processes, '
+                'each of which evaluates its share of them: give at '
+                'least {}'.format(args.validation, comm.size, comm.size))
         device = select_device(args, comm)
         args.lr = cli.derived_lr(cli.usage_error, args, global_batchsize)
         cli.check_resume(args, processes=comm.size)
@@ -259,10 +282,26 @@ def run(args):
             batchnorm = functools.partial(
                 chainermn.links.MultiNodeBatchNormalization, comm=comm)
         n_class = 10 if args.dataset == 'cifar10' else 100
-        model = L.Classifier(train_cifar.ResNet(args.depth, n_class,
-                                                batchnorm),
-                             lossfun=recipe.loss_function(args))
-        model.to_device(device)
+
+        def build():
+            try:
+                model = L.Classifier(train_cifar.ResNet(
+                    args.depth, n_class, batchnorm),
+                    lossfun=recipe.loss_function(args))
+                for link in model.links():
+                    # ChainerMN 7.8.1 starts the running variance at 0
+                    # (Chainer's BatchNormalization at 1): the test and
+                    # validation losses of the first epochs were huge.
+                    if isinstance(link, (
+                            chainermn.links.MultiNodeBatchNormalization)):
+                        link.avg_var[...] = 1
+                model.to_device(device)
+            except MemoryError:  # NumPy's and CuPy's out-of-memory errors
+                cli.usage_error(
+                    '--depth {}: the model does not fit in memory (on {}); '
+                    'give a smaller --depth'.format(args.depth, device))
+            return model
+        model = cli.stop_together(comm, build)
     optimizer, lars = recipe.make_optimizer(args, model, comm)
 
     # Only rank 0 reads the dataset; each process gets a shard.
