@@ -444,10 +444,10 @@ def test_ranks_that_would_train_in_other_dtypes_stop(dataset_root, tmp_path):
 def test_an_exception_on_one_rank_ends_the_job(dataset_root, tmp_path):
     """An error only one process meets, past the checks every process
     shares, ends the job with its traceback (ChainerMN's except hook:
-    MPI_Abort) rather than leave the others in a collective."""
+    MPI_Abort) rather than leave the others in a collective (run_mpi's
+    timeout fails a hang)."""
     driver = tmp_path / 'driver.py'
     driver.write_text(RANK_DRIVER)
-    started = time.time()
     result = mpi_util.run_mpi(
         RANKS, [str(driver)] + example_args(tmp_path / 'out'),
         timeout=240, env=dict(PROXIES, FAIL_IN_TRAINING='1',
@@ -455,7 +455,6 @@ def test_an_exception_on_one_rank_ends_the_job(dataset_root, tmp_path):
     assert result.returncode != 0
     assert 'RuntimeError: rank 1 fails alone' in result.stderr
     assert 'Uncaught exception on rank 1' in result.stderr
-    assert time.time() - started < 120
 
 
 # The example, each update slowed down so that a run lasts long enough to

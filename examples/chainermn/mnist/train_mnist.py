@@ -217,10 +217,12 @@ def run(args):
     # An exception that one process does not survive ends the job
     # (MPI_Abort, after its traceback), rather than leave the others
     # waiting for it in a collective; usage errors (SystemExit) stop every
-    # process as cli.stop_together stops them.
-    with warnings.catch_warnings():  # (added already: the environment's
-        warnings.simplefilter('ignore')  # CHAINERMN_FORCE_ABORT_...)
-        global_except_hook.add_hook()
+    # process as cli.stop_together stops them. One process has no one to
+    # wait: its Ctrl-C and errors end it as Python ends it.
+    if comm.size > 1:
+        with warnings.catch_warnings():  # (added already: the
+            warnings.simplefilter('ignore')  # CHAINERMN_FORCE_ABORT_...)
+            global_except_hook.add_hook()
     # Each check in every process; where one stops, all stop, and what
     # every process found alike is said once (cli.stop_together).
     cli.stop_together(comm, lambda: cli.check_rank0_paths(args, comm))
