@@ -70,7 +70,7 @@ HELP = dict(
     device='Device specifier. -1 or @numpy: every process on the CPU. A '
     'CuPy specifier (0, @cupy:0): one GPU per process, the one numbered by '
     'the rank of the process on its machine (comm.intra_rank); the number '
-    'given is not used',
+    'given only has to name a GPU of the machine (0 always does)',
     out='Directory to output the result, written by rank 0 (default: '
     'result; with --resume, the folder of its snapshot, where the run goes '
     'on)',
