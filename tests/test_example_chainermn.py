@@ -564,3 +564,25 @@ def test_ctrl_c_before_the_first_update_keeps_the_overwritten_run(
     assert line.endswith('run the command again with --overwrite to start '
                          'over'), line
     assert {p.name: p.read_text() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize('name', ['pure_nccl', 'non_cuda_aware', 'flat'])
+def test_a_communicator_that_needs_nccl_is_refused_without_it(
+        monkeypatch, capsys, name):
+    """Where CuPy cannot load NCCL, pure_nccl and non_cuda_aware stop with
+    one line naming the communicator (ChainerMN's refusal was a traceback
+    from every process); flat needs none. No GPU here: the check alone."""
+    from examples.chainermn.mnist import train_mnist
+    args = train_mnist.parse_args(['--communicator', 'naive'])
+    args.communicator = name  # (the CPU takes naive alone)
+    monkeypatch.setattr(train_mnist.chainermn_nccl, '_available', False)
+    if name == 'flat':
+        train_mnist.check_nccl(args)
+    else:
+        with pytest.raises(SystemExit) as stopped:
+            train_mnist.check_nccl(args)
+        assert stopped.value.code == 2
+        assert '--communicator {}: needs NCCL, which CuPy cannot load'.format(
+            name) in capsys.readouterr().err
+    monkeypatch.setattr(train_mnist.chainermn_nccl, '_available', True)
+    train_mnist.check_nccl(args)

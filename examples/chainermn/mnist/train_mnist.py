@@ -40,6 +40,7 @@ import chainer
 import chainer.links as L
 import chainermn
 from chainermn import global_except_hook
+from chainermn import nccl as chainermn_nccl
 
 from examples import cli
 from examples import data
@@ -149,15 +150,35 @@ def parse_args(argv=None):
     return args
 
 
+#: The communicators that need NCCL (CuPy's) on every machine.
+NCCL_COMMUNICATORS = ('non_cuda_aware', 'pure_nccl')
+
+
+def check_nccl(args):
+    """Stops with a usage error where --communicator needs NCCL and CuPy
+    cannot load it on this machine (ChainerMN's own refusal is a
+    traceback from every process)."""
+    if (args.communicator in NCCL_COMMUNICATORS
+            and not getattr(chainermn_nccl, '_available', True)):
+        cli.usage_error(
+            "--communicator {}: needs NCCL, which CuPy cannot load on this "
+            "machine (CuPy's installation guide; with CUDA 12, pip install "
+            "'nvidia-nccl-cu12>=2.16.5,<3'), or give --communicator "
+            'flat'.format(args.communicator))
+
+
 def communicator(args):
     """ChainerMN's communicator, once every process has checked that its
     machine can run the flags (``cli.check_machine``, where an MPI
-    launcher started the processes; else ``parse_args`` did)."""
+    launcher started the processes; else ``parse_args`` did) and has the
+    NCCL that --communicator needs."""
     try:
         if cli.launcher_rank() is not None:
             from mpi4py import MPI
-            cli.stop_together(MPI.COMM_WORLD,
-                              lambda: cli.check_machine(args))
+            cli.stop_together(MPI.COMM_WORLD, lambda: (
+                cli.check_machine(args), check_nccl(args)))
+        else:
+            check_nccl(args)
         return chainermn.create_communicator(args.communicator)
     except ImportError as e:  # mpi4py: one line, as the usage errors
         cli.rank_0_says(
