@@ -420,17 +420,22 @@ train_mnist.main(sys.argv[1:])
 """
 
 
+def run_rank_driver(tmp_path, **env):
+    """The example through RANK_DRIVER on RANKS ranks, into tmp_path/out,
+    with ``env`` (RANK1_DTYPE, FAIL_IN_TRAINING)."""
+    driver = tmp_path / 'driver.py'
+    driver.write_text(RANK_DRIVER)
+    return mpi_util.run_mpi(
+        RANKS, [str(driver)] + example_args(tmp_path / 'out'), timeout=240,
+        env=dict(PROXIES, PYTHONWARNINGS='ignore', **env))
+
+
 def test_ranks_that_would_train_in_other_dtypes_stop(dataset_root, tmp_path):
     """--dtype defaults to CHAINER_DTYPE, which mpiexec passes to another
     machine only when asked (-x): a rank whose dtype is not rank 0's says
     so, naming itself, and every rank stops (they failed in the first
     update, and the others waited in a collective)."""
-    driver = tmp_path / 'driver.py'
-    driver.write_text(RANK_DRIVER)
-    result = mpi_util.run_mpi(
-        RANKS, [str(driver)] + example_args(tmp_path / 'out'),
-        timeout=240, env=dict(PROXIES, RANK1_DTYPE='float16',
-                              PYTHONWARNINGS='ignore'))
+    result = run_rank_driver(tmp_path, RANK1_DTYPE='float16')
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if 'error:' in line]
     assert lines == ['driver.py: rank 1 of 2 (on {}): error: --dtype: this '
@@ -446,12 +451,7 @@ def test_an_exception_on_one_rank_ends_the_job(dataset_root, tmp_path):
     shares, ends the job with its traceback (ChainerMN's except hook:
     MPI_Abort) rather than leave the others in a collective (run_mpi's
     timeout fails a hang)."""
-    driver = tmp_path / 'driver.py'
-    driver.write_text(RANK_DRIVER)
-    result = mpi_util.run_mpi(
-        RANKS, [str(driver)] + example_args(tmp_path / 'out'),
-        timeout=240, env=dict(PROXIES, FAIL_IN_TRAINING='1',
-                              PYTHONWARNINGS='ignore'))
+    result = run_rank_driver(tmp_path, FAIL_IN_TRAINING='1')
     assert result.returncode != 0
     assert 'RuntimeError: rank 1 fails alone' in result.stderr
     assert 'Uncaught exception on rank 1' in result.stderr
