@@ -95,6 +95,10 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         for key in averaged:
             trainer.extend(
                 chainermn.extensions.ObservationAggregator(comm, key))
+        # Before the evaluators (and the snapshot) that use them.
+        trainer.extend(average_batch_norm(model, comm),
+                       trigger=evaluation_trigger(args),
+                       priority=training.PRIORITY_WRITER + 1)
     # The name is the prefix of the keys: test/main/accuracy is the test
     # set's, val/main/accuracy the validation set's (examples/logs.py).
     for evaluator, name, trigger, before in evaluators:
@@ -557,6 +561,37 @@ def over_all_shards(evaluator, comm):
                 for key in keys}
     evaluator.evaluate = evaluate_all
     return evaluator
+
+
+def average_batch_norm(model, comm):
+    """An extension that averages the running means and variances of
+    ``model``'s ``BatchNormalization`` links over ChainerMN's processes,
+    in one all-reduce, as timm's ``distribute_bn`` does before it
+    evaluates.
+
+    Each process's statistics are those of its own batches. Averaged,
+    every process evaluates its part of the data with the same model,
+    and the snapshot (rank 0's) holds the model the log's test and
+    validation results are of. ``MultiNodeBatchNormalization``'s are
+    the global batch's already, the same in every process.
+    """
+    links = [link for link in model.links()
+             if isinstance(link, chainer.links.BatchNormalization)]
+
+    def average_statistics(trainer):
+        if not links:
+            return
+        arrays = [array for link in links
+                  for array in (link.avg_mean, link.avg_var)]
+        xp = chainer.backend.get_array_module(arrays[0])
+        total = comm.allreduce(xp.concatenate(
+            [array.ravel().astype(xp.float32) for array in arrays]))
+        offset = 0
+        for array in arrays:
+            array[...] = total[offset:offset + array.size].reshape(
+                array.shape) / comm.size
+            offset += array.size
+    return average_statistics
 
 
 def end_of_epoch(trainer):

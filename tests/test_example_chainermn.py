@@ -184,10 +184,18 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
     """The CIFAR ResNet, its BatchNorm statistics per process or global.
 
     Both runs start from the same weights and batches; the first forward
-    pass already gives rank 0 the statistics of its own 8 images in one
-    run and those of all 16 in the other, so its running means differ.
+    pass already normalizes rank 0's 8 images by their own statistics in
+    one run and by those of all 16 in the other, so their training
+    losses differ. Either way the log's test loss and accuracy are those
+    of the model in the snapshot (per process, the running statistics
+    averaged over the processes before each evaluation: each process's
+    own gave another loss).
     """
-    means, losses = {}, {}
+    from examples import data
+    from examples.cifar import train_cifar
+    _, test = data.load_cifar('cifar10')
+    x, t = chainer.dataset.concat_examples(test)
+    training_losses, losses = {}, {}
     for batchnorm in ('per-process', 'all-reduced'):
         out = tmp_path / batchnorm
         result = run_example(out, '--dataset', 'cifar10', '--depth', '8',
@@ -199,13 +207,22 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
         for key in ('main/loss', 'test/main/accuracy',
                     'lars/ratio/predictor/res3/0/conv1/W'):
             assert math.isfinite(entry[key]), key
+        training_losses[batchnorm] = entry['main/loss']
         losses[batchnorm] = entry['test/main/loss']
         snapshot = 'snapshot_iter_{}'.format(32 // RANKS // BATCH_PER_RANK)
+        model = chainer.links.Classifier(train_cifar.ResNet(8, 10))
         with numpy.load(str(out / snapshot)) as arrays:
-            means[batchnorm] = arrays[
-                'updater/model:main/predictor/bn1/avg_mean']
-    assert numpy.isfinite(means['all-reduced']).all()
-    assert not numpy.allclose(means['per-process'], means['all-reduced'])
+            chainer.serializers.NpzDeserializer(
+                arrays, path='updater/model:main/').load(model)
+        assert numpy.isfinite(model.predictor.bn1.avg_var).all()
+        with chainer.using_config('train', False), \
+                chainer.no_backprop_mode():
+            loss = float(model(x, t).array)
+        assert entry['test/main/loss'] == pytest.approx(loss, rel=1e-5)
+        assert entry['test/main/accuracy'] == pytest.approx(
+            float(model.accuracy.array), abs=1e-6)
+    assert training_losses['per-process'] != pytest.approx(
+        training_losses['all-reduced'], rel=1e-4)
     # ChainerMN's BatchNorm starts its running variance at 0 where
     # Chainer's starts at 1: the test loss after an epoch read 400 (and
     # 2e16 before the first update) against 3 per process.
