@@ -603,3 +603,36 @@ def test_a_communicator_that_needs_nccl_is_refused_without_it(
             name) in capsys.readouterr().err
     monkeypatch.setattr(train_mnist.chainermn_nccl, '_available', True)
     train_mnist.check_nccl(args)
+
+
+@pytest.mark.parametrize('seen,gpus', [
+    ([['a', 'b', 'c']] * 3, [0, 1, 2]),      # each sees every GPU
+    ([['a'], ['b'], ['c']], [0, 0, 0]),      # a scheduler's one GPU each
+    ([['a'], ['a', 'b']], [0, 1]),           # the first took GPU 0
+    ([['b', 'a'], ['a', 'b']], [0, 0]),      # another numbering
+])
+def test_each_process_of_a_machine_takes_a_gpu_of_its_own(seen, gpus):
+    """The GPUs that a machine's processes see are shared out one per
+    process in the order of their ranks on it: where a scheduler shows
+    each process its own GPU, as GPU 0 (CUDA_VISIBLE_DEVICES), each takes
+    that one; where each sees them all, process r takes GPU r (the
+    trainer took GPU r in every case, and stopped where r was not
+    there). No GPU here: the choice alone, from the UUIDs."""
+    from examples.chainermn.mnist import train_mnist
+    assert [train_mnist.gpu_of(r, seen) for r in range(len(seen))] == gpus
+
+
+@pytest.mark.parametrize('seen', [
+    [['a'], ['a']],                 # two processes, one GPU
+    [['a', 'b'], ['a', 'b'], ['b']],
+])
+def test_more_processes_than_gpus_is_a_usage_error(capsys, seen):
+    from examples.chainermn.mnist import train_mnist
+    for rank in range(len(seen) - 1):
+        train_mnist.gpu_of(rank, seen)
+    with pytest.raises(SystemExit) as stopped:
+        train_mnist.gpu_of(len(seen) - 1, seen)
+    assert stopped.value.code == 2
+    assert '{} processes on this machine, whose processes see {} GPUs in ' \
+        'all: one process per GPU'.format(
+            len(seen), len(set().union(*seen))) in capsys.readouterr().err

@@ -70,7 +70,8 @@ HELP = dict(
         train_cifar.DEFAULTS['warmup_epochs']),
     device='Device specifier. -1 or @numpy: every process on the CPU. A '
     'CuPy specifier (0, @cupy:0): one GPU per process, the one numbered by '
-    'the rank of the process on its machine (comm.intra_rank); the number '
+    'the rank of the process on its machine (comm.intra_rank), or the one '
+    'it sees where each sees its own (CUDA_VISIBLE_DEVICES); the number '
     'given only has to name a GPU of the machine (0 always does)',
     out='Directory to output the result, written by rank 0 (default: '
     'result; with --resume, the folder of its snapshot, where the run goes '
@@ -187,16 +188,46 @@ def communicator(args):
                 os.path.basename(sys.argv[0]), str(e).split(':')[0]), 1)
 
 
-def select_device(args, comm):
-    """This process's device: the CPU, or the GPU of its rank on its node."""
+def visible_gpus(args):
+    """The UUIDs of the GPUs this process sees, in CUDA's numbering
+    (None on the CPU): a scheduler may show each process a GPU of its
+    own, numbered 0 in every process (CUDA_VISIBLE_DEVICES)."""
+    cupy = chainer.backends.cuda.cupy
+    if chainer.get_device(args.device).xp is numpy:
+        return None
+    return [cupy.cuda.runtime.getDeviceProperties(i)['uuid']
+            for i in range(cupy.cuda.runtime.getDeviceCount())]
+
+
+def gpu_of(intra_rank, seen):
+    """The GPU of the process ``intra_rank`` of its machine (its number
+    in CUDA's numbering of that process), where ``seen[r]`` lists the
+    GPUs (``visible_gpus``) that the machine's process ``r`` sees: each
+    process in turn takes the first that no process before it took. All
+    processes see all GPUs: process ``r`` takes GPU ``r``; each sees its
+    own: GPU 0."""
+    taken = set()
+    for rank in range(intra_rank + 1):
+        free = [i for i, gpu in enumerate(seen[rank]) if gpu not in taken]
+        if not free:
+            cli.usage_error(
+                '{} processes on this machine, whose processes see {} GPUs '
+                'in all: one process per GPU'.format(
+                    len(seen), len(set().union(*seen))))
+        taken.add(seen[rank][free[0]])
+    return free[0]
+
+
+def select_device(args, comm, gpus):
+    """This process's device: the CPU, or a GPU of its machine, one per
+    process (``gpu_of``); ``gpus``: every process's ``(inter_rank,
+    intra_rank, visible_gpus(args))``."""
     device = chainer.get_device(args.device)
     if device.xp is numpy:
         return device
-    count = chainer.backends.cuda.cupy.cuda.runtime.getDeviceCount()
-    if comm.intra_rank >= count:
-        cli.usage_error('{} processes on a machine with {} GPUs: one '
-                        'process per GPU'.format(comm.intra_size, count))
-    return chainer.get_device('@cupy:{}'.format(comm.intra_rank))
+    seen = [gpu for node, _, gpu in sorted(gpus) if node == comm.inter_rank]
+    return chainer.get_device('@cupy:{}'.format(
+        gpu_of(comm.intra_rank, seen)))
 
 
 def load_on_rank0(args, comm):
@@ -249,6 +280,8 @@ def run(args):
     cli.stop_together(comm, lambda: cli.check_rank0_paths(args, comm))
     global_batchsize = args.batchsize * comm.size
     dtype = comm.bcast_obj(args.dtype if comm.rank == 0 else None)
+    gpus = comm.mpi_comm.allgather(
+        (comm.inter_rank, comm.intra_rank, visible_gpus(args)))
 
     def prepare():
         if args.dtype != dtype:  # CHAINER_DTYPE, set on one machine
@@ -262,7 +295,7 @@ def run(args):
                 '--validation {}: fewer images than the {} processes, '
                 'each of which evaluates its share of them: give at '
                 'least {}'.format(args.validation, comm.size, comm.size))
-        device = select_device(args, comm)
+        device = select_device(args, comm, gpus)
         args.lr = cli.derived_lr(cli.usage_error, args, global_batchsize)
         cli.check_resume(args, processes=comm.size)
         return device
@@ -275,7 +308,7 @@ def run(args):
         lines = [
             'Number of processes: {}'.format(comm.size),
             'Device: {} (communicator: {})'.format(
-                '@cupy:<intra_rank>' if device.xp is not numpy else device,
+                'one GPU per process' if device.xp is not numpy else device,
                 args.communicator),
             '# Minibatch-size: {} per process, {} global'.format(
                 args.batchsize, global_batchsize)]
