@@ -167,12 +167,12 @@ class Plan(object):
 
 class PlanCache(object):
 
-    """A face's plans by owner, each kept while its owner lives."""
+    """A face's plans by owner, kept while the owner and its target live."""
 
     __slots__ = ('_plans',)
 
     def __init__(self):
-        self._plans = {}  # id(owner) -> (weak reference, plan)
+        self._plans = {}  # id(owner) -> (weak references to both, plan)
 
     def __reduce__(self):
         return PlanCache, ()
@@ -180,18 +180,18 @@ class PlanCache(object):
     def get(self, owner, params, build, *args):
         """The owner's plan if it matches, else ``build(*args, params)``."""
         entry = self._plans.get(id(owner))
-        if entry is not None and entry[0]() is owner and entry[1].matches(
+        if entry is not None and entry[0]() is owner and entry[2].matches(
                 params):
-            return entry[1]
-        plan = build(*args + (params,))
-        plans, key = self._plans, id(owner)
-        self._plans[key] = (weakref.ref(
-            owner, lambda _: plans.pop(key, None)), plan)
+            return entry[2]
+        plan, plans, key = build(*args + (params,)), self._plans, id(owner)
+        plans[key] = tuple(weakref.ref(o, lambda _: plans.pop(key, None))
+                           for o in (owner, getattr(owner, 'target', owner)))
+        plans[key] += (plan,)  # (an optimizer's target: setup() changes it)
         return plan
 
     def plans(self):
-        return [plan for ref, plan in list(self._plans.values())
-                if ref() is not None]
+        return [entry[2] for entry in list(self._plans.values())
+                if entry[0]() is not None]
 
 
 def same(objects, held):

@@ -92,6 +92,28 @@ def test_nothing_of_a_model_is_kept_once_its_optimizer_is_gone(face, dtype):
             other.update(ref.loss_fn(other.target, x, t))
 
 
+@pytest.mark.parametrize('dtype', ['float32', 'float16', 'mixed16'])
+@pytest.mark.parametrize('face', sorted(_faces()))
+def test_nothing_of_a_model_is_kept_once_its_optimizer_takes_another(
+        face, dtype):
+    """``optimizer.setup(new_model)`` (one optimizer refitting models in
+    a loop) lets the last model go at once: its arrays were kept until
+    the next update, both models in memory while the new plan was built."""
+    model, opt, hook = _train(face, dtype)
+    refs = _arrays(model)
+    other = ref.Net(model.fc.W.dtype)
+    ref.fill(other, 1)
+    opt.setup(other)
+    del model
+    gc.collect()
+    assert [r() is None for r in refs] == [True] * len(refs)
+    x, t = ref.batch(0, dtype=other.fc.W.dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)
+        opt.update(ref.loss_fn(other, x, t))  # the new model trains
+    assert (hook or opt).observe()
+
+
 @pytest.mark.parametrize('multi_tensor', [True, False])
 @pytest.mark.parametrize('face', [chainer_lars.LARS, chainer_lars.LAMB])
 def test_t_is_counted_once_a_rule(face, multi_tensor):
