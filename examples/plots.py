@@ -200,6 +200,7 @@ class IterationPlot(training.Extension):
         if self._title:
             axes.set_title(self._title, fontsize=10)
         axes.grid(alpha=0.3)
+        figure.tight_layout()  # the label beside ticks like 0.00025
         figure.savefig(os.path.join(trainer.out, self._filename))
         plt.close(figure)
 
@@ -304,10 +305,10 @@ class TrustRatioHeatmap(training.Extension):
         axes.xaxis.set_major_locator(
             matplotlib.ticker.MaxNLocator(integer=True))
         axes.set_xlabel(
-            'epoch (each column: the mean over that epoch)' if not self._every
-            else 'epoch (each column: the mean since the column before;\n'
-            'one every {} iterations and at the end of each epoch)'.format(
-                self._every))
+            'epoch (each column: the mean of the ratios observed in that '
+            'epoch)' if not self._every else 'epoch (each column: the mean '
+            'of the ratios observed since the column before;\none every {} '
+            'iterations and at the end of each epoch)'.format(self._every))
         axes.set_title('{}trust ratio of each layer ({}...)'.format(
             self._title + ' (diverged)\n' if self._title and dead.any()
             else self._title + '\n' if self._title else '', prefix),
@@ -397,6 +398,7 @@ class LossScalePlot(training.Extension):
         axes.legend()
         if self._title:
             axes.set_title(self._title, fontsize=10)
+        figure.tight_layout()
         figure.savefig(os.path.join(trainer.out, self._filename))
         plt.close(figure)
 

@@ -194,18 +194,26 @@ def schedule(args, iterations_per_epoch):
         power=args.decay_power)
 
 
-def observe_trust_ratios(trainer, lars, model, iterations_per_epoch):
+def observe_trust_ratios(trainer, lars, model, iterations_per_epoch,
+                         every=None):
     """Reports the trust ratio and norms of each weight; returns ratio keys.
 
-    About ten observations per epoch, at most one an iteration: each one
-    brings the norms from the GPU once. Biases and BatchNorm parameters
-    are not adapted, so only the weights (``/W``) are reported.
+    About ten observations per epoch, at most one an iteration, and one
+    every ``every`` (--eval-every) iterations, so that each line of the
+    log has some: each one brings the norms from the GPU once. Biases and
+    BatchNorm parameters are not adapted, so only the weights (``/W``)
+    are reported.
     """
     if lars is None:
         return []
     observer = chainer_lars.TrustRatioObserver(lars, pattern='/W$')
-    trainer.extend(observer, trigger=(
-        max(1, int(iterations_per_epoch) // 10), 'iteration'))
+    interval = max(1, int(iterations_per_epoch) // 10)
+
+    def trigger(trainer):  # stateless: a resumed run observes alike
+        iteration = trainer.updater.iteration
+        return iteration % interval == 0 or bool(
+            every and iteration % every == 0)
+    trainer.extend(observer, trigger=trigger)
     return [observer.key('ratio', path) for path in parameter_paths(model)
             if path.endswith('/W')]
 

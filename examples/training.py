@@ -114,7 +114,7 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
     # process: report and save on rank 0 only.
     if comm is None or comm.rank == 0:
         ratio_keys = recipe.observe_trust_ratios(
-            trainer, lars, model, iterations_per_epoch)
+            trainer, lars, model, iterations_per_epoch, args.eval_every)
         report(trainer, args, ratio_keys, divergence,
                plots.run_title(args, None if comm is None else comm.size),
                scaling, **settings)
@@ -640,8 +640,9 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         import matplotlib
         matplotlib.use('Agg')
         held_out = ['val/main/'] if args.validation else []
-        trainer.extend(extensions.PlotReport(
+        trainer.extend(EpochPlot(
             [k + 'loss' for k in ['main/', 'test/main/'] + held_out], 'epoch',
+            last=[k + 'loss' for k in held_out],
             filename='loss.png', trigger=end_of_epoch,
             postprocess=plots.epoch_axes(
                 'loss (softmax cross entropy{}, log scale)'.format(
@@ -649,9 +650,9 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
                     if args.label_smoothing else ''), log=True,
                 title=title, divergence=divergence)),
             call_before_training=True)
-        trainer.extend(extensions.PlotReport(
+        trainer.extend(EpochPlot(
             [k + 'accuracy' for k in ['main/', 'test/main/'] + held_out],
-            'epoch',
+            'epoch', last=[k + 'accuracy' for k in held_out],
             filename='accuracy.png', trigger=end_of_epoch,
             postprocess=plots.epoch_axes(
                 'accuracy (%)', percent=True, title=title,
@@ -692,6 +693,27 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         trainer.extend(ProgressLines())
     if progress != 'none' and cli.slow_precision(args):
         trainer.extend(Heartbeat())  # a line while an update runs
+
+
+class EpochPlot(extensions.PlotReport):
+
+    """Chainer's PlotReport at each epoch's end, whose ``last`` keys (the
+    validation set's, which --eval-every evaluates within the epoch too)
+    are drawn as the evaluation at the epoch's end, as the log has it:
+    PlotReport draws the mean of all of the epoch's evaluations, which
+    lagged the log's by most of an epoch."""
+
+    default_name = 'PlotReport'  # the snapshots' names of the extensions
+
+    def __init__(self, *args, last=(), **kwargs):
+        super(EpochPlot, self).__init__(*args, **kwargs)
+        self._last = last
+
+    def __call__(self, trainer):
+        for key in self._last:  # Chainer 7.8.1's summary, by key
+            if key in trainer.observation:
+                self._summary._summaries.pop(key, None)
+        super(EpochPlot, self).__call__(trainer)
 
 
 def output_is_terminal():

@@ -2175,6 +2175,56 @@ def test_lr_plot_names_adam_s_and_lamb_s_rate_alpha(
     assert ('peak alpha' in title) == (ylabel == 'alpha')
 
 
+def test_lr_plot_keeps_its_label_beside_small_rates(mnist, dataset_root,
+                                                    tmp_path, monkeypatch):
+    """lr.png's y label is inside the picture beside ticks like
+    0.00025: it was cut off at the left edge (Adam's --lr 1e-4)."""
+    import matplotlib.pyplot as plt
+    lefts = {}
+    save = plt.Figure.savefig
+
+    def keep(figure, path, *args, **kwargs):
+        figure.canvas.draw()
+        lefts[os.path.basename(str(path))] = figure.axes[
+            0].yaxis.label.get_window_extent().x0
+        return save(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, 'savefig', keep)
+    mnist.main(_tiny(dataset_root, tmp_path / 'out') + [
+        '--optimizer', 'adam', '--lr', '0.0001', '--dtype', 'mixed16'])
+    assert lefts['lr.png'] >= 0
+    assert lefts['loss_scale.png'] >= 0
+
+
+def test_eval_every_s_plots_draw_the_log_s_values(mnist, dataset_root,
+                                                  tmp_path):
+    """With --eval-every, the validation points of accuracy.png and
+    loss.png are the evaluations at each epoch's end, as the log has them
+    (they were the means of the epoch's evaluations), and every line of
+    the log has the trust ratios (observed about ten times an epoch, they
+    left every other column of trust_ratio.png blank)."""
+    out = tmp_path / 'out'
+    # 48 training images, 24 iterations an epoch: observed every 2.
+    mnist.main(['-b', '2', '-u', '8', '-e', '2', '--validation', '16',
+                '--eval-every', '1', '--progress', 'none', '--dataset-root',
+                dataset_root, '--out', str(out)])
+    log = read_log(str(out))
+    assert len(log) == 49
+    assert all('lars/ratio/predictor/l1/W' in entry for entry in log[1:])
+    ends = [entry for entry in log if entry['iteration'] % 24 == 0]
+    with numpy.load(str(out / 'snapshot_iter_48')) as npz:
+        for key, name in (('loss', 'loss.png'),
+                          ('accuracy', 'accuracy.png')):
+            plotted, = [json.loads(str(npz[k])) for k in npz.files
+                        if k.endswith('/_plot_' + name)]
+            assert plotted['val/main/' + key] == [
+                [e['epoch'], pytest.approx(e['val/main/' + key])]
+                for e in ends]
+            # The training loss and accuracy: the epoch's mean, as before.
+            assert dict(plotted['main/' + key])[1] == pytest.approx(
+                numpy.mean([e['main/' + key] for e in log[1:25]]))
+
+
 @pytest.mark.parametrize('epochs', [1, 3, 30])
 def test_epoch_axis_has_whole_epochs(epochs):
     """A one-epoch run reads 0 and 1, not 0, 0.2, ..., 1."""
