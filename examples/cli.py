@@ -941,6 +941,18 @@ def say(message):
     sys.stderr.flush()
 
 
+@contextlib.contextmanager
+def quiet_interrupt():
+    """Ctrl-C outside the training (reading the data, building the model,
+    loading --resume): one line and status 130, as during the training
+    (``training.Interruption``), not a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        say('interrupted before the training began: run the command again')
+        sys.exit(130)
+
+
 def usage_error(message):
     """Stops as a parser does on a bad flag, where the parser is not at hand.
 

@@ -1941,6 +1941,49 @@ def test_resume_command_of_chainermn_starts_its_processes(monkeypatch):
     assert command[-4:] == ['-b', '64', '--resume', 'r/snapshot_iter_8']
 
 
+# A trainer run as its command runs it (its __main__ block), whose data
+# takes a minute to load, after it says so in a file.
+LOADING_DRIVER = """import os, runpy, sys, time
+from examples import data
+def load(*args):
+    open('loading', 'w').close()
+    time.sleep(60)
+data.load_mnist = data.load_cifar = load
+sys.argv[0] = sys.argv.pop(1)
+sys.path.insert(0, os.path.dirname(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+
+
+@pytest.mark.parametrize('script', ['mnist/train_mnist.py',
+                                    'cifar/train_cifar.py',
+                                    'chainermn/mnist/train_mnist.py'])
+def test_ctrl_c_before_the_training_says_so_in_one_line(tmp_path, script):
+    """Ctrl-C while the data loads: one line, no traceback, status 130,
+    as during the training."""
+    (tmp_path / 'driver.py').write_text(LOADING_DRIVER)
+    process = subprocess.Popen(
+        [sys.executable, 'driver.py', os.path.join(
+            REPO_ROOT, 'examples', script), '--out', 'out'],
+        cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=pythonpath(),
+                 PYTHONWARNINGS='ignore'), universal_newlines=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / 'loading').exists() and time.time() < deadline:
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines() == [
+        '{}: interrupted before the training began: run the command '
+        'again'.format(os.path.basename(script))]
+    assert not (tmp_path / 'out').exists()
+
+
 def test_ctrl_c_without_a_snapshot_says_there_is_none(
         dataset_root, tmp_path):
     result, _, _ = interrupt(

@@ -168,4 +168,5 @@ def run(args):
 
 
 if __name__ == '__main__':
-    main()
+    with cli.quiet_interrupt():
+        main()

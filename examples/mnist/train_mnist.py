@@ -133,4 +133,5 @@ def run(args):
 
 
 if __name__ == '__main__':
-    main()
+    with cli.quiet_interrupt():
+        main()

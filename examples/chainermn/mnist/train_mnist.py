@@ -392,4 +392,5 @@ def run(args):
 
 
 if __name__ == '__main__':
-    main()
+    with cli.quiet_interrupt():  # (a single process's Ctrl-C)
+        main()
