@@ -573,7 +573,9 @@ def average_batch_norm(model, comm):
     every process evaluates its part of the data with the same model,
     and the snapshot (rank 0's) holds the model the log's test and
     validation results are of. ``MultiNodeBatchNormalization``'s are
-    the global batch's already, the same in every process.
+    the global batch's already, the same in every process. (ChainerMN's
+    ``AllreducePersistent`` does the same in one all-reduce an array,
+    each of which MPI reads from GPU memory.)
     """
     links = [link for link in model.links()
              if isinstance(link, chainer.links.BatchNormalization)]
@@ -584,8 +586,10 @@ def average_batch_norm(model, comm):
         arrays = [array for link in links
                   for array in (link.avg_mean, link.avg_var)]
         xp = chainer.backend.get_array_module(arrays[0])
-        total = comm.allreduce(xp.concatenate(
-            [array.ravel().astype(xp.float32) for array in arrays]))
+        # Through the host: ChainerMN hands a GPU array's address to MPI,
+        # which need not read GPU memory (pure_nccl, non_cuda_aware).
+        total = xp.asarray(comm.allreduce(chainer.backend.CpuDevice().send(
+            xp.concatenate([a.ravel().astype(xp.float32) for a in arrays]))))
         offset = 0
         for array in arrays:
             array[...] = total[offset:offset + array.size].reshape(

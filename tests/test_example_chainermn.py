@@ -610,6 +610,8 @@ def test_a_communicator_that_needs_nccl_is_refused_without_it(
     ([['a'], ['b'], ['c']], [0, 0, 0]),      # a scheduler's one GPU each
     ([['a'], ['a', 'b']], [0, 1]),           # the first took GPU 0
     ([['b', 'a'], ['a', 'b']], [0, 0]),      # another numbering
+    ([['a', 'b'], ['a']], [1, 0]),           # the first gives 'a' up
+    ([['a', 'b', 'c'], ['a', 'b'], ['a']], [2, 1, 0]),
 ])
 def test_each_process_of_a_machine_takes_a_gpu_of_its_own(seen, gpus):
     """The GPUs that a machine's processes see are shared out one per
@@ -625,14 +627,14 @@ def test_each_process_of_a_machine_takes_a_gpu_of_its_own(seen, gpus):
 @pytest.mark.parametrize('seen', [
     [['a'], ['a']],                 # two processes, one GPU
     [['a', 'b'], ['a', 'b'], ['b']],
+    [['a'], ['a'], ['a', 'b', 'c']],  # three GPUs, two that sees one
 ])
 def test_more_processes_than_gpus_is_a_usage_error(capsys, seen):
+    """Every process stops alike (stop_together says it once)."""
     from examples.chainermn.mnist import train_mnist
-    for rank in range(len(seen) - 1):
-        train_mnist.gpu_of(rank, seen)
     with pytest.raises(SystemExit) as stopped:
-        train_mnist.gpu_of(len(seen) - 1, seen)
+        train_mnist.gpu_of(0, seen)
     assert stopped.value.code == 2
-    assert '{} processes on this machine, whose processes see {} GPUs in ' \
-        'all: one process per GPU'.format(
+    assert '{} processes on this machine, which see {} GPUs in all, ' \
+        'cannot each take a GPU of its own: one process per GPU'.format(
             len(seen), len(set().union(*seen))) in capsys.readouterr().err

@@ -189,33 +189,42 @@ def communicator(args):
 
 
 def visible_gpus(args):
-    """The UUIDs of the GPUs this process sees, in CUDA's numbering
-    (None on the CPU): a scheduler may show each process a GPU of its
-    own, numbered 0 in every process (CUDA_VISIBLE_DEVICES)."""
-    cupy = chainer.backends.cuda.cupy
+    """The GPUs this process sees, in CUDA's numbering, each by its UUID
+    and PCI bus (None on the CPU): a scheduler may show each process a
+    GPU of its own, numbered 0 in every process (CUDA_VISIBLE_DEVICES)."""
+    runtime = chainer.backends.cuda.cupy.cuda.runtime
     if chainer.get_device(args.device).xp is numpy:
         return None
-    return [cupy.cuda.runtime.getDeviceProperties(i)['uuid']
-            for i in range(cupy.cuda.runtime.getDeviceCount())]
+    return [(runtime.getDeviceProperties(i)['uuid'],
+             runtime.deviceGetPCIBusId(i))
+            for i in range(runtime.getDeviceCount())]
 
 
 def gpu_of(intra_rank, seen):
     """The GPU of the process ``intra_rank`` of its machine (its number
     in CUDA's numbering of that process), where ``seen[r]`` lists the
-    GPUs (``visible_gpus``) that the machine's process ``r`` sees: each
-    process in turn takes the first that no process before it took. All
-    processes see all GPUs: process ``r`` takes GPU ``r``; each sees its
-    own: GPU 0."""
-    taken = set()
-    for rank in range(intra_rank + 1):
-        free = [i for i, gpu in enumerate(seen[rank]) if gpu not in taken]
-        if not free:
-            cli.usage_error(
-                '{} processes on this machine, whose processes see {} GPUs '
-                'in all: one process per GPU'.format(
-                    len(seen), len(set().union(*seen))))
-        taken.add(seen[rank][free[0]])
-    return free[0]
+    GPUs (``visible_gpus``) that the machine's process ``r`` sees: a GPU
+    each, taken in the order of the ranks, each process the first free
+    one it sees, or one that another gives up for one of its others (so
+    that every process has one where they can). All processes see all
+    GPUs: process ``r`` takes GPU ``r``; each sees its own: GPU 0."""
+    owner = {}  # GPU -> the process that takes it
+
+    def take(rank, tried):
+        for gpu in sorted(seen[rank], key=lambda gpu: gpu in owner):
+            if gpu not in tried:
+                tried.add(gpu)
+                if gpu not in owner or take(owner[gpu], tried):
+                    owner[gpu] = rank
+                    return True
+        return False
+    if not all([take(rank, set()) for rank in range(len(seen))]):
+        cli.usage_error(
+            '{} processes on this machine, which see {} GPUs in all, '
+            'cannot each take a GPU of its own: one process per GPU'.format(
+                len(seen), len(set().union(*seen))))
+    gpu, = [gpu for gpu, rank in owner.items() if rank == intra_rank]
+    return seen[intra_rank].index(gpu)
 
 
 def select_device(args, comm, gpus):
