@@ -192,9 +192,9 @@ def visible_gpus(args):
     """The GPUs this process sees, in CUDA's numbering, each by its UUID
     and PCI bus (None on the CPU): a scheduler may show each process a
     GPU of its own, numbered 0 in every process (CUDA_VISIBLE_DEVICES)."""
-    runtime = chainer.backends.cuda.cupy.cuda.runtime
     if chainer.get_device(args.device).xp is numpy:
         return None
+    runtime = chainer.backends.cuda.cupy.cuda.runtime
     return [(runtime.getDeviceProperties(i)['uuid'],
              runtime.deviceGetPCIBusId(i))
             for i in range(runtime.getDeviceCount())]
