@@ -1118,6 +1118,25 @@ def check_resume(args, **settings):
                     'is nothing left to train; to train longer, start a new '
                     'run with a larger --epoch'.format(
                         args.resume, done, args.epoch))
+    diverged = _diverged(args.resume)
+    if diverged is not None:
+        usage_error('--resume {}: the run had diverged (its training loss '
+                    'was {} in epoch {}), and its weights are no model\'s: '
+                    'resume from a snapshot written before, or start a new '
+                    'run (a smaller --lr)'.format(args.resume, *diverged))
+
+
+def _diverged(path):
+    """``(loss, epoch)`` of the first line of the log in the snapshot
+    ``path`` whose training loss is not finite (``training.Divergence``
+    stopped the run there), or None."""
+    try:
+        with numpy.load(path) as npz:
+            log = json.loads(str(npz['extensions/LogReport/_log']))
+    except (KeyError, ValueError):  # no log: nothing known to have diverged
+        return None
+    return next(((entry['main/loss'], entry['epoch']) for entry in log
+                 if not math.isfinite(entry.get('main/loss', 0.0))), None)
 
 
 def _epochs_done(path):

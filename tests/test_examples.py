@@ -2352,6 +2352,28 @@ def test_a_diverged_run_stops_says_so_and_exits_1(mnist, dataset_root,
         os.listdir(str(out)))
 
 
+def test_a_diverged_run_s_snapshot_is_not_resumed(mnist, dataset_root,
+                                                  tmp_path, capsys):
+    """Its weights are not finite: resumed, the run drew epochs of a NaN
+    model and marked the divergence at another epoch."""
+    out = tmp_path / 'out'
+    args = ['-b', '16', '-u', '8', '-e', '4', '--optimizer', 'momentum',
+            '--lr', '1e30', '--noplot']
+    with pytest.raises(SystemExit):
+        mnist.main(args + ['--out', str(out)])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        mnist.main(args + ['--out', str(tmp_path / 'again'), '--resume',
+                           str(out / 'snapshot_iter_4')])
+    assert exc.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert re.search(r'--resume \S+snapshot_iter_4: the run had diverged '
+                     r'\(its training loss was (nan|inf) in epoch 1\), '
+                     r"and its weights are no model's: resume from a "
+                     r'snapshot written before', error), error
+    assert not (tmp_path / 'again').exists()
+
+
 def test_trust_ratio_rows_in_the_models_layer_order(cifar):
     model = chainer.links.Classifier(cifar.ResNet(8, 10))
     paths = [path for path in recipe.parameter_paths(model)
