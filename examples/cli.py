@@ -941,18 +941,6 @@ def say(message):
     sys.stderr.flush()
 
 
-@contextlib.contextmanager
-def quiet_interrupt():
-    """Ctrl-C outside the training (reading the data, building the model,
-    loading --resume): one line and status 130, as during the training
-    (``training.Interruption``), not a traceback."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        say('interrupted before the training began: run the command again')
-        sys.exit(130)
-
-
 def usage_error(message):
     """Stops as a parser does on a bad flag, where the parser is not at hand.
 
@@ -1121,13 +1109,14 @@ def check_resume(args, **settings):
     diverged = _diverged(args.resume)
     if diverged is not None:
         usage_error('--resume {}: the run had diverged (its training loss '
-                    'was {} in epoch {}), and its weights are no model\'s: '
-                    'resume from a snapshot written before, or start a new '
-                    'run (a smaller --lr)'.format(args.resume, *diverged))
+                    'was {} in the log\'s line at iteration {}), and its '
+                    'weights are no model\'s: resume from a snapshot '
+                    'written before, or start a new run (a smaller '
+                    '--lr)'.format(args.resume, *diverged))
 
 
 def _diverged(path):
-    """``(loss, epoch)`` of the first line of the log in the snapshot
+    """``(loss, iteration)`` of the first line of the log in the snapshot
     ``path`` whose training loss is not finite (``training.Divergence``
     stopped the run there), or None."""
     try:
@@ -1135,7 +1124,7 @@ def _diverged(path):
             log = json.loads(str(npz['extensions/LogReport/_log']))
     except (KeyError, ValueError):  # no log: nothing known to have diverged
         return None
-    return next(((entry['main/loss'], entry['epoch']) for entry in log
+    return next(((entry['main/loss'], entry['iteration']) for entry in log
                  if not math.isfinite(entry.get('main/loss', 0.0))), None)
 
 

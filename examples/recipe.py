@@ -198,9 +198,10 @@ def observe_trust_ratios(trainer, lars, model, iterations_per_epoch,
                          every=None):
     """Reports the trust ratio and norms of each weight; returns ratio keys.
 
-    About ten observations per epoch, at most one an iteration, and one
-    every ``every`` (--eval-every) iterations, so that each line of the
-    log has some: each one brings the norms from the GPU once. Biases and
+    About ten observations per epoch, at most one an iteration, and with
+    ``every`` (--eval-every) one at each evaluation (every ``every``
+    iterations and each epoch's end), so that each line of the log has
+    some: each one brings the norms from the GPU once. Biases and
     BatchNorm parameters are not adapted, so only the weights (``/W``)
     are reported.
     """
@@ -210,9 +211,9 @@ def observe_trust_ratios(trainer, lars, model, iterations_per_epoch,
     interval = max(1, int(iterations_per_epoch) // 10)
 
     def trigger(trainer):  # stateless: a resumed run observes alike
-        iteration = trainer.updater.iteration
-        return iteration % interval == 0 or bool(
-            every and iteration % every == 0)
+        updater = trainer.updater
+        return updater.iteration % interval == 0 or bool(every and (
+            updater.iteration % every == 0 or updater.is_new_epoch))
     trainer.extend(observer, trigger=trigger)
     return [observer.key('ratio', path) for path in parameter_paths(model)
             if path.endswith('/W')]

@@ -6,6 +6,7 @@ ChainerMN process's part of the data by its size), the log, the
 plots (``examples/plots.py``) and the snapshots.
 """
 
+import contextlib
 import gc
 import math
 import os
@@ -161,6 +162,25 @@ class Interrupted(KeyboardInterrupt):
         self.signal = signum
 
 
+@contextlib.contextmanager
+def quiet_interrupt():
+    """Ctrl-C before the training (reading the data, building the model,
+    loading --resume): one line and status 130, as ``Interruption``
+    gives during the training, not a traceback. Once the training has
+    begun, a second Ctrl-C while the first is said ends with 130 and no
+    more; where another except hook is set (ChainerMN's, which ends every
+    process of the job), it is left to that hook."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if sys.excepthook is not sys.__excepthook__:
+            raise
+        if not Interruption.began:
+            cli.say('interrupted before the training began: run the '
+                    'command again')
+        sys.exit(130)
+
+
 class Interruption(object):
 
     """Ctrl-C or SIGTERM during ``trainer.run()``: one line, no traceback,
@@ -191,6 +211,7 @@ class Interruption(object):
     GRACE = 3.0
     TERM_GRACE = 0.2
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    began = False  # set by the first __enter__ (quiet_interrupt)
 
     def __init__(self, args, trainer, say=True, cleanup=None,
                  processes=None):
@@ -205,6 +226,7 @@ class Interruption(object):
         self._handlers = {}
 
     def __enter__(self):
+        Interruption.began = True
         self._start = time.time()
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)

@@ -1941,6 +1941,29 @@ def test_resume_command_of_chainermn_starts_its_processes(monkeypatch):
     assert command[-4:] == ['-b', '64', '--resume', 'r/snapshot_iter_8']
 
 
+def test_quiet_interrupt_is_silent_once_the_training_began(
+        monkeypatch, capsys):
+    """A second Ctrl-C while the first is said: status 130, no line that
+    says the training had not begun; under ChainerMN's except hook (which
+    ends every process of the job) the interrupt goes on to it."""
+    def interrupted():
+        with training.quiet_interrupt():
+            raise KeyboardInterrupt
+    monkeypatch.setattr(training.Interruption, 'began', False)
+    with pytest.raises(SystemExit) as exc:
+        interrupted()
+    assert exc.value.code == 130
+    assert 'interrupted before the training began' in capsys.readouterr().err
+    monkeypatch.setattr(training.Interruption, 'began', True)
+    with pytest.raises(SystemExit) as exc:
+        interrupted()
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == ''
+    monkeypatch.setattr(sys, 'excepthook', lambda *args: None)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted()
+
+
 # A trainer run as its command runs it (its __main__ block), whose data
 # takes a minute to load, after it says so in a file.
 LOADING_DRIVER = """import os, runpy, sys, time
@@ -2244,18 +2267,22 @@ def test_eval_every_s_plots_draw_the_log_s_values(mnist, dataset_root,
     """With --eval-every, the validation points of accuracy.png and
     loss.png are the evaluations at each epoch's end, as the log has them
     (they were the means of the epoch's evaluations), and every line of
-    the log has the trust ratios (observed about ten times an epoch, they
-    left every other column of trust_ratio.png blank)."""
+    the log has the trust ratios, the line at an epoch's end between two
+    evaluations too (observed about ten times an epoch, they left columns
+    of trust_ratio.png blank)."""
     out = tmp_path / 'out'
-    # 48 training images, 24 iterations an epoch: observed every 2.
-    mnist.main(['-b', '2', '-u', '8', '-e', '2', '--validation', '16',
-                '--eval-every', '1', '--progress', 'none', '--dataset-root',
+    # 50 training images, 25 iterations an epoch, observed every 2: lines
+    # at 4, 8, ..., 24, 25 (the epoch's end), 28, ...
+    mnist.main(['-b', '2', '-u', '8', '-e', '2', '--validation', '14',
+                '--eval-every', '4', '--progress', 'none', '--dataset-root',
                 dataset_root, '--out', str(out)])
     log = read_log(str(out))
-    assert len(log) == 49
+    assert [e['iteration'] for e in log] == [0] + list(range(4, 25, 4)) + [
+        25] + list(range(28, 50, 4)) + [50]
     assert all('lars/ratio/predictor/l1/W' in entry for entry in log[1:])
-    ends = [entry for entry in log if entry['iteration'] % 24 == 0]
-    with numpy.load(str(out / 'snapshot_iter_48')) as npz:
+    ends = [entry for entry in log if entry['iteration'] in (0, 25, 50)]
+    spans = numpy.diff([e['iteration'] for e in log[:8]])  # to 25
+    with numpy.load(str(out / 'snapshot_iter_50')) as npz:
         for key, name in (('loss', 'loss.png'),
                           ('accuracy', 'accuracy.png')):
             plotted, = [json.loads(str(npz[k])) for k in npz.files
@@ -2265,7 +2292,7 @@ def test_eval_every_s_plots_draw_the_log_s_values(mnist, dataset_root,
                 for e in ends]
             # The training loss and accuracy: the epoch's mean, as before.
             assert dict(plotted['main/' + key])[1] == pytest.approx(
-                numpy.mean([e['main/' + key] for e in log[1:25]]))
+                numpy.dot([e['main/' + key] for e in log[1:8]], spans) / 25)
 
 
 @pytest.mark.parametrize('epochs', [1, 3, 30])
@@ -2368,9 +2395,9 @@ def test_a_diverged_run_s_snapshot_is_not_resumed(mnist, dataset_root,
     assert exc.value.code == 2
     error = capsys.readouterr().err.strip()
     assert re.search(r'--resume \S+snapshot_iter_4: the run had diverged '
-                     r'\(its training loss was (nan|inf) in epoch 1\), '
-                     r"and its weights are no model's: resume from a "
-                     r'snapshot written before', error), error
+                     r"\(its training loss was (nan|inf) in the log's line "
+                     r"at iteration 4\), and its weights are no model's: "
+                     r'resume from a snapshot written before', error), error
     assert not (tmp_path / 'again').exists()
 
 

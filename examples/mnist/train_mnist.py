@@ -133,5 +133,5 @@ def run(args):
 
 
 if __name__ == '__main__':
-    with cli.quiet_interrupt():
+    with training.quiet_interrupt():
         main()

@@ -401,5 +401,5 @@ def run(args):
 
 
 if __name__ == '__main__':
-    with cli.quiet_interrupt():  # (a single process's Ctrl-C)
+    with training.quiet_interrupt():
         main()
