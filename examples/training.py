@@ -168,12 +168,15 @@ def quiet_interrupt():
     loading --resume): one line and status 130, as ``Interruption``
     gives during the training, not a traceback. Once the training has
     begun, a second Ctrl-C while the first is said ends with 130 and no
-    more; where another except hook is set (ChainerMN's, which ends every
-    process of the job), it is left to that hook."""
+    more; where ChainerMN's except hook is set (a job of several
+    processes, all of which it ends), it is left to that hook."""
+    Interruption.began = False
     try:
         yield
     except KeyboardInterrupt:
-        if sys.excepthook is not sys.__excepthook__:
+        chainermn_hook = sys.modules.get('chainermn.global_except_hook')
+        if sys.excepthook is getattr(chainermn_hook, '_global_except_hook',
+                                     None):
             raise
         if not Interruption.began:
             cli.say('interrupted before the training began: run the '
