@@ -1109,10 +1109,10 @@ def check_resume(args, **settings):
     diverged = _diverged(args.resume)
     if diverged is not None:
         usage_error('--resume {}: the run had diverged (its training loss '
-                    'was {} in the log\'s line at iteration {}), and its '
-                    'weights are no model\'s: resume from a snapshot '
-                    'written before, or start a new run (a smaller '
-                    '--lr)'.format(args.resume, *diverged))
+                    'was {} in the log\'s line at iteration {}) and stopped '
+                    'there: resume from a snapshot written before, or start '
+                    'a new run (a smaller --lr)'.format(
+                        args.resume, *diverged))
 
 
 def _diverged(path):

@@ -169,7 +169,8 @@ def quiet_interrupt():
     gives during the training, not a traceback. Once the training has
     begun, a second Ctrl-C while the first is said ends with 130 and no
     more; where ChainerMN's except hook is set (a job of several
-    processes, all of which it ends), it is left to that hook."""
+    processes, all of which it ends; or CHAINERMN_FORCE_ABORT_ON_EXCEPTION
+    set), it is left to that hook."""
     Interruption.began = False
     try:
         yield

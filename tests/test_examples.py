@@ -2407,8 +2407,8 @@ def test_a_diverged_run_s_snapshot_is_not_resumed(mnist, dataset_root,
     error = capsys.readouterr().err.strip()
     assert re.search(r'--resume \S+snapshot_iter_4: the run had diverged '
                      r"\(its training loss was (nan|inf) in the log's line "
-                     r"at iteration 4\), and its weights are no model's: "
-                     r'resume from a snapshot written before', error), error
+                     r'at iteration 4\) and stopped there: resume from a '
+                     r'snapshot written before', error), error
     assert not (tmp_path / 'again').exists()
 
 
