@@ -574,11 +574,12 @@ def path_problem(args):
     what = ', '.join(n for n in found if not n.endswith('.png'))
     if found and args.resume is None:
         latest = snapshots_in(args.out)
-        if latest and _finished(latest[-1]):
-            # --resume would refuse it: nothing is left to train.
-            return ('--out {}: holds a finished run ({}); give another '
-                    '--out, or --overwrite to remove it and start '
-                    'over'.format(args.out, what))
+        # --resume would refuse these: nothing is left to train.
+        for ended, how in ((_finished, 'finished'), (_diverged, 'diverged')):
+            if latest and ended(latest[-1]):
+                return ('--out {}: holds a {} run ({}); give another '
+                        '--out, or --overwrite to remove it and start '
+                        'over'.format(args.out, how, what))
         how = ('continue it with --resume {}, '.format(latest[-1])
                if latest else '')
         return ('--out {}: holds another run ({}); {}give another --out, '
@@ -1122,7 +1123,8 @@ def _diverged(path):
     try:
         with numpy.load(path) as npz:
             log = json.loads(str(npz['extensions/LogReport/_log']))
-    except (KeyError, ValueError):  # no log: nothing known to have diverged
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile,
+            zlib.error):  # no log, or unread: not known to have diverged
         return None
     return next(((entry['main/loss'], entry['iteration']) for entry in log
                  if not math.isfinite(entry.get('main/loss', 0.0))), None)

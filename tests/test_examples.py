@@ -2410,6 +2410,14 @@ def test_a_diverged_run_s_snapshot_is_not_resumed(mnist, dataset_root,
                      r'at iteration 4\) and stopped there: resume from a '
                      r'snapshot written before', error), error
     assert not (tmp_path / 'again').exists()
+    # Its folder, given again without --resume, is not offered for one.
+    with pytest.raises(SystemExit) as exc:
+        mnist.main(args + ['--out', str(out)])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().endswith(
+        '--out {}: holds a diverged run (log, snapshot_iter_4); give '
+        'another --out, or --overwrite to remove it and start over'.format(
+            out))
 
 
 def test_trust_ratio_rows_in_the_models_layer_order(cifar):
