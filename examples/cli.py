@@ -574,7 +574,8 @@ def path_problem(args):
     what = ', '.join(n for n in found if not n.endswith('.png'))
     if found and args.resume is None:
         latest = snapshots_in(args.out)
-        # --resume would refuse these: nothing is left to train.
+        # --resume would refuse these: nothing is left to train, or the
+        # weights are those of a run that stopped when it diverged.
         for ended, how in ((_finished, 'finished'), (_diverged, 'diverged')):
             if latest and ended(latest[-1]):
                 return ('--out {}: holds a {} run ({}); give another '

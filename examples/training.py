@@ -215,7 +215,7 @@ class Interruption(object):
     GRACE = 3.0
     TERM_GRACE = 0.2
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
-    began = False  # set by the first __enter__ (quiet_interrupt)
+    began = False  # set by __enter__, unset by quiet_interrupt
 
     def __init__(self, args, trainer, say=True, cleanup=None,
                  processes=None):
