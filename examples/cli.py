@@ -628,9 +628,7 @@ def _continues(out, snapshot):
     the same run. Not where either cannot be read (``check_resume`` says
     what is wrong with the snapshot)."""
     try:
-        with numpy.load(snapshot) as npz:
-            saved = logs.upgraded(json.loads(
-                str(npz['extensions/LogReport/_log'])))
+        saved = _saved_log(snapshot)
         written = logs.read(os.path.join(out, 'log'))
         return bool(saved) and written[:len(saved)] == saved
     except (OSError, ValueError, KeyError, EOFError, AttributeError,
@@ -1122,13 +1120,19 @@ def _diverged(path):
     ``path`` whose training loss is not finite (``training.Divergence``
     stopped the run there), or None."""
     try:
-        with numpy.load(path) as npz:
-            log = json.loads(str(npz['extensions/LogReport/_log']))
+        log = _saved_log(path)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile,
             zlib.error):  # no log, or unread: not known to have diverged
         return None
     return next(((entry['main/loss'], entry['iteration']) for entry in log
                  if not math.isfinite(entry.get('main/loss', 0.0))), None)
+
+
+def _saved_log(path):
+    """The log the snapshot ``path`` holds (LogReport's), ``upgraded``."""
+    with numpy.load(path) as npz:
+        return logs.upgraded(json.loads(
+            str(npz['extensions/LogReport/_log'])))
 
 
 def _epochs_done(path):

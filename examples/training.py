@@ -614,12 +614,12 @@ def average_batch_norm(model, comm):
         xp = chainer.backend.get_array_module(arrays[0])
         # Through the host: ChainerMN hands a GPU array's address to MPI,
         # which need not read GPU memory (pure_nccl, non_cuda_aware).
-        total = xp.asarray(comm.allreduce(chainer.backend.CpuDevice().send(
-            xp.concatenate([a.ravel().astype(xp.float32) for a in arrays]))))
+        mean = xp.asarray(comm.allreduce(chainer.backend.CpuDevice().send(
+            xp.concatenate([a.ravel().astype(xp.float32) for a in arrays])))
+            / comm.size)
         offset = 0
         for array in arrays:
-            array[...] = total[offset:offset + array.size].reshape(
-                array.shape) / comm.size
+            array[...] = mean[offset:offset + array.size].reshape(array.shape)
             offset += array.size
     return average_statistics
 

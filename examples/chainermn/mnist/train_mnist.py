@@ -279,7 +279,8 @@ def run(args):
     # (MPI_Abort, after its traceback), rather than leave the others
     # waiting for it in a collective; usage errors (SystemExit) stop every
     # process as cli.stop_together stops them. One process has no one to
-    # wait: its Ctrl-C and errors end it as Python ends it.
+    # wait: its errors end it as Python ends it (its Ctrl-C before the
+    # training, as training.quiet_interrupt does).
     if comm.size > 1:
         with warnings.catch_warnings():  # (added already: the
             warnings.simplefilter('ignore')  # CHAINERMN_FORCE_ABORT_...)
