@@ -162,7 +162,7 @@ class WarmupPolynomialShift(extension.Extension):
         # A peak read from the optimizer (init=None) is the snapshot's.
         if self._given_init is not None and init is not None:
             mine['init'], saved['init'] = self._given_init, init
-        for name in mine:
+        for name in sorted(mine, key='attr'.__ne__):  # the order first
             if saved[name] is not None and saved[name] != mine[name]:
                 raise ValueError(
                     'WarmupPolynomialShift: the snapshot was written with '

@@ -225,15 +225,19 @@ def test_schedule_loads_a_snapshot_without_its_attribute(tmp_path):
                 serializers.load_npz(path, trainer)
 
 
-def test_schedules_registered_in_another_order_are_refused(tmp_path):
+@pytest.mark.parametrize('warmups', [{}, {'lr': 2, 'weight_decay': 0}])
+def test_schedules_registered_in_another_order_are_refused(tmp_path,
+                                                           warmups):
     # Chainer names them WarmupPolynomialShift and WarmupPolynomialShift_1
     # in the order registered: swapped, each would load the other's peak.
+    # The order is named even where the swapped schedules differ too.
     def trainer(attrs):
         trainer = make_trainer(
             lambda: chainer_lars.LARS(lr=2.0, weight_decay=1e-4), 4,
             out=tmp_path / '-'.join(attrs))
         for attr in attrs:
-            trainer.extend(chainer_lars.WarmupPolynomialShift(attr, 2, 8))
+            trainer.extend(chainer_lars.WarmupPolynomialShift(
+                attr, warmups.get(attr, 2), 8))
         return trainer
     first = trainer(['lr', 'weight_decay'])
     first.run()
