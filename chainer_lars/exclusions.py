@@ -40,7 +40,8 @@ def _fixed(k, name):
 class ExclusionProperties(object):
 
     """The exclusion lists of ``_rules`` as read-only tuples, and a
-    ``repr`` of the attributes named in ``_REPR``."""
+    ``repr`` of the attributes named in ``_REPR``, the lists and
+    ``multi_tensor``."""
 
     _REPR = ()
     exclude_from_weight_decay = _fixed(0, 'exclude_from_weight_decay')
@@ -49,4 +50,6 @@ class ExclusionProperties(object):
     def __repr__(self):
         return '{}({})'.format(type(self).__name__, ', '.join(
             '{}={}'.format(name.lstrip('_'), getattr(self, name))
-            for name in self._REPR))
+            for name in self._REPR + ('exclude_from_weight_decay',
+                                      'exclude_from_layer_adaptation',
+                                      '_multi_tensor')))

@@ -146,8 +146,7 @@ class GradientLARS(exclusions.ExclusionProperties):
     trust_coefficient = checks.CheckedAttribute(
         checks.real, minimum=0.0, exclusive=True)
     clip = checks.CheckedAttribute(checks.boolean)
-    _REPR = ('threshold', 'weight_decay', 'eps', 'trust_coefficient', 'clip',
-             'exclude_from_weight_decay', 'exclude_from_layer_adaptation')
+    _REPR = ('threshold', 'weight_decay', 'eps', 'trust_coefficient', 'clip')
 
     def __init__(self, threshold=1e-2, weight_decay=0.0, eps=1e-9, *,
                  trust_coefficient=1.0, clip=False,

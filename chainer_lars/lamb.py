@@ -154,6 +154,5 @@ class LAMB(fused.FusedMethod):
                                        exclusive=True)
     eta = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     weight_decay_rate = checks.CheckedHyperparameter(checks.real, minimum=0.0)
-    _REPR = _HYPER + ('exclude_from_weight_decay',
-                      'exclude_from_layer_adaptation', '_multi_tensor')
+    _REPR = _HYPER
     alpha_t = lr = property(_alpha_t)

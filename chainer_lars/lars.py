@@ -135,5 +135,4 @@ class LARS(fused.FusedMethod):
     eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     nesterov = checks.CheckedHyperparameter(checks.boolean)
     _REPR = ('lr', 'momentum', 'weight_decay', 'trust_coefficient', 'eps',
-             'nesterov', 'exclude_from_weight_decay',
-             'exclude_from_layer_adaptation', '_multi_tensor')
+             'nesterov')

@@ -394,8 +394,11 @@ def test_hook_pickles():
         clip=True, exclude_from_weight_decay=['/b$'],
         exclude_from_layer_adaptation=['gamma'], multi_tensor=False)
     copied = pickle.loads(pickle.dumps(hook))
-    assert repr(copied) == repr(hook)
-    assert copied._multi_tensor is False
+    assert repr(copied) == repr(hook) == (
+        "GradientLARS(threshold=0.1, weight_decay=0.001, eps=0.0, "
+        "trust_coefficient=0.5, clip=True, exclude_from_weight_decay="
+        "('/b$',), exclude_from_layer_adaptation=('gamma',), "
+        "multi_tensor=False)")
 
 
 def _copy(obj, how):
