@@ -314,12 +314,26 @@ def test_peers_shares_its_timeout_and_writes_each_process_as_it_ends(
     (['--frameworks', 'jax'], "--frameworks: unknown 'jax'"),
     (['--reps', '0'], '--reps must be >= 1'),
     (['--copy-mib', '0'], '--copy-mib must be positive'),
+    # A GPU that is not there, before any worker starts (each worker's
+    # traceback and a table of '-' were all it printed).
+    (['--device', '@cupy:99', '--sets', 'tiny'], '--device @cupy:99: '),
+    pytest.param(['--device', '0'], '--device 0: CuPy cannot be used (',
+                 marks=pytest.mark.skipif(
+                     __import__('chainer').backends.cuda.available,
+                     reason='CuPy can use CUDA here')),
 ])
 def test_peers_refuses_bad_flags(peers, capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         peers.parse_args(argv)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_peers_workers_leave_the_device_to_the_parent(peers):
+    # A worker's flags come from the parent, which checked the device.
+    args = peers.parse_args(['--worker', 'torch', '--spec', 'spec.json',
+                             '--out', 'out.json', '--device', '@cupy:99'])
+    assert args.worker == 'torch'
 
 
 @pytest.mark.parametrize('tool', ['gpu_peers', 'gpu_floor'])
