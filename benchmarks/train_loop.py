@@ -319,10 +319,6 @@ def main(argv=None):
         if dtype not in ('float32', 'mixed16'):
             parser.error('--dtype: unknown {!r}; choose from float32, '
                          'mixed16, or both comma-separated'.format(dtype))
-    if args.json and not os.path.isdir(
-            os.path.dirname(os.path.abspath(args.json))):
-        parser.error('--json: no folder {!r} to write {!r} in'.format(
-            os.path.dirname(os.path.abspath(args.json)), args.json))
     step = 8 * getattr(cuda_kernels, 'THREADS', 0)
     if args.chunk is not None and (not step or args.chunk <= 0
                                    or args.chunk % step):
@@ -338,6 +334,7 @@ def main(argv=None):
         except ValueError as e:
             parser.error(str(e))
         args.interleave = True
+    bench_flags.output_file(parser, '--json', args.json)
     context = contextlib.nullcontext()
     if args.emulate:
         from chainer_lars.testing import emulated_cupy

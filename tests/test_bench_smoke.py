@@ -737,7 +737,6 @@ _NO_CUDA = pytest.mark.skipif(__import__('chainer').backends.cuda.available,
     (['--iters', '5'], '--iters must be more than 5'),
     (['--variants', 'lars,sgd'], "--variants: unknown 'sgd'"),
     (['--dtype', 'float32,float16'], "--dtype: unknown 'float16'"),
-    (['--json', '/nonexistent/loop.json'], "--json: no folder '/nonexistent'"),
     (['--device', 'foo'], '--device foo: '),
     pytest.param(['--device', '0'], '--device 0: CuPy cannot be used (',
                  marks=_NO_CUDA),
@@ -751,6 +750,39 @@ def test_train_loop_refuses_bad_flags(capsys, argv, message):
         train_loop.main(argv)
     assert raised.value.code == 2
     assert message in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_train_loop_makes_the_json_folder(tmp_path):
+    # As the README says of every tool's output file: it was refused.
+    out = tmp_path / 'results' / 'loop.json'
+    _load('train_loop').main(['--layers', '2', '--width', '4', '--batch',
+                              '2', '--iters', '6', '--variants', 'lars',
+                              '--json', str(out)])
+    assert [loop['dtype'] for loop in json.loads(out.read_text())[
+        'train_loop']] == ['float32']
+
+
+@pytest.mark.parametrize('name, message', [
+    ('file/loop.json', '--json {tmp}/file/loop.json: cannot make its folder '
+     '{tmp}/file ('),
+    # A folder was taken, the loop run, and the run lost at its end
+    # (IsADirectoryError).
+    ('folder', '--json {tmp}/folder: is a folder, not a file'),
+])
+def test_train_loop_refuses_a_json_it_cannot_write_before_the_run(
+        tmp_path, capsys, monkeypatch, name, message):
+    train_loop = _load('train_loop')
+
+    def run(*args):
+        raise AssertionError('the loop ran before --json was checked')
+    monkeypatch.setattr(train_loop, '_run_dtype', run)
+    (tmp_path / 'file').write_text('')
+    (tmp_path / 'folder').mkdir()
+    with pytest.raises(SystemExit) as raised:
+        train_loop.main(['--json', str(tmp_path / name)])
+    assert raised.value.code == 2
+    assert message.format(tmp=tmp_path) in (
+        capsys.readouterr().err.splitlines()[-1])
 
 
 @pytest.mark.parametrize('argv', [
