@@ -272,7 +272,9 @@ def main(argv=None):
     """Runs the loops that ``argv`` asks for; ``{dtype: {variant: result}}``
     (see :meth:`_Loop.result`)."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--device', '-d', default='@numpy')
+    parser.add_argument('--device', '-d',
+                        help='a Chainer device specifier (default @numpy; '
+                        'with --emulate, @cupy:0, the only one it has)')
     parser.add_argument('--dtype', default='float32',
                         help='float32, mixed16, or both comma-separated '
                         '(run one after the other)')
@@ -325,7 +327,13 @@ def main(argv=None):
         parser.error('--chunk must be a positive multiple of {}, got {}'
                      .format(step, args.chunk) if step else
                      '--chunk: this tree has no chainer_lars.cuda')
-    if not args.emulate:
+    if args.emulate:
+        if args.device not in (None, '0', '@cupy:0'):
+            parser.error('--device {}: --emulate has only @cupy:0'.format(
+                args.device))
+        args.device = '@cupy:0'
+    else:
+        args.device = args.device or '@numpy'
         bench_flags.device(parser, args.device)
     other = None
     if args.other is not None:
@@ -339,7 +347,6 @@ def main(argv=None):
     if args.emulate:
         from chainer_lars.testing import emulated_cupy
         context = emulated_cupy.installed(execute=False, check=False)
-        args.device = '@cupy:0'
     results = {}
     chunk, modules = (getattr(cuda_kernels, name, None)
                       for name in ('CHUNK', '_modules'))

@@ -743,6 +743,9 @@ _NO_CUDA = pytest.mark.skipif(__import__('chainer').backends.cuda.available,
     (['--width', '0'], '--width must be at least 1, got 0'),
     (['--batch', '0'], '--batch must be at least 1, got 0'),
     (['--layers', '0'], '--layers must be at least 1, got 0'),
+    # It ran on the emulated @cupy:0 and said nothing of device 3.
+    (['--emulate', '--device', '3'], '--device 3: --emulate has only '
+     '@cupy:0'),
 ])
 def test_train_loop_refuses_bad_flags(capsys, argv, message):
     train_loop = _load('train_loop')
@@ -838,6 +841,10 @@ def test_compare_inprocess_refuses_bad_flags(capsys, argv, message):
     (['--models', 'mlp,foo'], "--models: unknown 'foo'; choose from mlp, cnn"),
     (['--batchsize', '0'], '--batchsize must be at least 1, got 0'),
     (['--updates', '0'], '--updates must be at least 1, got 0'),
+    # NumPy's traceback, after MNIST was loaded.
+    (['--seed', '-1'], '--seed must be from 0 to 2**32 - 1, got -1'),
+    (['--seed', str(2 ** 32)], '--seed must be from 0 to 2**32 - 1, got '
+     + str(2 ** 32)),
 ])
 def test_first_contact_refuses_bad_flags_before_loading_mnist(
         capsys, monkeypatch, argv, message):

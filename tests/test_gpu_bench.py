@@ -314,6 +314,8 @@ def test_peers_shares_its_timeout_and_writes_each_process_as_it_ends(
     (['--frameworks', 'jax'], "--frameworks: unknown 'jax'"),
     (['--reps', '0'], '--reps must be >= 1'),
     (['--copy-mib', '0'], '--copy-mib must be positive'),
+    # Every row failed on it, in each worker.
+    (['--seed', '-1'], '--seed must be from 0 to 2**32 - 1, got -1'),
     # A GPU that is not there, before any worker starts (each worker's
     # traceback and a table of '-' were all it printed).
     (['--device', '@cupy:99', '--sets', 'tiny'], '--device @cupy:99: '),
