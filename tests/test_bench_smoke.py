@@ -611,6 +611,8 @@ def test_compare_inprocess_times_the_hook_on_all_arrays(tmp_path, dtype):
                          'arrays), weight_decay=0.0, 1 rounds'.format(dtype))
     assert re.match(r'new/old: min \d+\.\d{3}, median \d+\.\d{3}$',
                     lines[-1])
+    # The renamed copy (some MB) is gone with the process.
+    assert os.listdir(str(tmp_path)) == []
 
 
 def test_train_loop_times_every_variant_on_the_cpu(capsys):
@@ -665,6 +667,8 @@ def test_train_loop_compares_another_tree_in_one_process(tmp_path):
     assert sorted(loop['variants']) == sorted(names)
     for row in loop['variants'].values():
         assert len(row['times_s']) == len(row['host_s']) == 2
+    # The renamed copy (some MB) is gone with the process.
+    assert os.listdir(str(tmp_path)) == ['loop.json']
 
 
 def test_train_loop_times_the_gpu_paths_host_code_on_the_emulator(capsys):
@@ -827,6 +831,11 @@ def test_gpu_host_refuses_the_flags_it_would_ignore(bench, capsys, flags):
 @pytest.mark.parametrize('argv, message', [
     (['--dtype', 'foo'], "--dtype: invalid choice: 'foo'"),
     (['--rounds', '0'], '--rounds must be at least 1, got 0'),
+    # A traceback from inside the copied package.
+    (['--weight-decay', '-1'], '--weight-decay must be finite and at least '
+     '0, got -1.0'),
+    (['--weight-decay', 'nan'], '--weight-decay must be finite and at least '
+     '0, got nan'),
 ])
 def test_compare_inprocess_refuses_bad_flags(capsys, argv, message):
     compare_inprocess = _load('compare_inprocess')
