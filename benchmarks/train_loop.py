@@ -51,8 +51,9 @@ to tell on a device whether the blocks' size explains a difference::
 With ``--emulate`` the device is ``@cupy:0`` of
 :mod:`chainer_lars.testing.emulated_cupy` with every kernel launch a
 no-op (``gpu_host.py``'s mode): the GPU path's host code, timed without a
-GPU (the emulated arrays' attributes are Python properties, slower than
-CuPy's)::
+GPU (the emulated arrays' ``shape``, ``dtype`` and ``strides`` are plain
+attributes, as CuPy's; ``data``, ``flags`` and ``device`` are Python
+properties, slower than CuPy's)::
 
     python benchmarks/train_loop.py --emulate --other /tmp/old \
         --dtype float32,mixed16 --layers 40 --width 64
