@@ -4,6 +4,7 @@ Checks the structure of the table and the JSON only; timings on a shared
 machine prove nothing, so nothing here compares them.
 """
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -37,6 +38,9 @@ def test_main_writes_table_and_json(bench, tmp_path, capsys):
 
     result = json.loads(out.read_text())
     assert result['machine']['device'] == '@numpy'
+    # What the README quotes of a run: Numba's version and the run's time.
+    assert result['machine']['numba'] == importlib.metadata.version('numba')
+    assert result['machine']['run_seconds'] > 0
     assert result['command'].startswith('bench_lars.py --device @numpy')
     cases = result['cases']
     assert [(c['dtype'], c['weight_decay']) for c in cases] == [
