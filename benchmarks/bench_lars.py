@@ -97,6 +97,7 @@ GPU device.
 """
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -606,6 +607,14 @@ def _git_commit():
     return commit.stdout.strip() or None
 
 
+def _installed(name):
+    """The version of the distribution ``name`` installed, or ``None``."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def machine_info(device):
     """What the numbers depend on, recorded beside them."""
     info = {
@@ -613,6 +622,7 @@ def machine_info(device):
         'numpy': numpy.__version__,
         'chainer': chainer.__version__,
         'chainer_lars': chainer_lars.__version__,
+        'numba': _installed('numba'),
         'git': _git_commit(),
         # Numba-compiled or chunked NumPy passes for float32/float64.
         'cpu_kernels': chainer_lars.cpu.backend(),
@@ -660,6 +670,7 @@ def run(models=MODELS, dtypes=DTYPES, weight_decays=(5e-4, 0.0),
         raise ValueError('--clock cpu measures the host only; use wall '
                          'time on a GPU')
     device.use()
+    start = time.perf_counter()
     result = {'machine': machine_info(device), 'reps': reps,
               'warmup': warmup, 'clock': clock, 'cases': []}
     for model in models:
@@ -679,6 +690,8 @@ def run(models=MODELS, dtypes=DTYPES, weight_decays=(5e-4, 0.0),
                     log(format_tables({'cases': [case]}, header=False))
     if hasattr(os, 'getloadavg'):
         result['machine']['loadavg_1_5_15_at_end'] = os.getloadavg()
+    # What a run of these cases takes, for the README's commands.
+    result['machine']['run_seconds'] = round(time.perf_counter() - start, 1)
     return result
 
 

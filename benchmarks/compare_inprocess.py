@@ -5,18 +5,18 @@
 small per-array costs (the float16 NumPy path, the per-rule paths) drift
 more between two processes than the versions differ. This script imports
 the other tree's package under another name (a copy in a temporary folder,
-its imports renamed) beside this tree's, and times, over the arrays of
-ResNet-20 (conv ``W``, BN ``gamma`` and ``beta``) or of ``many_1k`` (1,000
-arrays of 1,024 elements), in float16 or ``--dtype`` (``mixed16``:
-float16 parameters with float32 master copies, ``use_fp32_update()``),
-the hook's per-array path (``--face hook``: ``hook(rule, param)`` for each
-array), the hook as the optimizer calls it (``--face hook_mt``:
-``hook(optimizer)``, all arrays at once), ``LARS.update()`` (``--face
-lars``) or
+its imports renamed, removed when the process ends) beside this tree's,
+and times, over the arrays of ResNet-20 (conv ``W``, BN ``gamma`` and
+``beta``) or of ``many_1k`` (1,000 arrays of 1,024 elements), in float16
+or ``--dtype`` (``mixed16``: float16 parameters with float32 master
+copies, ``use_fp32_update()``), the hook's per-array path (``--face
+hook``: ``hook(rule, param)`` for each array), the hook as the optimizer
+calls it (``--face hook_mt``: ``hook(optimizer)``, all arrays at once),
+``LARS.update()`` (``--face lars``) or
 ``LARS(multi_tensor=False).update()`` (``--face lars_pa``, the rules' own
 path), for each version in turn (each going first in every other round),
-many times, gradients restored before each pass. It prints each
-version's minimum and median per pass and their ratios.
+many times, gradients restored before each pass. It prints each version's
+minimum and median per pass and their ratios.
 
 Usage (a worktree of the older version beside this one)::
 
@@ -27,6 +27,8 @@ Usage (a worktree of the older version beside this one)::
 """
 
 import argparse
+import atexit
+import math
 import os
 import re
 import shutil
@@ -48,10 +50,13 @@ SHAPES = {
 
 
 def _import_renamed(tree, name):
-    """The package of ``tree`` imported as ``name``."""
+    """The package of ``tree`` imported as ``name``, from a copy that is
+    removed when this process ends (it may import more of it until then)."""
     folder = tempfile.mkdtemp()
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     target = os.path.join(folder, name)
-    shutil.copytree(os.path.join(tree, 'chainer_lars'), target)
+    shutil.copytree(os.path.join(tree, 'chainer_lars'), target,
+                    ignore=shutil.ignore_patterns('__pycache__'))
     for base, _, files in os.walk(target):
         for f in files:
             if f.endswith('.py'):
@@ -140,6 +145,9 @@ def main(argv=None):
     if args.rounds < 1:
         parser.error('--rounds must be at least 1, got {}'.format(
             args.rounds))
+    if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
+        parser.error('--weight-decay must be finite and at least 0, got '
+                     '{}'.format(args.weight_decay))
     warnings.simplefilter('ignore', DeprecationWarning)
     sys.path.insert(0, HERE)
     import chainer_lars

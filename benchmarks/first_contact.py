@@ -216,6 +216,9 @@ def main(argv=None):
         if getattr(args, flag) < 1:
             parser.error('--{} must be at least 1, got {}'.format(
                 flag, getattr(args, flag)))
+    if not 0 <= args.seed < 2 ** 32:  # NumPy's RandomState takes these
+        parser.error('--seed must be from 0 to 2**32 - 1, got {}'.format(
+            args.seed))
     if args.dataset_root is not None and not os.path.isdir(
             args.dataset_root):
         parser.error('--dataset-root {}: no such folder'.format(

@@ -240,7 +240,7 @@ else
         site=${CHAINER_SITE:-/tmp/site}
         wheel=$(ls "$wheels"/chainer-*.whl 2>/dev/null | head -n 1)
         if [ -z "$wheel" ]; then
-            log "chainer does not import and there is no $wheels/chainer-*.whl"
+            log "chainer does not import with PYTHON=$py and there is no $wheels/chainer-*.whl"
             exit 1
         fi
         log "installing $(basename "$wheel") into $site"
@@ -402,9 +402,12 @@ elif timed "bench_lars.py" "${BENCH_TIMEOUT:-60}" "$reserve" BENCH_TIMEOUT; then
     fi
     record "bench_lars.py" "$rc"
     if [ -f "$out/bench_gpu.json" ]; then
+        log "bench_lars.py against the paper model (paper_model.txt)"
         "$py" benchmarks/paper_model.py "$out/bench_gpu.json" \
             > "$out/paper_model.txt" 2>&1
-        log "bench_lars.py against the paper model: paper_model.txt"
+        record "paper_model.py" "$?"
+    else
+        record "paper_model.py" "not run: bench_lars.py wrote no bench_gpu.json"
     fi
 fi
 
@@ -414,12 +417,41 @@ cap() {  # $1 cut to what is left before $end
     local left=$((end - SECONDS))
     if [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
 }
+sanitizer=$(command -v compute-sanitizer ||
+    ls /usr/local/cuda*/bin/compute-sanitizer \
+       /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -n 1)
+mnist_dtypes=${MNIST_DTYPES:-mixed16}
+# Whether a side-by-side step cannot run here, whatever the time: no
+# compute-sanitizer ($1 sanitizer) or no MNIST ($1 MNIST), or skipped on
+# purpose; recorded as not run, which does not fail the check.
+not_runnable() {
+    case $1 in
+        sanitizer)
+            if [ -z "${SANITIZE-1}" ]; then
+                record "compute-sanitizer" "not run: SANITIZE is empty"
+            elif [ -z "$sanitizer" ]; then
+                record "compute-sanitizer" "not run: compute-sanitizer not found"
+            else
+                skipped "compute-sanitizer" SANITIZE_TIMEOUT
+            fi ;;
+        MNIST)
+            if [ $have_mnist = 0 ]; then
+                record "MNIST" "not run: no MNIST under $mnist_root"
+            else
+                skipped "MNIST" TRAIN_TIMEOUT
+            fi ;;
+    esac
+}
 if [ $((end - SECONDS)) -lt 20 ]; then
-    for step in "gpu tests|TEST_TIMEOUT" "compute-sanitizer|SANITIZE_TIMEOUT" \
-            "MNIST mixed16|TRAIN_TIMEOUT"; do
-        skipped "${step%|*}" "${step#*|}" ||
-            record "${step%|*}" "cut: no time left in the budget"
-    done
+    skipped "gpu tests" TEST_TIMEOUT ||
+        record "gpu tests" "cut: no time left in the budget"
+    not_runnable sanitizer ||
+        record "compute-sanitizer" "cut: no time left in the budget"
+    if ! not_runnable MNIST; then
+        for dtype in $mnist_dtypes; do
+            record "MNIST $dtype" "cut: no time left in the budget"
+        done
+    fi
 else
     log "gpu tests, compute-sanitizer and MNIST, side by side ($((end - SECONDS)) s left)"
     tests_pid=
@@ -443,17 +475,8 @@ else
     # have) 60:25:15 in turn, what one leaves going to the next. Each
     # tool's outcome (passed, errors found, tests failed, checked
     # nothing, or cut for time) is a line of sanitize.status.
-    sanitizer=$(command -v compute-sanitizer ||
-        ls /usr/local/cuda*/bin/compute-sanitizer \
-           /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -n 1)
     sanitize_pid=
-    if [ -z "${SANITIZE-1}" ]; then
-        record "compute-sanitizer" "not run: SANITIZE is empty"
-    elif skipped "compute-sanitizer" SANITIZE_TIMEOUT; then
-        :
-    elif [ -z "$sanitizer" ]; then
-        record "compute-sanitizer" "not run: compute-sanitizer not found"
-    else
+    if ! not_runnable sanitizer; then
         : > "$out/sanitize.status"
         (
             rc=0
@@ -502,11 +525,8 @@ else
     fi
 
     mnist_pids=()
-    mnist_dtypes=${MNIST_DTYPES:-mixed16}
     mnist_run=0
-    if [ $have_mnist = 0 ]; then
-        record "MNIST" "not run: no MNIST under $mnist_root"
-    elif ! skipped "MNIST" TRAIN_TIMEOUT; then
+    if ! not_runnable MNIST; then
         mnist_run=1
         for dtype in $mnist_dtypes; do
             # shellcheck disable=SC2086  # MNIST_ARGS is a list of arguments

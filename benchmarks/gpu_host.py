@@ -12,9 +12,10 @@ update and per array.
 The target (issue "One update for all arrays"): the GPU path's host cost
 per array at most a quarter of ``MomentumSGD``'s CPU cost per array on the
 ResNet-20 set. What CuPy itself costs per launch (a few microseconds, two
-launches per update and dtype here) is not in it; the emulated arrays'
-attributes (``shape``, ``data.ptr``, ...) are Python properties, slower
-than CuPy's.
+launches per update and dtype here) is not in it. The emulated arrays'
+``shape``, ``dtype`` and ``strides`` are plain attributes, read at C
+speed as CuPy's are; ``data``, ``flags`` and ``device`` are Python
+properties and their methods Python functions, slower than CuPy's.
 """
 
 import os

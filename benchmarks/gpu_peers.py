@@ -796,6 +796,12 @@ def parse_args(argv=None):
         parser.error('--copy-mib must be positive')
     if not args.timeout > 0:
         parser.error('--timeout must be positive')
+    if not 0 <= args.seed < 2 ** 32:  # NumPy's RandomState takes these
+        parser.error('--seed must be from 0 to 2**32 - 1, got {}'.format(
+            args.seed))
+    # Here, not in the workers: a GPU that is not there failed every row
+    # (a traceback per worker, then a table of '-').
+    bench_flags.device(parser, args.device)
     bench_flags.output_file(parser, '--json', args.json)
     bench_flags.output_file(parser, '--markdown', args.markdown)
     return args

@@ -51,8 +51,9 @@ to tell on a device whether the blocks' size explains a difference::
 With ``--emulate`` the device is ``@cupy:0`` of
 :mod:`chainer_lars.testing.emulated_cupy` with every kernel launch a
 no-op (``gpu_host.py``'s mode): the GPU path's host code, timed without a
-GPU (the emulated arrays' attributes are Python properties, slower than
-CuPy's)::
+GPU (the emulated arrays' ``shape``, ``dtype`` and ``strides`` are plain
+attributes, as CuPy's; ``data``, ``flags`` and ``device`` are Python
+properties, slower than CuPy's)::
 
     python benchmarks/train_loop.py --emulate --other /tmp/old \
         --dtype float32,mixed16 --layers 40 --width 64
@@ -272,7 +273,9 @@ def main(argv=None):
     """Runs the loops that ``argv`` asks for; ``{dtype: {variant: result}}``
     (see :meth:`_Loop.result`)."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--device', '-d', default='@numpy')
+    parser.add_argument('--device', '-d',
+                        help='a Chainer device specifier (default @numpy; '
+                        'with --emulate, @cupy:0, the only one it has)')
     parser.add_argument('--dtype', default='float32',
                         help='float32, mixed16, or both comma-separated '
                         '(run one after the other)')
@@ -319,17 +322,19 @@ def main(argv=None):
         if dtype not in ('float32', 'mixed16'):
             parser.error('--dtype: unknown {!r}; choose from float32, '
                          'mixed16, or both comma-separated'.format(dtype))
-    if args.json and not os.path.isdir(
-            os.path.dirname(os.path.abspath(args.json))):
-        parser.error('--json: no folder {!r} to write {!r} in'.format(
-            os.path.dirname(os.path.abspath(args.json)), args.json))
     step = 8 * getattr(cuda_kernels, 'THREADS', 0)
     if args.chunk is not None and (not step or args.chunk <= 0
                                    or args.chunk % step):
         parser.error('--chunk must be a positive multiple of {}, got {}'
                      .format(step, args.chunk) if step else
                      '--chunk: this tree has no chainer_lars.cuda')
-    if not args.emulate:
+    if args.emulate:
+        if args.device not in (None, '0', '@cupy:0'):
+            parser.error('--device {}: --emulate has only @cupy:0'.format(
+                args.device))
+        args.device = '@cupy:0'
+    else:
+        args.device = args.device or '@numpy'
         bench_flags.device(parser, args.device)
     other = None
     if args.other is not None:
@@ -338,11 +343,11 @@ def main(argv=None):
         except ValueError as e:
             parser.error(str(e))
         args.interleave = True
+    bench_flags.output_file(parser, '--json', args.json)
     context = contextlib.nullcontext()
     if args.emulate:
         from chainer_lars.testing import emulated_cupy
         context = emulated_cupy.installed(execute=False, check=False)
-        args.device = '@cupy:0'
     results = {}
     chunk, modules = (getattr(cuda_kernels, name, None)
                       for name in ('CHUNK', '_modules'))

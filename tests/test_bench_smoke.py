@@ -4,6 +4,7 @@ Checks the structure of the table and the JSON only; timings on a shared
 machine prove nothing, so nothing here compares them.
 """
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -37,6 +38,9 @@ def test_main_writes_table_and_json(bench, tmp_path, capsys):
 
     result = json.loads(out.read_text())
     assert result['machine']['device'] == '@numpy'
+    # What the README quotes of a run: Numba's version and the run's time.
+    assert result['machine']['numba'] == importlib.metadata.version('numba')
+    assert result['machine']['run_seconds'] > 0
     assert result['command'].startswith('bench_lars.py --device @numpy')
     cases = result['cases']
     assert [(c['dtype'], c['weight_decay']) for c in cases] == [
@@ -611,6 +615,8 @@ def test_compare_inprocess_times_the_hook_on_all_arrays(tmp_path, dtype):
                          'arrays), weight_decay=0.0, 1 rounds'.format(dtype))
     assert re.match(r'new/old: min \d+\.\d{3}, median \d+\.\d{3}$',
                     lines[-1])
+    # The renamed copy (some MB) is gone with the process.
+    assert os.listdir(str(tmp_path)) == []
 
 
 def test_train_loop_times_every_variant_on_the_cpu(capsys):
@@ -665,6 +671,8 @@ def test_train_loop_compares_another_tree_in_one_process(tmp_path):
     assert sorted(loop['variants']) == sorted(names)
     for row in loop['variants'].values():
         assert len(row['times_s']) == len(row['host_s']) == 2
+    # The renamed copy (some MB) is gone with the process.
+    assert os.listdir(str(tmp_path)) == ['loop.json']
 
 
 def test_train_loop_times_the_gpu_paths_host_code_on_the_emulator(capsys):
@@ -737,13 +745,15 @@ _NO_CUDA = pytest.mark.skipif(__import__('chainer').backends.cuda.available,
     (['--iters', '5'], '--iters must be more than 5'),
     (['--variants', 'lars,sgd'], "--variants: unknown 'sgd'"),
     (['--dtype', 'float32,float16'], "--dtype: unknown 'float16'"),
-    (['--json', '/nonexistent/loop.json'], "--json: no folder '/nonexistent'"),
     (['--device', 'foo'], '--device foo: '),
     pytest.param(['--device', '0'], '--device 0: CuPy cannot be used (',
                  marks=_NO_CUDA),
     (['--width', '0'], '--width must be at least 1, got 0'),
     (['--batch', '0'], '--batch must be at least 1, got 0'),
     (['--layers', '0'], '--layers must be at least 1, got 0'),
+    # It ran on the emulated @cupy:0 and said nothing of device 3.
+    (['--emulate', '--device', '3'], '--device 3: --emulate has only '
+     '@cupy:0'),
 ])
 def test_train_loop_refuses_bad_flags(capsys, argv, message):
     train_loop = _load('train_loop')
@@ -751,6 +761,39 @@ def test_train_loop_refuses_bad_flags(capsys, argv, message):
         train_loop.main(argv)
     assert raised.value.code == 2
     assert message in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_train_loop_makes_the_json_folder(tmp_path):
+    # As the README says of every tool's output file: it was refused.
+    out = tmp_path / 'results' / 'loop.json'
+    _load('train_loop').main(['--layers', '2', '--width', '4', '--batch',
+                              '2', '--iters', '6', '--variants', 'lars',
+                              '--json', str(out)])
+    assert [loop['dtype'] for loop in json.loads(out.read_text())[
+        'train_loop']] == ['float32']
+
+
+@pytest.mark.parametrize('name, message', [
+    ('file/loop.json', '--json {tmp}/file/loop.json: cannot make its folder '
+     '{tmp}/file ('),
+    # A folder was taken, the loop run, and the run lost at its end
+    # (IsADirectoryError).
+    ('folder', '--json {tmp}/folder: is a folder, not a file'),
+])
+def test_train_loop_refuses_a_json_it_cannot_write_before_the_run(
+        tmp_path, capsys, monkeypatch, name, message):
+    train_loop = _load('train_loop')
+
+    def run(*args):
+        raise AssertionError('the loop ran before --json was checked')
+    monkeypatch.setattr(train_loop, '_run_dtype', run)
+    (tmp_path / 'file').write_text('')
+    (tmp_path / 'folder').mkdir()
+    with pytest.raises(SystemExit) as raised:
+        train_loop.main(['--json', str(tmp_path / name)])
+    assert raised.value.code == 2
+    assert message.format(tmp=tmp_path) in (
+        capsys.readouterr().err.splitlines()[-1])
 
 
 @pytest.mark.parametrize('argv', [
@@ -792,6 +835,11 @@ def test_gpu_host_refuses_the_flags_it_would_ignore(bench, capsys, flags):
 @pytest.mark.parametrize('argv, message', [
     (['--dtype', 'foo'], "--dtype: invalid choice: 'foo'"),
     (['--rounds', '0'], '--rounds must be at least 1, got 0'),
+    # A traceback from inside the copied package.
+    (['--weight-decay', '-1'], '--weight-decay must be finite and at least '
+     '0, got -1.0'),
+    (['--weight-decay', 'nan'], '--weight-decay must be finite and at least '
+     '0, got nan'),
 ])
 def test_compare_inprocess_refuses_bad_flags(capsys, argv, message):
     compare_inprocess = _load('compare_inprocess')
@@ -806,6 +854,10 @@ def test_compare_inprocess_refuses_bad_flags(capsys, argv, message):
     (['--models', 'mlp,foo'], "--models: unknown 'foo'; choose from mlp, cnn"),
     (['--batchsize', '0'], '--batchsize must be at least 1, got 0'),
     (['--updates', '0'], '--updates must be at least 1, got 0'),
+    # NumPy's traceback, after MNIST was loaded.
+    (['--seed', '-1'], '--seed must be from 0 to 2**32 - 1, got -1'),
+    (['--seed', str(2 ** 32)], '--seed must be from 0 to 2**32 - 1, got '
+     + str(2 ** 32)),
 ])
 def test_first_contact_refuses_bad_flags_before_loading_mnist(
         capsys, monkeypatch, argv, message):

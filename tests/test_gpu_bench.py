@@ -7,6 +7,7 @@ speed): the checks are of the structure, the arithmetic that turns times
 into ratios, and the scripts' handling of what is missing.
 """
 
+import glob
 import importlib.util
 import json
 import os
@@ -314,12 +315,28 @@ def test_peers_shares_its_timeout_and_writes_each_process_as_it_ends(
     (['--frameworks', 'jax'], "--frameworks: unknown 'jax'"),
     (['--reps', '0'], '--reps must be >= 1'),
     (['--copy-mib', '0'], '--copy-mib must be positive'),
+    # Every row failed on it, in each worker.
+    (['--seed', '-1'], '--seed must be from 0 to 2**32 - 1, got -1'),
+    # A GPU that is not there, before any worker starts (each worker's
+    # traceback and a table of '-' were all it printed).
+    (['--device', '@cupy:99', '--sets', 'tiny'], '--device @cupy:99: '),
+    pytest.param(['--device', '0'], '--device 0: CuPy cannot be used (',
+                 marks=pytest.mark.skipif(
+                     __import__('chainer').backends.cuda.available,
+                     reason='CuPy can use CUDA here')),
 ])
 def test_peers_refuses_bad_flags(peers, capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         peers.parse_args(argv)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_peers_workers_leave_the_device_to_the_parent(peers):
+    # A worker's flags come from the parent, which checked the device.
+    args = peers.parse_args(['--worker', 'torch', '--spec', 'spec.json',
+                             '--out', 'out.json', '--device', '@cupy:99'])
+    assert args.worker == 'torch'
 
 
 @pytest.mark.parametrize('tool', ['gpu_peers', 'gpu_floor'])
@@ -595,8 +612,9 @@ def test_check_without_chainer_compat_or_wheel_says_what_is_missing(
     assert done.returncode == 1
     summary = (tmp_path / 'out' / 'summary.txt').read_text()
     assert 'no {}/sitecustomize.py'.format(tmp_path / 'nocompat') in summary
-    assert ('chainer does not import and there is no {}/chainer-*.whl'
-            .format(tmp_path / 'nowheels')) in summary
+    assert ('chainer does not import with PYTHON={} and there is no '
+            '{}/chainer-*.whl'.format(sys.executable, tmp_path / 'nowheels')
+            ) in summary
 
 
 def test_check_rehearsal_runs_every_step_on_the_cpu(tmp_path, dataset_root):
@@ -618,7 +636,7 @@ def test_check_rehearsal_runs_every_step_on_the_cpu(tmp_path, dataset_root):
         '  study --reproduce: not run: REPRODUCE is empty',
         '  byte floors: passed', '  engine before/after: passed',
         '  peers: passed',
-        '  bench_lars.py: passed',
+        '  bench_lars.py: passed', '  paper_model.py: passed',
         '  compute-sanitizer: not run: SANITIZE is empty',
         '  gpu tests: passed', '  MNIST mixed16: passed']
     assert summary.splitlines()[-1].endswith(
@@ -672,6 +690,54 @@ def test_check_cuts_the_timings_that_the_budget_has_no_room_for(tmp_path):
     assert re.search(r'GPU check REHEARSAL \(CPU\) FAILED in \d+ s: byte '
                      r'floors, engine before/after, peers, bench_lars.py$',
                      summary.splitlines()[-1])
+
+
+def test_check_fails_when_the_paper_model_fails(tmp_path):
+    # Its exit status was ignored and the check passed all the same.
+    python = tmp_path / 'python'
+    python.write_text(
+        '#!/bin/sh\n'
+        '[ "$1" = benchmarks/paper_model.py ] && exit 3\n'
+        'exec "{}" "$@"\n'.format(sys.executable))
+    python.chmod(0o755)
+    done = _check(['--rehearse', 'out'], tmp_path, PYTHON=str(python),
+                  FLOOR_TIMEOUT='0', PEERS_TIMEOUT='0', TEST_TIMEOUT='0',
+                  SANITIZE='', MNIST_ROOT=str(tmp_path / 'none'))
+    assert done.returncode == 1, done.stdout
+    summary = (tmp_path / 'out' / 'summary.txt').read_text()
+    steps = summary[summary.index('== steps'):].splitlines()[1:-1]
+    assert steps[4:6] == ['  bench_lars.py: passed',
+                          '  paper_model.py: FAILED (exit status 3)']
+    assert re.search(r'FAILED in \d+ s: paper_model.py$',
+                     summary.splitlines()[-1])
+
+
+# Where gpu_check.sh looks for it.
+_SANITIZER_HERE = bool(shutil.which('compute-sanitizer') or glob.glob(
+    '/usr/local/cuda*/bin/compute-sanitizer') or glob.glob(
+    '/opt/nvidia/*/compute-sanitizer'))
+
+
+@pytest.mark.skipif(_SANITIZER_HERE, reason='compute-sanitizer is here')
+@pytest.mark.parametrize('mnist', [False, True])
+def test_check_short_of_time_tells_absent_tools_from_cut_steps(
+        tmp_path, mnist, request):
+    # Under 20 s left for the side-by-side steps, an absent
+    # compute-sanitizer or MNIST read as cut for time, failing the check.
+    # Bash starts SECONDS at the value it inherits: 35 of a 60 s budget
+    # spent leaves 15 s there (the timings are all cut before).
+    root = (request.getfixturevalue('dataset_root') if mnist
+            else str(tmp_path / 'none'))
+    done = _check(['--rehearse', '--budget', '60', 'out'], tmp_path,
+                  SECONDS='35', MNIST_ROOT=root)
+    assert done.returncode == 1, done.stdout
+    summary = (tmp_path / 'out' / 'summary.txt').read_text()
+    steps = summary[summary.index('== steps'):].splitlines()[1:-1]
+    assert steps[-3:] == [
+        '  gpu tests: cut: no time left in the budget',
+        '  compute-sanitizer: not run: compute-sanitizer not found',
+        '  MNIST mixed16: cut: no time left in the budget' if mnist else
+        '  MNIST: not run: no MNIST under {}'.format(root)]
 
 
 @pytest.mark.parametrize('value', ['90s', '-5', '1.5'])
