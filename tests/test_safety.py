@@ -10,7 +10,7 @@ from tests import forked
 
 
 _PRELUDE = '''
-import mmap, os, sys, tempfile
+import mmap, os, sys
 import numpy as np
 import chainer, chainer_lars
 from chainer_lars import engine, layout as L
@@ -214,7 +214,7 @@ READ_ONLY = {
         w = np.ones(4, np.float32); w.flags.writeable = False
     ''',
     'mmap': '''
-        path = os.path.join(tempfile.mkdtemp(), 'w.npy')
+        path = os.path.join({tmp!r}, 'w.npy')  # the test's tmp_path
         np.save(path, np.ones(4, np.float32))
         w = np.load(path, mmap_mode='r')
     ''',
@@ -228,8 +228,9 @@ READ_ONLY = {
 @pytest.mark.parametrize('multi_tensor', [True, False])
 @pytest.mark.parametrize('memory', sorted(READ_ONLY))
 def test_read_only_weights_are_refused_as_numpy_refuses_them(multi_tensor,
-                                                             memory):
-    out = lines(READ_ONLY[memory] + '''
+                                                             memory,
+                                                             tmp_path):
+    out = lines(READ_ONLY[memory].format(tmp=str(tmp_path)) + '''
         m, p = model()
         o = chainer_lars.LARS(lr=0.1, multi_tensor={mt}); o.setup(m)
         p.grad = np.full(4, .5, np.float32); o.update()
