@@ -41,8 +41,8 @@ def backend():
 
 
 def native(a):
-    """``a`` as a native C-contiguous array: itself, or a copy."""
-    return a if a.flags.c_contiguous and a.dtype.isnative else numpy.array(
+    """``a`` as a native, C-contiguous, aligned array: itself, or a copy."""
+    return a if checks.direct(a.dtype, (a,)) else numpy.array(
         a, dtype=a.dtype.newbyteorder('='), order='C')
 
 

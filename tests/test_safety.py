@@ -406,3 +406,62 @@ def test_a_refused_hyperparameter_leaves_no_trace_in_the_settings(
     opt.update()
     r = np.linalg.norm(w1) / np.linalg.norm(g0)
     np.testing.assert_allclose(p.array, w1 - 0.1 * r * g0, rtol=1e-5)
+
+
+MISALIGNED_FACES = {
+    'lars': 'chainer_lars.LARS(lr=0.1, multi_tensor={mt})',
+    'lamb': 'chainer_lars.LAMB(alpha=0.01, multi_tensor={mt})',
+    'hook': 'chainer.optimizers.MomentumSGD(lr=0.1)',
+}
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('face', sorted(MISALIGNED_FACES))
+@pytest.mark.parametrize('where', ['weight', 'state', 'gradient'])
+@pytest.mark.parametrize('dtype', ['float32', 'float64'])
+def test_a_misaligned_array_is_updated_as_its_aligned_copy(
+        multi_tensor, face, where, dtype):
+    """NumPy computes on arrays whose address is not a multiple of their
+    item size (a buffer read at an offset); the compiled loops must not
+    take their address. A misaligned weight or state crashed the process
+    (the copy the loop was given instead was the array itself)."""
+    out = lines('''
+        def misaligned(a):
+            b = np.frombuffer(bytearray(a.nbytes + 1), a.dtype, offset=1)
+            b = b.reshape(a.shape)
+            b[...] = a
+            return b
+
+        def run(where):
+            m, p = model(5, np.{dtype})
+            p.array[:] = [1, -2, 3, -4, 5]
+            o = {face}; o.setup(m)
+            if {hook}:
+                o.add_hook(chainer_lars.GradientLARS(multi_tensor={mt}))
+            p.grad = np.linspace(-1, 1, 5).astype(np.{dtype}); o.update()
+            flags = []
+            for _ in range(2):
+                p.grad = np.linspace(-.5, 2, 5).astype(np.{dtype})
+                if where == 'weight':
+                    p.array = misaligned(p.array)
+                    flags.append(p.array.flags.aligned)
+                elif where == 'state':
+                    state = p.update_rule.state
+                    for k in list(state):
+                        state[k] = misaligned(state[k])
+                        flags.append(state[k].flags.aligned)
+                elif where == 'gradient':
+                    p.grad = misaligned(p.grad)
+                    flags.append(p.grad.flags.aligned)
+                o.update()
+            return flags, [p.array.tolist()] + [
+                v.tolist() for v in p.update_rule.state.values()]
+
+        flags, got = run({where!r})
+        print(flags)
+        _, expected = run(None)
+        print(got == expected, got[0] != [1, -2, 3, -4, 5])
+    '''.format(dtype=dtype, face=MISALIGNED_FACES[face].format(
+        mt=multi_tensor), hook=face == 'hook', mt=multi_tensor, where=where))
+    assert 'True' not in out[0] and 'False' in out[0]  # all misaligned
+    assert out[1] == 'True True'
