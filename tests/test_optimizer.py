@@ -517,7 +517,7 @@ def test_non_native_byte_order_equals_native():
     assert results[0] == results[1]
 
 
-#: What LARS.update forks (chainer_lars/optimizer.py says so where it
+#: What FusedMethod.update forks (chainer_lars/fused.py says so where it
 #: starts): the source of each function in Chainer 7.8.1, hashed.
 FORKED = {
     'GradientMethod.update': 'df931d703b8fb4b1',
