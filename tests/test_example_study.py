@@ -307,6 +307,58 @@ def test_study_refuses_an_empty_path(study, tmp_path, capsys, flag):
     assert os.listdir(str(tmp_path)) == []
 
 
+@pytest.mark.parametrize('flag', ['--out', '--runs'])
+def test_a_run_refuses_an_out_or_runs_that_is_a_file(study, tmp_path,
+                                                     capsys, monkeypatch,
+                                                     flag):
+    """--runs FILE ended in a FileExistsError traceback; --out FILE
+    trained a whole trial, then failed in write() with a traceback."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    (tmp_path / 'file').write_text('mine')
+    argv = {'--out': str(tmp_path / 'json'), '--runs': str(tmp_path / 'runs'),
+            '--figure': str(tmp_path / 'f.png')}
+    argv[flag] = str(tmp_path / 'file')
+    for extra in ([], ['--fair', '2']):
+        with pytest.raises(SystemExit) as exc:
+            study.main([a for item in argv.items() for a in item] + extra)
+        assert exc.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1].endswith(
+            'error: {} {}: not a folder'.format(flag, tmp_path / 'file'))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ['file']
+        assert (tmp_path / 'file').read_text() == 'mine'
+
+
+@pytest.mark.parametrize('figure, problem', [
+    ('file/f.png', '{}: not a folder'),
+    ('folder', 'a folder, not a file'),
+    ('f', 'no format in its name: end its name in .png'),
+    ('f.pngg', 'no format .pngg: end its name in .png')])
+def test_a_figure_that_cannot_be_written_is_refused(study, tmp_path, capsys,
+                                                    monkeypatch, figure,
+                                                    problem):
+    """--plot-only --figure /missing/dir/x.png ended in a traceback
+    from savefig; a run drew its figure after its first trial, and printed
+    that it failed after every trial."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    (tmp_path / 'file').write_text('mine')
+    (tmp_path / 'folder').mkdir()
+    path = str(tmp_path / figure)
+    for task in (['--plot-only'], ['--out', str(tmp_path / 'json'),
+                                   '--runs', str(tmp_path / 'runs')]):
+        with pytest.raises(SystemExit) as exc:
+            study.main(['--figure', path] + task)
+        assert exc.value.code == 2
+        assert 'error: --figure {}: {}'.format(path, problem.format(
+            tmp_path / 'file')) in capsys.readouterr().err, problem
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            'file', 'folder']
+    # A folder that can be made is made, the figure written whole.
+    path = tmp_path / 'new' / 'folder' / 'study.png'
+    assert study.main(['--plot-only', '--figure', str(path)]) == 0
+    assert os.listdir(str(path.parent)) == ['study.png']
+    assert 'the figure: {}'.format(path) in capsys.readouterr().out
+
+
 @pytest.mark.parametrize('task', ['--tables', '--check', '--plot-only'])
 @pytest.mark.parametrize('out, problem', [
     ('nowhere', 'no such folder'), ('file', 'not a folder'),

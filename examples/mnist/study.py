@@ -2080,7 +2080,7 @@ def plot(args):
                         ', hollow: search under way' if under_way else ''),
                     fontsize=9)
     figure.tight_layout()
-    figure.savefig(args.figure)
+    save(figure, args.figure)
     plt.close(figure)
     return figure
 
@@ -2185,9 +2185,41 @@ def plot_fair(args):
                 ', '.join(str(b) for b in args.batchsizes),
                 ', '.join(str(e) for e in epochs), args.fair), fontsize=9)
     figure.tight_layout()
-    figure.savefig(args.figure)
+    save(figure, args.figure)
     plt.close(figure)
     return figure
+
+
+def save(figure, path):
+    """Writes the figure whole or not at all (as ``write`` the JSONs),
+    its folder made where missing (``figure_problem`` checked it), and
+    says where."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    try:
+        # The format from the name, not from that of the partial file.
+        figure.savefig(path + '.tmp', format=os.path.splitext(path)[1][1:])
+        os.replace(path + '.tmp', path)
+    finally:
+        if os.path.exists(path + '.tmp'):
+            os.remove(path + '.tmp')
+    print('  the figure: {}'.format(path), flush=True)
+
+
+def figure_problem(path):
+    """Why the figure cannot be written at ``path``, or None: a folder,
+    a name matplotlib takes no format from, a folder that cannot be made
+    or written in."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    if os.path.isdir(path):
+        return 'a folder, not a file'
+    kind = os.path.splitext(path)[1][1:]
+    if kind.lower() not in FigureCanvasBase.get_supported_filetypes():
+        return '{}: end its name in .png, .pdf, .svg or another format ' \
+            'matplotlib writes'.format(
+                'no format .' + kind if kind else 'no format in its name')
+    folder = os.path.dirname(os.path.abspath(path))
+    problem = folders.folder_problem(folder, create=True)
+    return None if problem is None else '{}: {}'.format(folder, problem)
 
 
 def _budget(text):
@@ -2343,9 +2375,19 @@ def main(argv=None):
             parser.error("--{} '': {}".format(name.replace('_', '-'),
                                               folders.folder_problem(
                                                   '', create=False)))
+    task = ('--check' if args.check is not None else '--tables'
+            if args.tables else '--plot-only' if args.plot_only else None)
+    # A run writes into --out and --runs: each checked before anything
+    # runs (a file named --out failed in write() after a whole trial).
+    running = task is None and args.reproduce is None
     if args.out is None:
         args.out = model_out(args.model)
     given_out = args.out
+    for flag, path in ((('--out', args.out), ('--runs', args.runs))
+                       if running else ()):
+        problem = folders.folder_problem(path, create=True)
+        if problem is not None:
+            parser.error('{} {}: {}'.format(flag, path, problem))
     if args.figure is None:
         args.figure = (FIGURE if args.model == MODELS[0] else os.path.join(
             HERE, 'study-{}.png'.format(args.model)))
@@ -2377,11 +2419,18 @@ def main(argv=None):
     if not 0 < args.target <= 1:
         parser.error('--target must be in (0, 1], got {}'.format(
             args.target))
+    # --fair's and --pretuned's folder inside --out.
+    problem = running and folders.folder_problem(args.out, create=True)
+    if problem:
+        parser.error('--out {} ({}): {}'.format(given_out, args.out,
+                                                problem))
+    problem = (args.plot_only or running and args.plot) and figure_problem(
+        args.figure)
+    if problem:
+        parser.error('--figure {}: {}'.format(args.figure, problem))
     if args.dataset_root is not None:
         import chainer
         chainer.dataset.set_dataset_root(args.dataset_root)
-    task = ('--check' if args.check is not None else '--tables'
-            if args.tables else '--plot-only' if args.plot_only else None)
     problem = task and no_study(args.out)
     if problem:
         # Else the tables came out empty (--check: a diff), with status 0,
