@@ -359,6 +359,41 @@ def test_a_figure_that_cannot_be_written_is_refused(study, tmp_path, capsys,
     assert 'the figure: {}'.format(path) in capsys.readouterr().out
 
 
+@pytest.mark.parametrize('flags, name', [
+    ([], 'study.png'), (['--model', 'mlp-bn'], 'study-mlp-bn.png'),
+    (['--pretuned'], 'study-pretuned.png'),
+    (['--model', 'mlp-bn', '--fair', '2'], 'study-mlp-bn-fair-x2.png'),
+    (['--fair', '0.5'], 'study-fair-x0.5.png')])
+def test_the_default_figure_s_name(study, flags, name):
+    args = argparse.Namespace(model='mlp', pretuned=False, fair=None)
+    for flag, value in zip(flags[::2], flags[1::2] + [True]):
+        setattr(args, flag[2:], float(value) if flag == '--fair' else value)
+    assert study.figure_name(args) == name
+
+
+def test_the_default_figure_of_another_out_goes_into_it(study, tmp_path,
+                                                        monkeypatch, capsys):
+    """--figure defaulted to examples/mnist/study.png (or
+    study-<model>.png) whatever --out was: a study of another folder,
+    and its --plot-only, drew over the committed figure, silently."""
+    here = tmp_path / 'here'  # where the committed figures are
+    monkeypatch.setattr(study, 'HERE', str(here))
+    copy = tmp_path / 'copy'
+    shutil.copytree(os.path.join(study.OUT, 'adam-lamb'), str(copy))
+    flags = ['--optimizers', 'adam,lamb', '--batchsizes', '8192,16384',
+             '--refine', '0', '--budget-configs', '0', '--plot-only']
+    assert study.main(flags + ['--out', str(copy)]) == 0
+    assert 'the figure: {}\n'.format(copy / 'study.png') in (
+        capsys.readouterr().out)
+    assert not here.exists()
+    # The committed folder's figure, by default, is the committed one.
+    assert study.main(['--model', 'mlp-bn', '--batchsizes', '8192,16384,512',
+                       '--refine', '0', '--budget-configs', '1',
+                       '--budgets', '2,4', '--plot-only']) == 0
+    assert 'the figure: {}\n'.format(here / 'study-mlp-bn.png') in (
+        capsys.readouterr().out)
+
+
 @pytest.mark.parametrize('task', ['--tables', '--check', '--plot-only'])
 @pytest.mark.parametrize('out, problem', [
     ('nowhere', 'no such folder'), ('file', 'not a folder'),

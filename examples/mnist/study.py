@@ -76,7 +76,6 @@ from examples.mnist import results  # NOQA: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, 'study')
 README = os.path.join(HERE, 'README.md')
-FIGURE = os.path.join(HERE, 'study.png')
 
 # lars runs with Nesterov momentum, so that the trust ratio is the only
 # difference from nesterov (examples/recipe.py).
@@ -2190,6 +2189,16 @@ def plot_fair(args):
     return figure
 
 
+def figure_name(args):
+    """The default figure's name: ``study.png``, ``study-<model>.png``
+    for another ``--model``, with ``-pretuned`` or ``-fair-x<BUDGET>``
+    before ``.png``."""
+    return 'study{}{}{}.png'.format(
+        '' if args.model == MODELS[0] else '-' + args.model,
+        '-' + PRETUNED if args.pretuned else '',
+        '' if args.fair is None else '-{}-x{:g}'.format(FAIR, args.fair))
+
+
 def save(figure, path):
     """Writes the figure whole or not at all (as ``write`` the JSONs),
     its folder made where missing (``figure_problem`` checked it), and
@@ -2335,8 +2344,12 @@ def main(argv=None):
     parser.add_argument('--runs', default='result_study',
                         help='Folder of the runs (default: %(default)s)')
     parser.add_argument('--figure',
-                        help='The figure (default: examples/mnist/'
-                        'study.png, or study-<model>.png)')
+                        help='The figure, drawn after each run and by '
+                        '--plot-only (default: study.png, study-<model>.png '
+                        'for another --model, with -pretuned or '
+                        '-fair-x<BUDGET> before .png for --pretuned or '
+                        '--fair; in examples/mnist/ for the default --out, '
+                        'else in --out)')
     parser.add_argument('--noplot', dest='plot', action='store_false',
                         help='Do not redraw the figure after each trial')
     parser.add_argument('--check', nargs='*', metavar='FILE',
@@ -2380,6 +2393,10 @@ def main(argv=None):
     # A run writes into --out and --runs: each checked before anything
     # runs (a file named --out failed in write() after a whole trial).
     running = task is None and args.reproduce is None
+    # The committed figures are of the committed folders: the figure of
+    # another --out goes into it, not over them.
+    default_out = args.out is None or os.path.abspath(
+        args.out) == os.path.abspath(model_out(args.model))
     if args.out is None:
         args.out = model_out(args.model)
     given_out = args.out
@@ -2389,13 +2406,8 @@ def main(argv=None):
         if problem is not None:
             parser.error('{} {}: {}'.format(flag, path, problem))
     if args.figure is None:
-        args.figure = (FIGURE if args.model == MODELS[0] else os.path.join(
-            HERE, 'study-{}.png'.format(args.model)))
-        if args.pretuned:
-            args.figure = args.figure[:-len('.png')] + '-pretuned.png'
-        if args.fair is not None:
-            args.figure = args.figure[:-len('.png')] + '-{}-x{:g}.png'.format(
-                FAIR, args.fair)
+        args.figure = os.path.join(HERE if default_out else given_out,
+                                   figure_name(args))
     if args.fair is not None:
         if args.pretune or args.pretuned:
             parser.error('--fair has a pilot of its own: give it without '
