@@ -1770,6 +1770,28 @@ def test_a_study_s_folder_read_without_its_flags_is_refused(study, tmp_path,
     assert figure.exists() == (task == '--plot-only')
 
 
+def test_a_run_without_the_sweep_draws_a_folder_swept_before(
+        study, tmp_path, monkeypatch, capsys):
+    """The README's first BatchNorm command (--batchsizes 8192 --refine 0
+    --budget-configs 0) on the committed folder, which holds the budget
+    sweep's runs: the figure failed after every run, max() of an empty
+    sequence. The cells of no swept trial are left out of the figure.
+    (The study itself is replaced by one drawing, which fails loudly.)"""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    monkeypatch.setattr(study, 'study', study.plot)
+    figure = tmp_path / 'f.png'
+    assert study.main(['--model', 'mlp-bn', '--batchsizes', '8192',
+                       '--refine', '0', '--budget-configs', '0', '--runs',
+                       str(tmp_path / 'runs'), '--figure', str(figure)]) == 0
+    assert figure.stat().st_size > 0
+    out = study.model_out('mlp-bn')
+    args = argparse.Namespace(batchsizes=[8192], budget_configs=0,
+                              budget_batchsizes=[8192, 16384])
+    assert study.load_budgets(out)
+    assert study.budget_points(study.load(out)[0], study.load_budgets(out),
+                               args) == {}
+
+
 def test_budget_run_messages_name_the_file(study, capsys):
     """--budget-configs 1 on the study that swept 3: each budget run of a
     trial outside the best is named as a file, ``.json`` and all."""

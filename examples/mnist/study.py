@@ -1058,6 +1058,8 @@ def redraw(args):
         try:
             plot(args)
         except Exception as e:  # the figure must not stop the study
+            import matplotlib.pyplot as plt
+            plt.close('all')  # else each failure leaves its figure open
             print('  the figure failed: {!r}'.format(e), flush=True)
 
 
@@ -1873,6 +1875,8 @@ def budget_points(search, budgets, args):
             continue
         swept = ranked(search.get((batchsize, optimizer), []))[
             :args.budget_configs]
+        if not swept:  # --budget-configs 0 on a folder swept before
+            continue
         runs = swept + [r for r in records
                         if r['trial'] in {t['trial'] for t in swept}]
         reached = [r for r in runs if r['steps_to_target'] is not None]
