@@ -4,6 +4,7 @@ training and 32 test images).
 """
 
 import argparse
+import functools
 import importlib
 import json
 import math
@@ -922,8 +923,9 @@ def test_the_committed_lamb_study_is_complete_and_in_the_readme(
     of each cell at 8192 and 16384 and the three seeded reruns of each
     cell's best; examples/mnist/README.md holds their tables."""
     flags = ['--optimizers', 'adam,lamb', '--batchsizes', '8192,16384',
-             '--refine', '0', '--out', os.path.join(
-                 os.path.dirname(study.__file__), 'study', 'adam-lamb')]
+             '--refine', '0', '--budget-configs', '0', '--out',
+             os.path.join(os.path.dirname(study.__file__), 'study',
+                          'adam-lamb')]
     search, reruns = study.load(flags[-1])
     assert_complete(study, search, reruns, (8192, 16384), ('adam', 'lamb'))
     assert len(search) == len(reruns) == 4
@@ -1864,6 +1866,92 @@ def test_the_readme_redraws_each_committed_figure(readme_figures):
                  if n.startswith('study') and n.endswith('.png')}
     assert committed and committed <= set(readme_figures), sorted(
         committed - set(readme_figures))
+
+
+def readme_commands():
+    """The argv of each ``python examples/mnist/study.py`` command of
+    examples/mnist/README.md's code blocks, and of those it runs "the
+    same way" (the BatchNorm study's other batch sizes)."""
+    with open(README) as f:
+        lines = f.read().replace('\\\n', ' ').splitlines()
+    found = [shlex.split(line.split('study.py', 1)[1]) for line in lines
+             if line.startswith('    ')
+             and 'python examples/mnist/study.py' in line]
+    for argv in list(found):
+        if argv[:4] == ['--model', 'mlp-bn', '--batchsizes', '8192']:
+            found += [argv[:3] + [b] + argv[4:] for b in ('16384', '512')]
+    return found
+
+
+def drawn_from(args):
+    """What a figure is drawn from: the flags ``plot`` reads (the fair
+    experiment's figure, ``plot_fair``, draws every optimizer's)."""
+    names = ['out', 'model', 'fair', 'target', 'trials']
+    if args.fair is None:
+        names += ['optimizers', 'refine', 'seeds', 'budgets',
+                  'budget_batchsizes', 'budget_configs']
+    return tuple(repr(getattr(args, name)) for name in names) + (
+        repr(sorted(args.batchsizes)),)
+
+
+def test_the_readme_s_study_commands_run_nothing_on_the_committed_folders(
+        study, tmp_path, monkeypatch):
+    """The LAMB-against-Adam command lacked --budget-configs 0: on the
+    committed folder it began a budget sweep of 36 runs (and --check
+    failed after it); the BatchNorm runs of one batch size at a time
+    drew study-mlp-bn.png without the others. Run on a copy of the
+    committed folders, each command of the README runs no trainer,
+    changes no file, and draws a committed figure only from the flags
+    of that figure's --plot-only command."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    monkeypatch.setattr(study, 'n_training_images', lambda n: 60000 - n)
+    copy = tmp_path / 'study'
+    shutil.copytree(study.OUT, str(copy))
+    before = snapshot(copy)
+    here = tmp_path / 'here'  # the committed figures' folder
+    monkeypatch.setattr(study, 'HERE', str(here))
+    monkeypatch.setattr(study, 'OUT', str(copy))
+    # Nothing is written: each JSON is read once (the study reads its
+    # folder again before every run).
+    monkeypatch.setattr(study, 'read', functools.lru_cache(None)(
+        study.read))
+    drawn = {}
+
+    def record(args):
+        if args.plot:
+            drawn.setdefault(args.figure, set()).add(drawn_from(args))
+    monkeypatch.setattr(study, 'redraw', record)
+    monkeypatch.setattr(study, 'plot', record)
+
+    def mapped(argv):
+        return [str(copy) + a[len('examples/mnist/study'):]
+                if a.startswith('examples/mnist/study/')
+                else str(here / a[len('examples/mnist/'):])
+                if a.startswith('examples/mnist/') else a for a in argv]
+    tasks = ('--tables', '--check', '--reproduce')
+    commands = [argv for argv in readme_commands()
+                if not set(tasks) & set(argv)]
+    assert len(commands) == 12, commands
+    for argv in commands:
+        assert study.main(mapped(argv)) == 0, argv
+    assert snapshot(copy) == before
+    runs = dict(drawn)
+    drawn.clear()
+    with open(README) as f:
+        text = ' '.join(f.read().split())
+    for flags in re.findall(
+            r'`python examples/mnist/study\.py ([^`]*--plot-only[^`]*)`',
+            text):
+        assert study.main(mapped(shlex.split(flags))) == 0, flags
+    committed = {n for n in os.listdir(os.path.join(ROOT, 'examples',
+                                                    'mnist'))
+                 if n.startswith('study') and n.endswith('.png')}
+    for path, how in runs.items():
+        if os.path.dirname(path) == str(here) and (
+                os.path.basename(path) in committed):
+            assert how == drawn[path], path
+    assert {os.path.basename(p) for p in runs} >= committed - {
+        'study-mlp-bn.png'}
 
 
 def _legend(axes):

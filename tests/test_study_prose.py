@@ -1330,8 +1330,8 @@ NAMED = {
                    '--model mlp-bn --fair 2 --tables'],
     'docs/lamb.rst': ['--model mlp-bn --fair 1 --tables',
                       '--optimizers adam,lamb --batchsizes 8192,16384 '
-                      '--refine 0 --out examples/mnist/study/adam-lamb '
-                      '--tables'],
+                      '--refine 0 --budget-configs 0 --out '
+                      'examples/mnist/study/adam-lamb --tables'],
     'docs/examples.rst': ['--tables',
                           '--pretuned --batchsizes 8192,16384 --refine 0 '
                           '--budget-configs 0 --tables',
