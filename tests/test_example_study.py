@@ -360,6 +360,20 @@ def test_a_figure_that_cannot_be_written_is_refused(study, tmp_path, capsys,
     assert 'the figure: {}'.format(path) in capsys.readouterr().out
 
 
+def test_the_help_of_reproduce_and_figure(study, capsys):
+    """--reproduce's help left out 'within tolerance' (exit 0), and
+    --figure's the -pretuned and -fair-x suffixes and where the figure of
+    another --out goes."""
+    with pytest.raises(SystemExit):
+        study.main(['--help'])
+    text = ' '.join(capsys.readouterr().out.split())
+    assert ('print what changed, then same, within tolerance (what another '
+            'CPU is expected to change) or differs (exit 1)') in text
+    assert ('with -pretuned or -fair-x<BUDGET> before .png for --pretuned '
+            'or --fair; in examples/mnist/ for the default --out, else in '
+            '--out)') in text
+
+
 @pytest.mark.parametrize('flags, name', [
     ([], 'study.png'), (['--model', 'mlp-bn'], 'study-mlp-bn.png'),
     (['--pretuned'], 'study-pretuned.png'),
@@ -1691,6 +1705,12 @@ def test_a_bad_json_is_named_not_a_traceback(study, tmp_path, monkeypatch,
     message = exc.value.code
     assert isinstance(message, str), message
     assert message.startswith(str(path) + ': ') and says in message, message
+    # The file given to --reproduce is the user's: the study would not
+    # run it again.
+    assert ('--reproduce takes a JSON that the study wrote' in message) == (
+        task == '--reproduce'), message
+    assert ('remove it, and the study runs it again' in message) == (
+        task != '--reproduce'), message
 
 
 # -- A trainer that fails, data that is missing ------------------------------

@@ -683,20 +683,24 @@ def record_problem(record):
     return None
 
 
-def read(path):
-    """The result JSON ``path``; exits naming it where it cannot be read
-    or is not a result (``record_problem``): a file cut short, edited by
-    hand, or of something else."""
+#: What ``read`` advises for a JSON of the study's folder.
+RUN_AGAIN = 'remove it, and the study runs it again'
+
+
+def read(path, advice=RUN_AGAIN):
+    """The result JSON ``path``; exits naming it, with ``advice``, where
+    it cannot be read or is not a result (``record_problem``): a file cut
+    short, edited by hand, or of something else."""
     try:
         with open(path) as f:
             record = json.load(f)
     except (OSError, ValueError) as e:
-        raise SystemExit('{}: cannot be read as JSON ({}); remove it, and '
-                         'the study runs it again'.format(path, e))
+        raise SystemExit('{}: cannot be read as JSON ({}); {}'.format(
+            path, e, advice))
     problem = record_problem(record)
     if problem is not None:
-        raise SystemExit('{}: not a result of the study: {}; remove it, '
-                         'and the study runs it again'.format(path, problem))
+        raise SystemExit('{}: not a result of the study: {}; {}'.format(
+            path, problem, advice))
     return record
 
 
@@ -1729,7 +1733,9 @@ def section(path, args):
 
 def reproduce(args):
     """Reruns the command of ``args.reproduce``; 0 when the numbers match."""
-    record = read(args.reproduce)
+    # The user's file, not one of a folder the study fills.
+    record = read(args.reproduce, '--reproduce takes a JSON that the study '
+                  'wrote, such as examples/mnist/study/lars-b512-t0.json')
     cmd = shlex.split(record['command'])
     n_train = n_training_images(record['validation'])
     # Kept where the trainer fails: its output, named in the message.
@@ -2362,7 +2368,9 @@ def main(argv=None):
                         'JSONs in --out; exit 1 where one does not')
     parser.add_argument('--reproduce', metavar='FILE',
                         help='Rerun the trial of a JSON in a temporary '
-                        'folder; print same, or what differs (exit 1)')
+                        'folder; print what changed, then same, within '
+                        'tolerance (what another CPU is expected to '
+                        'change) or differs (exit 1)')
     parser.add_argument('--tables', action='store_true',
                         help='Run nothing: print the Markdown tables of the '
                         'JSONs in --out, as --check expects them')
