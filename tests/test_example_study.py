@@ -1814,6 +1814,56 @@ def test_a_run_without_the_sweep_draws_a_folder_swept_before(
                                args) == {}
 
 
+@pytest.mark.parametrize('trials, seeds, says', [
+    ('1', '1', ['tuned by 1 trial on', 'each point: one seeded rerun of the '
+                'best']),
+    ('2', '1,2', ['tuned by 2 trials on', 'each point: mean of 2 seeded '
+                  'reruns of the best'])])
+def test_the_figure_s_title_counts_in_words(study, tmp_path, monkeypatch,
+                                            trials, seeds, says):
+    """It read 'each cell tuned by 1 trials' and 'mean of 1 seeded
+    reruns'. (The trainer is ``fake_training``.)"""
+    monkeypatch.setattr(study, 'run_command', fake_training)
+    monkeypatch.setattr(study, 'n_training_images', lambda v: 64)
+    drawn, real = [], study.plot
+    monkeypatch.setattr(study, 'plot', lambda args: drawn.append(real(args)))
+    argv = ['--batchsizes', '16', '--optimizers', 'nesterov', '--epochs',
+            '2', '--trials', trials, '--seeds', seeds, '--validation', '100',
+            '--refine', '0', '--budget-configs', '0', '--out',
+            str(tmp_path / 'json'), '--runs', str(tmp_path / 'runs'),
+            '--noplot']
+    assert study.main(argv) == 0
+    assert study.main(argv + ['--plot-only', '--figure',
+                              str(tmp_path / 'f.png')]) == 0
+    title = drawn[-1]._suptitle.get_text()
+    for text in says:
+        assert text in title, title
+
+
+@pytest.mark.parametrize('flags, says', [
+    (['--seeds', '0'], "--seeds 0: a rerun's seed is 1 or more (seed 0 is "
+     "the search trial's own"),
+    (['--seeds', '2,0'], '--seeds 0: a rerun'),
+    (['--seeds', ','], '--seeds: no seed given'),
+    (['--fair', '2', '--more-seeds', '0'], '--more-seeds 0: a rerun'),
+    (['--fair', '2', '--budget-configs', '1'],
+     '--fair searches two rounds at every batch size and runs no budget '
+     'sweep: give it without --budget-configs'),
+    (['--fair', '2', '--refine', '0', '--budgets', '2'],
+     'give it without --refine and --budgets')])
+def test_seed_0_and_flags_fair_would_override_are_refused(
+        study, tmp_path, capsys, monkeypatch, flags, says):
+    """--seeds 0 was taken: its rerun repeats the search trial.
+    --fair set --refine and --budget-configs whatever was given."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    with pytest.raises(SystemExit) as exc:
+        study.main(['--out', str(tmp_path / 'json'), '--runs',
+                    str(tmp_path / 'runs'), '--noplot'] + flags)
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err.splitlines()[-1]
+    assert os.listdir(str(tmp_path)) == []
+
+
 def test_budget_run_messages_name_the_file(study, capsys):
     """--budget-configs 1 on the study that swept 3: each budget run of a
     trial outside the best is named as a file, ``.json`` and all."""

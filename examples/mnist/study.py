@@ -1915,6 +1915,11 @@ def defaults_points(out, batchsizes, seeds):
     return found, means
 
 
+def _mean_of(n, what):
+    """'mean of 3 seeded reruns', or 'one seeded rerun'."""
+    return 'one ' + what if n == 1 else 'mean of {} {}s'.format(n, what)
+
+
 def plot(args):
     """Steps to the target and best validation accuracy against batch size.
 
@@ -2013,10 +2018,10 @@ def plot(args):
             ax.plot([b for b, _ in drawn], [v for _, v in drawn],
                     color='gray', marker='x', linestyle='--', zorder=1.5,
                     label="LARS, the trainer's defaults ({})".format(
-                        'mean of {} seeds'.format(len(args.seeds))
+                        _mean_of(len(args.seeds), 'seed')
                         if seeded == len(runs) else 'one run each'
-                        if not seeded else 'mean of {} seeds, seed 0 where '
-                        'not yet run'.format(len(args.seeds))))
+                        if not seeded else '{}, seed 0 where not yet '
+                        'run'.format(_mean_of(len(args.seeds), 'seed'))))
     for b, steps, _ in runs:
         if steps is None:
             left.plot([b], [0.97 - 0.04 * len(args.optimizers)],
@@ -2077,15 +2082,15 @@ def plot(args):
         markerfacecolor='white', label='none reached it (top edge)'))
     left.legend(handles=handles, fontsize=8, loc='lower left')
     refined = [b for b in args.batchsizes if b in args.refine]
-    figure.suptitle('MNIST MLP{}, each cell tuned by {} trials{} on 10,000 '
-                    'held-out images; {}: mean of {} seeded reruns of '
-                    'the best{}'.format(
+    figure.suptitle('MNIST MLP{}, each cell tuned by {} trial{}{} on 10,000 '
+                    'held-out images; {}: {} of the best{}'.format(
                         ' with BatchNorm' if args.model == 'mlp-bn' else '',
-                        args.trials, ' ({} at {})'.format(
+                        args.trials, '' if args.trials == 1 else 's',
+                        ' ({} at {})'.format(
                             2 * args.trials, ' and '.join(
                                 str(b) for b in refined)) if refined else '',
                         'filled' if under_way else 'each point',
-                        len(args.seeds),
+                        _mean_of(len(args.seeds), 'seeded rerun'),
                         ', hollow: search under way' if under_way else ''),
                     fontsize=9)
     figure.tight_layout()
@@ -2241,6 +2246,15 @@ def figure_problem(path):
     return None if problem is None else '{}: {}'.format(folder, problem)
 
 
+def _seed(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            'a rerun\'s seed is 1 or more (seed 0 is the search trial\'s '
+            'own: its rerun would repeat the trial)')
+    return value
+
+
 def _budget(text):
     value = float(text)
     if not (0 < value < math.inf) or value == 1:
@@ -2269,28 +2283,32 @@ def main(argv=None):
     parser.add_argument('--trials', type=results._integer(1),
                         default=TRIALS, help='Trials per cell and round '
                         '(default: %(default)s)')
+    # --refine and the budget sweep's flags: None where not given, which
+    # --fair, with its own rounds and no sweep, refuses.
     parser.add_argument('--refine', action=results.ListFlag,
-                        type=results._integer(0), default=REFINED,
+                        type=results._integer(0),
                         help='Batch sizes with a second round, its rates '
                         'around the best of the first; 0 for none (default: '
-                        '%(default)s)')
+                        '{}; every batch size with --fair)'.format(REFINED))
     parser.add_argument('--seeds', action=results.ListFlag,
-                        type=results._integer(0), default=SEEDS,
-                        help='Seeds of the reruns (default: %(default)s)')
+                        type=_seed, default=SEEDS,
+                        help='Seeds of the reruns, 1 or more (seed 0 is the '
+                        'search\'s) (default: %(default)s)')
     parser.add_argument('--budgets', action=results.ListFlag,
-                        type=_budget, default=BUDGETS,
+                        type=_budget,
                         help='The budget sweep: multiples of the epoch '
                         'budget to run the best trials at, beside 1x (the '
                         'trials themselves), each a whole number of epochs '
-                        'at every batch size swept (default: %(default)s)')
+                        'at every batch size swept (default: {})'.format(
+                            BUDGETS))
     parser.add_argument('--budget-batchsizes', action=results.ListFlag,
-                        type=results._integer(1), default=BUDGET_BATCHSIZES,
+                        type=results._integer(1),
                         help='The batch sizes of the budget sweep (default: '
-                        '%(default)s)')
+                        '{})'.format(BUDGET_BATCHSIZES))
     parser.add_argument('--budget-configs', type=results._integer(0),
-                        default=BUDGET_CONFIGS,
                         help='How many of the best trials of a cell the '
-                        'budget sweep runs (default: %(default)s)')
+                        'budget sweep runs; 0 for no sweep (default: {}; '
+                        '0 with --fair)'.format(BUDGET_CONFIGS))
     parser.add_argument('--pretune', action='store_true',
                         help='Run only the pre-tuning: for each optimizer, '
                         'a pilot of {} rates around its rule finds its '
@@ -2321,7 +2339,7 @@ def main(argv=None):
                                          FAIR_SPAN, 100 * FAIR_WARMUP_CAP,
                                          FAIR_MOMENTUM))
     parser.add_argument('--more-seeds', action=results.ListFlag,
-                        type=results._integer(0), default=MORE_SEEDS,
+                        type=_seed, default=MORE_SEEDS,
                         help='--fair: the seeds of more reruns where the '
                         'arms\' ranges of steps overlap (default: '
                         '%(default)s)')
@@ -2420,12 +2438,28 @@ def main(argv=None):
     if args.figure is None:
         args.figure = os.path.join(HERE if default_out else given_out,
                                    figure_name(args))
+    for name in ('seeds', 'more_seeds'):
+        if not getattr(args, name):  # '--seeds ,'
+            parser.error('--{}: no seed given'.format(name.replace('_', '-')))
+    sweep = [name for name in ('refine', 'budgets', 'budget_batchsizes',
+                               'budget_configs')
+             if getattr(args, name) is not None]
+    for name, value in (('refine', REFINED), ('budgets', BUDGETS),
+                        ('budget_batchsizes', BUDGET_BATCHSIZES),
+                        ('budget_configs', BUDGET_CONFIGS)):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.fair is not None:
         if args.pretune or args.pretuned:
             parser.error('--fair has a pilot of its own: give it without '
                          '--pretune and --pretuned')
+        if sweep:
+            # Set below whatever was given: say so rather than ignore it.
+            parser.error('--fair searches two rounds at every batch size '
+                         'and runs no budget sweep: give it without {}'
+                         .format(' and '.join(
+                             '--' + n.replace('_', '-') for n in sweep)))
         args.out = os.path.join(args.out, '{}-x{:g}'.format(FAIR, args.fair))
-        # Two rounds at every batch size, no budget sweep.
         args.refine = list(args.batchsizes)
         args.budget_configs = 0
     for name in args.optimizers:
