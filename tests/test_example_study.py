@@ -2059,17 +2059,22 @@ def test_a_cell_some_of_whose_seeds_reached_it_has_a_mark_of_its_own(
     marker = partly.get_marker()
     assert marker not in ('v', 'D', 'o', 's', 'x')
     lamb = matplotlib_color(study.STYLES['lamb']['color'])
+    # At LAMB's place beside 16384 (``DODGE``): twice its 8192's.
+    x = 2 * [line.get_xdata()[0] for line in left.get_lines()
+             if line.get_marker() == 's' and len(line.get_xdata()) == 1
+             and matplotlib_color(line.get_color()) == lamb][0]
+    assert 16384 < x < 16384 * 2 ** study.DODGE
     drawn = [line for line in left.get_lines()
              if line.get_marker() == marker]
     assert [(list(line.get_xdata()), list(line.get_ydata()),
              matplotlib_color(line.get_color())) for line in drawn] == [
-        ([16384], [47], lamb)]
+        ([x], [47], lamb)]
     # No triangle of "none reached it" at that cell.
     assert not [line for line in left.get_lines()
                 if line.get_marker() == 'v'
                 and matplotlib_color(line.get_color()) == lamb]
     labels = [(t.get_text(), t.xy) for t in left.texts]
-    assert ('1/3 seeds reached it', (16384, 47)) in labels
+    assert ('1/3 seeds reached it', (x, 47)) in labels
     # The other committed figures have no such cell: no such entry.
     for name in ('study.png', 'study-mlp-bn.png'):
         assert not [t for t in _legend(readme_figures[name][0].axes[0])
@@ -2098,16 +2103,90 @@ def test_the_budget_sweep_s_legend_says_what_each_panel_draws(
 
 
 @pytest.mark.parametrize('name, labels', [
-    ('study.png', ['5', '10', '20', '50', '100', '200', '500']),
-    ('study-mlp-bn.png', ['5', '10', '20', '50', '100', '200']),
-    ('study-adam-lamb.png', ['30', '40', '50', '60'])])
+    ('study.png', ['50', '60', '100', '200', '300', '400']),
+    ('study-mlp-bn.png', ['40', '50', '60', '100', '200', '300']),
+    ('study-adam-lamb.png', ['50', '60'])])
 def test_the_step_axis_is_labelled_where_a_reader_needs_it(
         readme_figures, name, labels):
     """study.png's log-scale step axis read 10 and 100 only; the axis of
-    less than a decade keeps matplotlib's labels."""
+    less than a decade keeps matplotlib's labels. (The axes reached down
+    to 5 steps, for the perfect-scaling line alone.)"""
     figure, _ = readme_figures[name]
     axis = figure.axes[0].yaxis
     assert sorted(tick_labels(figure, axis), key=float) == labels
+
+
+def _markers(figure, axes):
+    """``(series, x, y)`` in pixels of each marker drawn in the data of
+    ``axes``, the series its colour and marker (a point is drawn on its
+    line and again, filled or hollow, on its own)."""
+    figure.canvas.draw()
+    return [((matplotlib_color(line.get_color()), line.get_marker()), x, y)
+            for line in axes.get_lines()
+            if line.get_marker() not in (None, 'None', '')
+            and line.get_transform() is axes.transData
+            for x, y in line.get_transform().transform(line.get_xydata())]
+
+
+@pytest.mark.parametrize('name', ['study.png', 'study-mlp-bn.png',
+                                  'study-adam-lamb.png'])
+def test_the_perfect_scaling_line_stays_among_the_points(study,
+                                                         readme_figures,
+                                                         name):
+    """It ran on to the largest batch size, down to 5 steps in study.png,
+    stretching the log axis to 5-600 and squeezing the points into its
+    top third. It ends at the fewest steps drawn."""
+    figure, _ = readme_figures[name]
+    left = figure.axes[0]
+    scaling = [line for line in left.get_lines()
+               if line.get_label() == 'perfect scaling']
+    assert len(scaling) == 1
+    points = [y for line, _, y in _markers(figure, left)]
+    line = left.transData.transform(scaling[0].get_xydata())
+    assert min(y for _, y in line) >= min(points) - 0.5
+    # The points fill the axis, less the room for the top edge's marks.
+    low, high = left.bbox.y0, left.bbox.y1
+    assert (max(points) - min(points)) / (high - low) > 0.7
+
+
+@pytest.mark.parametrize('name', ['study.png', 'study-mlp-bn.png',
+                                  'study-adam-lamb.png'])
+def test_no_marker_hides_another(readme_figures, name):
+    """At 8192 and 16384 LARS's square, the defaults' cross and the
+    budget sweep's diamond were drawn at one x and a few steps apart: the
+    defaults could not be read. Each series has its place beside its
+    batch size (``DODGE``)."""
+    figure, _ = readme_figures[name]
+    for axes in figure.axes:
+        found = _markers(figure, axes)
+        for i, (series, x, y) in enumerate(found):
+            for other, u, v in found[i + 1:]:
+                if other != series:
+                    assert max(abs(x - u), abs(y - v)) > 6, (
+                        name, series, other, x, y)
+
+
+@pytest.mark.parametrize('name', ['study.png', 'study-mlp-bn.png'])
+def test_the_budget_labels_cross_no_line(readme_figures, name):
+    """'136, 4x' in study-mlp-bn.png was struck through by its dashed
+    line, and '126, 2x' in study.png touched it."""
+    from matplotlib.path import Path
+    figure, _ = readme_figures[name]
+    left = figure.axes[0]
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    labels = [t for t in left.texts if re.match(r'\d+, [\d.]+x$',
+                                                t.get_text())]
+    assert labels
+    for text in labels:
+        box = text.get_window_extent(renderer)
+        for line in left.get_lines():
+            points = line.get_transform().transform(line.get_xydata())
+            if line.get_linestyle() not in ('None', '') and len(points) > 1:
+                assert not Path(points).intersects_bbox(box, filled=False), (
+                    name, text.get_text(), line.get_label())
+        assert left.bbox.contains(box.x0, box.y0)
+        assert left.bbox.contains(box.x1, box.y1)
 
 
 @pytest.mark.parametrize('name', ['study-mlp-bn-fair-x1.png',

@@ -1820,6 +1820,9 @@ STYLES = {'nesterov': {'color': 'tab:blue', 'marker': 'o'},
           'lars': {'color': 'tab:green', 'marker': 's'},
           'adam': {'color': 'tab:orange', 'marker': 'o'},
           'lamb': {'color': 'tab:purple', 'marker': 's'}}
+# How far apart (in doublings of the batch size) the figure draws the
+# series of one batch size: the optimizers, the defaults, the sweep.
+DODGE = 0.15
 # The marker of the steps of each seed of a cell that reached the target
 # where some did not: their mean is not the cell's.
 PARTLY = '*'
@@ -1928,9 +1931,12 @@ def plot(args):
     best trial so far, labelled with the trials done), a star each seed
     that reached the target in a cell where some did not. The dotted line
     is perfect scaling: the steps halve as the batch doubles, from the
-    fewest steps at the smallest batch size drawn. The fair experiment has
-    its own figure (``plot_fair``). Returns the figure (closed), which the
-    tests read.
+    fewest steps at the smallest batch size drawn down to the fewest steps
+    drawn. The series of a batch size are drawn side by side around it
+    (``DODGE``), the budget sweep's labels where they cross no line
+    (``place_labels``), the legend below the panels. The fair experiment
+    has its own figure (``plot_fair``). Returns the figure (closed), which
+    the tests read.
     """
     if args.fair is not None:
         return plot_fair(args)
@@ -1943,8 +1949,23 @@ def plot(args):
     args = argparse.Namespace(**dict(vars(args),
                                      batchsizes=sorted(args.batchsizes)))
     search, reruns = load(args.out)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
-    anchors = []
+    swept = budget_points(search, load_budgets(args.out), args)
+    runs, seeded = defaults_points(args.out, args.batchsizes,
+                                   len(args.seeds))
+    # Each series side by side around its batch size, DODGE apart (in
+    # doublings of the batch), so that points of equal steps all show:
+    # the defaults, the optimizers, the budget sweep of each optimizer
+    # (LARS's three, within a few steps of each other, a slot apart).
+    slots = ([DEFAULTS] if runs else []) + [
+        o for o in args.optimizers
+        if any(search.get((b, o)) for b in args.batchsizes)] + [
+        ('budget', o) for o in args.optimizers if swept.get(o)]
+
+    def at(slot, batchsize):
+        shift = slots.index(slot) - (len(slots) - 1) / 2
+        return batchsize * 2 ** (shift * DODGE)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 5.2))
+    anchors, labels = [], []
     under_way = partly = False
     for row, optimizer in enumerate(args.optimizers):
         style = STYLES.get(optimizer, {})
@@ -1953,10 +1974,10 @@ def plot(args):
         for batchsize in args.batchsizes:
             records = search.get((batchsize, optimizer))
             if records:
-                points.append((batchsize,) + cell_summary(
+                points.append((at(optimizer, batchsize),) + cell_summary(
                     records, reruns.get((batchsize, optimizer), []),
                     trials_of(batchsize, args.trials, args.refine),
-                    len(args.seeds)))
+                    len(args.seeds)) + (batchsize,))
                 under_way = under_way or not points[-1][3]
         label = LABELS.get(optimizer, optimizer)
         for ax, index in ((left, 1), (right, 2)):
@@ -1986,33 +2007,29 @@ def plot(args):
                 left.plot([p[0]], [0.97 - 0.04 * row], linestyle='none',
                           marker='v', color=color, markerfacecolor='white',
                           transform=left.get_xaxis_transform())
-            else:
-                anchors.append((p[0], p[1]))
-    swept = budget_points(search, load_budgets(args.out), args)
+            else:  # the batch size, the steps, the x drawn
+                anchors.append((p[-1], p[1], p[0]))
     for row, optimizer in enumerate(args.optimizers):
-        drawn = swept.get(optimizer)
+        drawn = [(at(('budget', optimizer), b), p)
+                 for b, p in swept.get(optimizer, [])]
         if not drawn:
             continue
         color = STYLES.get(optimizer, {}).get('color')
         for ax, index in ((left, 1), (right, 2)):
-            line = [(b, p[index]) for b, p in drawn if p[index] is not None]
-            ax.plot([b for b, _ in line], [v for _, v in line], color=color,
+            line = [(x, p[index]) for x, p in drawn if p[index] is not None]
+            ax.plot([x for x, _ in line], [v for _, v in line], color=color,
                     marker='D', markerfacecolor='white', linestyle='--')
-            for b, p in drawn:
-                if index == 1 and p[1] is not None:
-                    left.annotate('{}, {:g}x'.format(p[1], p[3]),
-                                  xy=(b, p[1]), xytext=(6, -10),
-                                  textcoords='offset points', fontsize=7,
-                                  color=color)
-        for b, p in drawn:
-            if p[1] is None:  # beside the triangle of the search
-                left.plot([b * 1.18], [0.97 - 0.04 * row], linestyle='none',
+        # Placed once the panels are laid out (``place_labels``).
+        labels += [('{}, {:g}x'.format(p[1], p[3]), (x, p[1]), color)
+                   for x, p in drawn if p[1] is not None]
+        for x, p in drawn:
+            if p[1] is None:  # under the top edge, as the search's
+                left.plot([x], [0.97 - 0.04 * row], linestyle='none',
                           marker='D', color=color, markerfacecolor='white',
                           transform=left.get_xaxis_transform())
-    runs, seeded = defaults_points(args.out, args.batchsizes,
-                                   len(args.seeds))
     for ax, index in ((left, 1), (right, 2)):
-        drawn = [(p[0], p[index]) for p in runs if p[index] is not None]
+        drawn = [(at(DEFAULTS, p[0]), p[index]) for p in runs
+                 if p[index] is not None]
         if drawn:
             # Under the optimizers' lines, which it may cross.
             ax.plot([b for b, _ in drawn], [v for _, v in drawn],
@@ -2024,17 +2041,25 @@ def plot(args):
                         'run'.format(_mean_of(len(args.seeds), 'seed'))))
     for b, steps, _ in runs:
         if steps is None:
-            left.plot([b], [0.97 - 0.04 * len(args.optimizers)],
+            left.plot([at(DEFAULTS, b)],
+                      [0.97 - 0.04 * len(args.optimizers)],
                       linestyle='none', marker='v', color='gray',
                       markerfacecolor='white',
                       transform=left.get_xaxis_transform())
     if anchors:
-        smallest = min(b for b, _ in anchors)
-        steps = min(v for b, v in anchors if b == smallest)
-        sizes = numpy.array([b for b in args.batchsizes if b >= smallest],
-                            dtype=float)
-        left.plot(sizes, steps * smallest / sizes, color='gray',
-                  linestyle=':', label='perfect scaling')
+        # From the point of the fewest steps at the smallest batch size,
+        # shifted as it is drawn.
+        smallest, steps, x = min(anchors)
+        # Down to the fewest steps drawn, no further: below them the line
+        # alone stretched the log axis (to 5 steps in study.png).
+        low = min(v for line in left.get_lines()
+                  if line.get_transform() is left.transData
+                  for v in line.get_ydata())
+        end = min(max(args.batchsizes), smallest * steps / low)
+        sizes = numpy.array([b for b in args.batchsizes
+                             if smallest <= b < end] + [end], dtype=float)
+        left.plot(sizes * x / smallest, steps * smallest / sizes,
+                  color='gray', linestyle=':', label='perfect scaling')
     else:  # no cell has reached the target yet
         left.set_ylim(1, 1000)
     left.set_yscale('log')
@@ -2080,7 +2105,11 @@ def plot(args):
     handles.append(matplotlib.lines.Line2D(
         [], [], linestyle='none', marker='v', color='gray',
         markerfacecolor='white', label='none reached it (top edge)'))
-    left.legend(handles=handles, fontsize=8, loc='lower left')
+    # Below both panels: inside, it covered the points of the lower left.
+    legend = left.legend(handles=handles, fontsize=8, ncol=3,
+                         loc='lower center', bbox_to_anchor=(0.5, 0.01),
+                         bbox_transform=figure.transFigure)
+    legend.set_in_layout(False)
     refined = [b for b in args.batchsizes if b in args.refine]
     figure.suptitle('MNIST MLP{}, each cell tuned by {} trial{}{} on 10,000 '
                     'held-out images; {}: {} of the best{}'.format(
@@ -2093,10 +2122,59 @@ def plot(args):
                         _mean_of(len(args.seeds), 'seeded rerun'),
                         ', hollow: search under way' if under_way else ''),
                     fontsize=9)
-    figure.tight_layout()
+    # The panels above the legend.
+    height = legend.get_window_extent(figure.canvas.get_renderer()).height
+    figure.tight_layout(rect=(0, height / figure.bbox.height + 0.01, 1, 1))
+    place_labels(figure, left, labels)
     save(figure, args.figure)
     plt.close(figure)
     return figure
+
+
+#: Where ``place_labels`` tries a label, in this order, around its point
+#: (offset in points, horizontal and vertical alignment).
+LABEL_PLACES = [((0, 7), 'center', 'bottom'), ((7, 0), 'left', 'center'),
+                ((0, -7), 'center', 'top'), ((-7, 0), 'right', 'center'),
+                ((6, 5), 'left', 'bottom'), ((6, -5), 'left', 'top')]
+
+
+def place_labels(figure, ax, labels):
+    """Annotates ``ax`` with each ``(text, xy, color)`` of ``labels`` at
+    the first of ``LABEL_PLACES`` where the text crosses no line, marker
+    or label drawn and stays inside the axes (else at the first): the
+    budget sweep's labels were struck through by its dashed lines."""
+    from matplotlib.path import Path
+    from matplotlib.transforms import Bbox
+    renderer = figure.canvas.get_renderer()
+    lines, boxes = [], []
+    for line in ax.get_lines():
+        points = line.get_transform().transform(line.get_xydata())
+        if line.get_linestyle() not in ('None', '') and len(points) > 1:
+            lines.append(Path(points))
+        if line.get_marker() not in (None, 'None', ''):
+            size = line.get_markersize() * figure.dpi / 72 / 2
+            boxes += [Bbox([p - size, p + size]) for p in points]
+    boxes += [t.get_window_extent(renderer) for t in ax.texts]
+    for text, xy, color in labels:
+        for k, (offset, ha, va) in enumerate(LABEL_PLACES):
+            label = ax.annotate(text, xy=xy, xytext=offset, ha=ha, va=va,
+                                textcoords='offset points', fontsize=7,
+                                color=color)
+            box = label.get_window_extent(renderer).padded(1)
+            if (ax.bbox.contains(box.x0, box.y0)
+                    and ax.bbox.contains(box.x1, box.y1)
+                    and not any(path.intersects_bbox(box, filled=False)
+                                for path in lines)
+                    and not any(box.overlaps(b) for b in boxes)):
+                break
+            label.remove()
+        else:  # nowhere clear: the first place
+            label = ax.annotate(text, xy=xy, xytext=LABEL_PLACES[0][0],
+                                ha=LABEL_PLACES[0][1],
+                                va=LABEL_PLACES[0][2],
+                                textcoords='offset points', fontsize=7,
+                                color=color)
+        boxes.append(label.get_window_extent(renderer))
 
 
 def plot_fair(args):
