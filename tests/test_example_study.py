@@ -4,6 +4,7 @@ training and 32 test images).
 """
 
 import argparse
+import functools
 import importlib
 import json
 import math
@@ -305,6 +306,107 @@ def test_study_refuses_an_empty_path(study, tmp_path, capsys, flag):
     assert ("{} '': an empty path names no folder (. is the current "
             'one)').format(flag) in capsys.readouterr().err
     assert os.listdir(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize('flag', ['--out', '--runs'])
+def test_a_run_refuses_an_out_or_runs_that_is_a_file(study, tmp_path,
+                                                     capsys, monkeypatch,
+                                                     flag):
+    """--runs FILE ended in a FileExistsError traceback; --out FILE
+    trained a whole trial, then failed in write() with a traceback."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    (tmp_path / 'file').write_text('mine')
+    argv = {'--out': str(tmp_path / 'json'), '--runs': str(tmp_path / 'runs'),
+            '--figure': str(tmp_path / 'f.png')}
+    argv[flag] = str(tmp_path / 'file')
+    for extra in ([], ['--fair', '2']):
+        with pytest.raises(SystemExit) as exc:
+            study.main([a for item in argv.items() for a in item] + extra)
+        assert exc.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1].endswith(
+            'error: {} {}: not a folder'.format(flag, tmp_path / 'file'))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ['file']
+        assert (tmp_path / 'file').read_text() == 'mine'
+
+
+@pytest.mark.parametrize('figure, problem', [
+    ('file/f.png', '{}: not a folder'),
+    ('folder', 'a folder, not a file'),
+    ('f', 'no format in its name: end its name in .png'),
+    ('f.pngg', 'no format .pngg: end its name in .png')])
+def test_a_figure_that_cannot_be_written_is_refused(study, tmp_path, capsys,
+                                                    monkeypatch, figure,
+                                                    problem):
+    """--plot-only --figure /missing/dir/x.png ended in a traceback
+    from savefig; a run drew its figure after its first trial, and printed
+    that it failed after every trial."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    (tmp_path / 'file').write_text('mine')
+    (tmp_path / 'folder').mkdir()
+    path = str(tmp_path / figure)
+    for task in (['--plot-only'], ['--out', str(tmp_path / 'json'),
+                                   '--runs', str(tmp_path / 'runs')]):
+        with pytest.raises(SystemExit) as exc:
+            study.main(['--figure', path] + task)
+        assert exc.value.code == 2
+        assert 'error: --figure {}: {}'.format(path, problem.format(
+            tmp_path / 'file')) in capsys.readouterr().err, problem
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            'file', 'folder']
+    # A folder that can be made is made, the figure written whole.
+    path = tmp_path / 'new' / 'folder' / 'study.png'
+    assert study.main(['--plot-only', '--figure', str(path)]) == 0
+    assert os.listdir(str(path.parent)) == ['study.png']
+    assert 'the figure: {}'.format(path) in capsys.readouterr().out
+
+
+def test_the_help_of_reproduce_and_figure(study, capsys):
+    """--reproduce's help left out 'within tolerance' (exit 0), and
+    --figure's the -pretuned and -fair-x suffixes and where the figure of
+    another --out goes."""
+    with pytest.raises(SystemExit):
+        study.main(['--help'])
+    text = ' '.join(capsys.readouterr().out.split())
+    assert ('print what changed, then same, within tolerance (what another '
+            'CPU is expected to change) or differs (exit 1)') in text
+    assert ('with -pretuned or -fair-x<BUDGET> before .png for --pretuned '
+            'or --fair; in examples/mnist/ for the default --out, else in '
+            '--out)') in text
+
+
+@pytest.mark.parametrize('flags, name', [
+    ([], 'study.png'), (['--model', 'mlp-bn'], 'study-mlp-bn.png'),
+    (['--pretuned'], 'study-pretuned.png'),
+    (['--model', 'mlp-bn', '--fair', '2'], 'study-mlp-bn-fair-x2.png'),
+    (['--fair', '0.5'], 'study-fair-x0.5.png')])
+def test_the_default_figure_s_name(study, flags, name):
+    args = argparse.Namespace(model='mlp', pretuned=False, fair=None)
+    for flag, value in zip(flags[::2], flags[1::2] + [True]):
+        setattr(args, flag[2:], float(value) if flag == '--fair' else value)
+    assert study.figure_name(args) == name
+
+
+def test_the_default_figure_of_another_out_goes_into_it(study, tmp_path,
+                                                        monkeypatch, capsys):
+    """--figure defaulted to examples/mnist/study.png (or
+    study-<model>.png) whatever --out was: a study of another folder,
+    and its --plot-only, drew over the committed figure, silently."""
+    here = tmp_path / 'here'  # where the committed figures are
+    monkeypatch.setattr(study, 'HERE', str(here))
+    copy = tmp_path / 'copy'
+    shutil.copytree(os.path.join(study.OUT, 'adam-lamb'), str(copy))
+    flags = ['--optimizers', 'adam,lamb', '--batchsizes', '8192,16384',
+             '--refine', '0', '--budget-configs', '0', '--plot-only']
+    assert study.main(flags + ['--out', str(copy)]) == 0
+    assert 'the figure: {}\n'.format(copy / 'study.png') in (
+        capsys.readouterr().out)
+    assert not here.exists()
+    # The committed folder's figure, by default, is the committed one.
+    assert study.main(['--model', 'mlp-bn', '--batchsizes', '8192,16384,512',
+                       '--refine', '0', '--budget-configs', '1',
+                       '--budgets', '2,4', '--plot-only']) == 0
+    assert 'the figure: {}\n'.format(here / 'study-mlp-bn.png') in (
+        capsys.readouterr().out)
 
 
 @pytest.mark.parametrize('task', ['--tables', '--check', '--plot-only'])
@@ -835,8 +937,9 @@ def test_the_committed_lamb_study_is_complete_and_in_the_readme(
     of each cell at 8192 and 16384 and the three seeded reruns of each
     cell's best; examples/mnist/README.md holds their tables."""
     flags = ['--optimizers', 'adam,lamb', '--batchsizes', '8192,16384',
-             '--refine', '0', '--out', os.path.join(
-                 os.path.dirname(study.__file__), 'study', 'adam-lamb')]
+             '--refine', '0', '--budget-configs', '0', '--out',
+             os.path.join(os.path.dirname(study.__file__), 'study',
+                          'adam-lamb')]
     search, reruns = study.load(flags[-1])
     assert_complete(study, search, reruns, (8192, 16384), ('adam', 'lamb'))
     assert len(search) == len(reruns) == 4
@@ -1602,6 +1705,12 @@ def test_a_bad_json_is_named_not_a_traceback(study, tmp_path, monkeypatch,
     message = exc.value.code
     assert isinstance(message, str), message
     assert message.startswith(str(path) + ': ') and says in message, message
+    # The file given to --reproduce is the user's: the study would not
+    # run it again.
+    assert ('--reproduce takes a JSON that the study wrote' in message) == (
+        task == '--reproduce'), message
+    assert ('remove it, and the study runs it again' in message) == (
+        task != '--reproduce'), message
 
 
 # -- A trainer that fails, data that is missing ------------------------------
@@ -1683,6 +1792,78 @@ def test_a_study_s_folder_read_without_its_flags_is_refused(study, tmp_path,
     assert figure.exists() == (task == '--plot-only')
 
 
+def test_a_run_without_the_sweep_draws_a_folder_swept_before(
+        study, tmp_path, monkeypatch, capsys):
+    """The README's first BatchNorm command (--batchsizes 8192 --refine 0
+    --budget-configs 0) on the committed folder, which holds the budget
+    sweep's runs: the figure failed after every run, max() of an empty
+    sequence. The cells of no swept trial are left out of the figure.
+    (The study itself is replaced by one drawing, which fails loudly.)"""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    monkeypatch.setattr(study, 'study', study.plot)
+    figure = tmp_path / 'f.png'
+    assert study.main(['--model', 'mlp-bn', '--batchsizes', '8192',
+                       '--refine', '0', '--budget-configs', '0', '--runs',
+                       str(tmp_path / 'runs'), '--figure', str(figure)]) == 0
+    assert figure.stat().st_size > 0
+    out = study.model_out('mlp-bn')
+    args = argparse.Namespace(batchsizes=[8192], budget_configs=0,
+                              budget_batchsizes=[8192, 16384])
+    assert study.load_budgets(out)
+    assert study.budget_points(study.load(out)[0], study.load_budgets(out),
+                               args) == {}
+
+
+@pytest.mark.parametrize('trials, seeds, says', [
+    ('1', '1', ['tuned by 1 trial on', 'each point: one seeded rerun of the '
+                'best']),
+    ('2', '1,2', ['tuned by 2 trials on', 'each point: mean of 2 seeded '
+                  'reruns of the best'])])
+def test_the_figure_s_title_counts_in_words(study, tmp_path, monkeypatch,
+                                            trials, seeds, says):
+    """It read 'each cell tuned by 1 trials' and 'mean of 1 seeded
+    reruns'. (The trainer is ``fake_training``.)"""
+    monkeypatch.setattr(study, 'run_command', fake_training)
+    monkeypatch.setattr(study, 'n_training_images', lambda v: 64)
+    drawn, real = [], study.plot
+    monkeypatch.setattr(study, 'plot', lambda args: drawn.append(real(args)))
+    argv = ['--batchsizes', '16', '--optimizers', 'nesterov', '--epochs',
+            '2', '--trials', trials, '--seeds', seeds, '--validation', '100',
+            '--refine', '0', '--budget-configs', '0', '--out',
+            str(tmp_path / 'json'), '--runs', str(tmp_path / 'runs'),
+            '--noplot']
+    assert study.main(argv) == 0
+    assert study.main(argv + ['--plot-only', '--figure',
+                              str(tmp_path / 'f.png')]) == 0
+    title = drawn[-1]._suptitle.get_text()
+    for text in says:
+        assert text in title, title
+
+
+@pytest.mark.parametrize('flags, says', [
+    (['--seeds', '0'], "--seeds 0: a rerun's seed is 1 or more (seed 0 is "
+     "the search trial's own"),
+    (['--seeds', '2,0'], '--seeds 0: a rerun'),
+    (['--seeds', ','], '--seeds: no seed given'),
+    (['--fair', '2', '--more-seeds', '0'], '--more-seeds 0: a rerun'),
+    (['--fair', '2', '--budget-configs', '1'],
+     '--fair searches two rounds at every batch size and runs no budget '
+     'sweep: give it without --budget-configs'),
+    (['--fair', '2', '--refine', '0', '--budgets', '2'],
+     'give it without --refine and --budgets')])
+def test_seed_0_and_flags_fair_would_override_are_refused(
+        study, tmp_path, capsys, monkeypatch, flags, says):
+    """--seeds 0 was taken: its rerun repeats the search trial.
+    --fair set --refine and --budget-configs whatever was given."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    with pytest.raises(SystemExit) as exc:
+        study.main(['--out', str(tmp_path / 'json'), '--runs',
+                    str(tmp_path / 'runs'), '--noplot'] + flags)
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err.splitlines()[-1]
+    assert os.listdir(str(tmp_path)) == []
+
+
 def test_budget_run_messages_name_the_file(study, capsys):
     """--budget-configs 1 on the study that swept 3: each budget run of a
     trial outside the best is named as a file, ``.json`` and all."""
@@ -1757,6 +1938,92 @@ def test_the_readme_redraws_each_committed_figure(readme_figures):
         committed - set(readme_figures))
 
 
+def readme_commands():
+    """The argv of each ``python examples/mnist/study.py`` command of
+    examples/mnist/README.md's code blocks, and of those it runs "the
+    same way" (the BatchNorm study's other batch sizes)."""
+    with open(README) as f:
+        lines = f.read().replace('\\\n', ' ').splitlines()
+    found = [shlex.split(line.split('study.py', 1)[1]) for line in lines
+             if line.startswith('    ')
+             and 'python examples/mnist/study.py' in line]
+    for argv in list(found):
+        if argv[:4] == ['--model', 'mlp-bn', '--batchsizes', '8192']:
+            found += [argv[:3] + [b] + argv[4:] for b in ('16384', '512')]
+    return found
+
+
+def drawn_from(args):
+    """What a figure is drawn from: the flags ``plot`` reads (the fair
+    experiment's figure, ``plot_fair``, draws every optimizer's)."""
+    names = ['out', 'model', 'fair', 'target', 'trials']
+    if args.fair is None:
+        names += ['optimizers', 'refine', 'seeds', 'budgets',
+                  'budget_batchsizes', 'budget_configs']
+    return tuple(repr(getattr(args, name)) for name in names) + (
+        repr(sorted(args.batchsizes)),)
+
+
+def test_the_readme_s_study_commands_run_nothing_on_the_committed_folders(
+        study, tmp_path, monkeypatch):
+    """The LAMB-against-Adam command lacked --budget-configs 0: on the
+    committed folder it began a budget sweep of 36 runs (and --check
+    failed after it); the BatchNorm runs of one batch size at a time
+    drew study-mlp-bn.png without the others. Run on a copy of the
+    committed folders, each command of the README runs no trainer,
+    changes no file, and draws a committed figure only from the flags
+    of that figure's --plot-only command."""
+    monkeypatch.setattr(study.results, 'run_process', no_run)
+    monkeypatch.setattr(study, 'n_training_images', lambda n: 60000 - n)
+    copy = tmp_path / 'study'
+    shutil.copytree(study.OUT, str(copy))
+    before = snapshot(copy)
+    here = tmp_path / 'here'  # the committed figures' folder
+    monkeypatch.setattr(study, 'HERE', str(here))
+    monkeypatch.setattr(study, 'OUT', str(copy))
+    # Nothing is written: each JSON is read once (the study reads its
+    # folder again before every run).
+    monkeypatch.setattr(study, 'read', functools.lru_cache(None)(
+        study.read))
+    drawn = {}
+
+    def record(args):
+        if args.plot:
+            drawn.setdefault(args.figure, set()).add(drawn_from(args))
+    monkeypatch.setattr(study, 'redraw', record)
+    monkeypatch.setattr(study, 'plot', record)
+
+    def mapped(argv):
+        return [str(copy) + a[len('examples/mnist/study'):]
+                if a.startswith('examples/mnist/study/')
+                else str(here / a[len('examples/mnist/'):])
+                if a.startswith('examples/mnist/') else a for a in argv]
+    tasks = ('--tables', '--check', '--reproduce')
+    commands = [argv for argv in readme_commands()
+                if not set(tasks) & set(argv)]
+    assert len(commands) == 12, commands
+    for argv in commands:
+        assert study.main(mapped(argv)) == 0, argv
+    assert snapshot(copy) == before
+    runs = dict(drawn)
+    drawn.clear()
+    with open(README) as f:
+        text = ' '.join(f.read().split())
+    for flags in re.findall(
+            r'`python examples/mnist/study\.py ([^`]*--plot-only[^`]*)`',
+            text):
+        assert study.main(mapped(shlex.split(flags))) == 0, flags
+    committed = {n for n in os.listdir(os.path.join(ROOT, 'examples',
+                                                    'mnist'))
+                 if n.startswith('study') and n.endswith('.png')}
+    for path, how in runs.items():
+        if os.path.dirname(path) == str(here) and (
+                os.path.basename(path) in committed):
+            assert how == drawn[path], path
+    assert {os.path.basename(p) for p in runs} >= committed - {
+        'study-mlp-bn.png'}
+
+
 def _legend(axes):
     legend = axes.get_legend()
     return {t.get_text(): h for t, h in zip(legend.get_texts(),
@@ -1792,17 +2059,22 @@ def test_a_cell_some_of_whose_seeds_reached_it_has_a_mark_of_its_own(
     marker = partly.get_marker()
     assert marker not in ('v', 'D', 'o', 's', 'x')
     lamb = matplotlib_color(study.STYLES['lamb']['color'])
+    # At LAMB's place beside 16384 (``DODGE``): twice its 8192's.
+    x = 2 * [line.get_xdata()[0] for line in left.get_lines()
+             if line.get_marker() == 's' and len(line.get_xdata()) == 1
+             and matplotlib_color(line.get_color()) == lamb][0]
+    assert 16384 < x < 16384 * 2 ** study.DODGE
     drawn = [line for line in left.get_lines()
              if line.get_marker() == marker]
     assert [(list(line.get_xdata()), list(line.get_ydata()),
              matplotlib_color(line.get_color())) for line in drawn] == [
-        ([16384], [47], lamb)]
+        ([x], [47], lamb)]
     # No triangle of "none reached it" at that cell.
     assert not [line for line in left.get_lines()
                 if line.get_marker() == 'v'
                 and matplotlib_color(line.get_color()) == lamb]
     labels = [(t.get_text(), t.xy) for t in left.texts]
-    assert ('1/3 seeds reached it', (16384, 47)) in labels
+    assert ('1/3 seeds reached it', (x, 47)) in labels
     # The other committed figures have no such cell: no such entry.
     for name in ('study.png', 'study-mlp-bn.png'):
         assert not [t for t in _legend(readme_figures[name][0].axes[0])
@@ -1831,16 +2103,90 @@ def test_the_budget_sweep_s_legend_says_what_each_panel_draws(
 
 
 @pytest.mark.parametrize('name, labels', [
-    ('study.png', ['5', '10', '20', '50', '100', '200', '500']),
-    ('study-mlp-bn.png', ['5', '10', '20', '50', '100', '200']),
-    ('study-adam-lamb.png', ['30', '40', '50', '60'])])
+    ('study.png', ['50', '60', '100', '200', '300', '400']),
+    ('study-mlp-bn.png', ['40', '50', '60', '100', '200', '300']),
+    ('study-adam-lamb.png', ['50', '60'])])
 def test_the_step_axis_is_labelled_where_a_reader_needs_it(
         readme_figures, name, labels):
     """study.png's log-scale step axis read 10 and 100 only; the axis of
-    less than a decade keeps matplotlib's labels."""
+    less than a decade keeps matplotlib's labels. (The axes reached down
+    to 5 steps, for the perfect-scaling line alone.)"""
     figure, _ = readme_figures[name]
     axis = figure.axes[0].yaxis
     assert sorted(tick_labels(figure, axis), key=float) == labels
+
+
+def _markers(figure, axes):
+    """``(series, x, y)`` in pixels of each marker drawn in the data of
+    ``axes``, the series its colour and marker (a point is drawn on its
+    line and again, filled or hollow, on its own)."""
+    figure.canvas.draw()
+    return [((matplotlib_color(line.get_color()), line.get_marker()), x, y)
+            for line in axes.get_lines()
+            if line.get_marker() not in (None, 'None', '')
+            and line.get_transform() is axes.transData
+            for x, y in line.get_transform().transform(line.get_xydata())]
+
+
+@pytest.mark.parametrize('name', ['study.png', 'study-mlp-bn.png',
+                                  'study-adam-lamb.png'])
+def test_the_perfect_scaling_line_stays_among_the_points(study,
+                                                         readme_figures,
+                                                         name):
+    """It ran on to the largest batch size, down to 5 steps in study.png,
+    stretching the log axis to 5-600 and squeezing the points into its
+    top third. It ends at the fewest steps drawn."""
+    figure, _ = readme_figures[name]
+    left = figure.axes[0]
+    scaling = [line for line in left.get_lines()
+               if line.get_label() == 'perfect scaling']
+    assert len(scaling) == 1
+    points = [y for line, _, y in _markers(figure, left)]
+    line = left.transData.transform(scaling[0].get_xydata())
+    assert min(y for _, y in line) >= min(points) - 0.5
+    # The points fill the axis, less the room for the top edge's marks.
+    low, high = left.bbox.y0, left.bbox.y1
+    assert (max(points) - min(points)) / (high - low) > 0.7
+
+
+@pytest.mark.parametrize('name', ['study.png', 'study-mlp-bn.png',
+                                  'study-adam-lamb.png'])
+def test_no_marker_hides_another(readme_figures, name):
+    """At 8192 and 16384 LARS's square, the defaults' cross and the
+    budget sweep's diamond were drawn at one x and a few steps apart: the
+    defaults could not be read. Each series has its place beside its
+    batch size (``DODGE``)."""
+    figure, _ = readme_figures[name]
+    for axes in figure.axes:
+        found = _markers(figure, axes)
+        for i, (series, x, y) in enumerate(found):
+            for other, u, v in found[i + 1:]:
+                if other != series:
+                    assert max(abs(x - u), abs(y - v)) > 6, (
+                        name, series, other, x, y)
+
+
+@pytest.mark.parametrize('name', ['study.png', 'study-mlp-bn.png'])
+def test_the_budget_labels_cross_no_line(readme_figures, name):
+    """'136, 4x' in study-mlp-bn.png was struck through by its dashed
+    line, and '126, 2x' in study.png touched it."""
+    from matplotlib.path import Path
+    figure, _ = readme_figures[name]
+    left = figure.axes[0]
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    labels = [t for t in left.texts if re.match(r'\d+, [\d.]+x$',
+                                                t.get_text())]
+    assert labels
+    for text in labels:
+        box = text.get_window_extent(renderer)
+        for line in left.get_lines():
+            points = line.get_transform().transform(line.get_xydata())
+            if line.get_linestyle() not in ('None', '') and len(points) > 1:
+                assert not Path(points).intersects_bbox(box, filled=False), (
+                    name, text.get_text(), line.get_label())
+        assert left.bbox.contains(box.x0, box.y0)
+        assert left.bbox.contains(box.x1, box.y1)
 
 
 @pytest.mark.parametrize('name', ['study-mlp-bn-fair-x1.png',

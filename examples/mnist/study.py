@@ -76,7 +76,6 @@ from examples.mnist import results  # NOQA: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, 'study')
 README = os.path.join(HERE, 'README.md')
-FIGURE = os.path.join(HERE, 'study.png')
 
 # lars runs with Nesterov momentum, so that the trust ratio is the only
 # difference from nesterov (examples/recipe.py).
@@ -684,20 +683,24 @@ def record_problem(record):
     return None
 
 
-def read(path):
-    """The result JSON ``path``; exits naming it where it cannot be read
-    or is not a result (``record_problem``): a file cut short, edited by
-    hand, or of something else."""
+#: What ``read`` advises for a JSON of the study's folder.
+RUN_AGAIN = 'remove it, and the study runs it again'
+
+
+def read(path, advice=RUN_AGAIN):
+    """The result JSON ``path``; exits naming it, with ``advice``, where
+    it cannot be read or is not a result (``record_problem``): a file cut
+    short, edited by hand, or of something else."""
     try:
         with open(path) as f:
             record = json.load(f)
     except (OSError, ValueError) as e:
-        raise SystemExit('{}: cannot be read as JSON ({}); remove it, and '
-                         'the study runs it again'.format(path, e))
+        raise SystemExit('{}: cannot be read as JSON ({}); {}'.format(
+            path, e, advice))
     problem = record_problem(record)
     if problem is not None:
-        raise SystemExit('{}: not a result of the study: {}; remove it, '
-                         'and the study runs it again'.format(path, problem))
+        raise SystemExit('{}: not a result of the study: {}; {}'.format(
+            path, problem, advice))
     return record
 
 
@@ -1059,6 +1062,8 @@ def redraw(args):
         try:
             plot(args)
         except Exception as e:  # the figure must not stop the study
+            import matplotlib.pyplot as plt
+            plt.close('all')  # else each failure leaves its figure open
             print('  the figure failed: {!r}'.format(e), flush=True)
 
 
@@ -1728,7 +1733,9 @@ def section(path, args):
 
 def reproduce(args):
     """Reruns the command of ``args.reproduce``; 0 when the numbers match."""
-    record = read(args.reproduce)
+    # The user's file, not one of a folder the study fills.
+    record = read(args.reproduce, '--reproduce takes a JSON that the study '
+                  'wrote, such as examples/mnist/study/lars-b512-t0.json')
     cmd = shlex.split(record['command'])
     n_train = n_training_images(record['validation'])
     # Kept where the trainer fails: its output, named in the message.
@@ -1813,6 +1820,9 @@ STYLES = {'nesterov': {'color': 'tab:blue', 'marker': 'o'},
           'lars': {'color': 'tab:green', 'marker': 's'},
           'adam': {'color': 'tab:orange', 'marker': 'o'},
           'lamb': {'color': 'tab:purple', 'marker': 's'}}
+# How far apart (in doublings of the batch size) the figure draws the
+# series of one batch size: the optimizers, the defaults, the sweep.
+DODGE = 0.15
 # The marker of the steps of each seed of a cell that reached the target
 # where some did not: their mean is not the cell's.
 PARTLY = '*'
@@ -1874,6 +1884,8 @@ def budget_points(search, budgets, args):
             continue
         swept = ranked(search.get((batchsize, optimizer), []))[
             :args.budget_configs]
+        if not swept:  # --budget-configs 0 on a folder swept before
+            continue
         runs = swept + [r for r in records
                         if r['trial'] in {t['trial'] for t in swept}]
         reached = [r for r in runs if r['steps_to_target'] is not None]
@@ -1906,6 +1918,11 @@ def defaults_points(out, batchsizes, seeds):
     return found, means
 
 
+def _mean_of(n, what):
+    """'mean of 3 seeded reruns', or 'one seeded rerun'."""
+    return 'one ' + what if n == 1 else 'mean of {} {}s'.format(n, what)
+
+
 def plot(args):
     """Steps to the target and best validation accuracy against batch size.
 
@@ -1914,9 +1931,12 @@ def plot(args):
     best trial so far, labelled with the trials done), a star each seed
     that reached the target in a cell where some did not. The dotted line
     is perfect scaling: the steps halve as the batch doubles, from the
-    fewest steps at the smallest batch size drawn. The fair experiment has
-    its own figure (``plot_fair``). Returns the figure (closed), which the
-    tests read.
+    fewest steps at the smallest batch size drawn down to the fewest steps
+    drawn. The series of a batch size are drawn side by side around it
+    (``DODGE``), the budget sweep's labels where they cross no line
+    (``place_labels``), the legend below the panels. The fair experiment
+    has its own figure (``plot_fair``). Returns the figure (closed), which
+    the tests read.
     """
     if args.fair is not None:
         return plot_fair(args)
@@ -1929,8 +1949,23 @@ def plot(args):
     args = argparse.Namespace(**dict(vars(args),
                                      batchsizes=sorted(args.batchsizes)))
     search, reruns = load(args.out)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
-    anchors = []
+    swept = budget_points(search, load_budgets(args.out), args)
+    runs, seeded = defaults_points(args.out, args.batchsizes,
+                                   len(args.seeds))
+    # Each series side by side around its batch size, DODGE apart (in
+    # doublings of the batch), so that points of equal steps all show:
+    # the defaults, the optimizers, the budget sweep of each optimizer
+    # (LARS's three, within a few steps of each other, a slot apart).
+    slots = ([DEFAULTS] if runs else []) + [
+        o for o in args.optimizers
+        if any(search.get((b, o)) for b in args.batchsizes)] + [
+        ('budget', o) for o in args.optimizers if swept.get(o)]
+
+    def at(slot, batchsize):
+        shift = slots.index(slot) - (len(slots) - 1) / 2
+        return batchsize * 2 ** (shift * DODGE)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 5.2))
+    anchors, labels = [], []
     under_way = partly = False
     for row, optimizer in enumerate(args.optimizers):
         style = STYLES.get(optimizer, {})
@@ -1939,10 +1974,10 @@ def plot(args):
         for batchsize in args.batchsizes:
             records = search.get((batchsize, optimizer))
             if records:
-                points.append((batchsize,) + cell_summary(
+                points.append((at(optimizer, batchsize),) + cell_summary(
                     records, reruns.get((batchsize, optimizer), []),
                     trials_of(batchsize, args.trials, args.refine),
-                    len(args.seeds)))
+                    len(args.seeds)) + (batchsize,))
                 under_way = under_way or not points[-1][3]
         label = LABELS.get(optimizer, optimizer)
         for ax, index in ((left, 1), (right, 2)):
@@ -1972,55 +2007,59 @@ def plot(args):
                 left.plot([p[0]], [0.97 - 0.04 * row], linestyle='none',
                           marker='v', color=color, markerfacecolor='white',
                           transform=left.get_xaxis_transform())
-            else:
-                anchors.append((p[0], p[1]))
-    swept = budget_points(search, load_budgets(args.out), args)
+            else:  # the batch size, the steps, the x drawn
+                anchors.append((p[-1], p[1], p[0]))
     for row, optimizer in enumerate(args.optimizers):
-        drawn = swept.get(optimizer)
+        drawn = [(at(('budget', optimizer), b), p)
+                 for b, p in swept.get(optimizer, [])]
         if not drawn:
             continue
         color = STYLES.get(optimizer, {}).get('color')
         for ax, index in ((left, 1), (right, 2)):
-            line = [(b, p[index]) for b, p in drawn if p[index] is not None]
-            ax.plot([b for b, _ in line], [v for _, v in line], color=color,
+            line = [(x, p[index]) for x, p in drawn if p[index] is not None]
+            ax.plot([x for x, _ in line], [v for _, v in line], color=color,
                     marker='D', markerfacecolor='white', linestyle='--')
-            for b, p in drawn:
-                if index == 1 and p[1] is not None:
-                    left.annotate('{}, {:g}x'.format(p[1], p[3]),
-                                  xy=(b, p[1]), xytext=(6, -10),
-                                  textcoords='offset points', fontsize=7,
-                                  color=color)
-        for b, p in drawn:
-            if p[1] is None:  # beside the triangle of the search
-                left.plot([b * 1.18], [0.97 - 0.04 * row], linestyle='none',
+        # Placed once the panels are laid out (``place_labels``).
+        labels += [('{}, {:g}x'.format(p[1], p[3]), (x, p[1]), color)
+                   for x, p in drawn if p[1] is not None]
+        for x, p in drawn:
+            if p[1] is None:  # under the top edge, as the search's
+                left.plot([x], [0.97 - 0.04 * row], linestyle='none',
                           marker='D', color=color, markerfacecolor='white',
                           transform=left.get_xaxis_transform())
-    runs, seeded = defaults_points(args.out, args.batchsizes,
-                                   len(args.seeds))
     for ax, index in ((left, 1), (right, 2)):
-        drawn = [(p[0], p[index]) for p in runs if p[index] is not None]
+        drawn = [(at(DEFAULTS, p[0]), p[index]) for p in runs
+                 if p[index] is not None]
         if drawn:
             # Under the optimizers' lines, which it may cross.
             ax.plot([b for b, _ in drawn], [v for _, v in drawn],
                     color='gray', marker='x', linestyle='--', zorder=1.5,
                     label="LARS, the trainer's defaults ({})".format(
-                        'mean of {} seeds'.format(len(args.seeds))
+                        _mean_of(len(args.seeds), 'seed')
                         if seeded == len(runs) else 'one run each'
-                        if not seeded else 'mean of {} seeds, seed 0 where '
-                        'not yet run'.format(len(args.seeds))))
+                        if not seeded else '{}, seed 0 where not yet '
+                        'run'.format(_mean_of(len(args.seeds), 'seed'))))
     for b, steps, _ in runs:
         if steps is None:
-            left.plot([b], [0.97 - 0.04 * len(args.optimizers)],
+            left.plot([at(DEFAULTS, b)],
+                      [0.97 - 0.04 * len(args.optimizers)],
                       linestyle='none', marker='v', color='gray',
                       markerfacecolor='white',
                       transform=left.get_xaxis_transform())
     if anchors:
-        smallest = min(b for b, _ in anchors)
-        steps = min(v for b, v in anchors if b == smallest)
-        sizes = numpy.array([b for b in args.batchsizes if b >= smallest],
-                            dtype=float)
-        left.plot(sizes, steps * smallest / sizes, color='gray',
-                  linestyle=':', label='perfect scaling')
+        # From the point of the fewest steps at the smallest batch size,
+        # shifted as it is drawn.
+        smallest, steps, x = min(anchors)
+        # Down to the fewest steps drawn, no further: below them the line
+        # alone stretched the log axis (to 5 steps in study.png).
+        low = min(v for line in left.get_lines()
+                  if line.get_transform() is left.transData
+                  for v in line.get_ydata())
+        end = min(max(args.batchsizes), smallest * steps / low)
+        sizes = numpy.array([b for b in args.batchsizes
+                             if smallest <= b < end] + [end], dtype=float)
+        left.plot(sizes * x / smallest, steps * smallest / sizes,
+                  color='gray', linestyle=':', label='perfect scaling')
     else:  # no cell has reached the target yet
         left.set_ylim(1, 1000)
     left.set_yscale('log')
@@ -2066,23 +2105,76 @@ def plot(args):
     handles.append(matplotlib.lines.Line2D(
         [], [], linestyle='none', marker='v', color='gray',
         markerfacecolor='white', label='none reached it (top edge)'))
-    left.legend(handles=handles, fontsize=8, loc='lower left')
+    # Below both panels: inside, it covered the points of the lower left.
+    legend = left.legend(handles=handles, fontsize=8, ncol=3,
+                         loc='lower center', bbox_to_anchor=(0.5, 0.01),
+                         bbox_transform=figure.transFigure)
+    legend.set_in_layout(False)
     refined = [b for b in args.batchsizes if b in args.refine]
-    figure.suptitle('MNIST MLP{}, each cell tuned by {} trials{} on 10,000 '
-                    'held-out images; {}: mean of {} seeded reruns of '
-                    'the best{}'.format(
+    figure.suptitle('MNIST MLP{}, each cell tuned by {} trial{}{} on 10,000 '
+                    'held-out images; {}: {} of the best{}'.format(
                         ' with BatchNorm' if args.model == 'mlp-bn' else '',
-                        args.trials, ' ({} at {})'.format(
+                        args.trials, '' if args.trials == 1 else 's',
+                        ' ({} at {})'.format(
                             2 * args.trials, ' and '.join(
                                 str(b) for b in refined)) if refined else '',
                         'filled' if under_way else 'each point',
-                        len(args.seeds),
+                        _mean_of(len(args.seeds), 'seeded rerun'),
                         ', hollow: search under way' if under_way else ''),
                     fontsize=9)
-    figure.tight_layout()
-    figure.savefig(args.figure)
+    # The panels above the legend.
+    height = legend.get_window_extent(figure.canvas.get_renderer()).height
+    figure.tight_layout(rect=(0, height / figure.bbox.height + 0.01, 1, 1))
+    place_labels(figure, left, labels)
+    save(figure, args.figure)
     plt.close(figure)
     return figure
+
+
+#: Where ``place_labels`` tries a label, in this order, around its point
+#: (offset in points, horizontal and vertical alignment).
+LABEL_PLACES = [((0, 7), 'center', 'bottom'), ((7, 0), 'left', 'center'),
+                ((0, -7), 'center', 'top'), ((-7, 0), 'right', 'center'),
+                ((6, 5), 'left', 'bottom'), ((6, -5), 'left', 'top')]
+
+
+def place_labels(figure, ax, labels):
+    """Annotates ``ax`` with each ``(text, xy, color)`` of ``labels`` at
+    the first of ``LABEL_PLACES`` where the text crosses no line, marker
+    or label drawn and stays inside the axes (else at the first): the
+    budget sweep's labels were struck through by its dashed lines."""
+    from matplotlib.path import Path
+    from matplotlib.transforms import Bbox
+    renderer = figure.canvas.get_renderer()
+    lines, boxes = [], []
+    for line in ax.get_lines():
+        points = line.get_transform().transform(line.get_xydata())
+        if line.get_linestyle() not in ('None', '') and len(points) > 1:
+            lines.append(Path(points))
+        if line.get_marker() not in (None, 'None', ''):
+            size = line.get_markersize() * figure.dpi / 72 / 2
+            boxes += [Bbox([p - size, p + size]) for p in points]
+    boxes += [t.get_window_extent(renderer) for t in ax.texts]
+    for text, xy, color in labels:
+        for k, (offset, ha, va) in enumerate(LABEL_PLACES):
+            label = ax.annotate(text, xy=xy, xytext=offset, ha=ha, va=va,
+                                textcoords='offset points', fontsize=7,
+                                color=color)
+            box = label.get_window_extent(renderer).padded(1)
+            if (ax.bbox.contains(box.x0, box.y0)
+                    and ax.bbox.contains(box.x1, box.y1)
+                    and not any(path.intersects_bbox(box, filled=False)
+                                for path in lines)
+                    and not any(box.overlaps(b) for b in boxes)):
+                break
+            label.remove()
+        else:  # nowhere clear: the first place
+            label = ax.annotate(text, xy=xy, xytext=LABEL_PLACES[0][0],
+                                ha=LABEL_PLACES[0][1],
+                                va=LABEL_PLACES[0][2],
+                                textcoords='offset points', fontsize=7,
+                                color=color)
+        boxes.append(label.get_window_extent(renderer))
 
 
 def plot_fair(args):
@@ -2185,9 +2277,60 @@ def plot_fair(args):
                 ', '.join(str(b) for b in args.batchsizes),
                 ', '.join(str(e) for e in epochs), args.fair), fontsize=9)
     figure.tight_layout()
-    figure.savefig(args.figure)
+    save(figure, args.figure)
     plt.close(figure)
     return figure
+
+
+def figure_name(args):
+    """The default figure's name: ``study.png``, ``study-<model>.png``
+    for another ``--model``, with ``-pretuned`` or ``-fair-x<BUDGET>``
+    before ``.png``."""
+    return 'study{}{}{}.png'.format(
+        '' if args.model == MODELS[0] else '-' + args.model,
+        '-' + PRETUNED if args.pretuned else '',
+        '' if args.fair is None else '-{}-x{:g}'.format(FAIR, args.fair))
+
+
+def save(figure, path):
+    """Writes the figure whole or not at all (as ``write`` the JSONs),
+    its folder made where missing (``figure_problem`` checked it), and
+    says where."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    try:
+        # The format from the name, not from that of the partial file.
+        figure.savefig(path + '.tmp', format=os.path.splitext(path)[1][1:])
+        os.replace(path + '.tmp', path)
+    finally:
+        if os.path.exists(path + '.tmp'):
+            os.remove(path + '.tmp')
+    print('  the figure: {}'.format(path), flush=True)
+
+
+def figure_problem(path):
+    """Why the figure cannot be written at ``path``, or None: a folder,
+    a name matplotlib takes no format from, a folder that cannot be made
+    or written in."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    if os.path.isdir(path):
+        return 'a folder, not a file'
+    kind = os.path.splitext(path)[1][1:]
+    if kind.lower() not in FigureCanvasBase.get_supported_filetypes():
+        return '{}: end its name in .png, .pdf, .svg or another format ' \
+            'matplotlib writes'.format(
+                'no format .' + kind if kind else 'no format in its name')
+    folder = os.path.dirname(os.path.abspath(path))
+    problem = folders.folder_problem(folder, create=True)
+    return None if problem is None else '{}: {}'.format(folder, problem)
+
+
+def _seed(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            'a rerun\'s seed is 1 or more (seed 0 is the search trial\'s '
+            'own: its rerun would repeat the trial)')
+    return value
 
 
 def _budget(text):
@@ -2218,28 +2361,32 @@ def main(argv=None):
     parser.add_argument('--trials', type=results._integer(1),
                         default=TRIALS, help='Trials per cell and round '
                         '(default: %(default)s)')
+    # --refine and the budget sweep's flags: None where not given, which
+    # --fair, with its own rounds and no sweep, refuses.
     parser.add_argument('--refine', action=results.ListFlag,
-                        type=results._integer(0), default=REFINED,
+                        type=results._integer(0),
                         help='Batch sizes with a second round, its rates '
                         'around the best of the first; 0 for none (default: '
-                        '%(default)s)')
+                        '{}; every batch size with --fair)'.format(REFINED))
     parser.add_argument('--seeds', action=results.ListFlag,
-                        type=results._integer(0), default=SEEDS,
-                        help='Seeds of the reruns (default: %(default)s)')
+                        type=_seed, default=SEEDS,
+                        help='Seeds of the reruns, 1 or more (seed 0 is the '
+                        'search\'s) (default: %(default)s)')
     parser.add_argument('--budgets', action=results.ListFlag,
-                        type=_budget, default=BUDGETS,
+                        type=_budget,
                         help='The budget sweep: multiples of the epoch '
                         'budget to run the best trials at, beside 1x (the '
                         'trials themselves), each a whole number of epochs '
-                        'at every batch size swept (default: %(default)s)')
+                        'at every batch size swept (default: {})'.format(
+                            BUDGETS))
     parser.add_argument('--budget-batchsizes', action=results.ListFlag,
-                        type=results._integer(1), default=BUDGET_BATCHSIZES,
+                        type=results._integer(1),
                         help='The batch sizes of the budget sweep (default: '
-                        '%(default)s)')
+                        '{})'.format(BUDGET_BATCHSIZES))
     parser.add_argument('--budget-configs', type=results._integer(0),
-                        default=BUDGET_CONFIGS,
                         help='How many of the best trials of a cell the '
-                        'budget sweep runs (default: %(default)s)')
+                        'budget sweep runs; 0 for no sweep (default: {}; '
+                        '0 with --fair)'.format(BUDGET_CONFIGS))
     parser.add_argument('--pretune', action='store_true',
                         help='Run only the pre-tuning: for each optimizer, '
                         'a pilot of {} rates around its rule finds its '
@@ -2270,7 +2417,7 @@ def main(argv=None):
                                          FAIR_SPAN, 100 * FAIR_WARMUP_CAP,
                                          FAIR_MOMENTUM))
     parser.add_argument('--more-seeds', action=results.ListFlag,
-                        type=results._integer(0), default=MORE_SEEDS,
+                        type=_seed, default=MORE_SEEDS,
                         help='--fair: the seeds of more reruns where the '
                         'arms\' ranges of steps overlap (default: '
                         '%(default)s)')
@@ -2303,8 +2450,12 @@ def main(argv=None):
     parser.add_argument('--runs', default='result_study',
                         help='Folder of the runs (default: %(default)s)')
     parser.add_argument('--figure',
-                        help='The figure (default: examples/mnist/'
-                        'study.png, or study-<model>.png)')
+                        help='The figure, drawn after each run and by '
+                        '--plot-only (default: study.png, study-<model>.png '
+                        'for another --model, with -pretuned or '
+                        '-fair-x<BUDGET> before .png for --pretuned or '
+                        '--fair; in examples/mnist/ for the default --out, '
+                        'else in --out)')
     parser.add_argument('--noplot', dest='plot', action='store_false',
                         help='Do not redraw the figure after each trial')
     parser.add_argument('--check', nargs='*', metavar='FILE',
@@ -2313,7 +2464,9 @@ def main(argv=None):
                         'JSONs in --out; exit 1 where one does not')
     parser.add_argument('--reproduce', metavar='FILE',
                         help='Rerun the trial of a JSON in a temporary '
-                        'folder; print same, or what differs (exit 1)')
+                        'folder; print what changed, then same, within '
+                        'tolerance (what another CPU is expected to '
+                        'change) or differs (exit 1)')
     parser.add_argument('--tables', action='store_true',
                         help='Run nothing: print the Markdown tables of the '
                         'JSONs in --out, as --check expects them')
@@ -2343,23 +2496,48 @@ def main(argv=None):
             parser.error("--{} '': {}".format(name.replace('_', '-'),
                                               folders.folder_problem(
                                                   '', create=False)))
+    task = ('--check' if args.check is not None else '--tables'
+            if args.tables else '--plot-only' if args.plot_only else None)
+    # A run writes into --out and --runs: each checked before anything
+    # runs (a file named --out failed in write() after a whole trial).
+    running = task is None and args.reproduce is None
+    # The committed figures are of the committed folders: the figure of
+    # another --out goes into it, not over them.
+    default_out = args.out is None or os.path.abspath(
+        args.out) == os.path.abspath(model_out(args.model))
     if args.out is None:
         args.out = model_out(args.model)
     given_out = args.out
+    for flag, path in ((('--out', args.out), ('--runs', args.runs))
+                       if running else ()):
+        problem = folders.folder_problem(path, create=True)
+        if problem is not None:
+            parser.error('{} {}: {}'.format(flag, path, problem))
     if args.figure is None:
-        args.figure = (FIGURE if args.model == MODELS[0] else os.path.join(
-            HERE, 'study-{}.png'.format(args.model)))
-        if args.pretuned:
-            args.figure = args.figure[:-len('.png')] + '-pretuned.png'
-        if args.fair is not None:
-            args.figure = args.figure[:-len('.png')] + '-{}-x{:g}.png'.format(
-                FAIR, args.fair)
+        args.figure = os.path.join(HERE if default_out else given_out,
+                                   figure_name(args))
+    for name in ('seeds', 'more_seeds'):
+        if not getattr(args, name):  # '--seeds ,'
+            parser.error('--{}: no seed given'.format(name.replace('_', '-')))
+    sweep = [name for name in ('refine', 'budgets', 'budget_batchsizes',
+                               'budget_configs')
+             if getattr(args, name) is not None]
+    for name, value in (('refine', REFINED), ('budgets', BUDGETS),
+                        ('budget_batchsizes', BUDGET_BATCHSIZES),
+                        ('budget_configs', BUDGET_CONFIGS)):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.fair is not None:
         if args.pretune or args.pretuned:
             parser.error('--fair has a pilot of its own: give it without '
                          '--pretune and --pretuned')
+        if sweep:
+            # Set below whatever was given: say so rather than ignore it.
+            parser.error('--fair searches two rounds at every batch size '
+                         'and runs no budget sweep: give it without {}'
+                         .format(' and '.join(
+                             '--' + n.replace('_', '-') for n in sweep)))
         args.out = os.path.join(args.out, '{}-x{:g}'.format(FAIR, args.fair))
-        # Two rounds at every batch size, no budget sweep.
         args.refine = list(args.batchsizes)
         args.budget_configs = 0
     for name in args.optimizers:
@@ -2377,11 +2555,18 @@ def main(argv=None):
     if not 0 < args.target <= 1:
         parser.error('--target must be in (0, 1], got {}'.format(
             args.target))
+    # --fair's and --pretuned's folder inside --out.
+    problem = running and folders.folder_problem(args.out, create=True)
+    if problem:
+        parser.error('--out {} ({}): {}'.format(given_out, args.out,
+                                                problem))
+    problem = (args.plot_only or running and args.plot) and figure_problem(
+        args.figure)
+    if problem:
+        parser.error('--figure {}: {}'.format(args.figure, problem))
     if args.dataset_root is not None:
         import chainer
         chainer.dataset.set_dataset_root(args.dataset_root)
-    task = ('--check' if args.check is not None else '--tables'
-            if args.tables else '--plot-only' if args.plot_only else None)
     problem = task and no_study(args.out)
     if problem:
         # Else the tables came out empty (--check: a diff), with status 0,
