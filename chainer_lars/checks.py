@@ -161,9 +161,11 @@ def addressed(path, weight, grad, states=(), written=('weight',),
 
 
 def direct(dtype, arrays):
-    """Whether ``arrays`` go as they are: ``dtype``, native, C, aligned."""
+    """Whether ``arrays`` go as they are: ``dtype``, native, C, aligned, no
+    ``ndarray`` subclass (the CPU's stamps read plain ones only)."""
     return all(a.dtype == dtype and a.dtype.isnative and a.flags.c_contiguous
-               and getattr(a.flags, 'aligned', True) for a in arrays)
+               and getattr(a.flags, 'aligned', True)
+               and numpy.ndarray not in type(a).__mro__[1:] for a in arrays)
 
 
 class CheckedAttribute(object):

@@ -277,13 +277,8 @@ class CpuExecutor(object):
         else:
             table.obs[...] = numpy.nan
 
-    @staticmethod
-    def observe(table):
-        return table.obs[:, :3]
-
-    @staticmethod
-    def rounded(table):
-        return table.obs[:, 3]
+    observe = staticmethod(lambda table: table.obs[:, :3])
+    rounded = staticmethod(lambda table: table.obs[:, 3])
 
 
 executor = CpuExecutor()

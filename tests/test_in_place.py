@@ -19,7 +19,7 @@ _CASE = '''
 import gc, weakref
 from tests import lars_reference as ref
 
-FACE, MT, DEVICE = {face!r}, {mt!r}, {device!r}
+FACE, MT, DEVICE, SUB = {face!r}, {mt!r}, {device!r}, {sub!r}
 rng = np.random.RandomState(0)
 m = chainer.Link()
 with m.init_scope():
@@ -43,6 +43,22 @@ def fill(seed):
     r = np.random.RandomState(seed)
     for p in params:
         p.grad = p.device.send(r.standard_normal(p.shape).astype(p.dtype))
+
+class Sub(np.ndarray):
+    pass
+
+def owned(a):  # a subclass that owns its buffer, as np.memmap's do
+    b = Sub(a.shape, a.dtype)
+    b[...] = a
+    return b
+
+if SUB:  # weights and momentum buffers of an ndarray subclass
+    for p in params:
+        p.array = owned(p.array)
+    fill(0)
+    o.update()
+    for p in params:
+        p.update_rule.state['v'] = owned(p.update_rule.state['v'])
 
 def expected():
     """The float64 reference of the next update, from the arrays now."""
@@ -99,13 +115,20 @@ MUTATIONS = {
 }
 
 
+# A subclass (np.memmap, np.matrix, a user's) is not stamped: the tables
+# must not take its address, or a change in place went unseen.
+SUBCLASS = pytest.mark.parametrize('sub', [False, True],
+                                   ids=['ndarray', 'subclass'])
+
+
+@SUBCLASS
 @pytest.mark.parametrize('face, mt', FACES)
 @pytest.mark.parametrize('mutation', sorted(MUTATIONS))
 def test_an_array_changed_in_place_gives_the_reference_step(face, mt,
-                                                            mutation):
+                                                            mutation, sub):
     reuse = 'same gradient objects' in mutation
-    out = lines(_CASE.format(face=face, mt=mt, device='cpu') + textwrap.dedent(
-        MUTATIONS[mutation]) + (
+    out = lines(_CASE.format(face=face, mt=mt, device='cpu', sub=sub)
+                + textwrap.dedent(MUTATIONS[mutation]) + (
         'check(mutate, reuse_grads={})\n'.format(reuse)))
     assert out[:2] == ['OK', 'CHANGED'], out
     assert float(out[2].split()[1]) < 1e-5, out
@@ -131,13 +154,14 @@ REFUSED = {
 }
 
 
+@SUBCLASS
 @pytest.mark.parametrize('face, mt', FACES)
 @pytest.mark.parametrize('mutation', sorted(REFUSED))
 def test_an_array_changed_in_place_is_refused_before_anything_moves(
-        face, mt, mutation):
+        face, mt, mutation, sub):
     code, error, words = REFUSED[mutation]
     reuse = 'same objects' in mutation
-    out = lines(_CASE.format(face=face, mt=mt, device='cpu')
+    out = lines(_CASE.format(face=face, mt=mt, device='cpu', sub=sub)
                 + textwrap.dedent(code) + (
         'check(mutate, reuse_grads={})\n'.format(reuse)))
     if 'gradient' in mutation and face == 'lars':
@@ -168,7 +192,7 @@ DEVICES = ['cpu', pytest.param('emulated', marks=pytest.mark.emulated)]
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('face, mt', FACES)
 def test_no_gradient_is_kept_after_the_update(face, mt, device):
-    out = lines(_CASE.format(face=face, mt=mt, device=device)
+    out = lines(_CASE.format(face=face, mt=mt, device=device, sub=False)
                 + textwrap.dedent('''
         fill(1)
         o.update()
@@ -216,7 +240,7 @@ def test_a_skipped_update_is_not_observed(face, device):
     observe() reports nothing for it (not the hook's ratio 0 and infinite
     norm, nor LARS's last real update), so TrustRatioObserver logs no
     made-up ratio."""
-    out = lines(_CASE.format(face=face, mt=True, device=device)
+    out = lines(_CASE.format(face=face, mt=True, device=device, sub=False)
                 + textwrap.dedent('''
         observer = o if FACE == 'lars' else HOOK
         o.loss_scaling(interval=1000)
