@@ -226,18 +226,21 @@ def _batchable(param, rule, cls):
 
 
 def _check_unbatched(param):
-    """The per-rule path's checks, before the batched groups move."""
+    """The per-rule path's checks, before the batched groups move (a
+    float16 weight's: of the master its rule steps, once it has one)."""
     rule, w, g = param.update_rule, param.array, param.grad
+    copy = master(param, rule) if isinstance(rule, FusedRule) else None
     if (isinstance(rule, FusedRule) and rule.enabled and w is not None
-            and g is not None and not (
-                rule._use_fp32_update and w.dtype == numpy.float16)):
+            and g is not None and (copy is not None or not (
+                rule._use_fp32_update and w.dtype == numpy.float16))):
         names = L.STATE_NAMES[rule.OP]
-        written = ('weight',) + names + (  # the rule divides g by the scale
-            ('gradient',) if param._loss_scale is not None else ())
-        checks.addressed(rule._path or param.name, w, g,
-                         tuple(map(rule.state.__getitem__, rule.STATES))
-                         if rule.state else (), written,
-                         param.device.xp is not numpy, names=names)
+        written = ('weight',) + names + (('gradient',) if copy is None and (
+            param._loss_scale is not None) else ())  # (the rule divides g)
+        checks.addressed(
+            rule._path or param.name, w if copy is None else copy, g,
+            tuple(map(rule.state.__getitem__, rule.STATES)) if rule.state
+            else (), written, param.device.xp is not numpy, names=names,
+            gdtype=None if copy is None else g.dtype)
 
 
 def _depends(states, mixed16, reassigned, params):

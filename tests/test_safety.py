@@ -465,3 +465,48 @@ def test_a_misaligned_array_is_updated_as_its_aligned_copy(
         mt=multi_tensor), hook=face == 'hook', mt=multi_tensor, where=where))
     assert 'True' not in out[0] and 'False' in out[0]  # all misaligned
     assert out[1] == 'True True'
+
+
+@pytest.mark.parametrize('face', ['lars', 'lamb'])
+@pytest.mark.parametrize('state', ['read-only', 'strided'])
+def test_a_mixed16_row_off_the_batched_path_is_checked_before_any_moves(
+        face, state):
+    """A master's state that the batched pass cannot take (here /a's) sends
+    that row to its rule: a read-only one is refused before /b steps, as
+    Chainer's loop refuses it before any rule runs; a strided one steps as
+    the batched pass would."""
+    out = lines('''
+        def run(odd):
+            m = chainer.Link()
+            with m.init_scope():
+                m.a = chainer.Parameter(np.linspace(-1, 1, 4, dtype='e'))
+                m.b = chainer.Parameter(np.linspace(1, 2, 4, dtype='e'))
+            o = ({face!r} == 'lars' and chainer_lars.LARS(lr=0.1)
+                 or chainer_lars.LAMB(alpha=0.01))
+            o.setup(m); o.use_fp32_update()
+            for g in (.5, .25):
+                for p in (m.a, m.b):
+                    p.grad = np.full(4, g, np.float16)
+                o.update()
+            state = m.a.update_rule.state
+            for k in list(state) if odd else ():
+                if {state!r} == 'read-only':
+                    state[k] = np.broadcast_to(state[k][:1], (4,))
+                else:
+                    b = np.zeros(8, np.float32); b[::2] = state[k]
+                    state[k] = b[::2]
+            for p in (m.a, m.b):
+                p.grad = np.full(4, .5, np.float16)
+            outcome(o.update, m.a.array, m.b.array,
+                    m.b.update_rule._fp32_param.array)
+            return [p.array.tolist() for p in (m.a, m.b)]
+
+        print(run(True) == run(False))
+    '''.format(face=face, state=state))
+    if state == 'read-only':
+        assert out[0].startswith('ERROR ValueError /a: the '), out
+        assert out[0].endswith('is read-only (output array is read-only)')
+        assert out[1] == 'UNCHANGED', out
+    else:
+        assert out[:2] == ['OK', 'CHANGED'], out
+        assert out[4] == 'True', out
