@@ -1044,3 +1044,25 @@ def test_a_model_moved_between_updates_takes_its_states_along(gpu, face):
         runs.append(_host(model))
     for path, expected in runs[1].items():
         numpy.testing.assert_array_equal(runs[0][path], expected, path)
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('face, state', [('LARS', 'momentum buffer'),
+                                         ('LAMB', 'first moment')])
+def test_a_weight_of_another_dtype_than_its_states_is_refused(
+        gpu, face, state, multi_tensor):
+    # The kernels read a row's arrays in one dtype: a float64 weight beside
+    # float32 states would be read past their end. Refused, naming both,
+    # before anything moves (NumPy computes it: the CPU path does).
+    model = gpu.send(Params([5, 7], numpy.float32))
+    opt = getattr(chainer_lars, face)(multi_tensor=multi_tensor)
+    opt.setup(model)
+    opt.update()
+    model.l0.W.array = model.l0.W.array.astype(numpy.float64)
+    model.refill_grads(2)
+    before = _host(model)
+    with pytest.raises(TypeError, match='^/l0/W: the {} is float32 but the '
+                       'weight float64$'.format(state)):
+        opt.update()
+    after = _host(model)
+    assert all((after[path] == before[path]).all() for path in before)

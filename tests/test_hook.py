@@ -12,6 +12,7 @@ import numpy
 import pytest
 
 import chainer
+from chainer import functions as F
 from chainer import optimizer_hooks
 from chainer import optimizers
 from chainer import testing
@@ -1320,3 +1321,32 @@ class _DoubledGradient(object):
 
     def __call__(self, rule, param):
         param.grad = param.grad * 2
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_tied_parameters_under_loss_scaling_step_as_unscaled(multi_tensor):
+    """Tied parameters (views of one array) are rescaled one at a time, as
+    Chainer steps them; under a loss scale each is unscaled first: the
+    weights and observe() are those of the run without it, bit for bit."""
+    def run(scale):
+        base = numpy.linspace(-1, 1, 12).astype(numpy.float32)
+        link = chainer.Link()
+        with link.init_scope():
+            link.p = chainer.Parameter(base[:6])
+            link.q = chainer.Parameter(base[6:])
+        assert link.p.array.base is base  # tied: one buffer
+        opt = optimizers.MomentumSGD(lr=0.1).setup(link)
+        if scale is not None:
+            opt.loss_scaling(scale=scale)
+        hook = chainer_lars.GradientLARS(weight_decay=1e-2,
+                                         multi_tensor=multi_tensor)
+        opt.add_hook(hook)
+        x = numpy.random.RandomState(0).uniform(-1, 1, (2, 6)).astype(
+            numpy.float32)
+        for _ in range(3):
+            opt.update(lambda: F.sum(link.p * x[0]) + F.sum(link.q * x[1]))
+        return base, hook.observe()
+    base, seen = run(None)
+    scaled, scaled_seen = run(8.0)
+    numpy.testing.assert_array_equal(scaled, base)
+    assert scaled_seen == seen and sorted(seen) == ['/p', '/q']

@@ -697,3 +697,30 @@ def test_snapshot_holds_t_moments_and_loss_scale():
     keys = set(numpy.load(buf).keys())
     assert {'t', 'conv1/W/t', 'conv1/W/m', 'conv1/W/v', 'loss_scale',
             'loss_scaling_is_dynamic'} <= keys, keys
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_skipped_update_is_not_counted_in_the_bias_corrections(
+        multi_tensor):
+    # The optimizer's t counts the skipped update, its rules' t do not:
+    # the next step is the one of a run that never had the overflow (with
+    # weight decay and a large eps, the corrections change its direction).
+    def run(skip):
+        model = _model(numpy.float32)
+        opt = chainer_lars.LAMB(alpha=0.05, eps=1e-2, weight_decay_rate=0.1,
+                                multi_tensor=multi_tensor).setup(model)
+        opt.loss_scaling(interval=1000)  # dynamic; the grads are unscaled
+        for seed in (0, 1, 2) if skip else (0, 2):
+            _set_grads(model, seed)
+            if seed == 1:
+                model.fc.W.grad[0, 0] = numpy.inf
+                with pytest.warns(UserWarning, match='Non finite'):
+                    opt.update()
+            else:
+                opt.update()
+        assert {p.update_rule.t for p in model.params()} == {2}
+        assert opt.t == 3 if skip else 2
+        return {path: p.array.copy() for path, p in model.namedparams()}
+    skipped, plain = run(True), run(False)
+    for path in plain:
+        numpy.testing.assert_array_equal(skipped[path], plain[path], path)

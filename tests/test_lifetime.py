@@ -260,3 +260,32 @@ def test_lamb_points_to_adams_names(name, words):
     with pytest.raises(TypeError, match='^LAMB\\(\\) got an unexpected '
                        'keyword argument .*' + words):
         chainer_lars.LAMB(**{name: 0.01})
+
+
+@pytest.mark.parametrize('moved', [1, 0], ids=['half moved', 'none moved'])
+@pytest.mark.parametrize('face', ['LARS', 'LARS per rule', 'GradientLARS'])
+def test_a_step_rounded_away_for_half_of_an_array_is_not_warned_of(face,
+                                                                   moved):
+    # "Most of its elements": one of two rounded away is no warning; both
+    # (the control) are.
+    model = chainer.Link()
+    with model.init_scope():
+        model.W = chainer.Parameter(numpy.ones(2, numpy.float16))
+    if face == 'GradientLARS':
+        opt = optimizers.MomentumSGD(lr=1e-2, momentum=0.0).setup(model)
+        opt.add_hook(chainer_lars.GradientLARS(
+            exclude_from_layer_adaptation=['W']))
+    else:
+        opt = chainer_lars.LARS(
+            lr=1e-2, momentum=0.0, weight_decay=0.0,
+            exclude_from_layer_adaptation=['W'],
+            multi_tensor=face == 'LARS').setup(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for _ in range(3):
+            model.W.grad = numpy.array([1.0 if moved else 1e-4, 1e-4],
+                                       numpy.float16)
+            opt.update()
+    rounded = [w for w in caught if 'rounded away' in str(w.message)]
+    assert model.W.array[1] == 1.0 and (model.W.array[0] < 1.0) == moved
+    assert len(rounded) == (0 if moved else 1), rounded

@@ -780,3 +780,23 @@ def test_a_snapshot_with_rules_of_other_types_or_none_loads():
             == model[1].W.update_rule.state['m'].tobytes())
     assert (other_model[0].W.update_rule.state['v'].tobytes()
             == model[0].W.update_rule.state['v'].tobytes())
+
+
+@pytest.mark.parametrize('rule, name, value', [
+    (chainer_lars.LARSRule, 'momentum', 1.0),
+    (chainer_lars.LARSRule, 'trust_coefficient', 0.0),
+    (chainer_lars.LARSRule, 'lr', -0.1),
+    (chainer_lars.LAMBRule, 'beta1', 1.0),
+    (chainer_lars.LAMBRule, 'eps', 0.0),
+])
+def test_a_rule_on_its_own_checks_its_hyperparameters(rule, name, value):
+    # Without an optimizer to check them first, the rule's rows do.
+    link = _link()
+    link.W.update_rule = rule()
+    link.W.update()  # a good value steps
+    before = link.W.array.copy()
+    setattr(link.W.update_rule.hyperparam, name, value)
+    with pytest.raises(ValueError, match='^{} hyperparameter {} of W '.format(
+            rule._face, name)):
+        link.W.update()
+    numpy.testing.assert_array_equal(link.W.array, before)
