@@ -264,9 +264,7 @@ class CpuExecutor(object):
         plan.record = plan.record or Record(plan.groups)
         return plan.record.update(grads)
 
-    @staticmethod
-    def address(array):
-        return array.ctypes.data
+    address = staticmethod(lambda array: array.ctypes.data)
 
     @staticmethod
     def run(group, gptr):

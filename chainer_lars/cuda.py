@@ -509,9 +509,7 @@ class CudaExecutor(object):
             self.run(plan.groups[0], gptr)
         return not missing
 
-    @staticmethod
-    def address(array):
-        return array.data.ptr
+    address = staticmethod(lambda array: array.data.ptr)
 
     def run(self, group, gptr):
         state = group.state

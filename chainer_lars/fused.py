@@ -213,14 +213,15 @@ _HOOKS = (operator.attrgetter('_hookable._pre_update_hooks'),
 def _batchable(param, rule, cls):
     """Whether the batched step does what ``param.update()`` would: a plain
     enabled ``cls`` without hooks, its state (and :func:`master`) made; a
-    master's float16 weight writeable, its states float32 (not float16's)."""
+    master's float16 weight writeable, it and its states plain float32."""
     return (type(rule) is cls and rule.enabled
             and not any(hooks(rule) for hooks in _HOOKS)
             and param.array is not None and rule.state is not None
             and engine.executor_for(param.device) is not None
             and (master(param, rule) is not None
                  and getattr(param.array.flags, 'writeable', True)
-                 and checks.direct(numpy.float32, list(rule.state.values()))
+                 and checks.direct(numpy.float32, [master(param, rule)] + list(
+                     rule.state.values()))
                  or not (rule._use_fp32_update
                          and param.dtype == numpy.float16)))
 
@@ -233,6 +234,9 @@ def _check_unbatched(param):
     if (isinstance(rule, FusedRule) and rule.enabled and w is not None
             and g is not None and (copy is not None or not (
                 rule._use_fp32_update and w.dtype == numpy.float16))):
+        if copy is not None and copy.dtype != numpy.float32:  # as Chainer
+            raise TypeError('{}: the master copy is {}, not float32'.format(
+                rule._path or param.name, copy.dtype))
         names = L.STATE_NAMES[rule.OP]
         written = ('weight',) + names + (('gradient',) if copy is None and (
             param._loss_scale is not None) else ())  # (the rule divides g)

@@ -468,13 +468,15 @@ def test_a_misaligned_array_is_updated_as_its_aligned_copy(
 
 
 @pytest.mark.parametrize('face', ['lars', 'lamb'])
-@pytest.mark.parametrize('state', ['read-only', 'strided'])
+@pytest.mark.parametrize('state', ['read-only', 'strided', 'float64 master',
+                                   'float16 master'])
 def test_a_mixed16_row_off_the_batched_path_is_checked_before_any_moves(
         face, state):
-    """A master's state that the batched pass cannot take (here /a's) sends
-    that row to its rule: a read-only one is refused before /b steps, as
-    Chainer's loop refuses it before any rule runs; a strided one steps as
-    the batched pass would."""
+    """A master or its state that the batched pass cannot take (here /a's)
+    sends that row to its rule: a read-only state or a master of another
+    dtype (Chainer's rule cannot give it a float32 gradient) is refused
+    before /b steps, as Chainer's loop refuses it before any rule runs; a
+    strided state steps as the batched pass would."""
     out = lines('''
         def run(odd):
             m = chainer.Link()
@@ -488,8 +490,10 @@ def test_a_mixed16_row_off_the_batched_path_is_checked_before_any_moves(
                 for p in (m.a, m.b):
                     p.grad = np.full(4, g, np.float16)
                 o.update()
-            state = m.a.update_rule.state
-            for k in list(state) if odd else ():
+            state, master = m.a.update_rule.state, m.a.update_rule._fp32_param
+            if odd and {state!r}.endswith('master'):
+                master.array = master.array.astype({state!r}.split()[0])
+            for k in list(state) if odd and 'master' not in {state!r} else ():
                 if {state!r} == 'read-only':
                     state[k] = np.broadcast_to(state[k][:1], (4,))
                 else:
@@ -506,6 +510,10 @@ def test_a_mixed16_row_off_the_batched_path_is_checked_before_any_moves(
     if state == 'read-only':
         assert out[0].startswith('ERROR ValueError /a: the '), out
         assert out[0].endswith('is read-only (output array is read-only)')
+        assert out[1] == 'UNCHANGED', out
+    elif 'master' in state:
+        assert out[0] == ('ERROR TypeError /a: the master copy is {}, not '
+                          'float32'.format(state.split()[0])), out
         assert out[1] == 'UNCHANGED', out
     else:
         assert out[:2] == ['OK', 'CHANGED'], out
