@@ -2103,17 +2103,21 @@ def test_the_budget_sweep_s_legend_says_what_each_panel_draws(
 
 
 @pytest.mark.parametrize('name, labels', [
-    ('study.png', ['50', '60', '100', '200', '300', '400']),
+    ('study.png', ['50', '100', '200']),
     ('study-mlp-bn.png', ['40', '50', '60', '100', '200', '300']),
     ('study-adam-lamb.png', ['50', '60'])])
 def test_the_step_axis_is_labelled_where_a_reader_needs_it(
         readme_figures, name, labels):
     """study.png's log-scale step axis read 10 and 100 only; the axis of
-    less than a decade keeps matplotlib's labels. (The axes reached down
-    to 5 steps, for the perfect-scaling line alone.)"""
+    less than a decade keeps matplotlib's labels, plain numbers. (The axes
+    reached down to 5 steps, for the perfect-scaling line alone.)
+    Matplotlib 3.11 labels more of study.png's minor ticks than 3.9 (60,
+    300 and 400 too): the labels named here are those of both."""
     figure, _ = readme_figures[name]
     axis = figure.axes[0].yaxis
-    assert sorted(tick_labels(figure, axis), key=float) == labels
+    drawn = sorted(tick_labels(figure, axis), key=float)
+    assert set(labels) <= set(drawn), drawn
+    assert all(re.fullmatch('[1-9][0-9]*', label) for label in drawn), drawn
 
 
 def _markers(figure, axes):
