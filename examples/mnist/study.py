@@ -2156,10 +2156,13 @@ def place_labels(figure, ax, labels):
             boxes += [Bbox([p - size, p + size]) for p in points]
     boxes += [t.get_window_extent(renderer) for t in ax.texts]
     for text, xy, color in labels:
-        for k, (offset, ha, va) in enumerate(LABEL_PLACES):
-            label = ax.annotate(text, xy=xy, xytext=offset, ha=ha, va=va,
-                                textcoords='offset points', fontsize=7,
-                                color=color)
+        def put(place):
+            offset, ha, va = place
+            return ax.annotate(text, xy=xy, xytext=offset, ha=ha, va=va,
+                               textcoords='offset points', fontsize=7,
+                               color=color)
+        for place in LABEL_PLACES:
+            label = put(place)
             box = label.get_window_extent(renderer).padded(1)
             if (ax.bbox.contains(box.x0, box.y0)
                     and ax.bbox.contains(box.x1, box.y1)
@@ -2169,11 +2172,7 @@ def place_labels(figure, ax, labels):
                 break
             label.remove()
         else:  # nowhere clear: the first place
-            label = ax.annotate(text, xy=xy, xytext=LABEL_PLACES[0][0],
-                                ha=LABEL_PLACES[0][1],
-                                va=LABEL_PLACES[0][2],
-                                textcoords='offset points', fontsize=7,
-                                color=color)
+            label = put(LABEL_PLACES[0])
         boxes.append(label.get_window_extent(renderer))
 
 
