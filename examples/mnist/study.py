@@ -1826,6 +1826,12 @@ DODGE = 0.15
 # The marker of the steps of each seed of a cell that reached the target
 # where some did not: their mean is not the cell's.
 PARTLY = '*'
+# The least factor from the bottom to the top of the step axis: points a
+# few per cent apart filled a narrower axis and looked far apart
+# (study-pretuned.png: 57.33 and 58 steps, an axis of 57.3 to 58). A
+# factor 2 either side of the points, so the perfect-scaling line runs
+# one doubling of the batch size down from them.
+STEP_SPAN = 4
 # The figure names each optimizer by what sets it apart.
 LABELS = {'nesterov': 'Nesterov (no trust ratio)',
           'lars': 'LARS (Nesterov momentum)',
@@ -2050,11 +2056,17 @@ def plot(args):
         # From the point of the fewest steps at the smallest batch size,
         # shifted as it is drawn.
         smallest, steps, x = min(anchors)
+        drawn = [v for line in left.get_lines()
+                 if line.get_transform() is left.transData
+                 for v in line.get_ydata()]
         # Down to the fewest steps drawn, no further: below them the line
-        # alone stretched the log axis (to 5 steps in study.png).
-        low = min(v for line in left.get_lines()
-                  if line.get_transform() is left.transData
-                  for v in line.get_ydata())
+        # alone stretched the log axis (to 5 steps in study.png). Where the
+        # points span less than ``STEP_SPAN``, the axis spans that, centred
+        # (on the log scale) on them, and the line runs to its bottom.
+        low, high = min(drawn), max(drawn)
+        if high / low < STEP_SPAN:
+            low = math.sqrt(low * high / STEP_SPAN)
+            left.set_ylim(low, low * STEP_SPAN)
         end = min(max(args.batchsizes), smallest * steps / low)
         sizes = numpy.array([b for b in args.batchsizes
                              if smallest <= b < end] + [end], dtype=float)
