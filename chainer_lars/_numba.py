@@ -1,5 +1,4 @@
-"""The CPU loops, compiled with Numba: :func:`multi_update` through a table
-of addresses, a function per op's row (float16 as bits); :func:`restamp`."""
+"""The CPU loops, compiled with Numba (float16 as its bits)."""
 
 import math
 

@@ -1,5 +1,4 @@
-"""The CPU executor: the compiled loop through a table of addresses, and
-the NumPy passes (mixed dtypes; no Numba, or ``CHAINER_LARS_NUMBA=0``)."""
+"""The CPU executor: the compiled loop's tables, and the NumPy passes."""
 
 import math
 import os
@@ -36,7 +35,6 @@ def _jit():
 
 
 def backend():
-    """``'numba'`` (the compiled loops), or ``'numpy'``."""
     return 'numpy' if _jit() is None else 'numba'
 
 

@@ -1,7 +1,5 @@
-"""The CUDA executor: per update of a group, one asynchronous copy of the
-addresses and settings (from a ring of pinned buffers), the norms kernel
-and the step's; CuPy only through the device's ``xp`` (so also
-:mod:`chainer_lars.testing.emulated_cupy`)."""
+"""The CUDA executor: a group's update uploads its addresses and settings
+(pinned, asynchronously), then two kernels; CuPy only via ``device.xp``."""
 
 import operator
 
@@ -20,10 +18,9 @@ _SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')  # flags: slow
 _POINTER = operator.attrgetter('data.ptr')
 
 #: dtype -> (C storage type, C compute type, NumPy compute dtype)
-_TYPES = {numpy.dtype(d): (storage, compute, numpy.dtype(c))
-          for d, storage, compute, c in (('e', 'unsigned short', 'float', 'f'),
-                                         ('f', 'float', 'float', 'f'),
-                                         ('d', 'double', 'double', 'd'))}
+_TYPES = {numpy.dtype('e'): ('unsigned short', 'float', numpy.dtype('f')),
+          numpy.dtype('f'): ('float', 'float', numpy.dtype('f')),
+          numpy.dtype('d'): ('double', 'double', numpy.dtype('d'))}
 
 _SOURCE = r'''
 typedef {storage} S;

@@ -1,6 +1,5 @@
-"""The engine under the faces: a face keeps a :class:`Plan` of
-:class:`Group` s, fills their rows (:func:`settings`) and calls
-:func:`update`, which runs each group's executor (``docs/design.rst``)."""
+"""The engine under the faces: :class:`Plan` s of :class:`Group` s, their
+rows (:func:`settings`) and :func:`update` (``docs/design.rst``)."""
 
 import functools
 import operator

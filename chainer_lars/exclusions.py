@@ -21,31 +21,26 @@ class ExclusionRules(object):
                      for patterns in (self.exclude_from_weight_decay,
                                       self.exclude_from_layer_adaptation))
 
-    def patterns(self):
-        return (tuple(p.pattern for p in self.exclude_from_weight_decay),
-                tuple(p.pattern for p in self.exclude_from_layer_adaptation))
 
-
-def _fixed(k, name):
-    """A read-only property of the ``k``-th list of ``_rules``."""
+def _fixed(name):
+    """A read-only property of the list ``name`` of ``_rules``."""
     def refuse(self, value):
         raise AttributeError(
             '{0} is fixed when the {1} is made (each parameter\'s flags '
             'are computed once): pass it to the constructor, {1}(..., '
             '{0}=[...])'.format(name, type(self).__name__))
-    return property(lambda self: self._rules.patterns()[k], refuse,
-                    doc='tuple of str: The {} patterns.'.format(name))
+    return property(lambda self: tuple(
+        p.pattern for p in getattr(self._rules, name)), refuse,
+        doc='tuple of str: The {} patterns.'.format(name))
 
 
 class ExclusionProperties(object):
 
-    """The exclusion lists of ``_rules`` as read-only tuples, and a
-    ``repr`` of the attributes named in ``_REPR``, the lists and
-    ``multi_tensor``."""
+    """The exclusion lists, read only, and the faces' ``repr``."""
 
     _REPR = ()
-    exclude_from_weight_decay = _fixed(0, 'exclude_from_weight_decay')
-    exclude_from_layer_adaptation = _fixed(1, 'exclude_from_layer_adaptation')
+    exclude_from_weight_decay = _fixed('exclude_from_weight_decay')
+    exclude_from_layer_adaptation = _fixed('exclude_from_layer_adaptation')
 
     def __repr__(self):
         return '{}({})'.format(type(self).__name__, ', '.join(

@@ -20,9 +20,7 @@ class _RuleDelegate(object):
     """A GradientLARS in a float16 parameter's rule, armed for the next ``t``
     only: hands the rule the float32 gradient the batched pass rescaled
     (mixed16), or rescales it there once the rule has divided out the loss
-    scale (``n`` times where listed ``n`` times; the later updates take it).
-    ``_before``: the float16 weights and where the gradient was not 0, of the
-    last update (CPU, until it warned)."""
+    scale (``n`` times where listed ``n`` times; later updates take it)."""
 
     timing = 'pre'
     _before = _armed = None

@@ -1,6 +1,5 @@
-"""The one layout of per-array settings (float64 rows, :data:`COLUMNS`),
-indexed by the constants below on the CPU and by ``#define LARS_<NAME>``
-(:func:`cuda_defines`) in the CUDA source; it imports nothing of ours."""
+"""The columns of the float64 settings rows, as the constants below and as
+``#define LARS_<NAME>`` in the CUDA source; it imports nothing of ours."""
 
 import numpy
 
@@ -24,7 +23,6 @@ RESCALE, STEP, LAMB = 0, 1, 2
 #: The state buffers of each op, by name (for errors).
 STATE_NAMES = {RESCALE: (), STEP: ('momentum buffer',),
                LAMB: ('first moment', 'second moment')}
-STATES = {op: len(names) for op, names in STATE_NAMES.items()}
 
 #: Columns of the CPU executor's address table (int64, a row per array):
 #: the weight, the states, what a mixed16 row writes besides (else 0), the
@@ -36,7 +34,7 @@ def written(op, scaled):
     """Which of ``(w, g, *states)`` an op writes (``g``: a step's scale)."""
     if op == RESCALE:
         return (1,)
-    states = tuple(range(2, 2 + STATES[op]))
+    states = tuple(range(2, 2 + len(STATE_NAMES[op])))
     return (0, 1) + states if scaled else (0,) + states
 
 

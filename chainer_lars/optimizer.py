@@ -1,7 +1,4 @@
-"""The names this module held up to chainer-lars 0.2.0, where pickles and
-imports of that version find them: :class:`~chainer_lars.LARS` and
-:class:`~chainer_lars.LARSRule` live in :mod:`chainer_lars.lars`, what
-they share with LAMB in :mod:`chainer_lars.fused`."""
+"""The names this module held up to 0.2.0, for its pickles and imports."""
 
 from chainer_lars.fused import FusedMethod  # NOQA
 from chainer_lars.fused import FusedRule  # NOQA

@@ -10,8 +10,7 @@ def trust_ratio(w_norm, d_norm, weight_decay, eps, trust_coefficient,
     and, with ``require_grad``, ``d_norm > 0``: zero-initialised or tiny
     arrays are not frozen, and the result is finite for finite norms.
     ``d_norm`` is the unscaled gradient's norm; ``clip_lr`` (``None`` or
-    negative: none) clips the LARC way, ``min(r / clip_lr, 1)``.
-    """
+    negative: none) clips the LARC way, ``min(r / clip_lr, 1)``."""
     den = eps + d_norm + weight_decay * w_norm
     if (not w_norm > threshold or not den > 0
             or (require_grad and not d_norm > 0)):

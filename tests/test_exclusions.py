@@ -9,7 +9,8 @@ from tests.lars_reference import PATHS
 
 def test_no_lists_exclude_nothing():
     rules = exclusions.ExclusionRules()
-    assert rules.patterns() == ((), ())
+    assert rules.exclude_from_weight_decay == ()
+    assert rules.exclude_from_layer_adaptation == ()
     assert all(rules.lookup(path) == (True, True) for path in PATHS)
 
 
@@ -41,7 +42,9 @@ def test_a_single_pattern_is_a_list_of_one():
     rules = exclusions.ExclusionRules(
         exclude_from_weight_decay='/b$',
         exclude_from_layer_adaptation=re.compile('gamma'))
-    assert rules.patterns() == (('/b$',), ('gamma',))
+    assert [p.pattern for p in rules.exclude_from_weight_decay] == ['/b$']
+    assert [p.pattern for p in rules.exclude_from_layer_adaptation] == [
+        'gamma']
 
 
 @pytest.mark.parametrize('kwargs,error,words', [
