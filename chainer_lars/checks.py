@@ -2,8 +2,7 @@
 
 Each check takes the name to report and the value, and returns the value in
 canonical form (``float``, ``bool`` or ``int``) or raises an error that
-names both, before anything the user had is changed.
-"""
+names both, before anything the user had is changed."""
 
 import math
 import numbers
@@ -16,14 +15,20 @@ def _describe(value):
     return '{!r} ({})'.format(value, type(value).__name__)
 
 
-def real(name, value, minimum=None, exclusive=False, maximum=None,
-         maximum_exclusive=True):
+def _typed(name, value, types, what):
+    """``value`` if one of ``types`` (a ``bool`` only where they name it),
+    else the ``TypeError`` that ``name`` must be ``what``."""
+    if not isinstance(value, types) or (
+            isinstance(value, (bool, numpy.bool_)) and bool not in types):
+        raise TypeError('{} must be {}, not {}'.format(
+            name, what, _describe(value)))
+    return value
+
+
+def real(name, value, minimum=None, exclusive=False, maximum=None):
     """A finite real number (not a ``bool``) within the bounds given, as a
-    ``float``; ``exclusive`` and ``maximum_exclusive`` make them strict."""
-    if (isinstance(value, (bool, numpy.bool_))
-            or not isinstance(value, numbers.Real)):
-        raise TypeError('{} must be a real number, not {}'.format(
-            name, _describe(value)))
+    ``float``; ``exclusive`` makes the minimum strict (the maximum is)."""
+    _typed(name, value, (numbers.Real,), 'a real number')
     try:
         value = float(value)
     except OverflowError:  # an int past the floats
@@ -32,8 +37,7 @@ def real(name, value, minimum=None, exclusive=False, maximum=None,
         raise ValueError('{} must be finite, got {!r}'.format(name, value))
     for bound, strict, ok, words in (
             (minimum, exclusive, value.__gt__, ('greater than', 'at least')),
-            (maximum, maximum_exclusive, value.__lt__,
-             ('less than', 'at most'))):
+            (maximum, True, value.__lt__, ('less than', 'at most'))):
         if bound is not None and not (ok(bound) or not strict
                                       and value == bound):
             raise ValueError('{} must be {} {}, got {!r}'.format(
@@ -44,29 +48,19 @@ def real(name, value, minimum=None, exclusive=False, maximum=None,
 def boolean(name, value):
     """A ``bool`` or ``numpy.bool_``, as a ``bool``. Integers are refused:
     ``clip=1`` is more often a typo for a number than ``True``."""
-    if not isinstance(value, (bool, numpy.bool_)):
-        raise TypeError('{} must be a bool, not {}'.format(
-            name, _describe(value)))
-    return bool(value)
+    return bool(_typed(name, value, (bool, numpy.bool_), 'a bool'))
 
 
 def count(name, value):
     """A non-negative integer (not a ``bool``), as an ``int``."""
-    if (isinstance(value, (bool, numpy.bool_))
-            or not isinstance(value, numbers.Integral)):
-        raise TypeError('{} must be an int, not {}'.format(
-            name, _describe(value)))
+    _typed(name, value, (numbers.Integral,), 'an int')
     if value < 0:
         raise ValueError('{} must be at least 0, got {!r}'.format(name, value))
     return int(value)
 
 
 def string(name, value):
-    """A ``str``."""
-    if not isinstance(value, str):
-        raise TypeError('{} must be a str, not {}'.format(
-            name, _describe(value)))
-    return value
+    return _typed(name, value, (str,), 'a str')
 
 
 def optimizer(name, value):
@@ -89,10 +83,7 @@ def pattern(name, value):
                             'compiled {} pattern {!r}'.format(
                                 name, type(value.pattern).__name__, value))
         return value
-    if not isinstance(value, str):
-        raise TypeError(
-            '{} must be a regular expression (a str), not {}'.format(
-                name, _describe(value)))
+    _typed(name, value, (str,), 'a regular expression (a str)')
     try:
         return re.compile(value)
     except re.error as e:
@@ -124,7 +115,7 @@ def addressed(path, weight, grad, states=(), written=('weight',),
               one_dtype=False, extra=None, names=('momentum buffer',),
               extra_name='float16 weight', gdtype=None):
     """Checks what one row reads and writes through addresses, as NumPy
-    checks Chainer's in-place operations: each array of ``weight``'s size,
+    checks Chainer's in-place operations: each array of ``weight``'s shape,
     floating, writeable where ``written`` names it (``'weight'``,
     ``'gradient'``, the ``names`` of ``states``; ``extra``, what a mixed16
     row writes besides, always); with ``one_dtype`` (a GPU), of the
@@ -136,11 +127,11 @@ def addressed(path, weight, grad, states=(), written=('weight',),
         named += ((extra_name, extra),)
         written = tuple(written) + (extra_name,)
     for name, a in named:
-        if a.size != weight.size:
+        if a.shape != weight.shape:
             raise ValueError(
-                '{}: the {} has {} elements but the weight {} (shapes {} '
-                'and {}): operands could not be broadcast together'.format(
-                    path, name, a.size, weight.size, a.shape, weight.shape))
+                '{}: the {} has shape {} but the weight {}: operands could '
+                'not be broadcast together'.format(
+                    path, name, a.shape, weight.shape))
     for name, a in (('weight', weight),) + named:
         if a.dtype.kind != 'f':  # as NumPy's casts of the results refuse it
             raise TypeError(
@@ -195,9 +186,7 @@ class CheckedHyperparameter(CheckedAttribute):
         self.__doc__ = 'Alias to ``self.hyperparam.{}``'.format(name)
 
     def __get__(self, obj, cls=None):
-        if obj is None:
-            return self
-        return getattr(obj.hyperparam, self.name)
+        return self if obj is None else getattr(obj.hyperparam, self.name)
 
     def __set__(self, obj, value):
         setattr(obj.hyperparam, self.name, self.check(value))

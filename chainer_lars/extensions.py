@@ -308,3 +308,5 @@ class LossScaleState(extension.Extension):
                     or loading and param.raw_array is None):
                 continue
             fused.serialize_master(rule, serializer[path], param.device)
+        if loading:
+            fused.drop_masters(self._optimizer.target.params())

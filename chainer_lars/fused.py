@@ -1,6 +1,4 @@
-"""What :class:`~chainer_lars.LARS` and :class:`~chainer_lars.LAMB` share:
-the optimizer's update, a rule's own path, the settings rows, and the
-loss-scaling state and master copies in snapshots."""
+"""What :class:`~chainer_lars.LARS` and :class:`~chainer_lars.LAMB` share."""
 
 import functools
 import operator
@@ -62,10 +60,19 @@ def serialize_master(rule, serializer, device=None):
         if current is not None:
             serializer('fp32_param', current)
         return
-    value = read(serializer, 'fp32_param', current)  # None: not made yet
-    if value is not None and current is None and rule._use_fp32_update:
+    value = read(serializer, 'fp32_param', current)
+    if value is None:  # none saved: made anew from the loaded weight
+        rule._fp32_param = None
+    elif current is None and rule._use_fp32_update:
         rule._fp32_param = chainer.Parameter(
             value if device is None else device.send(value))
+
+
+def drop_masters(params):
+    """Loaded: a master copy only of a float16 weight (else saved, unused)."""
+    for p in params:
+        if getattr(p, 'update_rule', None) and p.dtype != numpy.float16:
+            p.update_rule._fp32_param = None
 
 
 def master(param, rule):
@@ -104,7 +111,8 @@ class _RefusesGradientLARS(object):
     def add_hook(self, hook, name=None, timing='auto'):
         """Registers a hook, as Chainer's ``add_hook``; a
         :class:`GradientLARS` is refused: it would adapt the rates twice."""
-        if getattr(hook, 'adapts_gradients', False):  # GradientLARS
+        if getattr(hook, 'adapts_gradients', False) or isinstance(
+                hook, chainer.optimizer_hooks.GradientLARS):  # Chainer's
             checks.double_adaptation(self._face)
         super(_RefusesGradientLARS, self).add_hook(hook, name, timing)
 
@@ -114,17 +122,23 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
     """What the faces' rules share: flags, ``STATES``, master copies in
     snapshots, the engine's ``OP`` on a plan of one array. A face's rule has
     ``_DEFAULTS``, ``_VALUES``, ``_RULE_VALUES``, ``_STEPPED``, ``_fill_rows``
-    (rows, values, steps, flags, paths, dtype); ``_lost``: rounded paths."""
+    (rows, values, steps, uses_wd, paths, dtype); ``_lost``: rounded paths."""
 
     is_elementwise = True  # a layout permutes elements: no norm changes
     _lost = _own_checked = None
     _fits = staticmethod(lambda hyperparam: True)  # in every dtype
+    uses_weight_decay = checks.CheckedAttribute(checks.boolean)
+    uses_adaptation = checks.CheckedAttribute(checks.boolean)
 
-    def __init__(self, parent_hyperparam=None, uses_weight_decay=True,
-                 uses_adaptation=True):
+    def __init__(self, parent_hyperparam=None, *, uses_weight_decay=True,
+                 uses_adaptation=True, **hyperparams):
         super(FusedRule, self).__init__(parent_hyperparam or self._DEFAULTS)
         self.uses_weight_decay = uses_weight_decay
         self.uses_adaptation = uses_adaptation
+        checks.unexpected(type(self).__name__, [n for n in hyperparams if (
+            n.startswith('_') or n not in vars(self._DEFAULTS))], {})
+        for name in [n for n, v in hyperparams.items() if v is not None]:
+            setattr(self.hyperparam, name, hyperparams[name])  # as Chainer's
         self._plan, self._observed, self._path = None, False, None
 
     def __getstate__(self):
@@ -139,6 +153,11 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
 
     def serialize(self, serializer):
         """Serializes the state and the float32 master copy."""
+        t = read(serializer, 't') if isinstance(
+            serializer, chainer.serializer.Deserializer) else None
+        if t is not None:  # a damaged one's: LAMB's steps would be NaN
+            checks.count("the snapshot's t of " + (self._path or 'the rule'),
+                         numpy.asarray(t)[()])
         super(FusedRule, self).serialize(serializer)
         serialize_master(self, serializer)
 
@@ -157,7 +176,7 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
         states = list(map(self.state.__getitem__, self.STATES))
         plan = getattr(self, '_plan', None)
         if plan is None or not engine.same([w] + states, plan.others):
-            path = self._path or param.name
+            path = self._path or param.name or 'an unnamed parameter'
             plan = engine.Plan([w] + states)  # kept once its checks pass
             plan.add(None, param.device, self.OP, path, None, self, w, states)
             self._plan, plan.others = plan.finish(), [w] + states
@@ -185,8 +204,9 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
         if len(key) > 3:
             group.uses_wd[:], group.adapt[:] = key[3:]
         group.rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
-        cls._fill_rows(group.rows, values, steps, group.uses_wd, group.adapt,
-                       group.paths, group.dtype)
+        group.rows[:, L.ADAPT] = group.adapt
+        cls._fill_rows(group.rows, values, steps, group.uses_wd, group.paths,
+                       group.dtype)
 
 
 def _equal(a, b):
@@ -276,7 +296,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
     """What the faces share: ``update`` (a fork of Chainer's), plans,
     exclusions, snapshots, ``observe``; a face names ``_rule``, ``_face``."""
 
-    _stepped, _warned, _checked = True, False, None
+    _stepped, _warned, _checked, _placed = True, False, None, True
     check_nan_in_grads = engine.raw_arrays(  # Chainer's, reading layouts
         optimizer.GradientMethod.check_nan_in_grads)
 
@@ -290,18 +310,24 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
 
     def create_update_rule(self):
         rule = self._rule(self.hyperparam)
-        rule._lost = self._lost
+        rule._lost, self._placed = self._lost, False
         return rule
 
     def setup(self, link):
         super(FusedMethod, self).setup(link)
-        for path, param in link.namedparams():
-            rule = param.update_rule
-            if isinstance(rule, self._rule):
-                rule.uses_weight_decay, rule.uses_adaptation = (
-                    self._rules.lookup(path))
-                rule._path = path
+        self._place()
         return self
+
+    def _place(self):
+        """Path and flags (the exclusions can only clear them) of each rule
+        made by :meth:`create_update_rule`, at setup or later by hand."""
+        for path, param in self.target.namedparams():
+            rule = param.update_rule
+            if isinstance(rule, self._rule) and rule._path is None:
+                rule._path, (wd, adapt) = path, self._rules.lookup(path)
+                rule.uses_weight_decay &= wd
+                rule.uses_adaptation &= adapt
+        self._placed = True
 
     def serialize(self, serializer):
         """Chainer's and the loss scaling it leaves out; refuses the states
@@ -320,18 +346,21 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                         if 'm' in held else 'LARS or MomentumSGD'))
         super(FusedMethod, self).serialize(serializer)
         serialize_loss_scaling(self, serializer)
+        if isinstance(serializer, chainer.serializer.Deserializer):
+            drop_masters(self.target.params())
 
     def update(self, lossfun=None, *args, **kwds):
         """Updates the parameters, as :meth:`chainer.GradientMethod.update`
         does: with ``lossfun``, computes the loss of ``lossfun(*args,
         **kwds)`` and its gradients first; then the hooks, the step of
         every parameter, and the loss scale's update."""
-        # A fork of Chainer 7.8.1's, on one listing of the parameters;
-        # tests/test_optimizer.py fails if its private names change.
+        # Forked from Chainer 7.8.1 (docs/design.rst says what it reads).
         if self.target is None:
             raise RuntimeError(
                 '{0} is not set up: call optimizer.setup(link) first, then '
                 'update()'.format(type(self).__name__))
+        if not self._placed:
+            self._place()
         own = vars(self.hyperparam)
         # Values set on hyperparam directly: checked when they change,
         if not _equal(own, self._checked):  # before the hooks and t
@@ -340,7 +369,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             fits = rule._fits(self.hyperparam)  # (LAMB's eps; else each time)
             for path, p in [] if fits else self.target.namedparams():
                 rule._fill_rows(L.rows(1), [rule._VALUES(self.hyperparam)],
-                                [1], True, True, [path], p.dtype)
+                                [1], True, [path], p.dtype)
             self._checked = dict(own) if fits else None
         if not self._multi_tensor:
             self._check_rules(list(self.target.params()))
@@ -364,10 +393,9 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             self.call_hooks('pre')
             params, grads = list(self.target.params()), None
         self.t += 1
-        unbatched = params
         self._stepped = self.is_safe_to_update()
-        if self._stepped:
-            unbatched = self._update_params(params, grads)
+        unbatched = (self._update_params(params, grads) if self._stepped
+                     else params)
         self._reallocate(unbatched)
         self.call_hooks('post')
         self.update_loss_scale()
@@ -385,8 +413,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                     and not _equal(r._own_checked, (own, p.dtype))):
                 self._check_values(own, ' of ' + (r._path or p.name))
                 r._fill_rows(L.rows(1), [r._RULE_VALUES(r)], [r.t + 1],
-                             r.uses_weight_decay, r.uses_adaptation,
-                             [r._path or p.name], p.dtype)  # as its row
+                             r.uses_weight_decay, [r._path or p.name],
+                             p.dtype)  # as its row
                 r._own_checked = (dict(own), p.dtype)
 
     def _check_values(self, own, of):

@@ -1,6 +1,4 @@
-"""LAMB, a face of :mod:`chainer_lars.engine` with the names of Chainer's
-``Adam``: :class:`LAMB` updates its arrays in groups, :class:`LAMBRule`
-one array as a plan of one."""
+"""LAMB, a face of :mod:`chainer_lars.engine` with the names of ``Adam``."""
 
 import math
 import operator
@@ -33,7 +31,7 @@ def _alpha_t(self):
             / (1.0 - math.pow(hp.beta1, t)))
 
 
-def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
+def _fill_rows(rows, values, steps, uses_wd, paths, dtype):
     """LAMB's settings rows (``values``: one tuple of ``_HYPER`` or one a row;
     ``steps``: the step ``t`` of each), checked as :class:`LAMB` checks
     assignments: values set on a hyperparameter directly fail at the update.
@@ -58,20 +56,13 @@ def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
     rows[:, L.BETA1], rows[:, L.BETA2] = b1, b2
     rows[:, L.CORRECTION1], rows[:, L.CORRECTION2] = 1 - b1 ** t, 1 - b2 ** t
     rows[:, L.EPS], rows[:, L.WEIGHT_DECAY] = eps, wd * uses_wd
-    rows[:, L.ADAPT] = adapt
 
 
 class LAMBRule(fused.FusedRule):
 
-    """Update rule of :class:`LAMB` for one parameter array (states ``m``,
-    ``v``; reads its hyperparameters at every update; flags as attributes).
-
-    Args:
-        parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
-        uses_weight_decay (bool): ``False``: no weight decay on this array.
-        uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
-
-    """
+    """Update rule of :class:`LAMB` for one parameter array (states ``m``
+    and ``v``), with the arguments of :class:`LARSRule`: its own
+    hyperparameters are ``alpha``, ``beta1``, and so on."""
 
     _face, STATES, OP, _STEPPED = 'LAMB', ('m', 'v'), L.LAMB, True
     _VALUES = operator.attrgetter(*_HYPER)

@@ -1,5 +1,4 @@
-"""LARS, a face of :mod:`chainer_lars.engine`: :class:`LARS` updates its
-arrays in groups, :class:`LARSRule` one array as a plan of one."""
+"""LARS, a face of :mod:`chainer_lars.engine`."""
 
 import operator
 
@@ -21,17 +20,14 @@ vars(_default_hyperparam).update(
 _HYPER = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
           'trust_coefficient')
 assert L.COLUMNS[:len(_HYPER)] == _HYPER
-_HYPER_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
-_BASE_VALUES = operator.attrgetter(*_HYPER)
 
 
-def _fill_rows(rows, values, steps, uses_wd, adapt, paths, dtype):
+def _fill_rows(rows, values, steps, uses_wd, paths, dtype):
     """LARS's settings rows, checked as :class:`LARS` checks assignments:
     values set on a hyperparameter directly fail at the update."""
     rows[:, :len(_HYPER)] = values
     rows[:, L.WEIGHT_DECAY] *= uses_wd
     rows[:, L.THRESHOLD], rows[:, L.REQUIRE_GRAD] = 0.0, 1.0
-    rows[:, L.ADAPT] = adapt
     with numpy.errstate(invalid='ignore'):  # columns of _HYPER, all >= 0
         v = rows[:, :len(_HYPER)]
         ok = (numpy.isfinite(v).all(axis=1) & (v >= 0).all(axis=1)
@@ -51,13 +47,15 @@ class LARSRule(fused.FusedRule):
         parent_hyperparam (~chainer.optimizer.Hyperparameter): The defaults.
         uses_weight_decay (bool): ``False``: no weight decay on this array.
         uses_adaptation (bool): ``False``: no layer adaptation (ratio 1).
+        **hyperparams: Its own ``lr``, ``momentum``, ... (``None``: the
+            parent's), as Chainer's rules take them; checked at the update.
 
     """
 
     _face, STATES, OP, _STEPPED = 'LARS', ('v',), L.STEP, False
-    _DEFAULTS, _VALUES, _RULE_VALUES = (
-        _default_hyperparam, _BASE_VALUES, _HYPER_VALUES)
-    _fill_rows = staticmethod(_fill_rows)
+    _VALUES = operator.attrgetter(*_HYPER)
+    _RULE_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
+    _DEFAULTS, _fill_rows = _default_hyperparam, staticmethod(_fill_rows)
 
 
 class LARS(fused.FusedMethod):

@@ -1145,6 +1145,18 @@ def test_the_hook_on_lars_is_refused():
         hook(lars)
 
 
+@pytest.mark.parametrize('face', [chainer_lars.LARS, chainer_lars.LAMB])
+def test_chainers_own_hook_on_lars_or_lamb_is_refused(face):
+    """A script moving from MomentumSGD with Chainer's GradientLARS to
+    LARS that kept the hook's line adapted the rates twice, silently."""
+    opt = face().setup(ref.Net(numpy.float32))
+    with pytest.raises(TypeError, match=(
+            '^GradientLARS on a chainer_lars.{} optimizer would adapt the '
+            'rates twice'.format(face.__name__))):
+        opt.add_hook(chainer.optimizer_hooks.GradientLARS())
+    assert not opt._hookable._pre_update_hooks
+
+
 @pytest.mark.parametrize('name', ['exclude_from_weight_decay',
                                   'exclude_from_layer_adaptation'])
 @pytest.mark.parametrize('make', [chainer_lars.GradientLARS,

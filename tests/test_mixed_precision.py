@@ -8,6 +8,7 @@ conftest.py's tiny datasets.
 """
 
 import os
+import re
 import warnings
 
 import numpy
@@ -537,3 +538,107 @@ def test_a_master_copy_is_loaded_only_where_the_rule_uses_one(tmp_path,
     loaded, trained = resume(path, saved, drop=False)
     assert loaded == [False, False]
     assert trained.tobytes() == resume(path, saved, drop=True)[1].tobytes()
+
+
+def _float16_linear():
+    model = L.Linear(3, 2)
+    model.W.array = numpy.full((2, 3), 1.0, numpy.float16)
+    model.b.array = numpy.full(2, 1.0, numpy.float16)
+    return model
+
+
+def _make(face, model, **kwargs):
+    return {'lars': lambda: chainer_lars.LARS(**kwargs),
+            'lamb': lambda: chainer_lars.LAMB(**kwargs),
+            'sgd': lambda: optimizers.SGD(**kwargs)}[face]().setup(model)
+
+
+def _saved(face, optimizer):
+    """What a snapshot of ``face`` saves: the optimizer, or for Chainer's
+    SGD the LossScaleState that saves its masters."""
+    return (optimizer if face != 'sgd'
+            else chainer_lars.LossScaleState(optimizer))
+
+
+def _step(model, optimizer, value=1.0):
+    for p in model.params():
+        p.grad = numpy.full_like(p.array, value)
+    optimizer.update()
+
+
+@pytest.mark.parametrize('face', ['lars', 'lamb', 'sgd'])
+def test_a_snapshot_without_masters_drops_the_ones_the_optimizer_had(
+        tmp_path, face):
+    """A float32 run's snapshot (or 0.1.0's) loaded into a mixed16 run
+    that had updated: its masters were kept, and the next update, even a
+    zero step, wrote the old master back over the loaded weights. Now
+    Chainer makes them anew from the loaded weights."""
+    source = L.Linear(3, 2)
+    saved = _make(face, source)
+    _step(source, saved)
+    path = str(tmp_path / 'float32.npz')
+    serializers.save_npz(path, _saved(face, saved))
+    model = _float16_linear()
+    zero = {'lamb': {'alpha': 0.0}, 'lars': {'lr': 0.0, 'momentum': 0.0}
+            }.get(face, {'lr': 0.0})  # (the loaded momentum would step)
+    optimizer = _make(face, model, **zero)
+    optimizer.use_fp32_update()
+    _step(model, optimizer)  # its masters now exist
+    model.copyparams(source)
+    serializers.load_npz(path, _saved(face, optimizer))
+    assert all(p.update_rule._fp32_param is None for p in model.params())
+    _step(model, optimizer, 0.0)
+    for p, q in zip(model.params(), source.params()):
+        assert (p.array == q.array.astype(numpy.float16)).all()
+
+
+@pytest.mark.parametrize('face', ['lars', 'lamb', 'sgd'])
+def test_a_float32_run_keeps_no_master_of_a_mixed16_snapshot(tmp_path,
+                                                             face):
+    """A mixed16 snapshot resumed in float32 with ``use_fp32_update()``
+    (a script that calls it whatever the dtype): the float32 weights need
+    no master, yet the loaded one was kept, never stepped, saved in every
+    later snapshot, and a later mixed16 resume rolled the weights back to
+    it. Now it is dropped when loaded and none is saved."""
+    model = _float16_linear()
+    optimizer = _make(face, model)
+    optimizer.use_fp32_update()
+    _step(model, optimizer)
+    first = str(tmp_path / 'mixed16.npz')
+    serializers.save_npz(first, _saved(face, optimizer))
+    float32 = L.Linear(3, 2)
+    resumed = _make(face, float32)
+    resumed.use_fp32_update()
+    serializers.load_npz(first, _saved(face, resumed))
+    assert all(p.update_rule._fp32_param is None for p in float32.params())
+    _step(float32, resumed)
+    second = str(tmp_path / 'float32.npz')
+    serializers.save_npz(second, _saved(face, resumed))
+    with numpy.load(second) as npz:
+        assert not [k for k in npz.files if k.endswith('fp32_param')]
+
+
+@pytest.mark.parametrize('face', ['lars', 'lamb'])
+@pytest.mark.parametrize('t, error, words', [
+    (-1, ValueError, 'must be at least 0, got -1'),
+    (-3, ValueError, 'must be at least 0, got -3'),
+    (2.5, TypeError, 'must be an int, not 2.5 (float64)')])
+def test_a_snapshot_of_a_negative_step_count_is_refused(tmp_path, face, t,
+                                                        error, words):
+    """LAMB's bias corrections of ``t <= 0`` divide by 0: the weights
+    became NaN without a word (Chainer's Adam raises); refused before the
+    rule loads anything, as a ``t`` that is not an integer."""
+    model = L.Linear(3, 2)
+    optimizer = _make(face, model)
+    _step(model, optimizer)
+    path = str(tmp_path / 'snapshot.npz')
+    serializers.save_npz(path, optimizer)
+    with numpy.load(path) as npz:
+        entries = dict(npz)
+    entries['W/t'] = numpy.array(t)
+    numpy.savez(path, **entries)
+    fresh = _make(face, L.Linear(3, 2))
+    with pytest.raises(error, match=re.escape(
+            "the snapshot's t of /W " + words)):
+        serializers.load_npz(path, fresh)
+    assert [p.update_rule.t for p in fresh.target.params()] == [0, 0]

@@ -61,6 +61,69 @@ def test_defaults_are_tensorflow_s_but_the_learning_rate():
     assert chainer_lars.LARSRule().hyperparam.lr == 2.0
 
 
+@pytest.mark.parametrize('rule, hyper', [
+    (chainer_lars.LARSRule, dict(lr=0.25, momentum=0.5, weight_decay=0.0,
+                                 trust_coefficient=0.5, eps=1e-3,
+                                 nesterov=True)),
+    (chainer_lars.LAMBRule, dict(alpha=0.25, beta1=0.5, beta2=0.75, eps=1e-3,
+                                 eta=0.5, weight_decay_rate=0.1)),
+])
+def test_a_rule_takes_its_hyperparameters_as_chainers_rules_do(rule, hyper):
+    """``MomentumSGDRule(lr=...)``, ``AdamRule(alpha=...)``: set on the
+    rule's own hyperparam, ``None`` leaves the parent's. A second
+    positional argument, Chainer's ``lr``, was read as the weight-decay
+    flag (a multiplier of the decay): refused, the flags are keywords."""
+    parent = chainer.optimizer.Hyperparameter()
+    vars(parent).update({name: 0.0 for name in hyper})
+    made = rule(parent, **hyper)
+    assert {n: getattr(made.hyperparam, n) for n in hyper} == hyper
+    assert vars(parent) == dict({name: 0.0 for name in hyper},
+                                _parent=None)
+    first = sorted(hyper)[0]
+    assert getattr(rule(parent, **{first: None}).hyperparam, first) == 0.0
+    with pytest.raises(TypeError, match='positional argument'):
+        rule(parent, 0.1)
+    for name in ['alpha' if rule is chainer_lars.LARSRule else 'lr',
+                 '_parent']:
+        with pytest.raises(TypeError, match=(
+                "^{}\\(\\) got an unexpected keyword argument '{}'$".format(
+                    rule.__name__, name))):
+            rule(**{name: 0.1})
+    made = rule(uses_weight_decay=False, uses_adaptation=False)
+    assert (made.uses_weight_decay, made.uses_adaptation) == (False, False)
+
+
+@pytest.mark.parametrize('face', [chainer_lars.LARS, chainer_lars.LAMB])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('value', [None, 0.5, 'no', numpy.array(1.0)])
+def test_a_rules_flags_are_checked_when_set(face, multi_tensor, value):
+    """``uses_weight_decay = None`` made LAMB's weights NaN at the next
+    update, 0.5 halved the decay and ``uses_adaptation = None`` left
+    adaptation on; each silently. Refused when set, naming the flag."""
+    model = ref.Net(numpy.float32)
+    face(multi_tensor=multi_tensor).setup(model)
+    rule = model.fc.W.update_rule
+    for name in ('uses_weight_decay', 'uses_adaptation'):
+        with pytest.raises(TypeError, match='^{} must be a bool, not '.format(
+                name)):
+            setattr(rule, name, value)
+        assert getattr(rule, name) is True
+        with pytest.raises(TypeError, match='^{} must be a bool'.format(name)):
+            face._rule(**{name: value})
+    rule.uses_weight_decay = numpy.bool_(False)
+    assert rule.uses_weight_decay is False
+
+
+def test_a_standalone_rules_error_names_an_unnamed_parameter():
+    param = chainer.Parameter(numpy.ones(3, numpy.float32))
+    param.grad = numpy.ones(3, numpy.float32)
+    param.update_rule = chainer_lars.LARSRule(lr=-1.0)
+    with pytest.raises(ValueError, match=(
+            '^LARS hyperparameter lr of an unnamed parameter must be at '
+            'least 0.0, got -1.0$')):
+        param.update()
+
+
 @pytest.mark.parametrize('kwargs', [
     DEFAULTS,
     dict(DEFAULTS, nesterov=True),
@@ -108,6 +171,33 @@ def test_exclusion_lists_act_independently(nesterov):
     assert (rules['/fc/W'].uses_weight_decay,
             rules['/fc/W'].uses_adaptation) == (True, True)
     assert opt.exclude_from_layer_adaptation == ('/conv1/b$', 'gamma')
+
+
+@pytest.mark.parametrize('face', [chainer_lars.LARS, chainer_lars.LAMB])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_rule_made_after_setup_takes_the_exclusions(face, multi_tensor):
+    """``param.update_rule = opt.create_update_rule()``, Chainer's way to
+    give a parameter added (or a rule replaced) after ``setup`` one: only
+    setup applied the lists, so such a rule decayed and adapted an
+    excluded array. Now its first update does; a flag cleared by hand
+    before stays cleared."""
+    model = ref.Net()
+    ref.fill(model, 0)
+    opt = face(exclude_from_weight_decay=ref.EXCLUDE_FROM_WEIGHT_DECAY,
+               exclude_from_layer_adaptation=ref.EXCLUDE_FROM_LAYER_ADAPTATION,
+               multi_tensor=multi_tensor).setup(model)
+    params = dict(model.namedparams())
+    for path in PATHS:
+        params[path].update_rule = opt.create_update_rule()
+    params['/fc/W'].update_rule.uses_adaptation = False
+    set_grads(model, 0)
+    opt.update()
+    flags = {path: (p.update_rule.uses_weight_decay,
+                    p.update_rule.uses_adaptation)
+             for path, p in params.items()}
+    assert flags == dict(ref.EXCLUDED_FLAGS, **{'/fc/W': (True, False)})
+    assert sorted(opt.observe()) == sorted(
+        path for path, (_, adapt) in flags.items() if adapt)
 
 
 def test_equals_momentum_sgd_with_hook():
@@ -800,3 +890,52 @@ def test_a_rule_on_its_own_checks_its_hyperparameters(rule, name, value):
             rule._face, name)):
         link.W.update()
     numpy.testing.assert_array_equal(link.W.array, before)
+
+
+@pytest.mark.parametrize('face', [chainer_lars.LARS, chainer_lars.LAMB])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_weight_reshaped_to_its_own_size_is_refused_as_chainer_does(
+        face, multi_tensor):
+    """A (2, 3) weight replaced by its (3, 2) transpose: MomentumSGD and
+    Adam raise (operands could not be broadcast); the states, still (2, 3),
+    were paired with the new elements by flat index."""
+    link = chainer.Link()
+    with link.init_scope():
+        link.w = chainer.Parameter(numpy.arange(1, 7, dtype='f').reshape(2, 3))
+    opt = face(multi_tensor=multi_tensor).setup(link)
+    link.w.grad = numpy.ones((2, 3), numpy.float32)
+    opt.update()
+    link.w.array = link.w.array.T.copy()
+    link.w.grad = numpy.ones((3, 2), numpy.float32)
+    before = link.w.array.copy()
+    with pytest.raises(ValueError, match=(
+            r'^/w: the (momentum buffer|first moment) has shape \(2, 3\) but '
+            r'the weight \(3, 2\): operands could not be broadcast')):
+        opt.update()
+    assert (link.w.array == before).all()
+
+
+@pytest.mark.parametrize('face', [chainer_lars.LARS, chainer_lars.LAMB])
+def test_a_snapshot_state_of_another_shape_is_refused(face, tmp_path):
+    """A state of the weight's size but another shape (a damaged or
+    hand-made snapshot): Chainer's optimizers raise at the update, so do
+    these, before the weight moves."""
+    model = ref.Net(numpy.float32)
+    opt = face().setup(model)
+    set_grads(model, 0)
+    opt.update()
+    path = str(tmp_path / 'snapshot.npz')
+    serializers.save_npz(path, opt)
+    with numpy.load(path) as npz:
+        entries = dict(npz)
+    key = '/fc/W/' + face._rule.STATES[0]
+    entries[key[1:]] = entries[key[1:]].T.copy()
+    numpy.savez(path, **entries)
+    fresh = ref.Net(numpy.float32)
+    opt = face().setup(fresh)
+    serializers.load_npz(path, opt)
+    set_grads(fresh, 1)
+    before = fresh.fc.W.array.copy()
+    with pytest.raises(ValueError, match='^/fc/W: the .* has shape'):
+        opt.update()
+    assert (fresh.fc.W.array == before).all()
