@@ -31,7 +31,8 @@ class WarmupPolynomialShift(extension.Extension):
     rate of 0. Snapshots hold the count, the peak and the schedule; loading one
     of another schedule (or of another ``init`` given) raises ``ValueError``: a
     longer ``max_count`` would bring a decayed rate back up (0.2.0's still
-    load). The values are checked before the attribute first changes.
+    load). The values, and that no other shift sets the attribute, are
+    checked before it first changes.
 
     Args:
         attr (str): The optimizer attribute, e.g. ``'lr'``.
@@ -52,6 +53,9 @@ class WarmupPolynomialShift(extension.Extension):
     def __init__(self, attr, warmup_count, max_count, power=2.0, init=None,
                  end=0.0, optimizer=None):
         self._attr = checks.string('attr', attr)
+        if attr in ('t', 'epoch'):  # Chainer's counts: its update() sets t
+            raise ValueError("attr {!r}: the optimizer's own count, not a "
+                             "hyperparameter such as 'lr'".format(attr))
         self._warmup_count = checks.count('warmup_count', warmup_count)
         self._max_count = checks.count('max_count', max_count)
         if self._max_count < max(self._warmup_count, 1):  # 0: all at end
@@ -81,7 +85,18 @@ class WarmupPolynomialShift(extension.Extension):
         return self._end + (self._init - self._end) * decay ** self._power
 
     def initialize(self, trainer):
-        optimizer = self._get_optimizer(trainer)
+        optimizer = self._optimizer or trainer.updater.get_optimizer('main')
+        for name, entry in getattr(trainer, '_extensions', {}).items():
+            other = entry.extension  # Chainer's shifts: _attr, _optimizer
+            if other is self or getattr(other, '_attr', 0) != self._attr:
+                continue
+            if (getattr(other, '_optimizer', None)
+                    or trainer.updater.get_optimizer('main')) is optimizer:
+                raise ValueError(
+                    "WarmupPolynomialShift: the extension {!r} sets the "
+                    "optimizer's {} too: each would overwrite the other's "
+                    'value at every call; keep one schedule'.format(
+                        name, self._attr))
         current = self._check_attr(optimizer)
         init = current if self._init is None else self._init
         self._check_sign(init)
@@ -134,7 +149,7 @@ class WarmupPolynomialShift(extension.Extension):
                     '{}'.format(name, value, self._attr, e)) from None
 
     def __call__(self, trainer):
-        optimizer = self._get_optimizer(trainer)
+        optimizer = self._optimizer or trainer.updater.get_optimizer('main')
         if self._set is None:  # by hand, before initialize(): checked here
             self._check_attr(optimizer)
             self._check_values(optimizer, self._init)
@@ -176,9 +191,6 @@ class WarmupPolynomialShift(extension.Extension):
         self._t, self._init = t, self._init if init is None else init
         if loading and self._set is not None:  # after initialize(): autoload
             setattr(self._set, self._attr, self.value(t))
-
-    def _get_optimizer(self, trainer):
-        return self._optimizer or trainer.updater.get_optimizer('main')
 
 
 class TrustRatioObserver(extension.Extension):

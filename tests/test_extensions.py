@@ -388,6 +388,10 @@ def test_schedule_arguments_checked(kwargs, error, words):
     ({'attr': 'momentum', 'init': 1.5,
       'optimizer': chainer_lars.LARS()}, ValueError,
      "^init=1.5 is not a valid value of the optimizer's momentum"),
+    ({'attr': 't'}, ValueError,
+     "^attr 't': the optimizer's own count, not a hyperparameter such as "
+     "'lr'$"),
+    ({'attr': 'epoch'}, ValueError, "^attr 'epoch': the optimizer's own"),
 ])
 def test_schedule_refused_at_construction(kwargs, error, words):
     kwargs = dict({'attr': 'lr', 'warmup_count': 2, 'max_count': 5},
@@ -518,6 +522,47 @@ def test_schedule_of_a_non_number_is_refused_at_start(tmp_path):
     message = run_refused(tmp_path, optimizer, 'tag', error=TypeError)
     assert message.startswith("the optimizer's tag (read for init=None) "
                               "must be a real number, not 'sgd' (str)")
+
+
+@pytest.mark.parametrize('other, name', [
+    (lambda: chainer_lars.WarmupPolynomialShift('lr', 2, 4),
+     'WarmupPolynomialShift_1'),
+    (lambda: training.extensions.ExponentialShift('lr', 0.5),
+     'ExponentialShift'),
+    (lambda: training.extensions.WarmupShift('lr', 0.0, 2, 0.1),
+     'WarmupShift'),
+    (lambda: training.extensions.MultistepShift('lr', 0.1, [2], 0.1),
+     'MultistepShift'),
+])
+def test_a_second_shift_of_the_attribute_is_refused_at_start(
+        tmp_path, other, name):
+    """Each would set the rate from its own count at every call: the run
+    followed whichever came last. Refused before either changed it."""
+    optimizer = optimizers.MomentumSGD(lr=0.1)
+    trainer = make_trainer(lambda: optimizer, iterations=3, out=tmp_path)
+    trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 1, 3))
+    trainer.extend(other())
+    with pytest.raises(ValueError, match=re.escape(
+            "WarmupPolynomialShift: the extension '{}' sets the optimizer's "
+            "lr too: each would overwrite the other's value at every call; "
+            'keep one schedule'.format(name))):
+        trainer.run(show_loop_exception_msg=False)
+    assert optimizer.t == 0 and optimizer.lr == 0.1
+
+
+def test_shifts_of_other_attributes_or_optimizers_run_together(tmp_path):
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.1), 4,
+                           out=tmp_path)
+    other = optimizers.MomentumSGD(lr=0.1).setup(L.Linear(2, 2))
+    trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 2, 4))
+    trainer.extend(training.extensions.ExponentialShift('momentum', 0.5))
+    trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 2, 4,
+                                                      optimizer=other))
+    values = record(trainer)
+    trainer.run()
+    assert values == [0.05, 0.1, 0.1, 0.025]
+    assert trainer.updater.get_optimizer('main').momentum == 0.9 * 0.5 ** 4
+    assert other.lr == 0.0  # its own four calls
 
 
 # -- TrustRatioObserver ----------------------------------------------------
