@@ -88,9 +88,10 @@ class WarmupPolynomialShift(extension.Extension):
         optimizer = self._optimizer or trainer.updater.get_optimizer('main')
         for name, entry in getattr(trainer, '_extensions', {}).items():
             other = entry.extension  # Chainer's shifts: _attr, _optimizer
-            if other is self or getattr(other, '_attr', 0) != self._attr:
+            if other is self or getattr(other, '_attr', 0) != self._attr or (
+                    not hasattr(other, '_optimizer')):
                 continue
-            if (getattr(other, '_optimizer', None)
+            if (other._optimizer
                     or trainer.updater.get_optimizer('main')) is optimizer:
                 raise ValueError(
                     "WarmupPolynomialShift: the extension {!r} sets the "
@@ -305,9 +306,10 @@ class LossScaleState(extension.Extension):
         self.last_loss_scale, self._next = self._next, self.loss_scale
 
     def serialize(self, serializer):
+        fused.drop_masters(self._optimizer.target.params())  # float32's
         n = fused.read(serializer, 'skipped_updates', self.skipped_updates)
-        if n is None:
-            return  # a snapshot of a trainer without this extension
+        if n is None:  # a snapshot without this extension: made anew
+            return fused.drop_masters(self._optimizer.target.params(), None)
         self.skipped_updates = int(n)
         fused.serialize_loss_scaling(self._optimizer, serializer)
         loading = isinstance(serializer, chainer.serializer.Deserializer)
@@ -320,5 +322,4 @@ class LossScaleState(extension.Extension):
                     or loading and param.raw_array is None):
                 continue
             fused.serialize_master(rule, serializer[path], param.device)
-        if loading:
-            fused.drop_masters(self._optimizer.target.params())
+        fused.drop_masters(self._optimizer.target.params())  # float32's

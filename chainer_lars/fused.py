@@ -60,18 +60,18 @@ def serialize_master(rule, serializer, device=None):
         if current is not None:
             serializer('fp32_param', current)
         return
-    value = read(serializer, 'fp32_param', current)
-    if value is None:  # none saved: made anew from the loaded weight
-        rule._fp32_param = None
-    elif current is None and rule._use_fp32_update:
-        rule._fp32_param = chainer.Parameter(
+    value = read(serializer, 'fp32_param')  # (strict=False: None too)
+    if value is None or rule._use_fp32_update:  # None: made anew
+        rule._fp32_param = None if value is None else chainer.Parameter(
             value if device is None else device.send(value))
 
 
-def drop_masters(params):
-    """Loaded: a master copy only of a float16 weight (else saved, unused)."""
+def drop_masters(params, keep=numpy.float16):
+    """Drops the master copies but of ``keep`` weights (float32's: unused,
+    not to be saved); an uninitialized weight's dtype is not known yet."""
     for p in params:
-        if getattr(p, 'update_rule', None) and p.dtype != numpy.float16:
+        if p.raw_array is not None and getattr(p, 'update_rule', None) and (
+                p.dtype != keep):
             p.update_rule._fp32_param = None
 
 
@@ -109,8 +109,7 @@ class _RefusesGradientLARS(object):
     adapts_rates = True  # GradientLARS refuses to run on us
 
     def add_hook(self, hook, name=None, timing='auto'):
-        """Registers a hook, as Chainer's ``add_hook``; a
-        :class:`GradientLARS` is refused: it would adapt the rates twice."""
+        """Chainer's; a ``GradientLARS`` (ours or Chainer's) is refused."""
         if getattr(hook, 'adapts_gradients', False) or isinstance(
                 hook, chainer.optimizer_hooks.GradientLARS):  # Chainer's
             checks.double_adaptation(self._face)
@@ -319,9 +318,9 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         return self
 
     def _place(self):
-        """Path and flags (the exclusions can only clear them) of each rule
-        made by :meth:`create_update_rule`, at setup or later by hand."""
-        for path, param in self.target.namedparams():
+        """Path and flags (only cleared) of :meth:`create_update_rule`'s."""
+        last = {id(p): (path, p) for path, p in self.target.namedparams()}
+        for path, param in last.values():  # a tied one's: its last path
             rule = param.update_rule
             if isinstance(rule, self._rule) and rule._path is None:
                 rule._path, (wd, adapt) = path, self._rules.lookup(path)
@@ -344,10 +343,10 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                     'it into the optimizer class that saved it'.format(
                         self._face, ' and '.join(held), path, 'LAMB or Adam'
                         if 'm' in held else 'LARS or MomentumSGD'))
+        drop_masters(self.target.params())  # float32's: not saved
         super(FusedMethod, self).serialize(serializer)
         serialize_loss_scaling(self, serializer)
-        if isinstance(serializer, chainer.serializer.Deserializer):
-            drop_masters(self.target.params())
+        drop_masters(self.target.params())  # nor loaded
 
     def update(self, lossfun=None, *args, **kwds):
         """Updates the parameters, as :meth:`chainer.GradientMethod.update`

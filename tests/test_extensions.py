@@ -550,6 +550,20 @@ def test_a_second_shift_of_the_attribute_is_refused_at_start(
     assert optimizer.t == 0 and optimizer.lr == 0.1
 
 
+def test_an_extension_that_only_names_the_attribute_runs_beside(tmp_path):
+    """Chainer's shifts hold ``_attr`` and ``_optimizer``; an extension
+    with an ``_attr`` alone (a user's that reports it) sets nothing."""
+    trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.1), 2,
+                           out=tmp_path)
+    reporter = training.make_extension(trigger=(1, 'iteration'))(
+        lambda trainer: None)
+    reporter._attr = 'lr'
+    trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 1, 2))
+    trainer.extend(reporter, name='reporter')
+    trainer.run()
+    assert trainer.updater.get_optimizer('main').lr == 0.0
+
+
 def test_shifts_of_other_attributes_or_optimizers_run_together(tmp_path):
     trainer = make_trainer(lambda: optimizers.MomentumSGD(lr=0.1), 4,
                            out=tmp_path)

@@ -7,6 +7,7 @@ emulated GPU; the examples' part runs the trainers with ``--dtype`` on
 conftest.py's tiny datasets.
 """
 
+import io
 import os
 import re
 import warnings
@@ -642,3 +643,77 @@ def test_a_snapshot_of_a_negative_step_count_is_refused(tmp_path, face, t,
             "the snapshot's t of /W " + words)):
         serializers.load_npz(path, fresh)
     assert [p.update_rule.t for p in fresh.target.params()] == [0, 0]
+
+
+@pytest.mark.parametrize('face', ['lars', 'lamb'])
+def test_a_resume_of_lazy_links_keeps_the_masters_bit_for_bit(face):
+    """A trainer loads the optimizer before the model: a lazy link's
+    parameters are not initialized yet (their dtype reads float64), and
+    their just-loaded masters were dropped as a float32 weight's; the
+    resumed run left the uninterrupted one."""
+    x = numpy.random.RandomState(0).randn(8, 4).astype(numpy.float16)
+    y = numpy.arange(8, dtype=numpy.int32) % 3
+
+    def updater():
+        model = L.Classifier(L.Linear(None, 3))
+        optimizer = _make(face, model)
+        optimizer.use_fp32_update()
+        it = chainer.iterators.SerialIterator(
+            chainer.datasets.TupleDataset(x, y), 8)
+        return training.updaters.StandardUpdater(it, optimizer), model
+
+    with chainer.using_config('dtype', chainer.mixed16):
+        first, model = updater()
+        for _ in range(3):
+            first.update()
+        path = io.BytesIO()
+        serializers.save_npz(path, first)
+        resumed, other = updater()
+        path.seek(0)
+        serializers.load_npz(path, resumed)
+        assert (other.predictor.W.update_rule._fp32_param.array.tobytes()
+                == model.predictor.W.update_rule._fp32_param.array.tobytes())
+        for _ in range(3):
+            first.update()
+            resumed.update()
+    assert (other.predictor.W.array.tobytes()
+            == model.predictor.W.array.tobytes())
+
+
+@pytest.mark.parametrize('face', ['lars', 'lamb', 'sgd'])
+def test_strict_false_drops_the_masters_a_snapshot_lacks(tmp_path, face):
+    """``load_npz(strict=False)`` hands a missing key its current value:
+    the stale master looked loaded, and a zero step rolled the loaded
+    weights back to it."""
+    source = L.Linear(3, 2)
+    saved = _make(face, source)
+    _step(source, saved)
+    path = str(tmp_path / 'float32.npz')
+    serializers.save_npz(path, _saved(face, saved))
+    model = _float16_linear()
+    optimizer = _make(face, model, **{'lamb': {'alpha': 0.0}}.get(
+        face, {'lr': 0.0}))
+    optimizer.use_fp32_update()
+    _step(model, optimizer)
+    model.copyparams(source)
+    serializers.load_npz(path, _saved(face, optimizer), strict=False)
+    assert all(p.update_rule._fp32_param is None for p in model.params())
+
+
+def test_loss_scale_state_drops_masters_of_a_snapshot_without_it(tmp_path):
+    """A snapshot of a trainer without LossScaleState holds no master copy:
+    the mixed16 run's, kept, were stale against the loaded weights."""
+    source = L.Linear(3, 2)
+    saved = optimizers.SGD(lr=0.1).setup(source)
+    _step(source, saved)
+    path = str(tmp_path / 'trainer.npz')
+    serializers.save_npz(path, source)  # no extension's part
+    model = _float16_linear()
+    optimizer = optimizers.SGD(lr=0.0).setup(model)
+    optimizer.use_fp32_update()
+    _step(model, optimizer)
+    state = chainer_lars.LossScaleState(optimizer)
+    with numpy.load(path) as npz:
+        serializers.NpzDeserializer(npz, path='state/').load(state)
+    assert all(p.update_rule._fp32_param is None for p in model.params())
+    assert state.skipped_updates == 0

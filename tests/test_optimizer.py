@@ -939,3 +939,24 @@ def test_a_snapshot_state_of_another_shape_is_refused(face, tmp_path):
     with pytest.raises(ValueError, match='^/fc/W: the .* has shape'):
         opt.update()
     assert (fresh.fc.W.array == before).all()
+
+
+@pytest.mark.parametrize('face', [chainer_lars.LARS, chainer_lars.LAMB])
+def test_a_tied_link_takes_the_exclusions_of_its_last_path(face):
+    """A link under two parents: setup, the plan and GradientLARS all name
+    its parameters by their last path (a rule placed once took its
+    first)."""
+    shared = chainer.links.Linear(3, 3)
+    model = chainer.Chain()
+    with model.init_scope():
+        model.a = shared
+        model.b = shared
+    opt = face(exclude_from_weight_decay=['^/b/'],
+               exclude_from_layer_adaptation=['^/b/']).setup(model)
+    rule = shared.W.update_rule
+    assert (rule._path, rule.uses_weight_decay, rule.uses_adaptation) == (
+        '/b/W', False, False)
+    for p in model.params():
+        p.grad = numpy.ones_like(p.array)
+    opt.update()
+    assert opt.observe() == {}
