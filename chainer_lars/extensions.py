@@ -309,7 +309,7 @@ class LossScaleState(extension.Extension):
         fused.drop_masters(self._optimizer.target.params())  # float32's
         n = fused.read(serializer, 'skipped_updates', self.skipped_updates)
         if n is None:  # a snapshot without this extension: made anew
-            return fused.drop_masters(self._optimizer.target.params(), None)
+            return fused.drop_masters(self._optimizer.target.params(), ())
         self.skipped_updates = int(n)
         fused.serialize_loss_scaling(self._optimizer, serializer)
         loading = isinstance(serializer, chainer.serializer.Deserializer)

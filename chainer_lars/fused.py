@@ -66,12 +66,12 @@ def serialize_master(rule, serializer, device=None):
             value if device is None else device.send(value))
 
 
-def drop_masters(params, keep=numpy.float16):
-    """Drops the master copies but of ``keep`` weights (float32's: unused,
-    not to be saved); an uninitialized weight's dtype is not known yet."""
+def drop_masters(params, keep=(numpy.float16,)):
+    """Drops the master copies but of weights of the ``keep`` dtypes (a
+    float32's: unused, not to be saved); an uninitialized one's is unknown."""
     for p in params:
         if p.raw_array is not None and getattr(p, 'update_rule', None) and (
-                p.dtype != keep):
+                p.dtype not in keep):
             p.update_rule._fp32_param = None
 
 
