@@ -787,13 +787,15 @@ def test_unit_must_be_positive(request, capsys, name):
 
 
 def test_a_model_too_large_for_memory_is_a_usage_error(
-        mnist, dataset_root, tmp_path, capsys):
+        mnist, dataset_root, tmp_path, capsys, monkeypatch):
     """One line naming --unit, not NumPy's traceback, before the run in
-    --out is removed by --overwrite.
+    --out is removed by --overwrite: refused from its estimated size
+    when the flags are checked, nothing allocated.
 
     10 ** 12 units: the first layer's 784 * 10 ** 12 weights are beyond
-    any machine's address space, so that the allocation fails at once.
+    any machine's address space.
     """
+    monkeypatch.setattr(mnist, 'available_memory', lambda: 16 * 10 ** 9)
     out = tmp_path / 'result'
     out.mkdir()
     (out / 'log').write_text('another run')
@@ -803,10 +805,66 @@ def test_a_model_too_large_for_memory_is_a_usage_error(
         capsys)
     assert 'Traceback' not in err
     assert err.splitlines()[-1].endswith(
-        'error: --unit 1000000000000: the model does not fit in memory (on '
-        '@numpy): its 1e+24 weights take 4e+15 GB in float32; give a '
+        'error: --unit 1000000000000: the model does not fit in memory: '
+        'its 1e+24 weights in float32 need about 1.2e+16 GB to be drawn '
+        'and trained (weights, gradients, optimizer state, activations), '
+        'beyond 16 GB available on the host (MemAvailable); give a '
         'smaller --unit'), err
     assert [p.name for p in out.iterdir()] == ['log']
+
+
+@pytest.mark.parametrize('available', [None, 16 * 10 ** 9])
+@pytest.mark.parametrize('unit', [10 ** 16, 10 ** 21])
+def test_a_unit_beyond_the_address_space_is_a_usage_error(
+        mnist, capsys, monkeypatch, unit, available):
+    """Such sizes failed in NumPy with a traceback (``array is too big``,
+    ``Maximum allowed dimension exceeded``) rather than a MemoryError;
+    where the available memory is unknown, the address space is the
+    limit."""
+    monkeypatch.setattr(mnist, 'available_memory', lambda: available)
+    err = usage_error(mnist.parse_args, ['-u', str(unit)], capsys)
+    assert 'Traceback' not in err
+    assert err.splitlines()[-1].split(': ', 1)[1].startswith(
+        'error: --unit {}: the model does not fit in memory'.format(
+            unit)), err
+    assert ('the address space' if available is None
+            else '16 GB available on the host') in err
+
+
+@pytest.mark.parametrize('optimizer,dtype,needed', [
+    ('lars', 'float32', 0.53), ('lamb', 'float32', 0.576),
+    ('lars', 'float16', 0.379)])
+def test_a_model_beyond_the_available_memory_is_a_usage_error(
+        mnist, capsys, monkeypatch, optimizer, dtype, needed):
+    """A model whose arrays each fit but not all together (the process was
+    killed by the kernel, without a word): refused from its estimate
+    against MemAvailable, here a fake 0.1 GB, nothing allocated.
+
+    3000 units, 8192 a batch: 12 bytes a weight in float32 with one
+    state (lars), 16 with two (lamb), 2 + 2 + 8 + 4 in float16; and the
+    activations, 4 arrays of 8192 x 3000."""
+    monkeypatch.setattr(mnist, 'available_memory', lambda: 10 ** 8)
+    err = usage_error(mnist.parse_args, [
+        '-u', '3000', '--optimizer', optimizer, '--dtype', dtype], capsys)
+    assert err.splitlines()[-1].endswith(
+        'error: --unit 3000: the model does not fit in '
+        'memory: its 1.14e+07 weights in {} need about {:.3g} GB to be '
+        'drawn and trained (weights, gradients, optimizer state, '
+        'activations), beyond 0.1 GB available on the host (MemAvailable); '
+        'give a smaller --unit'.format(dtype, needed)), err
+    # What fits, and where the memory is unknown, is not refused.
+    assert mnist.parse_args(['-u', '100']).unit == 100
+    monkeypatch.setattr(mnist, 'available_memory', lambda: None)
+    assert mnist.parse_args(['-u', '3000']).unit == 3000
+
+
+def test_available_memory_is_linux_memavailable(mnist):
+    available = mnist.available_memory()
+    if not os.path.exists('/proc/meminfo'):
+        assert available is None
+        return
+    with open('/proc/meminfo') as f:
+        assert available > 0 and 'MemAvailable' in f.read()
 
 
 @pytest.mark.parametrize('name,argv', [
