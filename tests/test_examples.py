@@ -2582,6 +2582,36 @@ def test_trust_ratio_heatmap_places_eval_every_s_columns_by_iteration(
     plt.close(figure)
 
 
+@pytest.mark.parametrize('every', [None, 4])
+@pytest.mark.parametrize('epochs', [1, 2, 10])
+def test_trust_ratio_heatmap_s_labels_are_inside_the_picture(
+        tmp_path, monkeypatch, epochs, every):
+    """A short run's figure is narrow (a quarter of an inch a column):
+    the x label on one line was cut at both ends ("poch (each column...")
+    at 1 and 2 epochs."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    import matplotlib.pyplot as plt
+    keys = ['lars/ratio/predictor/l1/W', 'lars/ratio/predictor/l2/W']
+    log = [{'epoch': e + 1, 'iteration': 10 * (e + 1), 'main/loss': 1.0,
+            keys[0]: 0.1 * (e + 1), keys[1]: 0.2} for e in range(epochs)]
+    drawn = []
+    monkeypatch.setattr(plt.Figure, 'savefig',
+                        lambda figure, path, **kwargs: drawn.append(figure))
+    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every)(
+        LoggedTrainer(log, str(tmp_path)))
+    figure, = drawn
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for axes in figure.axes:
+        for text in (axes.xaxis.label, axes.yaxis.label, axes.title):
+            if text.get_text():
+                box = text.get_window_extent(renderer)
+                assert 0 <= box.x0 and box.x1 <= figure.bbox.width, (
+                    text.get_text())
+    plt.close(figure)
+
+
 def test_chainermn_without_mpi4py_says_so_in_one_line(
         chainermn_example, dataset_root, tmp_path, monkeypatch, capsys):
     import chainermn
