@@ -717,7 +717,7 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         call_before_training=True)
     if progress == 'bar':
         # Minutes an update in 16 bits on the CPU: every update.
-        trainer.extend(extensions.ProgressBar(
+        trainer.extend(ProgressBar(
             update_interval=1 if cli.slow_precision(args) else 10))
     elif progress == 'lines':
         trainer.extend(ProgressLines())
@@ -773,6 +773,22 @@ class PlainOutput(object):
 
     def flush(self):
         sys.stdout.flush()
+
+
+class ProgressBar(extensions.ProgressBar):
+
+    """Chainer's progress bar, whose speed and time left are measured
+    from the start of the training. Chainer's measures from its own first
+    draw, which has no earlier time to measure from: it showed ``inf
+    iters/sec. Estimated time to finish: 0:00:00.`` until the next draw
+    (with the defaults, a minute)."""
+
+    def initialize(self, trainer):
+        updater = trainer.updater
+        # Chainer 7.8.1's record of (iteration, epoch, time) of its draws,
+        # from which it takes the speed.
+        self._pbar._recent_timing.append(
+            (updater.iteration, updater.epoch_detail, time.time()))
 
 
 class ProgressLines(training.Extension):

@@ -350,6 +350,25 @@ def test_progress_flag(mnist, dataset_root, tmp_path, capsys, monkeypatch,
     assert lines == []
 
 
+def test_progress_bar_s_first_draw_has_a_speed(
+        mnist, dataset_root, tmp_path, capsys, monkeypatch):
+    """Chainer's bar measured the speed from its own first draw: that
+    draw said ``inf iters/sec. Estimated time to finish: 0:00:00.``
+    (with the defaults, for a minute); ours measures from the start."""
+    bar = training.ProgressBar.__init__
+
+    def every_update(self, **kwargs):
+        bar(self, update_interval=1)
+    monkeypatch.setattr(training.ProgressBar, '__init__', every_update)
+    out, _ = _progress_run(mnist, dataset_root, tmp_path, capsys,
+                           ['--progress', 'bar'])
+    speeds = re.findall(r'(\S+) iters/sec\. Estimated time to finish: '
+                        r'(\S+)\.', out)
+    assert len(speeds) == 4, out
+    assert all(0 < float(speed) < math.inf for speed, _ in speeds), speeds
+    assert speeds[0][1] != '0:00:00', speeds
+
+
 @pytest.mark.parametrize('said, tty, bar', [
     ('0', True, False),  # mpiexec's pty, dev.sh writing to a file: lines
     ('1', False, True),
