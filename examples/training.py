@@ -137,9 +137,10 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         # be written under, and which no killed process leaves behind.
         trainer.out = os.devnull
     try:
-        with Interruption(args, trainer, say=comm is None or comm.rank == 0,
-                          cleanup=None if old is None else old.restore,
-                          processes=None if comm is None else comm.size):
+        with closed_output_ignored(args.out), Interruption(
+                args, trainer, say=comm is None or comm.rank == 0,
+                cleanup=None if old is None else old.restore,
+                processes=None if comm is None else comm.size):
             trainer.run()
     except BaseException:  # before the first update: the old run back
         if old is not None:
@@ -150,6 +151,66 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
             cli.say('stopped: the run diverged (see above); the log and the '
                     'plots in {} show it'.format(args.out))
         sys.exit(1)
+
+
+@contextlib.contextmanager
+def closed_output_ignored(out):
+    """Standard output that closes during the training (``| head``, a
+    terminal's pager quit) stops no run: the training goes on, writing
+    its log, snapshots and plots in ``out`` as ever, its console output
+    dropped, and one line on stderr says so. Python's ``BrokenPipeError``
+    ended the run with a traceback: a long run would be lost for a
+    glance at its first lines (examples/README.md)."""
+    stream = sys.stdout
+    guard = sys.stdout = _SurvivingOutput(stream, out)
+    try:
+        yield
+    finally:
+        if not guard.closed_under_us:  # else what follows writes to it too
+            sys.stdout = stream
+
+
+class _SurvivingOutput(object):
+
+    """``stream`` (standard output), whose writes once its reader has
+    gone are dropped, with one line on stderr (``closed_output_ignored``)."""
+
+    def __init__(self, stream, out):
+        self._stream = stream
+        self._out = out
+        self.closed_under_us = False
+
+    def write(self, text):
+        if not self.closed_under_us:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._closed()
+        return len(text)
+
+    def flush(self):
+        if not self.closed_under_us:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._closed()
+
+    def _closed(self):
+        self.closed_under_us = True
+        try:
+            # What is still buffered, and Python's flush at exit, go to
+            # the null device, not to a closed pipe (another traceback).
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):  # not a file
+            pass
+        cli.say('standard output was closed (its reader ended, as | head '
+                'does): the training goes on without it, and writes its '
+                'log, snapshots and plots in {}'.format(self._out))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -369,6 +369,50 @@ def test_progress_bar_s_first_draw_has_a_speed(
     assert speeds[0][1] != '0:00:00', speeds
 
 
+class ClosedPipe(object):
+    """Standard output whose reader ends once it has read the first
+    chunk, the banner (``| head -3``): every write or flush after raises
+    ``BrokenPipeError``."""
+
+    def __init__(self):
+        self.text = ''
+        self.read = None
+
+    def write(self, text):
+        if self.read is not None:
+            raise BrokenPipeError(32, 'Broken pipe')
+        self.text += text
+        return len(text)
+
+    def flush(self):
+        if self.read is not None:
+            raise BrokenPipeError(32, 'Broken pipe')
+        self.read = self.text
+
+    def isatty(self):
+        return False
+
+
+def test_a_closed_output_does_not_stop_the_run(
+        mnist, dataset_root, tmp_path, capsys, monkeypatch):
+    """``train_mnist.py | head -3``: the report's first write raised
+    BrokenPipeError, and the run ended with a traceback. It goes on,
+    says so once on stderr, and writes its log and snapshot."""
+    monkeypatch.setattr(training.ProgressLines.__init__, '__defaults__',
+                        (0.0,))
+    pipe = ClosedPipe()
+    monkeypatch.setattr(sys, 'stdout', pipe)
+    out = tmp_path / 'out'
+    mnist.main(['-b', '32', '-e', '3', '-u', '8', '--noplot',
+                '--dataset-root', dataset_root, '--out', str(out)])
+    assert [entry['epoch'] for entry in read_log(out)] == [0, 1, 2, 3]
+    assert (out / 'snapshot_iter_6').exists()
+    err = capsys.readouterr().err
+    assert err.count('standard output was closed') == 1, err
+    assert 'the training goes on without it' in err and 'Traceback' not in err
+    assert pipe.text.startswith('Device: @numpy\n')
+
+
 @pytest.mark.parametrize('said, tty, bar', [
     ('0', True, False),  # mpiexec's pty, dev.sh writing to a file: lines
     ('1', False, True),
