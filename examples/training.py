@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 
 import chainer
 import chainer.functions as F
@@ -139,10 +140,12 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         # be written under, and which no killed process leaves behind.
         trainer.out = os.devnull
     try:
-        with closed_output_ignored(args.out), Interruption(
-                args, trainer, say=comm is None or comm.rank == 0,
-                cleanup=None if old is None else old.restore,
-                processes=None if comm is None else comm.size):
+        interruption = Interruption(
+            args, trainer, say=comm is None or comm.rank == 0,
+            cleanup=None if old is None else old.restore,
+            processes=None if comm is None else comm.size)
+        with closed_output_ignored(args.out), divergence.held_warnings(), \
+                interruption:
             trainer.run()
     except BaseException:  # before the first update: the old run back
         if old is not None:
@@ -528,16 +531,49 @@ class Divergence(training.Extension):
         self.out = out
         self.say = say
         self.found = None  # (iteration, epoch_detail, loss)
+        self._held = []  # the warnings of the update (held_warnings)
+        self._show = None
+
+    @contextlib.contextmanager
+    def held_warnings(self):
+        """Holds the RuntimeWarnings (NumPy's invalid value, overflow)
+        of each update until its loss is known: shown where it is finite,
+        dropped where it is not (this line says it clearly; NumPy's
+        "invalid value encountered in subtract" came first) and from then
+        on (the diverged model's evaluation)."""
+        self._show = show = warnings.showwarning
+
+        def hold(message, category, *args, **kwargs):
+            if issubclass(category, RuntimeWarning):
+                self._held.append((message, category, args, kwargs))
+            else:
+                show(message, category, *args, **kwargs)
+        warnings.showwarning = hold
+        try:
+            yield
+        finally:
+            warnings.showwarning = show
+            self._release()
+
+    def _release(self):
+        held, self._held = self._held, []
+        if self.found is None and self._show is not None:
+            for message, category, args, kwargs in held:
+                self._show(message, category, *args, **kwargs)
 
     def __call__(self, trainer):
         if self.found is not None:
+            self._held = []
             return
         loss = trainer.observation.get('main/loss')
         if loss is None:
+            self._release()
             return
         loss = float(chainer.as_array(loss))
         if math.isfinite(loss):
+            self._release()
             return
+        self._held = []
         updater = trainer.updater
         self.found = updater.iteration, updater.epoch_detail, loss
         if self.say:

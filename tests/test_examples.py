@@ -2321,6 +2321,42 @@ def test_log_axis_labels_use_one_form():
     plt.close(figure)
 
 
+def test_divergence_drops_numpy_s_warnings_of_a_diverged_update(
+        monkeypatch, capsys):
+    """A diverged run printed NumPy's ``RuntimeWarning: invalid value
+    encountered in subtract`` before its own line: an update's warnings
+    are shown where its loss is finite, dropped where it is not and
+    after (the diverged model's evaluation)."""
+    import warnings
+    shown = []
+    monkeypatch.setattr(warnings, 'showwarning',
+                        lambda message, *args, **kwargs: shown.append(
+                            str(message)))
+
+    class Trainer(object):
+        observation = {}
+        updater = type('Updater', (), {'iteration': 1, 'epoch_detail': 0.5})
+
+    trainer = Trainer()
+    divergence = training.Divergence('out')
+    with warnings.catch_warnings():
+        warnings.simplefilter('always')
+        with divergence.held_warnings():
+            for loss in (1.0, math.nan, math.nan):
+                with numpy.errstate(invalid='warn'):
+                    numpy.array([numpy.inf]) - numpy.inf
+                warnings.warn('not a RuntimeWarning', UserWarning)
+                trainer.observation = {'main/loss': numpy.float32(loss)}
+                divergence(trainer)
+            numpy.array([numpy.inf]) - numpy.inf  # the evaluation
+    # The others at once, the update's once its loss is known.
+    assert shown == ['not a RuntimeWarning',
+                     'invalid value encountered in subtract'] + [
+                         'not a RuntimeWarning'] * 2
+    assert divergence.found[2] != divergence.found[2]
+    assert 'the run diverged' in capsys.readouterr().err
+
+
 def test_accuracy_plot_is_in_percent_and_hides_a_diverged_runs_values():
     """A diverged model's accuracy (that of one class) is finite, but no
     model's: from where the Divergence extension found the loss not
