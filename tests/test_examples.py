@@ -986,6 +986,23 @@ def test_default_warmup_longer_than_the_run_is_the_run(
                                           '1']).warmup_epochs == 1
 
 
+@pytest.mark.parametrize('epoch,warmup,per,expected', [
+    (1, 1, 60000 / 8192, (8, 8)),  # the whole run: round gave 7 of 8
+    (2, 2, 60000 / 8192, (15, 15)),
+    (10, 0.5, 60000 / 8192, (4, 74)),  # the Quick start's, as before
+    (1, 0.5, 60000 / 8192, (4, 8)),
+    (2, 1, 50000 / 256, (195, 391)),  # a part of the run: round
+])
+def test_schedule_s_warmup_of_the_whole_run_peaks_at_the_last_update(
+        mnist, epoch, warmup, per, expected):
+    """examples/README.md: a warm-up as long as the run rises to the peak
+    at the last update; the run has ceil(epoch * per) of them."""
+    args = mnist.parse_args(['-e', str(epoch), '--warmup-epochs',
+                             str(warmup), '--lr', '1'])
+    shift = recipe.schedule(args, per)
+    assert (shift._warmup_count, shift._max_count) == expected
+
+
 @pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars', 'momentum',
                                        'lamb', 'adam'])
 def test_banner_names_a_trust_coefficient_only_for_lars(mnist, capsys,
