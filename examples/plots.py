@@ -8,6 +8,7 @@ without importing Chainer.
 
 import math
 import os
+import textwrap
 
 import numpy
 
@@ -304,11 +305,17 @@ class TrustRatioHeatmap(training.Extension):
                              fontsize=min(9, max(4, 400 // rows)))
         axes.xaxis.set_major_locator(
             matplotlib.ticker.MaxNLocator(integer=True))
-        axes.set_xlabel(
+        label = (
             'epoch (each column: the mean of the ratios observed in that '
             'epoch)' if not self._every else 'epoch (each column: the mean '
             'of the ratios observed since the column before;\none every {} '
             'iterations and at the end of each epoch)'.format(self._every))
+        # Centred under the axes, left of the colour bar: a short run's
+        # figure is narrower than the label on one line, which was cut
+        # at both ends. About 12 characters of 10 points an inch.
+        axes.set_xlabel('\n'.join(
+            textwrap.fill(part, int(12 * (width - 1.5)))
+            for part in label.split('\n')))
         axes.set_title('{}trust ratio of each layer ({}...)'.format(
             self._title + ' (diverged)\n' if self._title and dead.any()
             else self._title + '\n' if self._title else '', prefix),

@@ -187,7 +187,10 @@ def schedule(args, iterations_per_epoch):
     """The recipe's schedule: linear warm-up, then polynomial decay to 0,
     of the rate (Adam's and LAMB's ``alpha``)."""
     iterations = math.ceil(args.epoch * iterations_per_epoch)
-    warmup = min(round(args.warmup_epochs * iterations_per_epoch), iterations)
+    # A warm-up of the whole run ends at its last update: the run counts
+    # its part of an update as one (ceil), which round would leave out.
+    warmup = iterations if args.warmup_epochs >= args.epoch else min(
+        round(args.warmup_epochs * iterations_per_epoch), iterations)
     return chainer_lars.WarmupPolynomialShift(
         'alpha' if args.optimizer in ADAM_LIKE else 'lr',
         warmup_count=warmup, max_count=iterations, init=args.lr,

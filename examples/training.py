@@ -19,8 +19,11 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 
 import chainer
+import chainer.functions as F
+import chainer.links as L
 from chainer import training
 from chainer.training import extensions
 
@@ -137,9 +140,12 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         # be written under, and which no killed process leaves behind.
         trainer.out = os.devnull
     try:
-        with Interruption(args, trainer, say=comm is None or comm.rank == 0,
-                          cleanup=None if old is None else old.restore,
-                          processes=None if comm is None else comm.size):
+        interruption = Interruption(
+            args, trainer, say=comm is None or comm.rank == 0,
+            cleanup=None if old is None else old.restore,
+            processes=None if comm is None else comm.size)
+        with closed_output_ignored(args.out), divergence.held_warnings(), \
+                interruption:
             trainer.run()
     except BaseException:  # before the first update: the old run back
         if old is not None:
@@ -150,6 +156,66 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
             cli.say('stopped: the run diverged (see above); the log and the '
                     'plots in {} show it'.format(args.out))
         sys.exit(1)
+
+
+@contextlib.contextmanager
+def closed_output_ignored(out):
+    """Standard output that closes during the training (``| head``, a
+    terminal's pager quit) stops no run: the training goes on, writing
+    its log, snapshots and plots in ``out`` as ever, its console output
+    dropped, and one line on stderr says so. Python's ``BrokenPipeError``
+    ended the run with a traceback: a long run would be lost for a
+    glance at its first lines (examples/README.md)."""
+    stream = sys.stdout
+    guard = sys.stdout = _SurvivingOutput(stream, out)
+    try:
+        yield
+    finally:
+        if not guard.closed_under_us:  # else what follows writes to it too
+            sys.stdout = stream
+
+
+class _SurvivingOutput(object):
+
+    """``stream`` (standard output), whose writes once its reader has
+    gone are dropped, with one line on stderr (``closed_output_ignored``)."""
+
+    def __init__(self, stream, out):
+        self._stream = stream
+        self._out = out
+        self.closed_under_us = False
+
+    def write(self, text):
+        if not self.closed_under_us:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._closed()
+        return len(text)
+
+    def flush(self):
+        if not self.closed_under_us:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._closed()
+
+    def _closed(self):
+        self.closed_under_us = True
+        try:
+            # What is still buffered, and Python's flush at exit, go to
+            # the null device, not to a closed pipe (another traceback).
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):  # not a file
+            pass
+        cli.say('standard output was closed (its reader ended, as | head '
+                'does): the training goes on without it, and writes its '
+                'log, snapshots and plots in {}'.format(self._out))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -465,16 +531,49 @@ class Divergence(training.Extension):
         self.out = out
         self.say = say
         self.found = None  # (iteration, epoch_detail, loss)
+        self._held = []  # the warnings of the update (held_warnings)
+        self._show = None
+
+    @contextlib.contextmanager
+    def held_warnings(self):
+        """Holds the RuntimeWarnings (NumPy's invalid value, overflow)
+        of each update until its loss is known: shown where it is finite,
+        dropped where it is not (this line says it clearly; NumPy's
+        "invalid value encountered in subtract" came first) and from then
+        on (the diverged model's evaluation)."""
+        self._show = show = warnings.showwarning
+
+        def hold(message, category, *args, **kwargs):
+            if issubclass(category, RuntimeWarning):
+                self._held.append((message, category, args, kwargs))
+            else:
+                show(message, category, *args, **kwargs)
+        warnings.showwarning = hold
+        try:
+            yield
+        finally:
+            warnings.showwarning = show
+            self._release()
+
+    def _release(self):
+        held, self._held = self._held, []
+        if self.found is None and self._show is not None:
+            for message, category, args, kwargs in held:
+                self._show(message, category, *args, **kwargs)
 
     def __call__(self, trainer):
         if self.found is not None:
+            self._held = []
             return
         loss = trainer.observation.get('main/loss')
         if loss is None:
+            self._release()
             return
         loss = float(chainer.as_array(loss))
         if math.isfinite(loss):
+            self._release()
             return
+        self._held = []
         updater = trainer.updater
         self.found = updater.iteration, updater.epoch_detail, loss
         if self.say:
@@ -550,14 +649,48 @@ class Evaluator(extensions.Evaluator):
     def __init__(self, iterator, target, **kwargs):
         super(Evaluator, self).__init__(iterator, target, **kwargs)
         self.eval_func = self._weighted
+        # key: [correct predictions, examples] of the evaluation under way
+        self._counts = {}
+
+    def evaluate(self):
+        """Chainer's means, the accuracy counted: in 16 bits each batch's
+        accuracy is a float16 mean, which rounds (k / 8192 needs 13 bits;
+        the log said 0.10460380859375 of 10,000 images), and even float64
+        weights would not give k / 10000 back exactly."""
+        self._counts = {}
+        result = super(Evaluator, self).evaluate()
+        for key, (correct, examples) in self._counts.items():
+            result[key] = correct / examples
+        return result
 
     def _weighted(self, *in_arrays, **in_dict):
         # Evaluator.evaluate gives each batch a fresh observation.
         observation = chainer.reporter.get_current_reporter().observation
-        self._targets['main'](*in_arrays, **in_dict)
+        target = self._targets['main']
+        target(*in_arrays, **in_dict)
         first = in_arrays[0] if in_arrays else next(iter(in_dict.values()))
         for key, value in observation.items():
             observation[key] = (value, len(first))
+        correct = _correct_predictions(target, in_arrays, in_dict)
+        if correct is not None:
+            for key in observation:
+                if key.endswith('/accuracy'):
+                    counts = self._counts.setdefault(key, [0, 0])
+                    counts[0] += correct
+                    counts[1] += len(first)
+
+
+def _correct_predictions(target, in_arrays, in_dict):
+    """How many of the batch a ``Classifier`` with Chainer's accuracy
+    predicted right (as ``F.accuracy`` counts them), or None."""
+    if not (isinstance(target, L.Classifier)
+            and target.compute_accuracy and target.y is not None
+            and target.accfun is F.accuracy):
+        return None
+    key = target.label_key
+    t = in_arrays[key] if isinstance(key, int) else in_dict[key]
+    y = target.y.array
+    return int((y.argmax(axis=1).reshape(t.shape) == t).sum())
 
 
 def over_all_shards(evaluator, comm):
@@ -717,7 +850,7 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         call_before_training=True)
     if progress == 'bar':
         # Minutes an update in 16 bits on the CPU: every update.
-        trainer.extend(extensions.ProgressBar(
+        trainer.extend(ProgressBar(
             update_interval=1 if cli.slow_precision(args) else 10))
     elif progress == 'lines':
         trainer.extend(ProgressLines())
@@ -773,6 +906,22 @@ class PlainOutput(object):
 
     def flush(self):
         sys.stdout.flush()
+
+
+class ProgressBar(extensions.ProgressBar):
+
+    """Chainer's progress bar, whose speed and time left are measured
+    from the start of the training. Chainer's measures from its own first
+    draw, which has no earlier time to measure from: it showed ``inf
+    iters/sec. Estimated time to finish: 0:00:00.`` until the next draw
+    (with the defaults, a minute)."""
+
+    def initialize(self, trainer):
+        updater = trainer.updater
+        # Chainer 7.8.1's record of (iteration, epoch, time) of its draws,
+        # from which it takes the speed.
+        self._pbar._recent_timing.append(
+            (updater.iteration, updater.epoch_detail, time.time()))
 
 
 class ProgressLines(training.Extension):

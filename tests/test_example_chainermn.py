@@ -328,16 +328,17 @@ def test_what_rank0_finds_in_the_data_stops_every_rank(
 def test_a_model_too_large_for_memory_is_a_usage_error(
         dataset_root, tmp_path):
     """Every rank stops, and rank 0 says why in one line naming --unit,
-    not NumPy's traceback (10 ** 12 units: beyond any address space)."""
+    not NumPy's traceback (10 ** 12 units: beyond any address space),
+    from its estimated size, as the flags are checked."""
     out = tmp_path / 'result'
     result = run_example(out, '--unit', str(10 ** 12))
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines()
              if 'error: --unit' in line]
     assert len(lines) == 1, result.stderr
-    assert ('--unit 1000000000000: the model does not fit in memory (on '
-            '@numpy): its 1e+24 weights take 4e+15 GB in float32; give a '
-            'smaller --unit') in lines[0]
+    assert ('--unit 1000000000000: the model does not fit in memory: its '
+            '1e+24 weights in float32 need about 1.2e+16 GB to be drawn and '
+            'trained') in lines[0]
     assert 'Traceback' not in result.stderr
     assert not out.exists()
 

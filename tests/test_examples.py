@@ -185,6 +185,31 @@ def test_evaluator_weights_each_batch_by_its_size():
     assert plain['main/accuracy'] == pytest.approx(2 / 3)
 
 
+def test_evaluator_s_accuracy_in_float16_is_the_exact_fraction():
+    """In float16 each batch's accuracy is a float16 mean, which rounds:
+    the log said 0.10460380859375 for 1046 of 10,000 test images. The
+    accuracy is counted: k / n exactly, as Python divides."""
+    rng = numpy.random.RandomState(0)
+    with chainer.using_config('dtype', numpy.float16):
+        model = chainer.links.Classifier(chainer.links.Linear(
+            5, 3, initialW=rng.randn(3, 5)))
+    x = rng.randn(3000, 5).astype(numpy.float16)
+    t = rng.randint(0, 3, 3000).astype(numpy.int32)
+    with chainer.using_config('train', False):
+        predicted = model.predictor(x).array.argmax(axis=1)
+    correct = int((predicted == t).sum())
+    iterator = chainer.iterators.SerialIterator(
+        chainer.datasets.TupleDataset(x, t), 2048, repeat=False,
+        shuffle=False)
+    reporter = chainer.Reporter()
+    reporter.add_observer('main', model)
+    with reporter:
+        result = training.Evaluator(iterator, model).evaluate()
+    assert float(result['main/accuracy']) == correct / 3000
+    # Not so from float16 means (the test has a case that shows it).
+    assert float(numpy.float16(correct / 3000)) != correct / 3000
+
+
 @pytest.mark.parametrize('dataset', ['mnist', 'cifar10', 'cifar100'])
 def test_images_are_standardized_by_the_training_set(dataset_root, dataset):
     """MNIST over all pixels, CIFAR per channel; test images alike."""
@@ -348,6 +373,69 @@ def test_progress_flag(mnist, dataset_root, tmp_path, capsys, monkeypatch,
     out, lines = _progress_run(mnist, dataset_root, tmp_path, capsys, flags)
     assert ('\x1b[J' in out) == bar
     assert lines == []
+
+
+def test_progress_bar_s_first_draw_has_a_speed(
+        mnist, dataset_root, tmp_path, capsys, monkeypatch):
+    """Chainer's bar measured the speed from its own first draw: that
+    draw said ``inf iters/sec. Estimated time to finish: 0:00:00.``
+    (with the defaults, for a minute); ours measures from the start."""
+    bar = training.ProgressBar.__init__
+
+    def every_update(self, **kwargs):
+        bar(self, update_interval=1)
+    monkeypatch.setattr(training.ProgressBar, '__init__', every_update)
+    out, _ = _progress_run(mnist, dataset_root, tmp_path, capsys,
+                           ['--progress', 'bar'])
+    speeds = re.findall(r'(\S+) iters/sec\. Estimated time to finish: '
+                        r'(\S+)\.', out)
+    assert len(speeds) == 4, out
+    assert all(0 < float(speed) < math.inf for speed, _ in speeds), speeds
+    assert speeds[0][1] != '0:00:00', speeds
+
+
+class ClosedPipe(object):
+    """Standard output whose reader ends once it has read the first
+    chunk, the banner (``| head -3``): every write or flush after raises
+    ``BrokenPipeError``."""
+
+    def __init__(self):
+        self.text = ''
+        self.read = None
+
+    def write(self, text):
+        if self.read is not None:
+            raise BrokenPipeError(32, 'Broken pipe')
+        self.text += text
+        return len(text)
+
+    def flush(self):
+        if self.read is not None:
+            raise BrokenPipeError(32, 'Broken pipe')
+        self.read = self.text
+
+    def isatty(self):
+        return False
+
+
+def test_a_closed_output_does_not_stop_the_run(
+        mnist, dataset_root, tmp_path, capsys, monkeypatch):
+    """``train_mnist.py | head -3``: the report's first write raised
+    BrokenPipeError, and the run ended with a traceback. It goes on,
+    says so once on stderr, and writes its log and snapshot."""
+    monkeypatch.setattr(training.ProgressLines.__init__, '__defaults__',
+                        (0.0,))
+    pipe = ClosedPipe()
+    monkeypatch.setattr(sys, 'stdout', pipe)
+    out = tmp_path / 'out'
+    mnist.main(['-b', '32', '-e', '3', '-u', '8', '--noplot',
+                '--dataset-root', dataset_root, '--out', str(out)])
+    assert [entry['epoch'] for entry in read_log(out)] == [0, 1, 2, 3]
+    assert (out / 'snapshot_iter_6').exists()
+    err = capsys.readouterr().err
+    assert err.count('standard output was closed') == 1, err
+    assert 'the training goes on without it' in err and 'Traceback' not in err
+    assert pipe.text.startswith('Device: @numpy\n')
 
 
 @pytest.mark.parametrize('said, tty, bar', [
@@ -787,13 +875,15 @@ def test_unit_must_be_positive(request, capsys, name):
 
 
 def test_a_model_too_large_for_memory_is_a_usage_error(
-        mnist, dataset_root, tmp_path, capsys):
+        mnist, dataset_root, tmp_path, capsys, monkeypatch):
     """One line naming --unit, not NumPy's traceback, before the run in
-    --out is removed by --overwrite.
+    --out is removed by --overwrite: refused from its estimated size
+    when the flags are checked, nothing allocated.
 
     10 ** 12 units: the first layer's 784 * 10 ** 12 weights are beyond
-    any machine's address space, so that the allocation fails at once.
+    any machine's address space.
     """
+    monkeypatch.setattr(mnist, 'available_memory', lambda: 16 * 10 ** 9)
     out = tmp_path / 'result'
     out.mkdir()
     (out / 'log').write_text('another run')
@@ -803,10 +893,66 @@ def test_a_model_too_large_for_memory_is_a_usage_error(
         capsys)
     assert 'Traceback' not in err
     assert err.splitlines()[-1].endswith(
-        'error: --unit 1000000000000: the model does not fit in memory (on '
-        '@numpy): its 1e+24 weights take 4e+15 GB in float32; give a '
+        'error: --unit 1000000000000: the model does not fit in memory: '
+        'its 1e+24 weights in float32 need about 1.2e+16 GB to be drawn '
+        'and trained (weights, gradients, optimizer state, activations), '
+        'beyond 16 GB available on the host (MemAvailable); give a '
         'smaller --unit'), err
     assert [p.name for p in out.iterdir()] == ['log']
+
+
+@pytest.mark.parametrize('available', [None, 16 * 10 ** 9])
+@pytest.mark.parametrize('unit', [10 ** 16, 10 ** 21])
+def test_a_unit_beyond_the_address_space_is_a_usage_error(
+        mnist, capsys, monkeypatch, unit, available):
+    """Such sizes failed in NumPy with a traceback (``array is too big``,
+    ``Maximum allowed dimension exceeded``) rather than a MemoryError;
+    where the available memory is unknown, the address space is the
+    limit."""
+    monkeypatch.setattr(mnist, 'available_memory', lambda: available)
+    err = usage_error(mnist.parse_args, ['-u', str(unit)], capsys)
+    assert 'Traceback' not in err
+    assert err.splitlines()[-1].split(': ', 1)[1].startswith(
+        'error: --unit {}: the model does not fit in memory'.format(
+            unit)), err
+    assert ('the address space' if available is None
+            else '16 GB available on the host') in err
+
+
+@pytest.mark.parametrize('optimizer,dtype,needed', [
+    ('lars', 'float32', 0.53), ('lamb', 'float32', 0.576),
+    ('lars', 'float16', 0.379)])
+def test_a_model_beyond_the_available_memory_is_a_usage_error(
+        mnist, capsys, monkeypatch, optimizer, dtype, needed):
+    """A model whose arrays each fit but not all together (the process was
+    killed by the kernel, without a word): refused from its estimate
+    against MemAvailable, here a fake 0.1 GB, nothing allocated.
+
+    3000 units, 8192 a batch: 12 bytes a weight in float32 with one
+    state (lars), 16 with two (lamb), 2 + 2 + 8 + 4 in float16; and the
+    activations, 4 arrays of 8192 x 3000."""
+    monkeypatch.setattr(mnist, 'available_memory', lambda: 10 ** 8)
+    err = usage_error(mnist.parse_args, [
+        '-u', '3000', '--optimizer', optimizer, '--dtype', dtype], capsys)
+    assert err.splitlines()[-1].endswith(
+        'error: --unit 3000: the model does not fit in '
+        'memory: its 1.14e+07 weights in {} need about {:.3g} GB to be '
+        'drawn and trained (weights, gradients, optimizer state, '
+        'activations), beyond 0.1 GB available on the host (MemAvailable); '
+        'give a smaller --unit'.format(dtype, needed)), err
+    # What fits, and where the memory is unknown, is not refused.
+    assert mnist.parse_args(['-u', '100']).unit == 100
+    monkeypatch.setattr(mnist, 'available_memory', lambda: None)
+    assert mnist.parse_args(['-u', '3000']).unit == 3000
+
+
+def test_available_memory_is_linux_memavailable(mnist):
+    available = mnist.available_memory()
+    if not os.path.exists('/proc/meminfo'):
+        assert available is None
+        return
+    with open('/proc/meminfo') as f:
+        assert available > 0 and 'MemAvailable' in f.read()
 
 
 @pytest.mark.parametrize('name,argv', [
@@ -838,6 +984,23 @@ def test_default_warmup_longer_than_the_run_is_the_run(
         assert example.parse_args(argv + ['--epoch', '6']).warmup_epochs == 5
         assert example.parse_args(argv + ['--epoch', '1', '--warmup-epochs',
                                           '1']).warmup_epochs == 1
+
+
+@pytest.mark.parametrize('epoch,warmup,per,expected', [
+    (1, 1, 60000 / 8192, (8, 8)),  # the whole run: round gave 7 of 8
+    (2, 2, 60000 / 8192, (15, 15)),
+    (10, 0.5, 60000 / 8192, (4, 74)),  # the Quick start's, as before
+    (1, 0.5, 60000 / 8192, (4, 8)),
+    (2, 1, 50000 / 256, (195, 391)),  # a part of the run: round
+])
+def test_schedule_s_warmup_of_the_whole_run_peaks_at_the_last_update(
+        mnist, epoch, warmup, per, expected):
+    """examples/README.md: a warm-up as long as the run rises to the peak
+    at the last update; the run has ceil(epoch * per) of them."""
+    args = mnist.parse_args(['-e', str(epoch), '--warmup-epochs',
+                             str(warmup), '--lr', '1'])
+    shift = recipe.schedule(args, per)
+    assert (shift._warmup_count, shift._max_count) == expected
 
 
 @pytest.mark.parametrize('optimizer', ['lars', 'momentum-lars', 'momentum',
@@ -2175,6 +2338,42 @@ def test_log_axis_labels_use_one_form():
     plt.close(figure)
 
 
+def test_divergence_drops_numpy_s_warnings_of_a_diverged_update(
+        monkeypatch, capsys):
+    """A diverged run printed NumPy's ``RuntimeWarning: invalid value
+    encountered in subtract`` before its own line: an update's warnings
+    are shown where its loss is finite, dropped where it is not and
+    after (the diverged model's evaluation)."""
+    import warnings
+    shown = []
+    monkeypatch.setattr(warnings, 'showwarning',
+                        lambda message, *args, **kwargs: shown.append(
+                            str(message)))
+
+    class Trainer(object):
+        observation = {}
+        updater = type('Updater', (), {'iteration': 1, 'epoch_detail': 0.5})
+
+    trainer = Trainer()
+    divergence = training.Divergence('out')
+    with warnings.catch_warnings():
+        warnings.simplefilter('always')
+        with divergence.held_warnings():
+            for loss in (1.0, math.nan, math.nan):
+                with numpy.errstate(invalid='warn'):
+                    numpy.array([numpy.inf]) - numpy.inf
+                warnings.warn('not a RuntimeWarning', UserWarning)
+                trainer.observation = {'main/loss': numpy.float32(loss)}
+                divergence(trainer)
+            numpy.array([numpy.inf]) - numpy.inf  # the evaluation
+    # The others at once, the update's once its loss is known.
+    assert shown == ['not a RuntimeWarning',
+                     'invalid value encountered in subtract'] + [
+                         'not a RuntimeWarning'] * 2
+    assert divergence.found[2] != divergence.found[2]
+    assert 'the run diverged' in capsys.readouterr().err
+
+
 def test_accuracy_plot_is_in_percent_and_hides_a_diverged_runs_values():
     """A diverged model's accuracy (that of one class) is finite, but no
     model's: from where the Divergence extension found the loss not
@@ -2521,6 +2720,36 @@ def test_trust_ratio_heatmap_places_eval_every_s_columns_by_iteration(
         edges, numpy.array([0, 4, 8, 12, 13.75, 16, 20, 24, 27.5]) / 13.75)
     assert axes.get_xlim()[0] >= 0 and axes.get_xlim()[1] <= 28 / 13.75 + .1
     assert 'one every 4 iterations' in axes.get_xlabel()
+    plt.close(figure)
+
+
+@pytest.mark.parametrize('every', [None, 4])
+@pytest.mark.parametrize('epochs', [1, 2, 10])
+def test_trust_ratio_heatmap_s_labels_are_inside_the_picture(
+        tmp_path, monkeypatch, epochs, every):
+    """A short run's figure is narrow (a quarter of an inch a column):
+    the x label on one line was cut at both ends ("poch (each column...")
+    at 1 and 2 epochs."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    import matplotlib.pyplot as plt
+    keys = ['lars/ratio/predictor/l1/W', 'lars/ratio/predictor/l2/W']
+    log = [{'epoch': e + 1, 'iteration': 10 * (e + 1), 'main/loss': 1.0,
+            keys[0]: 0.1 * (e + 1), keys[1]: 0.2} for e in range(epochs)]
+    drawn = []
+    monkeypatch.setattr(plt.Figure, 'savefig',
+                        lambda figure, path, **kwargs: drawn.append(figure))
+    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every)(
+        LoggedTrainer(log, str(tmp_path)))
+    figure, = drawn
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for axes in figure.axes:
+        for text in (axes.xaxis.label, axes.yaxis.label, axes.title):
+            if text.get_text():
+                box = text.get_window_extent(renderer)
+                assert 0 <= box.x0 and box.x1 <= figure.bbox.width, (
+                    text.get_text())
     plt.close(figure)
 
 

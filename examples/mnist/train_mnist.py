@@ -12,6 +12,8 @@ folder, or as a module from the root:
     python -m examples.mnist.train_mnist --help
 """
 
+import sys
+
 import numpy
 
 # This package before Chainer: it filters CuPy's warning that NCCL is
@@ -74,15 +76,78 @@ class MLPBN(chainer.Chain):
 MODELS = {'mlp': MLP, 'mlp-bn': MLPBN}
 
 
-def too_large(args, device):
-    """The usage error of a --unit whose model does not fit in the memory
-    of ``device`` (the host's, where the weights are drawn, first)."""
-    weights = 784 * args.unit + args.unit ** 2 + args.unit * 10
-    dtype = numpy.dtype(chainer.get_dtype())
-    return ('--unit {}: the model does not fit in memory (on {}): its '
-            '{:.3g} weights take {:.3g} GB in {}; give a smaller '
-            '--unit'.format(args.unit, device, weights,
-                            weights * dtype.itemsize / 1e9, dtype.name))
+# The optimizers' state arrays of the size of each parameter: LARS's,
+# MomentumSGD's and the nesterov baseline's momentum; Adam's and LAMB's
+# two moments. In float32, whatever --dtype (on the masters in 16 bits).
+STATES = {'adam': 2, 'lamb': 2}
+
+
+def footprint(args):
+    """The weights of the model of ``args`` (--unit, --model) and the
+    bytes a run of it needs at least, estimated: the largest of (1) the
+    weights as they are drawn, each array in float64 first, on the host,
+    whatever the device, and (2) the training: the weights and their
+    gradients in --dtype, in 16 bits float32 master copies and their
+    gradients too, the optimizer's state in float32 (``STATES``), and a
+    batch's activations (4 arrays of batch x unit)."""
+    unit = args.unit
+    # l1, l2, l3 and, per hidden layer, a bias (mlp) or BatchNorm's four
+    # arrays (mlp-bn): an upper bound of both.
+    weights = (784 + unit + 10 + 8) * unit + 10
+    dtype = numpy.dtype(chainer.get_dtype(cli.DTYPES[args.dtype],
+                                          map_mixed16=numpy.float16))
+    size = dtype.itemsize
+    drawn = weights * size + unit * unit * 8  # l2's, the largest, in float64
+    masters = 2 * 4 * weights if size < 4 else 0
+    trained = (2 * size * weights + masters
+               + 4 * STATES.get(args.optimizer, 1) * weights
+               + 4 * args.batchsize * unit * size)
+    return weights, max(drawn, trained), dtype
+
+
+def available_memory():
+    """The host's memory available to a new process, in bytes (Linux's
+    MemAvailable), or None where unknown."""
+    try:
+        with open('/proc/meminfo') as f:
+            for line in f:
+                if line.startswith('MemAvailable:'):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def too_large(args, device=None, available=None):
+    """The usage error of a --unit whose model does not fit in memory: the
+    host's, ``available`` bytes (where known), or the address space, or
+    ``device``'s, which refused it (None: not yet known)."""
+    weights, needed, dtype = footprint(args)
+    if available is None:
+        where = ('what {} could allocate'.format(device)
+                 if device is not None else 'the address space, {:.3g} GB'
+                 .format(sys.maxsize / 1e9))
+    else:
+        where = '{:.3g} GB available on the host (MemAvailable)'.format(
+            available / 1e9)
+    return ('--unit {}: the model does not fit in memory: its {:.3g} '
+            'weights in {} need about {:.3g} GB to be drawn and trained '
+            '(weights, gradients, optimizer state, activations), beyond '
+            '{}; give a smaller --unit'.format(
+                args.unit, weights, dtype.name, needed / 1e9, where))
+
+
+def check_unit(parser, args):
+    """Refuses a --unit whose model would not fit in the host's memory
+    (``footprint`` against ``available_memory``; where that is unknown,
+    against the address space), before anything is allocated: a size
+    beyond the address space failed in NumPy with a traceback, one beyond
+    the memory got the process killed without a word. (On a GPU the
+    trained model's size is checked as it is moved there: ``run``.)"""
+    available = available_memory()
+    limit = sys.maxsize if available is None else available
+    if footprint(args)[1] > limit:
+        parser.error(too_large(args, available=available))
 
 
 def parse_args(argv=None, paths=True):
@@ -98,6 +163,8 @@ def parse_args(argv=None, paths=True):
     args = cli.parse_args(parser, argv, positive=['unit'], paths=paths)
     if args.model == 'mlp-bn':
         cli.check_batch_norm_batchsize(parser, args)
+    if paths:  # (not where another program runs the command: results.py)
+        check_unit(parser, args)
     return args
 
 

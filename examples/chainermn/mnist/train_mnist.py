@@ -128,6 +128,8 @@ def parse_args(argv=None):
         if args.batchnorm != 'per-process':
             parser.error('--batchnorm {}: the MLP of --dataset mnist has no '
                          'BatchNorm'.format(args.batchnorm))
+        # Each process's model, against its host's memory.
+        train_mnist.check_unit(parser, args)
     else:
         train_cifar.check_depth(parser, args.depth)
         if args.batchnorm == 'per-process':  # each process's batch
