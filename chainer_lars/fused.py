@@ -156,7 +156,7 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
             serializer, chainer.serializer.Deserializer) else None
         if t is not None:  # a damaged one's: LAMB's steps would be NaN
             checks.count("the snapshot's t of " + (self._path or 'the rule'),
-                         numpy.asarray(t)[()])
+                         numpy.asarray(t).item())
         super(FusedRule, self).serialize(serializer)
         serialize_master(self, serializer)
 

@@ -625,7 +625,7 @@ def test_a_float32_run_keeps_no_master_of_a_mixed16_snapshot(tmp_path,
 @pytest.mark.parametrize('t, error, words', [
     (-1, ValueError, 'must be at least 0, got -1'),
     (-3, ValueError, 'must be at least 0, got -3'),
-    (2.5, TypeError, 'must be an int, not 2.5 (float64)')])
+    (2.5, TypeError, 'must be an int, not 2.5 (float)')])
 def test_a_snapshot_of_a_negative_step_count_is_refused(tmp_path, face, t,
                                                         error, words):
     """LAMB's bias corrections of ``t <= 0`` divide by 0: the weights
