@@ -144,8 +144,10 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
             args, trainer, say=comm is None or comm.rank == 0,
             cleanup=None if old is None else old.restore,
             processes=None if comm is None else comm.size)
-        with closed_output_ignored(args.out), divergence.held_warnings(), \
-                interruption:
+        # The warnings held are shown before Interruption's last words
+        # (the command that resumes the run).
+        with closed_output_ignored(args.out), interruption, \
+                divergence.held_warnings():
             trainer.run()
     except BaseException:  # before the first update: the old run back
         if old is not None:
@@ -846,7 +848,7 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
     # PrintReport clears the bar with an escape code before each line.
     trainer.extend(extensions.PrintReport(
         printed + ['elapsed_time'],
-        out=sys.stdout if progress == 'bar' else PlainOutput()),
+        out=CurrentOutput() if progress == 'bar' else PlainOutput()),
         call_before_training=True)
     if progress == 'bar':
         # Minutes an update in 16 bits on the CPU: every update.
@@ -894,18 +896,27 @@ def output_is_terminal():
     return sys.stdout.isatty()
 
 
-class PlainOutput(object):
+class CurrentOutput(object):
 
-    """Standard output (whatever ``sys.stdout`` is at each write) without
-    the escape code with which ``PrintReport`` clears the progress bar
-    before each line, for a run without the bar."""
+    """Standard output, whatever ``sys.stdout`` is at each write (Chainer's
+    reports keep the stream they were given: ``closed_output_ignored``
+    changes it under them)."""
+
+    def write(self, text):
+        return sys.stdout.write(text)
+
+    def flush(self):
+        sys.stdout.flush()
+
+
+class PlainOutput(CurrentOutput):
+
+    """Standard output without the escape code with which ``PrintReport``
+    clears the progress bar before each line, for a run without the bar."""
 
     def write(self, text):
         if text != '\033[J':
             sys.stdout.write(text)
-
-    def flush(self):
-        sys.stdout.flush()
 
 
 class ProgressBar(extensions.ProgressBar):
@@ -919,9 +930,10 @@ class ProgressBar(extensions.ProgressBar):
     def initialize(self, trainer):
         updater = trainer.updater
         # Chainer 7.8.1's record of (iteration, epoch, time) of its draws,
-        # from which it takes the speed.
+        # from which it takes the speed; its stream, sys.stdout when made.
         self._pbar._recent_timing.append(
             (updater.iteration, updater.epoch_detail, time.time()))
+        self._pbar._out = CurrentOutput()
 
 
 class ProgressLines(training.Extension):

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 
 import numpy
 import pytest
@@ -418,17 +419,20 @@ class ClosedPipe(object):
         return False
 
 
+@pytest.mark.parametrize('progress', ['lines', 'bar'])
 def test_a_closed_output_does_not_stop_the_run(
-        mnist, dataset_root, tmp_path, capsys, monkeypatch):
+        mnist, dataset_root, tmp_path, capsys, monkeypatch, progress):
     """``train_mnist.py | head -3``: the report's first write raised
     BrokenPipeError, and the run ended with a traceback. It goes on,
-    says so once on stderr, and writes its log and snapshot."""
+    says so once on stderr, and writes its log and snapshot; with the
+    bar too, whose report and bar kept the stream they were made with."""
     monkeypatch.setattr(training.ProgressLines.__init__, '__defaults__',
                         (0.0,))
     pipe = ClosedPipe()
     monkeypatch.setattr(sys, 'stdout', pipe)
     out = tmp_path / 'out'
     mnist.main(['-b', '32', '-e', '3', '-u', '8', '--noplot',
+                '--progress', progress,
                 '--dataset-root', dataset_root, '--out', str(out)])
     assert [entry['epoch'] for entry in read_log(out)] == [0, 1, 2, 3]
     assert (out / 'snapshot_iter_6').exists()
@@ -946,6 +950,27 @@ def test_a_model_beyond_the_available_memory_is_a_usage_error(
     assert mnist.parse_args(['-u', '3000']).unit == 3000
 
 
+def test_a_device_run_is_checked_against_the_host_for_its_drawing(
+        mnist, capsys, monkeypatch):
+    """On a GPU the host draws the weights (in float64 first) and the
+    device trains them: the training's estimate against the host's
+    memory refused runs that fit."""
+    monkeypatch.setattr(mnist, 'available_memory', lambda: 6 * 10 ** 9)
+    monkeypatch.setattr(mnist.cli, 'check_device', lambda *a, **k: None)
+    real = chainer.get_device
+    monkeypatch.setattr(chainer, 'get_device', lambda spec: (
+        types.SimpleNamespace(xp=None) if spec == '@cupy:0' else real(spec)))
+    args = ['-u', '20000', '--optimizer', 'lamb']
+    assert 'beyond 6 GB available' in usage_error(
+        mnist.parse_args, args, capsys)
+    _, needed, _, drawn = mnist.footprint(mnist.parse_args(
+        args + ['-d', '@cupy:0']))
+    assert drawn < 6 * 10 ** 9 < needed
+    monkeypatch.setattr(mnist, 'available_memory', lambda: 10 ** 9)
+    assert 'beyond 1 GB' in usage_error(
+        mnist.parse_args, args + ['-d', '@cupy:0'], capsys)
+
+
 def test_available_memory_is_linux_memavailable(mnist):
     available = mnist.available_memory()
     if not os.path.exists('/proc/meminfo'):
@@ -1396,6 +1421,26 @@ def mnist_snapshot(mnist, dataset_root, tmp_path_factory):
     out = tmp_path_factory.mktemp('run')
     mnist.main(args + ['--out', str(out), '--snapshots', '2'])
     return str(out / 'snapshot_iter_2'), args
+
+
+def test_resume_of_another_schedule_s_count_is_a_usage_error(
+        mnist, mnist_snapshot, tmp_path, capsys):
+    """A snapshot whose schedule counts its warm-up otherwise (before
+    0.3.0, a warm-up of the whole run ended an update early): the
+    schedule's own refusal ended in a traceback; a usage error says it."""
+    snapshot, args = mnist_snapshot
+    with numpy.load(snapshot) as npz:
+        entries = dict(npz)
+    key, = [k for k in entries if k.endswith('/warmup_count')]
+    entries[key] = entries[key] - 1
+    edited = str(tmp_path / 'edited.npz')
+    numpy.savez(edited, **entries)
+    err = usage_error(mnist.main, args + [
+        '--resume', edited, '--out', str(tmp_path / 'resumed')], capsys)
+    last = err.splitlines()[-1]
+    assert 'error: --resume {}: the snapshot was written with warmup_count='\
+        .format(edited) in last and 'before 0.3.0' in last, err
+    assert 'Traceback' not in err
 
 
 @pytest.mark.parametrize('flags,message', [

@@ -102,7 +102,7 @@ def footprint(args):
     trained = (2 * size * weights + masters
                + 4 * STATES.get(args.optimizer, 1) * weights
                + 4 * args.batchsize * unit * size)
-    return weights, max(drawn, trained), dtype
+    return weights, max(drawn, trained), dtype, drawn
 
 
 def available_memory():
@@ -122,7 +122,7 @@ def too_large(args, device=None, available=None):
     """The usage error of a --unit whose model does not fit in memory: the
     host's, ``available`` bytes (where known), or the address space, or
     ``device``'s, which refused it (None: not yet known)."""
-    weights, needed, dtype = footprint(args)
+    weights, needed, dtype, _ = footprint(args)
     if available is None:
         where = ('what {} could allocate'.format(device)
                  if device is not None else 'the address space, {:.3g} GB'
@@ -146,7 +146,14 @@ def check_unit(parser, args):
     trained model's size is checked as it is moved there: ``run``.)"""
     available = available_memory()
     limit = sys.maxsize if available is None else available
-    if footprint(args)[1] > limit:
+    _, needed, _, drawn = footprint(args)
+    try:
+        host = chainer.get_device(args.device).xp is numpy
+    except Exception:  # a GPU this machine lacks (ChainerMN: checked later)
+        host = False
+    if not host:
+        needed = drawn  # the host draws the weights; the device trains
+    if needed > limit:
         parser.error(too_large(args, available=available))
 
 
