@@ -1255,11 +1255,10 @@ def load_snapshot(args, trainer):
                         'written by this run of these examples: start a new '
                         'run'.format(args.resume, e.args[1]))
         except ValueError as e:  # the schedule's own check of its settings
-            prefix = 'WarmupPolynomialShift: '
-            if not str(e).startswith(prefix):
+            if not str(e).startswith('WarmupPolynomialShift: '):
                 raise
             usage_error('--resume {}: {}{}'.format(
-                args.resume, str(e)[len(prefix):],
+                args.resume, str(e)[len('WarmupPolynomialShift: '):],
                 ' (before 0.3.0, a warm-up as long as the run ended an update '
                 'before it: such a run resumes with the version that began '
                 'it)' if 'warmup_count' in str(e) else ''))
