@@ -237,9 +237,9 @@ def _batchable(param, rule, cls):
             and not any(hooks(rule) for hooks in _HOOKS)
             and param.array is not None and rule.state is not None
             and engine.executor_for(param.device) is not None
-            and (master(param, rule) is not None
+            and ((copy := master(param, rule)) is not None
                  and getattr(param.array.flags, 'writeable', True)
-                 and checks.direct(numpy.float32, [master(param, rule)] + list(
+                 and checks.direct(numpy.float32, [copy] + list(
                      rule.state.values()))
                  or not (rule._use_fp32_update
                          and param.dtype == numpy.float16)))

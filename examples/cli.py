@@ -1255,10 +1255,11 @@ def load_snapshot(args, trainer):
                         'written by this run of these examples: start a new '
                         'run'.format(args.resume, e.args[1]))
         except ValueError as e:  # the schedule's own check of its settings
-            if not str(e).startswith('WarmupPolynomialShift: '):
+            prefix = 'WarmupPolynomialShift: '
+            if not str(e).startswith(prefix):
                 raise
             usage_error('--resume {}: {}{}'.format(
-                args.resume, str(e)[len('WarmupPolynomialShift: '):],
+                args.resume, str(e)[len(prefix):],
                 ' (before 0.3.0, a warm-up as long as the run ended an update '
                 'before it: such a run resumes with the version that began '
                 'it)' if 'warmup_count' in str(e) else ''))

@@ -118,11 +118,12 @@ def available_memory():
     return None
 
 
-def too_large(args, device=None, available=None):
+def too_large(args, device=None, available=None, drawn_only=False):
     """The usage error of a --unit whose model does not fit in memory: the
     host's, ``available`` bytes (where known), or the address space, or
-    ``device``'s, which refused it (None: not yet known)."""
-    weights, needed, dtype, _ = footprint(args)
+    ``device``'s, which refused it (None: not yet known); ``drawn_only``:
+    the host's part of a device's run, drawing the weights."""
+    weights, needed, dtype, drawn = footprint(args)
     if available is None:
         where = ('what {} could allocate'.format(device)
                  if device is not None else 'the address space, {:.3g} GB'
@@ -131,10 +132,13 @@ def too_large(args, device=None, available=None):
         where = '{:.3g} GB available on the host (MemAvailable)'.format(
             available / 1e9)
     return ('--unit {}: the model does not fit in memory: its {:.3g} '
-            'weights in {} need about {:.3g} GB to be drawn and trained '
-            '(weights, gradients, optimizer state, activations), beyond '
-            '{}; give a smaller --unit'.format(
-                args.unit, weights, dtype.name, needed / 1e9, where))
+            'weights in {} need about {:.3g} GB to be {}, beyond {}; give '
+            'a smaller --unit'.format(
+                args.unit, weights, dtype.name,
+                (drawn if drawn_only else needed) / 1e9,
+                'drawn on the host (the device trains them)' if drawn_only
+                else 'drawn and trained (weights, gradients, optimizer '
+                'state, activations)', where))
 
 
 def check_unit(parser, args):
@@ -151,10 +155,10 @@ def check_unit(parser, args):
         host = chainer.get_device(args.device).xp is numpy
     except Exception:  # a GPU this machine lacks (ChainerMN: checked later)
         host = False
-    if not host:
-        needed = drawn  # the host draws the weights; the device trains
-    if needed > limit:
-        parser.error(too_large(args, available=available))
+    # On a device the host draws the weights; the device trains them.
+    if (needed if host else drawn) > limit:
+        parser.error(too_large(args, available=available,
+                               drawn_only=not host))
 
 
 def parse_args(argv=None, paths=True):
