@@ -512,7 +512,12 @@ def interrupt(tmp_path, args, ready, env=None):
         assert process.poll() is None, process.communicate()
         time.sleep(0.3)
         process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=60)
+        try:  # Open MPI ends the ranks within seconds; a loaded host, later
+            stdout, stderr = process.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                'mpiexec ran on 180 s after SIGINT: {!r}'.format(
+                    mpi_util._stop(process)))
     finally:
         if process.poll() is None:
             mpi_util._stop(process)
