@@ -257,12 +257,12 @@ class GradientLARS(exclusions.ExclusionProperties):
         for group, g, left in zip(plan.groups, grads, lefts):
             for k in range(len(group)) if group.mixed16 else ():
                 if g[k] is not None:
-                    self._delegate(group.rules[k]).arm(
+                    self._delegate(group.rules[k], hooks).arm(
                         optimizer, group.paths[k],
                         None if k in left else group.extras[k])
         for param, rule, path in others:
             if param.dtype == numpy.float16:
-                self._delegate(rule).arm(optimizer, path)
+                self._delegate(rule, hooks).arm(optimizer, path)
             else:  # ChainerX, tied
                 self._rescale(rule, param, path, 1.0 if param._loss_scale
                               is None else param._loss_scale)
@@ -296,11 +296,14 @@ class GradientLARS(exclusions.ExclusionProperties):
                          (), flags)
         return plan.finish(params)
 
-    def _delegate(self, rule):
-        """This hook's delegate on ``rule``, made on first use."""
+    def _delegate(self, rule, hooks):
+        """This hook's delegate on ``rule``: made on first use, or taken
+        over from a hook no longer in the optimizer's ``hooks``."""
         registry = rule._hookable
         for hook in registry._pre_update_hooks.values():
-            if isinstance(hook, _RuleDelegate) and hook.hook is self:
+            if isinstance(hook, _RuleDelegate) and (hook.hook is self or all(
+                    h is not hook.hook for _, h in hooks)):
+                hook.hook = self
                 return hook
         name, n = _DELEGATE_NAME, 1
         while (name in registry._pre_update_hooks

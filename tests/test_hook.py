@@ -1,9 +1,11 @@
 import copy
+import gc
 import inspect
 import math
 import os
 import pickle
 import re
+import weakref
 
 import hypothesis
 from hypothesis import strategies as st
@@ -554,6 +556,44 @@ def test_two_hooks_on_one_model_keep_their_own_delegates():
                             rtol=1e-6)
     testing.assert_allclose([r2, w2, g2], [0.5, math.sqrt(5.0),
                                            math.sqrt(5.0)], rtol=1e-3)
+
+
+@pytest.mark.parametrize('fp32_update', [False, True])
+def test_a_new_hook_takes_over_the_delegates_of_a_removed_one(fp32_update):
+    # A sweep that makes a new hook for each setting (removing the last):
+    # each float16 rule keeps one delegate, the new hook's, and the removed
+    # hooks are freed; they piled up, one a rule per hook, each called at
+    # every update.
+    link = _fp16_link([1.0, 2.0], [0.5, 0.5])
+    opt = optimizers.SGD(lr=0.1).setup(link)
+    if fp32_update:
+        opt.use_fp32_update()
+    olds = []
+    for trust_coefficient in [1.0, 0.5, 0.25]:
+        if olds:
+            opt.remove_hook('GradientLARS')
+        hook = chainer_lars.GradientLARS(
+            threshold=0.0, trust_coefficient=trust_coefficient)
+        opt.add_hook(hook)
+        link.p.grad = numpy.asarray([0.5, 0.5], numpy.float16)
+        before = link.p.array.astype(numpy.float64)
+        opt.update()
+        # The step is this hook's: ||r * g|| = trust_coefficient * ||w||.
+        testing.assert_allclose(
+            numpy.linalg.norm(before - link.p.array),
+            0.1 * trust_coefficient * numpy.linalg.norm(before), rtol=1e-2)
+        olds.append(weakref.ref(hook))
+        del hook
+    delegates = list(link.p.update_rule._hookable._pre_update_hooks.items())
+    assert [n for n, _ in delegates] == ['chainer_lars.GradientLARS']
+    assert delegates[0][1].hook is olds[-1]()
+    del delegates
+    gc.collect()
+    assert [old() for old in olds[:-1]] == [None, None]
+    # A second hook registered beside the first still gets one of its own.
+    opt.add_hook(chainer_lars.GradientLARS(threshold=0.0), name='second')
+    opt.update()
+    assert len(link.p.update_rule._hookable._pre_update_hooks) == 2
 
 
 @pytest.mark.parametrize('fp32_update', [False, True])
