@@ -310,8 +310,8 @@ class LossScaleState(extension.Extension):
         n = fused.read(serializer, 'skipped_updates', self.skipped_updates)
         if n is None:  # a snapshot without this extension: made anew
             return fused.drop_masters(self._optimizer.target.params(), ())
-        self.skipped_updates = int(n)
         fused.serialize_loss_scaling(self._optimizer, serializer)
+        self.skipped_updates = int(n)
         loading = isinstance(serializer, chainer.serializer.Deserializer)
         if loading:  # after initialize() too (autoload)
             self._next = self.loss_scale

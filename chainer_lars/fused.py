@@ -39,6 +39,11 @@ def serialize_loss_scaling(optimizer, serializer):
             numpy.isnan(values[0]) and optimizer._loss_scale is not None):
         values = list(map(float, values))  # all read before any is set
         for (name, default), value in zip(_LOSS_SCALING, values):
+            if not (value in (0, 1) if isinstance(default, bool) else 0 <
+                    value < numpy.inf or default is None and value != value):
+                raise ValueError('the snapshot holds {} = {}: not a loss '
+                                 'scaling setting'.format(name[1:], value))
+        for (name, default), value in zip(_LOSS_SCALING, values):
             setattr(optimizer, name, None if numpy.isnan(value) else
                     bool(value) if isinstance(default, bool) else value)
 
@@ -343,9 +348,9 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                     'it into the optimizer class that saved it'.format(
                         self._face, ' and '.join(held), path, 'LAMB or Adam'
                         if 'm' in held else 'LARS or MomentumSGD'))
+        serialize_loss_scaling(self, serializer)  # damaged: before t is set
         drop_masters(self.target.params())  # float32's: not saved
         super(FusedMethod, self).serialize(serializer)
-        serialize_loss_scaling(self, serializer)
         drop_masters(self.target.params())  # nor loaded
 
     def update(self, lossfun=None, *args, **kwds):

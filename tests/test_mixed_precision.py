@@ -289,6 +289,43 @@ def test_a_damaged_loss_scaling_entry_sets_none_of_it(tmp_path, damage,
             for name, _ in fused._LOSS_SCALING} == before
 
 
+@pytest.mark.parametrize('key, value', [
+    ('loss_scale', 0.0), ('loss_scale', -8.0), ('loss_scale', numpy.inf),
+    ('loss_scale_max', numpy.nan), ('loss_scale_max', 0.0),
+    ('loss_scaling_is_dynamic', numpy.nan), ('loss_scaling_is_dynamic', 2.0),
+    ('loss_scaling_multiplier', -2.0), ('loss_scaling_isnan_ever', 0.5),
+])
+@pytest.mark.parametrize('holder', ['LARS', 'LossScaleState'])
+def test_a_snapshot_of_no_loss_scaling_is_refused_before_a_load(
+        tmp_path, key, value, holder):
+    """A scale of 0 divided by zero in the update, a negative one was
+    taken, and a NaN flag turned dynamic scaling off: refused, naming the
+    entry, before the optimizer's t, states or scaling change."""
+    model = L.Linear(3, 2)
+    lars = updated_lars(model, 512.0)
+    saved = lars if holder == 'LARS' else chainer_lars.LossScaleState(lars)
+    path = str(tmp_path / 'opt.npz')
+    serializers.save_npz(path, saved)
+    with numpy.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays[key] = numpy.asarray(value)
+    lars = chainer_lars.LARS()
+    lars.setup(L.Linear(3, 2))
+    lars.loss_scaling(interval=10, scale=4.0)
+    lars.target.cleargrads()
+    lars.update()
+    loader = lars if holder == 'LARS' else chainer_lars.LossScaleState(lars)
+    before = [lars.t] + [getattr(lars, n, d) for n, d in fused._LOSS_SCALING]
+    states = [p.update_rule.state['v'].copy() for p in lars.target.params()]
+    with pytest.raises(ValueError, match='the snapshot holds {} = {}: not '
+                       'a loss scaling setting'.format(key, float(value))):
+        serializers.NpzDeserializer(arrays).load(loader)
+    assert [lars.t] + [getattr(lars, n, d) for n, d in fused._LOSS_SCALING
+                       ] == before
+    assert all((p.update_rule.state['v'] == v).all()
+               for p, v in zip(lars.target.params(), states))
+
+
 def test_an_old_snapshot_keeps_chainers_defaults():
     """A snapshot without the keys (tests/data, written at b8e13bc)."""
     from tests.data import make_snapshots
