@@ -67,8 +67,9 @@ class WarmupPolynomialShift(extension.Extension):
         self._end = checks.real('end', end)
         self._check_sign(self._init)
         if optimizer is not None:
-            self._check_attr(checks.optimizer('optimizer', optimizer))
-            self._check_values(optimizer, self._init)
+            checks.optimizer('optimizer', optimizer)
+            self._check_attr(self._actual(optimizer, None))
+            self._check_values(self._actual(optimizer, None), self._init)
         self._optimizer, self._given_init, self._t = optimizer, self._init, 0
 
     def value(self, t):
@@ -84,15 +85,19 @@ class WarmupPolynomialShift(extension.Extension):
             self._max_count - self._warmup_count)
         return self._end + (self._init - self._end) * decay ** self._power
 
+    @staticmethod
+    def _actual(optimizer, trainer):  # ChainerMN's forwards to its actual
+        optimizer = optimizer or trainer.updater.get_optimizer('main')
+        return vars(optimizer).get('actual_optimizer', optimizer)
+
     def initialize(self, trainer):
-        optimizer = self._optimizer or trainer.updater.get_optimizer('main')
+        optimizer = self._actual(self._optimizer, trainer)
         for name, entry in getattr(trainer, '_extensions', {}).items():
             other = entry.extension  # Chainer's shifts: _attr, _optimizer
             if other is self or getattr(other, '_attr', 0) != self._attr or (
                     not hasattr(other, '_optimizer')):
                 continue
-            if (other._optimizer
-                    or trainer.updater.get_optimizer('main')) is optimizer:
+            if self._actual(other._optimizer, trainer) is optimizer:
                 raise ValueError(
                     "WarmupPolynomialShift: the extension {!r} sets the "
                     "optimizer's {} too: each would overwrite the other's "
@@ -106,18 +111,17 @@ class WarmupPolynomialShift(extension.Extension):
         setattr(optimizer, self._attr, self.value(self._t))
 
     def _check_attr(self, optimizer):  # returns its value, a real number
-        # ChainerMN's optimizer forwards to the actual one, the property's.
-        actual = vars(optimizer).get('actual_optimizer', optimizer)
-        prop = getattr(type(actual), self._attr, None)
+        prop = getattr(type(optimizer), self._attr, None)
         if isinstance(prop, property) and prop.fset is None:
             alpha = self._attr == 'lr' and hasattr(
-                getattr(actual, 'hyperparam', None), 'alpha')
+                getattr(optimizer, 'hyperparam', None), 'alpha')
             raise ValueError(
                 "attr {0!r}: the optimizer's ({1}) {0} is read only{2}".format(
-                    self._attr, type(actual).__name__, ": {}'s learning "
+                    self._attr, type(optimizer).__name__, ": {}'s learning "
                     "rate is 'alpha' (its lr is the rate after bias "
                     "correction, computed from alpha); schedule 'alpha' "
-                    'instead'.format(type(actual).__name__) if alpha else ''))
+                    'instead'.format(type(optimizer).__name__) if alpha
+                    else ''))
         if not hasattr(optimizer, self._attr):
             raise ValueError(
                 'attr {!r}: the optimizer ({}) has no attribute of that '
@@ -138,8 +142,7 @@ class WarmupPolynomialShift(extension.Extension):
 
     def _check_values(self, optimizer, init):
         # An attribute that is not a checked one takes any real number.
-        check = checks.find_check(vars(optimizer).get(
-            'actual_optimizer', optimizer), self._attr) or float
+        check = checks.find_check(optimizer, self._attr) or float
         for name, value in (('init', init), ('end', self._end)):
             try:
                 if value is not None:  # None: read when training starts
@@ -150,7 +153,7 @@ class WarmupPolynomialShift(extension.Extension):
                     '{}'.format(name, value, self._attr, e)) from None
 
     def __call__(self, trainer):
-        optimizer = self._optimizer or trainer.updater.get_optimizer('main')
+        optimizer = self._actual(self._optimizer, trainer)
         if self._set is None:  # by hand, before initialize(): checked here
             self._check_attr(optimizer)
             self._check_values(optimizer, self._init)

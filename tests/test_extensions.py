@@ -550,6 +550,27 @@ def test_a_second_shift_of_the_attribute_is_refused_at_start(
     assert optimizer.t == 0 and optimizer.lr == 0.1
 
 
+@pytest.mark.parametrize('first, second', [('wrapper', 'main'),
+                                           ('main', 'wrapper'),
+                                           ('wrapper', 'actual')])
+def test_a_second_shift_through_chainermns_wrapper_is_refused(
+        tmp_path, first, second):
+    """ChainerMN's optimizer forwards its attributes to the one it wraps:
+    a schedule given the wrapper and another given the wrapped optimizer
+    (or the updater's) set the same rate."""
+    optimizer = optimizers.MomentumSGD(lr=0.1)
+    trainer = make_trainer(lambda: optimizer, iterations=3, out=tmp_path)
+    given = dict(wrapper=_MultiNode(optimizer), main=None, actual=optimizer)
+    trainer.extend(chainer_lars.WarmupPolynomialShift(
+        'lr', 1, 3, optimizer=given[first]))
+    trainer.extend(training.extensions.ExponentialShift(
+        'lr', 0.5, optimizer=given[second]))
+    with pytest.raises(ValueError, match=re.escape(
+            "the extension 'ExponentialShift' sets the optimizer's lr too")):
+        trainer.run(show_loop_exception_msg=False)
+    assert optimizer.t == 0 and optimizer.lr == 0.1
+
+
 def test_an_extension_that_only_names_the_attribute_runs_beside(tmp_path):
     """Chainer's shifts hold ``_attr`` and ``_optimizer``; an extension
     with an ``_attr`` alone (a user's that reports it) sets nothing."""
