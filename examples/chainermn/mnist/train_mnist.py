@@ -270,8 +270,10 @@ def load_on_rank0(args, comm):
 
 def main(argv=None):
     args = parse_args(argv)
-    # Chainer's links make their arrays in chainer.config.dtype.
-    with chainer.using_config('dtype', cli.DTYPES[args.dtype]):
+    # Chainer's links make their arrays in chainer.config.dtype; a closed
+    # standard output (| true) stops no run, even before the training.
+    with chainer.using_config('dtype', cli.DTYPES[args.dtype]), \
+            training.closed_output_ignored(args.out):
         run(args)
 
 
