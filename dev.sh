@@ -100,18 +100,27 @@ best_python() {
     python_for 3.11 || python_for 3.10 || python_for 3.9 || die "$no_python"
 }
 
-# Makes the venv $1 with Python $2 unless a working one is there. Its pip
-# is the one that Python bundles, unless CHAINER_LARS_LATEST_PIP=1.
+# Makes the venv $1 with Python $2 unless a working one is there; one of
+# another Python is replaced only where dev.sh made it (its .dev.sh, or
+# the .installed of older versions): a user's own is never removed. Its
+# pip is the one that Python bundles, unless CHAINER_LARS_LATEST_PIP=1.
 make_venv() {
     local venv=$1 python=$2
     if ! "$venv/bin/python" -c 'import sys; assert (3, 9) <= sys.version_info < (3, 12)' \
             2>/dev/null; then
+        if [ -e "$venv" ] && [ ! -e "$venv/.dev.sh" ] && [ ! -e "$venv/.installed" ] \
+                && [ "${venv#.tox/}" = "$venv" ]; then  # .tox: all dev.sh's
+            die "$venv is there, not a Python 3.9-3.11 venv that dev.sh made, \
+and dev.sh makes its own there: move it away (or remove it), then run the \
+command again (your own venv of Python 3.12 or newer: README.rst, \"Installation\")"
+        fi
         say "creating $venv with $python"
         rm -rf "$venv"
         # Debian's own Python has venv in a package of its own.
         "$python" -m venv "$venv" \
             || { apt_install python3-venv && rm -rf "$venv" && "$python" -m venv "$venv"; } \
             || die "cannot create $venv with $python (on Debian: apt-get install python3-venv)"
+        : > "$venv/.dev.sh"
     fi
     if [ "${CHAINER_LARS_LATEST_PIP:-}" = 1 ]; then
         "$venv/bin/python" -m pip install -q -U pip

@@ -263,6 +263,26 @@ def test_venv_refuses_an_unknown_extra(checkout):
     assert "unknown extra 'tests'" in result.stderr
 
 
+def test_venv_keeps_a_venv_it_did_not_make(checkout):
+    """A .venv of the user's (Python 3.12, say) was removed without a word
+    and made anew with 3.11: dev.sh refuses, and leaves it as it was."""
+    venv = checkout['repo'] / '.venv'
+    (venv / '.installed').unlink()
+    write_script(str(venv / 'bin/python'), '#!/bin/sh\nexit 1\n')
+    (venv / 'mine').write_text('kept')
+    environment = dict(os.environ, PATH='{}{}{}'.format(
+        checkout['bin'], os.pathsep, os.environ['PATH']))
+    result = subprocess.run(
+        ['bash', str(checkout['repo'] / 'dev.sh'), 'venv'],
+        cwd=str(checkout['caller']), env=environment, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True)
+    assert result.returncode == 1
+    assert ('dev.sh: error: {} is there, not a Python 3.9-3.11 venv that '
+            'dev.sh made'.format(venv)) in result.stderr, result.stderr
+    assert 'creating' not in result.stderr
+    assert (venv / 'mine').read_text() == 'kept'
+
+
 @pytest.mark.parametrize('extra, says', [
     ('cuda13', "the extra 'cuda13' needs Python 3.12+ and numpy 2"),
     ('test,cuda13', "the extra 'cuda13' needs Python 3.12+ and numpy 2")])
