@@ -356,9 +356,8 @@ def _stamp(address, ndarray, out):
     if head[_TYPE] == ndarray:
         ints = numba.carray(_void_pointer(address), 17, numpy.int32)
         dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND], numpy.int64)
-        out[DATA], out[DESCR], out[FLAGS] = head[_DATA], head[_DESCR], ints[
-            _FLAGS]
-        out[SIZE], out[PLAIN] = numpy.prod(dims), 1
+        out[DATA], out[DESCR] = head[_DATA], head[_DESCR]
+        out[FLAGS], out[SIZE], out[PLAIN] = ints[_FLAGS], numpy.prod(dims), 1
 
 
 @numba.njit(**_JIT)
