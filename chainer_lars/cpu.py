@@ -130,11 +130,10 @@ class _Table(object):
     __slots__ = ('table', 'obs', 'likes', 'descr', 'update', 'arguments')
 
     def __init__(self, group, compiled):
-        n = len(group)
-        self.obs, self.table = numpy.full((n, 4), numpy.nan), None
+        self.obs, self.table = numpy.full((len(group), 4), numpy.nan), None
         if not compiled:
             return
-        self.table = numpy.zeros((n, L.SIZE + 1), numpy.int64)
+        self.table = numpy.zeros((len(group), L.SIZE + 1), numpy.int64)
         self.likes = LIKES[group.dtype, group.gdtype]
         self.update = _jit().multi_update  # (table, gptr, *arguments)
         self.arguments = (group.rows, self.obs) + self.likes + (group.op,)
