@@ -202,8 +202,7 @@ def lamb_moments(w, g, m, v, b1, ob1, b2, ob2, c1, c2, eps, wd, s):
     for i in range(w.size):
         r = _lamb_moments_at(w, m, v, i, load(g, i) / s, b1, ob1, b2, ob2,
                              c1, c2, eps, wd)
-        x = numpy.float64(load(w, i))
-        y = numpy.float64(r)
+        x, y = numpy.float64(load(w, i)), numpy.float64(r)
         sw += x * x
         sr += y * y
     return sw, sr
@@ -252,18 +251,16 @@ def _divisor(like, s):
 def rescale_row(row, obs, w, g, out, mixed, like_c):
     """The hook's row: ``g <- r g + r s wd w`` (``s``: the loss scale in
     ``g``); ``mixed``: ``out <- r (g / s) + r wd w``, ``g / s`` first."""
-    s = row[L.LOSS_SCALE]
-    one = compute(like_c, 1.0)
+    s, one = row[L.LOSS_SCALE], compute(like_c, 1.0)
     if mixed:
         unscale(out, g, compute(like_c, s))
         s = 1.0
     w_sq, g_sq = sqnorms(w, out, one, one)
     w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq) / s
-    r = 1.0
-    if row[L.ADAPT] != 0.0:
-        r = trust_ratio(w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
-                        row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
-                        row[L.REQUIRE_GRAD] != 0.0, row[L.CLIP_LR])
+    r = 1.0 if row[L.ADAPT] == 0.0 else trust_ratio(
+        w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
+        row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
+        row[L.REQUIRE_GRAD] != 0.0, row[L.CLIP_LR])
     obs[0], obs[1], obs[2] = r, w_norm, g_norm
     c = r * (s * row[L.WEIGHT_DECAY])
     if c != 0.0 or r != 1.0:
@@ -274,8 +271,7 @@ def rescale_row(row, obs, w, g, out, mixed, like_c):
 def step_row(row, obs, w, g, v, h, mixed, like_c):
     """LARS's step of a row (``mixed``: ``g / s`` on the fly)."""
     scale, inverse = _divisor(like_c, row[L.LOSS_SCALE] if mixed else 1.0)
-    r = 1.0
-    w_norm = g_norm = numpy.nan
+    r, w_norm, g_norm = 1.0, numpy.nan, numpy.nan
     if row[L.ADAPT] != 0.0:
         w_sq, g_sq = sqnorms(w, g, scale, inverse)
         w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
@@ -301,10 +297,8 @@ def lamb_row(row, obs, w, g, m, v, h, mixed, like_c):
     s = compute(like_c, row[L.LOSS_SCALE] if mixed else 1.0)
     w_sq, r_sq = lamb_moments(w, g, m, v, b1, ob1, b2, ob2, c1, c2, eps, wd, s)
     w_norm, r_norm = math.sqrt(w_sq), math.sqrt(r_sq)
-    r = 1.0
-    if row[L.ADAPT] != 0.0:
-        r = trust_ratio(w_norm, r_norm, 0.0, 0.0, 1.0, 0.0, True,
-                        row[L.CLIP_LR])
+    r = 1.0 if row[L.ADAPT] == 0.0 else trust_ratio(
+        w_norm, r_norm, 0.0, 0.0, 1.0, 0.0, True, row[L.CLIP_LR])
     obs[0], obs[1], obs[2] = r, w_norm, r_norm
     obs[3] = lamb_step(w, m, v, compute(like_c, row[L.LR] * r), c1, c2, eps,
                        wd, h, mixed)
@@ -362,12 +356,8 @@ def _stamp(address, ndarray, out):
     if head[_TYPE] == ndarray:
         ints = numba.carray(_void_pointer(address), 17, numpy.int32)
         dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND], numpy.int64)
-        size = 1
-        for d in dims:
-            size *= d
-        out[DATA], out[DESCR], out[FLAGS] = head[_DATA], head[_DESCR], ints[
-            _FLAGS]
-        out[SIZE], out[PLAIN] = size, 1
+        out[DATA], out[DESCR] = head[_DATA], head[_DESCR]
+        out[FLAGS], out[SIZE], out[PLAIN] = ints[_FLAGS], numpy.prod(dims), 1
 
 
 @numba.njit(**_JIT)

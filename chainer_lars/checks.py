@@ -66,11 +66,10 @@ def string(name, value):
 def optimizer(name, value):
     """An optimizer (with ``update()``, ChainerMN's too), not a class."""
     if isinstance(value, type) or not callable(getattr(value, 'update', 0)):
+        what = ('the class {0}: make one, {0}(...)'.format(value.__name__)
+                if isinstance(value, type) else _describe(value))
         raise TypeError('{} must be an optimizer (with an update() method), '
-                        'not {}'.format(name, 'the class {0}: make one, {0}'
-                                        '(...)'.format(value.__name__)
-                                        if isinstance(value, type)
-                                        else _describe(value)))
+                        'not {}'.format(name, what))
     return value
 
 
@@ -104,9 +103,8 @@ def patterns(name, values):
             raise TypeError
         items = tuple(values)
     except TypeError:
-        raise TypeError(
-            '{} must be a list of regular expressions (str), not '
-            '{}'.format(name, _describe(values))) from None
+        raise TypeError('{} must be a list of regular expressions (str), '
+                        'not {}'.format(name, _describe(values))) from None
     return tuple(pattern('{} item {}'.format(name, i), item)
                  for i, item in enumerate(items))
 
@@ -128,10 +126,9 @@ def addressed(path, weight, grad, states=(), written=('weight',),
         written = tuple(written) + (extra_name,)
     for name, a in named:
         if a.shape != weight.shape:
-            raise ValueError(
-                '{}: the {} has shape {} but the weight {}: operands could '
-                'not be broadcast together'.format(
-                    path, name, a.shape, weight.shape))
+            raise ValueError('{}: the {} has shape {} but the weight {}: '
+                             'operands could not be broadcast together'
+                             .format(path, name, a.shape, weight.shape))
     for name, a in (('weight', weight),) + named:
         if a.dtype.kind != 'f':  # as NumPy's casts of the results refuse it
             raise TypeError(

@@ -118,8 +118,7 @@ LIKES = {
         w.replace('e', 'H'), g.replace('e', 'H'), w.replace('e', 'f')))
     for w, g in ('ee', 'ff', 'dd', 'fe')}
 
-_NDARRAY = id(numpy.ndarray)
-_NONE = id(None)
+_NDARRAY, _NONE = id(numpy.ndarray), id(None)
 #: NumPy's flags: C-contiguous and aligned; writeable.
 _DIRECT, _WRITEABLE = 0x1 | 0x100, 0x400
 
@@ -131,11 +130,10 @@ class _Table(object):
     __slots__ = ('table', 'obs', 'likes', 'descr', 'update', 'arguments')
 
     def __init__(self, group, compiled):
-        n = len(group)
-        self.obs, self.table = numpy.full((n, 4), numpy.nan), None
+        self.obs, self.table = numpy.full((len(group), 4), numpy.nan), None
         if not compiled:
             return
-        self.table = numpy.zeros((n, L.SIZE + 1), numpy.int64)
+        self.table = numpy.zeros((len(group), L.SIZE + 1), numpy.int64)
         self.likes = LIKES[group.dtype, group.gdtype]
         self.update = _jit().multi_update  # (table, gptr, *arguments)
         self.arguments = (group.rows, self.obs) + self.likes + (group.op,)
@@ -159,8 +157,7 @@ class Record(object):
 
     def __init__(self, groups):
         jit = _jit()
-        self.groups = groups
-        self.tables = [g.state for g in groups]
+        self.groups, self.tables = groups, [g.state for g in groups]
         held = [(k, a) for k, g in enumerate(groups)
                 for w, states, x in zip(g.weights, g.states, g.extras)
                 for a in (w,) + states + (() if x is None else (x,))]

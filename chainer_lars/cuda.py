@@ -515,9 +515,8 @@ class CudaExecutor(object):
                 :, L.LOSS_SCALE].copy())
         if gptr.max() <= 1:  # none taken but empty ones (address 1)
             return
-        xp = group.device.xp
         with group.device.create_context():
-            stream = xp.cuda.get_current_stream()
+            stream = group.device.xp.cuda.get_current_stream()
             state.upload(group, gptr, stream)
             for kernel, arguments in zip(state.kernels, state.arguments):
                 kernel((state.nblocks,), (THREADS,), arguments)

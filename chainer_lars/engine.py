@@ -65,9 +65,8 @@ class Group(object):
         self.gdtype = numpy.dtype(numpy.float16) if mixed16 else self.dtype
         self.paths, self.params, self.rules = [], [], []
         self.weights, self.states, self.extras = [], [], []
-        self.uses_wd, self.adapt = [], []
+        self.uses_wd, self.adapt, self.scaled = [], [], False
         self.rows = self.key = self.state = self.last = None
-        self.scaled = False
 
     def __len__(self):
         return len(self.weights)

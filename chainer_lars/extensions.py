@@ -223,10 +223,9 @@ class TrustRatioObserver(extension.Extension):
     def __init__(self, source=None, prefix='lars', pattern=None):
         if isinstance(source, type) or source is not None and not callable(
                 getattr(source, 'observe', None)):
-            raise TypeError(
-                'source must be a chainer_lars.LARS, LAMB or GradientLARS '
-                'instance (anything with an observe() method), got '
-                '{!r}'.format(source))
+            raise TypeError('source must be a chainer_lars.LARS, LAMB or '
+                            'GradientLARS instance (anything with an '
+                            'observe() method), got {!r}'.format(source))
         self._source, self._prefix = source, checks.string('prefix', prefix)
         self._pattern = (None if pattern is None
                          else checks.pattern('pattern', pattern))
@@ -242,10 +241,6 @@ class TrustRatioObserver(extension.Extension):
                              "'/' (e.g. '/l1/W'), got {!r}".format(path))
         return (self._prefix and self._prefix + '/') + quantity + path
 
-    def initialize(self, trainer):
-        # When training starts, not at the first report (an epoch in).
-        self._get_source(trainer)
-
     def _get_source(self, trainer):
         source = self._source
         if source is None:
@@ -257,6 +252,8 @@ class TrustRatioObserver(extension.Extension):
                     'TrustRatioObserver(hook) with the GradientLARS hook '
                     'registered on it'.format(type(source).__name__))
         return source
+
+    initialize = _get_source  # when training starts, not an epoch in
 
     def __call__(self, trainer):
         source = self._get_source(trainer)
@@ -320,9 +317,8 @@ class LossScaleState(extension.Extension):
             self._next = self.loss_scale
         for path, param in self._optimizer.target.namedparams():
             rule = getattr(param, 'update_rule', None)
-            # No update; a fused rule saves its own copy.
             if (rule is None or isinstance(rule, fused.FusedRule)
                     or loading and param.raw_array is None):
-                continue
+                continue  # no update; a fused rule saves its own copy
             fused.serialize_master(rule, serializer[path], param.device)
         fused.drop_masters(self._optimizer.target.params())  # float32's

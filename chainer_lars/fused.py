@@ -59,8 +59,7 @@ def read(serializer, key, value=None):
 def serialize_master(rule, serializer, device=None):
     """Saves or loads ``rule``'s float32 master copy, if any (a new one
     sent to ``device``, where the rule uses one: ``use_fp32_update()``)."""
-    master = rule._fp32_param
-    current = None if master is None else master.array
+    current = getattr(rule._fp32_param, 'array', None)  # None: no copy
     if isinstance(serializer, chainer.serializer.Serializer):
         if current is not None:
             serializer('fp32_param', current)
@@ -552,10 +551,9 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         for the adapted and enabled arrays (see :meth:`GradientLARS.observe
         <chainer_lars.GradientLARS.observe>`)."""
         if self.target is None:
-            raise RuntimeError(
-                '{}.observe() reports the last update: call '
-                'optimizer.setup(link) and update() first'.format(
-                    type(self).__name__))
+            raise RuntimeError('{}.observe() reports the last update: call '
+                               'optimizer.setup(link) and update() first'
+                               .format(type(self).__name__))
         result = {}
         if not self._stepped:  # skipped: nothing was applied
             return result

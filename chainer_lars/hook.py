@@ -179,10 +179,9 @@ class GradientLARS(exclusions.ExclusionProperties):
         hookable = getattr(owner, '_hookable', None)
         if hookable is not None and self in (
                 hookable._post_update_hooks.values()):
-            raise ValueError(
-                "GradientLARS rescales the gradients before the update: "
-                "register it with timing='pre' or 'auto' (the default), not "
-                "'post'")
+            raise ValueError("GradientLARS rescales the gradients before the "
+                             "update: register it with timing='pre' or 'auto' "
+                             "(the default), not 'post'")
         if getattr(owner, 'adapts_rates', False):  # LARS, LAMB, rules
             checks.double_adaptation(owner._face)
         if param is None:

@@ -12,9 +12,8 @@ from chainer_lars import layout as L
 
 
 _default_hyperparam = _D = optimizer.Hyperparameter()
-vars(_default_hyperparam).update(
-    lr=2.0, momentum=0.9, weight_decay=1e-4, trust_coefficient=1e-3,
-    eps=0.0, nesterov=False)
+vars(_D).update(lr=2.0, momentum=0.9, weight_decay=1e-4,
+                trust_coefficient=1e-3, eps=0.0, nesterov=False)
 
 #: The rule hyperparameters, in the order of the layout's first columns.
 _HYPER = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
