@@ -172,7 +172,7 @@ FIRST = [
     ('MomentumSGD(lr=0.002) + GradientLARS(weight_decay=5e-4)',
      _hooked(0.002, weight_decay=5e-4)),
     ('LARS()', _plain(chainer_lars.LARS)),
-    ('LARS(lr=1e-3, trust_coefficient=1e-3) (TensorFlow)',
+    ('LARS(lr=1e-3, trust_coefficient=1e-3)',
      _plain(lambda: chainer_lars.LARS(lr=1e-3, trust_coefficient=1e-3))),
     ('Adam()', _plain(chainer.optimizers.Adam)),
     ('LAMB()', _plain(chainer_lars.LAMB)),

@@ -1,5 +1,6 @@
 """Sphinx configuration of the chainer-lars docs (``bash dev.sh docs``)."""
 
+import inspect
 import os
 import re
 import sys
@@ -99,8 +100,32 @@ def _check_attribute_fields(app, what, name, obj, options, lines):
             'Attributes of %s: %s', name, problem)
 
 
+def real_signature(cls):
+    """The signature of ``cls`` as a user calls it: without the
+    ``**unexpected`` that only turns misnamed arguments (``lr=`` for
+    LAMB's ``alpha``) into errors that say the right name."""
+    signature = inspect.signature(cls)
+    return str(signature.replace(parameters=[
+        p for p in signature.parameters.values()
+        if not (p.kind is p.VAR_KEYWORD and p.name == 'unexpected')]))
+
+
+def _check_class_signature(app, what, name, obj, options, signature,
+                           return_annotation):
+    # A page that spells the signature out (to hide **unexpected) must
+    # keep it equal to the code's.
+    if what == 'class' and signature is not None:
+        real = real_signature(obj)
+        if signature != real:
+            from sphinx.util import logging
+            logging.getLogger(__name__).warning(
+                'the page shows %s%s; give its real signature, %s',
+                name, signature, real)
+
+
 def setup(app):
     # After napoleon's handler has turned "Attributes:" into fields; a
     # warning fails the -W build.
     app.connect('autodoc-process-docstring', _check_attribute_fields,
                 priority=600)
+    app.connect('autodoc-process-signature', _check_class_signature)
