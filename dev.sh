@@ -101,14 +101,14 @@ best_python() {
 }
 
 # Makes the venv $1 with Python $2 unless a working one is there; one of
-# another Python is replaced only where dev.sh made it (its .dev.sh, or
-# the .installed of older versions): a user's own is never removed. Its
-# pip is the one that Python bundles, unless CHAINER_LARS_LATEST_PIP=1.
+# another Python is replaced only where dev.sh made it (its .dev.sh): a
+# user's own is never removed. Its pip is the one that Python bundles,
+# unless CHAINER_LARS_LATEST_PIP=1.
 make_venv() {
     local venv=$1 python=$2
     if ! "$venv/bin/python" -c 'import sys; assert (3, 9) <= sys.version_info < (3, 12)' \
             2>/dev/null; then
-        if [ -e "$venv" ] && [ ! -e "$venv/.dev.sh" ] && [ ! -e "$venv/.installed" ] \
+        if [ -e "$venv" ] && [ ! -e "$venv/.dev.sh" ] \
                 && [ "${venv#.tox/}" = "$venv" ]; then  # .tox: all dev.sh's
             die "$venv is there, not a Python 3.9-3.11 venv that dev.sh made, \
 and dev.sh makes its own there: move it away (or remove it), then run the \

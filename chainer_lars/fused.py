@@ -40,7 +40,8 @@ def serialize_loss_scaling(optimizer, serializer):
         values = list(map(float, values))  # all read before any is set
         for (name, default), value in zip(_LOSS_SCALING, values):
             if not (value in (0, 1) if isinstance(default, bool) else 0 <
-                    value < numpy.inf or default is None and value != value):
+                    value < numpy.inf or name == '_loss_scale_max' and value
+                    > 0 or default is None and value != value):  # max: inf too
                 raise ValueError('the snapshot holds {} = {}: not a loss '
                                  'scaling setting'.format(name[1:], value))
         for (name, default), value in zip(_LOSS_SCALING, values):

@@ -28,10 +28,11 @@ class _RuleDelegate(object):
     def __init__(self, hook):
         self.hook = hook
 
-    def arm(self, optimizer, path, grad=None):
-        n = 1 + (grad is None and self._armed is not None and self._armed[1]
-                 == optimizer.t + 1 and self._armed[4])  # a listing more
-        self._armed = (weakref.ref(optimizer), optimizer.t + 1, path, grad, n)
+    def arm(self, optimizer, path, grad, call):  # call: the hook's pass
+        n = 1 + (grad is None and self._armed is not None and self._armed[
+            5:] == (call,) and self._armed[4])  # a listing more in the pass
+        self._armed = (weakref.ref(optimizer), optimizer.t + 1, path, grad, n,
+                       call)
 
     def __getstate__(self):
         return dict(self.__dict__, _armed=None, _before=None)
@@ -40,7 +41,7 @@ class _RuleDelegate(object):
         armed, self._armed = self._armed, None
         if armed is None:
             return
-        optimizer, t, path, grad, n = armed
+        optimizer, t, path, grad, n = armed[:5]
         if getattr(optimizer(), 't', None) != t:  # gone, or moved on
             return
         given = grad is not None and grad.dtype == param.dtype  # a master's
@@ -251,17 +252,17 @@ class GradientLARS(exclusions.ExclusionProperties):
                 'rules, so the changes of the pre-update hooks registered '
                 'after it ({}) would be lost or rescaled: register them '
                 'before GradientLARS'.format(', '.join(later)))
-        lefts = engine.update(plan, grads)
+        lefts, call = engine.update(plan, grads), object()
         self._seen = dict(enumerate(group.last for group in plan.groups))
         for group, g, left in zip(plan.groups, grads, lefts):
             for k in range(len(group)) if group.mixed16 else ():
                 if g[k] is not None:
                     self._delegate(group.rules[k], hooks).arm(
                         optimizer, group.paths[k],
-                        None if k in left else group.extras[k])
+                        None if k in left else group.extras[k], call)
         for param, rule, path in others:
             if param.dtype == numpy.float16:
-                self._delegate(rule, hooks).arm(optimizer, path)
+                self._delegate(rule, hooks).arm(optimizer, path, None, call)
             else:  # ChainerX, tied
                 self._rescale(rule, param, path, 1.0 if param._loss_scale
                               is None else param._loss_scale)
@@ -296,13 +297,15 @@ class GradientLARS(exclusions.ExclusionProperties):
         return plan.finish(params)
 
     def _delegate(self, rule, hooks):
-        """This hook's delegate on ``rule``: made on first use, or taken
-        over from a hook no longer in the optimizer's ``hooks``."""
+        """This hook's delegate on ``rule``, made on first use; those of
+        hooks no longer in the optimizer's ``hooks`` are removed."""
         registry = rule._hookable
+        for name, hook in list(registry._pre_update_hooks.items()):
+            if isinstance(hook, _RuleDelegate) and all(
+                    h is not hook.hook for _, h in hooks):
+                rule.remove_hook(name)
         for hook in registry._pre_update_hooks.values():
-            if isinstance(hook, _RuleDelegate) and (hook.hook is self or all(
-                    h is not hook.hook for _, h in hooks)):
-                hook.hook = self
+            if isinstance(hook, _RuleDelegate) and hook.hook is self:
                 return hook
         name, n = _DELEGATE_NAME, 1
         while (name in registry._pre_update_hooks

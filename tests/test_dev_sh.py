@@ -266,8 +266,7 @@ def test_venv_refuses_an_unknown_extra(checkout):
 def test_venv_keeps_a_venv_it_did_not_make(checkout):
     """A .venv of the user's (Python 3.12, say) was removed without a word
     and made anew with 3.11: dev.sh refuses, and leaves it as it was."""
-    venv = checkout['repo'] / '.venv'
-    (venv / '.installed').unlink()
+    venv = checkout['repo'] / '.venv'  # .installed: dev.sh's install in it
     write_script(str(venv / 'bin/python'), '#!/bin/sh\nexit 1\n')
     (venv / 'mine').write_text('kept')
     environment = dict(os.environ, PATH='{}{}{}'.format(

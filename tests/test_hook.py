@@ -590,10 +590,36 @@ def test_a_new_hook_takes_over_the_delegates_of_a_removed_one(fp32_update):
     del delegates
     gc.collect()
     assert [old() for old in olds[:-1]] == [None, None]
-    # A second hook registered beside the first still gets one of its own.
+    # Beside a second hook, re-made in turn: one delegate each, in the
+    # optimizer's order of the hooks (each rescales what the last left).
     opt.add_hook(chainer_lars.GradientLARS(threshold=0.0), name='second')
-    opt.update()
-    assert len(link.p.update_rule._hookable._pre_update_hooks) == 2
+    for _ in range(3):
+        opt.remove_hook('GradientLARS')
+        opt.add_hook(chainer_lars.GradientLARS(threshold=0.0))
+        opt.update()
+        owners = [d.hook for d in
+                  link.p.update_rule._hookable._pre_update_hooks.values()]
+        assert owners == list(opt._hookable._pre_update_hooks.values())
+
+
+def test_an_update_retried_after_a_failure_rescales_once():
+    """A later hook failed after this one armed its float16 delegates; the
+    update retried at the same t (the failing hook removed) armed them a
+    second time, and the gradient was rescaled twice."""
+    def run(fail):
+        link = _fp16_link([1.0, 2.0], [0.5, 0.5])
+        opt = optimizers.Adam().setup(link)  # rules without 'lr'
+        opt.add_hook(chainer_lars.GradientLARS(threshold=0.0,
+                                               weight_decay=0.5))
+        if fail:
+            opt.add_hook(chainer_lars.GradientLARS(clip=True), name='clip')
+            with pytest.raises(TypeError, match="no hyperparameter 'lr'"):
+                opt.update()
+            opt.remove_hook('clip')
+        opt.update()
+        return link.p.grad  # rescaled, as Adam's step hardly shows it
+
+    assert run(True).tobytes() == run(False).tobytes()
 
 
 @pytest.mark.parametrize('fp32_update', [False, True])

@@ -231,18 +231,19 @@ def updated_lars(model, scale=None, dynamic=True):
     return lars
 
 
-def test_lars_saves_and_loads_its_loss_scaling(tmp_path):
+@pytest.mark.parametrize('maximum', [4096.0, numpy.inf])
+def test_lars_saves_and_loads_its_loss_scaling(tmp_path, maximum):
     model = L.Linear(3, 2)
     lars = updated_lars(model)
     lars._loss_scale, lars._loss_scaling_isnan_ever = 512.0, True
-    lars._loss_scale_max = 4096.0
+    lars._loss_scale_max = maximum  # inf: no maximum (Chainer's min())
     path = str(tmp_path / 'opt.npz')
     serializers.save_npz(path, lars)
     loaded = chainer_lars.LARS()
     loaded.setup(L.Linear(3, 2))
     serializers.load_npz(path, loaded)
     assert loaded._loss_scale == 512.0
-    assert loaded._loss_scale_max == 4096.0
+    assert loaded._loss_scale_max == maximum
     assert loaded._loss_scaling_is_dynamic is True
     assert loaded._loss_scaling_isnan_ever is True
     assert loaded._loss_scaling_multiplier == 2.0 ** 0.1
