@@ -253,16 +253,17 @@ class GradientLARS(exclusions.ExclusionProperties):
                 'after it ({}) would be lost or rescaled: register them '
                 'before GradientLARS'.format(', '.join(later)))
         lefts, call = engine.update(plan, grads), object()
+        live = {id(h) for _, h in hooks}  # registered: their delegates stay
         self._seen = dict(enumerate(group.last for group in plan.groups))
         for group, g, left in zip(plan.groups, grads, lefts):
             for k in range(len(group)) if group.mixed16 else ():
                 if g[k] is not None:
-                    self._delegate(group.rules[k], hooks).arm(
+                    self._delegate(group.rules[k], live).arm(
                         optimizer, group.paths[k],
                         None if k in left else group.extras[k], call)
         for param, rule, path in others:
             if param.dtype == numpy.float16:
-                self._delegate(rule, hooks).arm(optimizer, path, None, call)
+                self._delegate(rule, live).arm(optimizer, path, None, call)
             else:  # ChainerX, tied
                 self._rescale(rule, param, path, 1.0 if param._loss_scale
                               is None else param._loss_scale)
@@ -296,17 +297,19 @@ class GradientLARS(exclusions.ExclusionProperties):
                          (), flags)
         return plan.finish(params)
 
-    def _delegate(self, rule, hooks):
-        """This hook's delegate on ``rule``, made on first use; those of
-        hooks no longer in the optimizer's ``hooks`` are removed."""
-        registry = rule._hookable
+    def _delegate(self, rule, live):
+        """This hook's delegate on ``rule``, made on first use; the unarmed
+        ones of other hooks not ``live`` (removed; a direct call's until
+        its update) are removed."""
+        registry, mine = rule._hookable, None
         for name, hook in list(registry._pre_update_hooks.items()):
-            if isinstance(hook, _RuleDelegate) and all(
-                    h is not hook.hook for _, h in hooks):
-                rule.remove_hook(name)
-        for hook in registry._pre_update_hooks.values():
             if isinstance(hook, _RuleDelegate) and hook.hook is self:
-                return hook
+                mine = hook
+            elif (isinstance(hook, _RuleDelegate) and hook._armed is None
+                  and id(hook.hook) not in live):
+                rule.remove_hook(name)
+        if mine is not None:
+            return mine
         name, n = _DELEGATE_NAME, 1
         while (name in registry._pre_update_hooks
                or name in registry._post_update_hooks):

@@ -370,6 +370,43 @@ def test_a_direct_call_rescales_float16_in_the_next_update_too():
         testing.assert_allclose(param.array, expected, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize('fp32_update', [False, True])
+def test_a_direct_call_steps_as_the_registered_hook(fp32_update):
+    """hook(optimizer) before each update: a tied float16 array, listed
+    twice, is rescaled twice as when the hook is registered, and a second
+    hook, registered, leaves the direct call's delegate armed."""
+    def run(direct, other):
+        model = chainer.Chain()
+        w = numpy.random.RandomState(0).uniform(0.5, 1.5, (8, 8))
+        with model.init_scope():
+            model.l0 = chainer.links.Linear(8, 8, initialW=w)
+            model.again = model.l0  # tied: its arrays listed twice
+        for p in model.params():
+            p.array = p.array.astype(numpy.float16)
+        opt = optimizers.MomentumSGD(lr=0.1, momentum=0.0).setup(model)
+        if fp32_update:
+            opt.use_fp32_update()
+        hook = chainer_lars.GradientLARS(weight_decay=0.5)
+        if not direct:
+            opt.add_hook(hook)
+        if other:  # registered, after; its decay only
+            opt.add_hook(chainer_lars.GradientLARS(
+                weight_decay=0.25, exclude_from_layer_adaptation=['.']),
+                name='other')
+        for step in range(2):
+            model.l0.W.grad = (numpy.random.RandomState(step).standard_normal(
+                (8, 8)) * 10).astype(numpy.float16)
+            model.l0.b.grad = numpy.ones(8, numpy.float16)
+            if direct:
+                hook(opt)
+            opt.update()
+        return model.l0.W.array
+
+    for other in (False, True):
+        testing.assert_allclose(run(True, other), run(False, other),
+                                rtol=0, atol=2e-3)
+
+
 def test_a_direct_call_before_a_skipped_update_is_not_carried_further():
     # hook(optimizer) arms the float16 delegate for the next update only:
     # when dynamic loss scaling skips that one (the rules never run), the
