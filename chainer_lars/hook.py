@@ -257,13 +257,13 @@ class GradientLARS(exclusions.ExclusionProperties):
         self._seen = dict(enumerate(group.last for group in plan.groups))
         for group, g, left in zip(plan.groups, grads, lefts):
             for k in range(len(group)) if group.mixed16 else ():
-                if g[k] is not None:
-                    self._delegate(group.rules[k], live).arm(
-                        optimizer, group.paths[k],
-                        None if k in left else group.extras[k], call)
+                if g[k] is not None:  # after another's: rescaled in the rule
+                    delegate, after = self._delegate(group.rules[k], live)
+                    delegate.arm(optimizer, group.paths[k], None if k in left
+                                 or after else group.extras[k], call)
         for param, rule, path in others:
             if param.dtype == numpy.float16:
-                self._delegate(rule, live).arm(optimizer, path, None, call)
+                self._delegate(rule, live)[0].arm(optimizer, path, None, call)
             else:  # ChainerX, tied
                 self._rescale(rule, param, path, 1.0 if param._loss_scale
                               is None else param._loss_scale)
@@ -298,18 +298,19 @@ class GradientLARS(exclusions.ExclusionProperties):
         return plan.finish(params)
 
     def _delegate(self, rule, live):
-        """This hook's delegate on ``rule``, made on first use; the unarmed
-        ones of other hooks not ``live`` (removed; a direct call's until
-        its update) are removed."""
-        registry, mine = rule._hookable, None
+        """This hook's delegate on ``rule`` (made on first use), and whether
+        another's is armed; the unarmed ones of other hooks not ``live``
+        (removed; a direct call's until its update) are removed."""
+        registry, mine, after = rule._hookable, None, False
         for name, hook in list(registry._pre_update_hooks.items()):
             if isinstance(hook, _RuleDelegate) and hook.hook is self:
                 mine = hook
-            elif (isinstance(hook, _RuleDelegate) and hook._armed is None
-                  and id(hook.hook) not in live):
+            elif isinstance(hook, _RuleDelegate) and hook._armed is not None:
+                after = True
+            elif isinstance(hook, _RuleDelegate) and id(hook.hook) not in live:
                 rule.remove_hook(name)
         if mine is not None:
-            return mine
+            return mine, after
         name, n = _DELEGATE_NAME, 1
         while (name in registry._pre_update_hooks
                or name in registry._post_update_hooks):
@@ -321,7 +322,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         for other in [n for n, h in registry._pre_update_hooks.items()
                       if not isinstance(h, _RuleDelegate)]:
             registry._pre_update_hooks.move_to_end(other)
-        return delegate
+        return delegate, after
 
     def _clip_lr(self, rule, path):
         lr = getattr(getattr(rule, 'hyperparam', None), 'lr', None)

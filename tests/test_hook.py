@@ -659,6 +659,31 @@ def test_an_update_retried_after_a_failure_rescales_once():
     assert run(True).tobytes() == run(False).tobytes()
 
 
+def test_two_hooks_compose_on_master_copies_after_the_first_update():
+    """With use_fp32_update(), from t = 2 (the masters made), both hooks
+    handed the rule a gradient rescaled from the raw one: the second's
+    replaced the first's. The second now rescales the first's."""
+    link = _fp16_link([1.0, 2.0], [0.5, 0.5])
+    opt = optimizers.SGD(lr=0.1).setup(link)
+    opt.use_fp32_update()
+    opt.add_hook(chainer_lars.GradientLARS(threshold=0.0,
+                                           trust_coefficient=0.5), name='x')
+    opt.add_hook(chainer_lars.GradientLARS(
+        weight_decay=0.5, exclude_from_layer_adaptation=['.']), name='y')
+    g = numpy.array([0.5, 0.5])
+    for _ in range(3):
+        link.p.grad = g.astype(numpy.float16)
+        master = link.p.update_rule._fp32_param
+        w = (link.p.array if master is None else master.array).astype(
+            numpy.float64)
+        opt.update()
+        # x: r = 0.5 ||w|| / ||g||; then y adds 0.5 w.
+        step = 0.1 * (0.5 * numpy.linalg.norm(w) / numpy.linalg.norm(g) * g
+                      + 0.5 * w)
+        testing.assert_allclose(
+            w - link.p.update_rule._fp32_param.array, step, rtol=1e-3)
+
+
 @pytest.mark.parametrize('fp32_update', [False, True])
 def test_a_rule_hook_on_float16_adds_to_the_rescaled_gradient(fp32_update):
     # Chainer's hook, an optimizer hook, rescales before the rules' own
