@@ -236,6 +236,14 @@ def test_chainer_hook_is_wrong_under_loss_scaling():
                               rtol=1e-3)
 
 
+def _sgd(link, fp32_update):
+    """``SGD(lr=0.1)`` on ``link``, with master copies where asked."""
+    opt = optimizers.SGD(lr=0.1).setup(link)
+    if fp32_update:
+        opt.use_fp32_update()
+    return opt
+
+
 def _fp16_link(w, g):
     link = chainer.Link()
     with link.init_scope():
@@ -602,9 +610,7 @@ def test_a_new_hook_takes_over_the_delegates_of_a_removed_one(fp32_update):
     # hooks are freed; they piled up, one a rule per hook, each called at
     # every update.
     link = _fp16_link([1.0, 2.0], [0.5, 0.5])
-    opt = optimizers.SGD(lr=0.1).setup(link)
-    if fp32_update:
-        opt.use_fp32_update()
+    opt = _sgd(link, fp32_update)
     olds = []
     for trust_coefficient in [1.0, 0.5, 0.25]:
         if olds:
@@ -691,9 +697,7 @@ def test_a_rule_hook_on_float16_adds_to_the_rescaled_gradient(fp32_update):
     # ours rescales in the rule, before that rule's other hooks).
     rng = numpy.random.RandomState(0)
     link = _fp16_link(rng.standard_normal(12), rng.standard_normal(12))
-    opt = optimizers.SGD(lr=0.1).setup(link)
-    if fp32_update:
-        opt.use_fp32_update()
+    opt = _sgd(link, fp32_update)
     hook = chainer_lars.GradientLARS()
     opt.add_hook(hook)
     link.p.update_rule.add_hook(optimizer_hooks.WeightDecay(0.5))
@@ -717,9 +721,7 @@ def test_an_optimizer_hook_after_it_on_float16_is_refused(fp32_update):
     # Its change of the float16 gradients would be lost (under master
     # copies) or rescaled (in the rule): refused before any array moves.
     link = _fp16_link([1.0, 2.0], [0.5, 0.5])
-    opt = optimizers.SGD(lr=0.1).setup(link)
-    if fp32_update:
-        opt.use_fp32_update()
+    opt = _sgd(link, fp32_update)
     opt.add_hook(chainer_lars.GradientLARS())
     opt.add_hook(optimizer_hooks.WeightDecay(0.5), name='decay')
     for t in range(2):  # the first update, then one with master copies
