@@ -304,25 +304,25 @@ class GradientLARS(exclusions.ExclusionProperties):
         registry, mine, after = rule._hookable, None, False
         for name, hook in list(registry._pre_update_hooks.items()):
             if isinstance(hook, _RuleDelegate) and hook.hook is self:
-                mine = hook
+                mine, own = hook, name
             elif isinstance(hook, _RuleDelegate) and hook._armed is not None:
                 after = True
             elif isinstance(hook, _RuleDelegate) and id(hook.hook) not in live:
                 rule.remove_hook(name)
-        if mine is not None:
-            return mine, after
-        name, n = _DELEGATE_NAME, 1
-        while (name in registry._pre_update_hooks
-               or name in registry._post_update_hooks):
-            n += 1
-            name = '{}#{}'.format(_DELEGATE_NAME, n)
-        delegate = _RuleDelegate(self)
-        rule.add_hook(delegate, name=name, timing='pre')
-        # Before the rule's own hooks, as an optimizer hook runs before them.
-        for other in [n for n, h in registry._pre_update_hooks.items()
-                      if not isinstance(h, _RuleDelegate)]:
-            registry._pre_update_hooks.move_to_end(other)
-        return delegate, after
+        if mine is None:
+            own, n = _DELEGATE_NAME, 1
+            while (own in registry._pre_update_hooks
+                   or own in registry._post_update_hooks):
+                n += 1
+                own = '{}#{}'.format(_DELEGATE_NAME, n)
+            mine = _RuleDelegate(self)
+            rule.add_hook(mine, name=own, timing='pre')
+        # In the order the hooks ran (a hook re-added runs later), before
+        # the rule's own hooks, as an optimizer hook runs before them.
+        for name in [own] + [n for n, h in registry._pre_update_hooks.items()
+                             if not isinstance(h, _RuleDelegate)]:
+            registry._pre_update_hooks.move_to_end(name)
+        return mine, after
 
     def _clip_lr(self, rule, path):
         lr = getattr(getattr(rule, 'hyperparam', None), 'lr', None)

@@ -691,6 +691,31 @@ def test_two_hooks_compose_on_master_copies_after_the_first_update():
 
 
 @pytest.mark.parametrize('fp32_update', [False, True])
+def test_a_hook_re_added_rescales_in_its_new_place(fp32_update):
+    """x removed and added again runs after y: its float16 delegate, made
+    first, ran first (float16: x then y; mixed16: y's handed gradient
+    replaced x's)."""
+    link = _fp16_link([1.0, 2.0], [0.5, 0.5])
+    opt = _sgd(link, fp32_update)
+    x = chainer_lars.GradientLARS(threshold=0.0, trust_coefficient=0.5)
+    opt.add_hook(x, name='x')
+    opt.add_hook(chainer_lars.GradientLARS(
+        weight_decay=0.5, exclude_from_layer_adaptation=['.']), name='y')
+    opt.update()
+    opt.remove_hook('x')
+    opt.add_hook(x, name='x')
+    held = link.p.update_rule._fp32_param if fp32_update else link.p
+    w = held.array.astype(numpy.float64)
+    g = numpy.array([0.5, 0.5])
+    link.p.grad = g.astype(numpy.float16)
+    opt.update()
+    g = g + 0.5 * w  # y, then x: r = 0.5 ||w|| / ||g||
+    step = 0.1 * 0.5 * numpy.linalg.norm(w) / numpy.linalg.norm(g) * g
+    testing.assert_allclose(w - held.array, step,
+                            rtol=1e-4 if fp32_update else 1e-2)
+
+
+@pytest.mark.parametrize('fp32_update', [False, True])
 def test_a_rule_hook_on_float16_adds_to_the_rescaled_gradient(fp32_update):
     # Chainer's hook, an optimizer hook, rescales before the rules' own
     # hooks run: a rule's WeightDecay adds to r * g, in float16 too (where
