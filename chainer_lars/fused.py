@@ -338,16 +338,21 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         its rules find of another optimizer class, before any is loaded."""
         for path, p in self.target.namedparams() if isinstance(
                 serializer, chainer.serializer.Deserializer) else ():
-            held = [k for k in 'mv' if isinstance(p.update_rule, self._rule)
+            ours = isinstance(p.update_rule, self._rule)
+            held = [k for k in 'mv' if ours
                     and read(serializer[path], k) is not None]
             if held == list(self._rule.STATES):
                 break  # one array's states tell the class that saved them
-            if 'v' in held:
-                raise ValueError(
-                    '{}: the snapshot holds {} for {}, the state of {}: load '
-                    'it into the optimizer class that saved it'.format(
-                        self._face, ' and '.join(held), path, 'LAMB or Adam'
-                        if 'm' in held else 'LARS or MomentumSGD'))
+            if 'v' in held or ours and p.update_rule.enabled and getattr(
+                    serializer, 'strict', True) and read(serializer[path],
+                                                         't') is not None:
+                raise ValueError('{}: the snapshot holds {} for {}, {}'.format(
+                    self._face, ' and '.join(held) or 'no state', path,
+                    'the state of {}: load it into the optimizer class that '
+                    'saved it'.format('LAMB or Adam' if 'm' in held else
+                                      'LARS or MomentumSGD') if held else
+                    "as SGD's, or any saved before its first update: no {} "
+                    'to resume'.format(' and '.join(self._rule.STATES))))
         serialize_loss_scaling(self, serializer)  # damaged: before t is set
         drop_masters(self.target.params())  # float32's: not saved
         super(FusedMethod, self).serialize(serializer)
