@@ -298,9 +298,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         return plan.finish(params)
 
     def _delegate(self, rule, live):
-        """This hook's delegate on ``rule`` (made on first use), and whether
-        another's is armed; the unarmed ones of other hooks not ``live``
-        (removed; a direct call's until its update) are removed."""
+        """This hook's delegate on ``rule`` and whether another's is armed;
+        the spent ones of hooks not ``live`` (registered) are removed."""
         registry, mine, after = rule._hookable, None, False
         for name, hook in list(registry._pre_update_hooks.items()):
             if isinstance(hook, _RuleDelegate) and hook.hook is self:
@@ -317,8 +316,7 @@ class GradientLARS(exclusions.ExclusionProperties):
                 own = '{}#{}'.format(_DELEGATE_NAME, n)
             mine = _RuleDelegate(self)
             rule.add_hook(mine, name=own, timing='pre')
-        # In the order the hooks ran (a hook re-added runs later), before
-        # the rule's own hooks, as an optimizer hook runs before them.
+        # In the hooks' order of running, before the rule's own (Chainer's).
         for name in [own] + [n for n, h in registry._pre_update_hooks.items()
                              if not isinstance(h, _RuleDelegate)]:
             registry._pre_update_hooks.move_to_end(name)

@@ -855,6 +855,22 @@ def test_a_snapshot_without_the_state_still_meets_chainers_limit(updated):
         assert other.t == 0
 
 
+@pytest.mark.parametrize('face, key', [(chainer_lars.LARS, 'v'),
+                                       (chainer_lars.LAMB, 'm')])
+def test_a_snapshot_missing_one_array_state_is_called_damaged(face, key):
+    """Its other arrays hold the class's states: Chainer's KeyError names
+    the entry (a LAMB snapshot without its first m was called LARS's)."""
+    opt = face().setup(ref.Net())
+    set_grads(opt.target, 0)
+    opt.update()
+    arrays = {}
+    serializers.DictionarySerializer(arrays).save(opt)
+    first = next(iter(opt.target.namedparams()))[0]
+    del arrays[first[1:] + '/' + key]
+    with pytest.raises(KeyError, match=first[1:] + '/' + key):
+        serializers.NpzDeserializer(arrays).load(face().setup(ref.Net()))
+
+
 def test_a_snapshot_with_rules_of_other_types_or_none_loads():
     # Only this class's rules' states are looked at: a parameter whose rule
     # is Adam's (the per-rule loop takes it) holds m and v in LARS's own
