@@ -49,12 +49,12 @@ def serialize_loss_scaling(optimizer, serializer):
                     bool(value) if isinstance(default, bool) else value)
 
 
-def read(serializer, key, value=None):
-    """``serializer(key, value)``; ``None`` where a snapshot lacks ``key``."""
+def read(serializer, key, value=None, missing=None):
+    """``serializer(key, value)``, or ``missing`` where ``key`` is absent."""
     try:
         return serializer(key, value)
     except KeyError:
-        return None
+        return missing
 
 
 def serialize_master(rule, serializer, device=None):
@@ -343,9 +343,9 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                     and read(serializer[path], k) is not None]
             if held == list(self._rule.STATES):
                 break  # one array's states tell the class that saved them
-            if 'v' in held or ours and p.update_rule.enabled and getattr(
-                    serializer, 'strict', True) and read(serializer[path],
-                                                         't') is not None:
+            if 'v' in held or not held and ours and p.update_rule.enabled and (
+                    read(serializer[path], 'v', None, KeyError) is KeyError
+                    and read(serializer[path], 't') is not None):  # strict
                 found.append((path, held))
         else:
             for path, held in found[:1]:
