@@ -53,10 +53,10 @@ def boolean(name, value):
 
 def count(name, value):
     """A non-negative integer (not a ``bool``), as an ``int``."""
-    _typed(name, value, (numbers.Integral,), 'an int')
-    if value < 0:
+    value = int(_typed(name, value, (numbers.Integral,), 'an int'))
+    if value < 0:  # (an int: numpy 2 would print np.int64(-1))
         raise ValueError('{} must be at least 0, got {!r}'.format(name, value))
-    return int(value)
+    return value
 
 
 def string(name, value):

@@ -42,8 +42,9 @@ def serialize_loss_scaling(optimizer, serializer):
             if not (value in (0, 1) if isinstance(default, bool) else 0 <
                     value < numpy.inf or name == '_loss_scale_max' and value
                     > 0 or default is None and value != value):  # max: inf too
-                raise ValueError('the snapshot holds {} = {}: not a loss '
-                                 'scaling setting'.format(name[1:], value))
+                raise ValueError('{}: the snapshot holds {} = {}: not a loss '
+                                 'scaling setting'.format(type(
+                                     optimizer).__name__, name[1:], value))
         for (name, default), value in zip(_LOSS_SCALING, values):
             setattr(optimizer, name, None if numpy.isnan(value) else
                     bool(value) if isinstance(default, bool) else value)
@@ -333,8 +334,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         self._placed = True
 
     def serialize(self, serializer):
-        """Chainer's and the loss scaling it leaves out; refuses, before any
-        is loaded, a snapshot no array of which holds this class's states."""
+        """Chainer's and the loss scaling it leaves out; before any is loaded,
+        refuses another class's states or none (strict) if no array has its."""
         found = []  # enabled rules' arrays with a t, or another class's v
         for path, p in self.target.namedparams() if isinstance(
                 serializer, chainer.serializer.Deserializer) else ():

@@ -28,11 +28,10 @@ class _RuleDelegate(object):
     def __init__(self, hook):
         self.hook = hook
 
-    def arm(self, optimizer, path, grad, call):  # call: the hook's pass
+    def arm(self, opt, path, grad, call):  # call: the hook's pass
         n = 1 + (grad is None and self._armed is not None and self._armed[
             5:] == (call,) and self._armed[4])  # a listing more in the pass
-        self._armed = (weakref.ref(optimizer), optimizer.t + 1, path, grad, n,
-                       call)
+        self._armed = (weakref.ref(opt), opt.t + 1, path, grad, n, call)
 
     def __getstate__(self):
         return dict(self.__dict__, _armed=None, _before=None)

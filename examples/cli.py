@@ -1254,12 +1254,11 @@ def load_snapshot(args, trainer):
             usage_error('--resume {}: the snapshot has {}; it was not '
                         'written by this run of these examples: start a new '
                         'run'.format(args.resume, e.args[1]))
-        except ValueError as e:  # the schedule's own check of its settings
-            prefix = 'WarmupPolynomialShift: '
-            if not str(e).startswith(prefix):
-                raise
+        except ValueError as e:  # the library's checks of what it loads
+            prefix = 'WarmupPolynomialShift: '  # the schedule's, of its own
             usage_error('--resume {}: {}{}'.format(
-                args.resume, str(e)[len(prefix):],
+                args.resume, str(e)[len(prefix):] if str(e).startswith(
+                    prefix) else str(e),
                 ' (before 0.3.0, a warm-up as long as the run ended an update '
                 'before it: such a run resumes with the version that began '
                 'it)' if 'warmup_count' in str(e) else ''))

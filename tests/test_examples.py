@@ -2887,6 +2887,25 @@ def test_resume_refuses_a_snapshot_with_a_missing_or_misshapen_entry(
         assert not out.exists()
 
 
+def test_resume_refuses_a_snapshot_of_no_loss_scale_in_one_line(
+        mnist, mnist_snapshot, tmp_path, capsys):
+    """The library's refusal of what it loads (here a loss scale of 0) is
+    a usage error, as the examples' own checks are; it was a traceback."""
+    snapshot, args = mnist_snapshot
+    with numpy.load(snapshot) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    arrays['updater/optimizer:main/loss_scale'] = numpy.asarray(0.0)
+    path = str(tmp_path / 'edited.npz')
+    numpy.savez_compressed(path, **arrays)
+    out = tmp_path / 'resumed'
+    err = usage_error(mnist.main, args + ['--resume', path, '--out', str(out)],
+                      capsys)
+    assert err.splitlines()[-1].endswith(
+        '--resume {}: LARS: the snapshot holds loss_scale = 0.0: not a loss '
+        'scaling setting'.format(path)), err
+    assert 'Traceback' not in err and not out.exists()
+
+
 def _optimizer_choices(module, capsys):
     with pytest.raises(SystemExit):
         importlib.import_module(module).parse_args(['--help'])
