@@ -110,25 +110,24 @@ class WarmupPolynomialShift(extension.Extension):
         self._init, self._set = init, optimizer
         setattr(optimizer, self._attr, self.value(self._t))
 
-    def _check_attr(self, optimizer):  # returns its value, a real number
-        prop = getattr(type(optimizer), self._attr, None)
+    def _check_attr(self, opt):  # returns its value, a real number
+        prop = getattr(type(opt), self._attr, None)
         if isinstance(prop, property) and prop.fset is None:
             alpha = self._attr == 'lr' and hasattr(
-                getattr(optimizer, 'hyperparam', None), 'alpha')
+                getattr(opt, 'hyperparam', None), 'alpha')
             raise ValueError(
                 "attr {0!r}: the optimizer's ({1}) {0} is read only{2}".format(
-                    self._attr, type(optimizer).__name__, ": {}'s learning "
+                    self._attr, type(opt).__name__, ": {}'s learning "
                     "rate is 'alpha' (its lr is the rate after bias "
                     "correction, computed from alpha); schedule 'alpha' "
-                    'instead'.format(type(optimizer).__name__) if alpha
-                    else ''))
-        if not hasattr(optimizer, self._attr):
+                    'instead'.format(type(opt).__name__) if alpha else ''))
+        if not hasattr(opt, self._attr):
             raise ValueError(
                 'attr {!r}: the optimizer ({}) has no attribute of that '
-                'name'.format(self._attr, type(optimizer).__name__))
+                'name'.format(self._attr, type(opt).__name__))
         return checks.real("the optimizer's {}{}".format(
             self._attr, ' (read for init=None)' if self._init is None
-            else ''), getattr(optimizer, self._attr))
+            else ''), getattr(opt, self._attr))
 
     def _check_sign(self, init):  # init=None: read when training starts
         if init is not None and (init >= 0) != (self._end >= 0) and (

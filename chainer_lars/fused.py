@@ -102,12 +102,11 @@ def masters(rules):
 
 def warn_rounded(face, paths, stacklevel):
     """The warning of float16 weights whose step rounded away."""
-    warnings.warn(
-        '{}: the step of {} rounded away in float16 for most of its '
-        'elements (the weights did not change): call '
-        'optimizer.use_fp32_update() to step float32 master copies of '
-        'float16 parameters'.format(face, ', '.join(paths)), RuntimeWarning,
-        stacklevel=stacklevel)  # at the call of update()
+    warnings.warn('{}: the step of {} rounded away in float16 for most of '
+                  'its elements (the weights did not change): call '
+                  'optimizer.use_fp32_update() to step float32 master '
+                  'copies of float16 parameters'.format(face, ', '.join(
+                      paths)), RuntimeWarning, stacklevel=stacklevel)
 
 
 class _RefusesGradientLARS(object):

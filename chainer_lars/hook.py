@@ -299,8 +299,11 @@ class GradientLARS(exclusions.ExclusionProperties):
     def _delegate(self, rule, live):
         """This hook's delegate on ``rule`` and whether another's is armed;
         the spent ones of hooks not ``live`` (registered) are removed."""
-        registry, mine, after = rule._hookable, None, False
-        for name, hook in list(registry._pre_update_hooks.items()):
+        hooks, mine, after = rule._hookable._pre_update_hooks, None, False
+        first = next(iter(hooks.values()), None)
+        if len(hooks) == 1 and getattr(first, 'hook', None) is self:
+            return first, False  # alone, in its place
+        for name, hook in list(hooks.items()):
             if isinstance(hook, _RuleDelegate) and hook.hook is self:
                 mine, own = hook, name
             elif isinstance(hook, _RuleDelegate) and hook._armed is not None:
@@ -309,16 +312,15 @@ class GradientLARS(exclusions.ExclusionProperties):
                 rule.remove_hook(name)
         if mine is None:
             own, n = _DELEGATE_NAME, 1
-            while (own in registry._pre_update_hooks
-                   or own in registry._post_update_hooks):
+            while own in hooks or own in rule._hookable._post_update_hooks:
                 n += 1
                 own = '{}#{}'.format(_DELEGATE_NAME, n)
             mine = _RuleDelegate(self)
             rule.add_hook(mine, name=own, timing='pre')
         # In the hooks' order of running, before the rule's own (Chainer's).
-        for name in [own] + [n for n, h in registry._pre_update_hooks.items()
+        for name in [own] + [n for n, h in hooks.items()
                              if not isinstance(h, _RuleDelegate)]:
-            registry._pre_update_hooks.move_to_end(name)
+            hooks.move_to_end(name)
         return mine, after
 
     def _clip_lr(self, rule, path):
