@@ -71,7 +71,7 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
     # Every process counts the same iterations: ChainerMN's shards are of
     # equal length.
     iterations_per_epoch = n_train / args.batchsize
-    trainer.extend(recipe.schedule(args, iterations_per_epoch))
+    trainer.extend(recipe.schedule(args, n_train))
     scaling = None
     if args.dtype != 'float32':
         scaling = recipe.loss_scale_state(trainer, optimizer)
@@ -978,7 +978,8 @@ class ProgressLines(training.Extension):
                                   done / length,
                                   (iteration - first) / elapsed)
         if done_first < done < length:
-            left = int((length - done) * elapsed / (done - done_first))
+            # (rounded up: 0.9 s left is not "about 0 s")
+            left = math.ceil((length - done) * elapsed / (done - done_first))
             minutes, seconds = divmod(left, 60)
             line += ', about {} left'.format(
                 '{} min {:02d} s'.format(minutes, seconds) if minutes

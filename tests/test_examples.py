@@ -1014,20 +1014,25 @@ def test_default_warmup_longer_than_the_run_is_the_run(
                                           '1']).warmup_epochs == 1
 
 
-@pytest.mark.parametrize('epoch,warmup,per,expected', [
-    (1, 1, 60000 / 8192, (8, 8)),  # the whole run: round gave 7 of 8
-    (2, 2, 60000 / 8192, (15, 15)),
-    (10, 0.5, 60000 / 8192, (4, 74)),  # the Quick start's, as before
-    (1, 0.5, 60000 / 8192, (4, 8)),
-    (2, 1, 50000 / 256, (195, 391)),  # a part of the run: round
+@pytest.mark.parametrize('epoch,warmup,batch,n_train,expected', [
+    (1, 1, 8192, 60000, (8, 8)),  # the whole run: round gave 7 of 8
+    (2, 2, 8192, 60000, (15, 15)),
+    (10, 0.5, 8192, 60000, (4, 74)),  # the Quick start's, as before
+    (1, 0.5, 8192, 60000, (4, 8)),
+    (2, 1, 256, 50000, (195, 391)),  # a part of the run: round
+    # Exact multiples: the float ceil of 15 * (50000 / 3000) gave 251.
+    (15, 15, 3000, 50000, (250, 250)),
+    (15, 1, 3000, 50000, (17, 250)),
+    (30, 5, 1500, 50000, (167, 1000)),
 ])
 def test_schedule_s_warmup_of_the_whole_run_peaks_at_the_last_update(
-        mnist, epoch, warmup, per, expected):
+        mnist, epoch, warmup, batch, n_train, expected):
     """examples/README.md: a warm-up as long as the run rises to the peak
-    at the last update; the run has ceil(epoch * per) of them."""
+    at the last update; the run has ceil(epoch * n_train / batch) of them,
+    counted exactly (the trainer stops after that many)."""
     args = mnist.parse_args(['-e', str(epoch), '--warmup-epochs',
-                             str(warmup), '--lr', '1'])
-    shift = recipe.schedule(args, per)
+                             str(warmup), '--lr', '1', '-b', str(batch)])
+    shift = recipe.schedule(args, n_train)
     assert (shift._warmup_count, shift._max_count) == expected
 
 
@@ -1060,7 +1065,7 @@ def test_adam_and_lamb_take_the_recipe_s_flags_and_exclusions(
         else:
             assert (rule.uses_weight_decay, rule.uses_adaptation) == (
                 decayed, decayed)
-    assert recipe.schedule(args, 10)._attr == 'alpha'
+    assert recipe.schedule(args, 60000)._attr == 'alpha'
 
 
 @pytest.mark.parametrize('flags,says', [
@@ -1072,15 +1077,20 @@ def test_adam_and_lamb_take_the_recipe_s_flags_and_exclusions(
 ])
 def test_banner_says_where_the_rate_comes_from(mnist, capsys, flags, says):
     """The rate the trainer prints is not LARS()'s default: the banner
-    says which rule made it, and how LARS()'s defaults compare."""
+    says which rule made it, and how LARS()'s defaults (momentum-lars:
+    the hook's starting point) compare."""
     cli.print_banner(mnist.parse_args(flags))
     out = capsys.readouterr().out
     if says is None:
         assert 'lr from the batch size' not in out
     else:
         assert says in out
+    # Each LARS form's starting point (momentum-lars: the hook's).
     assert ("LARS()'s defaults, lr=2.0 and trust_coefficient=1e-3" in out
-            ) == (says is not None and 'trust' in says)
+            ) == (says is not None and 'trust' in says and not flags)
+    assert ("MomentumSGD(lr=0.002) and GradientLARS()'s default "
+            'trust_coefficient=1 make a step of 0.002' in out) == (
+                'momentum-lars' in flags)
 
 
 @pytest.mark.parametrize('flags', [[], ['--validation', '100'],
