@@ -52,10 +52,9 @@ def dtype_help(small_model):
 HELP = {
     'batchsize': 'Number of images in each mini-batch',
     'epoch': 'Number of sweeps over the dataset to train',
-    'device': 'Device specifier. Either ChainerX device specifier or an '
-              'integer. If non-negative integer, CuPy arrays with specified '
-              'device id are used. If negative integer, NumPy arrays are '
-              'used',
+    'device': "The device, as chainer.get_device takes it: @numpy (or a "
+              'negative integer) for the CPU, @cupy:0 (or 0) for the first '
+              'GPU',
     'out': 'Directory to output the result; a new run refuses one that '
            "holds another run's log or snapshots (see --overwrite), a "
            "resumed run one that holds a run other than its snapshot's "
@@ -924,12 +923,15 @@ def lr_note(args, batch):
                 'sets it)'.format(
                     recipe.ADAM_ALPHA_PER_256 if args.optimizer == 'adam'
                     else recipe.LAMB_STEP_PER_256, scale, args.lr))
+    # The library's starting points: LARS()'s defaults, and the hook's docs.
+    start = ("LARS()'s defaults, lr=2.0 and trust_coefficient=1e-3, make"
+             if args.optimizer == 'lars' else "MomentumSGD(lr=0.002) and "
+             "GradientLARS()'s default trust_coefficient=1 make")
     return ("lr from the batch size, the large-batch recipe's rule: lr * "
             'trust coefficient = {:g} * sqrt({}) = {:.3g} (--lr sets it);\n'
-            "#   LARS()'s defaults, lr=2.0 and trust_coefficient=1e-3, make "
-            'a step of 0.002, a start for small batches'.format(
+            '#   {} a step of 0.002, a start for small batches'.format(
                 recipe.LARS_STEP_PER_256, scale,
-                args.lr * args.trust_coefficient))
+                args.lr * args.trust_coefficient, start))
 
 
 def say(message):
