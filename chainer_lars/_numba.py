@@ -343,7 +343,7 @@ _TYPE, _DATA, _DIMS, _DESCR = 1, 2, 4, 7
 STAMP = 5
 DATA, DESCR, FLAGS, SIZE, PLAIN = range(STAMP)
 #: Held arrays, a row each: id, group, stamp; gradients, a column each: id,
-#: address taken, the row's expected size, descr, flags, own arrays direct.
+#: address taken, the row's weight (its shape), descr, flags, arrays direct.
 ID, GROUP, STAMPED = 0, 1, 2
 GID, GPTR, EXPECT = 0, 1, 2
 
@@ -355,9 +355,17 @@ def _stamp(address, ndarray, out):
     out[:] = 0
     if head[_TYPE] == ndarray:
         ints = numba.carray(_void_pointer(address), 17, numpy.int32)
-        dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND], numpy.int64)
         out[DATA], out[DESCR] = head[_DATA], head[_DESCR]
-        out[FLAGS], out[SIZE], out[PLAIN] = ints[_FLAGS], numpy.prod(dims), 1
+        out[FLAGS], out[PLAIN] = ints[_FLAGS], 1
+        out[SIZE] = numpy.prod(_dims(address))
+
+
+@numba.njit(**_JIT)
+def _dims(address):
+    """The shape of the ndarray at ``address`` (alive: held by the caller)."""
+    n = numba.carray(_void_pointer(address), 17, numpy.int32)[_ND]
+    dims = numba.carray(_void_pointer(address), 8, numpy.int64)[_DIMS]
+    return numba.carray(_void_pointer(dims), n, numpy.int64)
 
 
 @numba.njit(**_JIT)
@@ -387,8 +395,9 @@ def restamp(held, changed, grads, none, ndarray):
             continue
         _stamp(e[GID], ndarray, now)
         if (e[EXPECT + 3] and now[PLAIN] and now[DESCR] == e[EXPECT + 1]
-                and now[SIZE] == e[EXPECT]
-                and (now[FLAGS] & e[EXPECT + 2]) == e[EXPECT + 2]):
+                and (now[FLAGS] & e[EXPECT + 2]) == e[EXPECT + 2]
+                and len(_dims(e[GID])) == len(_dims(e[EXPECT]))  # the weight
+                and (_dims(e[GID]) == _dims(e[EXPECT])).all()):
             e[GPTR] = now[DATA]
             left -= 1
     return left

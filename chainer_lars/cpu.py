@@ -172,9 +172,10 @@ class Record(object):
                                  numpy.int64)
         self.gids = self.grads[jit.GID]
         self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()
-        for t, a, b in zip(self.tables, self.bounds, self.bounds[1:]):
-            e = self.grads[jit.EXPECT:, a:b]
-            e[0], e[1], e[3] = t.table[:, L.SIZE], t.descr, t.table[:, L.W] > 0
+        for g, a, b in zip(groups, self.bounds, self.bounds[1:]):
+            e, t = self.grads[jit.EXPECT:, a:b], g.state  # weights: held
+            e[0], e[1], e[3] = list(map(id, g.weights)), t.descr, t.table[
+                :, L.W] > 0
         self.scaled = None
         self.restamp_update = jit.restamp_update
         self.arguments = (

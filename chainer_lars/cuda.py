@@ -491,7 +491,7 @@ class CudaExecutor(object):
             except AttributeError:  # a gradient is None
                 pass
             found.append(numpy.array([
-                a.data.ptr or 1 if a is not None and ok and a.size == w.size
+                a.data.ptr or 1 if a is not None and ok and a.shape == w.shape
                 and a.dtype == group.gdtype and supports(a) else 0
                 for a, w, ok in zip(g, group.weights, state.direct)],
                 numpy.int64))
