@@ -339,11 +339,13 @@ def multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op):
 #: 32-bit (nd, flags) and 64-bit words; :data:`STAMPS` checks them.
 _ND, _FLAGS = 6, 16
 _TYPE, _DATA, _DIMS, _DESCR = 1, 2, 4, 7
-#: A stamp: data address, descr, flags, size, 1 (a plain ndarray; else 0).
-STAMP = 5
-DATA, DESCR, FLAGS, SIZE, PLAIN = range(STAMP)
+#: A stamp: data address, descr, flags, size, 1 (a plain ndarray; else 0),
+#: the shape's hash (a reshape in place changes it).
+STAMP = 6
+DATA, DESCR, FLAGS, SIZE, PLAIN, SHAPE = range(STAMP)
 #: Held arrays, a row each: id, group, stamp; gradients, a column each: id,
-#: address taken, the row's weight (its shape), descr, flags, arrays direct.
+#: address taken, the row's weight's size, descr, flags, own arrays direct,
+#: the weight's shape hash.
 ID, GROUP, STAMPED = 0, 1, 2
 GID, GPTR, EXPECT = 0, 1, 2
 
@@ -355,17 +357,13 @@ def _stamp(address, ndarray, out):
     out[:] = 0
     if head[_TYPE] == ndarray:
         ints = numba.carray(_void_pointer(address), 17, numpy.int32)
+        dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND], numpy.int64)
         out[DATA], out[DESCR] = head[_DATA], head[_DESCR]
-        out[FLAGS], out[PLAIN] = ints[_FLAGS], 1
-        out[SIZE] = numpy.prod(_dims(address))
-
-
-@numba.njit(**_JIT)
-def _dims(address):
-    """The shape of the ndarray at ``address`` (alive: held by the caller)."""
-    n = numba.carray(_void_pointer(address), 17, numpy.int32)[_ND]
-    dims = numba.carray(_void_pointer(address), 8, numpy.int64)[_DIMS]
-    return numba.carray(_void_pointer(dims), n, numpy.int64)
+        out[FLAGS], out[SIZE], out[PLAIN] = ints[_FLAGS], numpy.prod(dims), 1
+        shape = numpy.uint64(0)  # (unsigned: it wraps, as a hash may)
+        for d in dims:
+            shape = shape * numpy.uint64(1000003) + numpy.uint64(d + 1)
+        out[SHAPE] = numpy.int64(shape)
 
 
 @numba.njit(**_JIT)
@@ -395,9 +393,8 @@ def restamp(held, changed, grads, none, ndarray):
             continue
         _stamp(e[GID], ndarray, now)
         if (e[EXPECT + 3] and now[PLAIN] and now[DESCR] == e[EXPECT + 1]
-                and (now[FLAGS] & e[EXPECT + 2]) == e[EXPECT + 2]
-                and len(_dims(e[GID])) == len(_dims(e[EXPECT]))  # the weight
-                and (_dims(e[GID]) == _dims(e[EXPECT])).all()):
+                and now[SIZE] == e[EXPECT] and now[SHAPE] == e[EXPECT + 4]
+                and (now[FLAGS] & e[EXPECT + 2]) == e[EXPECT + 2]):
             e[GPTR] = now[DATA]
             left -= 1
     return left
@@ -421,9 +418,9 @@ def _stamps_agree():
     held = numpy.zeros((len(arrays) + 1, STAMPED + STAMP), numpy.int64)
     held[:, ID] = [id(a) for a in arrays] + [id(None)]
     stamp(held, id(numpy.ndarray))
-    return held[:, STAMPED:].tolist() == [[
+    return held[:, STAMPED:STAMPED + SHAPE].tolist() == [[
         a.ctypes.data, id(a.dtype), a.flags.num, a.size, 1]
-        for a in arrays] + [[0] * STAMP]
+        for a in arrays] + [[0] * SHAPE]
 
 
 #: Whether the compiled loop may be used: its stamps read NumPy's arrays.
