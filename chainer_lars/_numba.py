@@ -341,7 +341,7 @@ _ND, _FLAGS = 6, 16
 _TYPE, _DATA, _DIMS, _DESCR = 1, 2, 4, 7
 #: A stamp: data address, descr, flags, size, 1 (a plain ndarray; else 0),
 #: the shape's hash (a reshape in place changes it).
-STAMP = 6
+STAMP, _MIX = 6, 0x9E3779B97F4A7C15
 DATA, DESCR, FLAGS, SIZE, PLAIN, SHAPE = range(STAMP)
 #: Held arrays, a row each: id, group, stamp; gradients, a column each: id,
 #: address taken, the row's weight's size, descr, flags, own arrays direct,
@@ -360,9 +360,10 @@ def _stamp(address, ndarray, out):
         dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND], numpy.int64)
         out[DATA], out[DESCR] = head[_DATA], head[_DESCR]
         out[FLAGS], out[SIZE], out[PLAIN] = ints[_FLAGS], numpy.prod(dims), 1
-        shape = numpy.uint64(0)  # (unsigned: it wraps, as a hash may)
+        shape = numpy.uint64(ints[_ND])  # mixed as splitmix64 (unsigned)
         for d in dims:
-            shape = shape * numpy.uint64(1000003) + numpy.uint64(d + 1)
+            shape = (shape ^ numpy.uint64(d)) * numpy.uint64(_MIX)
+            shape ^= shape >> numpy.uint64(31)
         out[SHAPE] = numpy.int64(shape)
 
 

@@ -672,8 +672,8 @@ def test_an_array_reshaped_in_place_is_refused_as_chainer_refuses_it(
     a (3, 2) weight with a (2, 3) state, where Chainer's MomentumSGD
     raises. The stamps hold the shape now: refused, named, before anything
     moves; all of a row's arrays reshaped alike step as before. (On a GPU
-    a state reshaped in place is not noticed: the kernels read it whole,
-    as before.)"""
+    a state reshaped in place is not noticed, nor a weight whose gradient
+    keeps the old shape: the kernels read each array whole.)"""
     if emulated and which == 'state':
         pytest.skip('a state reshaped in place is not noticed on a GPU')
     out = lines('''
