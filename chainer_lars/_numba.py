@@ -339,11 +339,13 @@ def multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op):
 #: 32-bit (nd, flags) and 64-bit words; :data:`STAMPS` checks them.
 _ND, _FLAGS = 6, 16
 _TYPE, _DATA, _DIMS, _DESCR = 1, 2, 4, 7
-#: A stamp: data address, descr, flags, size, 1 (a plain ndarray; else 0).
-STAMP = 5
-DATA, DESCR, FLAGS, SIZE, PLAIN = range(STAMP)
+#: A stamp: data address, descr, flags, size, 1 (a plain ndarray; else 0),
+#: the shape's hash (a reshape in place changes it).
+STAMP, _MIX = 6, 0x9E3779B97F4A7C15
+DATA, DESCR, FLAGS, SIZE, PLAIN, SHAPE = range(STAMP)
 #: Held arrays, a row each: id, group, stamp; gradients, a column each: id,
-#: address taken, the row's expected size, descr, flags, own arrays direct.
+#: address taken, the row's weight's size, descr, flags, own arrays direct,
+#: the weight's shape hash.
 ID, GROUP, STAMPED = 0, 1, 2
 GID, GPTR, EXPECT = 0, 1, 2
 
@@ -358,6 +360,11 @@ def _stamp(address, ndarray, out):
         dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND], numpy.int64)
         out[DATA], out[DESCR] = head[_DATA], head[_DESCR]
         out[FLAGS], out[SIZE], out[PLAIN] = ints[_FLAGS], numpy.prod(dims), 1
+        shape = numpy.uint64(ints[_ND])  # mixed as splitmix64 (unsigned)
+        for d in dims:
+            shape = (shape ^ numpy.uint64(d)) * numpy.uint64(_MIX)
+            shape ^= shape >> numpy.uint64(31)
+        out[SHAPE] = numpy.int64(shape)
 
 
 @numba.njit(**_JIT)
@@ -387,7 +394,7 @@ def restamp(held, changed, grads, none, ndarray):
             continue
         _stamp(e[GID], ndarray, now)
         if (e[EXPECT + 3] and now[PLAIN] and now[DESCR] == e[EXPECT + 1]
-                and now[SIZE] == e[EXPECT]
+                and now[SIZE] == e[EXPECT] and now[SHAPE] == e[EXPECT + 4]
                 and (now[FLAGS] & e[EXPECT + 2]) == e[EXPECT + 2]):
             e[GPTR] = now[DATA]
             left -= 1
@@ -412,9 +419,9 @@ def _stamps_agree():
     held = numpy.zeros((len(arrays) + 1, STAMPED + STAMP), numpy.int64)
     held[:, ID] = [id(a) for a in arrays] + [id(None)]
     stamp(held, id(numpy.ndarray))
-    return held[:, STAMPED:].tolist() == [[
+    return held[:, STAMPED:STAMPED + SHAPE].tolist() == [[
         a.ctypes.data, id(a.dtype), a.flags.num, a.size, 1]
-        for a in arrays] + [[0] * STAMP]
+        for a in arrays] + [[0] * SHAPE]
 
 
 #: Whether the compiled loop may be used: its stamps read NumPy's arrays.

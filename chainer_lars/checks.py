@@ -138,9 +138,8 @@ def addressed(path, weight, grad, states=(), written=('weight',),
         like = gdtype if name == 'gradient' and gdtype is not None else (
             weight.dtype if name != extra_name else a.dtype)
         if one_dtype and a.dtype != like:
-            raise TypeError('{}: the {} is {} but the {} {}'.format(
-                path, name, a.dtype, 'weight' if like == weight.dtype
-                else 'float16 weight', like))
+            raise TypeError('{}: the {} is {} but the weight {}'.format(
+                path, name, a.dtype, like))  # (mixed16: the float16 one)
     for name, a in (('weight', weight),) + named:
         # CuPy arrays have no writeable flag: device memory always is.
         if name in written and not getattr(a.flags, 'writeable', True):
@@ -153,6 +152,7 @@ def direct(dtype, arrays):
     ``ndarray`` subclass (the CPU's stamps read plain ones only)."""
     return all(a.dtype == dtype and a.dtype.isnative and a.flags.c_contiguous
                and getattr(a.flags, 'aligned', True)
+               and not isinstance(a, numpy.generic)  # a scalar: no address
                and numpy.ndarray not in type(a).__mro__[1:] for a in arrays)
 
 

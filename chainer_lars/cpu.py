@@ -158,18 +158,21 @@ class Record(object):
     def __init__(self, groups):
         jit = _jit()
         self.groups, self.tables = groups, [g.state for g in groups]
-        held = [(k, a) for k, g in enumerate(groups)
+        held = [(k, a, j) for k, g in enumerate(groups)
                 for w, states, x in zip(g.weights, g.states, g.extras)
-                for a in (w,) + states + (() if x is None else (x,))]
+                for j, a in enumerate((w,) + states + (x,) * (x is not None))]
         self.held = numpy.zeros((len(held), jit.STAMPED + jit.STAMP),
                                 numpy.int64)
-        self.held[:, jit.ID] = [id(a) for _, a in held]
-        self.held[:, jit.GROUP] = [k for k, _ in held]
+        self.held[:, jit.ID] = [id(a) for _, a, _ in held]
+        self.held[:, jit.GROUP] = [k for k, _, _ in held]
         jit.stamp(self.held, _NDARRAY)
         self.changed = numpy.zeros(len(groups), numpy.int64)
         # A row a field (one layout, one compile): ids, addresses, ...
-        self.grads = numpy.zeros((jit.EXPECT + 4, sum(map(len, groups))),
+        self.grads = numpy.zeros((jit.EXPECT + 5, sum(map(len, groups))),
                                  numpy.int64)
+        self.grads[jit.EXPECT + 4] = self.held[[  # the weights' shapes
+            i for i, (_, _, j) in enumerate(held) if j == 0],
+            jit.STAMPED + jit.SHAPE]
         self.gids = self.grads[jit.GID]
         self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()
         for t, a, b in zip(self.tables, self.bounds, self.bounds[1:]):

@@ -435,6 +435,7 @@ class _DeviceState(object):
         self.direct = numpy.array([all(map(supports, (w,) + v + (
             () if x is None else (x,)))) for w, v, x in zip(
                 group.weights, group.states, group.extras)], bool)
+        self.shapes = [w.shape for w in group.weights]  # (not reshaped)
         self.signature = [(group.gdtype, w.shape, tuple(  # C-contiguous
             s * group.gdtype.itemsize // w.itemsize for s in w.strides))
             for w in group.weights] if self.direct.all() else None
@@ -491,9 +492,9 @@ class CudaExecutor(object):
             except AttributeError:  # a gradient is None
                 pass
             found.append(numpy.array([
-                a.data.ptr or 1 if a is not None and ok and a.size == w.size
+                a.data.ptr or 1 if a is not None and ok and a.shape == shape
                 and a.dtype == group.gdtype and supports(a) else 0
-                for a, w, ok in zip(g, group.weights, state.direct)],
+                for a, shape, ok in zip(g, state.shapes, state.direct)],
                 numpy.int64))
             missing += len(g) - numpy.count_nonzero(found[-1])
         return found, missing

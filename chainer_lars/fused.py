@@ -175,7 +175,7 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
     # ChainerX: UpdateRule's default path passes NumPy or CuPy views here.
     def update_core_cpu(self, param):
         w, g = param.array, param.grad
-        if g is None:
+        if g is None or w is None:  # (untouched, as an uninitialized one)
             return
         states = list(map(self.state.__getitem__, self.STATES))
         plan = getattr(self, '_plan', None)

@@ -606,7 +606,9 @@ def test_fp16_model_matches_reference_net(gpu):
 
 def test_executor_takes_what_it_can_and_the_engine_the_rest(gpu):
     """CudaExecutor.take on odd gradients: a contiguous one of another
-    shape but the same size is taken, the others left to the engine (no
+    shape but the same size is not taken, and the engine refuses it before
+    anything moves, as NumPy would (it was taken: a (2, 3) gradient
+    stepped a (6,) weight); the others are left to the engine (no
     gradient; strided: a contiguous copy); the results equal the CPU
     executor's."""
     from chainer_lars import engine
@@ -643,9 +645,19 @@ def test_executor_takes_what_it_can_and_the_engine_the_rest(gpu):
     dev_g[1] = cpu_g[1] = None
     dev_g[2] = xp.asarray(numpy.repeat(host_g[2], 2))[::2]
     cpu_g[2] = numpy.repeat(host_g[2], 2)[::2]
-    dev_g[3] = xp.asarray(host_g[3].reshape(2, 3))  # taken: same size
+    dev_g[3] = xp.asarray(host_g[3].reshape(2, 3))  # the same size
     cpu_g[3] = host_g[3].reshape(2, 3)
     group = dev.groups[0]
+    (gptr,), missing = group.executor.take(dev, [group], [dev_g])
+    assert numpy.flatnonzero(gptr == 0).tolist() == [1, 2, 3]
+    for plan, grads in ((dev, dev_g), (cpu, cpu_g)):
+        before = [cuda.to_cpu(w) for w in plan.groups[0].weights]
+        with pytest.raises(ValueError, match=r'^/p3: the gradient has shape '
+                           r'\(2, 3\) but the weight \(6,\)'):
+            engine.update(plan, [grads])
+        for w, b in zip(plan.groups[0].weights, before):
+            numpy.testing.assert_array_equal(cuda.to_cpu(w), b)
+    dev_g[3], cpu_g[3] = xp.asarray(host_g[3]), host_g[3]
     (gptr,), missing = group.executor.take(dev, [group], [dev_g])
     assert missing == 2
     assert numpy.flatnonzero(gptr == 0).tolist() == [1, 2]
@@ -1063,6 +1075,31 @@ def test_a_weight_of_another_dtype_than_its_states_is_refused(
     before = _host(model)
     with pytest.raises(TypeError, match='^/l0/W: the {} is float32 but the '
                        'weight float64$'.format(state)):
+        opt.update()
+    after = _host(model)
+    assert all((after[path] == before[path]).all() for path in before)
+
+
+@pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
+def test_a_mixed16_gradient_of_another_dtype_is_refused_naming_the_weights(
+        gpu, face):
+    # Chainer's grad_var.array takes any dtype; a mixed16 row's kernels
+    # read the float16 gradient: refused before anything moves, naming the
+    # user's float16 weight (it said "the float16 weight float16").
+    model = gpu.send(Params([5, 7], numpy.float16))
+    if face == 'hook':
+        opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(model)
+        opt.add_hook(chainer_lars.GradientLARS())
+    else:
+        opt = getattr(chainer_lars, face)().setup(model)
+    opt.use_fp32_update()
+    model.refill_grads(1)
+    opt.update()
+    model.refill_grads(2)
+    model.l0.W.grad_var.array = model.l0.W.grad.astype(numpy.float64)
+    before = _host(model)
+    with pytest.raises(TypeError, match='^/l0/W: the gradient is float64 '
+                       'but the weight float16$'):
         opt.update()
     after = _host(model)
     assert all((after[path] == before[path]).all() for path in before)

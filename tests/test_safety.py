@@ -520,3 +520,203 @@ def test_a_mixed16_row_off_the_batched_path_is_checked_before_any_moves(
     else:
         assert out[:2] == ['OK', 'CHANGED'], out
         assert out[4] == 'True', out
+
+
+@pytest.mark.parametrize('emulated', [
+    False, pytest.param(True, marks=pytest.mark.emulated)])
+@pytest.mark.parametrize('dtype', ['float32', 'mixed16'])
+@pytest.mark.parametrize('face', ['LARS', 'LAMB', 'hook'])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_gradient_of_another_shape_and_the_same_size_is_refused(
+        multi_tensor, face, dtype, emulated):
+    """Chainer lets ``grad_var.array`` take another shape; its MomentumSGD
+    then raises (operands could not be broadcast). The batched paths
+    compared only the gradient's size with the weight's and stepped (the
+    hook rescaled) a (3, 2) gradient into a (2, 3) weight; now it is
+    refused, named, and the batched paths change nothing. (Mixed16 with
+    multi_tensor=False takes Chainer's own path, which refused it.)"""
+    out = lines('''
+        def on_host(m):
+            return [np.array(chainer.backend.CpuDevice().send(a)) for a in (
+                m.a.array, m.w.array, m.a.grad, m.w.grad)]
+
+        def run(make, hook):
+            m = chainer.Link()
+            with m.init_scope():
+                m.a = chainer.Parameter(np.ones(4, {dtype!r}))
+                m.w = chainer.Parameter(
+                    np.arange(6, dtype={dtype!r}).reshape(2, 3) + 1)
+            if {emulated}:
+                m.to_device('@cupy:0')
+            xp = m.w.device.xp
+            o = make(); o.setup(m)
+            if {mixed16}:
+                o.use_fp32_update()
+            if hook:
+                o.add_hook(hook)
+            for shape in ((2, 3), (3, 2)):
+                m.a.grad = xp.full(4, .5, {dtype!r})
+                m.w.grad = xp.ones((2, 3), {dtype!r})
+                m.w.grad_var.array = xp.arange(
+                    6, dtype={dtype!r}).reshape(shape)
+                before = on_host(m)
+                outcome(o.update)
+                print('UNCHANGED' if same(before, *on_host(m)) else 'CHANGED')
+
+        face = {face!r}
+        if face == 'hook':
+            run(lambda: chainer.optimizers.MomentumSGD(lr=0.1),
+                chainer_lars.GradientLARS(multi_tensor={mt}))
+        else:
+            run(lambda: getattr(chainer_lars, face)(multi_tensor={mt}), None)
+        run(lambda: chainer.optimizers.MomentumSGD(lr=0.1), None)
+    '''.format(mt=multi_tensor, face=face, emulated=emulated,
+               dtype='float16' if dtype == 'mixed16' else dtype,
+               mixed16=dtype == 'mixed16'), emulated)
+    ours, chainers = out[:6], out[6:]
+    assert ours[:3] == chainers[:3] == ['OK', 'UNCHANGED', 'CHANGED'], out
+    assert ours[3] in (
+        'ERROR ValueError /w: the gradient has shape (3, 2) but the weight '
+        '(2, 3): operands could not be broadcast together',
+        # Chainer's own, a mixed16 rule's (its master gets the gradient):
+        'ERROR ValueError Shape of data and grad mismatch grad: (3, 2) != '
+        'data: (2, 3)'), out
+    assert chainers[3].startswith('ERROR '), out  # (emulated: a TypeError)
+    # The batched paths move nothing; one rule at a time, /a has stepped
+    # when /w is refused, as in Chainer's loop (the hook: checked first).
+    assert ours[5] == ('UNCHANGED' if multi_tensor or face == 'hook'
+                       else chainers[5]), out
+
+
+@pytest.mark.parametrize('face', ['LARS', 'LAMB', 'hook'])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_numpy_scalar_gradient_of_a_0d_weight(multi_tensor, face):
+    """Chainer takes a NumPy scalar as a 0-d parameter's gradient. LARS and
+    LAMB step it as the 0-d array it equals (it had no address: an
+    AttributeError after the batched rows had moved); the hook, which
+    rescales gradients in place, refuses it as read-only before anything
+    moves, as it did (Chainer's own hook rebinds a local and leaves it
+    unscaled)."""
+    out = lines('''
+        def run(scalar):
+            m = chainer.Link()
+            with m.init_scope():
+                m.s = chainer.Parameter(np.full((), 2, np.float32))
+                m.w = chainer.Parameter(np.ones(4, np.float32))
+            if {face!r} == 'hook':
+                o = chainer.optimizers.SGD(lr=0.1); o.setup(m)
+                o.add_hook(chainer_lars.GradientLARS(multi_tensor={mt}))
+            else:
+                o = getattr(chainer_lars, {face!r})(multi_tensor={mt})
+                o.setup(m)
+            for g in (1.0, 0.5):
+                m.w.grad = np.full(4, g, np.float32)
+                m.s.grad = np.full((), g, np.float32)
+                m.s.grad_var.array = np.float32(g) if scalar else m.s.grad
+                outcome(o.update, m.s.array, m.w.array)
+            print(repr([m.s.array.tolist(), m.w.array.tolist()]))
+
+        run(True)
+        run(False)
+    '''.format(mt=multi_tensor, face=face))
+    if face == 'hook':
+        for k in (0, 2):
+            assert out[k] == ('ERROR ValueError /s: the gradient is '
+                              'read-only (output array is read-only)'), out
+            assert out[k + 1] == 'UNCHANGED', out
+    else:
+        assert out[:5] == ['OK', 'CHANGED', 'OK', 'CHANGED', out[9]], out
+
+
+@pytest.mark.parametrize('face', ['LARS', 'LAMB'])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_weight_set_to_none_beside_its_gradient_is_left_untouched(
+        multi_tensor, face):
+    """``param.array = None`` leaves the old gradient in place: the rule
+    leaves it untouched, as an uninitialized one (its
+    ``t`` counted, as Chainer counts that one's), and the others step as
+    they would without it. It raised an AttributeError that named no
+    parameter, after the batched rows had moved (Chainer's MomentumSGD
+    raises a TypeError there, after the parameters before it moved)."""
+    out = lines('''
+        def run(drop):
+            m = chainer.Link()
+            with m.init_scope():
+                m.a = chainer.Parameter(np.linspace(1, 2, 3, dtype='f'))
+                m.b = chainer.Parameter(np.ones(4, 'f'))
+            o = getattr(chainer_lars, {face!r})(multi_tensor={mt})
+            o.setup(m)
+            for g in (1.0, 0.5):
+                m.a.grad, m.b.grad = np.full(3, g, 'f'), np.full(4, g, 'f')
+                if g == 0.5 and drop:
+                    m.b.array = None
+                    m.b.grad_var.array = np.full(4, g, 'f')
+                o.update()
+            print(repr([m.a.array.tolist(), m.b.update_rule.t, o.t]))
+
+        run(True)
+        run(False)
+    '''.format(mt=multi_tensor, face=face))
+    assert out[0] == out[1], out
+
+
+@pytest.mark.parametrize('emulated', [
+    False, pytest.param(True, marks=pytest.mark.emulated)])
+@pytest.mark.parametrize('which', ['weight', 'state', 'all'])
+@pytest.mark.parametrize('face', ['LARS', 'LAMB'])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_an_array_reshaped_in_place_is_refused_as_chainer_refuses_it(
+        multi_tensor, face, which, emulated):
+    """``a.shape = (3, 2)`` on a (2, 3) weight or state keeps the object
+    and its memory: the stamps missed it (they held the size) and stepped
+    a (3, 2) weight with a (2, 3) state, where Chainer's MomentumSGD
+    raises. The stamps hold the shape now: refused, named, before anything
+    moves; all of a row's arrays reshaped alike step as before. (On a GPU
+    a state reshaped in place is not noticed, nor a weight whose gradient
+    keeps the old shape: the kernels read each array whole.)"""
+    if emulated and which == 'state':
+        pytest.skip('a state reshaped in place is not noticed on a GPU')
+    out = lines('''
+        def run(make, which):
+            m = chainer.Link()
+            with m.init_scope():
+                m.w = chainer.Parameter(
+                    np.arange(6, dtype='f').reshape(2, 3) + 1)
+            if {emulated}:
+                m.to_device('@cupy:0')
+            xp = m.w.device.xp
+            o = make(); o.setup(m)
+            for _ in range(2):
+                m.w.grad = xp.ones((2, 3), 'f'); o.update()
+            states = list(m.w.update_rule.state.values())
+            if which in ('weight', 'all'):
+                m.w.array.shape = (3, 2)
+            for s in states if which in ('state', 'all') else ():
+                s.shape = (3, 2)
+            m.w.grad = xp.full(m.w.shape, .5, 'f')
+            before = np.array(chainer.backend.CpuDevice().send(m.w.array))
+            outcome(o.update)
+            after = chainer.backend.CpuDevice().send(m.w.array)
+            print('UNCHANGED' if (before == after).all() else 'CHANGED')
+            print(repr(after.ravel().tolist()))
+
+        make = lambda: getattr(chainer_lars, {face!r})(multi_tensor={mt})
+        run(make, {which!r})
+        run(make, None)  # not reshaped: the reference of 'all'
+        if not {emulated}:  # (the emulated ElementwiseKernel's error)
+            run(lambda: chainer.optimizers.MomentumSGD(), {which!r})
+    '''.format(mt=multi_tensor, face=face, which=which,
+               emulated=emulated), emulated)
+    state = 'momentum buffer' if face == 'LARS' else 'first moment'
+    if which == 'all':
+        assert out[0] == 'OK' and out[2] == 'CHANGED', out
+        assert out[3] == out[7], out  # the same step, flat
+    else:
+        shapes = ('(2, 3)', '(3, 2)')[::1 if which == 'weight' else -1]
+        assert out[0] == ('ERROR ValueError /w: the {} has shape {} but '
+                          'the weight {}: operands could not be broadcast '
+                          'together'.format(state, *shapes)), out
+        assert out[2] == 'UNCHANGED', out
+    if not emulated:
+        assert lines_error(out[8]) == (None if which == 'all'
+                                       else 'ValueError'), out
