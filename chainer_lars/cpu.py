@@ -157,7 +157,7 @@ class Record(object):
 
     def __init__(self, groups):
         jit = _jit()
-        self.groups, self.tables = groups, [g.state for g in groups]
+        self.groups = groups
         held = [(k, a) for k, g in enumerate(groups)
                 for w, states, x in zip(g.weights, g.states, g.extras)
                 for a in (w,) + states + (() if x is None else (x,))]
@@ -178,10 +178,8 @@ class Record(object):
                 :, L.W] > 0
         self.scaled = None
         self.restamp_update = jit.restamp_update
-        self.arguments = (
-            self.held, self.changed, self.grads, _NONE, _NDARRAY,
-            self.tables[0].table, groups[0].rows, self.tables[0].obs
-        ) + self.tables[0].likes + (groups[0].op,)
+        self.arguments = (self.held, self.changed, self.grads, _NONE, _NDARRAY,
+                          groups[0].state.table) + groups[0].state.arguments
 
     def take(self, grads):
         """How many gradients are not taken; ``None``: a held array changed."""
