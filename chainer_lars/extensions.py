@@ -94,10 +94,9 @@ class WarmupPolynomialShift(extension.Extension):
         optimizer = self._actual(self._optimizer, trainer)
         for name, entry in getattr(trainer, '_extensions', {}).items():
             other = entry.extension  # Chainer's shifts: _attr, _optimizer
-            if other is self or getattr(other, '_attr', 0) != self._attr or (
-                    not hasattr(other, '_optimizer')):
-                continue
-            if self._actual(other._optimizer, trainer) is optimizer:
+            if (other is not self and getattr(other, '_attr', 0) == self._attr
+                    and hasattr(other, '_optimizer') and self._actual(
+                        other._optimizer, trainer) is optimizer):
                 raise ValueError(
                     "WarmupPolynomialShift: the extension {!r} sets the "
                     "optimizer's {} too: each would overwrite the other's "
