@@ -172,6 +172,8 @@ class Record(object):
                                  numpy.int64)
         self.gids = self.grads[jit.GID]
         self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()
+        self.gptrs = [self.grads[jit.GPTR, a:b]  # views: restamp fills them
+                      for a, b in zip(self.bounds, self.bounds[1:])]
         for g, a, b in zip(groups, self.bounds, self.bounds[1:]):
             e, t = self.grads[jit.EXPECT:, a:b], g.state  # weights: held
             e[0], e[1], e[3] = list(map(id, g.weights)), t.descr, t.table[
@@ -213,10 +215,6 @@ class Record(object):
                     _WRITEABLE if writes else 0)
             self.scaled = scaled
 
-    def gptrs(self):
-        gptr = self.grads[_jit().GPTR]
-        return [gptr[a:b] for a, b in zip(self.bounds, self.bounds[1:])]
-
 
 class CpuExecutor(object):
 
@@ -239,7 +237,7 @@ class CpuExecutor(object):
                                   if len(compiled) != len(groups) else grads)
             if missing is None:
                 return None
-            found = dict(zip(map(id, compiled), record.gptrs()))
+            found = dict(zip(map(id, compiled), record.gptrs))
             left += missing
         return [found[id(g)] if id(g) in found else numpy.zeros(
             len(g), numpy.int64) for g in groups], left
