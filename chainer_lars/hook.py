@@ -37,12 +37,10 @@ class _RuleDelegate(object):
         return dict(self.__dict__, _armed=None, _before=None)
 
     def __call__(self, rule, param):
-        armed, self._armed = self._armed, None
-        if armed is None:
-            return
-        optimizer, t, path, grad, n = armed[:5]
-        if getattr(optimizer(), 't', None) != t:  # gone, or moved on
-            return
+        armed, self._armed = self._armed, None  # arm()'s (optimizer, t, ...)
+        if armed is None or getattr(armed[0](), 't', None) != armed[1]:
+            return  # not armed, or its optimizer gone or moved on
+        path, grad, n = armed[2:5]
         given = grad is not None and grad.dtype == param.dtype  # a master's
         if given:
             param.grad = grad
