@@ -250,8 +250,7 @@ class CpuExecutor(object):
 
     def update(self, plan, grads):
         """:meth:`Record.update` of a plan of one compiled group."""
-        group, = plan.groups
-        if group.state.table is None:
+        if plan.groups[0].state.table is None:
             return False
         plan.record = plan.record or Record(plan.groups)
         return plan.record.update(grads)
