@@ -162,9 +162,8 @@ class WarmupPolynomialShift(extension.Extension):
         # All read before any is set; 0.2.0's hold the count and peak only,
         # 0.3.0.dev0's not the attribute (saved as its name's UTF-8 bytes).
         loading = isinstance(serializer, chainer.serializer.Deserializer)
-        mine = {'warmup_count': self._warmup_count,
-                'max_count': self._max_count, 'power': self._power,
-                'end': self._end}
+        mine = {name: getattr(self, '_' + name) for name in (
+            'warmup_count', 'max_count', 'power', 'end')}
         saved = {name: fused.read(serializer, name, value)  # None: not saved
                  for name, value in mine.items()}
         attr = fused.read(serializer, 'attr', None if loading else
