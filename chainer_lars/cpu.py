@@ -157,7 +157,7 @@ class Record(object):
 
     def __init__(self, groups):
         jit = _jit()
-        self.groups, self.tables = groups, [g.state for g in groups]
+        self.groups = groups
         held = [(k, a, j) for k, g in enumerate(groups)
                 for w, states, x in zip(g.weights, g.states, g.extras)
                 for j, a in enumerate((w,) + states + (x,) * (x is not None))]
@@ -175,15 +175,15 @@ class Record(object):
             jit.STAMPED + jit.SHAPE]
         self.gids = self.grads[jit.GID]
         self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()
-        for t, a, b in zip(self.tables, self.bounds, self.bounds[1:]):
-            e = self.grads[jit.EXPECT:, a:b]
+        self.gptrs = [self.grads[jit.GPTR, a:b]  # views: restamp fills them
+                      for a, b in zip(self.bounds, self.bounds[1:])]
+        for g, a, b in zip(groups, self.bounds, self.bounds[1:]):
+            e, t = self.grads[jit.EXPECT:, a:b], g.state
             e[0], e[1], e[3] = t.table[:, L.SIZE], t.descr, t.table[:, L.W] > 0
         self.scaled = None
         self.restamp_update = jit.restamp_update
-        self.arguments = (
-            self.held, self.changed, self.grads, _NONE, _NDARRAY,
-            self.tables[0].table, groups[0].rows, self.tables[0].obs
-        ) + self.tables[0].likes + (groups[0].op,)
+        self.arguments = (self.held, self.changed, self.grads, _NONE, _NDARRAY,
+                          groups[0].state.table) + groups[0].state.arguments
 
     def take(self, grads):
         """How many gradients are not taken; ``None``: a held array changed."""
@@ -217,10 +217,6 @@ class Record(object):
                     _WRITEABLE if writes else 0)
             self.scaled = scaled
 
-    def gptrs(self):
-        gptr = self.grads[_jit().GPTR]
-        return [gptr[a:b] for a, b in zip(self.bounds, self.bounds[1:])]
-
 
 class CpuExecutor(object):
 
@@ -243,7 +239,7 @@ class CpuExecutor(object):
                                   if len(compiled) != len(groups) else grads)
             if missing is None:
                 return None
-            found = dict(zip(map(id, compiled), record.gptrs()))
+            found = dict(zip(map(id, compiled), record.gptrs))
             left += missing
         return [found[id(g)] if id(g) in found else numpy.zeros(
             len(g), numpy.int64) for g in groups], left
@@ -256,8 +252,7 @@ class CpuExecutor(object):
 
     def update(self, plan, grads):
         """:meth:`Record.update` of a plan of one compiled group."""
-        group, = plan.groups
-        if group.state.table is None:
+        if plan.groups[0].state.table is None:
             return False
         plan.record = plan.record or Record(plan.groups)
         return plan.record.update(grads)

@@ -97,11 +97,10 @@ class Group(object):
         names = L.STATE_NAMES[self.op]
         written = [(('weight', 'gradient') + names)[i] for i in L.written(
             self.op, self.scaled and not self.mixed16)]
-        one_dtype = self.device.xp is not numpy
         for j in range(len(self)) if k is None else (k,):
             checks.addressed(
                 self.paths[j], self.weights[j], grad, self.states[j],
-                written, one_dtype, self.extras[j], names,
+                written, self.device.xp is not numpy, self.extras[j], names,
                 'float16 weight' if self.op != L.RESCALE else
                 'float32 gradient', self.gdtype)
 

@@ -94,10 +94,9 @@ class WarmupPolynomialShift(extension.Extension):
         optimizer = self._actual(self._optimizer, trainer)
         for name, entry in getattr(trainer, '_extensions', {}).items():
             other = entry.extension  # Chainer's shifts: _attr, _optimizer
-            if other is self or getattr(other, '_attr', 0) != self._attr or (
-                    not hasattr(other, '_optimizer')):
-                continue
-            if self._actual(other._optimizer, trainer) is optimizer:
+            if (other is not self and getattr(other, '_attr', 0) == self._attr
+                    and hasattr(other, '_optimizer') and self._actual(
+                        other._optimizer, trainer) is optimizer):
                 raise ValueError(
                     "WarmupPolynomialShift: the extension {!r} sets the "
                     "optimizer's {} too: each would overwrite the other's "
@@ -163,9 +162,8 @@ class WarmupPolynomialShift(extension.Extension):
         # All read before any is set; 0.2.0's hold the count and peak only,
         # 0.3.0.dev0's not the attribute (saved as its name's UTF-8 bytes).
         loading = isinstance(serializer, chainer.serializer.Deserializer)
-        mine = {'warmup_count': self._warmup_count,
-                'max_count': self._max_count, 'power': self._power,
-                'end': self._end}
+        mine = {name: getattr(self, '_' + name) for name in (
+            'warmup_count', 'max_count', 'power', 'end')}
         saved = {name: fused.read(serializer, name, value)  # None: not saved
                  for name, value in mine.items()}
         attr = fused.read(serializer, 'attr', None if loading else

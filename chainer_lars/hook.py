@@ -37,12 +37,10 @@ class _RuleDelegate(object):
         return dict(self.__dict__, _armed=None, _before=None)
 
     def __call__(self, rule, param):
-        armed, self._armed = self._armed, None
-        if armed is None:
-            return
-        optimizer, t, path, grad, n = armed[:5]
-        if getattr(optimizer(), 't', None) != t:  # gone, or moved on
-            return
+        armed, self._armed = self._armed, None  # arm()'s (optimizer, t, ...)
+        if armed is None or getattr(armed[0](), 't', None) != armed[1]:
+            return  # not armed, or its optimizer gone or moved on
+        path, grad, n = armed[2:5]
         given = grad is not None and grad.dtype == param.dtype  # a master's
         if given:
             param.grad = grad
@@ -280,20 +278,17 @@ class GradientLARS(exclusions.ExclusionProperties):
             if rule is None or not rule.enabled or w is None:
                 continue  # as Chainer's optimizers do
             path = paths[id(param)]
-            flags = self._rules.lookup(path)
-            key = None if self._multi_tensor else path
-            if k in mixed16 and not tied[k]:
-                copy = fused.master(param, rule)
+            flags, weight, out = self._rules.lookup(path), w, None
+            if k in mixed16 and not tied[k]:  # its master's, written to out
+                weight = fused.master(param, rule)
                 with chainer.using_device(param.device):
-                    out = param.device.xp.empty_like(copy)
-                plan.add(key, param.device, L.RESCALE, path, param, rule,
-                         copy, (), flags, out)
+                    out = param.device.xp.empty_like(weight)
             elif (w.dtype == numpy.float16  # in its rule (_RuleDelegate)
                     or tied[k] or engine.executor_for(param.device) is None):
                 plan.others.append((param, rule, path, flags[1]))
-            else:
-                plan.add(key, param.device, L.RESCALE, path, param, rule, w,
-                         (), flags)
+                continue
+            plan.add(None if self._multi_tensor else path, param.device,
+                     L.RESCALE, path, param, rule, weight, (), flags, out)
         return plan.finish(params)
 
     def _delegate(self, rule, live):

@@ -43,9 +43,3 @@ def rows(n):
     table = numpy.zeros((n, len(COLUMNS)))
     table[:, CLIP_LR], table[:, LOSS_SCALE] = -1.0, 1.0
     return table
-
-
-def cuda_defines():
-    """The column numbers as C ``#define`` lines, for the CUDA source."""
-    return '\n'.join('#define LARS_{} {}'.format(name.upper(), k) for k, name
-                     in enumerate(COLUMNS + ('columns',)))
