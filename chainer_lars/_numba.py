@@ -360,7 +360,7 @@ def _stamp(address, ndarray, out):
         dims = numba.carray(_void_pointer(head[_DIMS]), ints[_ND], numpy.int64)
         out[DATA], out[DESCR] = head[_DATA], head[_DESCR]
         out[FLAGS], out[SIZE], out[PLAIN] = ints[_FLAGS], numpy.prod(dims), 1
-        shape = numpy.uint64(ints[_ND])  # mixed as splitmix64 (unsigned)
+        shape = numpy.uint64(_MIX) * numpy.uint64(ints[_ND] + 1)  # unsigned
         for d in dims:
             shape = (shape ^ numpy.uint64(d)) * numpy.uint64(_MIX)
             shape ^= shape >> numpy.uint64(31)

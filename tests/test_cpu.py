@@ -422,23 +422,33 @@ def test_float16_conversions_are_numpys():
 def test_the_stamps_shape_hash_tells_shapes_of_one_size_apart():
     """The stamps hold a hash of the shape (besides the size): a reshape in
     place changes it, and a gradient is taken only where its hash is its
-    weight's. Shapes of one size that a linear hash (1000003 ** k) mixed
-    up, (1, 2P) and (2, P), hash apart; one shape in two arrays alike."""
+    weight's. Every shape of up to 5 dimensions and 64 elements, and some
+    empty ones, hash apart: among them the pairs that earlier hashes mixed
+    up, (1, 2P) and (2, P) (a linear hash of base P = 1000003), () and
+    (1,), (3, 1, 7) and (3, 7) (a hash seeded with the number of
+    dimensions, which a first dimension equal to it cancelled); one shape
+    in two arrays hashes alike."""
+    import itertools
     from chainer_lars import _numba as jit
     if not jit.STAMPS:
         pytest.skip('the stamps do not read this NumPy')
     p = 1000003
-    shapes = [(2, 3), (3, 2), (6,), (1, 6), (6, 1), (1, 1, 6), (), (0,),
-              (0, 4), (4, 0), (1, 2 * p), (2, p), (6 * p,), (2, 3 * p),
-              (1,) * 32]
+    shapes = {(), (0,), (0, 4), (4, 0), (0, 0), (2, 0, 3), (1, 2 * p),
+              (2, p), (6 * p,), (2, 3 * p), (1,) * 32}
+    for n in range(1, 65):
+        divisors = [d for d in range(1, n + 1) if n % d == 0]
+        for ndim in range(1, 6):
+            shapes.update(dims for dims in itertools.product(
+                divisors, repeat=ndim) if math.prod(dims) == n)
+    shapes = sorted(shapes)
     arrays = [numpy.lib.stride_tricks.as_strided(
         numpy.zeros(1, 'f'), shape, (0,) * len(shape)) for shape in shapes]
-    arrays.append(numpy.zeros((2, 3), 'f'))  # (2, 3) again
+    arrays.append(numpy.zeros((3, 1, 7), 'f'))  # (3, 1, 7) again
     held = numpy.zeros((len(arrays), jit.STAMPED + jit.STAMP), numpy.int64)
     held[:, jit.ID] = list(map(id, arrays))
     jit.stamp(held, id(numpy.ndarray))
     hashes = held[:, jit.STAMPED + jit.SHAPE].tolist()
-    assert len(set(hashes[:-1])) == len(shapes)
-    assert hashes[-1] == hashes[0]
+    assert len(set(hashes[:-1])) == len(shapes) > 6000
+    assert hashes[-1] == hashes[shapes.index((3, 1, 7))]
     assert held[:, jit.STAMPED + jit.SIZE].tolist() == [
         a.size for a in arrays]
