@@ -938,7 +938,7 @@ def test_a_model_beyond_the_available_memory_is_a_usage_error(
     state (lars), 16 with two (lamb), 2 + 2 + 4 + 4 in float16; the
     compiled update (0.15 GB, 0.2 in 16 bits); and the activations
     alive in the backward pass, the batch and 5 arrays of 8192 x 3000
-    (test_the_estimate_counts_what_a_run_holds)."""
+    (test_the_footprint_counts_what_a_run_holds)."""
     monkeypatch.setattr(mnist, 'available_memory', lambda: 5 * 10 ** 8)
     err = usage_error(mnist.parse_args, [
         '-u', '3000', '--optimizer', optimizer, '--dtype', dtype], capsys)
@@ -963,7 +963,7 @@ def test_a_model_beyond_the_available_memory_is_a_usage_error(
 @pytest.mark.parametrize('dtype,size', [
     ('float32', 4), ('mixed16', 2), ('float16', 2)])
 @pytest.mark.parametrize('unit,batch', [(8000, 256), (4000, 8192)])
-def test_the_estimate_counts_what_a_run_holds(
+def test_the_footprint_counts_what_a_run_holds(
         mnist, model, kept, alive, optimizer, states, temporaries, compiled,
         dtype, size, unit, batch):
     """``footprint``, written out: the weights (and, in 16 bits, their
@@ -993,6 +993,9 @@ def test_the_estimate_counts_what_a_run_holds(
     # five (mlp) or nine (mlp-bn) arrays of batch x unit.
     assert needed >= (2 * size + 4 * states) * weights + (
         alive * batch * unit * size)
+    if model == 'mlp':  # ChainerMN's trainer: the MLP, without --model
+        del args.model
+        assert mnist.footprint(args)[1] == needed
 
 
 def test_a_device_run_is_checked_against_the_host_for_its_drawing(

@@ -129,8 +129,9 @@ def footprint(args):
     held = (2 * size * weights + (4 * weights if half else 0)
             + 4 * STATES.get(args.optimizer, 1) * weights
             + (COMPILED[size] if args.optimizer in CHAINER_LARS else 0))
+    # (ChainerMN's trainer has no --model: its model is the MLP.)
     kept, alive = (args.batchsize * (784 + n * unit) * size
-                   for n in ACTIVATIONS[args.model])
+                   for n in ACTIVATIONS[getattr(args, 'model', 'mlp')])
     update = kept + 4 * largest * (TEMPORARIES.get(args.optimizer, 0)
                                    + (1.5 if half else 0))
     return weights, max(drawn, held + max(alive, update)), dtype, drawn
