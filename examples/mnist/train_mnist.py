@@ -81,28 +81,60 @@ MODELS = {'mlp': MLP, 'mlp-bn': MLPBN}
 # two moments. In float32, whatever --dtype (on the masters in 16 bits).
 STATES = {'adam': 2, 'lamb': 2}
 
+# The temporaries an update makes on the CPU, in arrays of the size of the
+# largest parameter (l2's W) in float32: Chainer's Adam's formula in NumPy
+# (4.1 to 4.4 measured), MomentumSGD's and Chainer's WeightDecay hook's
+# (1.1 to 1.2); LARS's and LAMB's compiled loops update in place.
+TEMPORARIES = {'adam': 5, 'momentum': 1.5, 'momentum-lars': 1.5}
+
+# chainer_lars's optimizers compile Numba's loops at their first update on
+# the CPU, per --dtype's size: 0.15 GB measured in float32, 0.2 GB in 16
+# bits (0.09 GB where Numba's cache holds them already); Chainer's Adam
+# and MomentumSGD, in NumPy, need none.
+COMPILED = {4: 15 * 10 ** 7, 2: 2 * 10 ** 8}
+CHAINER_LARS = ('lars', 'momentum-lars', 'lamb', 'nesterov')
+
+# The arrays of batch x unit the model keeps from the forward pass for the
+# backward pass (each hidden layer's ReLU output, and with BatchNorm its
+# input), and those alive during the backward pass: the kept ones and
+# about as many again in flight (the gradients, ReLU's masks, BatchNorm's
+# temporaries; measured, with the input batch: 4.4 and 8.4).
+ACTIVATIONS = {'mlp': (2, 5), 'mlp-bn': (4, 9)}
+
 
 def footprint(args):
     """The weights of the model of ``args`` (--unit, --model) and the
-    bytes a run of it needs at least, estimated: the largest of (1) the
-    weights as they are drawn, each array in float64 first, on the host,
-    whatever the device, and (2) the training: the weights and their
-    gradients in --dtype, in 16 bits float32 master copies and their
-    gradients too, the optimizer's state in float32 (``STATES``), and a
-    batch's activations (4 arrays of batch x unit)."""
+    bytes a run of it needs at least, estimated on the upper side: the
+    largest of (1) the weights as they are drawn, each array in float64
+    first, on the host, whatever the device, and (2) the training: the
+    weights and their gradients in --dtype, in 16 bits float32 master
+    copies too, the optimizer's state in float32 (``STATES``),
+    chainer_lars's compiled update (``COMPILED``), and the larger of the
+    backward pass's activations (``ACTIVATIONS``, with the input batch)
+    and the update's temporaries (``TEMPORARIES``; in 16 bits, a float32
+    gradient and a new 16-bit copy of the largest parameter too) beside
+    the activations kept for it. Not counted: the interpreter, the
+    modules and the data set (about 0.36 GB resident once MNIST is
+    loaded, 0.9 GB at the peak of loading it)."""
     unit = args.unit
     # l1, l2, l3 and, per hidden layer, a bias (mlp) or BatchNorm's four
     # arrays (mlp-bn): an upper bound of both.
     weights = (784 + unit + 10 + 8) * unit + 10
+    largest = unit * unit  # l2's W
     dtype = numpy.dtype(chainer.get_dtype(cli.DTYPES[args.dtype],
                                           map_mixed16=numpy.float16))
     size = dtype.itemsize
-    drawn = weights * size + unit * unit * 8  # l2's, the largest, in float64
-    masters = 2 * 4 * weights if size < 4 else 0
-    trained = (2 * size * weights + masters
-               + 4 * STATES.get(args.optimizer, 1) * weights
-               + 4 * args.batchsize * unit * size)
-    return weights, max(drawn, trained), dtype, drawn
+    drawn = weights * size + largest * 8  # l2's, the largest, in float64
+    half = size < 4
+    held = (2 * size * weights + (4 * weights if half else 0)
+            + 4 * STATES.get(args.optimizer, 1) * weights
+            + (COMPILED[size] if args.optimizer in CHAINER_LARS else 0))
+    # (ChainerMN's trainer has no --model: its model is the MLP.)
+    kept, alive = (args.batchsize * (784 + n * unit) * size
+                   for n in ACTIVATIONS[getattr(args, 'model', 'mlp')])
+    update = kept + 4 * largest * (TEMPORARIES.get(args.optimizer, 0)
+                                   + (1.5 if half else 0))
+    return weights, max(drawn, held + max(alive, update)), dtype, drawn
 
 
 def available_memory():
