@@ -12,6 +12,7 @@ the process's RSS once the data is loaded (interpreter, modules, data).
 
 (run from the repository root; NAME: float32, mixed16 or float16)
 """
+import argparse
 import json
 import os
 import subprocess
@@ -126,7 +127,13 @@ def main():
         sys.path.insert(0, os.getcwd())
         child(int(sys.argv[2]), sys.argv[3:])
         return
-    path, name = sys.argv[1], sys.argv[3] if len(sys.argv) > 3 else 'float32'
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('out', help='the JSON file (configurations already '
+                        'in it are not run again)')
+    parser.add_argument('--grid', default='float32',
+                        choices=('float32', 'mixed16', 'float16'))
+    args = parser.parse_args()
+    path, name = args.out, args.grid
     results = []
     if os.path.exists(path):
         with open(path) as f:

@@ -98,8 +98,11 @@ CHAINER_LARS = ('lars', 'momentum-lars', 'lamb', 'nesterov')
 # backward pass (each hidden layer's ReLU output, and with BatchNorm its
 # input), and those alive during the backward pass: the kept ones and
 # about as many again in flight (the gradients, ReLU's masks, BatchNorm's
-# temporaries; measured, with the input batch: 4.4 and 8.4).
+# temporaries; measured, with the input batch: 4.4 and 8.4). In mixed16
+# BatchNorm computes in float32, its gamma's dtype: 11.1 arrays of 16
+# bits alive, without the input batch (``MIXED16_BN``).
 ACTIVATIONS = {'mlp': (2, 5), 'mlp-bn': (4, 9)}
+MIXED16_BN = (4, 12)
 
 
 def footprint(args):
@@ -130,8 +133,10 @@ def footprint(args):
             + 4 * STATES.get(args.optimizer, 1) * weights
             + (COMPILED[size] if args.optimizer in CHAINER_LARS else 0))
     # (ChainerMN's trainer has no --model: its model is the MLP.)
-    kept, alive = (args.batchsize * (784 + n * unit) * size
-                   for n in ACTIVATIONS[getattr(args, 'model', 'mlp')])
+    model = getattr(args, 'model', 'mlp')
+    kept, alive = (args.batchsize * (784 + n * unit) * size for n in (
+        MIXED16_BN if model == 'mlp-bn' and args.dtype == 'mixed16'
+        else ACTIVATIONS[model]))
     update = kept + 4 * largest * (TEMPORARIES.get(args.optimizer, 0)
                                    + (1.5 if half else 0))
     return weights, max(drawn, held + max(alive, update)), dtype, drawn
@@ -170,7 +175,7 @@ def too_large(args, device=None, available=None, drawn_only=False):
                 (drawn if drawn_only else needed) / 1e9,
                 'drawn on the host (the device trains them)' if drawn_only
                 else 'drawn and trained (weights, gradients, optimizer '
-                'state, activations)', where))
+                'state, activations, the compiled update)', where))
 
 
 def check_unit(parser, args):
