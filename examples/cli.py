@@ -400,7 +400,7 @@ MAX_ITERATIONS = 2 ** 53
 def check_iterations(args, n_train):
     """Stops unless the run's iterations (from --epoch, --batchsize and
     the number of training examples) can be counted by the schedule."""
-    iterations = -(-args.epoch * n_train // args.batchsize)
+    iterations = recipe.iterations(args, n_train)
     if iterations > MAX_ITERATIONS:
         usage_error('--epoch {} with --batchsize {} and {} training examples '
                     'makes {} iterations, more than the {} the schedule '

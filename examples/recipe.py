@@ -183,21 +183,25 @@ def smoothed_cross_entropy(y, t, eps):
     return F.sum((1 - eps) * nll + eps * uniform) / n
 
 
+def iterations(args, n_train):
+    """The updates of --epoch epochs of ``n_train`` examples, counted
+    exactly: the last, a part of an epoch's batch, is one (ceil, in
+    integers: in floats, 15 epochs of 50,000 at 3,000 gave 251 of 250)."""
+    return -(-args.epoch * n_train // args.batchsize)
+
+
 def schedule(args, n_train):
     """The recipe's schedule: linear warm-up, then polynomial decay to 0,
-    of the rate (Adam's and LAMB's ``alpha``), over the updates of
-    --epoch epochs of ``n_train`` examples."""
-    # The run's updates, counted exactly: the last, a part of an epoch's
-    # batch, is one (ceil, in integers: in floats, 15 epochs of 50,000 at
-    # 3,000 gave 251 of 250, so that the rate never reached 0).
-    iterations = -(-args.epoch * n_train // args.batchsize)
+    of the rate (Adam's and LAMB's ``alpha``), over the run's
+    :func:`iterations`."""
+    count = iterations(args, n_train)
     # A warm-up of the whole run ends at its last update: the run counts
     # its part of an update as one (ceil), which round would leave out.
-    warmup = iterations if args.warmup_epochs >= args.epoch else min(
-        round(args.warmup_epochs * n_train / args.batchsize), iterations)
+    warmup = count if args.warmup_epochs >= args.epoch else min(
+        round(args.warmup_epochs * n_train / args.batchsize), count)
     return chainer_lars.WarmupPolynomialShift(
         'alpha' if args.optimizer in ADAM_LIKE else 'lr',
-        warmup_count=warmup, max_count=iterations, init=args.lr,
+        warmup_count=warmup, max_count=count, init=args.lr,
         power=args.decay_power)
 
 
