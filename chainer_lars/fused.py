@@ -557,9 +557,9 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         return plan
 
     def observe(self):
-        """``{path: (ratio, ||w||, ||g||)}`` of the last update, as floats,
-        for the adapted and enabled arrays (see :meth:`GradientLARS.observe
-        <chainer_lars.GradientLARS.observe>`)."""
+        """``{path: (ratio, ||w||, ||g||)}`` of the last update (``{}`` if
+        skipped), as floats, for the adapted and enabled arrays (see
+        :meth:`GradientLARS.observe <chainer_lars.GradientLARS.observe>`)."""
         if self.target is None:
             raise RuntimeError('{}.observe() reports the last update: call '
                                'optimizer.setup(link) and update() first'

@@ -353,12 +353,12 @@ class GradientLARS(exclusions.ExclusionProperties):
         return plan.finish()
 
     def observe(self):
-        """The ratios and norms of the last update, per parameter path.
+        """The ratios and norms (floats) of the last update, per path.
 
         Returns:
-            dict: ``{path: (ratio, ||w||, ||g||)}`` as floats, ``g`` the
-            unscaled gradient before rescaling. On a GPU, one transfer per
-            group: call it at an interval, not on every iteration.
+            dict: ``{path: (ratio, ||w||, ||g||)}`` (``{}`` if skipped),
+            ``g`` the unscaled gradient before rescaling. On a GPU, one
+            transfer per group: call it at an interval, not every iteration.
         """
         return {path: row for last in self._seen.values()
                 for path, row in engine.observe(last).items()}
