@@ -16,6 +16,7 @@ CHUNK = 32 * THREADS
 
 _SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')  # flags: slow
 _POINTER = operator.attrgetter('data.ptr')
+_RETIRED = []  # dead states' pinned buffers, until their copies are done
 
 #: dtype -> (C storage type, C compute type, NumPy compute dtype)
 _TYPES = {numpy.dtype('e'): ('unsigned short', 'float', numpy.dtype('f')),
@@ -418,6 +419,7 @@ class _DeviceState(object):
     ``counted``, read: ``lost``), the last gradients (``last``, observed)."""
 
     RING = 4
+    ring, counts, counted, lost, last = (), None, None, None, None
 
     def __init__(self, group):
         xp, n = group.device.xp, len(group)
@@ -455,11 +457,16 @@ class _DeviceState(object):
         head = (self.words, self.blocks, numpy.int64(n))
         tail = (self.stats, self.rounded)
         self.arguments = (head + (self.partial, self.done) + tail, head + tail)
-        self.counts = self.counted = self.lost = self.last = None
         if group.dtype == numpy.float16 and group.op != L.RESCALE:
             self.counts = empty_pinned(xp, n, numpy.uint32)
 
+    def __del__(self):  # a copy still pending must keep its pinned buffer
+        _RETIRED.append(([s[1] for s in self.ring] + [
+            self.counted and self.counted[1]], self.ring, self.counts))
+
     def upload(self, group, gptr, stream):
+        _RETIRED[:] = [r for r in _RETIRED if not all(
+            e is None or e.done for e in r[0])]
         slot, self.next = self.ring[self.next], (self.next + 1) % self.RING
         if slot[1] is not None:
             slot[1].synchronize()  # its last copy is done

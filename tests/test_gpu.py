@@ -10,8 +10,10 @@ equal it within the rounding of each dtype.
 """
 
 import functools
+import gc
 import io
 import warnings
+import weakref
 
 import numpy
 import pytest
@@ -1103,3 +1105,43 @@ def test_a_mixed16_gradient_of_another_dtype_is_refused_naming_the_weights(
         opt.update()
     after = _host(model)
     assert all((after[path] == before[path]).all() for path in before)
+
+
+def test_pinned_buffers_outlive_the_copies_still_pending(monkeypatch):
+    # A GPU runs behind the host: a group's words are copied from pinned
+    # memory when the stream gets there. A state that dies first (the
+    # per-array copy route makes one per update, a plan rebuilt drops its
+    # own) keeps its buffers until its events are done, or CuPy's pool
+    # hands them out again while a copy still reads them.
+    class Buffer(bytearray):  # (one a weak reference can follow)
+        pass
+
+    made = []
+
+    def allocate(size):
+        made.append(Buffer(int(size)))
+        return made[-1]
+
+    with emulated_cupy.installed():
+        monkeypatch.setattr(emulated_cupy.cuda, 'alloc_pinned_memory',
+                            allocate)
+        monkeypatch.setattr(emulated_cupy.Event, 'done', False)
+        model = Params([5, 7], numpy.float16)
+        model.to_device('@cupy:0')
+        model.l1.W.array = model.l1.W.array[::-1]  # the copy route
+        opt = chainer_lars.LARS().setup(model)
+        for step in range(4):  # the first makes the states, rule by rule
+            model.refill_grads(step)
+            opt.update()
+        alive = [weakref.ref(b) for b in made]
+        del made[:]
+        gc.collect()
+        assert all(ref() is not None for ref in alive)
+        assert len(cuda_kernels._RETIRED) == 2  # two updates' copy routes
+        monkeypatch.setattr(emulated_cupy.Event, 'done', True)
+        model.refill_grads(4)
+        opt.update()
+        gc.collect()
+    assert cuda_kernels._RETIRED == []
+    # The batched group's ring and the last copy route's are in use.
+    assert 0 < sum(ref() is not None for ref in alive) < len(alive)
