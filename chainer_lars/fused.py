@@ -251,23 +251,26 @@ def _batchable(param, rule, cls):
 
 def _check_unbatched(param):
     """The per-rule path's checks, before the batched groups move (a
-    float16 weight's: of the master its rule steps, once it has one)."""
+    float16 weight's: of the master its rule steps, or on a GPU makes)."""
     rule, w, g = param.update_rule, param.array, param.grad
-    copy = master(param, rule) if isinstance(rule, FusedRule) else None
-    if (isinstance(rule, FusedRule) and rule.enabled and w is not None
-            and g is not None and (copy is not None or not (
-                rule._use_fp32_update and w.dtype == numpy.float16))):
-        if copy is not None and copy.dtype != numpy.float32:  # as Chainer
-            raise TypeError('{}: the master copy is {}, not float32'.format(
-                rule._path or param.name, copy.dtype))
-        names = L.STATE_NAMES[rule.OP]
-        written = ('weight',) + names + (('gradient',) if copy is None and (
-            param._loss_scale is not None) else ())  # (the rule divides g)
-        checks.addressed(
-            rule._path or param.name, w if copy is None else copy, g,
-            tuple(map(rule.state.__getitem__, rule.STATES)) if rule.state
-            else (), written, param.device.xp is not numpy, names=names,
-            gdtype=None if copy is None else g.dtype)
+    if not (isinstance(rule, FusedRule) and rule.enabled and w is not None
+            and g is not None):
+        return
+    copy, gpu = master(param, rule), param.device.xp is not numpy
+    if copy is None and rule._use_fp32_update and w.dtype == numpy.float16:
+        if not (gpu and rule.state):
+            return  # the rule makes its master now, and states if it has none
+        copy = w.astype(numpy.float32)  # on a GPU, states of its dtype
+    if copy is not None and copy.dtype != numpy.float32:  # as Chainer
+        raise TypeError('{}: the master copy is {}, not float32'.format(
+            rule._path or param.name, copy.dtype))
+    names = L.STATE_NAMES[rule.OP]
+    written = ('weight',) + names + (('gradient',) if copy is None and (
+        param._loss_scale is not None) else ())  # (the rule divides g)
+    checks.addressed(
+        rule._path or param.name, w if copy is None else copy, g,
+        tuple(map(rule.state.__getitem__, rule.STATES)) if rule.state else (),
+        written, gpu, names=names, gdtype=None if copy is None else g.dtype)
 
 
 def _depends(states, mixed16, reassigned, params):

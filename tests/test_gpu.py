@@ -1082,6 +1082,48 @@ def test_a_weight_of_another_dtype_than_its_states_is_refused(
     assert all((after[path] == before[path]).all() for path in before)
 
 
+@pytest.mark.parametrize('snapshot', [False, True])
+@pytest.mark.parametrize('face, state', [('LARS', 'momentum buffer'),
+                                         ('LAMB', 'first moment')])
+def test_float16_states_beside_a_master_about_to_be_made_are_refused_first(
+        gpu, face, state, snapshot):
+    # A float16 rule with states, switched to master copies (by
+    # use_fp32_update(), or a float16 run's snapshot loaded into a mixed16
+    # optimizer), makes its master at its next update; the kernels read
+    # states of the master's dtype. Refused before the batched group (/l2,
+    # float32: as BatchNorm's in a float16 model) or a rule moves.
+    model = gpu.send(Params([5, 7], numpy.float16))
+    with model.init_scope():
+        model.l2 = chainer.Link()
+        with model.l2.init_scope():
+            model.l2.W = chainer.Parameter(numpy.ones(3, numpy.float32))
+    gpu.send(model)
+    opt = getattr(chainer_lars, face)().setup(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # rounded away
+        for step in range(2):
+            model.refill_grads(step)
+            opt.update()
+    if snapshot:
+        saved = io.BytesIO()
+        serializers.save_npz(saved, opt)
+        opt = getattr(chainer_lars, face)().setup(model)
+        opt.use_fp32_update()
+        saved.seek(0)
+        serializers.load_npz(saved, opt)
+    else:
+        model.l0.W.update_rule.use_fp32_update()
+    model.refill_grads(2)
+    before = _host(model)
+    before_t = [p.update_rule.t for p in model.params()]
+    with pytest.raises(TypeError, match='^/l0/W: the {} is float16 but the '
+                       'weight float32$'.format(state)):
+        opt.update()
+    after = _host(model)
+    assert all((after[path] == before[path]).all() for path in before)
+    assert [p.update_rule.t for p in model.params()] == before_t
+
+
 @pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
 def test_a_mixed16_gradient_of_another_dtype_is_refused_naming_the_weights(
         gpu, face):
@@ -1117,6 +1159,8 @@ def test_pinned_buffers_outlive_the_copies_still_pending(monkeypatch):
         pass
 
     made = []
+    gc.collect()  # the states other tests left
+    monkeypatch.setattr(cuda_kernels, '_RETIRED', [])
 
     def allocate(size):
         made.append(Buffer(int(size)))
