@@ -501,8 +501,9 @@ class CudaExecutor(object):
             except AttributeError:  # a gradient is None
                 pass
             found.append(numpy.array([
-                a.data.ptr or 1 if a is not None and ok and a.shape == shape
-                and a.dtype == group.gdtype and supports(a) else 0
+                a.data.ptr or 1 if isinstance(a, type(state.words)) and ok
+                and a.shape == shape and a.dtype == group.gdtype
+                and supports(a) else 0  # (a NumPy one: a model moved)
                 for a, shape, ok in zip(g, state.shapes, state.direct)],
                 numpy.int64))
             missing += len(g) - numpy.count_nonzero(found[-1])

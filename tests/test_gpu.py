@@ -1124,6 +1124,30 @@ def test_float16_states_beside_a_master_about_to_be_made_are_refused_first(
     assert [p.update_rule.t for p in model.params()] == before_t
 
 
+def test_a_mixed16_model_moved_to_the_host_under_the_hook_fails_as_chainer(
+        gpu):
+    # Chainer leaves the masters on the device: the hook's plan, made of
+    # them, stayed, and its kernels read a NumPy gradient's address
+    # ('memoryview' object has no attribute 'ptr'). Left to the rules.
+    errors = []
+    for hook in (False, True):
+        model = gpu.send(Params([5, 7], numpy.float16))
+        opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(model)
+        if hook:
+            opt.add_hook(chainer_lars.GradientLARS())
+        opt.use_fp32_update()
+        for step in range(2):  # the first makes the masters
+            model.refill_grads(step)
+            opt.update()
+        model.to_device('@numpy')
+        model.refill_grads(2)
+        with pytest.raises(TypeError) as error:
+            opt.update()
+        errors.append(str(error.value))
+    assert errors[1] == errors[0]
+    assert errors[0].startswith('Type of data and grad mismatch')
+
+
 @pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
 def test_a_mixed16_gradient_of_another_dtype_is_refused_naming_the_weights(
         gpu, face):
