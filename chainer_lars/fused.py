@@ -556,7 +556,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                      (rule.uses_weight_decay, rule.uses_adaptation),
                      None if copy is None else w)
         for r in [r for g in plan.finish(params).groups for r in g.rules]:
-            r._observed = False  # observed in the groups once they run
+            r._observed, r._plan = False, None  # the groups observe and hold
         return plan
 
     def observe(self):

@@ -119,6 +119,29 @@ def test_nothing_of_a_model_is_kept_once_its_optimizer_takes_another(
     assert after != before
 
 
+@pytest.mark.parametrize('dtype', ['float32', 'float16', 'mixed16'])
+@pytest.mark.parametrize('face', sorted(_faces()))
+def test_arrays_replaced_are_let_go_at_the_next_update(face, dtype):
+    """Weights and states replaced (as ``model.to_cpu()`` replaces a GPU
+    model's) are held until the next update, no longer: the rules' own
+    plans of the first update kept them for good under the batched path."""
+    model, opt, hook = _train(face, dtype)
+    old = [p.array for p in model.params()] + [
+        a for p in model.params() for a in p.update_rule.state.values()]
+    refs = [weakref.ref(a) for a in old]
+    for param in model.params():
+        param.array = param.array.copy()
+        state = param.update_rule.state
+        state.update({key: a.copy() for key, a in state.items()})
+    del old
+    x, t = ref.batch(5, dtype=model.fc.W.dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)
+        opt.update(ref.loss_fn(model, x, t))
+    gc.collect()
+    assert [r() is None for r in refs] == [True] * len(refs)
+
+
 @pytest.mark.parametrize('multi_tensor', [True, False])
 @pytest.mark.parametrize('face', [chainer_lars.LARS, chainer_lars.LAMB])
 def test_t_is_counted_once_a_rule(face, multi_tensor):
