@@ -381,12 +381,11 @@ def source(dtype, mixed16=False):
     storage, compute, _ = _TYPES[numpy.dtype(dtype)]
     gstorage = _TYPES[numpy.dtype(numpy.float16)][0] if mixed16 else storage
     return _SOURCE.format(
-        storage=storage, gstorage=gstorage, compute=compute,
-        threads=THREADS, chunk=CHUNK, defines='\n'.join(
-            '#define LARS_{} {}'.format(name.upper(), k)
-            for k, name in enumerate(L.COLUMNS + ('columns',))),
-        mixed16=int(mixed16), trust_ratio=ratio.CUDA_TRUST_RATIO,
-        count=int(numpy.dtype(dtype) == numpy.float16 and not mixed16)
+        storage=storage, gstorage=gstorage, compute=compute, threads=THREADS,
+        chunk=CHUNK, mixed16=int(mixed16), trust_ratio=ratio.CUDA_TRUST_RATIO,
+        count=int(numpy.dtype(dtype) == numpy.float16 and not mixed16),
+        defines='\n'.join('#define LARS_{} {}'.format(name.upper(), k)
+                          for k, name in enumerate(L.COLUMNS + ('columns',)))
     ) + _LAMB_SOURCE
 
 
