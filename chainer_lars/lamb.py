@@ -134,9 +134,8 @@ class LAMB(fused.FusedMethod):
             'momentum': 'LAMB(beta1=...), as in Adam'})
         super(LAMB, self).__init__(multi_tensor, exclude_from_weight_decay,
                                    exclude_from_layer_adaptation)
-        self.alpha, self.beta1, self.beta2 = alpha, beta1, beta2
-        self.eps, self.eta, self.weight_decay_rate = (
-            eps, eta, weight_decay_rate)
+        self.alpha, self.beta1, self.beta2, self.eps = alpha, beta1, beta2, eps
+        self.eta, self.weight_decay_rate = eta, weight_decay_rate
 
     alpha = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     beta1 = checks.CheckedHyperparameter(checks.real, minimum=0.0, maximum=1.0)
