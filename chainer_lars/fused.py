@@ -243,8 +243,7 @@ def _batchable(param, rule, cls):
             and engine.executor_for(param.device) is not None
             and ((copy := master(param, rule)) is not None
                  and getattr(param.array.flags, 'writeable', True)
-                 and checks.direct(numpy.float32, [copy] + list(
-                     rule.state.values()))
+                 and checks.direct(numpy.float32, [copy, *rule.state.values()])
                  or not (rule._use_fp32_update
                          and param.dtype == numpy.float16)))
 
