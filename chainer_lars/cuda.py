@@ -76,8 +76,7 @@ template <typename T> __device__ __forceinline__ bool lars_aligned(const T* a)
 
 // Sums a and b over the block in a fixed order, for every thread.
 __device__ __forceinline__ void lars_block_sum2(C& a, C& b) {{
-    __shared__ C sa[LARS_THREADS];
-    __shared__ C sb[LARS_THREADS];
+    __shared__ C sa[LARS_THREADS], sb[LARS_THREADS];
     sa[threadIdx.x] = a;
     sb[threadIdx.x] = b;
     __syncthreads();
