@@ -398,8 +398,7 @@ def _kernels(xp, group):
 
 def supports(*arrays):
     """Whether these device arrays can go through the kernels as they are."""
-    dtype = arrays[0].dtype
-    return dtype in _TYPES and checks.direct(dtype, arrays)
+    return arrays[0].dtype in _TYPES and checks.direct(arrays[0].dtype, arrays)
 
 
 def empty_pinned(xp, size, dtype):
