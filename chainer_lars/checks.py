@@ -1,8 +1,7 @@
-"""Argument checks, and the attribute descriptors that apply them.
-
-Each check takes the name to report and the value, and returns the value in
-canonical form (``float``, ``bool`` or ``int``) or raises an error that
-names both, before anything the user had is changed."""
+"""Argument checks, and the attribute descriptors that apply them: each check
+takes the name to report and the value, and returns the value in canonical form
+(``float``, ``bool`` or ``int``) or raises an error that names both, before
+anything the user had is changed."""
 
 import math
 import numbers

@@ -143,9 +143,8 @@ class _Table(object):
             self.table[k, L.SIZE] = w.size
             if checks.direct(group.dtype, (w,) + tuple(states)) and (
                     x is None or checks.direct(x.dtype, (x,))):
-                self.table[k, L.W] = w.ctypes.data
-                for column, v in zip((L.V, L.V2), states):
-                    self.table[k, column] = v.ctypes.data
+                for column, a in zip((L.W, L.V, L.V2), (w,) + tuple(states)):
+                    self.table[k, column] = a.ctypes.data
                 if x is not None:
                     self.table[k, L.OUT] = x.ctypes.data
 

@@ -77,8 +77,7 @@ template <typename T> __device__ __forceinline__ bool lars_aligned(const T* a)
 
 // Sums a and b over the block in a fixed order, for every thread.
 __device__ __forceinline__ void lars_block_sum2(C& a, C& b) {{
-    __shared__ C sa[LARS_THREADS];
-    __shared__ C sb[LARS_THREADS];
+    __shared__ C sa[LARS_THREADS], sb[LARS_THREADS];
     sa[threadIdx.x] = a;
     sb[threadIdx.x] = b;
     __syncthreads();
@@ -382,12 +381,11 @@ def source(dtype, mixed16=False):
     storage, compute, _ = _TYPES[numpy.dtype(dtype)]
     gstorage = _TYPES[numpy.dtype(numpy.float16)][0] if mixed16 else storage
     return _SOURCE.format(
-        storage=storage, gstorage=gstorage, compute=compute,
-        threads=THREADS, chunk=CHUNK, defines='\n'.join(
-            '#define LARS_{} {}'.format(name.upper(), k)
-            for k, name in enumerate(L.COLUMNS + ('columns',))),
-        mixed16=int(mixed16), trust_ratio=ratio.CUDA_TRUST_RATIO,
-        count=int(numpy.dtype(dtype) == numpy.float16 and not mixed16)
+        storage=storage, gstorage=gstorage, compute=compute, threads=THREADS,
+        chunk=CHUNK, mixed16=int(mixed16), trust_ratio=ratio.CUDA_TRUST_RATIO,
+        count=int(numpy.dtype(dtype) == numpy.float16 and not mixed16),
+        defines='\n'.join('#define LARS_{} {}'.format(name.upper(), k)
+                          for k, name in enumerate(L.COLUMNS + ('columns',)))
     ) + _LAMB_SOURCE
 
 
@@ -401,8 +399,7 @@ def _kernels(xp, group):
 
 def supports(*arrays):
     """Whether these device arrays can go through the kernels as they are."""
-    dtype = arrays[0].dtype
-    return dtype in _TYPES and checks.direct(dtype, arrays)
+    return arrays[0].dtype in _TYPES and checks.direct(arrays[0].dtype, arrays)
 
 
 def empty_pinned(xp, size, dtype):

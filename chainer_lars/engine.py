@@ -214,8 +214,7 @@ def update(plan, grads):
         for group, gptr in zip(groups, gptrs):
             _run(group, None, gptr, (), (), ())
         return [[]] * len(groups)
-    routes = [_route(group, g, gptr)
-              for group, g, gptr in zip(groups, grads, gptrs)]
+    routes = list(map(_route, groups, grads, gptrs))
     for group, g, route in zip(groups, grads, routes):
         _run(group, g, *route)
     return [route[3] for route in routes]

@@ -43,8 +43,7 @@ class ExclusionProperties(object):
     exclude_from_layer_adaptation = _fixed('exclude_from_layer_adaptation')
 
     def __repr__(self):
+        names = self._REPR + ('exclude_from_weight_decay',
+                              'exclude_from_layer_adaptation', '_multi_tensor')
         return '{}({})'.format(type(self).__name__, ', '.join(
-            '{}={}'.format(name.lstrip('_'), getattr(self, name))
-            for name in self._REPR + ('exclude_from_weight_decay',
-                                      'exclude_from_layer_adaptation',
-                                      '_multi_tensor')))
+            '{}={}'.format(n.lstrip('_'), getattr(self, n)) for n in names))

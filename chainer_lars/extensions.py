@@ -186,9 +186,8 @@ class WarmupPolynomialShift(extension.Extension):
                         name, saved[name], mine[name], 'Chainer finds an '
                         "extension's part by its name: register the "
                         'schedules in the order of that run, or name them'
-                        if name == 'attr' else 'a resumed schedule '
-                        'continues its own curve: to change it, start a '
-                        'new run'))
+                        if name == 'attr' else 'a resumed schedule continues '
+                        'its own curve: to change it, start a new run'))
         self._t, self._init = t, self._init if init is None else init
         if loading and self._set is not None:  # after initialize(): autoload
             setattr(self._set, self._attr, self.value(t))

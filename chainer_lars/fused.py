@@ -84,11 +84,10 @@ def drop_masters(params, keep=(numpy.float16,)):
 def master(param, rule):
     """A float16 parameter's float32 master (made, on its device), or None."""
     copy = getattr(rule, '_fp32_param', None)
-    if (rule._use_fp32_update and param.dtype == numpy.float16
+    made = (rule._use_fp32_update and param.dtype == numpy.float16
             and copy is not None and copy.array is not None
-            and copy.device == param.device):
-        return copy.array
-    return None
+            and copy.device == param.device)
+    return copy.array if made else None
 
 
 def masters(rules):
@@ -243,8 +242,7 @@ def _batchable(param, rule, cls):
             and engine.executor_for(param.device) is not None
             and ((copy := master(param, rule)) is not None
                  and getattr(param.array.flags, 'writeable', True)
-                 and checks.direct(numpy.float32, [copy] + list(
-                     rule.state.values()))
+                 and checks.direct(numpy.float32, [copy, *rule.state.values()])
                  or not (rule._use_fp32_update
                          and param.dtype == numpy.float16)))
 

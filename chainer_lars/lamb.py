@@ -52,8 +52,7 @@ def _fill_rows(rows, values, steps, uses_wd, paths, dtype):
         raise ValueError('eps of LAMB optimizer is too small for {} ({}), '
                          'at {}'.format(ct.name, eps[k], paths[k]))
     t = numpy.asarray(steps, numpy.float64)
-    rows[:, L.LR] = alpha * eta
-    rows[:, L.BETA1], rows[:, L.BETA2] = b1, b2
+    rows[:, L.LR], rows[:, L.BETA1], rows[:, L.BETA2] = alpha * eta, b1, b2
     rows[:, L.CORRECTION1], rows[:, L.CORRECTION2] = 1 - b1 ** t, 1 - b2 ** t
     rows[:, L.EPS], rows[:, L.WEIGHT_DECAY] = eps, wd * uses_wd
 
@@ -134,9 +133,8 @@ class LAMB(fused.FusedMethod):
             'momentum': 'LAMB(beta1=...), as in Adam'})
         super(LAMB, self).__init__(multi_tensor, exclude_from_weight_decay,
                                    exclude_from_layer_adaptation)
-        self.alpha, self.beta1, self.beta2 = alpha, beta1, beta2
-        self.eps, self.eta, self.weight_decay_rate = (
-            eps, eta, weight_decay_rate)
+        self.alpha, self.beta1, self.beta2, self.eps = alpha, beta1, beta2, eps
+        self.eta, self.weight_decay_rate = eta, weight_decay_rate
 
     alpha = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     beta1 = checks.CheckedHyperparameter(checks.real, minimum=0.0, maximum=1.0)

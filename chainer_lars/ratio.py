@@ -34,9 +34,7 @@ __device__ __forceinline__ C chainer_lars_trust_ratio(
         return (C)1;
     }
     C r = trust_coefficient * w_norm / den;
-    if (clip_lr >= (C)0) {
-        r = (r >= clip_lr) ? (C)1 : r / clip_lr;
-    }
+    if (clip_lr >= (C)0) r = (r >= clip_lr) ? (C)1 : r / clip_lr;
     return r;
 }
 '''
