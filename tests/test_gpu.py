@@ -1177,12 +1177,12 @@ def test_pinned_buffers_outlive_the_copies_still_pending(monkeypatch):
     # A GPU runs behind the host: a group's words are copied from pinned
     # memory when the stream gets there. A state that dies first (the
     # per-array copy route makes one per update, a plan rebuilt drops its
-    # own) keeps its buffers until its events are done, or CuPy's pool
-    # hands them out again while a copy still reads them.
+    # own) keeps the buffers of its copies until their events are done, or
+    # CuPy's pool hands them out again while a copy still reads them.
     class Buffer(bytearray):  # (one a weak reference can follow)
         pass
 
-    made = []
+    made, copied = [], set()
     gc.collect()  # the states other tests left
     monkeypatch.setattr(cuda_kernels, '_RETIRED', [])
 
@@ -1190,9 +1190,20 @@ def test_pinned_buffers_outlive_the_copies_still_pending(monkeypatch):
         made.append(Buffer(int(size)))
         return made[-1]
 
+    def recorded(method, host):  # the buffers copies read or write
+        def copy(self, *args, **kwargs):
+            copied.add(id(getattr(host(args, kwargs).base, 'obj', None)))
+            return method(self, *args, **kwargs)
+        return copy
+
     with emulated_cupy.installed():
         monkeypatch.setattr(emulated_cupy.cuda, 'alloc_pinned_memory',
                             allocate)
+        monkeypatch.setattr(emulated_cupy.ndarray, 'set', recorded(
+            emulated_cupy.ndarray.set, lambda args, kwargs: args[0]))
+        monkeypatch.setattr(emulated_cupy.ndarray, 'get', recorded(
+            emulated_cupy.ndarray.get, lambda args, kwargs: kwargs.get(
+                'out', numpy.empty(0))))
         monkeypatch.setattr(emulated_cupy.Event, 'done', False)
         model = Params([5, 7], numpy.float16)
         model.to_device('@cupy:0')
@@ -1201,15 +1212,16 @@ def test_pinned_buffers_outlive_the_copies_still_pending(monkeypatch):
         for step in range(4):  # the first makes the states, rule by rule
             model.refill_grads(step)
             opt.update()
-        alive = [weakref.ref(b) for b in made]
+        used = [weakref.ref(b) for b in made if id(b) in copied]
         del made[:]
         gc.collect()
-        assert all(ref() is not None for ref in alive)
-        assert len(cuda_kernels._RETIRED) == 2  # two updates' copy routes
+        assert len(used) > 8 and all(ref() is not None for ref in used)
+        # The rules' plans of the first update, two updates' copy routes.
+        assert len(cuda_kernels._RETIRED) == 4 + 2
         monkeypatch.setattr(emulated_cupy.Event, 'done', True)
         model.refill_grads(4)
         opt.update()
         gc.collect()
     assert cuda_kernels._RETIRED == []
     # The batched group's ring and the last copy route's are in use.
-    assert 0 < sum(ref() is not None for ref in alive) < len(alive)
+    assert 0 < sum(ref() is not None for ref in used) < len(used)
