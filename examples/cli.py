@@ -605,13 +605,17 @@ def path_problem(args):
 
 
 def check_batch_norm_batchsize(parser, args):
-    """Stops where a model with BatchNormalization gets batches of one: it
-    normalises each feature over the batch, and one sample gives 0."""
+    """Stops where a model with BatchNormalization after a fully connected
+    layer gets batches of one: it normalises each feature over the batch
+    alone, and one sample gives 0. Not for BatchNormalization after a
+    convolution (the ResNets'), which normalises each channel over the
+    batch, the height and the width: one image has many pixels."""
     if args.batchsize < 2:
         parser.error(
             '--batchsize {}: the model normalises each feature over the '
-            'batch (BatchNormalization), and a batch of one sample gives '
-            'zeros: give at least 2'.format(args.batchsize))
+            'batch (BatchNormalization after a fully connected layer), and '
+            'a batch of one sample gives zeros: give at least 2'.format(
+                args.batchsize))
 
 
 def _same_folder(a, b):

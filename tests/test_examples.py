@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import types
+import warnings
 
 import numpy
 import pytest
@@ -1326,19 +1327,44 @@ def test_mnist_results_refuses_a_bad_dataset_root_first(tmp_path, capsys,
     assert not out.exists()
 
 
-@pytest.mark.parametrize('trainer, argv', [
-    ('mnist', ['--model', 'mlp-bn', '-b', '1']),
-    ('cifar', ['-b', '1']),
-])
-def test_batch_norm_models_refuse_batches_of_one(request, capsys, trainer,
-                                                 argv):
+def test_batch_norm_after_a_linear_layer_refuses_batches_of_one(
+        mnist, capsys):
     # Chainer only warned, at every update, that the output is zero.
-    err = usage_error(request.getfixturevalue(trainer).parse_args, argv,
+    err = usage_error(mnist.parse_args, ['--model', 'mlp-bn', '-b', '1'],
                       capsys)
     assert err.splitlines()[-1].endswith(
         'error: --batchsize 1: the model normalises each feature over the '
-        'batch (BatchNormalization), and a batch of one sample gives zeros: '
-        'give at least 2'), err
+        'batch (BatchNormalization after a fully connected layer), and a '
+        'batch of one sample gives zeros: give at least 2'), err
+
+
+@pytest.mark.parametrize('name, argv', [
+    ('cifar', []),
+    ('chainermn_example', ['--dataset', 'cifar10']),
+    ('chainermn_example', ['--dataset', 'cifar100']),
+])
+def test_resnets_take_batches_of_one(request, name, argv):
+    """Every BatchNorm of the ResNets follows a convolution: each channel
+    is normalised over the batch, height and width, which one image of
+    32x32 pixels has many of (the check refused them too)."""
+    example = request.getfixturevalue(name)
+    assert example.parse_args(argv + ['-b', '1']).batchsize == 1
+
+
+def test_a_resnet_trains_on_batches_of_one(cifar, dataset_root, tmp_path):
+    out = str(tmp_path / 'out')
+    with warnings.catch_warnings():
+        # Chainer's, for a batch it would normalise to zeros.
+        warnings.filterwarnings('error', message='.*zero tensor')
+        # 32 training images, 30 held out: 2 updates of one image.
+        cifar.main(['--dataset-root', dataset_root, '-b', '1', '--depth',
+                    '8', '-e', '1', '--validation', '30', '--test', 'never',
+                    '--noplot', '--out', out])
+    log = read_log(out)
+    assert log[-1]['iteration'] == 2
+    for key in ('main/loss', 'val/main/loss',
+                'lars/ratio/predictor/res3/0/conv1/W'):
+        assert math.isfinite(log[-1][key]), key
 
 
 def test_the_plain_mlp_takes_batches_of_one(mnist):

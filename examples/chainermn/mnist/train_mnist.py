@@ -131,9 +131,9 @@ def parse_args(argv=None):
         # Each process's model, against its host's memory.
         train_mnist.check_unit(parser, args)
     else:
+        # Its BatchNorm layers follow convolutions: a batch of one image
+        # a process is normalised over its pixels.
         train_cifar.check_depth(parser, args.depth)
-        if args.batchnorm == 'per-process':  # each process's batch
-            cli.check_batch_norm_batchsize(parser, args)
 
     try:
         xp = chainer.get_device(args.device).xp
