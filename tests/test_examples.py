@@ -1208,6 +1208,41 @@ def test_mlp_has_no_batchnorm_to_all_reduce(chainermn_example, capsys):
         capsys.readouterr().err)
 
 
+@pytest.mark.parametrize('flags,message', [
+    (['--depth', '8'], '--depth 8: the MLP of --dataset mnist has no depth '
+     '(--depth is for --dataset cifar10 and cifar100, the ResNet)'),
+    (['--dataset', 'mnist', '--batchnorm', 'per-process'],
+     '--batchnorm per-process: the MLP of --dataset mnist has no BatchNorm '
+     '(--batchnorm is for --dataset cifar10 and cifar100, the ResNet)'),
+    (['--dataset', 'cifar10', '--unit', '1000'], '--unit 1000: the ResNet of '
+     '--dataset cifar10 has no hidden units to set (--unit is for --dataset '
+     'mnist, the MLP)'),
+    (['--dataset', 'cifar100', '-u', '16'], '--unit 16: the ResNet of '
+     '--dataset cifar100 has no hidden units to set'),
+])
+def test_chainermn_refuses_a_flag_its_dataset_does_not_use(
+        chainermn_example, capsys, flags, message):
+    """Ignored, a flag of the other dataset's model was recorded all the
+    same: a resume with another value of it was refused for a difference
+    that the run never had. The default value given is refused too."""
+    err = usage_error(chainermn_example.parse_args, flags, capsys)
+    assert err.splitlines()[-1].split(': error: ', 1)[1].startswith(
+        message), err
+
+
+@pytest.mark.parametrize('dataset,unused', [
+    ('mnist', ('depth', 'batchnorm')), ('cifar10', ('unit',)),
+])
+def test_chainermn_records_only_its_dataset_s_flags(
+        chainermn_example, dataset, unused):
+    args = chainermn_example.parse_args(['--dataset', dataset])
+    assert (args.unit, args.depth, args.batchnorm) == (
+        1000, 20, 'per-process')
+    recorded = cli.run_settings(args)
+    assert not set(unused) & set(recorded)
+    assert {'unit', 'depth', 'batchnorm'} - set(unused) <= set(recorded)
+
+
 def usage_error(main, argv, capsys):
     """The message of the usage error ``main(argv)`` stops with."""
     with pytest.raises(SystemExit) as exc:
