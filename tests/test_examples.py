@@ -2922,6 +2922,45 @@ def test_trust_ratio_heatmap_s_labels_are_inside_the_picture(
     plt.close(figure)
 
 
+@pytest.mark.parametrize('depth', [None, 8, 56, 110])
+@pytest.mark.parametrize('every', [None, 4])
+def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
+        cifar, tmp_path, monkeypatch, depth, every):
+    """One size for every model's row labels, and no two overlap: the
+    figure grows a row's height with each row. The font shrank with the
+    rows instead, to 4 points for ResNet-110's 112 (illegible)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    import matplotlib.pyplot as plt
+    if depth is None:  # the MLP's 3 weight arrays
+        keys = ['lars/ratio/predictor/l{}/W'.format(i) for i in (1, 2, 3)]
+    else:
+        keys = ['lars/ratio' + path for path in recipe.parameter_paths(
+            chainer.links.Classifier(cifar.ResNet(depth, 10)))
+            if path.endswith('/W')]
+    log = [{'epoch': e + 1, 'iteration': 10 * (e + 1), 'main/loss': 1.0,
+            **{key: 0.01 * (k + 1) * (e + 1) for k, key in enumerate(keys)}}
+           for e in range(2)]
+    drawn = []
+    monkeypatch.setattr(plt.Figure, 'savefig',
+                        lambda figure, path, **kwargs: drawn.append(figure))
+    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every)(
+        LoggedTrainer(log, str(tmp_path)))
+    figure, = drawn
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    labels = [t for t in figure.axes[0].get_yticklabels() if t.get_text()]
+    assert len(labels) == len(keys)
+    assert {t.get_fontsize() for t in labels} == {plots.ROW_LABEL_POINTS}
+    assert plots.ROW_LABEL_POINTS >= 7
+    boxes = sorted((t.get_window_extent(renderer) for t in labels),
+                   key=lambda box: box.y0)
+    for below, above in zip(boxes, boxes[1:]):
+        assert below.y1 <= above.y0, (below, above)
+    assert boxes[0].y0 >= 0 and boxes[-1].y1 <= figure.bbox.height
+    plt.close(figure)
+
+
 def test_chainermn_without_mpi4py_says_so_in_one_line(
         chainermn_example, dataset_root, tmp_path, monkeypatch, capsys):
     import chainermn
