@@ -605,13 +605,17 @@ def path_problem(args):
 
 
 def check_batch_norm_batchsize(parser, args):
-    """Stops where a model with BatchNormalization gets batches of one: it
-    normalises each feature over the batch, and one sample gives 0."""
+    """Stops where a model with BatchNormalization after a fully connected
+    layer gets batches of one: it normalises each feature over the batch
+    alone, and one sample gives 0. Not for BatchNormalization after a
+    convolution (the ResNets'), which normalises each channel over the
+    batch, the height and the width: one image has many pixels."""
     if args.batchsize < 2:
         parser.error(
             '--batchsize {}: the model normalises each feature over the '
-            'batch (BatchNormalization), and a batch of one sample gives '
-            'zeros: give at least 2'.format(args.batchsize))
+            'batch (BatchNormalization after a fully connected layer), and '
+            'a batch of one sample gives zeros: give at least 2'.format(
+                args.batchsize))
 
 
 def _same_folder(a, b):
@@ -989,8 +993,10 @@ CHANGEABLE = ('out', 'snapshots', 'device', 'dataset_root', 'progress',
 FREE_FLAGS = CHANGEABLE + ('resume', 'overwrite')
 
 # What parse_args adds to the flags (resolve_warmup), for the banner and
-# the messages: no flags, not recorded.
-DERIVED = ('warmup_note', 'warmup_given')
+# the messages, and a trainer's ``unused``, the flags its run's model does
+# not use (the ChainerMN trainer's --unit with a ResNet, --depth and
+# --batchnorm with the MLP): no flags, not recorded.
+DERIVED = ('warmup_note', 'warmup_given', 'unused')
 
 # What a snapshot records besides the flags, as a message names it.
 SETTINGS = {
@@ -1013,13 +1019,16 @@ UNSET_UNLESS_GIVEN = ('beta2', 'eps', 'eval_every')
 def run_settings(args, **settings):
     """What defines the run, as a snapshot records it.
 
-    Every flag but ``FREE_FLAGS`` (--dtype, the precision, among them),
-    and ``settings``: the number of processes for ChainerMN, the number of
-    training examples (each process's, for ChainerMN) once the data is
-    loaded.
+    Every flag (--dtype, the precision, among them) but ``FREE_FLAGS``
+    and those the run's model does not use (``args.unused``, where a
+    trainer sets it), and ``settings``: the number of processes for
+    ChainerMN, the number of training examples (each process's, for
+    ChainerMN) once the data is loaded.
     """
+    unused = tuple(getattr(args, 'unused', ()))
     recorded = {name: value for name, value in vars(args).items()
-                if name not in FREE_FLAGS + DERIVED and value is not None}
+                if name not in FREE_FLAGS + DERIVED + unused
+                and value is not None}
     # --loss-scale's default: dynamic scaling in float16 and mixed16.
     recorded.setdefault('loss_scale', 'none' if args.dtype == 'float32'
                         else 'dynamic')
@@ -1082,6 +1091,10 @@ def check_resume(args, **settings):
         # Unused there: runs before its refusal recorded any value given.
         saved.pop('trust_coefficient', None)
         settings.pop('trust_coefficient', None)
+    for name in getattr(args, 'unused', ()):
+        # Not this run's model's: runs before their refusal recorded their
+        # defaults, or a value given and ignored.
+        saved.pop(name, None)
     # Another trainer's snapshot first: its values would not compare.
     for name in sorted(set(settings) - set(saved)):
         usage_error('--resume {}: the snapshot records no {}: it was '

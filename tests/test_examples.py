@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import types
+import warnings
 
 import numpy
 import pytest
@@ -1207,6 +1208,41 @@ def test_mlp_has_no_batchnorm_to_all_reduce(chainermn_example, capsys):
         capsys.readouterr().err)
 
 
+@pytest.mark.parametrize('flags,message', [
+    (['--depth', '8'], '--depth 8: the MLP of --dataset mnist has no depth '
+     '(--depth is for --dataset cifar10 and cifar100, the ResNet)'),
+    (['--dataset', 'mnist', '--batchnorm', 'per-process'],
+     '--batchnorm per-process: the MLP of --dataset mnist has no BatchNorm '
+     '(--batchnorm is for --dataset cifar10 and cifar100, the ResNet)'),
+    (['--dataset', 'cifar10', '--unit', '1000'], '--unit 1000: the ResNet of '
+     '--dataset cifar10 has no hidden units to set (--unit is for --dataset '
+     'mnist, the MLP)'),
+    (['--dataset', 'cifar100', '-u', '16'], '--unit 16: the ResNet of '
+     '--dataset cifar100 has no hidden units to set'),
+])
+def test_chainermn_refuses_a_flag_its_dataset_does_not_use(
+        chainermn_example, capsys, flags, message):
+    """Ignored, a flag of the other dataset's model was recorded all the
+    same: a resume with another value of it was refused for a difference
+    that the run never had. The default value given is refused too."""
+    err = usage_error(chainermn_example.parse_args, flags, capsys)
+    assert err.splitlines()[-1].split(': error: ', 1)[1].startswith(
+        message), err
+
+
+@pytest.mark.parametrize('dataset,unused', [
+    ('mnist', ('depth', 'batchnorm')), ('cifar10', ('unit',)),
+])
+def test_chainermn_records_only_its_dataset_s_flags(
+        chainermn_example, dataset, unused):
+    args = chainermn_example.parse_args(['--dataset', dataset])
+    assert (args.unit, args.depth, args.batchnorm) == (
+        1000, 20, 'per-process')
+    recorded = cli.run_settings(args)
+    assert not set(unused) & set(recorded)
+    assert {'unit', 'depth', 'batchnorm'} - set(unused) <= set(recorded)
+
+
 def usage_error(main, argv, capsys):
     """The message of the usage error ``main(argv)`` stops with."""
     with pytest.raises(SystemExit) as exc:
@@ -1326,19 +1362,44 @@ def test_mnist_results_refuses_a_bad_dataset_root_first(tmp_path, capsys,
     assert not out.exists()
 
 
-@pytest.mark.parametrize('trainer, argv', [
-    ('mnist', ['--model', 'mlp-bn', '-b', '1']),
-    ('cifar', ['-b', '1']),
-])
-def test_batch_norm_models_refuse_batches_of_one(request, capsys, trainer,
-                                                 argv):
+def test_batch_norm_after_a_linear_layer_refuses_batches_of_one(
+        mnist, capsys):
     # Chainer only warned, at every update, that the output is zero.
-    err = usage_error(request.getfixturevalue(trainer).parse_args, argv,
+    err = usage_error(mnist.parse_args, ['--model', 'mlp-bn', '-b', '1'],
                       capsys)
     assert err.splitlines()[-1].endswith(
         'error: --batchsize 1: the model normalises each feature over the '
-        'batch (BatchNormalization), and a batch of one sample gives zeros: '
-        'give at least 2'), err
+        'batch (BatchNormalization after a fully connected layer), and a '
+        'batch of one sample gives zeros: give at least 2'), err
+
+
+@pytest.mark.parametrize('name, argv', [
+    ('cifar', []),
+    ('chainermn_example', ['--dataset', 'cifar10']),
+    ('chainermn_example', ['--dataset', 'cifar100']),
+])
+def test_resnets_take_batches_of_one(request, name, argv):
+    """Every BatchNorm of the ResNets follows a convolution: each channel
+    is normalised over the batch, height and width, which one image of
+    32x32 pixels has many of (the check refused them too)."""
+    example = request.getfixturevalue(name)
+    assert example.parse_args(argv + ['-b', '1']).batchsize == 1
+
+
+def test_a_resnet_trains_on_batches_of_one(cifar, dataset_root, tmp_path):
+    out = str(tmp_path / 'out')
+    with warnings.catch_warnings():
+        # Chainer's, for a batch it would normalise to zeros.
+        warnings.filterwarnings('error', message='.*zero tensor')
+        # 32 training images, 30 held out: 2 updates of one image.
+        cifar.main(['--dataset-root', dataset_root, '-b', '1', '--depth',
+                    '8', '-e', '1', '--validation', '30', '--test', 'never',
+                    '--noplot', '--out', out])
+    log = read_log(out)
+    assert log[-1]['iteration'] == 2
+    for key in ('main/loss', 'val/main/loss',
+                'lars/ratio/predictor/res3/0/conv1/W'):
+        assert math.isfinite(log[-1][key]), key
 
 
 def test_the_plain_mlp_takes_batches_of_one(mnist):
@@ -2858,6 +2919,45 @@ def test_trust_ratio_heatmap_s_labels_are_inside_the_picture(
                 box = text.get_window_extent(renderer)
                 assert 0 <= box.x0 and box.x1 <= figure.bbox.width, (
                     text.get_text())
+    plt.close(figure)
+
+
+@pytest.mark.parametrize('depth', [None, 8, 56, 110])
+@pytest.mark.parametrize('every', [None, 4])
+def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
+        cifar, tmp_path, monkeypatch, depth, every):
+    """One size for every model's row labels, and no two overlap: the
+    figure grows a row's height with each row. The font shrank with the
+    rows instead, to 4 points for ResNet-110's 112 (illegible)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    import matplotlib.pyplot as plt
+    if depth is None:  # the MLP's 3 weight arrays
+        keys = ['lars/ratio/predictor/l{}/W'.format(i) for i in (1, 2, 3)]
+    else:
+        keys = ['lars/ratio' + path for path in recipe.parameter_paths(
+            chainer.links.Classifier(cifar.ResNet(depth, 10)))
+            if path.endswith('/W')]
+    log = [{'epoch': e + 1, 'iteration': 10 * (e + 1), 'main/loss': 1.0,
+            **{key: 0.01 * (k + 1) * (e + 1) for k, key in enumerate(keys)}}
+           for e in range(2)]
+    drawn = []
+    monkeypatch.setattr(plt.Figure, 'savefig',
+                        lambda figure, path, **kwargs: drawn.append(figure))
+    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every)(
+        LoggedTrainer(log, str(tmp_path)))
+    figure, = drawn
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    labels = [t for t in figure.axes[0].get_yticklabels() if t.get_text()]
+    assert len(labels) == len(keys)
+    assert {t.get_fontsize() for t in labels} == {plots.ROW_LABEL_POINTS}
+    assert plots.ROW_LABEL_POINTS >= 7
+    boxes = sorted((t.get_window_extent(renderer) for t in labels),
+                   key=lambda box: box.y0)
+    for below, above in zip(boxes, boxes[1:]):
+        assert below.y1 <= above.y0, (below, above)
+    assert boxes[0].y0 >= 0 and boxes[-1].y1 <= figure.bbox.height
     plt.close(figure)
 
 

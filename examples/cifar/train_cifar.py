@@ -127,8 +127,9 @@ def parse_args(argv=None):
                         help='ResNet depth, 6n + 2: 20, 32, 44, 56, 110, '
                         'up to 1202 (default: %(default)s)')
     args = cli.parse_args(parser, argv)
+    # Its BatchNorm layers follow convolutions: a batch of one image is
+    # normalised over its pixels (cli.check_batch_norm_batchsize).
     check_depth(parser, args.depth)
-    cli.check_batch_norm_batchsize(parser, args)
     return args
 
 

@@ -87,6 +87,39 @@ HELP = dict(
     '~/.chainer/dataset)')
 
 
+# The flags of one dataset's model, with their defaults: the MLP's of
+# --dataset mnist, the ResNet's of cifar10 and cifar100.
+MODEL_FLAGS = {'unit': 1000, 'depth': 20, 'batchnorm': 'per-process'}
+MLP_FLAGS = ('unit',)
+
+
+def check_model_flags(parser, args):
+    """Refuses a flag of the other dataset's model where given, and sets
+    the defaults of those not given. ``args.unused`` names the flags that
+    this run's model does not use: a snapshot does not record them, and a
+    resume does not compare them (``cli.check_resume``), where an older
+    snapshot recorded them."""
+    mnist = args.dataset == 'mnist'
+    args.unused = tuple(name for name in MODEL_FLAGS
+                        if (name in MLP_FLAGS) != mnist)
+    for name in args.unused:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if mnist:
+            parser.error('--{} {}: the MLP of --dataset mnist has no {} '
+                         '(--{} is for --dataset cifar10 and cifar100, the '
+                         'ResNet)'.format(name, value, dict(
+                             depth='depth', batchnorm='BatchNorm')[name],
+                             name))
+        parser.error('--{} {}: the ResNet of --dataset {} has no hidden '
+                     'units to set (--{} is for --dataset mnist, the MLP)'
+                     .format(name, value, args.dataset, name))
+    for name, value in MODEL_FLAGS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
 def parse_args(argv=None):
     parser = cli.parser(
         'chainer-lars ChainerMN example: large-batch MNIST or CIFAR on many '
@@ -102,18 +135,22 @@ def parse_args(argv=None):
                         help='mnist: the MLP of examples/mnist; cifar10, '
                         'cifar100: the ResNet of examples/cifar (default: '
                         '%(default)s)')
-    parser.add_argument('--unit', '-u', type=int, default=1000,
-                        help='Number of units of the MLP (default: '
-                        '%(default)s)')
-    parser.add_argument('--depth', type=int, default=20,
-                        help='ResNet depth, 6n + 2 (default: %(default)s)')
+    # None: given or not (check_model_flags), then MODEL_FLAGS' default.
+    parser.add_argument('--unit', '-u', type=int,
+                        help='Number of units of the MLP, for --dataset '
+                        'mnist (default: {})'.format(MODEL_FLAGS['unit']))
+    parser.add_argument('--depth', type=int,
+                        help='ResNet depth, 6n + 2, for --dataset cifar10 '
+                        'and cifar100 (default: {})'.format(
+                            MODEL_FLAGS['depth']))
     parser.add_argument('--batchnorm', choices=('per-process', 'all-reduced'),
-                        default='per-process',
-                        help="The ResNet's BatchNorm statistics: those of "
+                        help="The ResNet's BatchNorm statistics, for "
+                        '--dataset cifar10 and cifar100: those of '
                         "each process's mini-batch (BatchNormalization), or "
                         'those of the global batch (chainermn.links.'
                         'MultiNodeBatchNormalization, one more all-reduce '
-                        'per layer) (default: %(default)s)')
+                        'per layer) (default: {})'.format(
+                            MODEL_FLAGS['batchnorm']))
     parser.add_argument('--communicator', choices=COMMUNICATORS,
                         help='ChainerMN communicator (default: naive on the '
                         'CPU, the only one there; pure_nccl on GPUs; flat '
@@ -124,16 +161,14 @@ def parse_args(argv=None):
         args.epoch = single.DEFAULTS['epoch']
     cli.resolve_warmup(parser.error, args,
                        single.DEFAULTS['warmup_epochs'])
+    check_model_flags(parser, args)
     if args.dataset == 'mnist':
-        if args.batchnorm != 'per-process':
-            parser.error('--batchnorm {}: the MLP of --dataset mnist has no '
-                         'BatchNorm'.format(args.batchnorm))
         # Each process's model, against its host's memory.
         train_mnist.check_unit(parser, args)
     else:
+        # Its BatchNorm layers follow convolutions: a batch of one image
+        # a process is normalised over its pixels.
         train_cifar.check_depth(parser, args.depth)
-        if args.batchnorm == 'per-process':  # each process's batch
-            cli.check_batch_norm_batchsize(parser, args)
 
     try:
         xp = chainer.get_device(args.device).xp
