@@ -169,6 +169,7 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
         if (master is not None and master.array is not None
                 and master.device != param.device):
             master.to_device(param.device)  # loaded from a snapshot
+            master.initializer = None  # (Chainer's: the array it was made of)
         super(FusedRule, self).update(param)
 
     # ChainerX: UpdateRule's default path passes NumPy or CuPy views here.
@@ -258,7 +259,7 @@ def _check_unbatched(param):
     if copy is None and rule._use_fp32_update and w.dtype == numpy.float16:
         if not (gpu and rule.state):
             return  # the rule makes its master now, and states if it has none
-        copy = w.astype(numpy.float32)  # on a GPU, states of its dtype
+        copy = numpy.empty(w.shape, numpy.float32)  # as the master will be
     if copy is not None and copy.dtype != numpy.float32:  # as Chainer
         raise TypeError('{}: the master copy is {}, not float32'.format(
             rule._path or param.name, copy.dtype))

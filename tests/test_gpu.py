@@ -1124,6 +1124,28 @@ def test_float16_states_beside_a_master_about_to_be_made_are_refused_first(
     assert [p.update_rule.t for p in model.params()] == before_t
 
 
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('face', sorted(FACES))
+def test_a_mixed16_model_moved_to_the_host_lets_its_device_arrays_go(
+        gpu, face, multi_tensor):
+    # The masters move with the model at the next update; Chainer's
+    # Parameter kept the device array it was made of (its initializer).
+    model = gpu.send(Params([5, 7], numpy.float16))
+    opt = FACES[face](multi_tensor=multi_tensor).setup(model)
+    opt.use_fp32_update()
+    for step in range(2):
+        model.refill_grads(step)
+        opt.update()
+    old = [weakref.ref(a) for p in model.params() for a in [
+        p.array, p.update_rule._fp32_param.array] + list(
+            p.update_rule.state.values())]
+    model.to_device('@numpy')
+    model.refill_grads(2)
+    opt.update()
+    gc.collect()
+    assert [ref() is None for ref in old] == [True] * len(old)
+
+
 def test_a_mixed16_model_moved_to_the_host_under_the_hook_fails_as_chainer(
         gpu):
     # Chainer leaves the masters on the device: the hook's plan, made of
