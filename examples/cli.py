@@ -1095,6 +1095,14 @@ def check_resume(args, **settings):
         # Not this run's model's: runs before their refusal recorded their
         # defaults, or a value given and ignored.
         saved.pop(name, None)
+    if 'dataset' in settings and saved.get(
+            'dataset', settings['dataset']) != settings['dataset']:
+        # Another dataset's model records other flags (the ChainerMN
+        # trainer's): compare what both record, --dataset first (its
+        # defaults differ: --epoch).
+        settings = dict({'dataset': settings['dataset']}, **{
+            n: v for n, v in settings.items() if n in saved})
+        saved = {n: saved[n] for n in settings}
     # Another trainer's snapshot first: its values would not compare.
     for name in sorted(set(settings) - set(saved)):
         usage_error('--resume {}: the snapshot records no {}: it was '

@@ -1243,6 +1243,31 @@ def test_chainermn_records_only_its_dataset_s_flags(
     assert {'unit', 'depth', 'batchnorm'} - set(unused) <= set(recorded)
 
 
+@pytest.mark.parametrize('written,resumed', [
+    (['--dataset', 'cifar10', '--depth', '8'], []),
+    ([], ['--dataset', 'cifar10']),
+])
+def test_chainermn_resume_with_the_other_dataset_names_the_dataset(
+        chainermn_example, tmp_path, capsys, written, resumed):
+    """A snapshot records its own model's flags only: resumed with the
+    other --dataset (forgotten: mnist is the default), it was refused as
+    another trainer's for the flag it lacks (--unit, --batchnorm)."""
+    args = chainermn_example.parse_args(written)
+    snapshot = str(tmp_path / 'snapshot_iter_2')
+    with open(snapshot, 'wb') as f:
+        numpy.savez(f, **{
+            cli.RunSettings.prefix + name: numpy.asarray(value)
+            for name, value in cli.run_settings(args, processes=2).items()})
+    args = chainermn_example.parse_args(resumed + ['--resume', snapshot])
+    with pytest.raises(SystemExit) as exc:
+        cli.check_resume(args, processes=2)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert '--resume {}: the snapshot was written with --dataset {}, ' \
+        'this run has {}'.format(snapshot, *(
+            ('cifar10', 'mnist') if written else ('mnist', 'cifar10'))) in err
+
+
 def usage_error(main, argv, capsys):
     """The message of the usage error ``main(argv)`` stops with."""
     with pytest.raises(SystemExit) as exc:
