@@ -1,6 +1,10 @@
 """Which parameters get weight decay and which get layer adaptation."""
 
+import warnings
+
 from chainer_lars import checks
+
+_NAMES = ('exclude_from_weight_decay', 'exclude_from_layer_adaptation')
 
 
 class ExclusionRules(object):
@@ -20,6 +24,19 @@ class ExclusionRules(object):
         return tuple(not any(p.search(path) for p in patterns)
                      for patterns in (self.exclude_from_weight_decay,
                                       self.exclude_from_layer_adaptation))
+
+    def warn_unmatched(self, face, paths, stacklevel):
+        """Warns, once, of a list that matches none of ``paths``."""
+        for name in _NAMES * (bool(paths) and not getattr(self, '_warned', 0)):
+            patterns = getattr(self, name)
+            if patterns and not any(p.search(s) for s in paths
+                                    for p in patterns):
+                warnings.warn('{}: {}={} matches no parameter path (such as '
+                              '{}): it excludes nothing'.format(
+                                  face, name, [p.pattern for p in patterns],
+                                  ', '.join(sorted(paths)[:3])),
+                              stacklevel=stacklevel + 1)
+        self._warned = getattr(self, '_warned', False) or bool(paths)
 
 
 def _fixed(name):
@@ -43,7 +60,6 @@ class ExclusionProperties(object):
     exclude_from_layer_adaptation = _fixed('exclude_from_layer_adaptation')
 
     def __repr__(self):
-        names = self._REPR + ('exclude_from_weight_decay',
-                              'exclude_from_layer_adaptation', '_multi_tensor')
+        names = self._REPR + _NAMES + ('_multi_tensor',)
         return '{}({})'.format(type(self).__name__, ', '.join(
             '{}={}'.format(n.lstrip('_'), getattr(self, n)) for n in names))

@@ -332,6 +332,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                 rule._path, (wd, adapt) = path, self._rules.lookup(path)
                 rule.uses_weight_decay &= wd
                 rule.uses_adaptation &= adapt
+        self._rules.warn_unmatched(self._face, list(dict(last.values())), 3)
         self._placed = True
 
     def serialize(self, serializer):

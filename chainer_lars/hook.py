@@ -289,6 +289,7 @@ class GradientLARS(exclusions.ExclusionProperties):
                 continue
             plan.add(None if self._multi_tensor else path, param.device,
                      L.RESCALE, path, param, rule, weight, (), flags, out)
+        self._rules.warn_unmatched('GradientLARS', list(paths.values()), 12)
         return plan.finish(params)
 
     def _delegate(self, rule, live):

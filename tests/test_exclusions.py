@@ -88,3 +88,51 @@ def test_the_lists_cannot_be_changed_in_place():
     with pytest.raises(AttributeError):
         owner.exclude_from_weight_decay = ['gamma']
     assert owner.exclude_from_weight_decay == ('/b$',)
+
+
+def _faces():
+    """Each face, made with the given lists, at the point it warns: the
+    optimizers at setup(), the hook at its first update."""
+    import chainer
+    import chainer_lars
+
+    def optimizer(cls):
+        def face(model, **lists):
+            cls(**lists).setup(model)
+        return face
+
+    def hook(model, **lists):
+        opt = chainer.optimizers.MomentumSGD(lr=0.01).setup(model)
+        opt.add_hook(chainer_lars.GradientLARS(**lists))
+        x, t = ref.batch(0)
+        opt.update(ref.loss_fn(model, x, t))
+        opt.update(ref.loss_fn(model, x, t))  # once
+    return {'LARS': optimizer(chainer_lars.LARS),
+            'LAMB': optimizer(chainer_lars.LAMB), 'GradientLARS': hook}
+
+
+@pytest.mark.parametrize('face', sorted(_faces()))
+def test_a_list_that_matches_no_path_is_warned_of_once(face):
+    # PyTorch's names ('bias', 'LayerNorm') match none of Chainer's paths
+    # (/fc/b, /bn/beta): the list excluded nothing without a word.
+    model = ref.Net()
+    with pytest.warns(UserWarning) as record:
+        _faces()[face](model, exclude_from_weight_decay=['bias', 'LayerNorm'],
+                       exclude_from_layer_adaptation=['/b$'])
+    assert len(record) == 1, [str(w.message) for w in record]
+    assert str(record[0].message) == (
+        "{}: exclude_from_weight_decay=['bias', 'LayerNorm'] matches no "
+        'parameter path (such as {}): it excludes nothing'.format(
+            face, ', '.join(sorted(PATHS)[:3])))
+    assert record[0].filename == __file__  # the user's line
+
+
+@pytest.mark.parametrize('face', sorted(_faces()))
+def test_a_list_any_of_whose_patterns_matches_is_not_warned_of(
+        face, recwarn):
+    # One list for many models, some patterns for layers this one lacks:
+    # one pattern that matches is enough.
+    _faces()[face](ref.Net(), exclude_from_weight_decay=[
+        '/b$', '/ln/gamma$', 'no such layer'],
+        exclude_from_layer_adaptation=[])
+    assert not [w for w in recwarn if 'matches no' in str(w.message)]
