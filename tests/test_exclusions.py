@@ -91,14 +91,17 @@ def test_the_lists_cannot_be_changed_in_place():
 
 
 def _faces():
-    """Each face, made with the given lists, at the point it warns: the
-    optimizers at setup(), the hook at its first update."""
+    """Each face, made with the given lists, to the point it warns: its
+    first update (a hook registered on the optimizer)."""
     import chainer
     import chainer_lars
 
     def optimizer(cls):
         def face(model, **lists):
-            cls(**lists).setup(model)
+            opt = cls(**lists).setup(model)
+            x, t = ref.batch(0)
+            opt.update(ref.loss_fn(model, x, t))
+            opt.update(ref.loss_fn(model, x, t))  # once
         return face
 
     def hook(model, **lists):
@@ -136,3 +139,23 @@ def test_a_list_any_of_whose_patterns_matches_is_not_warned_of(
         '/b$', '/ln/gamma$', 'no such layer'],
         exclude_from_layer_adaptation=[])
     assert not [w for w in recwarn if 'matches no' in str(w.message)]
+
+
+def test_a_list_of_parameters_added_after_setup_is_not_warned_of():
+    # A head added between setup() and the first update, its rule given by
+    # hand: the list is checked at the update, against every path.
+    import chainer
+    import chainer_lars
+    model = chainer.Chain()
+    with model.init_scope():
+        model.body = chainer.links.Linear(3, 2)
+    opt = chainer_lars.LARS(exclude_from_layer_adaptation=['/head/'])
+    opt.setup(model)
+    with model.init_scope():
+        model.head = chainer.links.Linear(2, 2)
+    for param in model.head.params():
+        param.update_rule = opt.create_update_rule()
+    for param in model.params():
+        param.grad = param.array * 0 + 1
+    opt.update()
+    assert not model.head.W.update_rule.uses_adaptation
