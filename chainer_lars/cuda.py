@@ -368,11 +368,10 @@ extern "C" __global__ void chainer_lars_lamb_step(
 
 _modules = {}
 #: The kernels of an update, by op: the norms, then the step.
-_KERNELS = {L.RESCALE: ('chainer_lars_multi_norms',
-                        'chainer_lars_multi_scale_add'),
-            L.STEP: ('chainer_lars_multi_norms',
-                     'chainer_lars_multi_momentum'),
-            L.LAMB: ('chainer_lars_lamb_norms', 'chainer_lars_lamb_step')}
+_KERNELS = {
+    L.RESCALE: ('chainer_lars_multi_norms', 'chainer_lars_multi_scale_add'),
+    L.STEP: ('chainer_lars_multi_norms', 'chainer_lars_multi_momentum'),
+    L.LAMB: ('chainer_lars_lamb_norms', 'chainer_lars_lamb_step')}
 
 
 def source(dtype, mixed16=False):
