@@ -11,8 +11,7 @@ from chainer_lars import layout as L
 from chainer_lars import ratio
 
 
-_UNRESOLVED = object()
-_jit_module = _UNRESOLVED
+_jit_module = _UNRESOLVED = object()
 
 
 def _jit():
