@@ -178,8 +178,7 @@ class Record(object):
         for g, a, b in zip(groups, self.bounds, self.bounds[1:]):
             e, t = self.grads[jit.EXPECT:, a:b], g.state
             e[0], e[1], e[3] = t.table[:, L.SIZE], t.descr, t.table[:, L.W] > 0
-        self.scaled = None
-        self.restamp_update = jit.restamp_update
+        self.scaled, self.restamp_update = None, jit.restamp_update
         self.arguments = (self.held, self.changed, self.grads, _NONE, _NDARRAY,
                           groups[0].state.table) + groups[0].state.arguments
 
