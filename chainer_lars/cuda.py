@@ -440,8 +440,7 @@ class _DeviceState(object):
             s * group.gdtype.itemsize // w.itemsize for s in w.strides))
             for w in group.weights] if self.direct.all() else None
         self.empty = numpy.array(sizes) == 0
-        words = 5 * n + -(-n * len(L.COLUMNS) * self.compute_dtype.itemsize
-                          // 8)
+        words = 5 * n + -(-group.rows.size * self.compute_dtype.itemsize // 8)
         self.ring = [[empty_pinned(xp, words, numpy.int64), None]
                      for _ in range(self.RING)]
         self.next = 0
