@@ -415,7 +415,7 @@ class _DeviceState(object):
     ``counted``, read: ``lost``), the last gradients (``last``, observed)."""
 
     RING = 4
-    ring, counts, counted, lost, last = (), None, None, None, None
+    ring, next, counts, counted, lost, last = (), 0, None, None, None, None
 
     def __init__(self, group):
         xp, n = group.device.xp, len(group)
@@ -443,7 +443,6 @@ class _DeviceState(object):
         words = 5 * n + -(-group.rows.size * self.compute_dtype.itemsize // 8)
         self.ring = [[empty_pinned(xp, words, numpy.int64), None]
                      for _ in range(self.RING)]
-        self.next = 0
         self.words = xp.empty(words, numpy.int64)
         self.partial = xp.empty(2 * max(self.nblocks, 1), self.compute_dtype)
         self.done = xp.zeros(n, numpy.uint32)
