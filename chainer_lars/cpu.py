@@ -144,8 +144,7 @@ class _Table(object):
                     x is None or checks.direct(x.dtype, (x,))):
                 for column, a in zip((L.W, L.V, L.V2), (w,) + tuple(states)):
                     self.table[k, column] = a.ctypes.data
-                if x is not None:
-                    self.table[k, L.OUT] = x.ctypes.data
+                self.table[k, L.OUT] = 0 if x is None else x.ctypes.data
 
 
 class Record(object):
