@@ -376,8 +376,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                 'update()'.format(type(self).__name__))
         if not self._placed:
             self._place()
-        own = vars(self.hyperparam)
-        # Values set on hyperparam directly: checked when they change,
+        own = vars(self.hyperparam)  # values set directly: checked on change,
         if not _equal(own, self._checked):  # before the hooks and t
             self._check_values(own, '')
             rule = self._rule  # and as rows where one may not fit a dtype
