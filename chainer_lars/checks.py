@@ -98,8 +98,7 @@ def patterns(name, values):
         values = (values,)
     try:
         if isinstance(values, (bytes, bytearray)):
-            # Iterated, b'/b$' gives ints: the error would name 47.
-            raise TypeError
+            raise TypeError  # b'/b$' iterates as ints: the error would name 47
         items = tuple(values)
     except TypeError:
         raise TypeError('{} must be a list of regular expressions (str), '

@@ -11,8 +11,7 @@ from chainer_lars import layout as L
 from chainer_lars import ratio
 
 
-_UNRESOLVED = object()
-_jit_module = _UNRESOLVED
+_jit_module = _UNRESOLVED = object()
 
 
 def _jit():
@@ -145,8 +144,7 @@ class _Table(object):
                     x is None or checks.direct(x.dtype, (x,))):
                 for column, a in zip((L.W, L.V, L.V2), (w,) + tuple(states)):
                     self.table[k, column] = a.ctypes.data
-                if x is not None:
-                    self.table[k, L.OUT] = x.ctypes.data
+                self.table[k, L.OUT] = 0 if x is None else x.ctypes.data
 
 
 class Record(object):
@@ -179,8 +177,7 @@ class Record(object):
         for g, a, b in zip(groups, self.bounds, self.bounds[1:]):
             e, t = self.grads[jit.EXPECT:, a:b], g.state
             e[0], e[1], e[3] = t.table[:, L.SIZE], t.descr, t.table[:, L.W] > 0
-        self.scaled = None
-        self.restamp_update = jit.restamp_update
+        self.scaled, self.restamp_update = None, jit.restamp_update
         self.arguments = (self.held, self.changed, self.grads, _NONE, _NDARRAY,
                           groups[0].state.table) + groups[0].state.arguments
 

@@ -368,11 +368,10 @@ extern "C" __global__ void chainer_lars_lamb_step(
 
 _modules = {}
 #: The kernels of an update, by op: the norms, then the step.
-_KERNELS = {L.RESCALE: ('chainer_lars_multi_norms',
-                        'chainer_lars_multi_scale_add'),
-            L.STEP: ('chainer_lars_multi_norms',
-                     'chainer_lars_multi_momentum'),
-            L.LAMB: ('chainer_lars_lamb_norms', 'chainer_lars_lamb_step')}
+_KERNELS = {
+    L.RESCALE: ('chainer_lars_multi_norms', 'chainer_lars_multi_scale_add'),
+    L.STEP: ('chainer_lars_multi_norms', 'chainer_lars_multi_momentum'),
+    L.LAMB: ('chainer_lars_lamb_norms', 'chainer_lars_lamb_step')}
 
 
 def source(dtype, mixed16=False):
@@ -416,7 +415,7 @@ class _DeviceState(object):
     ``counted``, read: ``lost``), the last gradients (``last``, observed)."""
 
     RING = 4
-    ring, counts, counted, lost, last = (), None, None, None, None
+    ring, next, counts, counted, lost, last = (), 0, None, None, None, None
 
     def __init__(self, group):
         xp, n = group.device.xp, len(group)
@@ -441,11 +440,9 @@ class _DeviceState(object):
             s * group.gdtype.itemsize // w.itemsize for s in w.strides))
             for w in group.weights] if self.direct.all() else None
         self.empty = numpy.array(sizes) == 0
-        words = 5 * n + -(-n * len(L.COLUMNS) * self.compute_dtype.itemsize
-                          // 8)
+        words = 5 * n + -(-group.rows.size * self.compute_dtype.itemsize // 8)
         self.ring = [[empty_pinned(xp, words, numpy.int64), None]
                      for _ in range(self.RING)]
-        self.next = 0
         self.words = xp.empty(words, numpy.int64)
         self.partial = xp.empty(2 * max(self.nblocks, 1), self.compute_dtype)
         self.done = xp.zeros(n, numpy.uint32)

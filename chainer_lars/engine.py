@@ -59,13 +59,12 @@ class Group(object):
                  'uses_wd', 'adapt', 'rows', 'key', 'scaled', 'state', 'last')
 
     def __init__(self, device, dtype, op, mixed16=False):
-        self.executor = executor_for(device)
-        self.device, self.op, self.mixed16 = device, op, mixed16
+        self.executor, self.device, self.op = executor_for(device), device, op
         self.dtype = numpy.dtype(dtype).newbyteorder('=')
         self.gdtype = numpy.dtype(numpy.float16) if mixed16 else self.dtype
-        self.paths, self.params, self.rules = [], [], []
-        self.weights, self.states, self.extras = [], [], []
-        self.uses_wd, self.adapt, self.scaled = [], [], False
+        self.paths, self.params, self.rules, self.weights = [], [], [], []
+        self.states, self.extras, self.uses_wd, self.adapt = [], [], [], []
+        self.mixed16, self.scaled = mixed16, False
         self.rows = self.key = self.state = self.last = None
 
     def __len__(self):

@@ -129,8 +129,7 @@ class WarmupPolynomialShift(extension.Extension):
             else ''), getattr(opt, self._attr))
 
     def _check_sign(self, init):  # init=None: read when training starts
-        if init is not None and (init >= 0) != (self._end >= 0) and (
-                self._end != 0):
+        if init is not None and (init >= 0) != (self._end >= 0) and self._end:
             raise ValueError(
                 'end must not be {} when init is {} ({!r}): the schedule '
                 'would take {} through 0; got end={!r}'.format(

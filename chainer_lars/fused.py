@@ -379,8 +379,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                 'update()'.format(type(self).__name__))
         if not self._placed:
             self._place(True)
-        own = vars(self.hyperparam)
-        # Values set on hyperparam directly: checked when they change,
+        own = vars(self.hyperparam)  # values set directly: checked on change,
         if not _equal(own, self._checked):  # before the hooks and t
             self._check_values(own, '')
             rule = self._rule  # and as rows where one may not fit a dtype
@@ -551,12 +550,11 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         for param in [p for p, b in zip(params, batchable) if b]:
             rule, path, w = param.update_rule, paths[id(param)], param.array
             copy = master(param, rule)
+            weight, extra = (w, None) if copy is None else (copy, w)
             plan.add(None if self._multi_tensor else path, param.device,
-                     self._rule.OP, path, param, rule,
-                     w if copy is None else copy,
+                     self._rule.OP, path, param, rule, weight,
                      list(map(rule.state.__getitem__, rule.STATES)),
-                     (rule.uses_weight_decay, rule.uses_adaptation),
-                     None if copy is None else w)
+                     (rule.uses_weight_decay, rule.uses_adaptation), extra)
         for r in [r for g in plan.finish(params).groups for r in g.rules]:
             r._observed, r._plan = False, None  # the groups observe and hold
         return plan

@@ -262,8 +262,7 @@ class GradientLARS(exclusions.ExclusionProperties):
             if param.dtype == numpy.float16:
                 self._delegate(rule, live)[0].arm(optimizer, path, None, call)
             else:  # ChainerX, tied
-                self._rescale(rule, param, path, 1.0 if param._loss_scale
-                              is None else param._loss_scale)
+                self._rescale(rule, param, path, param._loss_scale)
 
     def _build_plan(self, target, params):
         paths = {id(param): path for path, param in target.namedparams()}
