@@ -323,9 +323,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         self._place()
         return self
 
-    def _place(self, check=False):
-        """Path and flags (only cleared) of :meth:`create_update_rule`'s;
-        ``check``: the exclusion lists too (at the first update)."""
+    def _place(self):
+        """Path and flags (only cleared) of :meth:`create_update_rule`'s."""
         last = {id(p): (path, p) for path, p in self.target.namedparams()}
         for path, param in last.values():  # a tied one's: its last path
             rule = param.update_rule
@@ -333,9 +332,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                 rule._path, (wd, adapt) = path, self._rules.lookup(path)
                 rule.uses_weight_decay &= wd
                 rule.uses_adaptation &= adapt
-        if check:
-            self._rules.warn_unmatched(self._face, dict(last.values()), 3)
-        self._placed = check
+        self._placed = True
 
     def serialize(self, serializer):
         """Chainer's and the loss scaling it leaves out; before any is loaded,
@@ -378,7 +375,10 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                 '{0} is not set up: call optimizer.setup(link) first, then '
                 'update()'.format(type(self).__name__))
         if not self._placed:
-            self._place(True)
+            self._place()
+        if not getattr(self._rules, '_warned', False):  # once, all the paths
+            self._rules.warn_unmatched(self._face, dict(
+                self.target.namedparams()), 2)
         own = vars(self.hyperparam)  # values set directly: checked on change,
         if not _equal(own, self._checked):  # before the hooks and t
             self._check_values(own, '')

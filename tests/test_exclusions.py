@@ -159,3 +159,24 @@ def test_a_list_of_parameters_added_after_setup_is_not_warned_of():
         param.grad = param.array * 0 + 1
     opt.update()
     assert not model.head.W.update_rule.uses_adaptation
+
+
+@pytest.mark.parametrize('face', ['LARS', 'LAMB'])
+def test_a_rule_made_by_hand_before_the_first_update_keeps_its_flags(face):
+    # The lists are checked at the first update; the rules placed then are
+    # only those create_update_rule() made.
+    import chainer
+    import chainer_lars
+    model = chainer.Chain()
+    with model.init_scope():
+        model.fc = chainer.links.Linear(3, 2)
+    opt = getattr(chainer_lars, face)(exclude_from_weight_decay=['/b$'],
+                                      exclude_from_layer_adaptation=['/b$'])
+    opt.setup(model)
+    hand = getattr(chainer_lars, face + 'Rule')(opt.hyperparam)
+    model.fc.b.update_rule = hand
+    for param in model.params():
+        param.grad = param.array * 0 + 1
+    opt.update()
+    assert (hand.uses_weight_decay, hand.uses_adaptation) == (True, True)
+    assert model.fc.W.update_rule is not hand
