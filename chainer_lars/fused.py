@@ -315,7 +315,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
 
     def create_update_rule(self):
         rule = self._rule(self.hyperparam)
-        rule._lost, self._placed = self._lost, False
+        rule._lost, rule._path, self._placed = self._lost, '', False
         return rule
 
     def setup(self, link):
@@ -328,7 +328,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         last = {id(p): (path, p) for path, p in self.target.namedparams()}
         for path, param in last.values():  # a tied one's: its last path
             rule = param.update_rule
-            if isinstance(rule, self._rule) and rule._path is None:
+            if isinstance(rule, self._rule) and rule._path == '':  # (made)
                 rule._path, (wd, adapt) = path, self._rules.lookup(path)
                 rule.uses_weight_decay &= wd
                 rule.uses_adaptation &= adapt

@@ -161,10 +161,13 @@ def test_a_list_of_parameters_added_after_setup_is_not_warned_of():
     assert not model.head.W.update_rule.uses_adaptation
 
 
+@pytest.mark.parametrize('created', [False, True])
 @pytest.mark.parametrize('face', ['LARS', 'LAMB'])
-def test_a_rule_made_by_hand_before_the_first_update_keeps_its_flags(face):
+def test_a_rule_made_by_hand_before_the_first_update_keeps_its_flags(
+        face, created):
     # The lists are checked at the first update; the rules placed then are
-    # only those create_update_rule() made.
+    # only those create_update_rule() made (a rule made by hand beside one
+    # it made for a layer added after setup() lost its flags).
     import chainer
     import chainer_lars
     model = chainer.Chain()
@@ -175,8 +178,17 @@ def test_a_rule_made_by_hand_before_the_first_update_keeps_its_flags(face):
     opt.setup(model)
     hand = getattr(chainer_lars, face + 'Rule')(opt.hyperparam)
     model.fc.b.update_rule = hand
+    if created:
+        with model.init_scope():
+            model.head = chainer.links.Linear(2, 2)
+        for param in model.head.params():
+            param.update_rule = opt.create_update_rule()
     for param in model.params():
         param.grad = param.array * 0 + 1
     opt.update()
     assert (hand.uses_weight_decay, hand.uses_adaptation) == (True, True)
     assert model.fc.W.update_rule is not hand
+    if created:
+        rule = model.head.b.update_rule
+        assert (rule.uses_weight_decay, rule.uses_adaptation) == (
+            False, False)
