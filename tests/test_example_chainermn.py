@@ -266,13 +266,8 @@ def test_a_snapshot_that_recorded_the_other_dataset_s_flags_resumes(
     assert result.returncode == 0, result.stderr
     snapshot = str(out / 'snapshot_iter_{}'.format(
         (64 if dataset == 'mnist' else 32) // RANKS // BATCH_PER_RANK))
-    with numpy.load(snapshot) as npz:
-        entries = dict(npz)
-    from examples import cli
-    for name, value in recorded.items():
-        entries[cli.RunSettings.prefix + name] = numpy.asarray(value)
-    with open(snapshot, 'wb') as f:
-        numpy.savez(f, **entries)
+    from tests.test_examples import _rerecord
+    _rerecord(snapshot, **recorded)
     resumed = tmp_path / 'resumed'
     result = run_example(resumed, *flags + ['--resume', snapshot])
     assert result.returncode == 0, result.stderr

@@ -2924,20 +2924,12 @@ def test_trust_ratio_heatmap_s_labels_are_inside_the_picture(
     """A short run's figure is narrow (a quarter of an inch a column):
     the x label on one line was cut at both ends ("poch (each column...")
     at 1 and 2 epochs."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     import matplotlib.pyplot as plt
     keys = ['lars/ratio/predictor/l1/W', 'lars/ratio/predictor/l2/W']
     log = [{'epoch': e + 1, 'iteration': 10 * (e + 1), 'main/loss': 1.0,
             keys[0]: 0.1 * (e + 1), keys[1]: 0.2} for e in range(epochs)]
-    drawn = []
-    monkeypatch.setattr(plt.Figure, 'savefig',
-                        lambda figure, path, **kwargs: drawn.append(figure))
-    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every)(
-        LoggedTrainer(log, str(tmp_path)))
-    figure, = drawn
-    canvas = FigureCanvasAgg(figure)
-    canvas.draw()
-    renderer = canvas.get_renderer()
+    figure, renderer = _drawn_heatmap(keys, log, every, tmp_path,
+                                      monkeypatch)
     for axes in figure.axes:
         for text in (axes.xaxis.label, axes.yaxis.label, axes.title):
             if text.get_text():
@@ -2947,6 +2939,22 @@ def test_trust_ratio_heatmap_s_labels_are_inside_the_picture(
     plt.close(figure)
 
 
+def _drawn_heatmap(keys, log, every, tmp_path, monkeypatch):
+    """The trust-ratio heat map of ``log``, drawn: its figure and renderer
+    (``plt.close(figure)`` after)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    import matplotlib.pyplot as plt
+    drawn = []
+    monkeypatch.setattr(plt.Figure, 'savefig',
+                        lambda figure, path, **kwargs: drawn.append(figure))
+    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every)(
+        LoggedTrainer(log, str(tmp_path)))
+    figure, = drawn
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    return figure, canvas.get_renderer()
+
+
 @pytest.mark.parametrize('depth', [None, 8, 56, 110])
 @pytest.mark.parametrize('every', [None, 4])
 def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
@@ -2954,7 +2962,6 @@ def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
     """One size for every model's row labels, and no two overlap: the
     figure grows a row's height with each row. The font shrank with the
     rows instead, to 4 points for ResNet-110's 112 (illegible)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     import matplotlib.pyplot as plt
     if depth is None:  # the MLP's 3 weight arrays
         keys = ['lars/ratio/predictor/l{}/W'.format(i) for i in (1, 2, 3)]
@@ -2965,15 +2972,8 @@ def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
     log = [{'epoch': e + 1, 'iteration': 10 * (e + 1), 'main/loss': 1.0,
             **{key: 0.01 * (k + 1) * (e + 1) for k, key in enumerate(keys)}}
            for e in range(2)]
-    drawn = []
-    monkeypatch.setattr(plt.Figure, 'savefig',
-                        lambda figure, path, **kwargs: drawn.append(figure))
-    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every)(
-        LoggedTrainer(log, str(tmp_path)))
-    figure, = drawn
-    canvas = FigureCanvasAgg(figure)
-    canvas.draw()
-    renderer = canvas.get_renderer()
+    figure, renderer = _drawn_heatmap(keys, log, every, tmp_path,
+                                      monkeypatch)
     labels = [t for t in figure.axes[0].get_yticklabels() if t.get_text()]
     assert len(labels) == len(keys)
     assert {t.get_fontsize() for t in labels} == {plots.ROW_LABEL_POINTS}

@@ -151,14 +151,24 @@ def test_a_list_of_parameters_added_after_setup_is_not_warned_of():
         model.body = chainer.links.Linear(3, 2)
     opt = chainer_lars.LARS(exclude_from_layer_adaptation=['/head/'])
     opt.setup(model)
+    _add_head(model, opt)
+    _step(model, opt)
+    assert not model.head.W.update_rule.uses_adaptation
+
+
+def _add_head(model, opt):
+    """A layer added after setup(), its rules made by the optimizer."""
+    import chainer
     with model.init_scope():
         model.head = chainer.links.Linear(2, 2)
     for param in model.head.params():
         param.update_rule = opt.create_update_rule()
+
+
+def _step(model, opt):
     for param in model.params():
         param.grad = param.array * 0 + 1
     opt.update()
-    assert not model.head.W.update_rule.uses_adaptation
 
 
 @pytest.mark.parametrize('created', [False, True])
@@ -179,13 +189,8 @@ def test_a_rule_made_by_hand_before_the_first_update_keeps_its_flags(
     hand = getattr(chainer_lars, face + 'Rule')(opt.hyperparam)
     model.fc.b.update_rule = hand
     if created:
-        with model.init_scope():
-            model.head = chainer.links.Linear(2, 2)
-        for param in model.head.params():
-            param.update_rule = opt.create_update_rule()
-    for param in model.params():
-        param.grad = param.array * 0 + 1
-    opt.update()
+        _add_head(model, opt)
+    _step(model, opt)
     assert (hand.uses_weight_decay, hand.uses_adaptation) == (True, True)
     assert model.fc.W.update_rule is not hand
     if created:
