@@ -21,9 +21,8 @@ class ExclusionRules(object):
 
     def lookup(self, path):
         """``(uses_weight_decay, uses_adaptation)`` for ``path``."""
-        return tuple(not any(p.search(path) for p in patterns)
-                     for patterns in (self.exclude_from_weight_decay,
-                                      self.exclude_from_layer_adaptation))
+        return tuple(not any(p.search(path) for p in getattr(self, name))
+                     for name in _NAMES)
 
     def warn_unmatched(self, face, paths, stacklevel):
         """Warns, once, of a list that matches none of ``paths``."""
