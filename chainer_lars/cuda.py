@@ -439,7 +439,8 @@ class _DeviceState(object):
         self.signature = [(group.gdtype, w.shape, tuple(  # C-contiguous
             s * group.gdtype.itemsize // w.itemsize for s in w.strides))
             for w in group.weights] if self.direct.all() else None
-        self.empty = numpy.array(sizes) == 0
+        self.nbytes = numpy.array(sizes, numpy.int64) * group.gdtype.itemsize
+        self.empty = self.nbytes == 0
         words = 5 * n + -(-group.rows.size * self.compute_dtype.itemsize // 8)
         self.ring = [[empty_pinned(xp, words, numpy.int64), None]
                      for _ in range(self.RING)]
@@ -473,6 +474,15 @@ class _DeviceState(object):
         slot[1] = stream.record(slot[1])
 
 
+def _overlapping(start, nbytes):
+    """Which of the byte ranges at ``start`` (0: none) overlap another."""
+    order = numpy.argsort(start)
+    start = start[order]
+    end = numpy.maximum.accumulate(start + nbytes[order] * (start > 0))
+    run = numpy.cumsum(numpy.r_[True, start[1:] >= end[:-1]])  # their runs
+    return order[numpy.bincount(run)[run] > 1]
+
+
 class CudaExecutor(object):
 
     """The executor of CUDA devices (see :mod:`chainer_lars.engine`)."""
@@ -483,24 +493,26 @@ class CudaExecutor(object):
 
     def take(self, plan, groups, grads):
         """Each group's gradient pointers the kernels take as they are (0:
-        not taken; an empty array's, 0 in CuPy, 1), and how many are not."""
+        not taken; an empty array's, 0 in CuPy, 1; gradients that share the
+        memory the op writes: the engine's, in turn), how many are not."""
         found, missing = [], 0
         for group, g in zip(groups, grads):
             state = group.state
-            try:
-                if list(map(_SIGNATURE, g)) == state.signature:
-                    found.append(numpy.array(list(map(
-                        _POINTER, g)), numpy.int64) | state.empty)
-                    continue
-            except AttributeError:  # a gradient is None
-                pass
-            found.append(numpy.array([
+            try:  # (AttributeError: a gradient is None, or NumPy's)
+                fast = list(map(_SIGNATURE, g)) == state.signature and list(
+                    map(_POINTER, g))
+            except AttributeError:
+                fast = []
+            p = numpy.array(fast or [
                 a.data.ptr or 1 if isinstance(a, type(state.words)) and ok
                 and a.shape == shape and a.dtype == group.gdtype
                 and supports(a) else 0  # (a NumPy one: a model moved)
                 for a, shape, ok in zip(g, state.shapes, state.direct)],
-                numpy.int64))
-            missing += len(g) - numpy.count_nonzero(found[-1])
+                numpy.int64) | (state.empty & bool(fast))
+            if not group.mixed16 and 1 in L.written(group.op, group.scaled):
+                p[_overlapping(p * ~state.empty, state.nbytes)] = 0
+            found.append(p)
+            missing += len(g) - numpy.count_nonzero(p)
         return found, missing
 
     def update(self, plan, grads):

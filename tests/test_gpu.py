@@ -679,6 +679,62 @@ def test_executor_takes_what_it_can_and_the_engine_the_rest(gpu):
     assert sorted(engine.observe(group.last)) == ['/p0', '/p2', '/p3', '/p4']
 
 
+def test_overlapping_marks_the_rows_that_share_memory():
+    """The rows whose byte ranges overlap another's: one array given to
+    two rows, views that overlap; not those that only touch, nor empty
+    or untaken rows (start 0) inside another's range."""
+    start = numpy.array([64, 0, 64, 200, 208, 264, 0, 300], numpy.int64)
+    nbytes = numpy.array([16, 8, 16, 16, 8, 8, 0, 8], numpy.int64)
+    assert sorted(cuda_kernels._overlapping(start, nbytes)) == [0, 2, 3, 4]
+    assert not len(cuda_kernels._overlapping(start[5:], nbytes[5:]))
+
+
+@pytest.mark.parametrize('share', ['same', 'overlapping'])
+@pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_gradients_sharing_memory_are_written_in_turn_as_the_cpu(
+        gpu, share, face, multi_tensor, dtype):
+    """Two parameters given one gradient array, or overlapping views of
+    one: where the op writes the gradient (the hook; LARS and LAMB under a
+    loss scale), each is stepped in turn, after the others' launch, as on
+    the CPU (a launch would write the same memory from two rows at once);
+    where it only reads it (no loss scale), they stay in the launch."""
+    n = THREADS + 3
+    for scale in (8.0, None):
+        cpu, dev = _pair(gpu, [n, n, 5], dtype)
+        observers = []
+        for model in (cpu, dev):
+            xp = model.l0.W.device.xp
+            if face == 'hook':
+                opt = optimizers.MomentumSGD(lr=0.05)
+                observers.append(chainer_lars.GradientLARS(
+                    weight_decay=1e-3, multi_tensor=multi_tensor))
+                opt.setup(model)
+                opt.add_hook(observers[-1])
+            else:
+                opt = getattr(chainer_lars, face)(multi_tensor=multi_tensor)
+                observers.append(opt)
+                opt.setup(model)
+            if scale is not None:
+                opt.loss_scaling(scale=scale)
+            for step in range(2):  # the first makes the states, per rule
+                rng = numpy.random.RandomState(step)
+                base = xp.asarray(rng.standard_normal(2 * n).astype(dtype))
+                model.l0.W.grad = base[:n]
+                model.l1.W.grad = base[3 * (share != 'same'):][:n]
+                for param in model.params():
+                    param._loss_scale = scale
+                del gpu.launches[:]
+                opt.update()
+        if multi_tensor:  # one group's two launches; each shared row's two
+            assert len(gpu.launches) == (
+                6 if scale or face == 'hook' else 2), gpu.launches
+        _assert_close(_host(dev), _host(cpu), dtype)
+        _assert_close(_host(dev, 'grad'), _host(cpu, 'grad'), dtype)
+        _assert_same_observations(observers, dtype)
+
+
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('multi_tensor', [True, False])
 def test_hook_rescales_strided_gradients_as_the_cpu(gpu, dtype, multi_tensor):
