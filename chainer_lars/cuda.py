@@ -509,7 +509,8 @@ class CudaExecutor(object):
                 and supports(a) else 0  # (a NumPy one: a model moved)
                 for a, shape, ok in zip(g, state.shapes, state.direct)],
                 numpy.int64) | (state.empty & bool(fast))
-            if not group.mixed16 and 1 in L.written(group.op, group.scaled):
+            if len(g) > 1 and not group.mixed16 and 1 in L.written(
+                    group.op, group.scaled):
                 p[_overlapping(p * ~state.empty, state.nbytes)] = 0
             found.append(p)
             missing += len(g) - numpy.count_nonzero(p)
