@@ -14,10 +14,8 @@ from chainer_lars import layout as L
 from chainer_lars import ratio
 
 
-_REDUCE = {'reassoc', 'contract'}
-_ELEMENTWISE = {'contract'}
-_DIVIDES = {'error_model': 'numpy'}
-_JIT = dict(nogil=True, cache=True)
+_REDUCE, _ELEMENTWISE = {'reassoc', 'contract'}, {'contract'}  # fastmath
+_DIVIDES, _JIT = dict(error_model='numpy'), dict(nogil=True, cache=True)
 
 trust_ratio = numba.njit(**_JIT)(ratio.trust_ratio)
 
