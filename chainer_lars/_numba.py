@@ -314,8 +314,7 @@ def multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op):
         obs[k, 3] = 0.0
         w = _array(table[k, L.W], size, like_w)
         g = _array(gptr[k], size, like_g)
-        mixed = table[k, L.OUT] != 0
-        s = rows[k, L.LOSS_SCALE]
+        mixed, s = table[k, L.OUT] != 0, rows[k, L.LOSS_SCALE]
         if op != L.RESCALE and s != 1.0 and not mixed:
             one = numpy.empty(1, like_g.dtype)
             store(one, 0, s)
