@@ -153,8 +153,7 @@ class Record(object):
     of a gradient (``grads``), read by ``_numba.restamp`` in one call."""
 
     def __init__(self, groups):
-        jit = _jit()
-        self.groups = groups
+        jit, self.groups = _jit(), groups
         held = [(k, a, j) for k, g in enumerate(groups)
                 for w, states, x in zip(g.weights, g.states, g.extras)
                 for j, a in enumerate((w,) + states + (x,) * (x is not None))]
