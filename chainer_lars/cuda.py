@@ -266,8 +266,7 @@ extern "C" __global__ void chainer_lars_multi_momentum(
     G* g = (G*)words[T + t];
     S* v = (S*)words[2 * T + t];
     G* h = (G*)words[4 * T + t];
-    const C a = s[LARS_LR] * stats[3 * t];
-    const C b = a * s[LARS_WEIGHT_DECAY];
+    const C a = s[LARS_LR] * stats[3 * t], b = a * s[LARS_WEIGHT_DECAY];
     const C momentum = s[LARS_MOMENTUM];
     const bool nesterov = s[LARS_NESTEROV] != (C)0;
     const bool packed = lars_aligned(w) && lars_aligned(g) && lars_aligned(v)
