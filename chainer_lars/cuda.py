@@ -227,8 +227,7 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
     }}
 }}
 
-// g / loss_scale: in place and as stored, as Chainer's rules (mixed16:
-// on the fly).
+// g / loss_scale: in place and as stored, as in Chainer (mixed16: on the fly).
 __device__ __forceinline__ void lars_unscaled(
         G* g, long long i, int n, bool p, C loss_scale, C* x) {{
     lars_get(g, i, n, p, x);
