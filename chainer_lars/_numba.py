@@ -14,10 +14,8 @@ from chainer_lars import layout as L
 from chainer_lars import ratio
 
 
-_REDUCE = {'reassoc', 'contract'}
-_ELEMENTWISE = {'contract'}
-_DIVIDES = {'error_model': 'numpy'}
-_JIT = dict(nogil=True, cache=True)
+_REDUCE, _ELEMENTWISE = {'reassoc', 'contract'}, {'contract'}  # fastmath
+_DIVIDES, _JIT = dict(error_model='numpy'), dict(nogil=True, cache=True)
 
 trust_ratio = numba.njit(**_JIT)(ratio.trust_ratio)
 
@@ -316,8 +314,7 @@ def multi_update(table, gptr, rows, obs, like_w, like_g, like_c, op):
         obs[k, 3] = 0.0
         w = _array(table[k, L.W], size, like_w)
         g = _array(gptr[k], size, like_g)
-        mixed = table[k, L.OUT] != 0
-        s = rows[k, L.LOSS_SCALE]
+        mixed, s = table[k, L.OUT] != 0, rows[k, L.LOSS_SCALE]
         if op != L.RESCALE and s != 1.0 and not mixed:
             one = numpy.empty(1, like_g.dtype)
             store(one, 0, s)

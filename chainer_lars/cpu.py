@@ -153,15 +153,13 @@ class Record(object):
     of a gradient (``grads``), read by ``_numba.restamp`` in one call."""
 
     def __init__(self, groups):
-        jit = _jit()
-        self.groups = groups
+        jit, self.groups = _jit(), groups
         held = [(k, a, j) for k, g in enumerate(groups)
                 for w, states, x in zip(g.weights, g.states, g.extras)
                 for j, a in enumerate((w,) + states + (x,) * (x is not None))]
         self.held = numpy.zeros((len(held), jit.STAMPED + jit.STAMP),
                                 numpy.int64)
-        self.held[:, jit.ID] = [id(a) for _, a, _ in held]
-        self.held[:, jit.GROUP] = [k for k, _, _ in held]
+        self.held[:, [jit.ID, jit.GROUP]] = [(id(a), k) for k, a, _ in held]
         jit.stamp(self.held, _NDARRAY)
         self.changed = numpy.zeros(len(groups), numpy.int64)
         # A row a field (one layout, one compile): ids, addresses, ...

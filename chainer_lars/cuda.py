@@ -227,8 +227,7 @@ extern "C" __global__ void chainer_lars_multi_scale_add(
     }}
 }}
 
-// g / loss_scale: in place and as stored, as Chainer's rules (mixed16:
-// on the fly).
+// g / loss_scale: in place and as stored, as in Chainer (mixed16: on the fly).
 __device__ __forceinline__ void lars_unscaled(
         G* g, long long i, int n, bool p, C loss_scale, C* x) {{
     lars_get(g, i, n, p, x);
@@ -266,8 +265,7 @@ extern "C" __global__ void chainer_lars_multi_momentum(
     G* g = (G*)words[T + t];
     S* v = (S*)words[2 * T + t];
     G* h = (G*)words[4 * T + t];
-    const C a = s[LARS_LR] * stats[3 * t];
-    const C b = a * s[LARS_WEIGHT_DECAY];
+    const C a = s[LARS_LR] * stats[3 * t], b = a * s[LARS_WEIGHT_DECAY];
     const C momentum = s[LARS_MOMENTUM];
     const bool nesterov = s[LARS_NESTEROV] != (C)0;
     const bool packed = lars_aligned(w) && lars_aligned(g) && lars_aligned(v)

@@ -257,8 +257,7 @@ def _route(group, grads, gptr):
 
 
 def _run(group, grads, gptr, copies, passes, left):
-    if group.last.copies:
-        group.last.copies = {}
+    group.last.copies = {}  # this update's, filled below
     group.executor.run(group, gptr)
     for k in passes:  # observed in the table's rows
         cpu.numpy_update(group.rows[k], group.state.obs[k], group.op,

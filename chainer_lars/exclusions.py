@@ -14,10 +14,9 @@ class ExclusionRules(object):
 
     def __init__(self, exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=()):
-        self.exclude_from_weight_decay = checks.patterns(
-            'exclude_from_weight_decay', exclude_from_weight_decay)
-        self.exclude_from_layer_adaptation = checks.patterns(
-            'exclude_from_layer_adaptation', exclude_from_layer_adaptation)
+        lists = exclude_from_weight_decay, exclude_from_layer_adaptation
+        for name, patterns in zip(_NAMES, lists):  # each checked in turn
+            setattr(self, name, checks.patterns(name, patterns))
 
     def lookup(self, path):
         """``(uses_weight_decay, uses_adaptation)`` for ``path``."""

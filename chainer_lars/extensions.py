@@ -210,9 +210,7 @@ class TrustRatioObserver(extension.Extension):
 
     """
 
-    trigger = 1, 'epoch'
-    priority = extension.PRIORITY_WRITER
-
+    trigger, priority = (1, 'epoch'), extension.PRIORITY_WRITER
     quantities = ('ratio', 'w_norm', 'g_norm')
 
     def __init__(self, source=None, prefix='lars', pattern=None):
@@ -277,8 +275,7 @@ class LossScaleState(extension.Extension):
 
     """
 
-    trigger = 1, 'iteration'
-    priority = extension.PRIORITY_WRITER
+    trigger, priority = (1, 'iteration'), extension.PRIORITY_WRITER
 
     def __init__(self, optimizer):
         self._optimizer = checks.optimizer('optimizer', optimizer)

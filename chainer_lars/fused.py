@@ -491,8 +491,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
     @engine.raw_arrays
     def _update_params(self, params, grads=None):
         """``param.update()`` of every parameter, batched; returns the rest."""
-        plan = self._plans.get(self, params, self._build_plan)
-        picks = []
+        plan, picks = self._plans.get(self, params, self._build_plan), []
         for group, where in zip(plan.groups, plan.where):
             engine.settings(group, self._key(group), self._rule._fill_group)
             picks.append(list(map(engine.GRAD, group.params)) if grads is None

@@ -130,9 +130,7 @@ class GradientLARS(exclusions.ExclusionProperties):
 
     """
 
-    name = 'GradientLARS'
-    call_for_each_param = False
-    timing = 'pre'
+    name, timing, call_for_each_param = 'GradientLARS', 'pre', False
     adapts_gradients = True  # LARS refuses us (checks.double_adaptation)
     _warned = False  # of a float16 step that rounded away
 

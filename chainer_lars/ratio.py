@@ -21,8 +21,7 @@ def trust_ratio(w_norm, d_norm, weight_decay, eps, trust_coefficient,
     return r
 
 
-#: :func:`trust_ratio` for the device, in a compute type ``C``; ``clip_lr
-#: < 0``: no clipping.
+#: :func:`trust_ratio` in CUDA C, compute type ``C``; ``clip_lr < 0``: no clip.
 CUDA_TRUST_RATIO = r'''
 template <typename C>
 __device__ __forceinline__ C chainer_lars_trust_ratio(
