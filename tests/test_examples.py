@@ -4,6 +4,7 @@ The datasets are conftest.py's ``dataset_root``: MNIST of 64 training and 32
 test images, CIFAR of 32 and 16.
 """
 
+import argparse
 import importlib
 import importlib.util
 import json
@@ -710,6 +711,46 @@ def test_mnist_results_takes_a_diverged_run_as_done(dataset_root,
     assert '$ python' not in capsys.readouterr().out
     assert results.main(argv[:-4] + ['--out', out, '--check', os.path.join(
         out, 'results.md')]) == 0
+
+
+def test_mnist_results_commands_run_from_the_root(tmp_path, monkeypatch,
+                                                  capsys):
+    """The commands shown run the trainer as a module, from the repository
+    root: wherever results.py runs, their -o is the run's folder from
+    there, and the line printed here goes there first."""
+    results = importlib.import_module('examples.mnist.results')
+    monkeypatch.chdir(tmp_path)
+    assert results.main(['--batchsizes', '32', '--optimizers', 'lars',
+                         '--epoch', '1', '--out', 'mine', '--check']) == 2
+    missing = capsys.readouterr().err.splitlines()[-1].strip()
+    folder = str(tmp_path / 'mine' / 'b32-lars-s0')
+    assert missing == '(cd {} && {})'.format(
+        shlex.quote(REPO_ROOT), shlex.join(
+            results.TRAINER + ['--batchsize', '32', '--optimizer', 'lars',
+                               '--epoch', '1', '-o', folder]))
+    # Folders under the root are shown from it (the README's
+    # results_mnist/...), from any folder results.py runs in.
+    monkeypatch.chdir(os.path.join(REPO_ROOT, 'examples', 'mnist'))
+    assert results.shown_out('results_mnist') == os.path.join(
+        'examples', 'mnist', 'results_mnist')
+    assert results.shown_out(os.path.join(
+        REPO_ROOT, 'results_mnist', 'b128-lars-s0')) == os.path.join(
+            'results_mnist', 'b128-lars-s0')
+    assert results.shown_out(str(tmp_path)) == str(tmp_path)
+    args = argparse.Namespace(batchsizes=[32], optimizers=['lars'],
+                              seeds=[0], epoch=1, flags=[], device='-1',
+                              out='results_mnist')
+    md, rst = results.tables(
+        {(32, 'lars', 0): [{'epoch': 1, 'test/main/accuracy': 0.5}]}, args)
+    line = ('python -m examples.mnist.train_mnist --batchsize 32 '
+            '--optimizer lars --epoch 1 -o examples/mnist/results_mnist/'
+            'b32-lars-s0')
+    assert ('Commands (from the repository root, with '
+            '`CHAINER_DATASET_ROOT` pointing at the MNIST cache):\n\n```\n'
+            + line + '\n```') in md
+    assert ('Commands (from the repository root, with '
+            '``CHAINER_DATASET_ROOT`` pointing at the MNIST cache)::\n\n'
+            '    ' + line + '\n') in rst
 
 
 @pytest.mark.parametrize('flags', [
