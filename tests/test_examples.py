@@ -1538,7 +1538,9 @@ def test_resume_without_the_warmup_given_says_the_default_was_taken(
                  '--snapshots', '2'])
     capsys.readouterr()
     snapshot = cli.snapshots_in(str(run))[0]
-    err = usage_error(main, args + ['--resume', snapshot], capsys)
+    # Another --out: the run in its own went on past it.
+    err = usage_error(main, args + ['--resume', snapshot, '--out',
+                                    str(tmp_path / 'resumed')], capsys)
     assert says in err, err
 
 
@@ -1810,7 +1812,9 @@ def test_resume_without_out_writes_on_in_the_folder_of_its_snapshot(
     assert not (tmp_path / 'result').exists()
     assert without_time(read_log(str(run))) == without_time(log)
     assert (run / 'snapshot_iter_4').exists()
-    # In the current folder, relative: the folder is '.'.
+    # In the current folder, relative: the folder is '.' (without the
+    # later snapshot, which would refuse it).
+    os.remove(str(run / 'snapshot_iter_4'))
     monkeypatch.chdir(str(run))
     assert cifar.parse_args(args[:-1] + ['lines', '--resume',
                                          'snapshot_iter_2']).out == '.'
@@ -1921,6 +1925,48 @@ def test_resume_of_a_finished_run_says_so(mnist, mnist_snapshot,
             'epoch 2 of --epoch 2' in err), err
     assert 'larger --epoch' in err
     assert not out.exists()
+
+
+def test_resume_in_a_folder_whose_run_went_on_is_refused(
+        mnist, dataset_root, tmp_path, capsys):
+    """--resume of a snapshot whose run went on past it in --out (later
+    snapshots there, finished or not) is refused before anything there
+    changes: the resumed run would write over its log, plots and later
+    snapshots. The latest resumes there; an earlier one into another
+    --out."""
+    args = ['-b', '32', '-u', '8', '--warmup-epochs', '1', '-e', '3']
+    out = tmp_path / 'run'
+    mnist.main(args + ['--out', str(out), '--snapshots', '3'])
+
+    def contents():
+        return {p.name: p.read_bytes() for p in out.iterdir()}
+    before = contents()
+    names = sorted((n for n in before if n.startswith('snapshot_iter_')),
+                   key=lambda n: int(n.rsplit('_', 1)[1]))
+    first, second, last = (str(out / n) for n in names)
+    err = usage_error(mnist.main, args + ['--resume', first], capsys)
+    assert ('error: --out {0}: holds the run of --resume {1} gone on past '
+            'that snapshot ({2}, {3}, finished), which a run resumed there '
+            'would write over (its log, plots and snapshots); give another '
+            '--out to go on from {1} in a folder of its own\n'.format(
+                out, first, names[1], names[2])) in err, err
+    assert contents() == before
+    os.remove(last)  # a run stopped after its second epoch
+    del before[names[2]]
+    err = usage_error(mnist.main, args + ['--resume', first], capsys)
+    assert ('error: --out {0}: holds the run of --resume {1} gone on past '
+            'that snapshot ({2}), which a run resumed there would write '
+            'over (its log, plots and snapshots); continue it from its '
+            'latest snapshot, --resume {3}, or give another --out to go on '
+            'from {1} in a folder of its own\n'.format(
+                out, first, names[1], second)) in err, err
+    assert contents() == before
+    branch = tmp_path / 'branch'
+    mnist.main(args + ['--resume', first, '--out', str(branch)])
+    mnist.main(args + ['--resume', second])
+    assert without_time(read_log(str(branch))) == without_time(
+        read_log(str(out)))
+    assert read_log(str(out))[-1]['epoch'] == 3
 
 
 def test_resume_refuses_another_precision_or_dataset(
