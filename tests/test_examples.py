@@ -2925,6 +2925,24 @@ def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
     assert 4 <= len(plots.ratio_ticks(0.1001, 0.1002)) <= 12
 
 
+@pytest.mark.parametrize('low,high,room,ticks', [
+    (0.01, 0.09, 0.0, [0.01, 0.015, 0.02, 0.03, 0.05, 0.07]),
+    (0.01, 0.09, 0.13, [0.01, 0.02, 0.05]),  # 0.015 to 0.02 is 0.125
+    (0.01, 0.09, 0.5, [0.01, 0.09]),
+    (0.011, 0.019, 0.1, [0.011, 0.011 * (19 / 11) ** 0.5, 0.019]),
+    (0.011, 0.019, 1.0, [0.011, 0.019]),
+])
+def test_trust_ratio_colour_bar_s_ticks_keep_their_room(low, high, room,
+                                                        ticks):
+    """No two ticks closer than ``room`` decades (a label's height on the
+    bar): the round ticks that have it, 3 at least, else fewer evenly
+    spaced ones, the ends at least."""
+    got = plots.ratio_ticks(low, high, room=room)
+    assert got == pytest.approx(ticks)
+    assert len(got) == 2 or all(math.log10(b / a) >= room
+                                for a, b in zip(got, got[1:]))
+
+
 class LoggedTrainer(object):
     """What TrustRatioHeatmap reads of a trainer: the log and ``out``."""
 
@@ -3026,7 +3044,7 @@ def test_trust_ratio_heatmap_s_labels_are_inside_the_picture(
     plt.close(figure)
 
 
-def _drawn_heatmap(keys, log, every, tmp_path, monkeypatch):
+def _drawn_heatmap(keys, log, every, tmp_path, monkeypatch, title=None):
     """The trust-ratio heat map of ``log``, drawn: its figure and renderer
     (``plt.close(figure)`` after)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -3034,8 +3052,8 @@ def _drawn_heatmap(keys, log, every, tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(plt.Figure, 'savefig',
                         lambda figure, path, **kwargs: drawn.append(figure))
-    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every)(
-        LoggedTrainer(log, str(tmp_path)))
+    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every,
+                            title=title)(LoggedTrainer(log, str(tmp_path)))
     figure, = drawn
     canvas = FigureCanvasAgg(figure)
     canvas.draw()
@@ -3070,6 +3088,42 @@ def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
     for below, above in zip(boxes, boxes[1:]):
         assert below.y1 <= above.y0, (below, above)
     assert boxes[0].y0 >= 0 and boxes[-1].y1 <= figure.bbox.height
+    plt.close(figure)
+
+
+@pytest.mark.parametrize('low,high', [(0.01, 0.09), (0.0015, 0.012),
+                                      (0.011, 0.019), (1e-4, 1.0)])
+@pytest.mark.parametrize('depth', [None, 8, 110])
+def test_trust_ratio_heatmap_s_colour_bar_labels_are_apart(
+        cifar, tmp_path, monkeypatch, depth, low, high):
+    """The colour bar is as long as the rows: the MLP's 3 rows had 6 labels
+    over 0.01 to 0.09 (0.01, 0.015 and 0.02 collided); its ticks have a
+    label's room. ResNet-8's and -110's long bars keep theirs."""
+    import matplotlib.pyplot as plt
+    if depth is None:  # the MLP's 3 weight arrays
+        keys = ['lars/ratio/predictor/l{}/W'.format(i) for i in (1, 2, 3)]
+    else:
+        keys = ['lars/ratio' + path for path in recipe.parameter_paths(
+            chainer.links.Classifier(cifar.ResNet(depth, 10)))
+            if path.endswith('/W')]
+    cells = 10 * len(keys)
+    log = [{'epoch': e + 1, 'iteration': 10 * (e + 1), 'main/loss': 1.0,
+            **{key: low * (high / low) ** ((10 * k + e) / (cells - 1))
+               for k, key in enumerate(keys)}} for e in range(10)]
+    figure, renderer = _drawn_heatmap(
+        keys, log, None, tmp_path, monkeypatch,
+        title='lars, batch 8192, peak lr 2.82843, float32')
+    bar = figure.axes[1]
+    labels = [t for t in bar.get_yticklabels() if t.get_text()]
+    assert len(labels) >= 3
+    boxes = sorted((t.get_window_extent(renderer) for t in labels),
+                   key=lambda box: box.y0)
+    # At least a fifth of a label's height between two.
+    space = 0.2 * labels[0].get_fontsize() * figure.dpi / 72
+    for below, above in zip(boxes, boxes[1:]):
+        assert above.y0 - below.y1 >= space, [t.get_text() for t in labels]
+    if depth is not None:  # as many as before: the bars are long
+        assert len(labels) == len(plots.ratio_ticks(low, high))
     plt.close(figure)
 
 
