@@ -57,7 +57,8 @@ HELP = {
               'GPU',
     'out': 'Directory to output the result; a new run refuses one that '
            "holds another run's log or snapshots (see --overwrite), a "
-           "resumed run one that holds a run other than its snapshot's "
+           "resumed run one that holds a run other than its snapshot's, "
+           'or its run gone on past the snapshot (a later snapshot) '
            '(default: result; with --resume, the folder of its snapshot, '
            'where the run goes on)',
     'overwrite': "Start a new run in an --out that holds another run's: "
@@ -596,6 +597,22 @@ def path_problem(args):
                     '--resume {} continues; give --out {} (the folder of '
                     'that snapshot), or an --out that holds no run'.format(
                         args.out, what, args.resume, folder))
+        # The run there went on past the snapshot: the resumed run would
+        # write over its log, its plots and its later snapshots.
+        later = _later_snapshots(args.out, args.resume)
+        if later:
+            finished = _finished(later[-1])
+            return ('--out {}: holds the run of --resume {} gone on past '
+                    'that snapshot ({}{}), which a run resumed there would '
+                    'write over (its log, plots and snapshots); {}give '
+                    'another --out to go on from {} in a folder of its '
+                    'own'.format(
+                        args.out, args.resume,
+                        ', '.join(os.path.basename(p) for p in later),
+                        ', finished' if finished else '',
+                        '' if finished else 'continue it from its latest '
+                        'snapshot, --resume {}, or '.format(later[-1]),
+                        args.resume))
     if args.dataset_root is not None:
         problem = folders.folder_problem(args.dataset_root, create=False)
         if problem is not None:
@@ -623,6 +640,22 @@ def _same_folder(a, b):
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def _later_snapshots(out, snapshot):
+    """The paths of the snapshots in ``out`` of later iterations than
+    ``snapshot`` (``snapshots_in``'s); none where ``snapshot`` cannot be
+    read (``check_resume`` says what is wrong with it)."""
+    try:
+        iteration = _whole_number(snapshot, 'updater/iteration')
+    except (OSError, ValueError, KeyError, EOFError, TypeError,
+            zipfile.BadZipFile, zlib.error):
+        return []
+    if iteration is None:
+        return []
+    return [path for path in snapshots_in(out) if int(re.match(
+        r'snapshot_iter_(\d+)$', os.path.basename(path)).group(1))
+        > iteration]
 
 
 def _continues(out, snapshot):

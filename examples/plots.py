@@ -218,6 +218,9 @@ class IterationPlot(training.Extension):
 #: this size with its ascenders and descenders fits its row. (It shrank
 #: with the rows before, to 4 points for ResNet-110's 112: illegible.)
 ROW_LABEL_POINTS = 9
+#: The least distance between the centres of two of the heat map's colour
+#: bar labels, in label sizes: a label is about 1.2 high, so 0.3 between.
+TICK_LABEL_SPACING = 1.5
 
 
 class TrustRatioHeatmap(training.Extension):
@@ -278,6 +281,7 @@ class TrustRatioHeatmap(training.Extension):
 
     def __call__(self, trainer):
         import matplotlib.colors
+        import matplotlib.font_manager
         import matplotlib.pyplot as plt
         import matplotlib.ticker
         log, edges = self._columns(trainer.get_extension('LogReport').log)
@@ -335,24 +339,39 @@ class TrustRatioHeatmap(training.Extension):
                       'diverged in epoch {}:\nloss not finite, not drawn'
                       .format(math.floor(first) + 1), ha='center',
                       va='center', color='red', fontsize=9)
+        bar = None
         if ratios.count():
             bar = figure.colorbar(image, ax=axes,
                                   label='trust ratio (log scale)')
-            ticks = ratio_ticks(low, high)
             bar.ax.minorticks_off()
+        figure.tight_layout()
+        if bar is not None:
+            # The bar's length is known once laid out: as short as the
+            # MLP's 3 rows, 5 labels of a narrow range collided.
+            length = (bar.ax.get_position().height * figure.get_figheight()
+                      * 72)
+            size = matplotlib.font_manager.FontProperties(
+                size=matplotlib.rcParams['ytick.labelsize']
+            ).get_size_in_points()
+            ticks = ratio_ticks(low, high, room=(
+                TICK_LABEL_SPACING * size / length * math.log10(high / low)))
             bar.set_ticks(ticks)
             bar.set_ticklabels(['{:.3g}'.format(t) for t in ticks])
-        figure.tight_layout()
+            figure.tight_layout()  # the labels' width
         figure.savefig(os.path.join(trainer.out, self._filename))
         plt.close(figure)
 
 
-def ratio_ticks(low, high):
-    """Ticks for a log-scale colour bar from ``low`` to ``high``: 4 to 12.
+def ratio_ticks(low, high, room=0.0):
+    """Ticks for a log-scale colour bar from ``low`` to ``high``: 4 to 12,
+    no two closer than ``room`` decades (a label's room on the bar).
 
     Round values (1, 2, 5 times a power of ten, or finer steps over a
-    narrow range), else evenly spaced ones on the log scale.
+    narrow range), else evenly spaced ones on the log scale. Where no
+    round set of 4 has the room, the round set of 3 that has it, else as
+    many evenly spaced ones as have it, 2 at least (the ends).
     """
+    fewer = []
     for mantissas in ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7),
                       (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
         ticks = [float('{:.6g}'.format(m * 10.0 ** e))
@@ -361,9 +380,19 @@ def ratio_ticks(low, high):
                  for m in mantissas]
         ticks = [t for t in ticks
                  if low * (1 - 1e-9) <= t <= high * (1 + 1e-9)]
+        if not all(math.log10(b / a) >= room * (1 - 1e-9)
+                   for a, b in zip(ticks, ticks[1:])):
+            continue
         if 4 <= len(ticks) <= 12:
             return ticks
-    return list(numpy.geomspace(low, high, 5))
+        if len(ticks) == 3:
+            fewer = ticks
+    if fewer:
+        return fewer
+    count = 5
+    if room > 0:
+        count = max(2, min(count, 1 + int(math.log10(high / low) / room)))
+    return list(numpy.geomspace(low, high, count))
 
 
 class LossScalePlot(training.Extension):

@@ -125,6 +125,9 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
 
     if args.resume is not None:
         cli.stop_together(comm, lambda: cli.load_snapshot(args, trainer))
+    if comm is not None and comm.rank == 0:
+        warn_of_no_update(args, lars, trainer.updater.iteration,
+                          recipe.iterations(args, n_train))
 
     old = cli.OldRun(args.out) if args.overwrite and (
         comm is None or comm.rank == 0) else None
@@ -158,6 +161,25 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
             cli.say('stopped: the run diverged (see above); the log and the '
                     'plots in {} show it'.format(args.out))
         sys.exit(1)
+
+
+def warn_of_no_update(args, lars, iteration, iterations):
+    """With ChainerMN: says where the run, at ``iteration`` of its
+    ``iterations``, has one left. ChainerMN's first ``update()`` of a start
+    or a --resume copies rank 0's parameters to every process and takes
+    no step (examples/chainermn/README.md): that run trains nothing, and
+    logs no trust ratio (of ``lars``, ``make_optimizer``'s), where the
+    single-process trainer's would."""
+    if iterations - iteration != 1:
+        return
+    cli.say(
+        "warning: this run has 1 iteration{}, which ChainerMN spends "
+        "copying rank 0's parameters to every process (the first update "
+        'of a start or a --resume takes no step): it trains nothing{}{}'
+        .format(' left' if iteration else '',
+                '' if lars is None else ' and logs no trust ratios',
+                '' if args.resume is not None
+                else '; give a larger --epoch or a smaller --batchsize'))
 
 
 @contextlib.contextmanager

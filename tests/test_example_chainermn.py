@@ -70,6 +70,7 @@ def test_example_trains_logs_and_resumes(optimizer, dataset_root, tmp_path):
     assert 'Number of processes: {}'.format(RANKS) in result.stdout
     # Rank 0 alone prints the report (its header once).
     assert result.stdout.count('test/main/accuracy') == 1
+    assert 'warning: this run' not in result.stderr  # 8 iterations
     assert '# Minibatch-size: {} per process, {} global'.format(
         BATCH_PER_RANK, BATCH_PER_RANK * RANKS) in result.stdout
 
@@ -232,11 +233,33 @@ def test_resnet_with_per_process_or_all_reduced_batchnorm(dataset_root,
     assert losses['all-reduced'] < 3 * losses['per-process'], losses
 
 
+def test_a_run_of_one_iteration_is_said_to_train_nothing(dataset_root,
+                                                         tmp_path):
+    """ChainerMN's first update() copies rank 0's parameters and takes no
+    step: a run of one iteration trains nothing, and logs no trust ratios
+    (the single-process trainer's does), which rank 0 says, once."""
+    out = tmp_path / 'out'
+    # 32 training images a rank, a batch of 32: one iteration.
+    result = run_example(out, '--epoch', '1', '--batchsize', '32')
+    assert result.returncode == 0, result.stderr
+    entry = read_log(out)[-1]
+    assert entry['iteration'] == 1
+    assert not [key for key in entry if key.startswith('lars/')], entry
+    lines = [line for line in result.stderr.splitlines()
+             if 'warning: this run' in line]
+    assert lines == [
+        "train_mnist.py: warning: this run has 1 iteration, which "
+        "ChainerMN spends copying rank 0's parameters to every process "
+        '(the first update of a start or a --resume takes no step): it '
+        'trains nothing and logs no trust ratios; give a larger --epoch '
+        'or a smaller --batchsize'], result.stderr
+
+
 def test_resnet_trains_on_one_image_a_process(dataset_root, tmp_path):
     """Per-process BatchNorm after each convolution normalises a process's
     one image over its pixels: no zeros (the trainer refused the run)."""
     out = tmp_path / 'out'
-    # 32 training images, 30 held out: one image a rank, one update.
+    # 32 training images, 30 held out: one image a rank, one iteration.
     result = run_example(out, '--dataset', 'cifar10', '--depth', '8',
                          '--epoch', '1', '--batchsize', '1',
                          '--validation', '30', '--test', 'never')

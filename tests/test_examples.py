@@ -4,6 +4,7 @@ The datasets are conftest.py's ``dataset_root``: MNIST of 64 training and 32
 test images, CIFAR of 32 and 16.
 """
 
+import argparse
 import importlib
 import importlib.util
 import json
@@ -710,6 +711,46 @@ def test_mnist_results_takes_a_diverged_run_as_done(dataset_root,
     assert '$ python' not in capsys.readouterr().out
     assert results.main(argv[:-4] + ['--out', out, '--check', os.path.join(
         out, 'results.md')]) == 0
+
+
+def test_mnist_results_commands_run_from_the_root(tmp_path, monkeypatch,
+                                                  capsys):
+    """The commands shown run the trainer as a module, from the repository
+    root: wherever results.py runs, their -o is the run's folder from
+    there, and the line printed here goes there first."""
+    results = importlib.import_module('examples.mnist.results')
+    monkeypatch.chdir(tmp_path)
+    assert results.main(['--batchsizes', '32', '--optimizers', 'lars',
+                         '--epoch', '1', '--out', 'mine', '--check']) == 2
+    missing = capsys.readouterr().err.splitlines()[-1].strip()
+    folder = str(tmp_path / 'mine' / 'b32-lars-s0')
+    assert missing == '(cd {} && {})'.format(
+        shlex.quote(REPO_ROOT), shlex.join(
+            results.TRAINER + ['--batchsize', '32', '--optimizer', 'lars',
+                               '--epoch', '1', '-o', folder]))
+    # Folders under the root are shown from it (the README's
+    # results_mnist/...), from any folder results.py runs in.
+    monkeypatch.chdir(os.path.join(REPO_ROOT, 'examples', 'mnist'))
+    assert results.shown_out('results_mnist') == os.path.join(
+        'examples', 'mnist', 'results_mnist')
+    assert results.shown_out(os.path.join(
+        REPO_ROOT, 'results_mnist', 'b128-lars-s0')) == os.path.join(
+            'results_mnist', 'b128-lars-s0')
+    assert results.shown_out(str(tmp_path)) == str(tmp_path)
+    args = argparse.Namespace(batchsizes=[32], optimizers=['lars'],
+                              seeds=[0], epoch=1, flags=[], device='-1',
+                              out='results_mnist')
+    md, rst = results.tables(
+        {(32, 'lars', 0): [{'epoch': 1, 'test/main/accuracy': 0.5}]}, args)
+    line = ('python -m examples.mnist.train_mnist --batchsize 32 '
+            '--optimizer lars --epoch 1 -o examples/mnist/results_mnist/'
+            'b32-lars-s0')
+    assert ('Commands (from the repository root, with '
+            '`CHAINER_DATASET_ROOT` pointing at the MNIST cache):\n\n```\n'
+            + line + '\n```') in md
+    assert ('Commands (from the repository root, with '
+            '``CHAINER_DATASET_ROOT`` pointing at the MNIST cache)::\n\n'
+            '    ' + line + '\n') in rst
 
 
 @pytest.mark.parametrize('flags', [
@@ -1497,7 +1538,9 @@ def test_resume_without_the_warmup_given_says_the_default_was_taken(
                  '--snapshots', '2'])
     capsys.readouterr()
     snapshot = cli.snapshots_in(str(run))[0]
-    err = usage_error(main, args + ['--resume', snapshot], capsys)
+    # Another --out: the run in its own went on past it.
+    err = usage_error(main, args + ['--resume', snapshot, '--out',
+                                    str(tmp_path / 'resumed')], capsys)
     assert says in err, err
 
 
@@ -1769,7 +1812,9 @@ def test_resume_without_out_writes_on_in_the_folder_of_its_snapshot(
     assert not (tmp_path / 'result').exists()
     assert without_time(read_log(str(run))) == without_time(log)
     assert (run / 'snapshot_iter_4').exists()
-    # In the current folder, relative: the folder is '.'.
+    # In the current folder, relative: the folder is '.' (without the
+    # later snapshot, which would refuse it).
+    os.remove(str(run / 'snapshot_iter_4'))
     monkeypatch.chdir(str(run))
     assert cifar.parse_args(args[:-1] + ['lines', '--resume',
                                          'snapshot_iter_2']).out == '.'
@@ -1880,6 +1925,48 @@ def test_resume_of_a_finished_run_says_so(mnist, mnist_snapshot,
             'epoch 2 of --epoch 2' in err), err
     assert 'larger --epoch' in err
     assert not out.exists()
+
+
+def test_resume_in_a_folder_whose_run_went_on_is_refused(
+        mnist, dataset_root, tmp_path, capsys):
+    """--resume of a snapshot whose run went on past it in --out (later
+    snapshots there, finished or not) is refused before anything there
+    changes: the resumed run would write over its log, plots and later
+    snapshots. The latest resumes there; an earlier one into another
+    --out."""
+    args = ['-b', '32', '-u', '8', '--warmup-epochs', '1', '-e', '3']
+    out = tmp_path / 'run'
+    mnist.main(args + ['--out', str(out), '--snapshots', '3'])
+
+    def contents():
+        return {p.name: p.read_bytes() for p in out.iterdir()}
+    before = contents()
+    names = sorted((n for n in before if n.startswith('snapshot_iter_')),
+                   key=lambda n: int(n.rsplit('_', 1)[1]))
+    first, second, last = (str(out / n) for n in names)
+    err = usage_error(mnist.main, args + ['--resume', first], capsys)
+    assert ('error: --out {0}: holds the run of --resume {1} gone on past '
+            'that snapshot ({2}, {3}, finished), which a run resumed there '
+            'would write over (its log, plots and snapshots); give another '
+            '--out to go on from {1} in a folder of its own\n'.format(
+                out, first, names[1], names[2])) in err, err
+    assert contents() == before
+    os.remove(last)  # a run stopped after its second epoch
+    del before[names[2]]
+    err = usage_error(mnist.main, args + ['--resume', first], capsys)
+    assert ('error: --out {0}: holds the run of --resume {1} gone on past '
+            'that snapshot ({2}), which a run resumed there would write '
+            'over (its log, plots and snapshots); continue it from its '
+            'latest snapshot, --resume {3}, or give another --out to go on '
+            'from {1} in a folder of its own\n'.format(
+                out, first, names[1], second)) in err, err
+    assert contents() == before
+    branch = tmp_path / 'branch'
+    mnist.main(args + ['--resume', first, '--out', str(branch)])
+    mnist.main(args + ['--resume', second])
+    assert without_time(read_log(str(branch))) == without_time(
+        read_log(str(out)))
+    assert read_log(str(out))[-1]['epoch'] == 3
 
 
 def test_resume_refuses_another_precision_or_dataset(
@@ -2838,6 +2925,24 @@ def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
     assert 4 <= len(plots.ratio_ticks(0.1001, 0.1002)) <= 12
 
 
+@pytest.mark.parametrize('low,high,room,ticks', [
+    (0.01, 0.09, 0.0, [0.01, 0.015, 0.02, 0.03, 0.05, 0.07]),
+    (0.01, 0.09, 0.13, [0.01, 0.02, 0.05]),  # 0.015 to 0.02 is 0.125
+    (0.01, 0.09, 0.5, [0.01, 0.09]),
+    (0.011, 0.019, 0.1, [0.011, 0.011 * (19 / 11) ** 0.5, 0.019]),
+    (0.011, 0.019, 1.0, [0.011, 0.019]),
+])
+def test_trust_ratio_colour_bar_s_ticks_keep_their_room(low, high, room,
+                                                        ticks):
+    """No two ticks closer than ``room`` decades (a label's height on the
+    bar): the round ticks that have it, 3 at least, else fewer evenly
+    spaced ones, the ends at least."""
+    got = plots.ratio_ticks(low, high, room=room)
+    assert got == pytest.approx(ticks)
+    assert len(got) == 2 or all(math.log10(b / a) >= room
+                                for a, b in zip(got, got[1:]))
+
+
 class LoggedTrainer(object):
     """What TrustRatioHeatmap reads of a trainer: the log and ``out``."""
 
@@ -2939,7 +3044,7 @@ def test_trust_ratio_heatmap_s_labels_are_inside_the_picture(
     plt.close(figure)
 
 
-def _drawn_heatmap(keys, log, every, tmp_path, monkeypatch):
+def _drawn_heatmap(keys, log, every, tmp_path, monkeypatch, title=None):
     """The trust-ratio heat map of ``log``, drawn: its figure and renderer
     (``plt.close(figure)`` after)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -2947,8 +3052,8 @@ def _drawn_heatmap(keys, log, every, tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(plt.Figure, 'savefig',
                         lambda figure, path, **kwargs: drawn.append(figure))
-    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every)(
-        LoggedTrainer(log, str(tmp_path)))
+    plots.TrustRatioHeatmap(keys, iterations_per_epoch=10, every=every,
+                            title=title)(LoggedTrainer(log, str(tmp_path)))
     figure, = drawn
     canvas = FigureCanvasAgg(figure)
     canvas.draw()
@@ -2983,6 +3088,42 @@ def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
     for below, above in zip(boxes, boxes[1:]):
         assert below.y1 <= above.y0, (below, above)
     assert boxes[0].y0 >= 0 and boxes[-1].y1 <= figure.bbox.height
+    plt.close(figure)
+
+
+@pytest.mark.parametrize('low,high', [(0.01, 0.09), (0.0015, 0.012),
+                                      (0.011, 0.019), (1e-4, 1.0)])
+@pytest.mark.parametrize('depth', [None, 8, 110])
+def test_trust_ratio_heatmap_s_colour_bar_labels_are_apart(
+        cifar, tmp_path, monkeypatch, depth, low, high):
+    """The colour bar is as long as the rows: the MLP's 3 rows had 6 labels
+    over 0.01 to 0.09 (0.01, 0.015 and 0.02 collided); its ticks have a
+    label's room. ResNet-8's and -110's long bars keep theirs."""
+    import matplotlib.pyplot as plt
+    if depth is None:  # the MLP's 3 weight arrays
+        keys = ['lars/ratio/predictor/l{}/W'.format(i) for i in (1, 2, 3)]
+    else:
+        keys = ['lars/ratio' + path for path in recipe.parameter_paths(
+            chainer.links.Classifier(cifar.ResNet(depth, 10)))
+            if path.endswith('/W')]
+    cells = 10 * len(keys)
+    log = [{'epoch': e + 1, 'iteration': 10 * (e + 1), 'main/loss': 1.0,
+            **{key: low * (high / low) ** ((10 * k + e) / (cells - 1))
+               for k, key in enumerate(keys)}} for e in range(10)]
+    figure, renderer = _drawn_heatmap(
+        keys, log, None, tmp_path, monkeypatch,
+        title='lars, batch 8192, peak lr 2.82843, float32')
+    bar = figure.axes[1]
+    labels = [t for t in bar.get_yticklabels() if t.get_text()]
+    assert len(labels) >= 3
+    boxes = sorted((t.get_window_extent(renderer) for t in labels),
+                   key=lambda box: box.y0)
+    # At least a fifth of a label's height between two.
+    space = 0.2 * labels[0].get_fontsize() * figure.dpi / 72
+    for below, above in zip(boxes, boxes[1:]):
+        assert above.y0 - below.y1 >= space, [t.get_text() for t in labels]
+    if depth is not None:  # as many as before: the bars are long
+        assert len(labels) == len(plots.ratio_ticks(low, high))
     plt.close(figure)
 
 

@@ -8,8 +8,9 @@ all epochs is not run again, so an interrupted sweep continues where it
 stopped. The test accuracy after the last epoch (the mean over the seeds,
 and their range when there are several) goes into ``<out>/results.md`` and
 ``<out>/results.rst``, with the commands that produced it (each with
-its run's ``-o``, so that each runs as written), and the test accuracy
-along the runs into ``<out>/accuracy.png``.
+its run's ``-o``, so that each runs as written from the repository root,
+wherever results.py ran), and the test accuracy along the runs into
+``<out>/accuracy.png``.
 
     python examples/mnist/results.py --seeds 0 1 2
 
@@ -50,6 +51,8 @@ from examples import logs  # NOQA: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPOSITORY = os.path.dirname(os.path.dirname(HERE))
+# The root as the folder the commands shown run from is compared with it.
+_REAL_REPOSITORY = os.path.realpath(REPOSITORY)
 # The files that --check reads when none is named. (The front page,
 # README.rst, quotes the study, whose JSONs are committed, not this
 # table, whose runs are not.)
@@ -72,7 +75,9 @@ MIN_WIDTH = 6.4
 
 
 # How a run is shown: as the READMEs run the trainers, as a module from the
-# repository root (examples/README.md).
+# repository root (examples/README.md). So the commands shown run from the
+# root, wherever results.py runs: ``shown_out`` gives their -o from there,
+# and ``shown_line`` a ``cd`` to it where results.py runs elsewhere.
 TRAINER = ['python', '-m', 'examples.mnist.train_mnist']
 
 
@@ -91,7 +96,26 @@ def shown_command(batchsize, optimizer, seed, args):
     ./result, takes one run only, and the next command pasted after it
     would be refused."""
     return command(batchsize, optimizer, seed, args) + [
-        '-o', os.path.join(args.out, run_name(batchsize, optimizer, seed))]
+        '-o', shown_out(os.path.join(args.out,
+                                     run_name(batchsize, optimizer, seed)))]
+
+
+def shown_out(path):
+    """``path`` from the repository root, where the commands shown run:
+    relative to the root under it, absolute elsewhere."""
+    relative = os.path.relpath(os.path.realpath(path), _REAL_REPOSITORY)
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return os.path.abspath(path)
+    return relative
+
+
+def shown_line(cmd):
+    """``cmd`` (from ``shown_command``) as a line to paste here: run from
+    the repository root, in a subshell where results.py runs elsewhere."""
+    line = shlex.join(cmd)
+    if os.path.realpath(os.getcwd()) != _REAL_REPOSITORY:
+        line = '(cd {} && {})'.format(shlex.quote(REPOSITORY), line)
+    return line
 
 
 def read_log(out):
@@ -163,7 +187,7 @@ def run(batchsize, optimizer, seed, args):
     if done(log, args) and not args.rerun:
         return log
     cmd = command(batchsize, optimizer, seed, args)
-    print('$ ' + shlex.join(shown_command(batchsize, optimizer, seed, args)),
+    print('$ ' + shown_line(shown_command(batchsize, optimizer, seed, args)),
           flush=True)
     extra = ['--out', out, '--overwrite']  # a run cut short is redone
     if args.dataset_root is not None:
@@ -248,13 +272,13 @@ def tables(results, args):
                 for s in args.seeds]
 
     md = [caption, ''] + markdown_table(header, rows)
-    md += ['', 'Commands (with `CHAINER_DATASET_ROOT` pointing at the '
-           'MNIST cache):', '', '```']
+    md += ['', 'Commands (from the repository root, with '
+           '`CHAINER_DATASET_ROOT` pointing at the MNIST cache):', '', '```']
     md += commands + ['```', '']
 
     rst = [caption, ''] + rst_table(header, rows)
-    rst += ['', 'Commands (with ``CHAINER_DATASET_ROOT`` pointing at '
-            'the MNIST cache)::', '']
+    rst += ['', 'Commands (from the repository root, with '
+            '``CHAINER_DATASET_ROOT`` pointing at the MNIST cache)::', '']
     rst += ['    ' + c for c in commands] + ['']
     return '\n'.join(md), '\n'.join(rst)
 
@@ -367,7 +391,7 @@ def check(args):
               'results.py without --check first. Missing:'.format(
                   len(missing), args.out), file=sys.stderr)
         for cmd in missing:
-            print('  ' + shlex.join(cmd), file=sys.stderr)
+            print('  ' + shown_line(cmd), file=sys.stderr)
         return 2
     header, rows = table(results, args)
     status = 0
