@@ -38,7 +38,7 @@ class WarmupPolynomialShift(extension.Extension):
         attr (str): The optimizer attribute, e.g. ``'lr'``.
         warmup_count (int): :math:`T_w`, calls of the warm-up; 0 for none.
         max_count (int): :math:`T`, calls after which the value is ``end``.
-        power (float): :math:`p`.
+        power (float): :math:`p`, above 0.
         init (float): :math:`v_0`, the peak; ``None``: the attribute's value
             when training starts.
         end (float): :math:`v_e`.

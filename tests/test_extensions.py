@@ -284,6 +284,61 @@ def test_schedule_resumes_exactly_with_autoload(tmp_path, state):
         assert (a == b).all()
 
 
+@pytest.mark.parametrize('autoload', [False, True])
+def test_schedule_with_a_finished_trigger_resumes_with_autoload(tmp_path,
+                                                                autoload):
+    # As the docs say: Chainer does not start an extension whose trigger
+    # has finished (ManualScheduleTrigger past its last point), so after
+    # load_npz nothing sets the rate again; autoload loads it after the
+    # schedule has started.
+    def run(iterations, out, load=False):
+        trainer = make_trainer(lambda: chainer_lars.LARS(lr=1.0), iterations,
+                               out=out)
+        trainer.extend(chainer_lars.WarmupPolynomialShift('lr', 1, 3),
+                       trigger=training.triggers.ManualScheduleTrigger(
+                           [2, 4, 6], 'iteration'))
+        trainer.extend(training.extensions.snapshot(
+            filename='snapshot', autoload=autoload), trigger=(6, 'iteration'))
+        used = record(trainer)
+        if load:
+            serializers.load_npz(str(out / 'snapshot'), trainer)
+        trainer.run()
+        return used
+
+    whole = run(10, tmp_path / 'whole')
+    assert whole == [1.0] * 4 + [0.25] * 2 + [0.0] * 4
+    head = run(6, tmp_path / 'cut')
+    tail = run(10, tmp_path / 'cut', load=not autoload)
+    assert (head + tail == whole) is autoload
+
+
+@pytest.mark.parametrize('names', [None, ('gen_alpha', 'dis_alpha')])
+def test_schedules_of_two_optimizers_need_names_to_change_order(tmp_path,
+                                                                names):
+    # As the docs say: two schedules of one attribute and the same settings
+    # (a GAN's, each peak read from its optimizer) registered in another
+    # order load each other's peak; named, they load their own.
+    def trainer(order, out):
+        trainer = make_trainer(lambda: optimizers.Adam(alpha=2e-4), 4,
+                               out=out)
+        second = optimizers.Adam(alpha=1e-4).setup(L.Linear(2, 2))
+        shifts = [chainer_lars.WarmupPolynomialShift(
+            'alpha', 2, 8, optimizer=o) for o in (
+                trainer.updater.get_optimizer('main'), second)]
+        for k in order:
+            trainer.extend(shifts[k], name=names and names[k])
+        return trainer, shifts
+
+    first, _ = trainer([0, 1], tmp_path / 'first')
+    first.run()
+    path = str(tmp_path / 'snapshot.npz')
+    serializers.save_npz(path, first)
+    again, shifts = trainer([1, 0], tmp_path / 'again')
+    serializers.load_npz(path, again)
+    peaks = [shift._init for shift in shifts]
+    assert peaks == ([2e-4, 1e-4] if names else [1e-4, 2e-4])
+
+
 class _MultiNode(object):
 
     """What ChainerMN's multi-node optimizer is to the extensions: an

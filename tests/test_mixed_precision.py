@@ -485,6 +485,36 @@ def test_a_snapshot_without_a_loss_scale_leaves_the_one_set_up(
         assert optimizer._loss_scaling_is_dynamic == dynamic
 
 
+@pytest.mark.parametrize('face', ['lars', 'lamb', 'sgd'])
+@pytest.mark.parametrize('set_up', [None, 'static'])
+def test_a_snapshot_with_dynamic_scaling_restores_it_over_the_set_up(
+        tmp_path, face, set_up):
+    """As the docs say: a snapshot of dynamic scaling brings it back where
+    the resumed run set up a static scale or none (a resume restores the
+    run's loss scaling; the setup given is replaced)."""
+    def make():
+        model = L.Linear(3, 2)
+        return {'lars': chainer_lars.LARS, 'lamb': chainer_lars.LAMB,
+                'sgd': optimizers.MomentumSGD}[face]().setup(model)
+
+    saved = make()
+    saved.loss_scaling(interval=1000)
+    saved._loss_scale = 512.0
+    for p in saved.target.params():
+        p.grad = numpy.ones_like(p.array)
+    saved.update()
+    path = str(tmp_path / 'snapshot.npz')
+    serializers.save_npz(path, saved if face != 'sgd'
+                         else chainer_lars.LossScaleState(saved))
+    optimizer = make()
+    if set_up == 'static':
+        optimizer.loss_scaling(scale=8.0)
+    serializers.load_npz(path, optimizer if face != 'sgd'
+                         else chainer_lars.LossScaleState(optimizer))
+    assert optimizer._loss_scale == saved._loss_scale
+    assert optimizer._loss_scaling_is_dynamic is True
+
+
 def test_loss_scale_state_reports_the_scale_of_the_update_it_follows():
     """Dynamic scaling doubles the scale after each update (interval 1):
     ``last_loss_scale`` is the scale the update used, ``loss_scale`` the
