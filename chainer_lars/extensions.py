@@ -1,5 +1,7 @@
 """Trainer extensions for large-batch training with LARS."""
 
+import warnings
+
 import numpy
 
 import chainer
@@ -212,6 +214,7 @@ class TrustRatioObserver(extension.Extension):
 
     trigger, priority = (1, 'epoch'), extension.PRIORITY_WRITER
     quantities = ('ratio', 'w_norm', 'g_norm')
+    _warned = False  # of a pattern that matches no path observed
 
     def __init__(self, source=None, prefix='lars', pattern=None):
         if isinstance(source, type) or source is not None and not callable(
@@ -249,11 +252,18 @@ class TrustRatioObserver(extension.Extension):
     initialize = _get_source  # when training starts, not an epoch in
 
     def __call__(self, trainer):
-        source = self._get_source(trainer)
-        chainer.report({self.key(quantity, path): value
-                        for path, values in source.observe().items()
-                        if self._pattern is None or self._pattern.search(path)
-                        for quantity, value in zip(self.quantities, values)})
+        observed = self._get_source(trainer).observe()
+        report = {self.key(quantity, path): value
+                  for path, values in observed.items()
+                  if self._pattern is None or self._pattern.search(path)
+                  for quantity, value in zip(self.quantities, values)}
+        if observed and not report and not self._warned:  # once
+            self._warned = True
+            warnings.warn('TrustRatioObserver: the pattern {!r} matches none '
+                          'of the paths observed ({}): nothing reported'
+                          .format(self._pattern.pattern, ', '.join(sorted(
+                              observed)[:3] + ['...'] * (len(observed) > 3))))
+        chainer.report(report)
 
 
 class LossScaleState(extension.Extension):

@@ -1,5 +1,6 @@
 import math
 import re
+import warnings
 
 import numpy
 import pytest
@@ -728,6 +729,27 @@ def test_observer_without_a_prefix():
 def test_observer_arguments_checked(kwargs, error, words):
     with pytest.raises(error, match=words):
         chainer_lars.TrustRatioObserver(FakeSource({}), **kwargs)
+
+
+def test_observer_warns_once_of_a_pattern_that_matches_no_path():
+    # A typo ('/w$' for '/W$') reported nothing, without a word.
+    source = FakeSource({'/l1/W': (0.5, 2.0, 3.0), '/l1/b': (1.0, 0.0, 0.1),
+                         '/l2/W': (0.4, 1.0, 2.0), '/l2/b': (1.0, 0.0, 0.1)})
+    observer = chainer_lars.TrustRatioObserver(source, pattern='/w$')
+    with pytest.warns(UserWarning, match=re.escape(
+            "TrustRatioObserver: the pattern '/w$' matches none of the paths "
+            'observed (/l1/W, /l1/b, /l2/W, ...): nothing reported')) as w:
+        assert observe_once(observer) == {}
+    assert len(w) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert observe_once(observer) == {}  # once
+        source.values = {'/l1/W': (0.5, 2.0, 3.0)}
+        with pytest.warns(UserWarning, match=re.escape('observed (/l1/W):')):
+            observe_once(chainer_lars.TrustRatioObserver(source, pattern='b'))
+        source.values = {}  # nothing observed (a skipped update): no word
+        assert observe_once(chainer_lars.TrustRatioObserver(
+            source, pattern='/w$')) == {}
 
 
 def test_observer_takes_a_compiled_pattern():
