@@ -250,9 +250,7 @@ __device__ __forceinline__ void lars_write(
 #elif LARS_COUNT_ROUNDED
     C stored[LARS_VEC];
     lars_get(w, i, n, p, stored);
-    for (int j = 0; j < n; ++j) {{
-        lost += (C)(stored[j] == wi[j] && wn[j] != wi[j]);
-    }}
+    for (int j = 0; j < n; ++j) lost += stored[j] == wi[j] && wn[j] != wi[j];
 #endif
 }}
 
