@@ -556,8 +556,7 @@ class CudaExecutor(object):
             stats = state.stats.get().astype(numpy.float64)
             out[full, 0] = stats[full, 0]
             out[full, 1:] = numpy.sqrt(stats[full, 1:])
-            out[full, 2] /= (loss_scales if numpy.ndim(loss_scales) == 0
-                             else loss_scales[full])
+            out[full, 2] /= numpy.broadcast_to(loss_scales, full.shape)[full]
         return out
 
     @staticmethod
