@@ -382,11 +382,10 @@ def restamp(held, changed, grads, none, ndarray):
             if now[j] != held[k, STAMPED + j]:
                 changed[held[k, GROUP]] += 1
                 break
-    left = 0
+    left = grads.shape[1]  # less each one taken
     for k in range(grads.shape[1]):
         e = grads[:, k]
         e[GPTR] = 0
-        left += 1
         if e[GID] == none:
             continue
         _stamp(e[GID], ndarray, now)

@@ -183,8 +183,7 @@ class Record(object):
         """How many gradients are not taken; ``None``: a held array changed."""
         self._required()
         self.gids[:] = [id(a) for gs in grads for a in gs]
-        left = _jit().restamp(self.held, self.changed, self.grads, _NONE,
-                              _NDARRAY)
+        left = _jit().restamp(*self.arguments[:5])  # held, ..., _NDARRAY
         return None if self.changed.any() else left
 
     def update(self, grads):

@@ -250,9 +250,7 @@ __device__ __forceinline__ void lars_write(
 #elif LARS_COUNT_ROUNDED
     C stored[LARS_VEC];
     lars_get(w, i, n, p, stored);
-    for (int j = 0; j < n; ++j) {{
-        lost += (C)(stored[j] == wi[j] && wn[j] != wi[j]);
-    }}
+    for (int j = 0; j < n; ++j) lost += stored[j] == wi[j] && wn[j] != wi[j];
 #endif
 }}
 
@@ -425,14 +423,13 @@ class _DeviceState(object):
             numpy.cumsum([0] + counts), numpy.repeat(numpy.arange(n), counts),
             sizes]).astype(numpy.int64))
         self.own = numpy.zeros((5, n), numpy.int64)
+        self.direct = numpy.ones(n, bool)  # every array of the row supported
         for k, (w, states, x) in enumerate(
                 zip(group.weights, group.states, group.extras)):
             for j, a in ((0, w), (4, x)) + tuple(enumerate(states, 2)):
                 self.own[j, k] = 0 if a is None else a.data.ptr
+                self.direct[k] &= a is None or supports(a)
         self.kernels = _kernels(xp, group)
-        self.direct = numpy.array([all(map(supports, (w,) + v + (
-            () if x is None else (x,)))) for w, v, x in zip(
-                group.weights, group.states, group.extras)], bool)
         self.shapes = [w.shape for w in group.weights]  # (not reshaped)
         self.signature = [(group.gdtype, w.shape, tuple(  # C-contiguous
             s * group.gdtype.itemsize // w.itemsize for s in w.strides))
@@ -558,8 +555,7 @@ class CudaExecutor(object):
             stats = state.stats.get().astype(numpy.float64)
             out[full, 0] = stats[full, 0]
             out[full, 1:] = numpy.sqrt(stats[full, 1:])
-            out[full, 2] /= (loss_scales if numpy.ndim(loss_scales) == 0
-                             else loss_scales[full])
+            out[full, 2] /= numpy.broadcast_to(loss_scales, full.shape)[full]
         return out
 
     @staticmethod

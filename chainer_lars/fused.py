@@ -464,11 +464,10 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         if bad:
             self._loss_scaling_isnan = self._loss_scaling_isnan_ever = True
             names = {id(p): name for name, p in self.target.namedparams()}
-            for k in sorted(bad):
-                warnings.warn(
-                    'Non finite number found in param.grad of {}'
-                    ' (iteration: {}, loss_scale: {})'.format(
-                        names[id(params[k])], self.t, self._loss_scale))
+            for name in [names[id(params[k])] for k in sorted(bad)]:
+                warnings.warn('Non finite number found in param.grad of {} '
+                              '(iteration: {}, loss_scale: {})'.format(
+                                  name, self.t, self._loss_scale))
 
     def reallocate_cleared_grads(self):
         """Chainer's, without building every parameter's path."""

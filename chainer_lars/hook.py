@@ -173,8 +173,7 @@ class GradientLARS(exclusions.ExclusionProperties):
     def __call__(self, owner, param=None):  # (optimizer) or (rule, param)
         # timing='post' (add_hook gives us no way to see it): refused here.
         hookable = getattr(owner, '_hookable', None)
-        if hookable is not None and self in (
-                hookable._post_update_hooks.values()):
+        if self in getattr(hookable, '_post_update_hooks', {}).values():
             raise ValueError("GradientLARS rescales the gradients before the "
                              "update: register it with timing='pre' or 'auto' "
                              "(the default), not 'post'")

@@ -15,10 +15,8 @@ _default_hyperparam = _D = optimizer.Hyperparameter()
 vars(_D).update(lr=2.0, momentum=0.9, weight_decay=1e-4,
                 trust_coefficient=1e-3, eps=0.0, nesterov=False)
 
-#: The rule hyperparameters, in the order of the layout's first columns.
-_HYPER = ('lr', 'momentum', 'nesterov', 'weight_decay', 'eps',
-          'trust_coefficient')
-assert L.COLUMNS[:len(_HYPER)] == _HYPER
+#: The rule hyperparameters: the first columns, lr to trust_coefficient.
+_HYPER = L.COLUMNS[:L.TRUST_COEFFICIENT + 1]
 
 
 def _fill_rows(rows, values, steps, uses_wd, paths, dtype):
