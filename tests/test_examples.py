@@ -1969,6 +1969,63 @@ def test_resume_in_a_folder_whose_run_went_on_is_refused(
     assert read_log(str(out))[-1]['epoch'] == 3
 
 
+def _diverge(snapshot):
+    """Makes the snapshot ``snapshot`` one of a run that diverged: the
+    training loss of its log's last line not finite."""
+    with numpy.load(snapshot) as npz:
+        entries = dict(npz)
+    key = 'extensions/LogReport/_log'
+    log = json.loads(str(entries[key]))
+    log[-1]['main/loss'] = float('nan')
+    entries[key] = numpy.array(json.dumps(log))
+    with open(snapshot, 'wb') as f:
+        numpy.savez(f, **entries)
+
+
+@pytest.mark.parametrize('end', ['diverged', 'cut short', 'empty'])
+def test_resume_in_a_folder_whose_run_went_on_offers_no_refused_snapshot(
+        mnist, dataset_root, tmp_path, capsys, end):
+    """The refusal of --resume in a folder whose run went on past the
+    snapshot offers that run's latest snapshot only where --resume would
+    take it: not where the run diverged (whose refusal sends the user to
+    a snapshot written before) or the snapshot is damaged. It names why,
+    and the other --out it offers goes on."""
+    args = ['-b', '32', '-u', '8', '--warmup-epochs', '1', '-e', '4',
+            '--noplot']
+    out = tmp_path / 'run'
+    mnist.main(args + ['--out', str(out), '--snapshots', '4'])
+    first, second, last, finished = cli.snapshots_in(str(out))
+    os.remove(finished)  # a run stopped after its third epoch
+    if end == 'diverged':
+        _diverge(last)
+    else:
+        with open(last, 'r+b') as f:
+            f.truncate(0 if end == 'empty' else os.path.getsize(last) // 2)
+    capsys.readouterr()
+    err = usage_error(mnist.main, args + ['--resume', last], capsys)
+    assert ('the run had diverged' if end == 'diverged' else
+            'not a snapshot, or a damaged one') in err, err
+    if end == 'diverged':
+        assert ('resume from a snapshot written before with another --out '
+                '(in the folder of this one, it would write over the run '
+                'that diverged)') in err, err
+    for snapshot, later in ((first, 'snapshot_iter_4, snapshot_iter_6'),
+                            (second, 'snapshot_iter_6')):
+        err = usage_error(mnist.main, args + ['--resume', snapshot], capsys)
+        assert ('error: --out {0}: holds the run of --resume {1} gone on '
+                'past that snapshot ({2}, {3}), which a run resumed there '
+                'would write over (its log, plots and snapshots); give '
+                'another --out to go on from {1} in a folder of its '
+                'own{4}\n'.format(
+                    out, snapshot, later,
+                    'damaged' if end != 'diverged' else end,
+                    ' (or start a new run with a smaller --lr)'
+                    if end == 'diverged' else '')) in err, err
+    branch = tmp_path / 'branch'
+    mnist.main(args + ['--resume', second, '--out', str(branch)])
+    assert read_log(str(branch))[-1]['epoch'] == 4
+
+
 def test_resume_refuses_another_precision_or_dataset(
         mnist, mnist_snapshot, tmp_path, capsys):
     snapshot, args = mnist_snapshot
