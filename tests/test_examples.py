@@ -2988,12 +2988,19 @@ def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
     (0.01, 0.09, 0.5, [0.01, 0.09]),
     (0.011, 0.019, 0.1, [0.011, 0.011 * (19 / 11) ** 0.5, 0.019]),
     (0.011, 0.019, 1.0, [0.011, 0.019]),
+    # A default 4-epoch MNIST run's bar: its room at 1.5 label sizes was
+    # 0.47847, and the round ticks (0.477 apart) gave way to 5 unround
+    # ones; at TICK_LABEL_SPACING's 1.4 they keep it.
+    (0.02506, 5.5177, 0.47847 * 1.4 / 1.5, [0.03, 0.1, 0.3, 1.0, 3.0]),
+    # Without it: fewer evenly spaced ones than those 5.
+    (0.02506, 5.5177, 0.5, [0.02506 * (5.5177 / 0.02506) ** (i / 3)
+                            for i in range(4)]),
 ])
 def test_trust_ratio_colour_bar_s_ticks_keep_their_room(low, high, room,
                                                         ticks):
     """No two ticks closer than ``room`` decades (a label's height on the
     bar): the round ticks that have it, 3 at least, else fewer evenly
-    spaced ones, the ends at least."""
+    spaced ones than the round set that lacked it, the ends at least."""
     got = plots.ratio_ticks(low, high, room=room)
     assert got == pytest.approx(ticks)
     assert len(got) == 2 or all(math.log10(b / a) >= room
@@ -3149,13 +3156,15 @@ def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
 
 
 @pytest.mark.parametrize('low,high', [(0.01, 0.09), (0.0015, 0.012),
-                                      (0.011, 0.019), (1e-4, 1.0)])
+                                      (0.011, 0.019), (1e-4, 1.0),
+                                      (0.02506, 5.5177)])
 @pytest.mark.parametrize('depth', [None, 8, 110])
 def test_trust_ratio_heatmap_s_colour_bar_labels_are_apart(
         cifar, tmp_path, monkeypatch, depth, low, high):
     """The colour bar is as long as the rows: the MLP's 3 rows had 6 labels
     over 0.01 to 0.09 (0.01, 0.015 and 0.02 collided); its ticks have a
-    label's room. ResNet-8's and -110's long bars keep theirs."""
+    label's room. ResNet-8's and -110's long bars keep theirs, and the
+    MLP's the round ones of a default MNIST run (0.025 to 5.5)."""
     import matplotlib.pyplot as plt
     if depth is None:  # the MLP's 3 weight arrays
         keys = ['lars/ratio/predictor/l{}/W'.format(i) for i in (1, 2, 3)]
@@ -3181,6 +3190,9 @@ def test_trust_ratio_heatmap_s_colour_bar_labels_are_apart(
         assert above.y0 - below.y1 >= space, [t.get_text() for t in labels]
     if depth is not None:  # as many as before: the bars are long
         assert len(labels) == len(plots.ratio_ticks(low, high))
+    elif (low, high) == (0.02506, 5.5177):
+        assert [t.get_text() for t in labels] == [
+            '0.03', '0.1', '0.3', '1', '3']
     plt.close(figure)
 
 
