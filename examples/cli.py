@@ -58,9 +58,10 @@ HELP = {
     'out': 'Directory to output the result; a new run refuses one that '
            "holds another run's log or snapshots (see --overwrite), a "
            "resumed run one that holds a run other than its snapshot's, "
-           'or its run gone on past the snapshot (a later snapshot) '
-           '(default: result; with --resume, the folder of its snapshot, '
-           'where the run goes on)',
+           'or its run gone on past the snapshot with a later snapshot '
+           'there (a log gone on alone is not refused: a run killed after '
+           'its latest snapshot goes on there) (default: result; with '
+           '--resume, the folder of its snapshot, where the run goes on)',
     'overwrite': "Start a new run in an --out that holds another run's: "
                  'its log, snapshots and plots are removed after the new '
                  "run's first update (a run that stops before keeps them)",
