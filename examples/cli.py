@@ -1342,10 +1342,12 @@ def load_snapshot(args, trainer):
         try:
             trainer.serialize(_CheckedNpz(npz))
         except _Mismatch as e:
+            _refuse_broadcast_only(args, npz, e.args[1])
             usage_error('--resume {}: the snapshot has {}; it was not '
                         'written by this run of these examples: start a new '
                         'run'.format(args.resume, e.args[1]))
         except ValueError as e:  # the library's checks of what it loads
+            _refuse_broadcast_only(args, npz, e)
             prefix = 'WarmupPolynomialShift: '  # the schedule's, of its own
             usage_error('--resume {}: {}{}'.format(
                 args.resume, str(e)[len(prefix):] if str(e).startswith(
@@ -1365,6 +1367,21 @@ def load_snapshot(args, trainer):
                     'it was not written by this run of these examples: start '
                     'a new run'.format(args.resume, path, name, a.shape,
                                        param.shape))
+
+
+def _refuse_broadcast_only(args, npz, what):
+    """Stops where the ChainerMN snapshot ``npz`` (of --resume), missing
+    ``what``, was written at iteration 1: after ChainerMN's first update,
+    which takes no step, so the update rules had no state to save (a run
+    of one iteration an epoch, ``training.warn_of_no_update``)."""
+    if (getattr(args, 'communicator', None) is not None
+            and 'updater/iteration' in npz.files
+            and int(npz['updater/iteration']) == 1):
+        usage_error('--resume {}: the snapshot was written at iteration 1, '
+                    "after ChainerMN's first update, which only copies rank "
+                    "0's parameters and takes no step: it holds no optimizer "
+                    'state to resume ({}); resume a later snapshot, or start '
+                    'a new run'.format(args.resume, what))
 
 
 def upgrade_reports(trainer):
