@@ -58,9 +58,10 @@ HELP = {
     'out': 'Directory to output the result; a new run refuses one that '
            "holds another run's log or snapshots (see --overwrite), a "
            "resumed run one that holds a run other than its snapshot's, "
-           'or its run gone on past the snapshot (a later snapshot) '
-           '(default: result; with --resume, the folder of its snapshot, '
-           'where the run goes on)',
+           'or its run gone on past the snapshot with a later snapshot '
+           'there (a log gone on alone is not refused: a run killed after '
+           'its latest snapshot goes on there) (default: result; with '
+           '--resume, the folder of its snapshot, where the run goes on)',
     'overwrite': "Start a new run in an --out that holds another run's: "
                  'its log, snapshots and plots are removed after the new '
                  "run's first update (a run that stops before keeps them)",
@@ -601,18 +602,22 @@ def path_problem(args):
         # write over its log, its plots and its later snapshots.
         later = _later_snapshots(args.out, args.resume)
         if later:
-            finished = _finished(later[-1])
+            # Its latest snapshot continues it, unless --resume would
+            # refuse that one too: the user would go round in a circle.
+            end = _end(later[-1])
+            go_on = ('continue it from its latest snapshot, --resume {}, '
+                     'or '.format(later[-1]) if end is None else '')
             return ('--out {}: holds the run of --resume {} gone on past '
                     'that snapshot ({}{}), which a run resumed there would '
                     'write over (its log, plots and snapshots); {}give '
                     'another --out to go on from {} in a folder of its '
-                    'own'.format(
+                    'own{}'.format(
                         args.out, args.resume,
                         ', '.join(os.path.basename(p) for p in later),
-                        ', finished' if finished else '',
-                        '' if finished else 'continue it from its latest '
-                        'snapshot, --resume {}, or '.format(later[-1]),
-                        args.resume))
+                        '' if end is None else ', ' + end, go_on,
+                        args.resume,
+                        ' (or start a new run with a smaller --lr)'
+                        if end == 'diverged' else ''))
     if args.dataset_root is not None:
         problem = folders.folder_problem(args.dataset_root, create=False)
         if problem is not None:
@@ -656,6 +661,20 @@ def _later_snapshots(out, snapshot):
     return [path for path in snapshots_in(out) if int(re.match(
         r'snapshot_iter_(\d+)$', os.path.basename(path)).group(1))
         > iteration]
+
+
+def _end(path):
+    """Why the snapshot ``path`` does not continue its run, as the
+    refusal of ``--resume path`` would say: ``'finished'``,
+    ``'diverged'``, ``'damaged'`` (``_damage``: cut short, empty or
+    unreadable), or None where it does."""
+    if _damage(path) is not None:
+        return 'damaged'
+    if _finished(path):
+        return 'finished'
+    if _diverged(path) is not None:
+        return 'diverged'
+    return None
 
 
 def _continues(out, snapshot):
@@ -1166,9 +1185,10 @@ def check_resume(args, **settings):
     if diverged is not None:
         usage_error('--resume {}: the run had diverged (its training loss '
                     'was {} in the log\'s line at iteration {}) and stopped '
-                    'there: resume from a snapshot written before, or start '
-                    'a new run (a smaller --lr)'.format(
-                        args.resume, *diverged))
+                    'there: resume from a snapshot written before with '
+                    'another --out (in the folder of this one, it would '
+                    'write over the run that diverged), or start a new run '
+                    '(a smaller --lr)'.format(args.resume, *diverged))
 
 
 def _diverged(path):
@@ -1186,7 +1206,7 @@ def _diverged(path):
 
 def _saved_log(path):
     """The log the snapshot ``path`` holds (LogReport's), ``upgraded``."""
-    with numpy.load(path) as npz:
+    with open(path, 'rb') as f, numpy.load(f) as npz:
         return logs.upgraded(json.loads(
             str(npz['extensions/LogReport/_log'])))
 
@@ -1202,7 +1222,9 @@ def _epochs_done(path):
 
 def _whole_number(path, key):
     """The entry ``key`` of the snapshot ``path``, as an int, or None."""
-    with numpy.load(path) as snapshot:
+    # Opened here: numpy.load leaves a file it opened open where the
+    # archive is cut short.
+    with open(path, 'rb') as f, numpy.load(f) as snapshot:
         return int(snapshot[key]) if key in snapshot.files else None
 
 
@@ -1255,19 +1277,32 @@ def _recorded(path):
     cut short (a copy that did not finish, a full disk) is refused as
     cleanly as a file that is no snapshot at all.
     """
+    damage = _damage(path)
+    if damage is not None:
+        usage_error('--resume {}: not a snapshot, or a damaged one ({})'
+                    .format(path, damage))
+    with numpy.load(path) as snapshot:
+        return {name[len(RunSettings.prefix):]: snapshot[name].item()
+                for name in snapshot.files
+                if name.startswith(RunSettings.prefix)}
+
+
+def _damage(path):
+    """What is wrong with the file ``path`` as an NPZ archive (cut short,
+    empty, a checksum that fails, unreadable), or None."""
     try:
         with zipfile.ZipFile(path) as archive:
             damaged = archive.testzip()
         if damaged is not None:
-            raise ValueError('{} fails its checksum'.format(damaged))
-        with numpy.load(path) as snapshot:
-            return {name[len(RunSettings.prefix):]: snapshot[name].item()
-                    for name in snapshot.files
-                    if name.startswith(RunSettings.prefix)}
+            return '{} fails its checksum'.format(damaged)
+        with open(path, 'rb') as f, numpy.load(f) as snapshot:
+            for name in snapshot.files:
+                if name.startswith(RunSettings.prefix):
+                    snapshot[name].item()
     except (OSError, ValueError, EOFError, zipfile.BadZipFile,
             zlib.error) as e:
-        usage_error('--resume {}: not a snapshot, or a damaged one ({})'
-                    .format(path, e))
+        return str(e)
+    return None
 
 
 class _Mismatch(KeyError):
@@ -1307,10 +1342,12 @@ def load_snapshot(args, trainer):
         try:
             trainer.serialize(_CheckedNpz(npz))
         except _Mismatch as e:
+            _refuse_broadcast_only(args, npz, e.args[1])
             usage_error('--resume {}: the snapshot has {}; it was not '
                         'written by this run of these examples: start a new '
                         'run'.format(args.resume, e.args[1]))
         except ValueError as e:  # the library's checks of what it loads
+            _refuse_broadcast_only(args, npz, e)
             prefix = 'WarmupPolynomialShift: '  # the schedule's, of its own
             usage_error('--resume {}: {}{}'.format(
                 args.resume, str(e)[len(prefix):] if str(e).startswith(
@@ -1330,6 +1367,21 @@ def load_snapshot(args, trainer):
                     'it was not written by this run of these examples: start '
                     'a new run'.format(args.resume, path, name, a.shape,
                                        param.shape))
+
+
+def _refuse_broadcast_only(args, npz, what):
+    """Stops where the ChainerMN snapshot ``npz`` (of --resume), missing
+    ``what``, was written at iteration 1: after ChainerMN's first update,
+    which takes no step, so the update rules had no state to save (a run
+    of one iteration an epoch, ``training.warn_of_no_update``)."""
+    if (getattr(args, 'communicator', None) is not None
+            and 'updater/iteration' in npz.files
+            and int(npz['updater/iteration']) == 1):
+        usage_error('--resume {}: the snapshot was written at iteration 1, '
+                    "after ChainerMN's first update, which only copies rank "
+                    "0's parameters and takes no step: it holds no optimizer "
+                    'state to resume ({}); resume a later snapshot, or start '
+                    'a new run'.format(args.resume, what))
 
 
 def upgrade_reports(trainer):

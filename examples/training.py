@@ -127,7 +127,8 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         cli.stop_together(comm, lambda: cli.load_snapshot(args, trainer))
     if comm is not None and comm.rank == 0:
         warn_of_no_update(args, lars, trainer.updater.iteration,
-                          recipe.iterations(args, n_train))
+                          recipe.iterations(args, n_train),
+                          iterations_per_epoch)
 
     old = cli.OldRun(args.out) if args.overwrite and (
         comm is None or comm.rank == 0) else None
@@ -163,13 +164,24 @@ def train(args, device, optimizer, lars, train_iter, test, comm=None,
         sys.exit(1)
 
 
-def warn_of_no_update(args, lars, iteration, iterations):
+def warn_of_no_update(args, lars, iteration, iterations, per_epoch=None):
     """With ChainerMN: says where the run, at ``iteration`` of its
     ``iterations``, has one left. ChainerMN's first ``update()`` of a start
     or a --resume copies rank 0's parameters to every process and takes
     no step (examples/chainermn/README.md): that run trains nothing, and
     logs no trust ratio (of ``lars``, ``make_optimizer``'s), where the
-    single-process trainer's would."""
+    single-process trainer's would. A new run of ``per_epoch`` 1 writes
+    its first snapshot after that update alone, with no optimizer state:
+    --resume refuses it, which it says too."""
+    if (per_epoch == 1 and iteration == 0 and args.snapshots
+            and iterations > 1):
+        cli.say(
+            "warning: one iteration an epoch, which ChainerMN spends in "
+            "epoch 1 copying rank 0's parameters to every process (its "
+            'first update takes no step): snapshot_iter_1 holds no '
+            'optimizer state, and --resume refuses it (resume a later '
+            'snapshot); give a smaller --batchsize for more iterations an '
+            'epoch')
     if iterations - iteration != 1:
         return
     cli.say(

@@ -255,6 +255,37 @@ def test_a_run_of_one_iteration_is_said_to_train_nothing(dataset_root,
         'or a smaller --batchsize'], result.stderr
 
 
+def test_a_snapshot_before_any_step_is_said_not_to_resume(dataset_root,
+                                                          tmp_path):
+    """One iteration an epoch: snapshot_iter_1 is written after ChainerMN's
+    first update, which takes no step, so it holds no optimizer state.
+    Rank 0 says so at the start, and --resume refuses it in one line that
+    says why (LARS's own refusal spoke of SGD)."""
+    out = tmp_path / 'out'
+    # 32 training images a rank, a batch of 32: one iteration an epoch.
+    result = run_example(out, '--epoch', '3', '--batchsize', '32',
+                         '--snapshots', '3')
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines()
+            if 'warning: one iteration an epoch' in line] == [
+        "train_mnist.py: warning: one iteration an epoch, which ChainerMN "
+        "spends in epoch 1 copying rank 0's parameters to every process "
+        '(its first update takes no step): snapshot_iter_1 holds no '
+        'optimizer state, and --resume refuses it (resume a later '
+        'snapshot); give a smaller --batchsize for more iterations an '
+        'epoch'], result.stderr
+    snapshot = str(out / 'snapshot_iter_1')
+    result = run_example(tmp_path / 'resumed', '--epoch', '3', '--batchsize',
+                         '32', '--snapshots', '3', '--resume', snapshot)
+    assert result.returncode == 2, result.stderr
+    assert ('train_mnist.py: error: --resume {}: the snapshot was written at '
+            "iteration 1, after ChainerMN's first update, which only copies "
+            "rank 0's parameters and takes no step: it holds no optimizer "
+            'state to resume ('.format(snapshot)) in result.stderr, \
+        result.stderr
+    assert 'resume a later snapshot, or start a new run' in result.stderr
+
+
 def test_resnet_trains_on_one_image_a_process(dataset_root, tmp_path):
     """Per-process BatchNorm after each convolution normalises a process's
     one image over its pixels: no zeros (the trainer refused the run)."""

@@ -1969,6 +1969,63 @@ def test_resume_in_a_folder_whose_run_went_on_is_refused(
     assert read_log(str(out))[-1]['epoch'] == 3
 
 
+def _diverge(snapshot):
+    """Makes the snapshot ``snapshot`` one of a run that diverged: the
+    training loss of its log's last line not finite."""
+    with numpy.load(snapshot) as npz:
+        entries = dict(npz)
+    key = 'extensions/LogReport/_log'
+    log = json.loads(str(entries[key]))
+    log[-1]['main/loss'] = float('nan')
+    entries[key] = numpy.array(json.dumps(log))
+    with open(snapshot, 'wb') as f:
+        numpy.savez(f, **entries)
+
+
+@pytest.mark.parametrize('end', ['diverged', 'cut short', 'empty'])
+def test_resume_in_a_folder_whose_run_went_on_offers_no_refused_snapshot(
+        mnist, dataset_root, tmp_path, capsys, end):
+    """The refusal of --resume in a folder whose run went on past the
+    snapshot offers that run's latest snapshot only where --resume would
+    take it: not where the run diverged (whose refusal sends the user to
+    a snapshot written before) or the snapshot is damaged. It names why,
+    and the other --out it offers goes on."""
+    args = ['-b', '32', '-u', '8', '--warmup-epochs', '1', '-e', '4',
+            '--noplot']
+    out = tmp_path / 'run'
+    mnist.main(args + ['--out', str(out), '--snapshots', '4'])
+    first, second, last, finished = cli.snapshots_in(str(out))
+    os.remove(finished)  # a run stopped after its third epoch
+    if end == 'diverged':
+        _diverge(last)
+    else:
+        with open(last, 'r+b') as f:
+            f.truncate(0 if end == 'empty' else os.path.getsize(last) // 2)
+    capsys.readouterr()
+    err = usage_error(mnist.main, args + ['--resume', last], capsys)
+    assert ('the run had diverged' if end == 'diverged' else
+            'not a snapshot, or a damaged one') in err, err
+    if end == 'diverged':
+        assert ('resume from a snapshot written before with another --out '
+                '(in the folder of this one, it would write over the run '
+                'that diverged)') in err, err
+    for snapshot, later in ((first, 'snapshot_iter_4, snapshot_iter_6'),
+                            (second, 'snapshot_iter_6')):
+        err = usage_error(mnist.main, args + ['--resume', snapshot], capsys)
+        assert ('error: --out {0}: holds the run of --resume {1} gone on '
+                'past that snapshot ({2}, {3}), which a run resumed there '
+                'would write over (its log, plots and snapshots); give '
+                'another --out to go on from {1} in a folder of its '
+                'own{4}\n'.format(
+                    out, snapshot, later,
+                    'damaged' if end != 'diverged' else end,
+                    ' (or start a new run with a smaller --lr)'
+                    if end == 'diverged' else '')) in err, err
+    branch = tmp_path / 'branch'
+    mnist.main(args + ['--resume', second, '--out', str(branch)])
+    assert read_log(str(branch))[-1]['epoch'] == 4
+
+
 def test_resume_refuses_another_precision_or_dataset(
         mnist, mnist_snapshot, tmp_path, capsys):
     snapshot, args = mnist_snapshot
@@ -2931,12 +2988,19 @@ def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
     (0.01, 0.09, 0.5, [0.01, 0.09]),
     (0.011, 0.019, 0.1, [0.011, 0.011 * (19 / 11) ** 0.5, 0.019]),
     (0.011, 0.019, 1.0, [0.011, 0.019]),
+    # A default 4-epoch MNIST run's bar: its room at 1.5 label sizes was
+    # 0.47847, and the round ticks (0.477 apart) gave way to 5 unround
+    # ones; at TICK_LABEL_SPACING's 1.4 they keep it.
+    (0.02506, 5.5177, 0.47847 * 1.4 / 1.5, [0.03, 0.1, 0.3, 1.0, 3.0]),
+    # Without it: fewer evenly spaced ones than those 5.
+    (0.02506, 5.5177, 0.5, [0.02506 * (5.5177 / 0.02506) ** (i / 3)
+                            for i in range(4)]),
 ])
 def test_trust_ratio_colour_bar_s_ticks_keep_their_room(low, high, room,
                                                         ticks):
     """No two ticks closer than ``room`` decades (a label's height on the
     bar): the round ticks that have it, 3 at least, else fewer evenly
-    spaced ones, the ends at least."""
+    spaced ones than the round set that lacked it, the ends at least."""
     got = plots.ratio_ticks(low, high, room=room)
     assert got == pytest.approx(ticks)
     assert len(got) == 2 or all(math.log10(b / a) >= room
@@ -3092,13 +3156,15 @@ def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
 
 
 @pytest.mark.parametrize('low,high', [(0.01, 0.09), (0.0015, 0.012),
-                                      (0.011, 0.019), (1e-4, 1.0)])
+                                      (0.011, 0.019), (1e-4, 1.0),
+                                      (0.02506, 5.5177)])
 @pytest.mark.parametrize('depth', [None, 8, 110])
 def test_trust_ratio_heatmap_s_colour_bar_labels_are_apart(
         cifar, tmp_path, monkeypatch, depth, low, high):
     """The colour bar is as long as the rows: the MLP's 3 rows had 6 labels
     over 0.01 to 0.09 (0.01, 0.015 and 0.02 collided); its ticks have a
-    label's room. ResNet-8's and -110's long bars keep theirs."""
+    label's room. ResNet-8's and -110's long bars keep theirs, and the
+    MLP's the round ones of a default MNIST run (0.025 to 5.5)."""
     import matplotlib.pyplot as plt
     if depth is None:  # the MLP's 3 weight arrays
         keys = ['lars/ratio/predictor/l{}/W'.format(i) for i in (1, 2, 3)]
@@ -3124,6 +3190,9 @@ def test_trust_ratio_heatmap_s_colour_bar_labels_are_apart(
         assert above.y0 - below.y1 >= space, [t.get_text() for t in labels]
     if depth is not None:  # as many as before: the bars are long
         assert len(labels) == len(plots.ratio_ticks(low, high))
+    elif (low, high) == (0.02506, 5.5177):
+        assert [t.get_text() for t in labels] == [
+            '0.03', '0.1', '0.3', '1', '3']
     plt.close(figure)
 
 
