@@ -2990,8 +2990,10 @@ def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
     (0.011, 0.019, 1.0, [0.011, 0.019]),
     # A default 4-epoch MNIST run's bar: its room at 1.5 label sizes was
     # 0.47847, and the round ticks (0.477 apart) gave way to 5 unround
-    # ones; at TICK_LABEL_SPACING's 1.4 they keep it.
-    (0.02506, 5.5177, 0.47847 * 1.4 / 1.5, [0.03, 0.1, 0.3, 1.0, 3.0]),
+    # ones; at TICK_LABEL_SPACING's 1.4 they keep it (the room scales with
+    # the spacing: read here, so that the constant is pinned).
+    (0.02506, 5.5177, 0.47847 / 1.5 * plots.TICK_LABEL_SPACING,
+     [0.03, 0.1, 0.3, 1.0, 3.0]),
     # Without it: fewer evenly spaced ones than those 5.
     (0.02506, 5.5177, 0.5, [0.02506 * (5.5177 / 0.02506) ** (i / 3)
                             for i in range(4)]),
