@@ -209,8 +209,11 @@ def update(plan, grads):
     if len(groups) == 1 and groups[0].executor.update(plan, grads[0]):
         return [[]]
     gptrs, missing = _taken(plan, grads)
-    routes = list(map(_route, groups, grads, gptrs)) if missing else [
-        (gptr, (), (), []) for gptr in gptrs]  # every gradient as it is
+    if not missing:  # every gradient goes as it is
+        for group, gptr in zip(groups, gptrs):
+            _run(group, None, gptr, (), (), ())
+        return [[]] * len(groups)
+    routes = list(map(_route, groups, grads, gptrs))
     for group, g, route in zip(groups, grads, routes):
         _run(group, g, *route)
     return [route[3] for route in routes]
