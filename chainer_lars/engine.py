@@ -257,7 +257,8 @@ def _route(group, grads, gptr):
 
 
 def _run(group, grads, gptr, copies, passes, left):
-    group.last.copies = {}  # this update's, filled below
+    if group.last.copies:
+        group.last.copies = {}
     group.executor.run(group, gptr)
     for k in passes:  # observed in the table's rows
         cpu.numpy_update(group.rows[k], group.state.obs[k], group.op,
