@@ -1945,21 +1945,15 @@ def test_resume_in_a_folder_whose_run_went_on_is_refused(
                    key=lambda n: int(n.rsplit('_', 1)[1]))
     first, second, last = (str(out / n) for n in names)
     err = usage_error(mnist.main, args + ['--resume', first], capsys)
-    assert ('error: --out {0}: holds the run of --resume {1} gone on past '
-            'that snapshot ({2}, {3}, finished), which a run resumed there '
-            'would write over (its log, plots and snapshots); give another '
-            '--out to go on from {1} in a folder of its own\n'.format(
-                out, first, names[1], names[2])) in err, err
+    assert _went_on(out, first, '{}, {}, finished'.format(*names[1:]),
+                    _ELSEWHERE.format(first)) in err, err
     assert contents() == before
     os.remove(last)  # a run stopped after its second epoch
     del before[names[2]]
     err = usage_error(mnist.main, args + ['--resume', first], capsys)
-    assert ('error: --out {0}: holds the run of --resume {1} gone on past '
-            'that snapshot ({2}), which a run resumed there would write '
-            'over (its log, plots and snapshots); continue it from its '
-            'latest snapshot, --resume {3}, or give another --out to go on '
-            'from {1} in a folder of its own\n'.format(
-                out, first, names[1], second)) in err, err
+    assert _went_on(out, first, names[1], 'continue it from its latest '
+                    'snapshot, --resume {}, or {}'.format(
+                        second, _ELSEWHERE.format(first))) in err, err
     assert contents() == before
     branch = tmp_path / 'branch'
     mnist.main(args + ['--resume', first, '--out', str(branch)])
@@ -1967,6 +1961,19 @@ def test_resume_in_a_folder_whose_run_went_on_is_refused(
     assert without_time(read_log(str(branch))) == without_time(
         read_log(str(out)))
     assert read_log(str(out))[-1]['epoch'] == 3
+
+
+#: The refusals' offer of another --out, for the snapshot ``{}``.
+_ELSEWHERE = 'give another --out to go on from {} in a folder of its own'
+
+
+def _went_on(out, snapshot, later, offer):
+    """The refusal of ``--resume snapshot`` in ``out``, whose run went on
+    past it: ``later``, its later snapshots (and what ends them)."""
+    return ('error: --out {}: holds the run of --resume {} gone on past '
+            'that snapshot ({}), which a run resumed there would write over '
+            '(its log, plots and snapshots); {}\n'.format(
+                out, snapshot, later, offer))
 
 
 def _diverge(snapshot):
@@ -2012,15 +2019,11 @@ def test_resume_in_a_folder_whose_run_went_on_offers_no_refused_snapshot(
     for snapshot, later in ((first, 'snapshot_iter_4, snapshot_iter_6'),
                             (second, 'snapshot_iter_6')):
         err = usage_error(mnist.main, args + ['--resume', snapshot], capsys)
-        assert ('error: --out {0}: holds the run of --resume {1} gone on '
-                'past that snapshot ({2}, {3}), which a run resumed there '
-                'would write over (its log, plots and snapshots); give '
-                'another --out to go on from {1} in a folder of its '
-                'own{4}\n'.format(
-                    out, snapshot, later,
-                    'damaged' if end != 'diverged' else end,
-                    ' (or start a new run with a smaller --lr)'
-                    if end == 'diverged' else '')) in err, err
+        assert _went_on(out, snapshot, '{}, {}'.format(
+            later, 'damaged' if end != 'diverged' else end),
+            _ELSEWHERE.format(snapshot) + (
+                ' (or start a new run with a smaller --lr)'
+                if end == 'diverged' else '')) in err, err
     branch = tmp_path / 'branch'
     mnist.main(args + ['--resume', second, '--out', str(branch)])
     assert read_log(str(branch))[-1]['epoch'] == 4
@@ -3126,6 +3129,16 @@ def _drawn_heatmap(keys, log, every, tmp_path, monkeypatch, title=None):
     return figure, canvas.get_renderer()
 
 
+def _weight_ratio_keys(cifar, depth):
+    """The ratio keys of the weights: the MLP's 3 (``depth`` None) or a
+    CIFAR ResNet's of that depth."""
+    if depth is None:
+        return ['lars/ratio/predictor/l{}/W'.format(i) for i in (1, 2, 3)]
+    return ['lars/ratio' + path for path in recipe.parameter_paths(
+        chainer.links.Classifier(cifar.ResNet(depth, 10)))
+        if path.endswith('/W')]
+
+
 @pytest.mark.parametrize('depth', [None, 8, 56, 110])
 @pytest.mark.parametrize('every', [None, 4])
 def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
@@ -3134,12 +3147,7 @@ def test_trust_ratio_heatmap_s_row_labels_are_readable_and_apart(
     figure grows a row's height with each row. The font shrank with the
     rows instead, to 4 points for ResNet-110's 112 (illegible)."""
     import matplotlib.pyplot as plt
-    if depth is None:  # the MLP's 3 weight arrays
-        keys = ['lars/ratio/predictor/l{}/W'.format(i) for i in (1, 2, 3)]
-    else:
-        keys = ['lars/ratio' + path for path in recipe.parameter_paths(
-            chainer.links.Classifier(cifar.ResNet(depth, 10)))
-            if path.endswith('/W')]
+    keys = _weight_ratio_keys(cifar, depth)
     log = [{'epoch': e + 1, 'iteration': 10 * (e + 1), 'main/loss': 1.0,
             **{key: 0.01 * (k + 1) * (e + 1) for k, key in enumerate(keys)}}
            for e in range(2)]
@@ -3168,12 +3176,7 @@ def test_trust_ratio_heatmap_s_colour_bar_labels_are_apart(
     label's room. ResNet-8's and -110's long bars keep theirs, and the
     MLP's the round ones of a default MNIST run (0.025 to 5.5)."""
     import matplotlib.pyplot as plt
-    if depth is None:  # the MLP's 3 weight arrays
-        keys = ['lars/ratio/predictor/l{}/W'.format(i) for i in (1, 2, 3)]
-    else:
-        keys = ['lars/ratio' + path for path in recipe.parameter_paths(
-            chainer.links.Classifier(cifar.ResNet(depth, 10)))
-            if path.endswith('/W')]
+    keys = _weight_ratio_keys(cifar, depth)
     cells = 10 * len(keys)
     log = [{'epoch': e + 1, 'iteration': 10 * (e + 1), 'main/loss': 1.0,
             **{key: low * (high / low) ** ((10 * k + e) / (cells - 1))
