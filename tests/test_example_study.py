@@ -608,6 +608,17 @@ def test_study_skips_what_is_done(study, tiny_study, capsys):
     assert '$ ' not in capsys.readouterr().out
     assert {p.name: p.stat().st_mtime_ns
             for p in tiny_study.out.iterdir()} == before
+    # With the figure: drawn once (it was drawn after each skipped run,
+    # and nothing said that nothing ran).
+    try:
+        assert study.main(tiny_study.argv) == 0
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    out = capsys.readouterr().out
+    assert out.count('  the figure: ') == 1, out
+    assert out.endswith('nothing to run: every run of these settings has '
+                        'its JSON in {} (--tables prints the tables)\n'
+                        .format(tiny_study.out)), out
 
 
 def test_check_compares_the_readme_with_the_jsons(study, tiny_study,

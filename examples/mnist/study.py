@@ -605,6 +605,7 @@ def run_trial(args, optimizer, batchsize, trial, flags, seed, test,
                   args.validation, args.n_train, test, args.model)
     text = shlex.join(cmd)
     print('$ ' + text, flush=True)
+    args.runs_made = getattr(args, 'runs_made', 0) + 1  # (redraw, main)
     out = os.path.join(args.runs, name)
     os.makedirs(out, exist_ok=True)
     start = time.time()
@@ -1057,8 +1058,12 @@ def sweep(args):
 
 
 def redraw(args):
-    """Redraws the figure; a failure is printed, the study goes on."""
-    if args.plot:
+    """Redraws the figure where a run was made since it was last drawn (a
+    study whose runs all have their JSON draws it once); a failure is
+    printed, the study goes on."""
+    made = getattr(args, 'runs_made', 0)
+    if args.plot and made != getattr(args, 'drawn_after', -1):
+        args.drawn_after = made
         try:
             plot(args)
         except Exception as e:  # the figure must not stop the study
@@ -2650,6 +2655,9 @@ def main(argv=None):
         fair(args)
     else:
         study(args)
+    if not getattr(args, 'runs_made', 0):
+        print('nothing to run: every run of these settings has its JSON in '
+              '{} (--tables prints the tables)'.format(args.out), flush=True)
     return 0
 
 
