@@ -621,6 +621,30 @@ def test_study_skips_what_is_done(study, tiny_study, capsys):
                         .format(tiny_study.out)), out
 
 
+def test_study_draws_the_defaults_reruns_where_the_sweep_runs_nothing(
+        study, tiny_study, tmp_path, monkeypatch, capsys):
+    # The figure shows the defaults' seeded reruns; the loop that makes
+    # them drew nothing after them, and a study without a budget sweep
+    # ended with a figure without them.
+    out = tmp_path / 'json'
+    shutil.copytree(str(tiny_study.out), str(out))
+    os.remove(str(out / 'defaults-b16-s1.json'))
+    argv = list(tiny_study.argv)
+    argv[argv.index('--out') + 1] = str(out)
+    argv[argv.index('--runs') + 1] = str(tmp_path / 'runs')
+    argv[argv.index('--figure') + 1] = str(tmp_path / 'study.png')
+    monkeypatch.setattr(study.results, 'run_process', forked.script)
+    previous = chainer.dataset.get_dataset_root()
+    try:
+        assert study.main(argv + ['--budget-configs', '0']) == 0
+    finally:
+        chainer.dataset.set_dataset_root(previous)
+    printed = capsys.readouterr().out
+    assert printed.count('$ ') == 1, printed
+    assert printed.rindex('  the figure: ') > printed.index('$ '), printed
+    assert 'nothing to run' not in printed
+
+
 def test_check_compares_the_readme_with_the_jsons(study, tiny_study,
                                                   tmp_path, capsys):
     assert study.main(['--out', str(tiny_study.out), '--trials', '2',
@@ -1018,8 +1042,14 @@ def test_pretune_runs_a_pilot_then_the_grid_at_the_working_rate(
     try:
         assert study.main(argv + ['--pretune', '--pretune-batchsize',
                                   '16']) == 0
+        capsys.readouterr()
+        assert study.main(argv + ['--pretune', '--pretune-batchsize',
+                                  '16']) == 0  # again: nothing to run
     finally:
         chainer.dataset.set_dataset_root(previous)
+    assert capsys.readouterr().out == (
+        'nothing to run: every run of these settings has its JSON in {} '
+        '(--tables prints the tables)\n'.format(out / 'pretune'))
     found = records(out / 'pretune')
     assert sorted(found) == sorted(
         '{}-b16-{}'.format(o, run) for o in ('nesterov', 'lars')

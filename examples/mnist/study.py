@@ -986,6 +986,7 @@ def study(args):
                           and args.settings is None else ()):
             run_trial(args, DEFAULTS, batchsize, None, {}, seed, 'end')
     sweep(args)
+    redraw(args)  # the defaults' reruns, where the sweep ran nothing
 
 
 def fair_rates(out, batchsize, optimizers):
@@ -2657,7 +2658,9 @@ def main(argv=None):
         study(args)
     if not getattr(args, 'runs_made', 0):
         print('nothing to run: every run of these settings has its JSON in '
-              '{} (--tables prints the tables)'.format(args.out), flush=True)
+              '{} (--tables prints the tables)'.format(os.path.join(
+                  args.out, PRETUNE) if args.pretune else args.out),
+              flush=True)
     return 0
 
 
