@@ -658,9 +658,8 @@ def _later_snapshots(out, snapshot):
         return []
     if iteration is None:
         return []
-    return [path for path in snapshots_in(out) if int(re.match(
-        r'snapshot_iter_(\d+)$', os.path.basename(path)).group(1))
-        > iteration]
+    return [path for path in snapshots_in(out)
+            if snapshot_iteration(os.path.basename(path)) > iteration]
 
 
 def _end(path):
@@ -703,12 +702,18 @@ def _named_like_run_files(out):
         names = set(os.listdir(out))
     except OSError:
         return []
-    snapshots = sorted((int(m.group(1)), name) for m, name in (
-        (re.match(r'snapshot_iter_(\d+)$', name), name) for name in names)
-        if m)
+    snapshots = sorted((i, n) for i, n in (
+        (snapshot_iteration(n), n) for n in names) if i is not None)
     return ((['log'] if 'log' in names else [])
             + [name for _, name in snapshots]
             + [n for n in PLOTS if n in names])
+
+
+def snapshot_iteration(name):
+    """The iteration of a snapshot's file name, ``snapshot_iter_N``: N, or
+    None for another name."""
+    match = re.match(r'snapshot_iter_(\d+)$', name)
+    return None if match is None else int(match.group(1))
 
 
 def not_files(out):

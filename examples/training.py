@@ -475,10 +475,11 @@ class Interruption(object):
         except OSError:
             names = []
         for name in names:
-            match = re.match(r'snapshot_iter_(\d+)$', name)
+            iteration = cli.snapshot_iteration(name)
             path = os.path.join(out, name)
-            if match and os.stat(path).st_mtime >= self._start - 1:
-                found.append((int(match.group(1)), path))
+            if iteration is not None and (
+                    os.stat(path).st_mtime >= self._start - 1):
+                found.append((iteration, path))
         if found:
             return max(found)[1]
         return self._args.resume
@@ -1092,10 +1093,9 @@ def keep_latest_snapshots(n):
         found = []
         for name in os.listdir(trainer.out):
             path = os.path.join(trainer.out, name)
-            match = re.match(r'snapshot_iter_(\d+)$', name)
-            if match:
-                found.append((os.stat(path).st_mtime, int(match.group(1)),
-                              path))
+            iteration = cli.snapshot_iteration(name)
+            if iteration is not None:
+                found.append((os.stat(path).st_mtime, iteration, path))
             elif re.match(r'tmpsnapshot_iter_\d', name) and all(
                     re.match(r'snapshot_iter_\d+$', inside)
                     for inside in _listed(path)):  # nothing else
