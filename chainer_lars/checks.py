@@ -115,8 +115,8 @@ def addressed(path, weight, grad, states=(), written=('weight',),
     floating, writeable where ``written`` names it (``'weight'``,
     ``'gradient'``, the ``names`` of ``states``; ``extra``, what a mixed16
     row writes besides, always); with ``one_dtype`` (a GPU), of the
-    weight's dtype (a gradient's ``gdtype``). ``grad`` ``None``: the row's
-    own arrays only. Errors name ``path``."""
+    weight's dtype (a gradient's ``gdtype``) and device. ``grad`` ``None``:
+    the row's own arrays only. Errors name ``path``."""
     named = (() if grad is None else (('gradient', grad),)) + tuple(
         zip(names, states))
     if extra is not None:
@@ -138,6 +138,10 @@ def addressed(path, weight, grad, states=(), written=('weight',),
         if one_dtype and a.dtype != like:
             raise TypeError('{}: the {} is {} but the weight {}'.format(
                 path, name, a.dtype, like))  # (mixed16: the float16 one)
+        if one_dtype and type(a) is type(weight) is not numpy.ndarray and (
+                a.device != weight.device):  # (no peer access)
+            raise ValueError('{}: the {} is on {} but the weight on {}'.format(
+                path, name, a.device, weight.device))
     for name, a in (('weight', weight),) + named:
         # CuPy arrays have no writeable flag: device memory always is.
         if name in written and not getattr(a.flags, 'writeable', True):

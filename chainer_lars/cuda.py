@@ -14,7 +14,7 @@ from chainer_lars import ratio
 THREADS = 256
 CHUNK = 32 * THREADS
 
-_SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides')  # flags: slow
+_SIGNATURE = operator.attrgetter('dtype', 'shape', 'strides', 'data.device_id')
 _POINTER = operator.attrgetter('data.ptr')
 _RETIRED = []  # dead states' pinned buffers, until their copies are done
 
@@ -414,7 +414,7 @@ class _DeviceState(object):
     ring, next, counts, counted, lost, last = (), 0, None, None, None, None
 
     def __init__(self, group):
-        xp, n = group.device.xp, len(group)
+        xp, n, at = group.device.xp, len(group), group.device.device.id
         self.compute_dtype = _TYPES[group.dtype][2]
         sizes = [w.size for w in group.weights]
         counts = [-(-k // CHUNK) for k in sizes]
@@ -430,9 +430,9 @@ class _DeviceState(object):
                 self.own[j, k] = 0 if a is None else a.data.ptr
                 self.direct[k] &= a is None or supports(a)
         self.kernels = _kernels(xp, group)
-        self.shapes = [w.shape for w in group.weights]  # (not reshaped)
-        self.signature = [(group.gdtype, w.shape, tuple(  # C-contiguous
-            s * group.gdtype.itemsize // w.itemsize for s in w.strides))
+        self.places = [(w.shape, at) for w in group.weights]  # not reshaped
+        self.signature = [(group.gdtype, w.shape, tuple(  # C (flags: slow)
+            s * group.gdtype.itemsize // w.itemsize for s in w.strides), at)
             for w in group.weights] if self.direct.all() else None
         self.nbytes = numpy.array(sizes, numpy.int64) * group.gdtype.itemsize
         self.empty = self.nbytes == 0
@@ -498,11 +498,11 @@ class CudaExecutor(object):
                     map(_POINTER, g))
             except AttributeError:
                 fast = []
-            p = numpy.array(fast or [
+            p = numpy.array(fast or [  # (not CuPy's: a model moved)
                 a.data.ptr or 1 if isinstance(a, type(state.words)) and ok
-                and a.shape == shape and a.dtype == group.gdtype
-                and supports(a) else 0  # (a NumPy one: a model moved)
-                for a, shape, ok in zip(g, state.shapes, state.direct)],
+                and (a.shape, a.data.device_id) == place
+                and a.dtype == group.gdtype and supports(a) else 0
+                for a, place, ok in zip(g, state.places, state.direct)],
                 numpy.int64) | (state.empty & bool(fast))
             if len(g) > 1 and not group.mixed16 and 1 in L.written(
                     group.op, group.scaled):

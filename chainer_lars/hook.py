@@ -180,9 +180,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         if getattr(owner, 'adapts_rates', False):  # LARS, LAMB, rules
             checks.double_adaptation(owner._face)
         if param is None:
-            self._update_all(owner)
-        else:
-            self._rescale(owner, param, '/' + (param.name or ''), 1.0)
+            return self._update_all(owner)
+        self._rescale(owner, param, '/' + (param.name or ''), 1.0)
 
     def _key(self, clips, scales):
         return (self.weight_decay, self.eps, self.trust_coefficient,

@@ -292,6 +292,34 @@ extern "C" __global__ void overrun(float* x, long long n) {
         module.get_function('overrun')((1,), (2,), (x, numpy.int64(10)))
 
 
+def test_memory_of_another_device_is_an_illegal_access(kernels):
+    # Two devices without peer access: a launch on device 0 given an array
+    # of device 1, or its address in a pointer table, fails before it runs
+    # (on a GPU, an illegal memory access that ends the CUDA context).
+    kernel = kernels.get_function('chainer_lars_multi_norms')
+    table = _table()
+    assert xp.cuda.Device().id == 0 and table['words'].device.id == 0
+    with xp.cuda.Device(1):
+        assert xp.cuda.Device().id == 1
+        g = xp.asarray(numpy.ones(5, numpy.float32))
+        stats = xp.zeros(3, numpy.float32)
+        with pytest.raises(cuda_emulator.EmulatorError, match=r'an array of '
+                           r'device 0 given to a launch on device 1'):
+            kernel((1,), (256,), _norms_args(table))
+    assert (g.device.id, g.data.device_id, xp.cuda.Device().id) == (1, 1, 0)
+    with pytest.raises(cuda_emulator.EmulatorError, match=r'an array of '
+                       r'device 1 given to a launch on device 0'):
+        kernel((1,), (256,), _norms_args(table, stats=stats))
+    words = table['words'].get()
+    words[1] = g.data.ptr + 8  # inside it
+    with pytest.raises(cuda_emulator.EmulatorError, match=r"an address in "
+                       r"device 1's memory given to a launch on device 0"):
+        kernel((1,), (256,), _norms_args(table, words=xp.asarray(words)))
+    kernel((1,), (256,), _norms_args(table))  # its own memory: it runs
+    with pytest.raises(RuntimeError, match='two CUDA devices'):
+        xp.cuda.Device(2)
+
+
 def test_fresh_device_memory_reads_as_nan():
     # A kernel that reads what no one wrote then gives NaN, not a number
     # that may look right.

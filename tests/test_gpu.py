@@ -1277,6 +1277,85 @@ def test_a_mixed16_gradient_of_another_dtype_is_refused_naming_the_weights(
     assert all((after[path] == before[path]).all() for path in before)
 
 
+def _on_device_1(gpu, array):
+    """A copy of the device array ``array`` in the memory of GPU 1."""
+    if gpu.xp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip('one GPU: no other device to give a gradient on')
+    with gpu.xp.cuda.Device(1):
+        return gpu.xp.asarray(cuda.to_cpu(array))
+
+
+@pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
+@pytest.mark.parametrize('mixed16', [False, True])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_gradient_on_another_gpu_is_refused_before_anything_moves(
+        gpu, face, mixed16, multi_tensor):
+    # Chainer's grad setter takes a CuPy array on any GPU; the kernels
+    # would read (the hook: write) it from the weight's GPU through its
+    # address, an illegal memory access without peer access. Refused,
+    # naming the path and both devices, before any array moves.
+    models = []
+    for _ in range(2):  # the second's /l1/W gradient on GPU 1
+        model = gpu.send(Params([THREADS + 3, 5, 7],
+                                numpy.float16 if mixed16 else numpy.float32))
+        if face == 'hook':
+            opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(model)
+            opt.add_hook(chainer_lars.GradientLARS(multi_tensor=multi_tensor))
+        else:
+            opt = getattr(chainer_lars, face)(
+                multi_tensor=multi_tensor).setup(model)
+        if mixed16:
+            opt.use_fp32_update()
+        opt.update()
+        model.refill_grads(2)
+        models.append((model, opt))
+    (model, opt), (twin, twin_opt) = models
+    model.l1.W.grad = _on_device_1(gpu, model.l1.W.grad)
+    if mixed16 and face != 'hook' and not multi_tensor:
+        # Chainer's rule steps a float32 copy of the gradient, made on the
+        # weight's GPU: the kernels never see the other GPU's.
+        opt.update()
+        twin_opt.update()
+        _assert_close(_host(model), _host(twin), numpy.float16)
+        return
+    before = [_host(model), _host(model, 'grad')]
+    with pytest.raises(ValueError, match=r'^/l1/W: the gradient is on '
+                       r'<.*Device 1> but the weight on <.*Device 0>$'):
+        opt.update()
+    # (rules stepping one by one, as in Chainer's loop: /l0/W's has)
+    kept = ['/l1/W', '/l2/W'] if face != 'hook' and not multi_tensor else (
+        sorted(before[0]))
+    for arrays, attr in zip(before, ('array', 'grad')):
+        after = _host(model, attr)
+        assert all((after[path] == arrays[path]).all() for path in kept)
+    model.refill_grads(3)  # gradients on GPU 0 again: it steps
+    opt.update()
+    assert (_host(model)['/l1/W'] != before[0]['/l1/W']).any()
+
+
+@pytest.mark.parametrize('face', ['LARS', 'LAMB'])
+def test_a_state_on_another_gpu_moves_to_its_weights_as_chainer_moves_it(
+        gpu, face):
+    # Chainer's rules send their states to the parameter's device when
+    # they update; a plan made anew does the same before its checks.
+    models = [gpu.send(Params([THREADS + 3, 5], numpy.float32))
+              for _ in range(2)]
+    for model in models:
+        opt = getattr(chainer_lars, face)().setup(model)
+        opt.update()
+        model.refill_grads(2)
+        if model is models[1]:
+            state = model.l0.W.update_rule.state
+            for name in sorted(state):
+                state[name] = _on_device_1(gpu, state[name])
+        opt.update()
+    state = models[1].l0.W.update_rule.state
+    assert state and all(a.device.id == 0 for a in state.values())
+    assert _host(models[1]).keys() == _host(models[0]).keys()
+    for path, array in _host(models[0]).items():
+        numpy.testing.assert_array_equal(_host(models[1])[path], array)
+
+
 def test_pinned_buffers_outlive_the_copies_still_pending(monkeypatch):
     # A GPU runs behind the host: a group's words are copied from pinned
     # memory when the stream gets there. A state that dies first (the

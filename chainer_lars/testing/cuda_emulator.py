@@ -18,6 +18,9 @@ checks the launch and runs it on the host, synchronously:
   kernel's, so an ``int`` passed where ``long long`` is declared, or a
   Python float (packed as a double) where ``float`` is, would shift or
   garble every later argument on a GPU; here it is an error.
+* an array of another device than the current one, given directly or by
+  an address inside it in an ``int64`` array, fails the launch (see
+  :mod:`chainer_lars.testing.emulated_cupy`);
 * After the launch, the guard bytes around every live device array are
   checked, so that a write past the end of an array fails the launch.
 
@@ -379,6 +382,9 @@ class Device(object):
     def check_guards(self, name):
         pass
 
+    def check_devices(self, name, arrays):
+        pass
+
 
 #: The bound device (see :class:`Device`).
 device = Device()
@@ -417,6 +423,8 @@ class Kernel(object):
             *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p)
               for v in packed])
         dims = ctypes.c_uint * 3
+        device.check_devices(self.name, [
+            a for p, a in zip(self.params, args) if p.is_pointer])
         device.launched(self.name)
         if not device.execute():
             return

@@ -19,6 +19,11 @@ What is emulated:
 * :class:`RawModule` (through the emulator) and :class:`ElementwiseKernel`
   (the operation compiled as a C++ loop), so Chainer's own
   ``MomentumSGD`` and ``SGD`` run on the device too;
+* two devices, ``0`` and ``1``, without peer access: an array lives on
+  the device current where it was allocated (``with Device(1):``), and a
+  kernel given, directly or through an address in an ``int64`` array (a
+  pointer table), memory of a device other than the current one fails as
+  an illegal memory access would on a GPU, before it runs;
 * streams, events and pinned memory, as synchronous stand-ins;
 * :data:`stats`: kernel launches by name, and transfers in each direction.
   Every way a value can leave the device counts as a device-to-host
@@ -80,10 +85,13 @@ class _Allocation(object):
 
     """
 
-    __slots__ = ('buffer', 'start', 'nbytes', '__weakref__')
+    __slots__ = ('buffer', 'start', 'nbytes', 'device_id', '__weakref__')
 
     def __init__(self, nbytes):
         stats.allocations += 1
+        self.device_id = _current[-1]
+        if self.device_id:
+            _off_device_0.add(self)
         free = _pool.get(nbytes)
         if free:
             self.buffer, self.start = free.pop()
@@ -108,6 +116,37 @@ class _Allocation(object):
 
 
 _pool = {}
+#: The current device (the last entered; ``use()`` sets the outermost).
+_current = [0]
+#: Allocations on device 1, whose launches check addresses (see below).
+_off_device_0 = weakref.WeakSet()
+
+
+def check_devices(kernel, arrays):
+    """Raises if a launch on the current device is given memory of another
+    device: an array, or an address inside one held by an ``int64`` array
+    (a pointer table), as a GPU without peer access would fault."""
+    current = _current[-1]
+    if current == 0 and not _off_device_0:
+        return
+    for a in arrays:
+        if a._alloc.device_id != current:
+            raise cuda_emulator.EmulatorError(
+                '{}: an array of device {} given to a launch on device {} '
+                '(an illegal memory access)'.format(
+                    kernel, a._alloc.device_id, current))
+    tables = [a._a.ravel() for a in arrays if a.dtype == numpy.int64]
+    if not tables:
+        return
+    words = numpy.concatenate(tables)
+    for allocation in list(_allocations.values()):
+        if allocation.device_id != current and allocation.nbytes:
+            start = allocation.buffer.ctypes.data + allocation.start
+            if ((words >= start) & (words < start + allocation.nbytes)).any():
+                raise cuda_emulator.EmulatorError(
+                    '{}: an address in device {}\'s memory given to a launch '
+                    'on device {} (an illegal memory access)'.format(
+                        kernel, allocation.device_id, current))
 
 
 def check_guards(kernel):
@@ -121,33 +160,36 @@ def check_guards(kernel):
 
 class _Pointer(object):
 
-    __slots__ = ('ptr', 'mem')
+    __slots__ = ('ptr', 'mem', 'device_id')
 
-    def __init__(self, ptr, mem):
+    def __init__(self, ptr, mem, device_id):
         self.ptr = ptr
         self.mem = mem
+        self.device_id = device_id
 
 
 class Device(object):
 
-    """The emulated device ``0`` (a context manager, like CuPy's)."""
+    """An emulated device, ``0`` or ``1`` (``None``: the current one); as
+    CuPy's, a context manager that makes it current within the block."""
 
     def __init__(self, device=None):
-        device = 0 if device is None else int(device)
-        if device != 0:
+        device = _current[-1] if device is None else int(device)
+        if device not in (0, 1):
             raise RuntimeError(
-                'the emulated machine has one CUDA device (0), not '
+                'the emulated machine has two CUDA devices (0 and 1), not '
                 '{}'.format(device))
         self.id = device
 
     def __enter__(self):
+        _current.append(self.id)
         return self
 
     def __exit__(self, *exc_info):
-        pass
+        _current.pop()
 
     def use(self):
-        pass
+        _current[0] = self.id
 
     def synchronize(self):
         pass
@@ -297,7 +339,7 @@ class ndarray(object):
 
     # --- properties --------------------------------------------------
     flags = property(lambda self: _Flags(self._a))
-    device = property(lambda self: Device(0))
+    device = property(lambda self: Device(self._alloc.device_id))
 
     @property
     def data(self):
@@ -306,7 +348,8 @@ class ndarray(object):
         if pointer is None:
             # CuPy allocates nothing for an empty array: its address is 0.
             pointer = self._data = _Pointer(
-                self._a.ctypes.data if self._a.size else 0, self._alloc)
+                self._a.ctypes.data if self._a.size else 0, self._alloc,
+                self._alloc.device_id)
         return pointer
 
     T = property(lambda self: self._view(self._alloc, self._a.T))
@@ -641,6 +684,7 @@ class ElementwiseKernel(object):
                 storage = _storage(dtype)
                 values.append(numpy.asarray(a, dtype).view(storage)[()]
                               .item())
+        check_devices(self.name, [a for a in args if isinstance(a, ndarray)])
         stats.launches.append(self.name)
         if not execute:
             return args[nin] if len(self.out_params) == 1 else tuple(
@@ -739,7 +783,7 @@ cuda = types.SimpleNamespace(
     Device=Device, Event=Event, Stream=Stream,
     get_current_stream=lambda: _current_stream,
     alloc_pinned_memory=alloc_pinned_memory,
-    runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
+    runtime=types.SimpleNamespace(getDeviceCount=lambda: 2),
 )
 cuda.Stream.null = _current_stream
 
@@ -769,6 +813,9 @@ class _Device(cuda_emulator.Device):
     def check_guards(self, name):
         check_guards(name)
 
+    def check_devices(self, name, arrays):
+        check_devices(name, arrays)
+
 
 cuda_emulator.device = _Device()
 
@@ -782,8 +829,9 @@ def installed(execute=True, check=True):
     a no-op, so that what the block costs is the host code of the GPU path
     alone (``benchmarks/bench_lars.py --gpu-host``).
 
-    ``chainer.backends.cuda`` then reports CUDA as available with one
-    device, ``@cupy:0``, whose arrays are this module's. Kernel caches that
+    ``chainer.backends.cuda`` then reports CUDA as available with two
+    devices, ``@cupy:0`` and ``@cupy:1``, whose arrays are this
+    module's. Kernel caches that
     chainer-lars keeps per array module need nothing cleared: this module is
     its own array module.
 
