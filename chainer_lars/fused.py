@@ -558,8 +558,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         return plan
 
     def observe(self):
-        """``{path: (ratio, ||w||, ||g||)}`` of the last update (``{}`` if
-        skipped), as floats, for the adapted and enabled arrays (see
+        """``{path: (ratio, ||w||, ||g||)}`` (LAMB: ``||r||``) of the last
+        update (``{}``: skipped), as floats, of adapted, enabled arrays (see
         :meth:`GradientLARS.observe <chainer_lars.GradientLARS.observe>`)."""
         if self.target is None:
             raise RuntimeError('{}.observe() reports the last update: call '
