@@ -138,8 +138,8 @@ def addressed(path, weight, grad, states=(), written=('weight',),
         if one_dtype and a.dtype != like:
             raise TypeError('{}: the {} is {} but the weight {}'.format(
                 path, name, a.dtype, like))  # (mixed16: the float16 one)
-        if one_dtype and type(a) is type(weight) is not numpy.ndarray and (
-                a.device != weight.device):  # (no peer access)
+        if one_dtype and not isinstance(a, numpy.ndarray) and not isinstance(
+                weight, numpy.ndarray) and a.device != weight.device:
             raise ValueError('{}: the {} is on {} but the weight on {}'.format(
                 path, name, a.device, weight.device))
     for name, a in (('weight', weight),) + named:

@@ -220,8 +220,9 @@ class GradientLARS(exclusions.ExclusionProperties):
         others = []
         for param, rule, path, adapt in plan.others:
             g = param.grad
-            if g is not None and param.dtype == numpy.float16:
-                direct = not rule._use_fp32_update  # the delegate's arrays
+            if g is not None and (g.itemsize == 2 or engine.executor_for(
+                    param.device)):  # (ChainerX's: as _rescale converts them)
+                direct = not (rule._use_fp32_update and g.itemsize == 2)
                 checks.addressed(
                     path, param.array, g, (), ('gradient',) if direct else (),
                     direct and param.device.xp is not numpy)
@@ -304,8 +305,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         if mine is None:
             own, n = _DELEGATE_NAME, 1
             while own in hooks or own in rule._hookable._post_update_hooks:
-                n += 1
-                own = '{}#{}'.format(_DELEGATE_NAME, n)
+                n, own = n + 1, '{}#{}'.format(_DELEGATE_NAME, n + 1)
             mine = _RuleDelegate(self)
             rule.add_hook(mine, name=own, timing='pre')
         # In the hooks' order of running, before the rule's own (Chainer's).

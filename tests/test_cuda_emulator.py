@@ -320,6 +320,25 @@ def test_memory_of_another_device_is_an_illegal_access(kernels):
         xp.cuda.Device(2)
 
 
+def test_operations_on_another_devices_array_raise_cupys_error():
+    # As CuPy without peer access: arithmetic, astype, elementwise kernels
+    # refuse an array of another device; a copy crosses devices.
+    with xp.cuda.Device(1):
+        g = xp.asarray(numpy.arange(4, dtype=numpy.float32))
+    peer = r'\(1\) is different from the current device \(0\)\. Peer access'
+    kernel = xp.ElementwiseKernel('T x', 'T y', 'y = x;', 'copy')
+    for operation in (lambda: g * 2, lambda: g.astype(numpy.float64),
+                      lambda: xp.isfinite(g), lambda: g.__itruediv__(2),
+                      lambda: g.__setitem__(0, 1),
+                      lambda: kernel(g, xp.empty_like(g))):
+        with pytest.raises(ValueError, match=peer):
+            operation()
+    for copy in (g.copy(), xp.array(g)):
+        assert copy.device.id == 0 and copy.get().tolist() == [0, 1, 2, 3]
+    with xp.cuda.Device(1):
+        assert (g * 2).get().tolist() == [0, 2, 4, 6]
+
+
 def test_fresh_device_memory_reads_as_nan():
     # A kernel that reads what no one wrote then gives NaN, not a number
     # that may look right.

@@ -1285,45 +1285,58 @@ def _on_device_1(gpu, array):
         return gpu.xp.asarray(cuda.to_cpu(array))
 
 
+def _set_up_on_gpu_0(gpu, face, multi_tensor, mixed16, scaling, sizes):
+    model = gpu.send(Params(sizes, numpy.float16 if mixed16 else
+                            numpy.float32))
+    if face == 'hook':
+        opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(model)
+        opt.add_hook(chainer_lars.GradientLARS(multi_tensor=multi_tensor))
+    else:
+        opt = getattr(chainer_lars, face)(
+            multi_tensor=multi_tensor).setup(model)
+    if mixed16:
+        opt.use_fp32_update()
+    if scaling:
+        opt.loss_scaling(**({'scale': 8.0} if scaling == 'static' else {}))
+        for param in model.params():
+            param._loss_scale = opt._loss_scale
+    opt.update()
+    model.refill_grads(2)
+    return model, opt
+
+
+_OURS = r'^{}: the gradient is on <.*Device 1> but the weight on <.*Device 0>$'
+_CUPYS = r'^The device where the array resides \(1\) is different from the ' \
+    r'current device \(0\)\. Peer access is unavailable'
+
+
 @pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
 @pytest.mark.parametrize('mixed16', [False, True])
 @pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('scaling', [None, 'static', 'dynamic'])
 def test_a_gradient_on_another_gpu_is_refused_before_anything_moves(
-        gpu, face, mixed16, multi_tensor):
+        gpu, face, mixed16, multi_tensor, scaling):
     # Chainer's grad setter takes a CuPy array on any GPU; the kernels
     # would read (the hook: write) it from the weight's GPU through its
     # address, an illegal memory access without peer access. Refused,
-    # naming the path and both devices, before any array moves.
-    models = []
-    for _ in range(2):  # the second's /l1/W gradient on GPU 1
-        model = gpu.send(Params([THREADS + 3, 5, 7],
-                                numpy.float16 if mixed16 else numpy.float32))
-        if face == 'hook':
-            opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(model)
-            opt.add_hook(chainer_lars.GradientLARS(multi_tensor=multi_tensor))
-        else:
-            opt = getattr(chainer_lars, face)(
-                multi_tensor=multi_tensor).setup(model)
-        if mixed16:
-            opt.use_fp32_update()
-        opt.update()
-        model.refill_grads(2)
-        models.append((model, opt))
-    (model, opt), (twin, twin_opt) = models
+    # naming the path and both devices, before any array moves; where
+    # CuPy reads it first (dynamic loss scaling's check; Chainer's own
+    # rule dividing the loss scale out, or casting a float16 gradient),
+    # CuPy refuses it, as it would Chainer's optimizers.
+    model, opt = _set_up_on_gpu_0(gpu, face, multi_tensor, mixed16, scaling,
+                                  [THREADS + 3, 5, 7])
+    one_by_one = face != 'hook' and not multi_tensor  # as in Chainer's loop
+    cupys = scaling == 'dynamic' or one_by_one and (scaling or mixed16)
+    if cupys and not gpu.emulated and (
+            gpu.xp.cuda.runtime.deviceCanAccessPeer(0, 1)):
+        pytest.skip('peer access: CuPy copies the gradient to GPU 0')
     model.l1.W.grad = _on_device_1(gpu, model.l1.W.grad)
-    if mixed16 and face != 'hook' and not multi_tensor:
-        # Chainer's rule steps a float32 copy of the gradient, made on the
-        # weight's GPU: the kernels never see the other GPU's.
-        opt.update()
-        twin_opt.update()
-        _assert_close(_host(model), _host(twin), numpy.float16)
-        return
     before = [_host(model), _host(model, 'grad')]
-    with pytest.raises(ValueError, match=r'^/l1/W: the gradient is on '
-                       r'<.*Device 1> but the weight on <.*Device 0>$'):
+    with pytest.raises(ValueError, match=_CUPYS if cupys else _OURS.format(
+            '/l1/W')):
         opt.update()
-    # (rules stepping one by one, as in Chainer's loop: /l0/W's has)
-    kept = ['/l1/W', '/l2/W'] if face != 'hook' and not multi_tensor else (
+    # (rules stepping one by one: /l0's have, unless checked before all)
+    kept = sorted(before[0])[2:] if one_by_one and scaling != 'dynamic' else (
         sorted(before[0]))
     for arrays, attr in zip(before, ('array', 'grad')):
         after = _host(model, attr)
@@ -1331,6 +1344,45 @@ def test_a_gradient_on_another_gpu_is_refused_before_anything_moves(
     model.refill_grads(3)  # gradients on GPU 0 again: it steps
     opt.update()
     assert (_host(model)['/l1/W'] != before[0]['/l1/W']).any()
+
+
+@pytest.mark.parametrize('face, multi_tensor', [
+    ('hook', True), ('hook', False), ('LARS', True)])  # (LARS's False: above)
+def test_a_tied_gradient_on_another_gpu_is_refused_before_anything_moves(
+        gpu, face, multi_tensor):
+    # Tied weights step one by one, after the batched groups: checked
+    # before those, as the others (the hook rescaled the others first).
+    model, opt = _set_up_on_gpu_0(gpu, face, multi_tensor, False, None,
+                                  [THREADS + 3, 7, 7])
+    model.l2.W.array = model.l1.W.array
+    opt.update()
+    model.refill_grads(3)
+    model.l2.W.grad = _on_device_1(gpu, model.l2.W.grad)
+    before = [_host(model), _host(model, 'grad')]
+    with pytest.raises(ValueError, match=_OURS.format('/l2/W')):
+        opt.update()
+    for arrays, attr in zip(before, ('array', 'grad')):
+        after = _host(model, attr)
+        assert all((after[path] == arrays[path]).all() for path in arrays)
+
+
+@pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
+def test_a_gradient_of_a_cupy_subclass_on_another_gpu_is_refused(gpu, face):
+    if not gpu.emulated:
+        pytest.skip('a subclass view of a device array: the emulator\'s')
+
+    class Sub(gpu.xp.ndarray):
+        pass
+
+    model, opt = _set_up_on_gpu_0(gpu, face, True, False, None,
+                                  [THREADS + 3, 5, 7])
+    g = _on_device_1(gpu, model.l1.W.grad)
+    model.l1.W.grad = Sub._view(g._alloc, g._a)
+    before = _host(model)
+    with pytest.raises(ValueError, match=_OURS.format('/l1/W')):
+        opt.update()
+    after = _host(model)
+    assert all((after[path] == before[path]).all() for path in before)
 
 
 @pytest.mark.parametrize('face', ['LARS', 'LAMB'])

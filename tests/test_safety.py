@@ -721,3 +721,32 @@ def test_an_array_reshaped_in_place_is_refused_as_chainer_refuses_it(
     if not emulated:
         assert lines_error(out[8]) == (None if which == 'all'
                                        else 'ValueError'), out
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_the_hook_refuses_a_tied_weights_gradient_before_any_moves(
+        multi_tensor):
+    """Tied weights are rescaled one by one after the batched groups; a
+    gradient of theirs the hook cannot take (read-only: it is written in
+    place) is refused before the others are rescaled."""
+    import numpy as np
+    import chainer
+    import chainer_lars
+    link = chainer.Link()
+    with link.init_scope():
+        link.a = chainer.Parameter(np.linspace(1, 2, 5).astype(np.float32))
+        link.b = chainer.Parameter(np.linspace(1, 2, 7).astype(np.float32))
+        link.c = chainer.Parameter(link.b.array)  # tied with b
+    opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(link)
+    opt.add_hook(chainer_lars.GradientLARS(multi_tensor=multi_tensor))
+    for p in link.params():
+        p.grad = np.linspace(-1, 1, p.size).astype(np.float32)
+    link.c.grad.flags.writeable = False
+    before = {name: (p.array.copy(), p.grad.copy())
+              for name, p in link.namedparams()}
+    with pytest.raises(ValueError, match=re.escape(
+            '/c: the gradient is read-only')):
+        opt.update()
+    for name, p in link.namedparams():
+        assert (p.array == before[name][0]).all()
+        assert (p.grad == before[name][1]).all()

@@ -20,10 +20,14 @@ What is emulated:
   (the operation compiled as a C++ loop), so Chainer's own
   ``MomentumSGD`` and ``SGD`` run on the device too;
 * two devices, ``0`` and ``1``, without peer access: an array lives on
-  the device current where it was allocated (``with Device(1):``), and a
-  kernel given, directly or through an address in an ``int64`` array (a
-  pointer table), memory of a device other than the current one fails as
-  an illegal memory access would on a GPU, before it runs;
+  the device current where it was allocated (``with Device(1):``); an
+  operation (arithmetic, ``astype``, an ``ElementwiseKernel``) given an
+  array of a device other than the current one raises CuPy's
+  ``ValueError`` ("Peer access is unavailable"), where only a copy
+  (``copy()``, ``cupy.array``) crosses devices; a ``RawModule`` kernel
+  given such memory, directly or through an address in an ``int64`` array
+  (a pointer table), fails as the illegal memory access it would be on a
+  GPU (CuPy does not check those), before it runs;
 * streams, events and pinned memory, as synchronous stand-ins;
 * :data:`stats`: kernel launches by name, and transfers in each direction.
   Every way a value can leave the device counts as a device-to-host
@@ -239,8 +243,20 @@ def alloc_pinned_memory(size):
     return memoryview(bytearray(max(0, int(size))))
 
 
+def _on_current(*arrays):
+    """Raises CuPy's error of an operation on the current device given an
+    array of another (none but a copy crosses devices without peer access)."""
+    for a in arrays:
+        if isinstance(a, ndarray) and a._alloc.device_id != _current[-1]:
+            raise ValueError(
+                'The device where the array resides ({}) is different from '
+                'the current device ({}). Peer access is unavailable between '
+                'these devices.'.format(a._alloc.device_id, _current[-1]))
+
+
 def _unwrap(value):
     if isinstance(value, ndarray):
+        _on_current(value)
         return value._a
     if isinstance(value, numpy.ndarray):
         raise TypeError(
@@ -410,6 +426,7 @@ class ndarray(object):
 
     def _iop(self, function, other):
         stats.operations += 1
+        _on_current(self)
         function(self._a, _unwrap(other), out=self._a, casting='same_kind')
         return self
 
@@ -419,7 +436,9 @@ class ndarray(object):
         return self._op(lambda a: a.astype(dtype), self)
 
     def copy(self, order='C'):
-        return self._op(numpy.array, self)
+        # As CuPy's: onto the current device, from any (a memcpy).
+        stats.operations += 1
+        return _wrap(numpy.array(self._a))
 
     def fill(self, value):
         stats.operations += 1
@@ -443,6 +462,7 @@ class ndarray(object):
 
     def __setitem__(self, key, value):
         stats.operations += 1
+        _on_current(self)
         self._a[_unwrap(key)] = _unwrap(value)
 
     def sum(self, axis=None, dtype=None, keepdims=False):
@@ -534,7 +554,7 @@ def asarray(a, dtype=None, order=None):
 
 def array(a, dtype=None, copy=True, order='K', ndmin=0):
     if isinstance(a, ndarray):
-        return a.astype(a.dtype if dtype is None else dtype)
+        return a.copy() if dtype in (None, a.dtype) else a.astype(dtype)
     return asarray(a, dtype)
 
 
@@ -542,6 +562,7 @@ def ascontiguousarray(a, dtype=None):
     dtype = a.dtype if dtype is None else numpy.dtype(dtype)
     if a.flags.c_contiguous and a.dtype == dtype:
         return a
+    _on_current(a)
     out = ndarray(a.shape, dtype)
     out._a[...] = a._a
     return out
@@ -684,7 +705,7 @@ class ElementwiseKernel(object):
                 storage = _storage(dtype)
                 values.append(numpy.asarray(a, dtype).view(storage)[()]
                               .item())
-        check_devices(self.name, [a for a in args if isinstance(a, ndarray)])
+        _on_current(*args)
         stats.launches.append(self.name)
         if not execute:
             return args[nin] if len(self.out_params) == 1 else tuple(
