@@ -205,7 +205,7 @@ class Record(object):
         scaled = [g.scaled for g in self.groups]
         if scaled != self.scaled:
             for group, a, b in zip(self.groups, self.bounds, self.bounds[1:]):
-                writes = 1 in L.written(group.op, group.scaled)
+                writes = 1 in L.written(group.op, group.scaled, group.mixed16)
                 self.grads[_jit().EXPECT + 2, a:b] = _DIRECT | (
                     _WRITEABLE if writes else 0)
             self.scaled = scaled

@@ -504,8 +504,8 @@ class CudaExecutor(object):
                 and a.dtype == group.gdtype and supports(a) else 0
                 for a, place, ok in zip(g, state.places, state.direct)],
                 numpy.int64) | (state.empty & bool(fast))
-            if len(g) > 1 and not group.mixed16 and 1 in L.written(
-                    group.op, group.scaled):
+            if len(g) > 1 and 1 in L.written(
+                    group.op, group.scaled, group.mixed16):
                 p[_overlapping(p * ~state.empty, state.nbytes)] = 0
             found.append(p)
             missing += len(g) - numpy.count_nonzero(p)

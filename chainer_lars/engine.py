@@ -95,7 +95,7 @@ class Group(object):
         arrays, or of row ``k``'s with ``grad``."""
         names = L.STATE_NAMES[self.op]
         written = [(('weight', 'gradient') + names)[i] for i in L.written(
-            self.op, self.scaled and not self.mixed16)]
+            self.op, self.scaled, self.mixed16)]
         for j in range(len(self)) if k is None else (k,):
             checks.addressed(
                 self.paths[j], self.weights[j], grad, self.states[j],

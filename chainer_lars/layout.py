@@ -30,12 +30,12 @@ STATE_NAMES = {RESCALE: (), STEP: ('momentum buffer',),
 W, V, V2, OUT, SIZE = range(5)
 
 
-def written(op, scaled):
-    """Which of ``(w, g, *states)`` an op writes (``g``: a step's scale)."""
+def written(op, scaled, mixed16=False):
+    """Which of ``(w, g, *states)`` an op writes (g: scaled, not mixed16)."""
     if op == RESCALE:
-        return (1,)
+        return () if mixed16 else (1,)
     states = tuple(range(2, 2 + len(STATE_NAMES[op])))
-    return (0, 1) + states if scaled else (0,) + states
+    return (0, 1) + states if scaled and not mixed16 else (0,) + states
 
 
 def rows(n):

@@ -333,10 +333,19 @@ def test_operations_on_another_devices_array_raise_cupys_error():
                       lambda: kernel(g, xp.empty_like(g))):
         with pytest.raises(ValueError, match=peer):
             operation()
-    for copy in (g.copy(), xp.array(g)):
+    with pytest.raises(ValueError, match=peer):
+        xp.ascontiguousarray(g[::2])  # (a contiguous one: returned as is)
+    copies = [g.copy(), xp.array(g), xp.array(g, numpy.float64),
+              xp.asarray(g), xp.zeros(4, numpy.float32)]
+    xp.copyto(copies[-1], g)
+    for copy in copies:
         assert copy.device.id == 0 and copy.get().tolist() == [0, 1, 2, 3]
     with xp.cuda.Device(1):
         assert (g * 2).get().tolist() == [0, 2, 4, 6]
+    with xp.cuda.Device(1):  # use(): until the block ends, as CuPy's
+        xp.cuda.Device(0).use()
+        assert xp.cuda.Device().id == 0
+    assert xp.cuda.Device().id == 0
 
 
 def test_fresh_device_memory_reads_as_nan():

@@ -1385,6 +1385,33 @@ def test_a_gradient_of_a_cupy_subclass_on_another_gpu_is_refused(gpu, face):
     assert all((after[path] == before[path]).all() for path in before)
 
 
+@pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
+def test_the_first_update_in_fp32_leaves_another_gpus_gradient_to_cupy(
+        gpu, face):
+    # Before Chainer's rules have made the masters (the first update after
+    # use_fp32_update(), or after a snapshot, which holds none), each rule
+    # casts its float16 gradient itself: CuPy's copy refuses one of another
+    # GPU (without peer access), after the rules before it have stepped,
+    # as Chainer's own optimizers do; no kernel of ours sees it.
+    model = gpu.send(Params([THREADS + 3, 5, 7], numpy.float16))
+    if face == 'hook':
+        opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(model)
+        opt.add_hook(chainer_lars.GradientLARS())
+    else:
+        opt = getattr(chainer_lars, face)().setup(model)
+    opt.use_fp32_update()
+    if not gpu.emulated and gpu.xp.cuda.runtime.getDeviceCount() > 1 and (
+            gpu.xp.cuda.runtime.deviceCanAccessPeer(0, 1)):
+        pytest.skip('peer access: CuPy copies the gradient to GPU 0')
+    model.l1.W.grad = _on_device_1(gpu, model.l1.W.grad)
+    before = _host(model)
+    with pytest.raises(ValueError, match=_CUPYS):
+        opt.update()
+    after = _host(model)
+    assert all((after[path] == before[path]).all()
+               for path in sorted(before)[2:])
+
+
 @pytest.mark.parametrize('face', ['LARS', 'LAMB'])
 def test_a_state_on_another_gpu_moves_to_its_weights_as_chainer_moves_it(
         gpu, face):

@@ -750,3 +750,38 @@ def test_the_hook_refuses_a_tied_weights_gradient_before_any_moves(
     for name, p in link.namedparams():
         assert (p.array == before[name][0]).all()
         assert (p.grad == before[name][1]).all()
+
+
+@pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('scale', [None, 8.0])
+def test_a_read_only_float16_gradient_is_read_under_fp32_update(
+        face, multi_tensor, scale):
+    """Under use_fp32_update() the float16 gradient is only read (the
+    rescaled or unscaled copy is its master's): read-only, it steps as a
+    writeable one, as with Chainer's optimizers (the hook refused it from
+    the second update on the CPU)."""
+    import numpy as np
+    import chainer
+    import chainer_lars
+    results = []
+    for writeable in (True, False):
+        link = chainer.Link()
+        with link.init_scope():
+            link.a = chainer.Parameter(np.linspace(1, 2, 5).astype(np.float16))
+        if face == 'hook':
+            opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(link)
+            opt.add_hook(chainer_lars.GradientLARS(multi_tensor=multi_tensor))
+        else:
+            opt = getattr(chainer_lars, face)(
+                multi_tensor=multi_tensor).setup(link)
+        opt.use_fp32_update()
+        for step in range(3):
+            g = np.linspace(-1, 1, 5).astype(np.float16) * (step + 1)
+            g.flags.writeable = writeable
+            link.a.grad = g
+            link.a._loss_scale = scale
+            opt.update()
+            assert (link.a.grad == g).all()
+        results.append(link.a.array.copy())
+    assert results[0].tolist() == results[1].tolist()

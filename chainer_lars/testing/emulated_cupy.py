@@ -192,8 +192,8 @@ class Device(object):
     def __exit__(self, *exc_info):
         _current.pop()
 
-    def use(self):
-        _current[0] = self.id
+    def use(self):  # until the end of the block it is used in, as CuPy's
+        _current[-1] = self.id
 
     def synchronize(self):
         pass
@@ -547,6 +547,8 @@ def ones(shape, dtype=float):
 
 def asarray(a, dtype=None, order=None):
     if isinstance(a, ndarray):
+        if a._alloc.device_id != _current[-1]:
+            a = a.copy()  # as CuPy's: onto the current device
         return a if dtype is None else a.astype(dtype, copy=False)
     stats.to_device += 1
     return ndarray._from_host(numpy.asarray(a, dtype=dtype))
@@ -554,8 +556,18 @@ def asarray(a, dtype=None, order=None):
 
 def array(a, dtype=None, copy=True, order='K', ndmin=0):
     if isinstance(a, ndarray):
-        return a.copy() if dtype in (None, a.dtype) else a.astype(dtype)
+        if a._alloc.device_id != _current[-1] or dtype in (None, a.dtype):
+            a = a.copy()  # (as CuPy's: across devices too)
+        return a if dtype in (None, a.dtype) else a.astype(dtype)
     return asarray(a, dtype)
+
+
+def copyto(dst, src, casting='same_kind', where=None):
+    """As CuPy's: ``src`` of another device is copied to ``dst``'s first."""
+    stats.operations += 1
+    numpy.copyto(dst._a, src._a if isinstance(src, ndarray) else src,
+                 casting=casting, where=getattr(where, '_a', where is None or
+                                                where))
 
 
 def ascontiguousarray(a, dtype=None):
@@ -589,7 +601,7 @@ def _numpy_function(name):
 for _name in ['sqrt', 'square', 'isfinite', 'isnan', 'isinf', 'all', 'any',
               'where', 'sum', 'abs', 'maximum', 'minimum', 'multiply',
               'add', 'subtract', 'divide', 'true_divide', 'negative',
-              'power', 'exp', 'log', 'dot', 'copyto', 'clip', 'sign',
+              'power', 'exp', 'log', 'dot', 'clip', 'sign',
               'logical_and', 'logical_or', 'logical_not', 'concatenate',
               'stack', 'arange']:
     globals()[_name] = _numpy_function(_name)
@@ -659,6 +671,7 @@ class ElementwiseKernel(object):
             return args[nin] if len(self.out_params) == 1 else tuple(
                 args[nin:])
         args = list(args)
+        _on_current(*args)  # (before its own checks, as CuPy)
         if len(args) != len(params):
             raise TypeError('{} takes {} arguments, got {}'.format(
                 self.name, len(params), len(args)))
@@ -705,7 +718,6 @@ class ElementwiseKernel(object):
                 storage = _storage(dtype)
                 values.append(numpy.asarray(a, dtype).view(storage)[()]
                               .item())
-        _on_current(*args)
         stats.launches.append(self.name)
         if not execute:
             return args[nin] if len(self.out_params) == 1 else tuple(
