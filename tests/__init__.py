@@ -24,3 +24,16 @@ def tick_labels(figure, axis):
     return [t.get_text() for t in axis.get_ticklabels(which='both')
             if t.get_text()
             and low <= t.get_position()[axis.axis_name == 'y'] <= high]
+
+
+def optimizer_of(face, link, multi_tensor=True):
+    """``face`` set up on ``link``, with ``multi_tensor``: ``'LARS'``,
+    ``'LAMB'`` or ``'hook'`` (GradientLARS on ``MomentumSGD(lr=0.1)``)."""
+    import chainer
+    import chainer_lars
+    if face != 'hook':
+        return getattr(chainer_lars, face)(
+            multi_tensor=multi_tensor).setup(link)
+    opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(link)
+    opt.add_hook(chainer_lars.GradientLARS(multi_tensor=multi_tensor))
+    return opt

@@ -28,6 +28,7 @@ import chainer_lars
 from chainer_lars import cuda as cuda_kernels
 from chainer_lars.testing import emulated_cupy
 from tests import lars_reference as ref
+from tests import optimizer_of
 
 
 THREADS, CHUNK = cuda_kernels.THREADS, cuda_kernels.CHUNK
@@ -1259,11 +1260,7 @@ def test_a_mixed16_gradient_of_another_dtype_is_refused_naming_the_weights(
     # read the float16 gradient: refused before anything moves, naming the
     # user's float16 weight (it said "the float16 weight float16").
     model = gpu.send(Params([5, 7], numpy.float16))
-    if face == 'hook':
-        opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(model)
-        opt.add_hook(chainer_lars.GradientLARS())
-    else:
-        opt = getattr(chainer_lars, face)().setup(model)
+    opt = optimizer_of(face, model)
     opt.use_fp32_update()
     model.refill_grads(1)
     opt.update()
@@ -1288,12 +1285,7 @@ def _on_device_1(gpu, array):
 def _set_up_on_gpu_0(gpu, face, multi_tensor, mixed16, scaling, sizes):
     model = gpu.send(Params(sizes, numpy.float16 if mixed16 else
                             numpy.float32))
-    if face == 'hook':
-        opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(model)
-        opt.add_hook(chainer_lars.GradientLARS(multi_tensor=multi_tensor))
-    else:
-        opt = getattr(chainer_lars, face)(
-            multi_tensor=multi_tensor).setup(model)
+    opt = optimizer_of(face, model, multi_tensor)
     if mixed16:
         opt.use_fp32_update()
     if scaling:
@@ -1394,11 +1386,7 @@ def test_the_first_update_in_fp32_leaves_another_gpus_gradient_to_cupy(
     # GPU (without peer access), after the rules before it have stepped,
     # as Chainer's own optimizers do; no kernel of ours sees it.
     model = gpu.send(Params([THREADS + 3, 5, 7], numpy.float16))
-    if face == 'hook':
-        opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(model)
-        opt.add_hook(chainer_lars.GradientLARS())
-    else:
-        opt = getattr(chainer_lars, face)().setup(model)
+    opt = optimizer_of(face, model)
     opt.use_fp32_update()
     if not gpu.emulated and gpu.xp.cuda.runtime.getDeviceCount() > 1 and (
             gpu.xp.cuda.runtime.deviceCanAccessPeer(0, 1)):

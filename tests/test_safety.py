@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from tests import forked
+from tests import optimizer_of
 
 
 _PRELUDE = '''
@@ -763,18 +764,12 @@ def test_a_read_only_float16_gradient_is_read_under_fp32_update(
     the second update on the CPU)."""
     import numpy as np
     import chainer
-    import chainer_lars
     results = []
     for writeable in (True, False):
         link = chainer.Link()
         with link.init_scope():
             link.a = chainer.Parameter(np.linspace(1, 2, 5).astype(np.float16))
-        if face == 'hook':
-            opt = chainer.optimizers.MomentumSGD(lr=0.1).setup(link)
-            opt.add_hook(chainer_lars.GradientLARS(multi_tensor=multi_tensor))
-        else:
-            opt = getattr(chainer_lars, face)(
-                multi_tensor=multi_tensor).setup(link)
+        opt = optimizer_of(face, link, multi_tensor)
         opt.use_fp32_update()
         for step in range(3):
             g = np.linspace(-1, 1, 5).astype(np.float16) * (step + 1)
