@@ -220,10 +220,9 @@ class GradientLARS(exclusions.ExclusionProperties):
         others = []
         for param, rule, path, adapt in plan.others:
             g = param.grad
-            if g is not None and (g.itemsize == 2 or engine.executor_for(
-                    param.device)):  # (ChainerX's: as _rescale converts them)
+            if g is not None and engine.executor_for(param.device):
                 direct = not (rule._use_fp32_update and g.itemsize == 2)
-                checks.addressed(
+                checks.addressed(  # (ChainerX's: in _rescale, converted)
                     path, param.array, g, (), ('gradient',) if direct else (),
                     direct and param.device.xp is not numpy)
             if g is not None and g.size:
