@@ -755,15 +755,20 @@ def test_the_hook_refuses_a_tied_weights_gradient_before_any_moves(
 
 @pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
 @pytest.mark.parametrize('multi_tensor', [True, False])
-@pytest.mark.parametrize('scale', [None, 8.0])
+@pytest.mark.parametrize('scale', [None, 8.0, 3.0])
 def test_a_read_only_float16_gradient_is_read_under_fp32_update(
-        face, multi_tensor, scale):
+        monkeypatch, face, multi_tensor, scale):
     """Under use_fp32_update() the float16 gradient is only read (the
     rescaled or unscaled copy is its master's): read-only, it steps as a
-    writeable one, as with Chainer's optimizers (the hook refused it from
-    the second update on the CPU)."""
+    writeable one, unchanged, as with Chainer's optimizers (the hook
+    refused it from the second update on the CPU), in the batched pass
+    (LARS and LAMB under a loss scale gave it to its rule)."""
     import numpy as np
     import chainer
+    from chainer_lars import fused
+    calls, update = [], fused.FusedRule.update
+    monkeypatch.setattr(fused.FusedRule, 'update', lambda rule, param: (
+        calls.append(param), update(rule, param))[1])
     results = []
     for writeable in (True, False):
         link = chainer.Link()
@@ -773,10 +778,13 @@ def test_a_read_only_float16_gradient_is_read_under_fp32_update(
         opt.use_fp32_update()
         for step in range(3):
             g = np.linspace(-1, 1, 5).astype(np.float16) * (step + 1)
-            g.flags.writeable = writeable
+            expected, g.flags.writeable = g.copy(), writeable
             link.a.grad = g
             link.a._loss_scale = scale
+            del calls[:]
             opt.update()
-            assert (link.a.grad == g).all()
+            assert link.a.grad is g and (g == expected).all()
+        # (the first update: the rule makes its master; then the batches)
+        assert len(calls) == (face != 'hook' and not multi_tensor)
         results.append(link.a.array.copy())
     assert results[0].tolist() == results[1].tolist()

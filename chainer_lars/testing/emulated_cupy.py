@@ -671,10 +671,10 @@ class ElementwiseKernel(object):
             return args[nin] if len(self.out_params) == 1 else tuple(
                 args[nin:])
         args = list(args)
-        _on_current(*args)  # (before its own checks, as CuPy)
         if len(args) != len(params):
             raise TypeError('{} takes {} arguments, got {}'.format(
                 self.name, len(params), len(args)))
+        _on_current(*args)  # (before the dtypes and shapes, as CuPy)
         types = {}
         for (ctype, _, _), a in zip(params, args):
             if ctype not in _ELEMENT_TYPES and ctype not in types and (
