@@ -1097,7 +1097,7 @@ def keep_latest_snapshots(n):
             if iteration is not None:
                 found.append((os.stat(path).st_mtime, iteration, path))
             elif re.match(r'tmpsnapshot_iter_\d', name) and all(
-                    re.match(r'snapshot_iter_\d+$', inside)
+                    cli.snapshot_iteration(inside) is not None
                     for inside in _listed(path)):  # nothing else
                 shutil.rmtree(path, ignore_errors=True)
         for _, _, path in sorted(found)[:-n]:

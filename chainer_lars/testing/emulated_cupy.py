@@ -120,7 +120,7 @@ class _Allocation(object):
 
 
 _pool = {}
-#: The current device (the last entered; ``use()`` sets the outermost).
+#: The current device: the last entered (``use()``: until its block ends).
 _current = [0]
 #: Allocations on device 1, whose launches check addresses (see below).
 _off_device_0 = weakref.WeakSet()
