@@ -333,3 +333,46 @@ def test_no_mnist_says_so_once_fails_in_ci_skips_elsewhere(tmp_path, ci):
         assert '2 skipped' in result.stdout, result.stdout
     # Chainer's cache is as it was: the failed download left nothing.
     assert not (home / '.chainer' / 'dataset' / 'pfnet').exists()
+
+
+@pytest.mark.parametrize('page,name', [('docs/optimizer.rst', 'lars'),
+                                       ('docs/lamb.rst', 'lamb')])
+def test_a_page_s_recipe_is_the_trainer_s(page, name):
+    """The recipe block of each optimizer's page (the one that sets
+    ``batchsize``) builds, on the MNIST trainer's MLP with BatchNorm, the
+    optimizer that the trainer's defaults build at that batch size: the
+    same hyperparameters and the same parameters excluded. It calls no
+    ``setup``, so ``test_snippets_train`` does not train it; the trainer's
+    runs at that batch size (``examples/mnist/README.md``) do."""
+    import importlib
+
+    import chainer.links as L
+    import numpy
+
+    from examples import recipe
+    train_mnist = importlib.import_module('examples.mnist.train_mnist')
+    [code] = [code for _, code in snippets()[page]
+              if re.search(r'^batchsize = ', code, re.M)]
+    namespace = {}
+    exec('import chainer_lars\n' + code, namespace)
+    documented = namespace['optimizer']
+    args = train_mnist.parse_args(
+        ['--optimizer', name, '-b', str(namespace['batchsize']),
+         '--model', 'mlp-bn', '--unit', '8'], paths=False)
+    models = []
+    for _ in range(2):
+        numpy.random.seed(0)
+        models.append(L.Classifier(train_mnist.MLPBN(784, 8, 10)))
+    trainers, _ = recipe.make_optimizer(args, models[0])
+    documented.setup(models[1])
+    assert type(documented) is type(trainers)
+    got, expected = (o.hyperparam.get_dict() for o in (documented, trainers))
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-12), (page, key)
+    flags = [{path: (p.update_rule.uses_weight_decay,
+                     p.update_rule.uses_adaptation)
+              for path, p in m.namedparams()} for m in models]
+    assert flags[1] == flags[0], page
+    # Both lists exclude something, and not everything.
+    assert {True, False} <= {f for pair in flags[0].values() for f in pair}
