@@ -360,7 +360,7 @@ class TrustRatioHeatmap(training.Extension):
             ticks = ratio_ticks(low, high, room=(
                 TICK_LABEL_SPACING * size / length * math.log10(high / low)))
             bar.set_ticks(ticks)
-            bar.set_ticklabels(['{:.3g}'.format(t) for t in ticks])
+            bar.set_ticklabels(tick_labels(ticks))
             figure.tight_layout()  # the labels' width
         figure.savefig(os.path.join(trainer.out, self._filename))
         plt.close(figure)
@@ -370,21 +370,29 @@ def ratio_ticks(low, high, room=0.0):
     """Ticks for a log-scale colour bar from ``low`` to ``high``: 4 to 12,
     no two closer than ``room`` decades (a label's room on the bar).
 
-    Round values (1, 2, 5 times a power of ten, or finer steps over a
-    narrow range), else evenly spaced ones on the log scale. Where no
-    round set of 4 has the room, the round set of 3 that has it, else
-    fewer evenly spaced ones than the round set that lacked it, as many as
-    have it, 2 at least (the ends).
+    Round values (1, 2, 5 times a power of ten, or finer mantissas over a
+    narrower range, or over a range narrower still multiples of a round
+    step, as 0.012, 0.014, ...), else evenly spaced ones on the log scale.
+    Where no round set of 4 has the room, the round set of 3 that has it,
+    else fewer evenly spaced ones than the round set that lacked it, as
+    many as have it, 2 at least (the ends).
     """
     fewer = []
     crowded = 13  # the fewest ticks of a round set without the room
+    width = math.floor(math.log10(high - low)) if high > low else 0
     for mantissas in ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7),
-                      (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
-        ticks = [float('{:.6g}'.format(m * 10.0 ** e))
-                 for e in range(math.floor(math.log10(low)) - 1,
-                                math.ceil(math.log10(high)) + 1)
-                 for m in mantissas]
-        ticks = [t for t in ticks
+                      (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9), 5.0, 2.0,
+                      1.0, 0.5, 0.2, 0.1):
+        if isinstance(mantissas, tuple):
+            ticks = [m * 10.0 ** e
+                     for e in range(math.floor(math.log10(low)) - 1,
+                                    math.ceil(math.log10(high)) + 1)
+                     for m in mantissas]
+        else:  # the multiples of a step, mantissas * 10^width
+            step = mantissas * 10.0 ** width
+            ticks = [k * step for k in range(math.floor(low / step),
+                                             math.ceil(high / step) + 1)]
+        ticks = [t for t in (float('{:.6g}'.format(t)) for t in ticks)
                  if low * (1 - 1e-9) <= t <= high * (1 + 1e-9)]
         if not all(math.log10(b / a) >= room * (1 - 1e-9)
                    for a, b in zip(ticks, ticks[1:])):
@@ -401,6 +409,20 @@ def ratio_ticks(low, high, room=0.0):
     if room > 0:
         count = max(2, min(count, 1 + int(math.log10(high / low) / room)))
     return list(numpy.geomspace(low, high, count))
+
+
+def tick_labels(ticks):
+    """The labels of ``ticks``: 3 significant digits, more where that
+    would label two ticks alike or one more than a tenth of the gap
+    between two ticks off."""
+    gap = min((b - a for a, b in zip(ticks, ticks[1:])), default=math.inf)
+    for digits in range(3, 10):
+        labels = ['{:.{}g}'.format(t, digits) for t in ticks]
+        if len(set(labels)) == len(labels) and all(
+                abs(float(label) - t) <= gap / 10
+                for label, t in zip(labels, ticks)):
+            break
+    return labels
 
 
 class LossScalePlot(training.Extension):

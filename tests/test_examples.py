@@ -2979,10 +2979,23 @@ def test_trust_ratio_rows_in_the_models_layer_order(cifar):
     (0.04, 1.3, [0.05, 0.1, 0.2, 0.5, 1]),
     (1e-4, 10, [1e-4, 1e-3, 1e-2, 0.1, 1, 10]),
     (0.11, 0.3, [0.12, 0.15, 0.2, 0.25, 0.3]),
+    # Narrower: multiples of a round step (they were 0.011, 0.0126, ...).
+    (0.011, 0.019, [0.012, 0.014, 0.016, 0.018]),
+    (0.0101, 0.0109, [0.0102, 0.0104, 0.0106, 0.0108]),
+    (0.98, 1.02, [0.98, 0.99, 1, 1.01, 1.02]),
+    (0.1001, 0.1002, [0.1001, 0.10012, 0.10014, 0.10016, 0.10018, 0.1002]),
 ])
 def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
-    assert plots.ratio_ticks(low, high) == pytest.approx(ticks)
-    assert 4 <= len(plots.ratio_ticks(0.1001, 0.1002)) <= 12
+    got = plots.ratio_ticks(low, high)
+    assert got == pytest.approx(ticks, rel=1e-12)
+    # Labelled as they are, each its own (3 digits would say 0.1 six times).
+    assert [float(label) for label in plots.tick_labels(got)] == \
+        pytest.approx(ticks, rel=1e-12)
+
+
+def test_unround_ticks_are_labelled_with_three_digits():
+    assert plots.tick_labels([0.02506, 0.151323, 0.913761, 5.5177]) == [
+        '0.0251', '0.151', '0.914', '5.52']
 
 
 @pytest.mark.parametrize('low,high,room,ticks', [
