@@ -5,6 +5,7 @@
 Run from the repository whose footprint() is to be compared; "before" is
 the estimate of 30f87bd (copied below).
 """
+import argparse
 import json
 import os
 import sys
@@ -32,11 +33,19 @@ def footprint_before(args):  # 30f87bd's, verbatim but for STATES
     return weights, max(drawn, trained), dtype, drawn
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="The peaks of mnist_memory.py's JSON files beside "
+        "footprint()'s estimates, this checkout's and 30f87bd's.")
+    parser.add_argument('json', nargs='+',
+                        help='files written by mnist_memory.py')
     rows = []
-    for path in sys.argv[1:]:
-        with open(path) as f:
-            rows += json.load(f)
+    for path in parser.parse_args(argv).json:
+        try:
+            with open(path) as f:
+                rows += json.load(f)
+        except (OSError, ValueError) as e:
+            parser.error('{}: {}'.format(path, e))
     print('{:>5} {:6} {:7} {:13} {:>5} {:>2} | {:>7} {:>7} | {:>7} {:>5} '
           '| {:>7} {:>5}'.format(
               'unit', 'model', 'dtype', 'optimizer', 'batch', 'up',
