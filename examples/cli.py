@@ -956,14 +956,14 @@ def print_banner(args, *lines, batch=None):
             'dynamic' if args.loss_scale is None
             else '{:g} (static)'.format(args.loss_scale))
     print('# dtype: {}{}'.format(args.dtype, scaling))
-    names = []
+    names = ['main/...: the training batches']
     if args.test != 'never':
         names.append('test/main/...: the test set')
     if args.validation:
         names.append('val/main/...: the validation set, the last {} '
                      'training images (--validation)'.format(
                          args.validation))
-    print('# reported: main/...: the training batches; ' + '; '.join(names))
+    print('# reported: ' + '; '.join(names))
     print('')
     sys.stdout.flush()
 

@@ -375,9 +375,10 @@ def ratio_ticks(low, high, room=0.0):
     step, as 0.012, 0.014, ...), else evenly spaced ones on the log scale.
     Where no round set of 4 has the room, the round set of 3 that has it,
     else fewer evenly spaced ones than the round set that lacked it, as
-    many as have it, 2 at least (the ends).
+    many as have it, 2 at least (the ends); where that leaves 3 or 2, a
+    round pair that has the room instead.
     """
-    fewer = []
+    fewer, pair = [], []
     crowded = 13  # the fewest ticks of a round set without the room
     width = math.floor(math.log10(high - low)) if high > low else 0
     for mantissas in ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7),
@@ -403,12 +404,15 @@ def ratio_ticks(low, high, room=0.0):
             return ticks
         if len(ticks) == 3:
             fewer = ticks
+        elif len(ticks) == 2 and not pair:
+            pair = ticks
     if fewer:
         return fewer
     count = min(5, crowded - 1)
     if room > 0:
         count = max(2, min(count, 1 + int(math.log10(high / low) / room)))
-    return list(numpy.geomspace(low, high, count))
+    return pair if pair and count <= 3 else list(
+        numpy.geomspace(low, high, count))
 
 
 def tick_labels(ticks):

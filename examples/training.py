@@ -874,6 +874,8 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
                'main/accuracy', 'test/main/accuracy', 'lr'] + columns
     if args.validation:
         printed[5:5] = ['val/main/accuracy']
+    if args.test == 'never':  # no test columns, always empty
+        printed = [key for key in printed if not key.startswith('test/')]
     if args.eval_every:  # several lines an epoch
         printed[1:1] = ['iteration']
     progress = args.progress

@@ -1187,13 +1187,31 @@ def test_banner_says_where_the_rate_comes_from(mnist, capsys, flags, says):
 
 @pytest.mark.parametrize('flags', [[], ['--validation', '100'],
                                    ['--validation', '100', '--test',
-                                    'never']])
+                                    'never'], ['--test', 'never']])
 def test_banner_names_the_test_and_the_validation_set(mnist, capsys, flags):
     cli.print_banner(mnist.parse_args(flags))
     out = capsys.readouterr().out
     assert ('test/main/...: the test set' in out) == ('never' not in flags)
     assert ('val/main/...: the validation set, the last 100 training '
             'images (--validation)' in out) == ('100' in flags)
+    [line] = [line for line in out.splitlines()
+              if line.startswith('# reported: ')]
+    assert line.startswith('# reported: main/...: the training batches')
+    assert not line.endswith(('; ', ';')), line  # it ended "; " alone
+
+
+def test_test_never_prints_no_test_columns(mnist, dataset_root, tmp_path,
+                                           capsys):
+    """The console's table has no test/main columns where nothing fills
+    them, and the validation's where --validation fills them."""
+    mnist.main(['--dataset-root', dataset_root, '-b', '10', '-u', '8', '-e',
+                '1', '--validation', '20', '--test', 'never', '--noplot',
+                '--progress', 'lines', '--out', str(tmp_path / 'out')])
+    out = capsys.readouterr().out
+    [head] = [line for line in out.splitlines()
+              if line.startswith('epoch ')]
+    assert head.split() == ['epoch', 'main/loss', 'main/accuracy',
+                            'val/main/accuracy', 'lr', 'elapsed_time']
 
 
 @pytest.mark.parametrize('optimizer,why', [
@@ -2614,6 +2632,18 @@ def test_readme_example_needs_no_copy(dataset_root, tmp_path, monkeypatch):
     log = read_log(str(out))
     assert [entry['iteration'] for entry in log] == [0, 2, 4]
     assert 'lars/ratio/predictor/conv2/W' in log[-1]
+    # The flags of the others act on it too: --validation holds images
+    # out and evaluates them, --label-smoothing smooths its loss.
+    losses = []
+    made = recipe.loss_function
+    monkeypatch.setattr(recipe, 'loss_function', lambda args: losses.append(
+        args.label_smoothing) or made(args))
+    cnn.main(['-b', '32', '-e', '2', '--validation', '32',
+              '--label-smoothing', '0.1', '--out', str(tmp_path / 'held')])
+    log = read_log(str(tmp_path / 'held'))
+    assert [entry['iteration'] for entry in log] == [0, 1, 2]
+    assert 0 <= log[-1]['val/main/accuracy'] <= 1
+    assert losses == [0.1]
     assert {'lr.png', 'trust_ratio.png', 'snapshot_iter_4'} <= set(
         os.listdir(str(out)))
 
@@ -3013,6 +3043,9 @@ def test_unround_ticks_are_labelled_with_three_digits():
     (0.01, 0.09, 0.5, [0.01, 0.09]),
     (0.011, 0.019, 0.1, [0.011, 0.011 * (19 / 11) ** 0.5, 0.019]),
     (0.011, 0.019, 1.0, [0.011, 0.019]),
+    # Where the evenly spaced ones would be 3 or 2, a round pair that has
+    # the room (a mixed16 MNIST run's bar was 0.061, 0.117, 0.223, 0.426).
+    (0.0613, 0.426, 0.2, [0.1, 0.3]),
     # A default 4-epoch MNIST run's bar: its room at 1.5 label sizes was
     # 0.47847, and the round ticks (0.477 apart) gave way to 5 unround
     # ones; at TICK_LABEL_SPACING's 1.4 they keep it (the room scales with
