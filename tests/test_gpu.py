@@ -1475,3 +1475,26 @@ def test_pinned_buffers_outlive_the_copies_still_pending(monkeypatch):
     assert cuda_kernels._RETIRED == []
     # The batched group's ring and the last copy route's are in use.
     assert 0 < sum(ref() is not None for ref in used) < len(used)
+
+
+@pytest.mark.parametrize('name', ['SGD', 'MomentumSGD'])
+def test_chainer_s_own_optimizers_step_on_the_device_as_on_the_cpu(
+        gpu, monkeypatch, name):
+    """Chainer's ``SGD`` and ``MomentumSGD``, which the other tests set
+    beside ours, run their own elementwise kernels on the device (SGD's
+    operation has no closing ';', which CuPy adds: the emulator did not)."""
+    module = {'SGD': optimizers.sgd, 'MomentumSGD': optimizers.momentum_sgd}
+    monkeypatch.setattr(getattr(module[name], name + 'Rule'), '_kernel',
+                        None)
+    models = [Params([5, THREADS + 1], numpy.float32) for _ in range(2)]
+    models[1] = gpu.send(models[1])
+    for model in models:
+        opt = getattr(optimizers, name)(lr=0.05)
+        opt.setup(model)
+        for step in range(2):
+            model.refill_grads(100 + step)
+            opt.update()
+    for (path, cpu), (_, device) in zip(sorted(models[0].namedparams()),
+                                        sorted(models[1].namedparams())):
+        numpy.testing.assert_allclose(cuda.to_cpu(device.array), cpu.array,
+                                      rtol=RTOL[numpy.float32], err_msg=path)

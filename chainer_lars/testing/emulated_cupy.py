@@ -755,7 +755,8 @@ class ElementwiseKernel(object):
                 + ', '.join(decls) + ') {\n'
                 + '    for (long long i = 0; i < n; ++i) {\n        '
                 + '\n        '.join(body) + '\n        '
-                + self.operation + '\n    }\n}\n')
+                # CuPy ends the operation with ';' (Chainer's SGD has none).
+                + self.operation + ';\n    }\n}\n')
         lib = cuda_emulator._compile(_ELEMENTWISE_PRELUDE + code)
         function = lib.emu_elementwise
         function.argtypes = ctypes_args
