@@ -487,10 +487,11 @@ def warn_of_slow_precision(args):
 
 def small_model(args):
     """The flags of the trainer's small model, as the warning of 16 bits
-    on the CPU suggests them: --unit's for MNIST, --depth's for CIFAR."""
+    on the CPU suggests them: --unit's for MNIST, --depth's for CIFAR,
+    where the run's model is larger."""
     if getattr(args, 'dataset', 'mnist').startswith('cifar'):
-        return ' (--depth 8)'
-    return ' (-u 50)' if 'unit' in vars(args) else ''
+        return ' (--depth 8)' if args.depth > 8 else ''
+    return ' (-u 50)' if vars(args).get('unit', 0) > 50 else ''
 
 
 def check_precision(parser, args):
@@ -1027,8 +1028,8 @@ def check_batchsize(args, n_train, processes=None):
     if batch > n_train:
         held = getattr(args, 'validation', 0)
         usage_error('--batchsize {} {} larger than the training set ({} '
-                    'examples{})'.format(
-                        args.batchsize, is_, n_train,
+                    'example{}{})'.format(
+                        args.batchsize, is_, n_train, 's' * (n_train != 1),
                         ', the rest held out by --validation {}'.format(held)
                         if held else ''))
 

@@ -353,3 +353,19 @@ def test_help_and_warning_name_the_trainer_s_small_model(
     cli.warn_of_slow_precision(trainer.parse_args(['--dtype', 'float16']))
     assert capsys.readouterr().err.rstrip().endswith(
         'or a small model for a functional try (--depth 8)')
+    # A run of the small model already is not told to use it.
+    cli.warn_of_slow_precision(trainer.parse_args(['--dtype', 'float16',
+                                                   '--depth', '8']))
+    assert capsys.readouterr().err.rstrip().endswith('functional try')
+
+
+@pytest.mark.parametrize('unit,suggested', [(1000, True), (51, True),
+                                            (50, False), (20, False)])
+def test_the_warning_suggests_a_smaller_mlp_only_to_a_larger_one(
+        capsys, unit, suggested):
+    from examples import cli
+    from examples.mnist import train_mnist
+    cli.warn_of_slow_precision(train_mnist.parse_args(
+        ['--dtype', 'float16', '-u', str(unit)], paths=False))
+    assert capsys.readouterr().err.rstrip().endswith(
+        'functional try' + ' (-u 50)' * suggested)

@@ -1533,6 +1533,10 @@ def test_a_batch_larger_than_what_validation_leaves_says_so(
     assert ('--batchsize 8 is larger than the training set (4 examples, '
             'the rest held out by --validation 28)') in err, err
     assert not out.exists()
+    err = usage_error(cifar.main, ['-b', '2', '--validation', '31',
+                                   '--out', str(out)], capsys)
+    assert ('--batchsize 2 is larger than the training set (1 example, '
+            'the rest held out by --validation 31)') in err, err
 
 
 @pytest.mark.parametrize('name,flags,says', [
