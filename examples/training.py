@@ -1080,18 +1080,15 @@ def report_loss_scale(scaling):
 
 def keep_latest_snapshots(n):
     """Removes all but the ``n`` latest snapshots in the output directory,
-    and the temporary folders of snapshots and logs a killed run left
-    there.
+    and the temporary folders of snapshots a killed run left there.
 
     Chainer's own ``snapshot(n_retains=n)`` orders the files by their
     modification times alone, which are equal for files written within one
     clock tick, and then by name, where ``snapshot_iter_10`` comes before
     ``snapshot_iter_9``; here the iteration breaks ties. Chainer's writer
     saves each snapshot in a folder ``tmpsnapshot_iter_N...`` and then
-    moves it out, and ``LogReport`` the log through a folder ``log`` and 8
-    random characters: such a folder is left only by a run killed while
-    it wrote, and is removed where it holds nothing else. Runs after the
-    snapshot (priority -100) of each epoch.
+    moves it out: such a folder is left only by a run killed while it
+    wrote. Runs after the snapshot (priority -100) of each epoch.
     """
     @training.make_extension(trigger=(1, 'epoch'), priority=-200)
     def remove_older_snapshots(trainer):
@@ -1103,9 +1100,7 @@ def keep_latest_snapshots(n):
                 found.append((os.stat(path).st_mtime, iteration, path))
             elif re.match(r'tmpsnapshot_iter_\d', name) and all(
                     cli.snapshot_iteration(inside) is not None
-                    for inside in _listed(path)) or re.fullmatch(
-                        r'log[a-z0-9_]{8}', name) and set(
-                        _listed(path)) <= {'log.json'}:  # nothing else
+                    for inside in _listed(path)):  # nothing else
                 shutil.rmtree(path, ignore_errors=True)
         for _, _, path in sorted(found)[:-n]:
             os.remove(path)
