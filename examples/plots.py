@@ -393,7 +393,8 @@ def ratio_ticks(low, high, room=0.0):
             step = mantissas * 10.0 ** width
             ticks = [k * step for k in range(math.floor(low / step),
                                              math.ceil(high / step) + 1)]
-        ticks = [t for t in (float('{:.6g}'.format(t)) for t in ticks)
+        ticks = [t for t in dict.fromkeys(float('{:.6g}'.format(t))
+                                          for t in ticks)  # once each
                  if low * (1 - 1e-9) <= t <= high * (1 + 1e-9)]
         if not all(math.log10(b / a) >= room * (1 - 1e-9)
                    for a, b in zip(ticks, ticks[1:])):
@@ -416,14 +417,15 @@ def ratio_ticks(low, high, room=0.0):
 
 
 def tick_labels(ticks):
-    """The labels of ``ticks``: 3 significant digits, more where that
-    would label two ticks alike or one more than a tenth of the gap
-    between two ticks off."""
-    gap = min((b - a for a, b in zip(ticks, ticks[1:])), default=math.inf)
+    """The labels of ``ticks`` (above 0, on a log scale): 3 significant
+    digits, more where that would label two ticks alike or one more than
+    a tenth of the smallest gap between two ticks off."""
+    gap = min((math.log10(b / a) for a, b in zip(ticks, ticks[1:])),
+              default=math.inf)
     for digits in range(3, 10):
         labels = ['{:.{}g}'.format(t, digits) for t in ticks]
         if len(set(labels)) == len(labels) and all(
-                abs(float(label) - t) <= gap / 10
+                abs(math.log10(float(label) / t)) <= gap / 10
                 for label, t in zip(labels, ticks)):
             break
     return labels

@@ -3030,6 +3030,17 @@ def test_trust_ratio_colour_bar_has_round_ticks(low, high, ticks):
 def test_unround_ticks_are_labelled_with_three_digits():
     assert plots.tick_labels([0.02506, 0.151323, 0.913761, 5.5177]) == [
         '0.0251', '0.151', '0.914', '5.52']
+    # Over decades, as the bar is: 3 digits each (they took 5 when the
+    # labels' error was measured against the smallest linear gap).
+    assert plots.tick_labels([0.000272, 0.0112020, 0.461345, 19.0]) == [
+        '0.000272', '0.0112', '0.461', '19']
+
+
+@pytest.mark.parametrize('low,high', [(1.0, 1.0000001), (123.4, 123.40001)])
+def test_ticks_of_a_range_finer_than_their_rounding_are_distinct(low, high):
+    # The round steps' ticks, rounded to 6 digits, were one value 4 times.
+    ticks = plots.ratio_ticks(low, high)
+    assert len(set(ticks)) == len(ticks) >= 2
 
 
 @pytest.mark.parametrize('low,high,room,ticks', [
