@@ -801,8 +801,8 @@ def test_train_loop_refuses_a_json_it_cannot_write_before_the_run(
     ['--gpu-host', '--json', '{tmp}/results/gpu_host.json'],
 ])
 def test_bench_makes_the_json_folder_before_the_run(bench, tmp_path, argv):
-    # The README's commands write into benchmarks/results/, which a
-    # checkout lacks: the run ended in FileNotFoundError after its work.
+    # A --json into a folder that does not exist yet (benchmarks/results/
+    # once): the run ended in FileNotFoundError after its work.
     args = bench.parse_args([a.format(tmp=tmp_path) for a in argv])
     assert (tmp_path / 'results').is_dir()
     assert not os.path.exists(args.json)

@@ -3779,3 +3779,26 @@ def test_a_silent_rank_ends_late_on_a_usage_error(monkeypatch, capsys):
         parser.parse_args(['--help'])
     assert (stopped.value.code, slept) == (0, [cli.GRACE])
     assert capsys.readouterr() == ('', '')
+
+
+def test_the_generated_cifar_cache_of_the_readme_trains(cifar, tmp_path,
+                                                        capsys):
+    """examples/cifar/README.md times the trainer on a cache written by
+    benchmarks/fake_cifar.py: it is one the trainer reads, of the sizes
+    asked, and the tool refuses to write over one."""
+    path = os.path.join(REPO_ROOT, 'benchmarks', 'fake_cifar.py')
+    spec = importlib.util.spec_from_file_location('fake_cifar', path)
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    root = str(tmp_path / 'root')
+    fake.main([root, '--train', '6', '--test', '3'])
+    out = tmp_path / 'out'
+    cifar.main(['-d', '-1', '-e', '1', '-b', '4', '--depth', '8',
+                '--dataset-root', root, '-o', str(out), '--noplot'])
+    assert read_log(str(out))[-1]['iteration'] == 2  # 6 images, batch 4
+    for argv, says in (([root], 'is there already'),
+                       ([str(tmp_path / 'r2'), '--test', '0'],
+                        '--test 0: give at least 1 image')):
+        with pytest.raises(SystemExit):
+            fake.main(argv)
+        assert says in capsys.readouterr().err
