@@ -3781,11 +3781,12 @@ def test_a_silent_rank_ends_late_on_a_usage_error(monkeypatch, capsys):
     assert capsys.readouterr() == ('', '')
 
 
-def test_the_generated_cifar_cache_of_the_readme_trains(cifar, tmp_path,
-                                                        capsys):
+def test_the_generated_cifar_cache_of_the_readme_trains(
+        cifar, dataset_root, tmp_path, capsys):
     """examples/cifar/README.md times the trainer on a cache written by
     benchmarks/fake_cifar.py: it is one the trainer reads, of the sizes
-    asked, and the tool refuses to write over one."""
+    asked, and the tool refuses to write over one. (``dataset_root``
+    gives Chainer its root back after the --dataset-root below.)"""
     path = os.path.join(REPO_ROOT, 'benchmarks', 'fake_cifar.py')
     spec = importlib.util.spec_from_file_location('fake_cifar', path)
     fake = importlib.util.module_from_spec(spec)
