@@ -43,9 +43,14 @@ def main(argv=None):
     for path in parser.parse_args(argv).json:
         try:
             with open(path) as f:
-                rows += json.load(f)
+                loaded = json.load(f)
         except (OSError, ValueError) as e:
             parser.error('{}: {}'.format(path, e))
+        if not isinstance(loaded, list) or not all(
+                isinstance(row, dict) for row in loaded):
+            parser.error('{}: not a list of runs, as mnist_memory.py '
+                         'writes'.format(path))
+        rows += loaded
     print('{:>5} {:6} {:7} {:13} {:>5} {:>2} | {:>7} {:>7} | {:>7} {:>5} '
           '| {:>7} {:>5}'.format(
               'unit', 'model', 'dtype', 'optimizer', 'batch', 'up',

@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from tests import REPO_ROOT
+
 
 _PATH = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), 'benchmarks', 'bench_lars.py')
@@ -880,3 +882,31 @@ def test_train_loop_leaves_the_cuda_module_as_it_was():
     _load('train_loop').main(['--layers', '2', '--width', '4', '--batch',
                               '2', '--iters', '6', '--variants', 'lars'])
     assert dict(vars(cuda_kernels)) == before
+
+
+def test_memory_table_reads_runs_and_names_a_file_it_cannot(
+        tmp_path, capsys, monkeypatch):
+    """mnist_memory_table.py: a table of the runs of mnist_memory.py's
+    JSON beside footprint()'s estimate; a file it cannot read, or that
+    holds no list of runs, is named in one usage error."""
+    monkeypatch.chdir(REPO_ROOT)  # the repository whose footprint() it reads
+    table = _load('mnist_memory_table')
+    runs = tmp_path / 'runs.json'
+    runs.write_text(json.dumps([{
+        'unit': 100, 'model': 'mlp', 'dtype': 'float32', 'optimizer': 'lars',
+        'batchsize': 128, 'updates': 2, 'drawn': 50e6, 'trained': 200e6}]))
+    table.main([str(runs)])
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:6] == ['100', 'mlp', 'float32', 'lars', '128', '2']
+    assert out[-1].startswith('# after: estimate / measured peak from ')
+    for text, says in (('{"unit": 1}', 'not a list of runs'),
+                       ('[1', 'Expecting'), (None, 'No such file')):
+        bad = tmp_path / 'bad.json'
+        if text is not None:
+            bad.write_text(text)
+        elif bad.exists():
+            bad.unlink()
+        with pytest.raises(SystemExit) as raised:
+            table.main([str(bad)])
+        assert raised.value.code == 2
+        assert says in capsys.readouterr().err
