@@ -521,8 +521,8 @@ def test_a_validation_set_smaller_than_the_processes_is_a_usage_error(
 # training starts, as an error only one process meets would.
 RANK_DRIVER = """import os, sys
 rank = os.environ.get('OMPI_COMM_WORLD_RANK')
-if rank == '1' and os.environ.get('RANK1_DTYPE'):
-    os.environ['CHAINER_DTYPE'] = os.environ['RANK1_DTYPE']
+if os.environ.get('RANK{}_DTYPE'.format(rank)):
+    os.environ['CHAINER_DTYPE'] = os.environ['RANK{}_DTYPE'.format(rank)]
 from examples import training
 from examples.chainermn.mnist import train_mnist
 train = training.train
@@ -537,7 +537,7 @@ train_mnist.main(sys.argv[1:])
 
 def run_rank_driver(tmp_path, **env):
     """The example through RANK_DRIVER on RANKS ranks, into tmp_path/out,
-    with ``env`` (RANK1_DTYPE, FAIL_IN_TRAINING)."""
+    with ``env`` (RANK0_DTYPE, RANK1_DTYPE, FAIL_IN_TRAINING)."""
     driver = tmp_path / 'driver.py'
     driver.write_text(RANK_DRIVER)
     return mpi_util.run_mpi(
@@ -545,19 +545,26 @@ def run_rank_driver(tmp_path, **env):
         env=dict(PROXIES, PYTHONWARNINGS='ignore', **env))
 
 
-def test_ranks_that_would_train_in_other_dtypes_stop(dataset_root, tmp_path):
+@pytest.mark.parametrize('rank,here,there,says', [
+    (1, 'float16', 'float32', 'CHAINER_DTYPE=float16'),
+    # Set on rank 0's machine only: rank 1's is unset, not to blame.
+    (0, 'float32', 'float16', 'CHAINER_DTYPE unset here')])
+def test_ranks_that_would_train_in_other_dtypes_stop(dataset_root, tmp_path,
+                                                     rank, here, there, says):
     """--dtype defaults to CHAINER_DTYPE, which mpiexec passes to another
     machine only when asked (-x): a rank whose dtype is not rank 0's says
-    so, naming itself, and every rank stops (they failed in the first
-    update, and the others waited in a collective)."""
-    result = run_rank_driver(tmp_path, RANK1_DTYPE='float16')
+    so, naming itself and its variable, and every rank stops (they failed
+    in the first update, and the others waited in a collective)."""
+    result = run_rank_driver(tmp_path, **{
+        'RANK{}_DTYPE'.format(rank): 'float16'})
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if 'error:' in line]
     assert lines == ['driver.py: rank 1 of 2 (on {}): error: --dtype: this '
-                     'process would train in float16 (CHAINER_DTYPE) and '
-                     'rank 0 in float32: give --dtype, or pass the variable '
-                     'to every process (mpiexec -x CHAINER_DTYPE)'.format(
-                         socket.gethostname())], result.stderr
+                     'process would train in {} ({}) and rank 0 in {}: give '
+                     '--dtype, or pass the variable to every process '
+                     '(mpiexec -x CHAINER_DTYPE)'.format(
+                         socket.gethostname(), here, says, there)], \
+        result.stderr
     assert not (tmp_path / 'out').exists()
 
 

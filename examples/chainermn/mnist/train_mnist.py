@@ -334,11 +334,13 @@ def run(args):
 
     def prepare():
         if args.dtype != dtype:  # CHAINER_DTYPE, set on one machine
+            here = os.environ.get('CHAINER_DTYPE')
             cli.usage_error(
-                '--dtype: this process would train in {} (CHAINER_DTYPE) '
-                'and rank 0 in {}: give --dtype, or pass the variable to '
-                'every process (mpiexec -x CHAINER_DTYPE)'.format(
-                    args.dtype, dtype))
+                '--dtype: this process would train in {} ({}) and rank 0 '
+                'in {}: give --dtype, or pass the variable to every '
+                'process (mpiexec -x CHAINER_DTYPE)'.format(
+                    args.dtype, 'CHAINER_DTYPE={}'.format(here) if here
+                    else 'CHAINER_DTYPE unset here', dtype))
         if args.validation and args.validation < comm.size:
             cli.usage_error(
                 '--validation {}: fewer images than the {} processes, '
