@@ -380,19 +380,7 @@ def ratio_ticks(low, high, room=0.0):
     """
     fewer, pair = [], []
     crowded = 13  # the fewest ticks of a round set without the room
-    width = math.floor(math.log10(high - low)) if high > low else 0
-    for mantissas in ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7),
-                      (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9), 5.0, 2.0,
-                      1.0, 0.5, 0.2, 0.1):
-        if isinstance(mantissas, tuple):
-            ticks = [m * 10.0 ** e
-                     for e in range(math.floor(math.log10(low)) - 1,
-                                    math.ceil(math.log10(high)) + 1)
-                     for m in mantissas]
-        else:  # the multiples of a step, mantissas * 10^width
-            step = mantissas * 10.0 ** width
-            ticks = [k * step for k in range(math.floor(low / step),
-                                             math.ceil(high / step) + 1)]
+    for ticks in _round_sets(low, high):
         ticks = [t for t in dict.fromkeys(float('{:.6g}'.format(t))
                                           for t in ticks)  # once each
                  if low * (1 - 1e-9) <= t <= high * (1 + 1e-9)]
@@ -414,6 +402,21 @@ def ratio_ticks(low, high, room=0.0):
         count = max(2, min(count, 1 + int(math.log10(high / low) / room)))
     return pair if pair and count <= 3 else list(
         numpy.geomspace(low, high, count))
+
+
+def _round_sets(low, high):
+    """The candidate sets of ``ratio_ticks``, coarsest first, unrounded
+    and unclipped: mantissas times the powers of ten, then the multiples
+    of round steps at the scale of ``high - low``."""
+    for mantissas in ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7),
+                      (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
+        yield [m * 10.0 ** e for e in range(math.floor(math.log10(low)) - 1,
+                                            math.ceil(math.log10(high)) + 1)
+               for m in mantissas]
+    width = math.floor(math.log10(high - low)) if high > low else 0
+    for step in (m * 10.0 ** width for m in (5, 2, 1, 0.5, 0.2, 0.1)):
+        yield [k * step for k in range(math.floor(low / step),
+                                       math.ceil(high / step) + 1)]
 
 
 def tick_labels(ticks):

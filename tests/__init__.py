@@ -1,6 +1,7 @@
 """The tests of chainer-lars; ``REPO_ROOT`` is the repository they test,
 and the helpers more than one module uses."""
 
+import importlib.util
 import os
 
 
@@ -15,6 +16,16 @@ def pythonpath(*first):
     paths += [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep)
               if p]
     return os.pathsep.join(paths)
+
+
+def benchmark(name):
+    """The module of ``benchmarks/<name>.py``, loaded from its file (the
+    benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(
+        REPO_ROOT, 'benchmarks', name + '.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def tick_labels(figure, axis):

@@ -13,6 +13,7 @@ import re
 import pytest
 
 from tests import REPO_ROOT
+from tests import benchmark
 
 
 _PATH = os.path.join(os.path.dirname(os.path.dirname(
@@ -21,10 +22,7 @@ _PATH = os.path.join(os.path.dirname(os.path.dirname(
 
 @pytest.fixture(scope='module')
 def bench():
-    spec = importlib.util.spec_from_file_location('bench_lars', _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark('bench_lars')
 
 
 def test_main_writes_table_and_json(bench, tmp_path, capsys):
@@ -208,14 +206,6 @@ def test_a_case_that_raised_fails_its_targets(bench, capsys, monkeypatch):
         in printed
 
 
-def _module(name):
-    path = os.path.join(os.path.dirname(_PATH), name + '.py')
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_gpu_host_mode_counts_launches_and_judges_ratios(bench, tmp_path,
                                                          capsys):
     from chainer_lars.testing import cuda_emulator
@@ -249,7 +239,7 @@ def test_gpu_host_mode_counts_launches_and_judges_ratios(bench, tmp_path,
 
 
 def test_paper_model_of_resnet50_and_its_fractions(tmp_path, capsys):
-    paper = _module('paper_model')
+    paper = benchmark('paper_model')
     n, arrays = 25557096, 162
     hook = paper.model('hook', n, arrays, 'float32')
     # Norms read w and g, the rescale reads both and writes g: 20 N bytes.
@@ -285,7 +275,7 @@ def test_paper_model_of_resnet50_and_its_fractions(tmp_path, capsys):
 
 
 def test_byte_floors_count_each_pass_by_hand():
-    paper = _module('paper_model')
+    paper = benchmark('paper_model')
     # LARS: the norms read w and g; the step reads w, g, v, writes w, v.
     assert paper.floor_bytes('lars', 'float32') == 4 * (2 + 3 + 2) == 28
     # mixed16: g is float16 (2 bytes), the master w and v float32, and the
@@ -311,7 +301,7 @@ def test_byte_floors_count_each_pass_by_hand():
 
 def test_byte_floors_agree_with_the_paper_model():
     # Where the older model counts the same passes, the floors match it.
-    paper = _module('paper_model')
+    paper = benchmark('paper_model')
     for variant in ('lars', 'hook', 'momentum_sgd'):
         reads, writes = paper.PASSES[variant]
         for dtype, size in paper.ITEMSIZE.items():
@@ -323,7 +313,7 @@ def test_byte_floors_agree_with_the_paper_model():
 def test_readme_counts_mixed16_lars_bytes_as_the_model_does(bench):
     # The norms read the master and the float16 gradient (the kernel's S
     # and G in mixed16), not the float16 weight too (which made 28 N).
-    paper = _module('paper_model')
+    paper = benchmark('paper_model')
     with open(os.path.join(os.path.dirname(_PATH), 'README.md')) as f:
         text = ' '.join(f.read().split())
     start = text.index('In mixed16 (float16 weights and gradients')
@@ -342,13 +332,13 @@ def test_readme_counts_mixed16_lars_bytes_as_the_model_does(bench):
 ])
 def test_byte_floor_refuses_what_it_does_not_model(method, precision,
                                                    message):
-    paper = _module('paper_model')
+    paper = benchmark('paper_model')
     with pytest.raises(ValueError, match=message):
         paper.floor_bytes(method, precision)
 
 
 def test_paper_model_prints_the_floor_table():
-    paper = _module('paper_model')
+    paper = benchmark('paper_model')
     table = paper.floor_table(10 ** 6, 1e12)
     assert table[2] == '| `lars` | 28 / 26 | 0.028 ms / 0.026 ms |'
     assert '| `hook` | 20 / - | 0.020 ms / - |' in table
@@ -414,10 +404,7 @@ def _fake_tree(root, ms, ok):
 @pytest.mark.parametrize('new_ok', [True, False])
 def test_compare_prints_ratios_and_both_versions_targets(tmp_path, capsys,
                                                          new_ok):
-    spec = importlib.util.spec_from_file_location('compare', os.path.join(
-        os.path.dirname(_PATH), 'compare.py'))
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
+    compare = benchmark('compare')
     old = _fake_tree(tmp_path / 'old', 2.0, True)
     new = _fake_tree(tmp_path / 'new', 1.0, new_ok)
     import sys
@@ -450,7 +437,7 @@ def test_compare_reads_results_with_failed_cases_and_variants(
         tmp_path, capsys, monkeypatch):
     # An old commit's bench may fail a case (no 'median_s') or the floor
     # (no 'floor_fraction'), and exit 1: the comparison goes on.
-    compare = _load('compare')
+    compare = benchmark('compare')
     for tree in ('old', 'new'):
         (tmp_path / tree / 'benchmarks').mkdir(parents=True)
         (tmp_path / tree / 'benchmarks' / 'bench_lars.py').write_text(
@@ -487,7 +474,7 @@ def test_compare_reads_results_with_failed_cases_and_variants(
 ])
 def test_compare_refuses_a_tree_it_cannot_run(tmp_path, capsys,
                                               monkeypatch, trees, message):
-    compare = _load('compare')
+    compare = benchmark('compare')
     root = os.path.dirname(os.path.dirname(_PATH))
     monkeypatch.setattr('sys.argv', ['compare.py'] + [
         t.format(tmp=tmp_path, root=root) for t in trees])
@@ -497,19 +484,11 @@ def test_compare_refuses_a_tree_it_cannot_run(tmp_path, capsys,
     assert message.format(tmp=tmp_path) in capsys.readouterr().err
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(
-        os.path.dirname(_PATH), name + '.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_compare_runs_a_relative_tree_with_pythonpath_kept(
         tmp_path, monkeypatch):
     # What gpu_check.sh's machine needs: Chainer and the numpy-2 shims on
     # PYTHONPATH stay there, after the tree.
-    compare = _load('compare')
+    compare = benchmark('compare')
     (tmp_path / 'old' / 'benchmarks').mkdir(parents=True)
     (tmp_path / 'old' / 'benchmarks' / 'bench_lars.py').write_text(
         'import json, os, sys\n'
@@ -540,7 +519,7 @@ def test_compare_times_train_loop_with_the_new_trees_script(tmp_path,
                                                             capsys):
     # The old tree has no train_loop.py (or one that writes no JSON): the
     # new tree's runs on both, each with its own library first.
-    compare = _load('compare')
+    compare = benchmark('compare')
     for tree, ms in (('old', 2.0), ('new', 0.5)):
         (tmp_path / tree).mkdir()
         (tmp_path / tree / 'marker.py').write_text('MS = {}\n'.format(ms))
@@ -564,7 +543,7 @@ def test_compare_times_train_loop_with_the_new_trees_script(tmp_path,
 
 def test_compare_refuses_train_loop_without_the_new_trees_script(
         tmp_path, monkeypatch, capsys):
-    compare = _load('compare')
+    compare = benchmark('compare')
     monkeypatch.setattr('sys.argv', ['compare.py', str(tmp_path),
                                      str(tmp_path), '--bench', 'train_loop'])
     with pytest.raises(SystemExit) as raised:
@@ -575,7 +554,7 @@ def test_compare_refuses_train_loop_without_the_new_trees_script(
 
 
 def test_train_loop_runs_both_dtypes_and_writes_json(tmp_path, capsys):
-    train_loop = _load('train_loop')
+    train_loop = benchmark('train_loop')
     out = tmp_path / 'loop.json'
     results = train_loop.main([
         '--layers', '2', '--width', '4', '--batch', '2', '--iters', '7',
@@ -622,7 +601,7 @@ def test_compare_inprocess_times_the_hook_on_all_arrays(tmp_path, dtype):
 
 
 def test_train_loop_times_every_variant_on_the_cpu(capsys):
-    train_loop = _load('train_loop')
+    train_loop = benchmark('train_loop')
     train_loop.main(['--layers', '3', '--width', '8', '--batch', '4',
                      '--iters', '6', '--dtype', 'mixed16'])
     lines = capsys.readouterr().out.splitlines()
@@ -679,7 +658,7 @@ def test_train_loop_compares_another_tree_in_one_process(tmp_path):
 
 def test_train_loop_times_the_gpu_paths_host_code_on_the_emulator(capsys):
     from chainer_lars.testing import emulated_cupy
-    train_loop = _load('train_loop')
+    train_loop = benchmark('train_loop')
     results = train_loop.main([
         '--emulate', '--layers', '2', '--width', '4', '--batch', '2',
         '--iters', '6', '--variants', 'lars,lars_pa', '--dtype', 'mixed16'])
@@ -705,7 +684,7 @@ def test_train_loop_runs_this_tree_with_another_chunk_and_restores_it(
         seen.append((cuda_kernels.CHUNK, self.nblocks))
     cuda_kernels._DeviceState.__init__ = recording
     try:
-        train_loop = _load('train_loop')
+        train_loop = benchmark('train_loop')
         train_loop.main(['--emulate', '--chunk', '2048', '--layers', '2',
                          '--width', '64', '--batch', '2', '--iters', '6',
                          '--variants', 'lars'])
@@ -721,7 +700,7 @@ def test_train_loop_runs_this_tree_with_another_chunk_and_restores_it(
 
 @pytest.mark.parametrize('chunk', ['0', '100', '-2048'])
 def test_train_loop_refuses_a_chunk_the_kernels_cannot_take(capsys, chunk):
-    train_loop = _load('train_loop')
+    train_loop = benchmark('train_loop')
     with pytest.raises(SystemExit) as raised:
         train_loop.main(['--chunk', chunk])
     assert raised.value.code == 2
@@ -731,7 +710,7 @@ def test_train_loop_refuses_a_chunk_the_kernels_cannot_take(capsys, chunk):
 
 def test_train_loop_refuses_another_tree_without_the_package(tmp_path,
                                                              capsys):
-    train_loop = _load('train_loop')
+    train_loop = benchmark('train_loop')
     with pytest.raises(SystemExit) as raised:
         train_loop.main(['--other', str(tmp_path)])
     assert raised.value.code == 2
@@ -758,7 +737,7 @@ _NO_CUDA = pytest.mark.skipif(__import__('chainer').backends.cuda.available,
      '@cupy:0'),
 ])
 def test_train_loop_refuses_bad_flags(capsys, argv, message):
-    train_loop = _load('train_loop')
+    train_loop = benchmark('train_loop')
     with pytest.raises(SystemExit) as raised:
         train_loop.main(argv)
     assert raised.value.code == 2
@@ -768,9 +747,9 @@ def test_train_loop_refuses_bad_flags(capsys, argv, message):
 def test_train_loop_makes_the_json_folder(tmp_path):
     # As the README says of every tool's output file: it was refused.
     out = tmp_path / 'results' / 'loop.json'
-    _load('train_loop').main(['--layers', '2', '--width', '4', '--batch',
-                              '2', '--iters', '6', '--variants', 'lars',
-                              '--json', str(out)])
+    benchmark('train_loop').main(['--layers', '2', '--width', '4',
+                                  '--batch', '2', '--iters', '6',
+                                  '--variants', 'lars', '--json', str(out)])
     assert [loop['dtype'] for loop in json.loads(out.read_text())[
         'train_loop']] == ['float32']
 
@@ -784,7 +763,7 @@ def test_train_loop_makes_the_json_folder(tmp_path):
 ])
 def test_train_loop_refuses_a_json_it_cannot_write_before_the_run(
         tmp_path, capsys, monkeypatch, name, message):
-    train_loop = _load('train_loop')
+    train_loop = benchmark('train_loop')
 
     def run(*args):
         raise AssertionError('the loop ran before --json was checked')
@@ -844,7 +823,7 @@ def test_gpu_host_refuses_the_flags_it_would_ignore(bench, capsys, flags):
      '0, got nan'),
 ])
 def test_compare_inprocess_refuses_bad_flags(capsys, argv, message):
-    compare_inprocess = _load('compare_inprocess')
+    compare_inprocess = benchmark('compare_inprocess')
     with pytest.raises(SystemExit) as raised:
         compare_inprocess.main([os.path.dirname(os.path.dirname(_PATH))]
                                + argv)
@@ -863,7 +842,7 @@ def test_compare_inprocess_refuses_bad_flags(capsys, argv, message):
 ])
 def test_first_contact_refuses_bad_flags_before_loading_mnist(
         capsys, monkeypatch, argv, message):
-    first_contact = _load('first_contact')
+    first_contact = benchmark('first_contact')
 
     def load_mnist(root=None):
         raise AssertionError('MNIST loaded before the flags were checked')
@@ -879,8 +858,9 @@ def test_train_loop_leaves_the_cuda_module_as_it_was():
     what it patched."""
     from chainer_lars import cuda as cuda_kernels
     before = dict(vars(cuda_kernels))
-    _load('train_loop').main(['--layers', '2', '--width', '4', '--batch',
-                              '2', '--iters', '6', '--variants', 'lars'])
+    benchmark('train_loop').main(['--layers', '2', '--width', '4',
+                                  '--batch', '2', '--iters', '6',
+                                  '--variants', 'lars'])
     assert dict(vars(cuda_kernels)) == before
 
 
@@ -890,7 +870,7 @@ def test_memory_table_reads_runs_and_names_a_file_it_cannot(
     JSON beside footprint()'s estimate; a file it cannot read, or that
     holds no list of runs, is named in one usage error."""
     monkeypatch.chdir(REPO_ROOT)  # the repository whose footprint() it reads
-    table = _load('mnist_memory_table')
+    table = benchmark('mnist_memory_table')
     runs = tmp_path / 'runs.json'
     runs.write_text(json.dumps([{
         'unit': 100, 'model': 'mlp', 'dtype': 'float32', 'optimizer': 'lars',

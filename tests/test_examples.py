@@ -33,6 +33,7 @@ from examples import training
 from tests import forked
 from tests import pythonpath
 from tests import REPO_ROOT
+from tests import benchmark
 from tests import tick_labels
 
 
@@ -3787,10 +3788,7 @@ def test_the_generated_cifar_cache_of_the_readme_trains(
     benchmarks/fake_cifar.py: it is one the trainer reads, of the sizes
     asked, and the tool refuses to write over one. (``dataset_root``
     gives Chainer its root back after the --dataset-root below.)"""
-    path = os.path.join(REPO_ROOT, 'benchmarks', 'fake_cifar.py')
-    spec = importlib.util.spec_from_file_location('fake_cifar', path)
-    fake = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fake)
+    fake = benchmark('fake_cifar')
     root = str(tmp_path / 'root')
     fake.main([root, '--train', '6', '--test', '3'])
     out = tmp_path / 'out'

@@ -8,7 +8,6 @@ into ratios, and the scripts' handling of what is missing.
 """
 
 import glob
-import importlib.util
 import json
 import os
 import re
@@ -20,6 +19,7 @@ import tarfile
 import pytest
 
 from tests import REPO_ROOT
+from tests import benchmark
 from tests import conftest
 
 
@@ -29,11 +29,7 @@ BENCHMARKS = os.path.join(REPO_ROOT, 'benchmarks')
 def _load(name):
     if BENCHMARKS not in sys.path:
         sys.path.insert(0, BENCHMARKS)
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(BENCHMARKS, name + '.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark(name)
 
 
 @pytest.fixture(scope='module')

@@ -16,7 +16,6 @@ builder, which runs them as written on their own small data.
 """
 
 import ast
-import importlib.util
 import os
 import re
 import subprocess
@@ -27,6 +26,7 @@ import pytest
 
 from tests import pythonpath
 from tests import REPO_ROOT
+from tests import benchmark
 from tests import conftest
 
 
@@ -155,14 +155,6 @@ def _model(bench):
     return L.Classifier(bench.MLP(n_units=UNITS))
 
 
-def _first_contact():
-    path = os.path.join(REPO_ROOT, 'benchmarks', 'first_contact.py')
-    spec = importlib.util.spec_from_file_location('first_contact', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _cases():
     cases = []
     for name, blocks in snippets().items():
@@ -187,7 +179,7 @@ def loaded():
     ``CHAINER_DATASET_ROOT``, else Chainer's cache, downloaded there the
     first time where the network allows).
     """
-    bench = _first_contact()
+    bench = benchmark('first_contact')
     try:
         return bench, bench.load_mnist()
     except bench.MnistMissing as e:
