@@ -393,7 +393,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             super(FusedMethod, self).update(lossfun, *args, **kwds)
             self._stepped = self.is_safe_to_update()
             return self._warn_rounded([], 3)
-        if lossfun is not None:
+        if lossfun is not None:  # the gradients kept if a rule's refused
+            self._check_rules(list(self.target.params()))
             loss = lossfun(*args, **kwds)
             if getattr(self, '_use_cleargrads', True):
                 self.target.cleargrads()

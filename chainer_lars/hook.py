@@ -26,38 +26,41 @@ class _RuleDelegate(object):
     _before = _armed = None
 
     def __init__(self, hook):
-        self.hook = hook
+        self.hook = weakref.ref(hook)  # the model holds us, not the hook
 
-    def arm(self, opt, path, grad, call):  # call: the hook's pass
+    def arm(self, hook, opt, path, grad, call):  # call: the hook's pass
         n = 1 + (grad is None and self._armed is not None and self._armed[
-            5:] == (call,) and self._armed[4])  # a listing more in the pass
-        self._armed = (weakref.ref(opt), opt.t + 1, path, grad, n, call)
+            5] is call and self._armed[4])  # a listing more in the pass
+        self._armed = (weakref.ref(opt), opt.t + 1, path, grad, n, call, hook)
 
-    def __getstate__(self):
-        return dict(self.__dict__, _armed=None, _before=None)
+    def __getstate__(self):  # a copy's calls the copy's hook, if copied
+        return dict(self.__dict__, _armed=None, _before=None, hook=self.hook())
+
+    def __setstate__(self, state):  # a hook not copied: a dead reference
+        self.__dict__.update(state, hook=weakref.ref(state['hook'] or set()))
 
     def __call__(self, rule, param):
         armed, self._armed = self._armed, None  # arm()'s (optimizer, t, ...)
         if armed is None or getattr(armed[0](), 't', None) != armed[1]:
             return  # not armed, or its optimizer gone or moved on
-        path, grad, n = armed[2:5]
+        path, grad, n, _, hook = armed[2:]  # the hook held while armed only
         given = grad is not None and grad.dtype == param.dtype  # a master's
         if given:
             param.grad = grad
         for _ in range(0 if given else n):  # a listing each, as Chainer's
-            self.hook._rescale(rule, param, path, 1.0)
-        if n > 1 and param.dtype != numpy.float16:  # a master: its rule
-            self._armed = armed[:3] + (param.grad, n - 1)  # makes it anew
+            hook._rescale(rule, param, path, 1.0)
+        if n > 1 and param.dtype != numpy.float16:  # a master, made anew
+            self._armed = armed[:3] + (param.grad, n - 1) + armed[5:]
         if given:
             return
-        w = param.array
+        w, before, self._before = param.array, self._before, None
         if (isinstance(w, numpy.ndarray) and w.dtype == numpy.float16
-                and not self.hook._warned):
-            before, self._before = self._before, (w.copy(), param.grad != 0)
+                and not hook._warned):  # a copy kept until the warning
+            self._before = (w.copy(), param.grad != 0)
             if before is not None and before[0].shape == w.shape and (
                     numpy.count_nonzero((before[0] == w) & before[1])
                     > w.size / 2):
-                self.hook._warned = True
+                hook._warned = True
                 fused.warn_rounded('GradientLARS', [path], 9)  # at update()
 
 
@@ -72,11 +75,7 @@ def _depends(mixed16, params):
     arrays = [d[0] for d in map(fused._DATA, params)]
     for k, copy in zip(mixed16, fused.masters([rules[k] for k in mixed16])):
         arrays[k] = copy
-    try:
-        flags = list(map(_FLAGS, rules))
-    except AttributeError:  # no rule
-        flags = [None if r is None else _FLAGS(r) for r in rules]
-    return [params, rules, arrays], flags
+    return [params, rules, arrays], [r and _FLAGS(r) for r in rules]
 
 
 class GradientLARS(exclusions.ExclusionProperties):
@@ -252,11 +251,12 @@ class GradientLARS(exclusions.ExclusionProperties):
             for k in range(len(group)) if group.mixed16 else ():
                 if g[k] is not None:  # after another's: rescaled in the rule
                     delegate, after = self._delegate(group.rules[k], live)
-                    delegate.arm(optimizer, group.paths[k], None if k in left
-                                 or after else group.extras[k], call)
+                    delegate.arm(self, optimizer, group.paths[k], None if k
+                                 in left or after else group.extras[k], call)
         for param, rule, path in others:
             if param.dtype == numpy.float16:
-                self._delegate(rule, live)[0].arm(optimizer, path, None, call)
+                self._delegate(rule, live)[0].arm(self, optimizer, path,
+                                                  None, call)
             else:  # ChainerX, tied
                 self._rescale(rule, param, path, param._loss_scale)
 
@@ -291,15 +291,15 @@ class GradientLARS(exclusions.ExclusionProperties):
         """This hook's delegate on ``rule`` and whether another's is armed;
         the spent ones of hooks not ``live`` (registered) are removed."""
         hooks, mine, after = rule._hookable._pre_update_hooks, None, False
-        first = next(iter(hooks.values()), None)
-        if len(hooks) == 1 and getattr(first, 'hook', None) is self:
+        first = next(iter(hooks.values())) if len(hooks) == 1 else None
+        if isinstance(first, _RuleDelegate) and first.hook() is self:
             return first, False  # alone, in its place
-        for name, hook in list(hooks.items()):
-            if isinstance(hook, _RuleDelegate) and hook.hook is self:
-                mine, own = hook, name
-            elif isinstance(hook, _RuleDelegate) and hook._armed is not None:
+        for name, h in list(hooks.items()):
+            if isinstance(h, _RuleDelegate) and h.hook() is self:
+                mine, own = h, name
+            elif isinstance(h, _RuleDelegate) and h._armed is not None:
                 after = True
-            elif isinstance(hook, _RuleDelegate) and id(hook.hook) not in live:
+            elif isinstance(h, _RuleDelegate) and id(h.hook()) not in live:
                 rule.remove_hook(name)
         if mine is None:
             own, n = _DELEGATE_NAME, 1

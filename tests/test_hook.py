@@ -481,7 +481,7 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
     assert other_hook is not hook and other.target is not model
     # Each copied rule holds a delegate of the copied hook, and only that.
     for path, delegate in _delegates(other.target):
-        assert delegate.hook is other_hook, path
+        assert delegate.hook() is other_hook, path
     if dtype == numpy.float16:
         assert len(_delegates(other.target)) == len(PATHS)
 
@@ -629,7 +629,7 @@ def test_a_new_hook_takes_over_the_delegates_of_a_removed_one(fp32_update):
         del hook
     delegates = list(link.p.update_rule._hookable._pre_update_hooks.items())
     assert [n for n, _ in delegates] == ['chainer_lars.GradientLARS']
-    assert delegates[0][1].hook is olds[-1]()
+    assert delegates[0][1].hook() is olds[-1]()
     del delegates
     gc.collect()
     assert [old() for old in olds[:-1]] == [None, None]
@@ -640,7 +640,7 @@ def test_a_new_hook_takes_over_the_delegates_of_a_removed_one(fp32_update):
         opt.remove_hook('GradientLARS')
         opt.add_hook(chainer_lars.GradientLARS(threshold=0.0))
         opt.update()
-        owners = [d.hook for d in
+        owners = [d.hook() for d in
                   link.p.update_rule._hookable._pre_update_hooks.values()]
         assert owners == list(opt._hookable._pre_update_hooks.values())
 

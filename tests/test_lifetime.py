@@ -92,6 +92,62 @@ def test_nothing_of_a_model_is_kept_once_its_optimizer_is_gone(face, dtype):
             other.update(ref.loss_fn(other.target, x, t))
 
 
+def _rule_hooks(model):
+    return [h for p in model.params()
+            for h in p.update_rule._hookable._pre_update_hooks.values()]
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'float16', 'mixed16'])
+@pytest.mark.parametrize('face', ['hook', 'hook per array'])
+def test_a_model_kept_after_training_lets_the_hook_go(face, dtype):
+    """A model kept for inference once its optimizer is deleted holds no
+    hook: its float16 rules' delegates held the hook, and with it its
+    plans and last observations (on a GPU, device buffers), for the
+    model's life. A copy of the model alone carries no hook either."""
+    model, opt, hook = _train(face, dtype)
+    assert len(_rule_hooks(model)) == (
+        0 if dtype == 'float32' else len(list(model.params())))
+    copied = copy.deepcopy(model)  # while the hook lives
+    gone = weakref.ref(hook)
+    del opt, hook
+    gc.collect()
+    assert gone() is None
+    for other in (model, copied, pickle.loads(pickle.dumps(model))):
+        assert [h.hook() for h in _rule_hooks(other)] == [None] * len(
+            _rule_hooks(model))
+        # A rule's own update passes the dead delegate by: the step of
+        # the same rule without it.
+        plain = copy.deepcopy(other)
+        for param in plain.params():
+            for name in list(param.update_rule._hookable._pre_update_hooks):
+                param.update_rule.remove_hook(name)
+        for param, twin in zip(other.params(), plain.params()):
+            param.grad = numpy.ones_like(param.array)
+            twin.grad = numpy.ones_like(twin.array)
+            twin._loss_scale = param._loss_scale  # (not deep-copied)
+            before = param.array.copy()
+            param.update()
+            twin.update()
+            assert (param.array != before).any()
+            assert param.array.tobytes() == twin.array.tobytes()
+
+
+def test_a_float16_delegate_drops_its_copy_of_the_weights_once_warned():
+    """The copy of each float16 weight kept to see steps that round away
+    was kept for good once the hook had warned."""
+    model = _float16_model()
+    opt = optimizers.MomentumSGD(lr=1e-5).setup(model)
+    opt.add_hook(chainer_lars.GradientLARS())
+    with pytest.warns(RuntimeWarning, match='rounded away'):
+        for _ in range(3):
+            _step(model, opt)
+    delegates = _rule_hooks(model)
+    assert delegates and opt._hookable._pre_update_hooks[
+        'GradientLARS']._warned
+    _step(model, opt)
+    assert [d._before for d in delegates] == [None] * len(delegates)
+
+
 @pytest.mark.parametrize('dtype', ['float32', 'float16', 'mixed16'])
 @pytest.mark.parametrize('face', sorted(_faces()))
 def test_nothing_of_a_model_is_kept_once_its_optimizer_takes_another(

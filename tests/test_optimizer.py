@@ -714,13 +714,15 @@ def test_observe_before_setup_says_what_to_do():
 ])
 @pytest.mark.parametrize('multi_tensor', [True, False])
 @pytest.mark.parametrize('first', [True, False])  # before the states exist
+@pytest.mark.parametrize('lossfun', [False, True])
 def test_a_rules_own_values_fail_before_the_hooks_and_t(
-        face, name, good, bad, words, multi_tensor, first):
+        face, name, good, bad, words, multi_tensor, first, lossfun):
     """Values set on one rule's hyperparameter are refused before the
     pre-update hooks change a gradient and before any ``t`` counts, on
     the per-rule path (the first update, multi_tensor=False) and the
     batched one; a good value checked before is checked again once it
-    changes."""
+    changes. ``update(lossfun)`` is refused before the loss function
+    runs: the batched path computed new gradients first."""
     model = chainer.Chain()
     with model.init_scope():
         model.l1 = chainer.links.Linear(3, 4)
@@ -742,10 +744,15 @@ def test_a_rules_own_values_fail_before_the_hooks_and_t(
     set_grads()
     before = [(p.array.copy(), p.grad.copy(), p.update_rule.t)
               for p in model.params()]
-    t = opt.t
+    t, calls = opt.t, []
+
+    def loss():
+        calls.append(1)
+        x = numpy.ones((2, 3), numpy.float32)
+        return chainer.functions.sum(model.l2(model.l1(x)))
     with pytest.raises(ValueError, match=words):
-        opt.update()
-    assert opt.t == t
+        opt.update(*[loss] if lossfun else [])
+    assert opt.t == t and calls == []
     for p, (w, g, rule_t) in zip(model.params(), before):
         assert (p.array == w).all() and (p.grad == g).all()
         assert p.update_rule.t == rule_t
