@@ -762,6 +762,38 @@ def test_a_rules_own_values_fail_before_the_hooks_and_t(
     assert opt.t == t + 1
 
 
+@pytest.mark.parametrize('face', ['LARS', 'hook'])
+@pytest.mark.parametrize('bad, ratio', [(numpy.nan, 1.0), (numpy.inf, 0.0)])
+def test_a_gradient_not_finite_gives_the_documented_ratio(face, bad, ratio):
+    """Without dynamic loss scaling (docs/optimizer.rst, docs/hook.rst): a
+    NaN norm gives r = 1, the plain step for the array's other elements,
+    an infinite one r = 0; no other array is touched."""
+    model = chainer.Chain()
+    with model.init_scope():
+        model.a = chainer.Parameter(numpy.ones(3, numpy.float32))
+        model.b = chainer.Parameter(numpy.full(3, 2.0, numpy.float32))
+    if face == 'LARS':
+        opt = chainer_lars.LARS(lr=2.0, momentum=0.0, weight_decay=0.0)
+        opt.setup(model)
+    else:
+        opt = chainer.optimizers.SGD(lr=2.0).setup(model)
+        opt.add_hook(chainer_lars.GradientLARS(threshold=0.0))
+    model.a.grad = numpy.array([bad, 1.0, 1.0], numpy.float32)
+    model.b.grad = numpy.ones(3, numpy.float32)
+    owner = opt if face == 'LARS' else opt._hookable._pre_update_hooks[
+        'GradientLARS']
+    with numpy.errstate(invalid='ignore'):
+        opt.update()
+    assert owner.observe()['/a'][0] == ratio
+    assert numpy.isnan(model.a.array[0])
+    numpy.testing.assert_allclose(model.a.array[1:], 1.0 - 2.0 * ratio,
+                                  rtol=1e-6)
+    # b: the trust coefficient (LARS's 1e-3, the hook's 1) * ||w|| / ||g||
+    r_b = (1e-3 if face == 'LARS' else 1.0) * 2.0
+    numpy.testing.assert_allclose(model.b.array, 2.0 - 2.0 * r_b,
+                                  rtol=1e-5)
+
+
 @pytest.mark.parametrize('value', [b'/b$', bytearray(b'/b$')])
 def test_an_exclusion_list_of_bytes_is_refused_whole(value):
     """Not taken item by item (each item an int)."""
