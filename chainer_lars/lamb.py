@@ -67,7 +67,7 @@ class LAMBRule(fused.FusedRule):
     _VALUES = operator.attrgetter(*_HYPER)
     _RULE_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
     _DEFAULTS, _fill_rows = _default_hyperparam, staticmethod(_fill_rows)
-    alpha_t = lr = property(_alpha_t)
+    alpha_t, lr = property(_alpha_t), property(_alpha_t)
     _fits = staticmethod(lambda h: numpy.float32(min(h.eps, 1)) != 0)
 
 
@@ -144,4 +144,4 @@ class LAMB(fused.FusedMethod):
     eta = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     weight_decay_rate = checks.CheckedHyperparameter(checks.real, minimum=0.0)
     _REPR = _HYPER
-    alpha_t = lr = property(_alpha_t)
+    alpha_t, lr = property(_alpha_t), property(_alpha_t)

@@ -5,8 +5,10 @@ the rounding of the dtype. The GPU path is in tests/test_gpu.py."""
 
 import copy
 import io
+import itertools
 import math
 import pickle
+import sys
 
 import numpy
 import pytest
@@ -628,6 +630,11 @@ def test_names_and_lr_are_adam_s():
     rule = model.fc.W.update_rule
     assert rule.lr == rule.alpha_t == pytest.approx(
         1e-3 * math.sqrt(1 - 0.999) / (1 - 0.9), rel=1e-15)
+    # Read only, as Adam's; on Python 3.11+ the error names the one set.
+    for obj, name in itertools.product([lamb, rule], ['alpha_t', 'lr']):
+        with pytest.raises(AttributeError, match=(
+                '' if sys.version_info < (3, 11) else "'{}'".format(name))):
+            setattr(obj, name, 0.1)
 
 
 def test_without_adaptation_it_is_adam_without_eps():
