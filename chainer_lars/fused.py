@@ -382,12 +382,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         own = vars(self.hyperparam)  # values set directly: checked on change,
         if not _equal(own, self._checked):  # before the hooks and t
             self._check_values(own, '')
-            rule = self._rule  # and as rows where one may not fit a dtype
-            fits = rule._fits(self.hyperparam)  # (LAMB's eps; else each time)
-            for path, p in [] if fits else self.target.namedparams():
-                rule._fill_rows(L.rows(1), [rule._VALUES(self.hyperparam)],
-                                [1], True, [path], p.dtype)
-            self._checked = dict(own) if fits else None
+            fits = self._rule._fits(self.hyperparam)  # else LAMB's eps is
+            self._checked = dict(own) if fits else None  # checked each rule
         if not self._multi_tensor:
             self._check_rules(list(self.target.params()))
             super(FusedMethod, self).update(lossfun, *args, **kwds)
@@ -419,16 +415,19 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         self.update_loss_scale()
 
     def _check_rules(self, params):
-        """Rules' own hyperparameter values, before the hooks and ``t``."""
+        """Rules' hyperparameter values, before the hooks and ``t``: their own
+        once set; all, each time, where one may not fit a dtype (LAMB eps)."""
+        every = self._checked is None  # (the optimizer's: see update())
         try:  # at C speed: usually every rule reads its parent's alone
-            if sum(map(len, map(_PARAM_OWN, params))) == len(params):
+            if not every and sum(map(len, map(_PARAM_OWN, params))) == len(
+                    params):
                 return
         except (AttributeError, TypeError):  # no rule, or another kind
             pass
         for p, r in zip(params, map(engine.UPDATE_RULE, params)):
             own = vars(r.hyperparam) if isinstance(r, self._rule) else {}
-            if (len(own) > 1 and r.enabled and p.raw_array is not None
-                    and not _equal(r._own_checked, (own, p.dtype))):
+            if own and r.enabled and p.raw_array is not None and (every or len(
+                    own) > 1 and not _equal(r._own_checked, (own, p.dtype))):
                 self._check_values(own, ' of ' + (r._path or p.name))
                 r._fill_rows(L.rows(1), [r._RULE_VALUES(r)], [r.t + 1],
                              r.uses_weight_decay, [r._path or p.name],

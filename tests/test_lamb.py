@@ -13,6 +13,7 @@ import sys
 import numpy
 import pytest
 
+import chainer
 from chainer import optimizer_hooks
 from chainer import optimizers
 from chainer import serializers
@@ -590,6 +591,29 @@ def test_eps_that_rounds_to_zero_in_float32_is_taken_in_float64(
         opt.update()
     assert opt.t == 1 and not calls
     assert all(p.update_rule.t == 1 for p in model.params())
+
+
+def test_eps_too_small_for_a_lazily_initialised_link_is_refused_in_time():
+    """A link made with ``in_size=None`` (Chainer's MNIST style) has no
+    dtype until the loss function runs: the check before it passed, and
+    the rule's own update refused eps after the hooks and t had counted,
+    so the first real step took the bias corrections of t = 2."""
+    model = chainer.Sequential(chainer.links.Linear(None, 2, nobias=True))
+    opt = chainer_lars.LAMB(eps=1e-50).setup(model)
+    calls = []
+    opt.add_hook(lambda o: calls.append(o.t), name='count')
+    x = numpy.ones((1, 3), numpy.float32)
+
+    def loss():
+        return chainer.functions.sum(model(x))
+    with pytest.raises(ValueError, match=r'^eps of LAMB optimizer is too '
+                       r'small for float32 \(1e-50\), at /0/W$'):
+        opt.update(loss)
+    rules = [p.update_rule for p in model.params()]
+    assert opt.t == 0 and not calls and [r.t for r in rules] == [0]
+    opt.eps = 1e-6
+    opt.update(loss)
+    assert opt.t == 1 and calls == [0] and [r.t for r in rules] == [1]
 
 
 def test_the_hook_is_refused():
