@@ -60,7 +60,7 @@ class _RuleDelegate(object):
             if before is not None and before[0].shape == w.shape and (
                     numpy.count_nonzero((before[0] == w) & before[1])
                     > w.size / 2):
-                hook._warned = True
+                hook._warned, self._before = True, None
                 fused.warn_rounded('GradientLARS', [path], 9)  # at update()
 
 
@@ -75,7 +75,8 @@ def _depends(mixed16, params):
     arrays = [d[0] for d in map(fused._DATA, params)]
     for k, copy in zip(mixed16, fused.masters([rules[k] for k in mixed16])):
         arrays[k] = copy
-    return [params, rules, arrays], [r and _FLAGS(r) for r in rules]
+    flags = [None if r is None else _FLAGS(r) for r in rules]
+    return [params, rules, arrays], flags
 
 
 class GradientLARS(exclusions.ExclusionProperties):

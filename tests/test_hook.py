@@ -1334,6 +1334,41 @@ def test_registration_attributes_read_as_plain_values_elsewhere():
         'timing'] == 'pre'
 
 
+class _SizedRule(optimizers.momentum_sgd.MomentumSGDRule):
+
+    def __len__(self):  # a rule that tests false, e.g. one counting states
+        return 0
+
+
+@pytest.mark.parametrize('flag', ['enabled', '_use_fp32_update'])
+def test_a_rule_that_tests_false_is_still_watched_for_its_flags(flag):
+    """The plan's flags were ``r and flags(r)``: a rule of ``len`` 0 stood
+    for its own flags, so disabling it kept the plan, and the hook went
+    on rescaling its gradient."""
+    model = chainer.links.Linear(3, 4)
+    opt = optimizers.MomentumSGD(lr=0.1)
+    opt.create_update_rule = lambda: _SizedRule(opt.hyperparam)
+    opt.setup(model)
+    hook = chainer_lars.GradientLARS(threshold=0.0)
+    opt.add_hook(hook)
+    for p in model.params():
+        p.grad = numpy.ones_like(p.array)
+    opt.update()
+    assert sorted(hook.observe()) == ['/W', '/b']
+    plan, = hook._plans.plans()
+    if flag == 'enabled':
+        model.b.update_rule.enabled = False
+    else:  # float32: the flag changes only the plan's key
+        model.b.update_rule.use_fp32_update()
+    for p in model.params():
+        p.grad = numpy.ones_like(p.array)
+    opt.update()
+    assert hook._plans.plans()[0] is not plan  # made again
+    if flag == 'enabled':  # left alone, as Chainer's hook leaves it
+        assert sorted(hook.observe()) == ['/W']
+        assert (model.b.grad == 1.0).all()
+
+
 # -- mixed16: the masters' gradients rescaled in one batched pass ----------
 
 def _mixed16_runs(multi_tensor, steps=5, overflow=3, xp=numpy, send=None):
