@@ -719,7 +719,7 @@ def test_a_skipped_update_is_not_counted_in_the_bias_corrections(
             else:
                 opt.update()
         assert {p.update_rule.t for p in model.params()} == {2}
-        assert opt.t == 3 if skip else 2
+        assert opt.t == (3 if skip else 2)
         return {path: p.array.copy() for path, p in model.namedparams()}
     skipped, plain = run(True), run(False)
     for path in plain:
