@@ -460,9 +460,16 @@ def test_fp16_norms_do_not_overflow():
                             trust_coefficient=1e-3)
     opt.setup(link)
     opt.update()
-    # ||w|| = 512, ||g|| = 256: the step is 1e-3 * 2 * 4 = 0.008.
-    testing.assert_allclose(link.p.array, numpy.full((64, 64), 8.0 - 0.008),
-                            rtol=1e-3)
+    # ||w|| = 512, ||g|| = 256 (their squares, 2^18 and 2^16, overflow
+    # float16): the ratio is 1e-3 * 2 and the step 0.002 * 4 = 0.008, about
+    # two float16 ulps of 8, which the weight keeps to half an ulp.
+    (ratio, w_norm, g_norm), = opt.observe().values()
+    assert (w_norm, g_norm) == (512.0, 256.0)
+    assert ratio == pytest.approx(2e-3, rel=1e-12)
+    step = 8.0 - link.p.array.astype(numpy.float64)
+    half_ulp = numpy.spacing(numpy.float16(8.0 - 0.008)) / 2
+    testing.assert_allclose(step, numpy.full((64, 64), 0.008), rtol=0,
+                            atol=half_ulp)
 
 
 def test_zero_norms_give_ratio_one():
