@@ -160,11 +160,13 @@ def test_step_divides_the_loss_scale_out_of_the_gradient(dtype):
 def test_norms_accumulate_in_float64(dtype):
     # float16: the sum of squares 4e6 is far beyond 65504. float32 and
     # float64: each square, 9e40, is beyond float32's 3.4e38.
+    # The gradient is the weight: both norms, and the ratio they give.
     value = 64.0 if dtype == numpy.float16 else 3e20
     w = numpy.full(1000, value, dtype)
-    obs = _run(L.RESCALE, _row(), w, w.copy())
-    assert obs[1] == pytest.approx(float(dtype(value)) * 1000 ** 0.5,
-                                   rel=1e-12)
+    obs = _run(L.RESCALE, _row(adapt=1, trust_coefficient=0.5), w, w.copy())
+    norm = float(dtype(value)) * 1000 ** 0.5
+    r = ref.trust_ratio(norm, norm, 0.0, 0.0, 0.5)  # 0.5
+    numpy.testing.assert_allclose(obs[:3], [r, norm, norm], rtol=1e-12)
 
 
 def _odd_layouts(dtype):
