@@ -29,6 +29,8 @@ from tests.lars_reference import Net
 DTYPES = [numpy.float16, numpy.float32, numpy.float64]
 #: Relative tolerance of one update, by dtype (of the largest value).
 RTOL = {numpy.float16: 4e-3, numpy.float32: 2e-6, numpy.float64: 1e-12}
+#: Relative tolerance of a step, beside the rounding of the weight.
+STEP_RTOL = {numpy.float16: 1e-2, numpy.float32: 1e-5, numpy.float64: 1e-10}
 HYPER = ('alpha', 'beta1', 'beta2', 'eps', 'eta', 'weight_decay_rate')
 CASES = [
     dict(),
@@ -81,7 +83,8 @@ def _check(model, before, hyper, flags=None, rtol=2e-6):
         w, g, m, v, t = before[path]
         uses_wd, adapt = (flags or {}).get(path, (True, True))
         expected = ref.lamb_step(w, g, m, v, t + 1, uses_weight_decay=uses_wd,
-                                 uses_adaptation=adapt, **hyper)
+                                 uses_adaptation=adapt, dtype=p.dtype,
+                                 **hyper)
         assert p.update_rule.t == t + 1, path
         actual = (p.array, p.update_rule.state['m'],
                   p.update_rule.state['v'])
@@ -89,8 +92,24 @@ def _check(model, before, hyper, flags=None, rtol=2e-6):
             numpy.testing.assert_allclose(
                 numpy.asarray(a, numpy.float64), e, rtol=rtol,
                 atol=rtol * numpy.abs(e).max(), err_msg=path + ' ' + name)
+        _check_step(p.array, w, expected[0], path)
         ratios[path] = expected[3]
     return ratios
+
+
+def _check_step(actual, w, expected, path):
+    """The step ``actual - w`` is the reference's, ``expected - w``, to the
+    rounding of the stored weight (half its ulp) and a part of the step:
+    at alpha=1e-3 a float16 step is an ulp or two, which the tolerance of
+    the weights, a part of the largest, lets go unchecked."""
+    dtype = actual.dtype.type
+    step = numpy.asarray(actual, numpy.float64) - w
+    want = expected - w
+    half_ulp = numpy.spacing(numpy.abs(expected).astype(dtype)) / 2
+    bound = half_ulp.astype(numpy.float64) + STEP_RTOL[dtype] * abs(want)
+    bad = abs(step - want) > bound
+    assert not bad.any(), '{}: {} of {} steps off: {} for {}'.format(
+        path, bad.sum(), bad.size, step[bad][:4], want[bad][:4])
 
 
 @pytest.mark.parametrize('case', CASES)
