@@ -478,15 +478,20 @@ def test_values_set_under_the_optimizer_fail_before_anything_moves(
     opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
     _set_grads(model, 0)
     opt.update()
-    w = {p: a.array.copy() for p, a in model.namedparams()}
+    kept = {path: [a.array.copy()] + [a.update_rule.state[k].copy()
+                                      for k in 'mv']
+            for path, a in model.namedparams()}
     setattr(model.fc.W.update_rule.hyperparam, name, value)
     _set_grads(model, 1)
     with pytest.raises(ValueError,
                        match='LAMB hyperparameter {} of /fc/W'.format(name)):
         opt.update()
-    if multi_tensor:
-        for path, p in model.namedparams():
-            assert (p.array == w[path]).all(), path
+    assert opt.t == 1
+    for path, p in model.namedparams():
+        assert p.update_rule.t == 1, path
+        now = [p.array] + [p.update_rule.state[k] for k in 'mv']
+        for key, a, b in zip('wmv', now, kept[path]):
+            assert (a == b).all(), (path, key)
 
 
 @pytest.mark.parametrize('multi_tensor', [True, False])
