@@ -373,10 +373,7 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
 def test_copy_on_gpu_makes_its_own_tables(how, multi_tensor):
     from chainer_lars.testing import cuda_emulator
     from chainer_lars.testing import emulated_cupy
-    try:
-        cuda_emulator.compiler()
-    except cuda_emulator.EmulatorError as e:
-        pytest.skip(str(e))
+    cuda_emulator.compiler()  # EmulatorError: 'no C++ compiler found ...'
     with emulated_cupy.installed() as xp:
         model = ref.Net()
         ref.fill(model, 0)
