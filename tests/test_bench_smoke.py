@@ -209,10 +209,8 @@ def test_a_case_that_raised_fails_its_targets(bench, capsys, monkeypatch):
 def test_gpu_host_mode_counts_launches_and_judges_ratios(bench, tmp_path,
                                                          capsys):
     from chainer_lars.testing import cuda_emulator
-    try:
-        cuda_emulator.compiler()
-    except cuda_emulator.EmulatorError as e:
-        pytest.skip(str(e))
+    # A missing compiler fails here, not as a failed case of the benchmark.
+    cuda_emulator.compiler()  # EmulatorError: 'no C++ compiler found ...'
     out = tmp_path / 'host.json'
     try:
         bench.main(['--gpu-host', '--reps', '3', '--json', str(out)])

@@ -117,6 +117,12 @@ def test_rescale(dtype, n, settings):
         testing.assert_allclose(obs, [r, w_norm, g_norm], rtol=1e-12)
 
 
+def _half_ulp(x):
+    """Half the float16 spacing at ``x``: the error of its rounding."""
+    return numpy.spacing(abs(x).astype(numpy.float16)).astype(
+        numpy.float64) / 2
+
+
 @pytest.mark.usefixtures('cpu_backend')
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('n', SIZES)
@@ -139,6 +145,15 @@ def test_momentum_step(dtype, n, wd, nesterov, adapt):
     obs = _run(L.STEP, row, w, g, v)
     testing.assert_allclose(v, v_new, **TOL[dtype])
     testing.assert_allclose(w, w_new, **TOL[dtype])
+    if dtype == numpy.float16:
+        # The adapted u, 1e-2 of w, is within rtol=1e-2: the step of w and
+        # v, each rounded once to float16 (half an ulp; the NumPy pass
+        # steps w from v as stored) from float32 sums (1e-6 of the terms).
+        terms = abs(0.9 * v64) + abs(u)
+        step, want = w - w64, w_new - w64
+        assert (abs(step - want) <= _half_ulp(w_new) + _half_ulp(v_new)
+                + 1e-6 * (abs(w64) + terms)).all()
+        assert (abs(v - v_new) <= _half_ulp(v_new) + 1e-6 * terms).all()
     numpy.testing.assert_array_equal(g, g_before)
     expected = [r, w_norm, g_norm] if adapt else [1.0, math.nan, math.nan]
     testing.assert_allclose(obs, expected, rtol=1e-12)
@@ -160,11 +175,13 @@ def test_step_divides_the_loss_scale_out_of_the_gradient(dtype):
 def test_norms_accumulate_in_float64(dtype):
     # float16: the sum of squares 4e6 is far beyond 65504. float32 and
     # float64: each square, 9e40, is beyond float32's 3.4e38.
+    # The gradient is the weight: both norms, and the ratio they give.
     value = 64.0 if dtype == numpy.float16 else 3e20
     w = numpy.full(1000, value, dtype)
-    obs = _run(L.RESCALE, _row(), w, w.copy())
-    assert obs[1] == pytest.approx(float(dtype(value)) * 1000 ** 0.5,
-                                   rel=1e-12)
+    obs = _run(L.RESCALE, _row(adapt=1, trust_coefficient=0.5), w, w.copy())
+    norm = float(dtype(value)) * 1000 ** 0.5
+    r = ref.trust_ratio(norm, norm, 0.0, 0.0, 0.5)  # 0.5
+    numpy.testing.assert_allclose(obs[:3], [r, norm, norm], rtol=1e-12)
 
 
 def _odd_layouts(dtype):

@@ -129,6 +129,11 @@ def _host(link, attr='array'):
             for path, p in link.namedparams()}
 
 
+def _start(link):
+    """:func:`_host`, a copy (float64 arrays are the link's own)."""
+    return {path: a.copy() for path, a in _host(link).items()}
+
+
 def _assert_close(actual, expected, dtype, factor=1.0):
     rtol = RTOL[dtype] * factor
     for path in expected:
@@ -136,6 +141,30 @@ def _assert_close(actual, expected, dtype, factor=1.0):
         scale = numpy.abs(e).max() if e.size else 0.0
         numpy.testing.assert_allclose(
             a, e, rtol=rtol, atol=rtol * scale, err_msg=path)
+
+
+#: The tolerance of the device's steps against the CPU's, beside an ulp of
+#: the weight, relative to the array's largest step: the device adds up
+#: the norms in the compute type (float32 for float16 arrays), the CPU in
+#: float64; with LAMB, float16 moments may round the other way.
+STEP_RTOL = {numpy.float16: 1e-2, numpy.float32: 1e-4, numpy.float64: 1e-9}
+
+
+def _assert_same_steps(actual, expected, start, dtype):
+    """The device's steps from the weights ``start``, ``actual - start``,
+    are the CPU's, ``expected - start``, to an ulp of the weight (at the
+    larger of its ends) and ``STEP_RTOL`` of the array's largest step:
+    ``_assert_close``'s tolerance, a part of the largest weight, is beyond
+    a whole float16 step."""
+    for path in expected:
+        step, want = actual[path] - start[path], expected[path] - start[path]
+        ulp = numpy.spacing(numpy.maximum(
+            abs(start[path]), abs(expected[path])).astype(dtype))
+        bound = ulp.astype(numpy.float64) + STEP_RTOL[dtype] * (
+            abs(want).max() if want.size else 0.0)
+        bad = abs(step - want) > bound
+        assert not bad.any(), '{}: {} of {} steps off: {} for {}'.format(
+            path, bad.sum(), bad.size, step[bad][:4], want[bad][:4])
 
 
 def _assert_same_observations(observers, dtype):
@@ -290,11 +319,12 @@ def test_lars_agrees_with_cpu_at_every_size(gpu, dtype):
 
 def _check_lars(gpu, dtype, kwargs, scaling, sizes):
     cpu, dev = _pair(gpu, sizes, dtype)
-    opts = []
+    start, opts = _start(cpu), []
     for model in (cpu, dev):
         opts.append(_run(model, chainer_lars.LARS(lr=2.0, **kwargs), None,
                          scaling, g_scale=1e-2))
     _assert_close(_host(dev), _host(cpu), dtype, factor=4)
+    _assert_same_steps(_host(dev), _host(cpu), start, dtype)
     _assert_same_observations(opts, dtype)
 
 
@@ -927,9 +957,11 @@ def test_lamb_agrees_with_cpu_at_every_size(gpu, dtype):
 def _check_lamb(gpu, dtype, kwargs, scaling, sizes):
     # Gradients near 1: float16 moments hold their squares.
     cpu, dev = _pair(gpu, sizes, dtype)
+    start = _start(cpu)
     opts = [_run(model, chainer_lars.LAMB(**kwargs), None, scaling,
                  steps=3) for model in (cpu, dev)]
     _assert_close(_host(dev), _host(cpu), dtype, factor=4)
+    _assert_same_steps(_host(dev), _host(cpu), start, dtype)
     for key in ('m', 'v'):
         _assert_close(*({path: numpy.asarray(cuda.to_cpu(
             p.update_rule.state[key]), numpy.float64)

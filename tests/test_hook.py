@@ -509,13 +509,11 @@ def test_copied_optimizer_continues_like_the_original(how, dtype,
 
 @pytest.fixture
 def emulated_gpu():
-    """The CPU emulation of a CUDA device, where a C++ compiler exists."""
+    """The CPU emulation of a CUDA device: fails without a C++ compiler,
+    as every emulated test does."""
     from chainer_lars.testing import cuda_emulator
     from chainer_lars.testing import emulated_cupy
-    try:
-        cuda_emulator.compiler()
-    except cuda_emulator.EmulatorError as e:
-        pytest.skip(str(e))
+    cuda_emulator.compiler()  # EmulatorError: 'no C++ compiler found ...'
     with emulated_cupy.installed() as xp:
         yield xp
 

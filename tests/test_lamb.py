@@ -32,6 +32,8 @@ from tests.lars_reference import Net
 DTYPES = [numpy.float16, numpy.float32, numpy.float64]
 #: Relative tolerance of one update, by dtype (of the largest value).
 RTOL = {numpy.float16: 4e-3, numpy.float32: 2e-6, numpy.float64: 1e-12}
+#: Relative tolerance of a step, beside the rounding of the weight.
+STEP_RTOL = {numpy.float16: 1e-2, numpy.float32: 1e-5, numpy.float64: 1e-10}
 HYPER = ('alpha', 'beta1', 'beta2', 'eps', 'eta', 'weight_decay_rate')
 CASES = [
     dict(),
@@ -84,7 +86,8 @@ def _check(model, before, hyper, flags=None, rtol=2e-6):
         w, g, m, v, t = before[path]
         uses_wd, adapt = (flags or {}).get(path, (True, True))
         expected = ref.lamb_step(w, g, m, v, t + 1, uses_weight_decay=uses_wd,
-                                 uses_adaptation=adapt, **hyper)
+                                 uses_adaptation=adapt, dtype=p.dtype,
+                                 **hyper)
         assert p.update_rule.t == t + 1, path
         actual = (p.array, p.update_rule.state['m'],
                   p.update_rule.state['v'])
@@ -92,8 +95,24 @@ def _check(model, before, hyper, flags=None, rtol=2e-6):
             numpy.testing.assert_allclose(
                 numpy.asarray(a, numpy.float64), e, rtol=rtol,
                 atol=rtol * numpy.abs(e).max(), err_msg=path + ' ' + name)
+        _check_step(p.array, w, expected[0], path)
         ratios[path] = expected[3]
     return ratios
+
+
+def _check_step(actual, w, expected, path):
+    """The step ``actual - w`` is the reference's, ``expected - w``, to the
+    rounding of the stored weight (half its ulp) and a part of the step:
+    at alpha=1e-3 a float16 step is an ulp or two, which the tolerance of
+    the weights, a part of the largest, lets go unchecked."""
+    dtype = actual.dtype.type
+    step = numpy.asarray(actual, numpy.float64) - w
+    want = expected - w
+    half_ulp = numpy.spacing(numpy.abs(expected).astype(dtype)) / 2
+    bound = half_ulp.astype(numpy.float64) + STEP_RTOL[dtype] * abs(want)
+    bad = abs(step - want) > bound
+    assert not bad.any(), '{}: {} of {} steps off: {} for {}'.format(
+        path, bad.sum(), bad.size, step[bad][:4], want[bad][:4])
 
 
 @pytest.mark.parametrize('case', CASES)
@@ -462,15 +481,20 @@ def test_values_set_under_the_optimizer_fail_before_anything_moves(
     opt = chainer_lars.LAMB(multi_tensor=multi_tensor).setup(model)
     _set_grads(model, 0)
     opt.update()
-    w = {p: a.array.copy() for p, a in model.namedparams()}
+    kept = {path: [a.array.copy()] + [a.update_rule.state[k].copy()
+                                      for k in 'mv']
+            for path, a in model.namedparams()}
     setattr(model.fc.W.update_rule.hyperparam, name, value)
     _set_grads(model, 1)
     with pytest.raises(ValueError,
                        match='LAMB hyperparameter {} of /fc/W'.format(name)):
         opt.update()
-    if multi_tensor:
-        for path, p in model.namedparams():
-            assert (p.array == w[path]).all(), path
+    assert opt.t == 1
+    for path, p in model.namedparams():
+        assert p.update_rule.t == 1, path
+        now = [p.array] + [p.update_rule.state[k] for k in 'mv']
+        for key, a, b in zip('wmv', now, kept[path]):
+            assert (a == b).all(), (path, key)
 
 
 @pytest.mark.parametrize('multi_tensor', [True, False])
@@ -750,7 +774,7 @@ def test_a_skipped_update_is_not_counted_in_the_bias_corrections(
             else:
                 opt.update()
         assert {p.update_rule.t for p in model.params()} == {2}
-        assert opt.t == 3 if skip else 2
+        assert opt.t == (3 if skip else 2)
         return {path: p.array.copy() for path, p in model.namedparams()}
     skipped, plain = run(True), run(False)
     for path in plain:
