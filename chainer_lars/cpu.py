@@ -224,10 +224,8 @@ class CpuExecutor(object):
         """As :func:`chainer_lars.engine._taken`; ``None``: arrays changed."""
         compiled = [g for g in groups if g.state.table is not None]
         found, left = {}, sum(len(g) for g in groups if g.state.table is None)
-        if compiled:
+        if compiled:  # (plan.record: made with their tables, Plan.finish)
             record = plan.record
-            if record is None or record.groups != compiled:
-                record = plan.record = Record(compiled)
             missing = record.take([grads[groups.index(g)] for g in compiled]
                                   if len(compiled) != len(groups) else grads)
             if missing is None:
@@ -247,7 +245,6 @@ class CpuExecutor(object):
         """:meth:`Record.update` of a plan of one compiled group."""
         if plan.groups[0].state.table is None:
             return False
-        plan.record = plan.record or Record(plan.groups)
         return plan.record.update(grads)
 
     address = staticmethod(lambda array: array.ctypes.data)

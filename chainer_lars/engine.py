@@ -143,6 +143,9 @@ class Plan(object):
     def finish(self, params=()):
         """Prepares the groups (``where``: in ``params``); returns self."""
         self.groups = [group.prepare() for group in self._by_key.values()]
+        compiled = [g for g in self.groups if g.executor is cpu.executor
+                    and g.state.table is not None]  # stamped with the tables
+        self.record = cpu.Record(compiled) if compiled else None
         position = {id(p): k for k, p in enumerate(params)}
         self.where = [[position.get(id(p)) for p in group.params]
                       for group in self.groups]
@@ -228,7 +231,7 @@ def _taken(plan, grads):
         if found is None:
             for group in executor.changed(plan):
                 group.refresh()  # raises where they fail the checks
-            plan.record = None
+            plan.record = cpu.Record(plan.record.groups)  # restamped
             found = executor.take(plan, picked, [grads[k] for k in ks])
         missing += found[1]
         for k, gptr in zip(ks, found[0]):

@@ -788,3 +788,55 @@ def test_a_read_only_float16_gradient_is_read_under_fp32_update(
         assert len(calls) == (face != 'hook' and not multi_tensor)
         results.append(link.a.array.copy())
     assert results[0].tolist() == results[1].tolist()
+
+
+@pytest.mark.parametrize('face', ['hook', 'LARS'])
+def test_a_buffer_moved_after_a_refused_update_is_not_written(face):
+    """A plan made, then the update refused before the compiled call (its
+    stamps not yet taken), then a weight's buffer moved in place: the
+    stamps were taken from the moved array at the next update, matched,
+    and the loop wrote through the table's address of the freed buffer."""
+    out = lines('''
+        from chainer import optimizer as co
+        m = chainer.Link()
+        with m.init_scope():
+            m.p0 = chainer.Parameter(np.ones(8, np.float32))
+            m.p1 = chainer.Parameter(np.ones(6, np.float32))
+        if {hook}:
+            o = chainer.optimizers.SGD(lr=0.1).setup(m)
+            o.add_hook(chainer_lars.GradientLARS())
+        else:
+            o = chainer_lars.LARS(lr=0.1, momentum=0.0).setup(m)
+        for p in m.params():
+            p.grad = np.ones(p.shape, p.dtype)
+        o.update()
+        m.p0.array = m.p0.array.copy()  # a new plan at the next update
+        if {hook}:  # refused by the hook: a gradient of another shape
+            m.p1.array = np.ones(5, np.float16)
+        else:  # refused by its row: a value the first checks do not see
+            hp = co.Hyperparameter(o.hyperparam)
+            hp.lr = -1.0
+            m.p1.update_rule.hyperparam = co.Hyperparameter(hp)
+        outcome(o.update)
+        if {hook}:
+            m.p1.grad = None
+        else:
+            hp.lr = 0.1
+        a = m.p0.array
+        a.resize((1 << 16,), refcheck=False)
+        a.resize((8,), refcheck=False)  # moved, the same object
+        a[...] = np.arange(1, 9)
+        junk = [np.full(8, 7.0, np.float32) for _ in range(64)]
+        p0 = a.copy()
+        m.p0.grad = np.ones(8, np.float32)
+        o.update()
+        print(all((j == 7.0).all() for j in junk))
+        print(np.linalg.norm(p0), (o if not {hook} else
+              o._hookable._pre_update_hooks['GradientLARS']).observe()[
+                  '/p0'][1])
+        print(np.abs(p0 - m.p0.array).max() > 0)
+    '''.format(hook=face == 'hook'))
+    assert out[0].startswith('ERROR ValueError'), out
+    assert out[2:] == ['True', out[3], 'True'], out
+    norm, observed = map(float, out[3].split())
+    assert observed == pytest.approx(norm, rel=1e-6)
