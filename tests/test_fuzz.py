@@ -86,11 +86,13 @@ def _run_worker(face, device):
            if line.startswith('examples: ')]
     assert ran, stdout
     # Hypothesis calls the test at least once an example. The 30 default
-    # examples make 68 to 85 updates, 48 to 75 of them compared with the
-    # twin's (the others raise, as the twin does): fewer than one for every
-    # two examples, and the fuzz has stopped checking results.
+    # examples make 57 to 85 updates (the fewest with CHAINER_LARS_NUMBA=0),
+    # 48 to 75 of them compared with the twin's (the others raise, as the
+    # twin does): fewer than one for every two examples, and the fuzz has
+    # stopped checking results. A few examples may all raise by chance.
     examples, compared = int(ran[-1][1]), int(ran[-1][5])
-    assert examples >= EXAMPLES and compared >= EXAMPLES // 2, ran[-1]
+    assert examples >= EXAMPLES and compared >= (
+        EXAMPLES // 2 if EXAMPLES >= 20 else 1), ran[-1]
 
 
 @pytest.mark.parametrize('face', FACES)

@@ -108,8 +108,9 @@ def _check_step(actual, w, expected, path):
     dtype = actual.dtype.type
     step = numpy.asarray(actual, numpy.float64) - w
     want = expected - w
-    half_ulp = numpy.spacing(numpy.abs(expected).astype(dtype)) / 2
-    bound = half_ulp.astype(numpy.float64) + STEP_RTOL[dtype] * abs(want)
+    half_ulp = numpy.spacing(numpy.abs(expected).astype(dtype)).astype(
+        numpy.float64) / 2  # (halved in float64: float16's smallest stays)
+    bound = half_ulp + STEP_RTOL[dtype] * abs(want)
     bad = abs(step - want) > bound
     assert not bad.any(), '{}: {} of {} steps off: {} for {}'.format(
         path, bad.sum(), bad.size, step[bad][:4], want[bad][:4])
