@@ -84,8 +84,8 @@ class Group(object):
         self.adapt = numpy.array(self.adapt, numpy.float64)
         return self.refresh()
 
-    def refresh(self):
-        self.check()
+    def refresh(self, checked=False):  # (checked: by the caller, just now)
+        checked or self.check()
         self.executor.prepare(self)
         self.last = Last(self)
         return self
@@ -229,8 +229,8 @@ def _taken(plan, grads):
         picked = [plan.groups[k] for k in ks]
         found = executor.take(plan, picked, [grads[k] for k in ks])
         if found is None:
-            for group in executor.changed(plan):
-                group.refresh()  # raises where they fail the checks
+            for group in [g for g in executor.changed(plan) if not g.check()]:
+                group.refresh(True)  # all checked first: no table made of some
             plan.record = cpu.Record(plan.record.groups)  # restamped
             found = executor.take(plan, picked, [grads[k] for k in ks])
         missing += found[1]

@@ -840,3 +840,52 @@ def test_a_buffer_moved_after_a_refused_update_is_not_written(face):
     assert out[2:] == ['True', out[3], 'True'], out
     norm, observed = map(float, out[3].split())
     assert observed == pytest.approx(norm, rel=1e-6)
+
+
+@pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
+@pytest.mark.parametrize('how', ['byteorder', 'strides'])
+def test_a_refusal_among_changed_groups_leaves_every_table_as_stamped(
+        face, how):
+    """Two groups changed in place, the second refused: the first had its
+    table made again (a 0 address: its weight now takes the copy route)
+    while the record kept its old stamps; the first set back as it was
+    stamped, the next update ran the loop on address 0 (a crash)."""
+    out = lines('''
+        m = chainer.Link()
+        with m.init_scope():
+            m.p0 = chainer.Parameter(np.ones((4, 4), np.float32))
+            m.p1 = chainer.Parameter(np.ones(6, np.float64))
+        if '{face}' == 'hook':
+            o = chainer.optimizers.SGD(lr=0.1).setup(m)
+            o.add_hook(chainer_lars.GradientLARS())
+        elif '{face}' == 'LARS':
+            o = chainer_lars.LARS(lr=0.1, momentum=0.0).setup(m)
+        else:
+            o = chainer_lars.LAMB(alpha=0.01).setup(m)
+
+        def grads():
+            for p in m.params():
+                p.grad = np.ones(p.shape, p.dtype)
+        for _ in range(2):
+            grads()
+            o.update()
+        a = m.p0.array
+        if '{how}' == 'byteorder':
+            a.dtype = np.dtype('>f4')  # in place: not native
+        else:
+            a.strides = (4, 16)  # in place: not C-contiguous
+        m.p1.array.dtype = np.int64  # refused
+        grads()
+        outcome(o.update)
+        if '{how}' == 'byteorder':
+            a.dtype = np.dtype('<f4')
+        else:
+            a.strides = (16, 4)
+        m.p1.array.dtype = np.float64
+        grads()
+        before = a.copy()
+        o.update()
+        print(np.abs(before - a).max() > 0)
+    '''.format(face=face, how=how))
+    assert out[0].startswith('ERROR TypeError only floating-point'), out
+    assert out[1:] == ['UNCHANGED', 'True'], out
