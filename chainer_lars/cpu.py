@@ -160,6 +160,7 @@ class Record(object):
         self.held = numpy.zeros((len(held), jit.STAMPED + jit.STAMP),
                                 numpy.int64)
         self.held[:, [jit.ID, jit.GROUP]] = [(id(a), k) for k, a, _ in held]
+        self.dtypes = [a.dtype for _, a, _ in held]  # stamped by address
         jit.stamp(self.held, _NDARRAY)
         self.changed = numpy.zeros(len(groups), numpy.int64)
         # A row a field (one layout, one compile): ids, addresses, ...

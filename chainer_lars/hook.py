@@ -28,7 +28,7 @@ class _RuleDelegate(object):
     def __init__(self, hook):
         self.hook = weakref.ref(hook)  # the model holds us, not the hook
 
-    def arm(self, hook, opt, path, grad, call):  # call: the hook's pass
+    def arm(self, hook, call, opt, path, grad=None):  # call: hook's pass
         n = 1 + (grad is None and self._armed is not None and self._armed[
             5] is call and self._armed[4])  # a listing more in the pass
         self._armed = (weakref.ref(opt), opt.t + 1, path, grad, n, call, hook)
@@ -252,12 +252,11 @@ class GradientLARS(exclusions.ExclusionProperties):
             for k in range(len(group)) if group.mixed16 else ():
                 if g[k] is not None:  # after another's: rescaled in the rule
                     delegate, after = self._delegate(group.rules[k], live)
-                    delegate.arm(self, optimizer, group.paths[k], None if k
-                                 in left or after else group.extras[k], call)
+                    delegate.arm(self, call, optimizer, group.paths[k], None
+                                 if k in left or after else group.extras[k])
         for param, rule, path in others:
             if param.dtype == numpy.float16:
-                self._delegate(rule, live)[0].arm(self, optimizer, path,
-                                                  None, call)
+                self._delegate(rule, live)[0].arm(self, call, optimizer, path)
             else:  # ChainerX, tied
                 self._rescale(rule, param, path, param._loss_scale)
 

@@ -889,3 +889,48 @@ def test_a_refusal_among_changed_groups_leaves_every_table_as_stamped(
     '''.format(face=face, how=how))
     assert out[0].startswith('ERROR TypeError only floating-point'), out
     assert out[1:] == ['UNCHANGED', 'True'], out
+
+
+@pytest.mark.parametrize('face', ['LARS', 'LAMB'])
+def test_a_dtype_set_in_place_is_noticed_though_at_a_stamped_address(face):
+    """The stamps hold the dtype object's address: a weight's native dtype
+    object, not NumPy's own, freed by setting the dtype in place, gave its
+    address to the big-endian one set next, every stamp matched, and the
+    compiled loop read big-endian bytes as native. The update equals the
+    one of the same change without that dtype object."""
+    out = lines('''
+        def model():
+            m = chainer.Link()
+            with m.init_scope():
+                m.p = chainer.Parameter(np.linspace(1, 2, 16).astype('f4'))
+            if '{face}' == 'LARS':
+                return m, chainer_lars.LARS(lr=0.1, momentum=0.0).setup(m)
+            return m, chainer_lars.LAMB(alpha=0.01).setup(m)
+
+        def step(m, o, change=lambda: None):
+            m.p.grad = np.linspace(-1, 1, 16).astype(np.float32)
+            change()
+            o.update()
+        results = []
+        for own in (False, True):
+            m, o = model()
+            step(m, o)
+            a = m.p.array
+            if own:  # native, but not NumPy's object: stamped
+                a.dtype = np.dtype('f4').newbyteorder('S').newbyteorder('S')
+            step(m, o)
+
+            def change():
+                if own:
+                    a.dtype = np.dtype('f4')  # the stamped object freed
+                    z = np.dtype('f4').newbyteorder('S')  # at its address?
+                    a.byteswap(inplace=True)
+                    a.dtype = z
+                else:
+                    a.byteswap(inplace=True)
+                    a.dtype = a.dtype.newbyteorder('S')
+            step(m, o, change)
+            results.append(a.astype(np.float64))
+        print(np.allclose(results[0], results[1], rtol=1e-6))
+    '''.format(face=face))
+    assert out == ['True'], out
