@@ -682,7 +682,7 @@ def test_names_and_lr_are_adam_s():
     # Read only, as Adam's; on Python 3.11+ the error names the one set.
     for obj, name in itertools.product([lamb, rule], ['alpha_t', 'lr']):
         with pytest.raises(AttributeError, match=(
-                '' if sys.version_info < (3, 11) else "'{}'".format(name))):
+                None if sys.version_info < (3, 11) else "'{}'".format(name))):
             setattr(obj, name, 0.1)
 
 
