@@ -223,10 +223,10 @@ class CpuExecutor(object):
 
     def take(self, plan, groups, grads):
         """As :func:`chainer_lars.engine._taken`; ``None``: arrays changed."""
-        compiled = [g for g in groups if g.state.table is not None]
+        record = plan.record  # of the groups with a table (Plan.finish)
+        compiled = [] if record is None else record.groups
         found, left = {}, sum(len(g) for g in groups if g.state.table is None)
-        if compiled:  # (plan.record: made with their tables, Plan.finish)
-            record = plan.record
+        if compiled:
             missing = record.take([grads[groups.index(g)] for g in compiled]
                                   if len(compiled) != len(groups) else grads)
             if missing is None:
