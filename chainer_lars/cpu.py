@@ -244,9 +244,8 @@ class CpuExecutor(object):
 
     def update(self, plan, grads):
         """:meth:`Record.update` of a plan of one compiled group."""
-        if plan.groups[0].state.table is None:
-            return False
-        return plan.record.update(grads)
+        compiled = plan.groups[0].state.table is not None
+        return compiled and plan.record.update(grads)
 
     address = staticmethod(lambda array: array.ctypes.data)
 
