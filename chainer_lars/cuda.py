@@ -122,11 +122,12 @@ __device__ __forceinline__ bool lars_block_range(
         for (int n = end - i < LARS_VEC ? (int)(end - i) : LARS_VEC, \
              p = packed && n == LARS_VEC, once = 1; once; once = 0)
 
-// Adds the block's sums to array t's partials; true in the block that
-// counts last (done[t]), whose threads get the array's sums, fixed order.
+// Adds the block's sums to array t's partials; true in thread 0 of the
+// block that counts last (done[t]), which writes the array's sums (fixed
+// order) to stats and restarts its rounded-away count: the ratio is left.
 __device__ __forceinline__ bool lars_array_sum2(
-        const long long* blocks, long long t, C* partial,
-        unsigned int* done, C& a, C& b) {{
+        const long long* blocks, long long t, C* partial, unsigned int* done,
+        C* stats, unsigned int* rounded, C& a, C& b) {{
     lars_block_sum2(a, b);
     const long long first = blocks[t], last = blocks[t + 1];
     __shared__ int is_last;
@@ -146,19 +147,12 @@ __device__ __forceinline__ bool lars_array_sum2(
         b += q[2 * k + 1];
     }}
     lars_block_sum2(a, b);
-    if (threadIdx.x == 0) done[t] = 0;
+    if (threadIdx.x != 0) return false;
+    done[t] = 0;
+    stats[3 * t + 1] = a;
+    stats[3 * t + 2] = b;
+    rounded[t] = 0;
     return true;
-}}
-
-// Array t's ratio and sums; its rounded-away count starts anew.
-__device__ __forceinline__ void lars_stats(
-        C* stats, unsigned int* rounded, long long t, C r, C sw, C sg) {{
-    if (threadIdx.x == 0) {{
-        stats[3 * t] = r;
-        stats[3 * t + 1] = sw;
-        stats[3 * t + 2] = sg;
-        rounded[t] = 0;
-    }}
 }}
 
 // Adds the block's float16 weights whose step rounded away to rounded[t].
@@ -194,13 +188,11 @@ extern "C" __global__ void chainer_lars_multi_norms(
             sg += b[j] * b[j];
         }}
     }}
-    if (lars_array_sum2(blocks, t, partial, done, sw, sg)) {{
-        lars_stats(stats, rounded, t, s[LARS_ADAPT] != (C)0
-                   ? chainer_lars_trust_ratio<C>(
-                       sqrt(sw), sqrt(sg) / g_scale, s[LARS_WEIGHT_DECAY],
-                       s[LARS_EPS], s[LARS_TRUST_COEFFICIENT],
-                       s[LARS_THRESHOLD], s[LARS_REQUIRE_GRAD] != (C)0,
-                       s[LARS_CLIP_LR]) : (C)1, sw, sg);
+    if (lars_array_sum2(blocks, t, partial, done, stats, rounded, sw, sg)) {{
+        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
+            sqrt(sw), sqrt(sg) / g_scale, s[LARS_WEIGHT_DECAY], s[LARS_EPS],
+            s[LARS_TRUST_COEFFICIENT], s[LARS_THRESHOLD],
+            s[LARS_REQUIRE_GRAD] != (C)0, s[LARS_CLIP_LR]) : (C)1;
     }}
 }}
 
@@ -332,11 +324,9 @@ extern "C" __global__ void chainer_lars_lamb_norms(
             sr += r * r;
         }
     }
-    if (lars_array_sum2(blocks, t, partial, done, sw, sr)) {
-        lars_stats(stats, rounded, t, s[LARS_ADAPT] != (C)0
-                   ? chainer_lars_trust_ratio<C>(
-                       sqrt(sw), sqrt(sr), 0, 0, 1, 0, 1, s[LARS_CLIP_LR])
-                   : (C)1, sw, sr);
+    if (lars_array_sum2(blocks, t, partial, done, stats, rounded, sw, sr)) {
+        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
+            sqrt(sw), sqrt(sr), 0, 0, 1, 0, 1, s[LARS_CLIP_LR]) : (C)1;
     }
 }
 
