@@ -246,32 +246,37 @@ __device__ __forceinline__ void lars_write(
 #endif
 }}
 
+// Array t's w, g, states m and v (LARS's: m), what a mixed16 row writes.
+#define LARS_POINTERS \
+    S* w = (S*)words[t]; \
+    G* g = (G*)words[T + t]; \
+    S* m = (S*)words[2 * T + t]; \
+    S* v = (S*)words[3 * T + t]; \
+    G* h = (G*)words[4 * T + t]; \
+    const bool packed = lars_aligned(w) && lars_aligned(g) \
+        && lars_aligned(m) && lars_aligned(v) && lars_aligned(h);
+
 // The optimizer: one LARS momentum step with the ratio r of stats.
 extern "C" __global__ void chainer_lars_multi_momentum(
         const long long* words, const long long* blocks, long long T,
         const C* stats, unsigned int* rounded) {{
     LARS_BLOCK
-    S* w = (S*)words[t];
-    G* g = (G*)words[T + t];
-    S* v = (S*)words[2 * T + t];
-    G* h = (G*)words[4 * T + t];
+    LARS_POINTERS  // (v: no second state, a null pointer never read)
     const C a = s[LARS_LR] * stats[3 * t], b = a * s[LARS_WEIGHT_DECAY];
     const C momentum = s[LARS_MOMENTUM];
     const bool nesterov = s[LARS_NESTEROV] != (C)0;
-    const bool packed = lars_aligned(w) && lars_aligned(g) && lars_aligned(v)
-                        && lars_aligned(h);
     C lost = 0;
     LARS_FOR_EACH(i, n, p) {{
-        C wi[LARS_VEC], gi[LARS_VEC], vi[LARS_VEC], wn[LARS_VEC];
+        C wi[LARS_VEC], gi[LARS_VEC], mi[LARS_VEC], wn[LARS_VEC];
         lars_unscaled(g, i, n, p, s[LARS_LOSS_SCALE], gi);
         lars_get(w, i, n, p, wi);
-        lars_get(v, i, n, p, vi);
+        lars_get(m, i, n, p, mi);
         for (int j = 0; j < n; ++j) {{
             const C u = a * gi[j] + b * wi[j];
-            vi[j] = momentum * vi[j] + u;
-            wn[j] = wi[j] - (nesterov ? u + momentum * vi[j] : vi[j]);
+            mi[j] = momentum * mi[j] + u;
+            wn[j] = wi[j] - (nesterov ? u + momentum * mi[j] : mi[j]);
         }}
-        lars_put(v, i, n, p, vi);
+        lars_put(m, i, n, p, mi);
         lars_write(w, h, i, n, p, wi, wn, lost);
     }}
     lars_count(rounded, t, lost);
@@ -287,21 +292,12 @@ __device__ __forceinline__ C lamb_direction(C w, C m, C v, const C* s) {
         + s[LARS_WEIGHT_DECAY] * w;
 }
 
-#define LAMB_POINTERS \
-    S* w = (S*)words[t]; \
-    G* g = (G*)words[T + t]; \
-    S* m = (S*)words[2 * T + t]; \
-    S* v = (S*)words[3 * T + t]; \
-    G* h = (G*)words[4 * T + t]; \
-    const bool packed = lars_aligned(w) && lars_aligned(g) \
-        && lars_aligned(m) && lars_aligned(v) && lars_aligned(h);
-
 // The moments, and stats: the ratio ||w|| / ||r||, ||w||^2, ||r||^2.
 extern "C" __global__ void chainer_lars_lamb_norms(
         const long long* words, const long long* blocks, long long T,
         C* partial, unsigned int* done, C* stats, unsigned int* rounded) {
     LARS_BLOCK
-    LAMB_POINTERS
+    LARS_POINTERS
     const C b1 = s[LARS_BETA1], b2 = s[LARS_BETA2];
     C sw = 0, sr = 0;
     LARS_FOR_EACH(i, n, p) {
@@ -335,7 +331,7 @@ extern "C" __global__ void chainer_lars_lamb_step(
         const long long* words, const long long* blocks, long long T,
         const C* stats, unsigned int* rounded) {
     LARS_BLOCK
-    LAMB_POINTERS
+    LARS_POINTERS
     const C a = s[LARS_LR] * stats[3 * t];
     C lost = 0;
     LARS_FOR_EACH(i, n, p) {
