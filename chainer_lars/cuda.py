@@ -135,8 +135,7 @@ __device__ __forceinline__ bool lars_array_sum2(
         partial[2 * blockIdx.x] = a;
         partial[2 * blockIdx.x + 1] = b;
         __threadfence();  // visible to the block that counts last
-        const unsigned int ticket = atomicAdd(&done[t], 1u);
-        is_last = ticket == (unsigned int)(last - first - 1);
+        is_last = atomicAdd(&done[t], 1u) == (unsigned int)(last - first - 1);
     }}
     __syncthreads();
     if (!is_last) return false;
