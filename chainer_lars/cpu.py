@@ -128,13 +128,14 @@ class _Table(object):
 
     __slots__ = ('table', 'obs', 'likes', 'descr', 'update', 'arguments')
 
-    def __init__(self, group, compiled):
+    def __init__(self, group):
         self.obs, self.table = numpy.full((len(group), 4), numpy.nan), None
-        if not compiled:
+        jit, key = _jit(), (group.dtype, group.gdtype)
+        if jit is None or not jit.STAMPS or key not in LIKES:
             return
         self.table = numpy.zeros((len(group), L.SIZE + 1), numpy.int64)
-        self.likes = LIKES[group.dtype, group.gdtype]
-        self.update = _jit().multi_update  # (table, gptr, *arguments)
+        self.likes = LIKES[key]
+        self.update = jit.multi_update  # (table, gptr, *arguments)
         self.arguments = (group.rows, self.obs) + self.likes + (group.op,)
         self.descr = id(numpy.dtype(group.gdtype.char))
         for k, (w, states, x) in enumerate(
@@ -217,9 +218,7 @@ class CpuExecutor(object):
     """The executor of NumPy devices (see :mod:`chainer_lars.engine`)."""
 
     def prepare(self, group):
-        jit = _jit()
-        group.state = _Table(group, jit is not None and jit.STAMPS and (
-            group.dtype, group.gdtype) in LIKES)
+        group.state = _Table(group)
 
     def take(self, plan, groups, grads):
         """As :func:`chainer_lars.engine._taken`; ``None``: arrays changed."""
