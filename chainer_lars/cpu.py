@@ -126,7 +126,7 @@ class _Table(object):
 
     """A group's table of addresses (``None``: no loop), its observations."""
 
-    __slots__ = ('table', 'obs', 'likes', 'descr', 'update', 'arguments')
+    __slots__ = ('table', 'obs', 'descr', 'update', 'arguments')
 
     def __init__(self, group):
         self.obs, self.table = numpy.full((len(group), 4), numpy.nan), None
@@ -134,9 +134,8 @@ class _Table(object):
         if jit is None or not jit.STAMPS or key not in LIKES:
             return
         self.table = numpy.zeros((len(group), L.SIZE + 1), numpy.int64)
-        self.likes = LIKES[key]
         self.update = jit.multi_update  # (table, gptr, *arguments)
-        self.arguments = (group.rows, self.obs) + self.likes + (group.op,)
+        self.arguments = (group.rows, self.obs) + LIKES[key] + (group.op,)
         self.descr = id(numpy.dtype(group.gdtype.char))
         for k, (w, states, x) in enumerate(
                 zip(group.weights, group.states, group.extras)):
