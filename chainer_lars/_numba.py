@@ -96,8 +96,8 @@ def _compute(like, x):
 
 
 @numba.njit(fastmath=_REDUCE, **_JIT)
-def sqnorms(w, g, s, inverse):
-    """``(||w||^2, ||g / s||^2)`` (``inverse``, not 0: ``1 / s``, faster)."""
+def norms(w, g, s, inverse):
+    """``(||w||, ||g / s||)`` (``inverse``, not 0: ``1 / s``, faster)."""
     sw = sg = 0.0
     for i in range(w.size):
         x = numpy.float64(load(w, i))
@@ -105,7 +105,7 @@ def sqnorms(w, g, s, inverse):
                           load(g, i) / s)
         sw += x * x
         sg += y * y
-    return sw, sg
+    return math.sqrt(sw), math.sqrt(sg)
 
 
 # Loops call a function of one element: Numba vectorises only so.
@@ -253,8 +253,8 @@ def rescale_row(row, obs, w, g, out, mixed, like_c):
     if mixed:
         unscale(out, g, compute(like_c, s))
         s = 1.0
-    w_sq, g_sq = sqnorms(w, out, one, one)
-    w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq) / s
+    w_norm, g_norm = norms(w, out, one, one)
+    g_norm /= s
     r = 1.0 if row[L.ADAPT] == 0.0 else trust_ratio(
         w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
         row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
@@ -271,8 +271,7 @@ def step_row(row, obs, w, g, v, h, mixed, like_c):
     scale, inverse = _divisor(like_c, row[L.LOSS_SCALE] if mixed else 1.0)
     r, w_norm, g_norm = 1.0, numpy.nan, numpy.nan
     if row[L.ADAPT] != 0.0:
-        w_sq, g_sq = sqnorms(w, g, scale, inverse)
-        w_norm, g_norm = math.sqrt(w_sq), math.sqrt(g_sq)
+        w_norm, g_norm = norms(w, g, scale, inverse)
         r = trust_ratio(w_norm, g_norm, row[L.WEIGHT_DECAY], row[L.EPS],
                         row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
                         row[L.REQUIRE_GRAD] != 0.0, row[L.CLIP_LR])

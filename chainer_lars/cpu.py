@@ -126,16 +126,16 @@ class _Table(object):
 
     """A group's table of addresses (``None``: no loop), its observations."""
 
-    __slots__ = ('table', 'obs', 'likes', 'descr', 'update', 'arguments')
+    __slots__ = ('table', 'obs', 'descr', 'update', 'arguments')
 
-    def __init__(self, group, compiled):
+    def __init__(self, group):
         self.obs, self.table = numpy.full((len(group), 4), numpy.nan), None
-        if not compiled:
+        jit, key = _jit(), (group.dtype, group.gdtype)
+        if jit is None or not jit.STAMPS or key not in LIKES:
             return
         self.table = numpy.zeros((len(group), L.SIZE + 1), numpy.int64)
-        self.likes = LIKES[group.dtype, group.gdtype]
-        self.update = _jit().multi_update  # (table, gptr, *arguments)
-        self.arguments = (group.rows, self.obs) + self.likes + (group.op,)
+        self.update = jit.multi_update  # (table, gptr, *arguments)
+        self.arguments = (group.rows, self.obs) + LIKES[key] + (group.op,)
         self.descr = id(numpy.dtype(group.gdtype.char))
         for k, (w, states, x) in enumerate(
                 zip(group.weights, group.states, group.extras)):
@@ -217,9 +217,7 @@ class CpuExecutor(object):
     """The executor of NumPy devices (see :mod:`chainer_lars.engine`)."""
 
     def prepare(self, group):
-        jit = _jit()
-        group.state = _Table(group, jit is not None and jit.STAMPS and (
-            group.dtype, group.gdtype) in LIKES)
+        group.state = _Table(group)
 
     def take(self, plan, groups, grads):
         """As :func:`chainer_lars.engine._taken`; ``None``: arrays changed."""
@@ -244,9 +242,8 @@ class CpuExecutor(object):
 
     def update(self, plan, grads):
         """:meth:`Record.update` of a plan of one compiled group."""
-        if plan.groups[0].state.table is None:
-            return False
-        return plan.record.update(grads)
+        compiled = plan.groups[0].state.table is not None
+        return compiled and plan.record.update(grads)
 
     address = staticmethod(lambda array: array.ctypes.data)
 

@@ -122,11 +122,12 @@ __device__ __forceinline__ bool lars_block_range(
         for (int n = end - i < LARS_VEC ? (int)(end - i) : LARS_VEC, \
              p = packed && n == LARS_VEC, once = 1; once; once = 0)
 
-// Adds the block's sums to array t's partials; true in the block that
-// counts last (done[t]), whose threads get the array's sums, fixed order.
+// Adds the block's sums to array t's partials; true in thread 0 of the
+// block that counts last (done[t]), which writes the array's sums (fixed
+// order) to stats and restarts its rounded-away count: the ratio is left.
 __device__ __forceinline__ bool lars_array_sum2(
-        const long long* blocks, long long t, C* partial,
-        unsigned int* done, C& a, C& b) {{
+        const long long* blocks, long long t, C* partial, unsigned int* done,
+        C* stats, unsigned int* rounded, C& a, C& b) {{
     lars_block_sum2(a, b);
     const long long first = blocks[t], last = blocks[t + 1];
     __shared__ int is_last;
@@ -134,8 +135,7 @@ __device__ __forceinline__ bool lars_array_sum2(
         partial[2 * blockIdx.x] = a;
         partial[2 * blockIdx.x + 1] = b;
         __threadfence();  // visible to the block that counts last
-        const unsigned int ticket = atomicAdd(&done[t], 1u);
-        is_last = ticket == (unsigned int)(last - first - 1);
+        is_last = atomicAdd(&done[t], 1u) == (unsigned int)(last - first - 1);
     }}
     __syncthreads();
     if (!is_last) return false;
@@ -146,19 +146,12 @@ __device__ __forceinline__ bool lars_array_sum2(
         b += q[2 * k + 1];
     }}
     lars_block_sum2(a, b);
-    if (threadIdx.x == 0) done[t] = 0;
+    if (threadIdx.x != 0) return false;
+    done[t] = 0;
+    stats[3 * t + 1] = a;
+    stats[3 * t + 2] = b;
+    rounded[t] = 0;
     return true;
-}}
-
-// Array t's ratio and sums; its rounded-away count starts anew.
-__device__ __forceinline__ void lars_stats(
-        C* stats, unsigned int* rounded, long long t, C r, C sw, C sg) {{
-    if (threadIdx.x == 0) {{
-        stats[3 * t] = r;
-        stats[3 * t + 1] = sw;
-        stats[3 * t + 2] = sg;
-        rounded[t] = 0;
-    }}
 }}
 
 // Adds the block's float16 weights whose step rounded away to rounded[t].
@@ -194,13 +187,11 @@ extern "C" __global__ void chainer_lars_multi_norms(
             sg += b[j] * b[j];
         }}
     }}
-    if (lars_array_sum2(blocks, t, partial, done, sw, sg)) {{
-        lars_stats(stats, rounded, t, s[LARS_ADAPT] != (C)0
-                   ? chainer_lars_trust_ratio<C>(
-                       sqrt(sw), sqrt(sg) / g_scale, s[LARS_WEIGHT_DECAY],
-                       s[LARS_EPS], s[LARS_TRUST_COEFFICIENT],
-                       s[LARS_THRESHOLD], s[LARS_REQUIRE_GRAD] != (C)0,
-                       s[LARS_CLIP_LR]) : (C)1, sw, sg);
+    if (lars_array_sum2(blocks, t, partial, done, stats, rounded, sw, sg)) {{
+        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
+            sqrt(sw), sqrt(sg) / g_scale, s[LARS_WEIGHT_DECAY], s[LARS_EPS],
+            s[LARS_TRUST_COEFFICIENT], s[LARS_THRESHOLD],
+            s[LARS_REQUIRE_GRAD] != (C)0, s[LARS_CLIP_LR]) : (C)1;
     }}
 }}
 
@@ -254,32 +245,37 @@ __device__ __forceinline__ void lars_write(
 #endif
 }}
 
+// Array t's w, g, states m and v (LARS's: m), what a mixed16 row writes.
+#define LARS_POINTERS \
+    S* w = (S*)words[t]; \
+    G* g = (G*)words[T + t]; \
+    S* m = (S*)words[2 * T + t]; \
+    S* v = (S*)words[3 * T + t]; \
+    G* h = (G*)words[4 * T + t]; \
+    const bool packed = lars_aligned(w) && lars_aligned(g) \
+        && lars_aligned(m) && lars_aligned(v) && lars_aligned(h);
+
 // The optimizer: one LARS momentum step with the ratio r of stats.
 extern "C" __global__ void chainer_lars_multi_momentum(
         const long long* words, const long long* blocks, long long T,
         const C* stats, unsigned int* rounded) {{
     LARS_BLOCK
-    S* w = (S*)words[t];
-    G* g = (G*)words[T + t];
-    S* v = (S*)words[2 * T + t];
-    G* h = (G*)words[4 * T + t];
+    LARS_POINTERS  // (v: no second state, a null pointer never read)
     const C a = s[LARS_LR] * stats[3 * t], b = a * s[LARS_WEIGHT_DECAY];
     const C momentum = s[LARS_MOMENTUM];
     const bool nesterov = s[LARS_NESTEROV] != (C)0;
-    const bool packed = lars_aligned(w) && lars_aligned(g) && lars_aligned(v)
-                        && lars_aligned(h);
     C lost = 0;
     LARS_FOR_EACH(i, n, p) {{
-        C wi[LARS_VEC], gi[LARS_VEC], vi[LARS_VEC], wn[LARS_VEC];
+        C wi[LARS_VEC], gi[LARS_VEC], mi[LARS_VEC], wn[LARS_VEC];
         lars_unscaled(g, i, n, p, s[LARS_LOSS_SCALE], gi);
         lars_get(w, i, n, p, wi);
-        lars_get(v, i, n, p, vi);
+        lars_get(m, i, n, p, mi);
         for (int j = 0; j < n; ++j) {{
             const C u = a * gi[j] + b * wi[j];
-            vi[j] = momentum * vi[j] + u;
-            wn[j] = wi[j] - (nesterov ? u + momentum * vi[j] : vi[j]);
+            mi[j] = momentum * mi[j] + u;
+            wn[j] = wi[j] - (nesterov ? u + momentum * mi[j] : mi[j]);
         }}
-        lars_put(v, i, n, p, vi);
+        lars_put(m, i, n, p, mi);
         lars_write(w, h, i, n, p, wi, wn, lost);
     }}
     lars_count(rounded, t, lost);
@@ -295,21 +291,12 @@ __device__ __forceinline__ C lamb_direction(C w, C m, C v, const C* s) {
         + s[LARS_WEIGHT_DECAY] * w;
 }
 
-#define LAMB_POINTERS \
-    S* w = (S*)words[t]; \
-    G* g = (G*)words[T + t]; \
-    S* m = (S*)words[2 * T + t]; \
-    S* v = (S*)words[3 * T + t]; \
-    G* h = (G*)words[4 * T + t]; \
-    const bool packed = lars_aligned(w) && lars_aligned(g) \
-        && lars_aligned(m) && lars_aligned(v) && lars_aligned(h);
-
 // The moments, and stats: the ratio ||w|| / ||r||, ||w||^2, ||r||^2.
 extern "C" __global__ void chainer_lars_lamb_norms(
         const long long* words, const long long* blocks, long long T,
         C* partial, unsigned int* done, C* stats, unsigned int* rounded) {
     LARS_BLOCK
-    LAMB_POINTERS
+    LARS_POINTERS
     const C b1 = s[LARS_BETA1], b2 = s[LARS_BETA2];
     C sw = 0, sr = 0;
     LARS_FOR_EACH(i, n, p) {
@@ -332,11 +319,9 @@ extern "C" __global__ void chainer_lars_lamb_norms(
             sr += r * r;
         }
     }
-    if (lars_array_sum2(blocks, t, partial, done, sw, sr)) {
-        lars_stats(stats, rounded, t, s[LARS_ADAPT] != (C)0
-                   ? chainer_lars_trust_ratio<C>(
-                       sqrt(sw), sqrt(sr), 0, 0, 1, 0, 1, s[LARS_CLIP_LR])
-                   : (C)1, sw, sr);
+    if (lars_array_sum2(blocks, t, partial, done, stats, rounded, sw, sr)) {
+        stats[3 * t] = s[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(
+            sqrt(sw), sqrt(sr), 0, 0, 1, 0, 1, s[LARS_CLIP_LR]) : (C)1;
     }
 }
 
@@ -345,7 +330,7 @@ extern "C" __global__ void chainer_lars_lamb_step(
         const long long* words, const long long* blocks, long long T,
         const C* stats, unsigned int* rounded) {
     LARS_BLOCK
-    LAMB_POINTERS
+    LARS_POINTERS
     const C a = s[LARS_LR] * stats[3 * t];
     C lost = 0;
     LARS_FOR_EACH(i, n, p) {

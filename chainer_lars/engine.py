@@ -303,6 +303,5 @@ def rounded_away(group):
     """The paths of float16 weights whose last step mostly rounded away."""
     counts = group.executor.rounded(group.state) if (
         group.dtype == numpy.float16 and group.op != L.RESCALE) else None
-    return [] if counts is None else [
-        path for path, w, n in zip(group.paths, group.weights, counts)
-        if n > w.size / 2]
+    return [] if counts is None else [path for path, w, n in zip(
+        group.paths, group.weights, counts) if n > w.size / 2]
