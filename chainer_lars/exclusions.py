@@ -37,27 +37,34 @@ class ExclusionRules(object):
         self._warned = getattr(self, '_warned', False) or bool(paths)
 
 
-def _fixed(name):
-    """A read-only property of the list ``name`` of ``_rules``."""
+def _fixed(name, get=None, why="each parameter's flags are computed once",
+           example='[...]', doc='tuple of str: The {} patterns.'):
+    """A read-only property, ``get`` (default: the list ``name`` of
+    ``_rules``), that only the constructor sets."""
     def refuse(self, value):
         raise AttributeError(
-            '{0} is fixed when the {1} is made (each parameter\'s flags '
-            'are computed once): pass it to the constructor, {1}(..., '
-            '{0}=[...])'.format(name, type(self).__name__))
-    return property(lambda self: tuple(
-        p.pattern for p in getattr(self._rules, name)), refuse,
-        doc='tuple of str: The {} patterns.'.format(name))
+            '{0} is fixed when the {1} is made ({2}): pass it to the '
+            'constructor, {1}(..., {0}={3})'.format(
+                name, type(self).__name__, why, example))
+    return property(get or (lambda self: tuple(
+        p.pattern for p in getattr(self._rules, name))), refuse,
+        doc=doc.format(name))
 
 
 class ExclusionProperties(object):
 
-    """The exclusion lists, read only, and the faces' ``repr``."""
+    """The exclusion lists and ``multi_tensor``, read only, and the faces'
+    ``repr``."""
 
     _REPR = ()
     exclude_from_weight_decay = _fixed('exclude_from_weight_decay')
     exclude_from_layer_adaptation = _fixed('exclude_from_layer_adaptation')
+    multi_tensor = _fixed('multi_tensor', lambda self: self._multi_tensor,
+                          'its plans are made for it', 'False',
+                          'bool: Whether a device\'s and dtype\'s arrays go '
+                          'together.')
 
     def __repr__(self):
-        names = self._REPR + _NAMES + ('_multi_tensor',)
+        names = self._REPR + _NAMES + ('multi_tensor',)
         return '{}({})'.format(type(self).__name__, ', '.join(
-            '{}={}'.format(n.lstrip('_'), getattr(self, n)) for n in names))
+            '{}={}'.format(n, getattr(self, n)) for n in names))

@@ -127,6 +127,7 @@ class GradientLARS(exclusions.ExclusionProperties):
         clip (bool): As the argument.
         exclude_from_weight_decay (tuple of str): The patterns, read only.
         exclude_from_layer_adaptation (tuple of str): Likewise.
+        multi_tensor (bool): As the argument, read only.
 
     """
 

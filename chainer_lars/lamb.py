@@ -115,6 +115,7 @@ class LAMB(fused.FusedMethod):
         eta (float): The schedule multiplier.
         exclude_from_weight_decay (tuple of str): The patterns, read only.
         exclude_from_layer_adaptation (tuple of str): Likewise.
+        multi_tensor (bool): As the argument, read only.
 
     """
 

@@ -105,6 +105,7 @@ class LARS(fused.FusedMethod):
         nesterov (bool): Whether the momentum is Nesterov's.
         exclude_from_weight_decay (tuple of str): The patterns, read only.
         exclude_from_layer_adaptation (tuple of str): Likewise.
+        multi_tensor (bool): As the argument, read only.
 
     """
 

@@ -1325,6 +1325,21 @@ def test_assigning_an_exclusion_list_says_to_pass_it_to_the_constructor(
     assert getattr(obj, name) == ('/b$',)
 
 
+@pytest.mark.parametrize('make', [chainer_lars.GradientLARS,
+                                  chainer_lars.LARS, chainer_lars.LAMB])
+def test_assigning_multi_tensor_says_to_pass_it_to_the_constructor(make):
+    """``opt.multi_tensor = False`` after construction set an attribute
+    that nothing read: the update stayed batched, silently."""
+    obj = make(multi_tensor=False)
+    assert obj.multi_tensor is False and 'multi_tensor=False' in repr(obj)
+    with pytest.raises(AttributeError, match=(
+            r'^multi_tensor is fixed when the {0} is made \(its plans are '
+            r'made for it\): pass it to the constructor, {0}\(\.\.\., '
+            r'multi_tensor=False\)$'.format(make.__name__))):
+        obj.multi_tensor = True
+    assert obj.multi_tensor is False and make().multi_tensor is True
+
+
 def test_registration_attributes_read_as_plain_values_elsewhere():
     assert chainer_lars.GradientLARS.name == 'GradientLARS'
     assert chainer_lars.GradientLARS.timing == 'pre'
