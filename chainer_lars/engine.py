@@ -212,13 +212,14 @@ def update(plan, grads):
     if len(groups) == 1 and groups[0].executor.update(plan, grads[0]):
         return [[]]
     gptrs, missing = _taken(plan, grads)
-    if not missing:  # every gradient goes as it is
-        for group, gptr in zip(groups, gptrs):
-            _run(group, None, gptr, (), (), ())
-        return [[]] * len(groups)
-    routes = list(map(_route, groups, grads, gptrs))
-    for group, g, route in zip(groups, grads, routes):
-        _run(group, g, *route)
+    routes = list(map(_route, groups, grads, gptrs)) if missing else [
+        (gptr, (), (), ()) for gptr in gptrs]
+    for group, route in zip(groups, routes):  # every loop on the addresses
+        if group.last.copies:  # taken before an array's own code (an
+            group.last.copies = {}  # ndarray subclass's) writes a copy back
+        group.executor.run(group, route[0])
+    for group, g, route in zip(groups, grads, routes) if missing else ():
+        _rest(group, g, *route[1:])
     return [route[3] for route in routes]
 
 
@@ -259,10 +260,8 @@ def _route(group, grads, gptr):
     return gptr, copies, passes, left
 
 
-def _run(group, grads, gptr, copies, passes, left):
-    if group.last.copies:
-        group.last.copies = {}
-    group.executor.run(group, gptr)
+def _rest(group, grads, copies, passes, left):
+    """The rows not taken, after every group's loop."""
     for k in passes:  # observed in the table's rows
         cpu.numpy_update(group.rows[k], group.state.obs[k], group.op,
                          group.weights[k], grads[k], *group.states[k])
@@ -273,7 +272,8 @@ def _run(group, grads, gptr, copies, passes, left):
                       group.device.xp.ascontiguousarray(a) for a in arrays]
         one = Group(group.device, group.dtype, group.op)
         one.add(group.paths[k], None, None, native[0], native[2:])
-        one.prepare().rows[0] = group.rows[k]
+        one.prepare().check(0, native[1])  # as copied: code ran since
+        one.rows[0] = group.rows[k]
         one.executor.run(one, numpy.array([one.executor.address(native[1])],
                                           numpy.int64))
         group.last.copies[k] = one.last

@@ -934,3 +934,100 @@ def test_a_dtype_set_in_place_is_noticed_though_at_a_stamped_address(face):
         print(np.allclose(results[0], results[1], rtol=1e-6))
     '''.format(face=face))
     assert out == ['True'], out
+
+
+@pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
+def test_an_arrays_own_code_moving_another_groups_buffer_is_not_written(
+        face):
+    """A row of another layout (an ndarray subclass) is updated on a copy
+    written back with its ``__setitem__``. That code moved another group's
+    buffer in place (the same object), and that group's compiled loop ran
+    next, on the address taken before the move: freed memory (a crash).
+    Every group's loop now runs before any copy is written back."""
+    out = lines('''
+        N = 1 << 24  # a buffer of its own (mmap): unmapped when it moves
+        hook = {hook}
+
+        class Moving(np.ndarray):
+            victim = None
+
+            def __setitem__(self, key, value):
+                np.ndarray.__setitem__(self, key, value)
+                v, Moving.victim = Moving.victim, None
+                if v is not None:
+                    kept = v.copy()
+                    v.resize((4 * N,), refcheck=False)
+                    v.resize((N,), refcheck=False)
+                    v[...] = kept  # the values it had, at another address
+
+        def run(moving):
+            m = chainer.Link()
+            with m.init_scope():
+                m.p0 = chainer.Parameter(np.ones(4, np.float32))
+                m.p1 = chainer.Parameter(np.linspace(
+                    1, 2, N).astype(np.float32 if hook else np.float64))
+            if hook:  # a group per parameter
+                o = chainer.optimizers.SGD(lr=0.1).setup(m)
+                o.add_hook(chainer_lars.GradientLARS(multi_tensor=False))
+            else:  # a group per dtype
+                o = getattr(chainer_lars, '{face}')().setup(m)
+            for i in range(3):
+                sub = (lambda a: a.view(Moving)) if moving and i else (
+                    lambda a: a)
+                m.p0.grad = sub(np.full(4, 0.5, np.float32))
+                m.p1.grad = np.full(N, 0.25, m.p1.dtype)
+                if not hook:
+                    m.p0.array = sub(np.array(m.p0.array))
+                Moving.victim = (m.p1.grad if hook else m.p1.array
+                                 ) if i == 2 else None
+                o.update()
+            return [np.array(a) for a in (m.p0.array, m.p1.array)]
+
+        moved = run(True)
+        moved_it, plain = Moving.victim is None, run(False)
+        print(all(np.array_equal(a, b) for a, b in zip(moved, plain)))
+        print(moved_it, np.abs(plain[1] - np.linspace(1, 2, N)).max() > 0)
+    '''.format(hook=face == 'hook', face=face))
+    assert out == ['True', 'True True'], out
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+def test_a_copy_is_checked_as_made_after_an_arrays_own_code_ran(
+        multi_tensor):
+    """The hook's rows of another layout are checked before any group runs,
+    then copied after the loops. An ndarray subclass's ``__setitem__``
+    (another row's copy written back) shrank a later row's gradient in
+    place between the two: its copy, of the new size, went to the loop as
+    if of the weight's (a heap corrupted). It is refused, naming the
+    parameter. (``LARS`` and ``LAMB`` step such arrays in their rules.)"""
+    out = lines('''
+        N = 1 << 16
+
+        class Moving(np.ndarray):
+            victim = None
+
+            def __setitem__(self, key, value):
+                np.ndarray.__setitem__(self, key, value)
+                v, Moving.victim = Moving.victim, None
+                if v is not None:
+                    v.resize((N // 2,), refcheck=False)
+
+        def owning(value, n):  # a subclass instance that owns its buffer
+            a = np.ndarray.__new__(Moving, (n,), np.float32)
+            a[...] = value
+            return a
+
+        m = chainer.Link()
+        with m.init_scope():
+            m.p0 = chainer.Parameter(np.ones(4, np.float32))
+            m.p1 = chainer.Parameter(np.linspace(1, 2, N).astype(np.float32))
+        o = chainer.optimizers.SGD(lr=0.1).setup(m)
+        o.add_hook(chainer_lars.GradientLARS(multi_tensor={}))
+        m.p0.grad, m.p1.grad = owning(0.5, 4), owning(0.25, N)
+        Moving.victim = m.p1.grad
+        outcome(o.update, m.p1.array)
+        print(Moving.victim is None)
+    '''.format(multi_tensor))
+    assert out[0].startswith(
+        'ERROR ValueError /p1: the gradient has shape'), out
+    assert out[2] == 'True', out
