@@ -453,16 +453,16 @@ PLANTS = {
         't = blocks[T + 1 + blockIdx.x];',
         't = blocks[T + blockIdx.x];'),
     'the adaptation flag read from the weight-decay column': (
-        's[LARS_ADAPT] != (C)0\n                   ? chainer_lars_trust_'
-        'ratio<C>(\n                       sqrt(sw), sqrt(sg)',
-        's[LARS_WEIGHT_DECAY] != (C)0\n                   ? chainer_lars_'
-        'trust_ratio<C>(\n                       sqrt(sw), sqrt(sg)'),
+        's[LARS_ADAPT] != (C)0 ? chainer_lars_trust_ratio<C>(\n'
+        '            sqrt(sw), sqrt(sg)',
+        's[LARS_WEIGHT_DECAY] != (C)0 ? chainer_lars_trust_ratio<C>(\n'
+        '            sqrt(sw), sqrt(sg)'),
     'the loss scale ignored in the ratio': (
         'const C g_scale = LARS_MIXED16 ? (C)1 : s[LARS_LOSS_SCALE];',
         'const C g_scale = 1;'),
     'the last block miscounted': (
-        'is_last = ticket == (unsigned int)(last - first - 1);',
-        'is_last = ticket == (unsigned int)(last - first);'),
+        '== (unsigned int)(last - first - 1);',
+        '== (unsigned int)(last - first);'),
     'a zero weight array adapted (threshold compared with >=)': (
         '!(w_norm > threshold)', '!(w_norm >= threshold)'),
     'the mixed16 gradient stepped with its loss scale in it': (
