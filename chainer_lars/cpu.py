@@ -37,10 +37,12 @@ def backend():
     return 'numpy' if _jit() is None else 'numba'
 
 
-def native(a):
-    """``a`` as a native, C-contiguous, aligned array: itself, or a copy."""
-    return a if checks.direct(a.dtype, (a,)) else numpy.array(
-        a, dtype=a.dtype.newbyteorder('='), order='C')
+def native(a, dtype=None):
+    """``a`` as a native, C-contiguous, aligned array (of ``dtype``, else
+    its own): itself, or a copy."""
+    dtype = a.dtype.newbyteorder('=') if dtype is None else dtype
+    return a if checks.direct(dtype, (a,)) else numpy.array(
+        a, dtype=dtype, order='C')
 
 
 def _norm(a):

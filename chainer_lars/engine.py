@@ -267,9 +267,12 @@ def _rest(group, grads, copies, passes, left):
                          group.weights[k], grads[k], *group.states[k])
     for k in copies:
         arrays = (group.weights[k], grads[k]) + group.states[k]
+        likes = (group.dtype, group.gdtype) + (group.dtype,) * (
+            len(arrays) - 2)  # as the loop reads them, whatever code ran
         with chainer.using_device(group.device):
-            native = [cpu.native(a) if group.device.xp is numpy else
-                      group.device.xp.ascontiguousarray(a) for a in arrays]
+            native = [cpu.native(a, d) if group.device.xp is numpy else
+                      group.device.xp.ascontiguousarray(a, d)
+                      for a, d in zip(arrays, likes)]
         one = Group(group.device, group.dtype, group.op)
         one.add(group.paths[k], None, None, native[0], native[2:])
         one.prepare().check(0, native[1])  # as copied: code ran since

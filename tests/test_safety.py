@@ -991,15 +991,18 @@ def test_an_arrays_own_code_moving_another_groups_buffer_is_not_written(
     assert out == ['True', 'True True'], out
 
 
+@pytest.mark.parametrize('how', ['shrunk', 'float16'])
 @pytest.mark.parametrize('multi_tensor', [True, False])
 def test_a_copy_is_checked_as_made_after_an_arrays_own_code_ran(
-        multi_tensor):
+        multi_tensor, how):
     """The hook's rows of another layout are checked before any group runs,
     then copied after the loops. An ndarray subclass's ``__setitem__``
     (another row's copy written back) shrank a later row's gradient in
-    place between the two: its copy, of the new size, went to the loop as
-    if of the weight's (a heap corrupted). It is refused, naming the
-    parameter. (``LARS`` and ``LAMB`` step such arrays in their rules.)"""
+    place between the two (or made it float16 of the same shape, half the
+    bytes): its copy went to the loop as if of the weight's size and dtype
+    (a heap corrupted). A shrunk one is refused, naming the parameter; a
+    float16 one is copied as float32, as the loop reads it. (``LARS`` and
+    ``LAMB`` step such arrays in their rules.)"""
     out = lines('''
         N = 1 << 16
 
@@ -1011,6 +1014,8 @@ def test_a_copy_is_checked_as_made_after_an_arrays_own_code_ran(
                 v, Moving.victim = Moving.victim, None
                 if v is not None:
                     v.resize((N // 2,), refcheck=False)
+                    if {float16}:
+                        v.dtype = np.float16  # (N,) again, 2 bytes each
 
         def owning(value, n):  # a subclass instance that owns its buffer
             a = np.ndarray.__new__(Moving, (n,), np.float32)
@@ -1022,12 +1027,23 @@ def test_a_copy_is_checked_as_made_after_an_arrays_own_code_ran(
             m.p0 = chainer.Parameter(np.ones(4, np.float32))
             m.p1 = chainer.Parameter(np.linspace(1, 2, N).astype(np.float32))
         o = chainer.optimizers.SGD(lr=0.1).setup(m)
-        o.add_hook(chainer_lars.GradientLARS(multi_tensor={}))
+        o.add_hook(chainer_lars.GradientLARS(multi_tensor={multi_tensor}))
         m.p0.grad, m.p1.grad = owning(0.5, 4), owning(0.25, N)
         Moving.victim = m.p1.grad
         outcome(o.update, m.p1.array)
-        print(Moving.victim is None)
-    '''.format(multi_tensor))
-    assert out[0].startswith(
-        'ERROR ValueError /p1: the gradient has shape'), out
-    assert out[2] == 'True', out
+        print(Moving.victim is None, m.p1.grad.dtype, m.p1.grad.shape,
+              bool(np.isfinite(m.p1.array).all()))
+        print(o._hookable._pre_update_hooks['GradientLARS'].observe().get(
+            '/p1', (0, 0, 0))[2])
+    '''.format(multi_tensor=multi_tensor, float16=how == 'float16'))
+    if how == 'shrunk':
+        assert out[0].startswith(
+            'ERROR ValueError /p1: the gradient has shape'), out
+        assert out[2] == 'True float32 (32768,) True', out
+    else:  # the weight stepped with what the gradient holds now
+        assert out[:2] == ['OK', 'CHANGED'], out
+        assert out[2] == 'True float16 (65536,) True', out
+        # 0.25 as float32 bytes: float16 0 and 1.625 (not 0.25, then past
+        # the copy's end, as the loop read it)
+        assert float(out[3]) == pytest.approx(1.625 * (2 ** 15) ** 0.5,
+                                              rel=1e-6)
