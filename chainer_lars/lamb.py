@@ -52,6 +52,8 @@ def _fill_rows(rows, values, steps, uses_wd, paths, dtype):
         raise ValueError('eps of LAMB optimizer is too small for {} ({}), '
                          'at {}'.format(ct.name, eps[k], paths[k]))
     t = numpy.asarray(steps, numpy.float64)
+    for k in numpy.flatnonzero(~(t >= 1))[:1]:  # a rule's t set below 0
+        checks.count('the step count t of ' + paths[k], steps[k] - 1)
     rows[:, L.LR], rows[:, L.BETA1], rows[:, L.BETA2] = alpha * eta, b1, b2
     rows[:, L.CORRECTION1], rows[:, L.CORRECTION2] = 1 - b1 ** t, 1 - b2 ** t
     rows[:, L.EPS], rows[:, L.WEIGHT_DECAY] = eps, wd * uses_wd

@@ -780,3 +780,31 @@ def test_a_skipped_update_is_not_counted_in_the_bias_corrections(
     skipped, plain = run(True), run(False)
     for path in plain:
         numpy.testing.assert_array_equal(skipped[path], plain[path], path)
+
+
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('t, error, says', [
+    (-1, ValueError, 'must be at least 0, got -1'),
+    (-0.5, TypeError, r'must be an int, not -0\.5 \(float\)')])
+def test_a_rules_step_count_set_below_zero_is_refused(multi_tensor, t,
+                                                      error, says):
+    """``rule.t = -1`` made the next step's bias correction ``1 - beta**0``,
+    0: every weight NaN, without an error (Chainer's ``Adam`` refuses a
+    step count of 0 in its ``lr``)."""
+    m = chainer.Link()
+    with m.init_scope():
+        m.p = chainer.Parameter(numpy.linspace(1, 2, 6, dtype='f'))
+        m.q = chainer.Parameter(numpy.linspace(1, 2, 3, dtype='f'))
+    opt = chainer_lars.LAMB(alpha=0.01, multi_tensor=multi_tensor).setup(m)
+    for _ in range(2):
+        for p in m.params():
+            p.grad = numpy.ones(p.shape, 'f')
+        if opt.t:
+            m.p.update_rule.t = t
+            before = [p.array.copy() for p in m.params()]
+            with pytest.raises(error, match='^the step count t of /p ' + says):
+                opt.update()
+        else:
+            opt.update()
+    assert all(numpy.array_equal(a, p.array)
+               for a, p in zip(before, m.params()))
