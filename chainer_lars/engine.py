@@ -265,7 +265,8 @@ def _rest(group, grads, copies, passes, left):
     for k in passes:  # observed in the table's rows
         cpu.numpy_update(group.rows[k], group.state.obs[k], group.op,
                          group.weights[k], grads[k], *group.states[k])
-    for k in copies:
+    for k in copies:  # checked again: an array's own code may have run
+        group.check(k, grads[k])
         arrays = (group.weights[k], grads[k]) + group.states[k]
         likes = (group.dtype, group.gdtype) + (group.dtype,) * (
             len(arrays) - 2)  # as the loop reads them, whatever code ran

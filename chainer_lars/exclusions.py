@@ -39,8 +39,7 @@ class ExclusionRules(object):
 
 def _fixed(name, get=None, why="each parameter's flags are computed once",
            example='[...]', doc='tuple of str: The {} patterns.'):
-    """A read-only property, ``get`` (default: the list ``name`` of
-    ``_rules``), that only the constructor sets."""
+    """A property set by the constructor only: ``get``, else ``_rules``'s."""
     def refuse(self, value):
         raise AttributeError(
             '{0} is fixed when the {1} is made ({2}): pass it to the '
@@ -53,16 +52,14 @@ def _fixed(name, get=None, why="each parameter's flags are computed once",
 
 class ExclusionProperties(object):
 
-    """The exclusion lists and ``multi_tensor``, read only, and the faces'
-    ``repr``."""
+    """Read-only exclusion lists and ``multi_tensor``; the faces' ``repr``."""
 
     _REPR = ()
     exclude_from_weight_decay = _fixed('exclude_from_weight_decay')
     exclude_from_layer_adaptation = _fixed('exclude_from_layer_adaptation')
     multi_tensor = _fixed('multi_tensor', lambda self: self._multi_tensor,
                           'its plans are made for it', 'False',
-                          'bool: Whether a device\'s and dtype\'s arrays go '
-                          'together.')
+                          'bool: Whether arrays go together, by dtype.')
 
     def __repr__(self):
         names = self._REPR + _NAMES + ('multi_tensor',)

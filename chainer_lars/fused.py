@@ -418,6 +418,11 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         """Rules' hyperparameter values, before the hooks and ``t``: their own
         once set; all, each time, where one may not fit a dtype (LAMB eps)."""
         every = self._checked is None  # (the optimizer's: see update())
+        for p in [p for p in params if isinstance(p.update_rule, self._rule)
+                  and p.update_rule.enabled and p.update_rule.t < 0] if (
+                      self._rule._STEPPED) else ():
+            checks.count('the step count t of ' + (  # LAMB's: NaN
+                p.update_rule._path or p.name), p.update_rule.t)
         try:  # at C speed: usually every rule reads its parent's alone
             if not every and sum(map(len, map(_PARAM_OWN, params))) == len(
                     params):

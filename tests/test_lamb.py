@@ -790,21 +790,27 @@ def test_a_rules_step_count_set_below_zero_is_refused(multi_tensor, t,
                                                       error, says):
     """``rule.t = -1`` made the next step's bias correction ``1 - beta**0``,
     0: every weight NaN, without an error (Chainer's ``Adam`` refuses a
-    step count of 0 in its ``lr``)."""
+    step count of 0 in its ``lr``). It is refused before the hooks, ``t``
+    and any weight move, at every update, on either path."""
     m = chainer.Link()
     with m.init_scope():
         m.p = chainer.Parameter(numpy.linspace(1, 2, 6, dtype='f'))
         m.q = chainer.Parameter(numpy.linspace(1, 2, 3, dtype='f'))
     opt = chainer_lars.LAMB(alpha=0.01, multi_tensor=multi_tensor).setup(m)
+    opt.add_hook(optimizer_hooks.WeightDecay(0.1))
+    for p in m.params():
+        p.grad = numpy.ones(p.shape, 'f')
+    opt.update()
+    m.q.update_rule.t = t  # the second parameter: /p would step first
+    for p in m.params():
+        p.grad = numpy.ones(p.shape, 'f')
+    before = [a.copy() for p in m.params() for a in (p.array, p.grad)]
     for _ in range(2):
-        for p in m.params():
-            p.grad = numpy.ones(p.shape, 'f')
-        if opt.t:
-            m.p.update_rule.t = t
-            before = [p.array.copy() for p in m.params()]
-            with pytest.raises(error, match='^the step count t of /p ' + says):
-                opt.update()
-        else:
+        with pytest.raises(error, match='^the step count t of /q ' + says):
             opt.update()
-    assert all(numpy.array_equal(a, p.array)
-               for a, p in zip(before, m.params()))
+    assert all(numpy.array_equal(a, b) for a, b in zip(before, [
+        a for p in m.params() for a in (p.array, p.grad)]))
+    assert opt.t == 1 and m.p.update_rule.t == 1 and m.q.update_rule.t == t
+    m.q.update_rule.enabled = False  # a rule not stepped is not refused
+    opt.update()
+    assert opt.t == 2 and m.p.update_rule.t == 2

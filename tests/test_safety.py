@@ -991,7 +991,7 @@ def test_an_arrays_own_code_moving_another_groups_buffer_is_not_written(
     assert out == ['True', 'True True'], out
 
 
-@pytest.mark.parametrize('how', ['shrunk', 'float16'])
+@pytest.mark.parametrize('how', ['shrunk', 'float16', 'int32'])
 @pytest.mark.parametrize('multi_tensor', [True, False])
 def test_a_copy_is_checked_as_made_after_an_arrays_own_code_ran(
         multi_tensor, how):
@@ -1000,9 +1000,10 @@ def test_a_copy_is_checked_as_made_after_an_arrays_own_code_ran(
     (another row's copy written back) shrank a later row's gradient in
     place between the two (or made it float16 of the same shape, half the
     bytes): its copy went to the loop as if of the weight's size and dtype
-    (a heap corrupted). A shrunk one is refused, naming the parameter; a
-    float16 one is copied as float32, as the loop reads it. (``LARS`` and
-    ``LAMB`` step such arrays in their rules.)"""
+    (a heap corrupted). A shrunk one is refused, naming the parameter, and
+    so is one made int32 in place; a float16 one is copied as float32, as
+    the loop reads it. (``LARS`` and ``LAMB`` step such arrays in their
+    rules.)"""
     out = lines('''
         N = 1 << 16
 
@@ -1012,10 +1013,12 @@ def test_a_copy_is_checked_as_made_after_an_arrays_own_code_ran(
             def __setitem__(self, key, value):
                 np.ndarray.__setitem__(self, key, value)
                 v, Moving.victim = Moving.victim, None
-                if v is not None:
+                if v is not None and '{how}' == 'int32':  # (N,) still
+                    v.dtype = np.int32
+                elif v is not None:
                     v.resize((N // 2,), refcheck=False)
-                    if {float16}:
-                        v.dtype = np.float16  # (N,) again, 2 bytes each
+                    if '{how}' == 'float16':  # (N,) again, 2 bytes each
+                        v.dtype = np.float16
 
         def owning(value, n):  # a subclass instance that owns its buffer
             a = np.ndarray.__new__(Moving, (n,), np.float32)
@@ -1035,8 +1038,13 @@ def test_a_copy_is_checked_as_made_after_an_arrays_own_code_ran(
               bool(np.isfinite(m.p1.array).all()))
         print(o._hookable._pre_update_hooks['GradientLARS'].observe().get(
             '/p1', (0, 0, 0))[2])
-    '''.format(multi_tensor=multi_tensor, float16=how == 'float16'))
-    if how == 'shrunk':
+    '''.format(multi_tensor=multi_tensor, how=how))
+    if how == 'int32':
+        assert out[:2] == [
+            'ERROR TypeError only floating-point arrays (float16, float32, '
+            'float64) are updated; the gradient of /p1 is int32',
+            'UNCHANGED'], out
+    elif how == 'shrunk':
         assert out[0].startswith(
             'ERROR ValueError /p1: the gradient has shape'), out
         assert out[2] == 'True float32 (32768,) True', out
