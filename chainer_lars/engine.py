@@ -78,11 +78,11 @@ class Group(object):
                 (path, param, rule, weight, tuple(states), extra) + flags):
             column.append(value)
 
-    def prepare(self):
+    def prepare(self, checked=False):
         self.rows = L.rows(len(self))
         self.uses_wd = numpy.array(self.uses_wd, numpy.float64)
         self.adapt = numpy.array(self.adapt, numpy.float64)
-        return self.refresh()
+        return self.refresh(checked)
 
     def refresh(self, checked=False):  # (checked: by the caller, just now)
         checked or self.check()
@@ -268,16 +268,14 @@ def _rest(group, grads, copies, passes, left):
     for k in copies:  # checked again: an array's own code may have run
         group.check(k, grads[k])
         arrays = (group.weights[k], grads[k]) + group.states[k]
-        likes = (group.dtype, group.gdtype) + (group.dtype,) * (
-            len(arrays) - 2)  # as the loop reads them, whatever code ran
-        with chainer.using_device(group.device):
-            native = [cpu.native(a, d) if group.device.xp is numpy else
-                      group.device.xp.ascontiguousarray(a, d)
-                      for a, d in zip(arrays, likes)]
+        with chainer.using_device(group.device):  # in the loop's dtype (no
+            native = [cpu.native(a, group.dtype)  # mixed16 row is copied)
+                      if group.device.xp is numpy else group.device.xp
+                      .ascontiguousarray(a, group.dtype) for a in arrays]
         one = Group(group.device, group.dtype, group.op)
         one.add(group.paths[k], None, None, native[0], native[2:])
-        one.prepare().check(0, native[1])  # as copied: code ran since
-        one.rows[0] = group.rows[k]
+        one.check(0, native[1])  # as copied: code may have run since
+        one.prepare(checked=True).rows[0] = group.rows[k]
         one.executor.run(one, numpy.array([one.executor.address(native[1])],
                                           numpy.int64))
         group.last.copies[k] = one.last
