@@ -2,6 +2,8 @@
 rows (:func:`settings`) and :func:`update` (``docs/design.rst``)."""
 
 import functools
+import gc
+import itertools
 import operator
 import weakref
 
@@ -207,20 +209,30 @@ def settings(group, key, fill):
 
 
 def update(plan, grads):
-    """A plan's groups' update, all checked first; each one's rows left."""
-    groups = plan.groups
-    if len(groups) == 1 and groups[0].executor.update(plan, grads[0]):
-        return [[]]
-    gptrs, missing = _taken(plan, grads)
-    routes = list(map(_route, groups, grads, gptrs)) if missing else [
-        (gptr, (), (), ()) for gptr in gptrs]
-    for group, route in zip(groups, routes):  # every loop on the addresses
-        if group.last.copies:  # taken before an array's own code (an
-            group.last.copies = {}  # ndarray subclass's) writes a copy back
-        group.executor.run(group, route[0])
-    for group, g, route in zip(groups, grads, routes) if missing else ():
-        _rest(group, g, *route[1:])
-    return [route[3] for route in routes]
+    """A plan's groups' update, all checked first; each one's rows left.
+    No collection runs ``gc.callbacks`` or finalizers in it."""
+    groups, collecting = plan.groups, gc.isenabled()
+    gc.disable()  # (a collection's code could move an array taken)
+    try:
+        if len(groups) == 1 and groups[0].executor.update(plan, grads[0]):
+            return [[]]
+        gptrs, missing = _taken(plan, grads)
+        routes = list(map(_route, groups, grads, map(numpy.copy, gptrs))
+                      ) if missing else [(p, (), (), ()) for p in gptrs]
+        for group, p, route in zip(  # the same after the checks (arrays' code)
+                groups, _taken(plan, grads)[0], routes) if missing else ():
+            for path in itertools.compress(group.paths, p != route[0]):
+                raise RuntimeError('{}: the gradient moved in memory during '
+                                   'the checks; no array changed'.format(path))
+        for group, route in zip(groups, routes):  # every loop on the addresses
+            if group.last.copies:  # taken before an array's code (an ndarray
+                group.last.copies = {}  # subclass's) writes a copy back
+            group.executor.run(group, route[0])
+        for group, g, route in zip(groups, grads, routes) if missing else ():
+            _rest(group, g, *route[1:])
+        return [route[3] for route in routes]
+    finally:
+        collecting and gc.enable()
 
 
 def _taken(plan, grads):

@@ -1055,3 +1055,127 @@ def test_a_copy_is_checked_as_made_after_an_arrays_own_code_ran(
         # the copy's end, as the loop read it)
         assert float(out[3]) == pytest.approx(1.625 * (2 ** 15) ** 0.5,
                                               rel=1e-6)
+
+
+@pytest.mark.parametrize('moved', ['gradient', 'weight'])
+@pytest.mark.parametrize('face', ['hook', 'hook-per-array', 'LARS', 'LAMB'])
+def test_an_arrays_property_moving_a_taken_buffer_is_not_written(face, moved):
+    """A gradient of another layout (an ndarray subclass) is checked after
+    the addresses are taken; its ``shape`` property moved a taken buffer
+    in place, and the compiled loop wrote the freed address (a crash). The
+    addresses are taken again after the checks: a moved weight is taken
+    where it is now, a moved gradient refused by name before any array
+    changes."""
+    out = lines('''
+        import gc
+        N = 1 << 24  # a buffer of its own (mmap): unmapped when it moves
+
+        class Moving(np.ndarray):
+            victim = None
+
+            @property
+            def shape(self):
+                if sys._getframe(1).f_code.co_name == 'addressed':
+                    v, Moving.victim = Moving.victim, None
+                    if v is not None:
+                        kept = v.copy()
+                        v.resize((4 * N,), refcheck=False)
+                        v.resize((N,), refcheck=False)
+                        v[...] = kept  # the values it had, elsewhere
+                return np.ndarray.shape.__get__(self)
+
+        def run(moving):
+            m = chainer.Link()
+            with m.init_scope():
+                m.p0 = chainer.Parameter(np.ones(4, np.float32))
+                m.p1 = chainer.Parameter(np.linspace(
+                    1, 2, N).astype(np.float32))
+            if '{face}'.startswith('hook'):
+                o = chainer.optimizers.SGD(lr=0.1).setup(m)
+                o.add_hook(chainer_lars.GradientLARS(
+                    multi_tensor='{face}' == 'hook'))
+            else:
+                o = getattr(chainer_lars, '{face}')().setup(m)
+            for i in range(3):
+                m.p0.grad = np.full(4, 0.5, np.float32)
+                if moving and i == 2:
+                    m.p0.grad = m.p0.grad.view(Moving)
+                m.p1.grad = np.full(N, 0.25, np.float32)
+                Moving.victim = getattr(m.p1, '{array}') if moving and (
+                    i == 2) else None
+                before = [np.array(a) for a in (m.p0.array, m.p1.array)]
+                outcome(o.update, m.p0.array, m.p1.array)
+            return before, [np.array(a) for a in (m.p0.array, m.p1.array)]
+
+        before, moved = run(True)
+        print(Moving.victim is None, gc.isenabled())
+        plain = run(False)[1]
+        print(all(np.array_equal(a, b) for a, b in zip(moved, plain)),
+              all(np.array_equal(a, b) for a, b in zip(moved, before)))
+    '''.format(face=face, array='grad' if moved == 'gradient' else 'array'))
+    assert out[:4] == ['OK', 'CHANGED'] * 2, out
+    if moved == 'gradient':
+        assert out[4:6] == [
+            'ERROR RuntimeError /p1: the gradient moved in memory during the '
+            'checks; no array changed', 'UNCHANGED'], out
+        assert out[6] == 'True True', out
+        assert out[-1] == 'False True', out
+    else:  # stepped as if nothing moved
+        assert out[4:7] == ['OK', 'CHANGED', 'True True'], out
+        assert out[-1] == 'True False', out
+
+
+@pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
+def test_no_collection_runs_code_between_taken_addresses_and_loops(face):
+    """A collection inside an update of several groups ran ``gc.callbacks``
+    (or a finalizer) after the addresses were taken; code there that moved
+    a gradient in place made a loop write freed memory (a crash). No
+    collection runs inside an update now, and the collector is left as
+    the user had it."""
+    out = lines('''
+        import gc
+        N = 1 << 24  # a buffer of its own (mmap): unmapped when it moves
+        victim = []
+
+        def callback(phase, info):
+            f = sys._getframe(1)
+            while victim and phase == 'start' and f is not None:
+                if f.f_code is engine.update.__code__ and (
+                        'gptrs' in f.f_locals):  # (addresses taken)
+                    v = victim.pop()
+                    kept = v.copy()
+                    v.resize((4 * N,), refcheck=False)
+                    v.resize((N,), refcheck=False)
+                    v[...] = kept  # the values it had, elsewhere
+                f = f.f_back
+
+        def run(moving):
+            m = chainer.Link()
+            with m.init_scope():  # two groups: two dtypes, or a hook's two
+                m.p0 = chainer.Parameter(np.ones(4, np.float64))
+                m.p1 = chainer.Parameter(np.linspace(
+                    1, 2, N).astype(np.float32))
+            if '{face}' == 'hook':
+                o = chainer.optimizers.SGD(lr=0.1).setup(m)
+                o.add_hook(chainer_lars.GradientLARS(multi_tensor=False))
+            else:
+                o = getattr(chainer_lars, '{face}')().setup(m)
+            for i in range(3):
+                m.p0.grad = np.full(4, 0.5, np.float64)
+                m.p1.grad = np.full(N, 0.25, np.float32)
+                if moving and i == 2:
+                    victim.append(m.p1.grad)
+                    gc.set_threshold(1, 1, 1)  # a collection at each object
+                o.update()
+                gc.set_threshold(700, 10, 10)
+            return [np.array(a) for a in (m.p0.array, m.p1.array)]
+
+        gc.callbacks.append(callback)
+        moved = run(True)
+        print(len(victim), gc.isenabled())
+        gc.disable()
+        plain = run(False)
+        print(all(np.array_equal(a, b) for a, b in zip(moved, plain)),
+              gc.isenabled())
+    '''.format(face=face))
+    assert out == ['1 True', 'True False'], out
