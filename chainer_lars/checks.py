@@ -162,7 +162,7 @@ class CheckedAttribute(object):
 
     """An attribute checked on set by ``check(name, value, **options)``."""
 
-    def __init__(self, check, **options):
+    def __init__(self, check=real, **options):
         self._check, self._options, self.name = check, options, None
 
     def __set_name__(self, owner, name):

@@ -135,11 +135,10 @@ class GradientLARS(exclusions.ExclusionProperties):
     adapts_gradients = True  # LARS refuses us (checks.double_adaptation)
     _warned = False  # of a float16 step that rounded away
 
-    threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
-    weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
-    eps = checks.CheckedAttribute(checks.real, minimum=0.0)
-    trust_coefficient = checks.CheckedAttribute(
-        checks.real, minimum=0.0, exclusive=True)
+    threshold = checks.CheckedAttribute(minimum=0.0)
+    weight_decay = checks.CheckedAttribute(minimum=0.0)
+    eps = checks.CheckedAttribute(minimum=0.0)
+    trust_coefficient = checks.CheckedAttribute(minimum=0.0, exclusive=True)
     clip = checks.CheckedAttribute(checks.boolean)
     _REPR = ('threshold', 'weight_decay', 'eps', 'trust_coefficient', 'clip')
 

@@ -122,13 +122,12 @@ class LARS(fused.FusedMethod):
         self.trust_coefficient, self.eps, self.nesterov = (
             trust_coefficient, eps, nesterov)
 
-    lr = checks.CheckedHyperparameter(checks.real, minimum=0.0)
-    momentum = checks.CheckedHyperparameter(checks.real, minimum=0.0,
-                                            maximum=1.0)
-    weight_decay = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    lr = checks.CheckedHyperparameter(minimum=0.0)
+    momentum = checks.CheckedHyperparameter(minimum=0.0, maximum=1.0)
+    weight_decay = checks.CheckedHyperparameter(minimum=0.0)
     trust_coefficient = checks.CheckedHyperparameter(
-        checks.real, minimum=0.0, exclusive=True)
-    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+        minimum=0.0, exclusive=True)
+    eps = checks.CheckedHyperparameter(minimum=0.0)
     nesterov = checks.CheckedHyperparameter(checks.boolean)
     _REPR = ('lr', 'momentum', 'weight_decay', 'trust_coefficient', 'eps',
              'nesterov')
