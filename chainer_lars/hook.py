@@ -149,9 +149,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         if isinstance(threshold, (chainer.Optimizer, chainer.UpdateRule)):
             # Chainer calling the class registered by add_hook(GradientLARS)
             raise TypeError(
-                'GradientLARS was registered as a class: register an '
-                'instance, add_hook(chainer_lars.GradientLARS()) with the '
-                'parentheses')
+                'GradientLARS was registered as a class: register an instance,'
+                ' add_hook(chainer_lars.GradientLARS()) with the parentheses')
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
         self.threshold, self.weight_decay, self.eps = (
