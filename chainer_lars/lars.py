@@ -91,8 +91,7 @@ class LARS(fused.FusedMethod):
         nesterov (bool): Use Nesterov momentum.
         exclude_from_weight_decay (list of str): Regular expressions
             searched in the parameter paths (e.g. ``'/b$'``).
-        exclude_from_layer_adaptation (list of str): Likewise: ratio 1, the
-            plain rate ``lr``.
+        exclude_from_layer_adaptation (list of str): Likewise: ratio 1.
         multi_tensor (bool): Update each device's and dtype's together.
 
     Attributes:
