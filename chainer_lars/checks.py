@@ -162,7 +162,7 @@ class CheckedAttribute(object):
 
     """An attribute checked on set by ``check(name, value, **options)``."""
 
-    def __init__(self, check, **options):
+    def __init__(self, check=real, **options):
         self._check, self._options, self.name = check, options, None
 
     def __set_name__(self, owner, name):
@@ -210,7 +210,6 @@ def double_adaptation(face='LARS'):
     raise TypeError(
         'GradientLARS on a chainer_lars.{0} optimizer would adapt the '
         'rates twice: use {0} alone{1}'.format(face, {
-            'LARS': " (its trust_coefficient is the hook's), or the hook "
-                    'on chainer.optimizers.MomentumSGD',
-            'LAMB': ', or chainer.optimizers.Adam, with or without the '
-                    'hook'}[face]))
+            'LAMB': ', or chainer.optimizers.Adam, with or without the hook',
+            'LARS': " (its trust_coefficient is the hook's), or the hook on "
+                    'chainer.optimizers.MomentumSGD'}[face]))

@@ -114,9 +114,8 @@ def numpy_update(row, obs, op, *arrays):
 
 
 #: Empty arrays of the weights', gradients' and compute type (float16: bits).
-LIKES = {
-    (numpy.dtype(w), numpy.dtype(g)): tuple(numpy.empty(0, t) for t in (
-        w.replace('e', 'H'), g.replace('e', 'H'), w.replace('e', 'f')))
+LIKES = {(numpy.dtype(w), numpy.dtype(g)): tuple(numpy.empty(0, t) for t in (
+    w.replace('e', 'H'), g.replace('e', 'H'), w.replace('e', 'f')))
     for w, g in ('ee', 'ff', 'dd', 'fe')}
 
 _NDARRAY, _NONE = id(numpy.ndarray), id(None)
@@ -168,9 +167,8 @@ class Record(object):
         # A row a field (one layout, one compile): ids, addresses, ...
         self.grads = numpy.zeros((jit.EXPECT + 5, sum(map(len, groups))),
                                  numpy.int64)
-        self.grads[jit.EXPECT + 4] = self.held[[  # the weights' shapes
-            i for i, (_, _, j) in enumerate(held) if j == 0],
-            jit.STAMPED + jit.SHAPE]
+        rows = [i for i, (_, _, j) in enumerate(held) if j == 0]  # weights
+        self.grads[jit.EXPECT + 4] = self.held[rows, jit.STAMPED + jit.SHAPE]
         self.gids = self.grads[jit.GID]
         self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()
         self.gptrs = [self.grads[jit.GPTR, a:b]  # views: restamp fills them

@@ -181,8 +181,7 @@ class PlanCache(object):
     def get(self, owner, params, build, *args):
         """The owner's plan if it matches, else ``build(*args, params)``."""
         entry = self._plans.get(id(owner))
-        if entry is not None and entry[0]() is owner and entry[2].matches(
-                params):
+        if entry and entry[0]() is owner and entry[2].matches(params):
             return entry[2]
         plan, plans, key = build(*args + (params,)), self._plans, id(owner)
         plans[key] = tuple(weakref.ref(o, lambda _: plans.pop(key, None))

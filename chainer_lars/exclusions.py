@@ -41,13 +41,11 @@ def _fixed(name, get=None, why="each parameter's flags are computed once",
            example='[...]', doc='tuple of str: The {} patterns.'):
     """A property set by the constructor only: ``get``, else ``_rules``'s."""
     def refuse(self, value):
-        raise AttributeError(
-            '{0} is fixed when the {1} is made ({2}): pass it to the '
-            'constructor, {1}(..., {0}={3})'.format(
-                name, type(self).__name__, why, example))
-    return property(get or (lambda self: tuple(
-        p.pattern for p in getattr(self._rules, name))), refuse,
-        doc=doc.format(name))
+        raise AttributeError('{0} is fixed when the {1} is made ({2}): pass '
+                             'it to the constructor, {1}(..., {0}={3})'.format(
+                                 name, type(self).__name__, why, example))
+    return property(get or (lambda self: tuple(p.pattern for p in getattr(
+        self._rules, name))), refuse, doc=doc.format(name))
 
 
 class ExclusionProperties(object):

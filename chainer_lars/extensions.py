@@ -99,11 +99,10 @@ class WarmupPolynomialShift(extension.Extension):
             if (other is not self and getattr(other, '_attr', 0) == self._attr
                     and hasattr(other, '_optimizer') and self._actual(
                         other._optimizer, trainer) is optimizer):
-                raise ValueError(
-                    "WarmupPolynomialShift: the extension {!r} sets the "
-                    "optimizer's {} too: each would overwrite the other's "
-                    'value at every call; keep one schedule'.format(
-                        name, self._attr))
+                raise ValueError("WarmupPolynomialShift: the extension {!r} "
+                                 "sets the optimizer's {} too: each would "
+                                 "overwrite the other's value at every call; "
+                                 'keep one schedule'.format(name, self._attr))
         current = self._check_attr(optimizer)
         init = current if self._init is None else self._init
         self._check_sign(init)

@@ -135,11 +135,10 @@ class GradientLARS(exclusions.ExclusionProperties):
     adapts_gradients = True  # LARS refuses us (checks.double_adaptation)
     _warned = False  # of a float16 step that rounded away
 
-    threshold = checks.CheckedAttribute(checks.real, minimum=0.0)
-    weight_decay = checks.CheckedAttribute(checks.real, minimum=0.0)
-    eps = checks.CheckedAttribute(checks.real, minimum=0.0)
-    trust_coefficient = checks.CheckedAttribute(
-        checks.real, minimum=0.0, exclusive=True)
+    threshold = checks.CheckedAttribute(minimum=0.0)
+    weight_decay = checks.CheckedAttribute(minimum=0.0)
+    eps = checks.CheckedAttribute(minimum=0.0)
+    trust_coefficient = checks.CheckedAttribute(minimum=0.0, exclusive=True)
     clip = checks.CheckedAttribute(checks.boolean)
     _REPR = ('threshold', 'weight_decay', 'eps', 'trust_coefficient', 'clip')
 
@@ -150,9 +149,8 @@ class GradientLARS(exclusions.ExclusionProperties):
         if isinstance(threshold, (chainer.Optimizer, chainer.UpdateRule)):
             # Chainer calling the class registered by add_hook(GradientLARS)
             raise TypeError(
-                'GradientLARS was registered as a class: register an '
-                'instance, add_hook(chainer_lars.GradientLARS()) with the '
-                'parentheses')
+                'GradientLARS was registered as a class: register an instance,'
+                ' add_hook(chainer_lars.GradientLARS()) with the parentheses')
         self._rules = exclusions.ExclusionRules(
             exclude_from_weight_decay, exclude_from_layer_adaptation)
         self.threshold, self.weight_decay, self.eps = (

@@ -139,12 +139,11 @@ class LAMB(fused.FusedMethod):
         self.alpha, self.beta1, self.beta2, self.eps = alpha, beta1, beta2, eps
         self.eta, self.weight_decay_rate = eta, weight_decay_rate
 
-    alpha = checks.CheckedHyperparameter(checks.real, minimum=0.0)
-    beta1 = checks.CheckedHyperparameter(checks.real, minimum=0.0, maximum=1.0)
-    beta2 = checks.CheckedHyperparameter(checks.real, minimum=0.0, maximum=1.0)
-    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0,
-                                       exclusive=True)
-    eta = checks.CheckedHyperparameter(checks.real, minimum=0.0)
-    weight_decay_rate = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    alpha = checks.CheckedHyperparameter(minimum=0.0)
+    beta1 = checks.CheckedHyperparameter(minimum=0.0, maximum=1.0)
+    beta2 = checks.CheckedHyperparameter(minimum=0.0, maximum=1.0)
+    eps = checks.CheckedHyperparameter(minimum=0.0, exclusive=True)
+    eta = checks.CheckedHyperparameter(minimum=0.0)
+    weight_decay_rate = checks.CheckedHyperparameter(minimum=0.0)
     _REPR = _HYPER
     alpha_t, lr = property(_alpha_t), property(_alpha_t)

@@ -91,8 +91,7 @@ class LARS(fused.FusedMethod):
         nesterov (bool): Use Nesterov momentum.
         exclude_from_weight_decay (list of str): Regular expressions
             searched in the parameter paths (e.g. ``'/b$'``).
-        exclude_from_layer_adaptation (list of str): Likewise: ratio 1, the
-            plain rate ``lr``.
+        exclude_from_layer_adaptation (list of str): Likewise: ratio 1.
         multi_tensor (bool): Update each device's and dtype's together.
 
     Attributes:
@@ -122,13 +121,12 @@ class LARS(fused.FusedMethod):
         self.trust_coefficient, self.eps, self.nesterov = (
             trust_coefficient, eps, nesterov)
 
-    lr = checks.CheckedHyperparameter(checks.real, minimum=0.0)
-    momentum = checks.CheckedHyperparameter(checks.real, minimum=0.0,
-                                            maximum=1.0)
-    weight_decay = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+    lr = checks.CheckedHyperparameter(minimum=0.0)
+    momentum = checks.CheckedHyperparameter(minimum=0.0, maximum=1.0)
+    weight_decay = checks.CheckedHyperparameter(minimum=0.0)
     trust_coefficient = checks.CheckedHyperparameter(
-        checks.real, minimum=0.0, exclusive=True)
-    eps = checks.CheckedHyperparameter(checks.real, minimum=0.0)
+        minimum=0.0, exclusive=True)
+    eps = checks.CheckedHyperparameter(minimum=0.0)
     nesterov = checks.CheckedHyperparameter(checks.boolean)
     _REPR = ('lr', 'momentum', 'weight_decay', 'trust_coefficient', 'eps',
              'nesterov')
