@@ -38,12 +38,12 @@ class ExclusionRules(object):
 
 
 def _fixed(name, get=None, why="each parameter's flags are computed once",
-           example='[...]', doc='tuple of str: The {} patterns.'):
+           doc='tuple of str: The {} patterns.'):
     """A property set by the constructor only: ``get``, else ``_rules``'s."""
     def refuse(self, value):
         raise AttributeError('{0} is fixed when the {1} is made ({2}): pass '
-                             'it to the constructor, {1}(..., {0}={3})'.format(
-                                 name, type(self).__name__, why, example))
+                             'it to the constructor, {1}(..., {0}={3!r})'
+                             .format(name, type(self).__name__, why, value))
     return property(get or (lambda self: tuple(p.pattern for p in getattr(
         self._rules, name))), refuse, doc=doc.format(name))
 
@@ -56,7 +56,7 @@ class ExclusionProperties(object):
     exclude_from_weight_decay = _fixed('exclude_from_weight_decay')
     exclude_from_layer_adaptation = _fixed('exclude_from_layer_adaptation')
     multi_tensor = _fixed('multi_tensor', lambda self: self._multi_tensor,
-                          'its plans are made for it', 'False',
+                          'its plans are made for it',
                           'bool: Whether arrays go together, by dtype.')
 
     def __repr__(self):
