@@ -439,13 +439,14 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                              p.dtype)  # as its row
                 r._own_checked = (dict(own), p.dtype)
 
-    def _check_values(self, own, of):
+    @classmethod
+    def _check_values(cls, own, of):
         """Checks the values set on a hyperparameter directly, by name."""
         for name, value in own.items():
-            check = checks.find_check(self, name)
-            if check is not None:
-                check(value, '{} hyperparameter {}{}'.format(
-                    self._face, name, of))
+            found = getattr(cls, name, None)
+            if isinstance(found, checks.CheckedAttribute):
+                found.check(value, '{} hyperparameter {}{}'.format(
+                    cls._face, name, of))
 
     def _check_finite(self, params, grads):
         """Chainer's ``check_nan_in_grads`` (its warnings); a copy a device."""

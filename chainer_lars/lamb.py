@@ -44,9 +44,7 @@ def _fill_rows(rows, values, steps, uses_wd, paths, dtype):
         ok = (numpy.isfinite(v).all(axis=1) & (v >= 0).all(axis=1)
               & (b1 < 1) & (b2 < 1) & (eps > 0))
     for k in numpy.flatnonzero(~ok)[:1]:
-        for j, name in enumerate(_HYPER):
-            getattr(LAMB, name).check(v[k, j], (
-                'LAMB hyperparameter {} of {}'.format(name, paths[k])))
+        LAMB._check_values(dict(zip(_HYPER, v[k])), ' of ' + paths[k])
     ct = numpy.promote_types(numpy.float32, dtype)
     for k in numpy.flatnonzero(eps.astype(ct) == 0)[:1]:
         raise ValueError('eps of LAMB optimizer is too small for {} ({}), '

@@ -29,10 +29,9 @@ def _fill_rows(rows, values, steps, uses_wd, paths, dtype):
         v = rows[:, :len(_HYPER)]
         ok = (numpy.isfinite(v).all(axis=1) & (v >= 0).all(axis=1)
               & (v[:, L.MOMENTUM] < 1) & (v[:, L.TRUST_COEFFICIENT] > 0))
-    for k in numpy.flatnonzero(~ok)[:1]:
-        for name in [n for n in _HYPER if n != 'nesterov']:  # a 0/1 column
-            getattr(LARS, name).check(rows[k, L.COLUMNS.index(name)], (
-                'LARS hyperparameter {} of {}'.format(name, paths[k])))
+    for k in numpy.flatnonzero(~ok)[:1]:  # (nesterov: a 0/1 column)
+        LARS._check_values({n: v for n, v in zip(_HYPER, rows[k])
+                            if n != 'nesterov'}, ' of ' + paths[k])
 
 
 class LARSRule(fused.FusedRule):
