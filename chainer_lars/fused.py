@@ -398,7 +398,6 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                 self.target.zerograds()
             loss.backward(loss_scale=self._loss_scale)
             del loss
-
         params = list(self.target.params())
         self._check_rules(params)
         grads = self._reallocate(params)
