@@ -41,8 +41,7 @@ class WarmupPolynomialShift(extension.Extension):
         warmup_count (int): :math:`T_w`, calls of the warm-up; 0 for none.
         max_count (int): :math:`T`, calls after which the value is ``end``.
         power (float): :math:`p`, above 0.
-        init (float): :math:`v_0`, the peak; ``None``: the attribute's value
-            when training starts.
+        init (float): :math:`v_0`, the peak; ``None``: read as training starts.
         end (float): :math:`v_e`.
         optimizer (~chainer.Optimizer): The optimizer (anything with
             ``update()``, such as ChainerMN's); ``None``: the main one.
@@ -139,8 +138,7 @@ class WarmupPolynomialShift(extension.Extension):
                     self._attr, self._end))
 
     def _check_values(self, optimizer, init):
-        # An attribute that is not a checked one takes any real number.
-        check = checks.find_check(optimizer, self._attr) or float
+        check = checks.find_check(optimizer, self._attr) or float  # any real
         for name, value in (('init', init), ('end', self._end)):
             try:
                 if value is not None:  # None: read when training starts
@@ -300,9 +298,8 @@ class LossScaleState(extension.Extension):
         self._next = self.loss_scale
 
     def __call__(self, trainer):
-        # Set by the update's check of the gradients (dynamic scaling).
-        self.last_skipped = bool(getattr(self._optimizer,
-                                         '_loss_scaling_isnan', False))
+        self.last_skipped = bool(getattr(  # set by update() (dynamic scaling)
+            self._optimizer, '_loss_scaling_isnan', False))
         self.skipped_updates += self.last_skipped
         self.last_loss_scale, self._next = self._next, self.loss_scale
 
