@@ -147,7 +147,6 @@ class GradientLARS(exclusions.ExclusionProperties):
                  exclude_from_weight_decay=(),
                  exclude_from_layer_adaptation=(), multi_tensor=True):
         if isinstance(threshold, (chainer.Optimizer, chainer.UpdateRule)):
-            # Chainer calling the class registered by add_hook(GradientLARS)
             raise TypeError(
                 'GradientLARS was registered as a class: register an instance,'
                 ' add_hook(chainer_lars.GradientLARS()) with the parentheses')
