@@ -142,8 +142,7 @@ def addressed(path, weight, grad, states=(), written=('weight',),
                 weight, numpy.ndarray) and a.device != weight.device:
             raise ValueError('{}: the {} is on {} but the weight on {}'.format(
                 path, name, a.device, weight.device))
-    for name, a in (('weight', weight),) + named:
-        # CuPy arrays have no writeable flag: device memory always is.
+    for name, a in (('weight', weight),) + named:  # CuPy's: always writeable
         if name in written and not getattr(a.flags, 'writeable', True):
             raise ValueError('{}: the {} is read-only (output array is '
                              'read-only)'.format(path, name))
