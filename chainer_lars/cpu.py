@@ -38,8 +38,7 @@ def backend():
 
 
 def native(a, dtype=None):
-    """``a`` as a native, C-contiguous, aligned array (of ``dtype``, else
-    its own): itself, or a copy."""
+    """``a`` if native, C-contiguous, aligned (of ``dtype``), else a copy."""
     dtype = a.dtype.newbyteorder('=') if dtype is None else dtype
     return a if checks.direct(dtype, (a,)) else numpy.array(
         a, dtype=dtype, order='C')
