@@ -127,10 +127,9 @@ class Plan(object):
                  '_by_key', '_depends', '_objects', '_values')
 
     def __init__(self, params, depends=None):
-        self._depends = depends  # None: the arrays ``params`` alone
+        self._depends, self._by_key, self.record = depends, {}, None
         self._objects, self._values = depends(params) if depends else (
-            [params], ())
-        self._by_key, self.record = {}, None
+            [params], ())  # no depends: the arrays ``params`` alone
         self.groups, self.where, self.others = [], [], []
 
     def add(self, key, device, op, path, param, rule, weight, states=(),
