@@ -407,9 +407,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             params, grads = list(self.target.params()), None
         self.t += 1
         self._stepped = self.is_safe_to_update()
-        unbatched = (self._update_params(params, grads) if self._stepped
-                     else params)
-        self._reallocate(unbatched)
+        self._reallocate(self._update_params(params, grads) if self._stepped
+                         else params)  # the unbatched
         self.call_hooks('post')
         self.update_loss_scale()
 
@@ -434,8 +433,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
                     own) > 1 and not _equal(r._own_checked, (own, p.dtype))):
                 self._check_values(own, ' of ' + (r._path or p.name))
                 r._fill_rows(L.rows(1), [r._RULE_VALUES(r)], [r.t + 1],
-                             r.uses_weight_decay, [r._path or p.name],
-                             p.dtype)  # as its row
+                             r.uses_weight_decay, [r._path or p.name], p.dtype)
                 r._own_checked = (dict(own), p.dtype)
 
     @classmethod
