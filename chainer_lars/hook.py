@@ -22,8 +22,7 @@ class _RuleDelegate(object):
     (mixed16), or rescales it there once the rule has divided out the loss
     scale (``n`` times where listed ``n`` times; later updates take it)."""
 
-    timing = 'pre'
-    _before = _armed = None
+    timing, _before, _armed = 'pre', None, None
 
     def __init__(self, hook):
         self.hook = weakref.ref(hook)  # the model holds us, not the hook
@@ -169,8 +168,7 @@ class GradientLARS(exclusions.ExclusionProperties):
 
     @engine.raw_arrays
     def __call__(self, owner, param=None):  # (optimizer) or (rule, param)
-        # timing='post' (add_hook gives us no way to see it): refused here.
-        hookable = getattr(owner, '_hookable', None)
+        hookable = getattr(owner, '_hookable', None)  # add_hook hides timing
         if self in getattr(hookable, '_post_update_hooks', {}).values():
             raise ValueError("GradientLARS rescales the gradients before the "
                              "update: register it with timing='pre' or 'auto' "
