@@ -205,9 +205,8 @@ class Record(object):
         scaled = [g.scaled for g in self.groups]
         if scaled != self.scaled:
             for group, a, b in zip(self.groups, self.bounds, self.bounds[1:]):
-                writes = 1 in L.written(group.op, group.scaled, group.mixed16)
-                self.grads[_jit().EXPECT + 2, a:b] = _DIRECT | (
-                    _WRITEABLE if writes else 0)
+                self.grads[_jit().EXPECT + 2, a:b] = _DIRECT | _WRITEABLE * (
+                    1 in L.written(group.op, group.scaled, group.mixed16))
             self.scaled = scaled
 
 
