@@ -48,8 +48,7 @@ class WarmupPolynomialShift(extension.Extension):
 
     """
 
-    trigger = 1, 'iteration'
-    _set = None  # the optimizer that initialize() found
+    trigger, _set = (1, 'iteration'), None  # _set: initialize()'s optimizer
 
     def __init__(self, attr, warmup_count, max_count, power=2.0, init=None,
                  end=0.0, optimizer=None):
