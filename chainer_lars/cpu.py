@@ -120,6 +120,8 @@ LIKES = {(numpy.dtype(w), numpy.dtype(g)): tuple(numpy.empty(0, t) for t in (
 _NDARRAY, _NONE = id(numpy.ndarray), id(None)
 #: NumPy's flags: C-contiguous and aligned; writeable.
 _DIRECT, _WRITEABLE = 0x1 | 0x100, 0x400
+#: The refusal of an array that code moved while the engine checked it.
+MOVED = '{}: an array moved or changed in memory during the checks'
 
 
 class _Table(object):
@@ -152,21 +154,33 @@ class Record(object):
     """The stamps of a plan's arrays (``held``) and what each row expects
     of a gradient (``grads``), read by ``_numba.restamp`` in one call."""
 
-    def __init__(self, groups):
+    def __init__(self, groups, old=None):
         jit, self.groups = _jit(), groups
-        held = [(k, a, j) for k, g in enumerate(groups)
-                for w, states, x in zip(g.weights, g.states, g.extras)
-                for j, a in enumerate((w,) + states + (x,) * (x is not None))]
+        if old is not None:  # its stamps match no array (if this one fails)
+            old.held[:, jit.STAMPED + jit.DATA] = -1
+        held = [(k, a, r, c) for k, g in enumerate(groups) for r, (
+            w, states, x) in enumerate(zip(g.weights, g.states, g.extras))
+            for c, a in zip((L.W, L.V, L.V2)[:1 + len(states)] + (L.OUT,), (
+                w,) + states + (x,) * (x is not None))]
         self.held = numpy.zeros((len(held), jit.STAMPED + jit.STAMP),
                                 numpy.int64)
-        self.held[:, [jit.ID, jit.GROUP]] = [(id(a), k) for k, a, _ in held]
-        self.dtypes = [a.dtype for _, a, _ in held]  # stamped by address
+        self.held[:, [jit.ID, jit.GROUP]] = [(id(h[1]), h[0]) for h in held]
+        self.dtypes = [h[1].dtype for h in held]  # stamped by address
         jit.stamp(self.held, _NDARRAY)
+        for (k, _, r, c), d, now in zip(  # each as its table took it (code
+                held, self.dtypes, self.held[:, jit.STAMPED:]):  # ran since)
+            g, t = groups[k], groups[k].state.table[r]
+            need = _DIRECT | (_WRITEABLE if c or g.op else 0)  # (hook: w read)
+            if t[c] and (now[jit.DATA], now[jit.SIZE], now[jit.DESCR], d, now[
+                    jit.FLAGS] & need) != (t[c], t[L.SIZE], id(d), g.gdtype if
+                                           c == L.OUT and g.op else g.dtype,
+                                           need):
+                raise RuntimeError(MOVED.format(g.paths[r]))
         self.changed = numpy.zeros(len(groups), numpy.int64)
         # A row a field (one layout, one compile): ids, addresses, ...
         self.grads = numpy.zeros((jit.EXPECT + 5, sum(map(len, groups))),
                                  numpy.int64)
-        rows = [i for i, (_, _, j) in enumerate(held) if j == 0]  # weights
+        rows = [i for i, h in enumerate(held) if h[3] == L.W]  # weights
         self.grads[jit.EXPECT + 4] = self.held[rows, jit.STAMPED + jit.SHAPE]
         self.gids = self.grads[jit.GID]
         self.bounds = numpy.cumsum([0] + list(map(len, groups))).tolist()

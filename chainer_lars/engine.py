@@ -210,8 +210,8 @@ def update(plan, grads):
     """A plan's groups' update, all checked first; each one's rows left.
     No collection runs ``gc.callbacks`` or finalizers in it."""
     groups, collecting = plan.groups, gc.isenabled()
-    gc.disable()  # (a collection's code could move an array taken)
     try:
+        gc.disable()  # (a collection's code could move an array taken)
         if len(groups) == 1 and groups[0].executor.update(plan, grads[0]):
             return [[]]
         gptrs, missing = _taken(plan, grads)
@@ -220,8 +220,7 @@ def update(plan, grads):
         for group, p, route in zip(  # the same after the checks (arrays' code)
                 groups, _taken(plan, grads)[0], routes) if missing else ():
             for path in itertools.compress(group.paths, p != route[0]):
-                raise RuntimeError('{}: the gradient moved in memory during '
-                                   'the checks; no array changed'.format(path))
+                raise RuntimeError(cpu.MOVED.format(path))
         for group, route in zip(groups, routes):  # every loop on the addresses
             if group.last.copies:  # taken before an array's code (an ndarray
                 group.last.copies = {}  # subclass's) writes a copy back
@@ -242,7 +241,7 @@ def _taken(plan, grads):
         if found is None:
             for group in [g for g in executor.changed(plan) if not g.check()]:
                 group.refresh(True)  # all checked first: no table made of some
-            plan.record = cpu.Record(plan.record.groups)  # restamped
+            plan.record = cpu.Record(plan.record.groups, plan.record)
             found = executor.take(plan, picked, [grads[k] for k in ks])
         missing += found[1]
         for k, gptr in zip(ks, found[0]):

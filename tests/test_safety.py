@@ -1069,6 +1069,7 @@ def test_an_arrays_property_moving_a_taken_buffer_is_not_written(face, moved):
     out = lines('''
         import gc
         N = 1 << 24  # a buffer of its own (mmap): unmapped when it moves
+        blocks = []  # (where mremap would grow it in place)
 
         class Moving(np.ndarray):
             victim = None
@@ -1077,10 +1078,12 @@ def test_an_arrays_property_moving_a_taken_buffer_is_not_written(face, moved):
             def shape(self):
                 if sys._getframe(1).f_code.co_name == 'addressed':
                     v, Moving.victim = Moving.victim, None
-                    if v is not None:
-                        kept = v.copy()
-                        v.resize((4 * N,), refcheck=False)
-                        v.resize((N,), refcheck=False)
+                    if v is not None:  # moved in place, the same object
+                        old, kept = v.ctypes.data, v.copy()
+                        while v.ctypes.data == old:
+                            v.resize((4 * N,), refcheck=False)
+                            v.resize((N,), refcheck=False)
+                            blocks.append(np.ones(4 * N, np.float32))
                         v[...] = kept  # the values it had, elsewhere
                 return np.ndarray.shape.__get__(self)
 
@@ -1116,8 +1119,8 @@ def test_an_arrays_property_moving_a_taken_buffer_is_not_written(face, moved):
     assert out[:4] == ['OK', 'CHANGED'] * 2, out
     if moved == 'gradient':
         assert out[4:6] == [
-            'ERROR RuntimeError /p1: the gradient moved in memory during the '
-            'checks; no array changed', 'UNCHANGED'], out
+            'ERROR RuntimeError /p1: an array moved or changed in memory '
+            'during the checks', 'UNCHANGED'], out
         assert out[6] == 'True True', out
         assert out[-1] == 'False True', out
     else:  # stepped as if nothing moved
@@ -1179,3 +1182,70 @@ def test_no_collection_runs_code_between_taken_addresses_and_loops(face):
               gc.isenabled())
     '''.format(face=face))
     assert out == ['1 True', 'True False'], out
+
+
+@pytest.mark.parametrize('when', ['build', 'refresh', 'unchanged'])
+@pytest.mark.parametrize('face', ['hook', 'LARS', 'LAMB'])
+def test_a_weight_moved_between_its_table_and_its_stamp_is_refused(
+        face, when):
+    """A CPU table takes the weights' addresses, then the plan's record
+    stamps them; code between the two (an ndarray subclass weight's
+    ``dtype`` property, as the record reads it, or as the checks of a
+    group made again read it) moved another weight: the stamp took the
+    new address, the table kept the freed one, and the loop wrote it. The
+    record now refuses a stamp that is not what its table took, naming
+    the parameter, before any array changes; the update after it is
+    made on a plan built again."""
+    out = lines('''
+        N = 1 << 24  # a buffer of its own (mmap): unmapped when it moves
+        kept = []
+
+        def relocate(v):  # in place, the same object, until it moves
+            old, values = v.ctypes.data, v.copy()
+            while v.ctypes.data == old:
+                v.resize((4 * N,), refcheck=False)
+                v.resize((N,), refcheck=False)
+                kept.append(np.ones(4 * N, np.float32))  # (mremap's room)
+            v[...] = values
+
+        class Moving(np.ndarray):
+            victim, where = None, 'Record' if '{when}' != 'unchanged' else (
+                'addressed')
+
+            @property
+            def dtype(self):
+                for f in (sys._getframe(1), sys._getframe(2)):  # (listcomp)
+                    if Moving.victim is not None and Moving.where in (
+                            f.f_code.co_name, type(f.f_locals.get('self'))
+                            .__name__):
+                        v, Moving.victim = Moving.victim, None
+                        relocate(v)
+                        print('moved', flush=True)
+                return np.ndarray.dtype.__get__(self)
+
+        m = chainer.Link()
+        with m.init_scope():  # p0 and p2 a group; p1 (float64) another
+            m.p0 = chainer.Parameter(np.ones(4, np.float32).view(Moving))
+            m.p2 = chainer.Parameter(np.ones(N, np.float32))
+            m.p1 = chainer.Parameter(np.linspace(1, 2, N).copy())
+        if '{face}' == 'hook':
+            o = chainer.optimizers.SGD(lr=0.1).setup(m)
+            o.add_hook(chainer_lars.GradientLARS())
+        else:
+            o = getattr(chainer_lars, '{face}')().setup(m)
+        at = {at}  # the batched plan's first update, or one after it
+        for i in range(4):
+            m.p0.grad = np.full(4, 0.5, np.float32)
+            m.p2.grad = np.full(N, 0.5, np.float32)
+            m.p1.grad = np.full(N, 0.25)
+            if i == at and '{when}' != 'build':  # made again: p2 moved
+                relocate(m.p2.array)
+            Moving.victim = m.p1.array if i == at else None
+            outcome(o.update, m.p0.array, m.p1.array, m.p2.array)
+        print(np.isfinite(m.p1.array).all())
+    '''.format(face=face, when=when, at=(face != 'hook') + (when != 'build')))
+    at = (face != 'hook') + (when != 'build')
+    assert out == ['OK', 'CHANGED'] * at + [
+        'moved', 'ERROR RuntimeError /p1: an array moved or changed in '
+        'memory during the checks', 'UNCHANGED'] + ['OK', 'CHANGED'] * (
+            3 - at) + ['True'], out
