@@ -170,11 +170,13 @@ class Record(object):
         for (k, _, r, c), d, now in zip(  # each as its table took it (code
                 held, self.dtypes, self.held[:, jit.STAMPED:]):  # ran since)
             g, t = groups[k], groups[k].state.table[r]
+            if c == L.W:  # (its row's first)
+                shape = now[jit.SHAPE]
             need = _DIRECT | (_WRITEABLE if c or g.op else 0)  # (hook: w read)
-            if t[c] and (now[jit.DATA], now[jit.SIZE], now[jit.DESCR], d, now[
-                    jit.FLAGS] & need) != (t[c], t[L.SIZE], id(d), g.gdtype if
-                                           c == L.OUT and g.op else g.dtype,
-                                           need):
+            if t[c] and (now[jit.DATA], now[jit.SIZE], now[jit.SHAPE], now[
+                    jit.DESCR], d, now[jit.FLAGS] & need) != (
+                        t[c], t[L.SIZE], shape, id(d), g.gdtype if
+                        c == L.OUT and g.op else g.dtype, need):
                 raise RuntimeError(MOVED.format(g.paths[r]))
         self.changed = numpy.zeros(len(groups), numpy.int64)
         # A row a field (one layout, one compile): ids, addresses, ...

@@ -1249,3 +1249,100 @@ def test_a_weight_moved_between_its_table_and_its_stamp_is_refused(
         'moved', 'ERROR RuntimeError /p1: an array moved or changed in '
         'memory during the checks', 'UNCHANGED'] + ['OK', 'CHANGED'] * (
             3 - at) + ['True'], out
+
+
+@pytest.mark.parametrize('face', ['LARS', 'LAMB'])
+def test_a_refused_record_leaves_no_old_stamps_to_match(face):
+    """A weight moved before an update (its table taken again), then moved
+    back, freeing the new buffer, by code inside the new record: the new
+    record is refused, and the record it replaces would match every array
+    again beside a table that holds the freed buffer (the next update
+    wrote there, or crashed). The replaced record matches no array: the
+    next update builds the tables again. (The hook only reads the weight,
+    from memory that may be in use again: the values it reads are not a
+    reliable witness.)"""
+    out = lines('''
+        from chainer_lars.cpu import Record
+        N = 1 << 24
+        first = bytearray(4 * N)  # p2's buffer, kept alive throughout
+        back = []
+
+        class Moving(np.ndarray):
+            @property
+            def dtype(self):
+                for f in (sys._getframe(1), sys._getframe(2)):  # (listcomp)
+                    if back and isinstance(f.f_locals.get('self'), Record):
+                        values = np.array(back.pop().array)
+                        m.p2.array.data = first  # the other one freed
+                        m.p2.array[...] = values
+                        print('back', flush=True)
+                return np.ndarray.dtype.__get__(self)
+
+        m = chainer.Link()
+        with m.init_scope():
+            m.p0 = chainer.Parameter(np.ones(4, np.float32).view(Moving))
+            w = np.frombuffer(bytearray(4 * N), np.float32)
+            w.data = first  # (its flags as after the moves below)
+            m.p2 = chainer.Parameter(w)
+            m.p1 = chainer.Parameter(np.linspace(1, 2, 8))
+        m.p2.array[...] = 1
+        if '{face}' == 'hook':
+            o = chainer.optimizers.SGD(lr=0.1).setup(m)
+            o.add_hook(chainer_lars.GradientLARS())
+        else:
+            o = chainer_lars.{face}().setup(m)
+        for i in range(5):
+            m.p0.grad = np.full(4, 0.5, np.float32)
+            m.p2.grad = np.full(N, 0.5, np.float32)
+            m.p1.grad = np.full(8, 0.25)
+            if i == {at}:  # (the hook's plan is made at the first update)
+                values = np.array(m.p2.array)
+                m.p2.array.data = bytearray(4 * N)  # its only reference
+                m.p2.array[...] = values
+                back.append(m.p2)
+            outcome(o.update, m.p2.array)
+        print(np.isfinite(m.p2.array).all(), (m.p2.array < 1).all())
+    '''.format(face=face, at=1 if face == 'hook' else 2))
+    at = 1 if face == 'hook' else 2
+    assert out == ['OK', 'CHANGED'] * at + [
+        'back', 'ERROR RuntimeError /p2: an array moved or changed in memory '
+        'during the checks', 'UNCHANGED'] + ['OK', 'CHANGED'] * (4 - at) + [
+            'True True'], out
+
+
+@pytest.mark.parametrize('face', ['LARS', 'LAMB'])
+def test_a_weight_reshaped_between_its_table_and_its_stamp_is_refused(face):
+    """A weight reshaped in place (the same size and address) by code run
+    between its table and its stamp kept its states of the old shape, and
+    every later update matched the stamps: it stepped where Chainer
+    refuses the states' shape. The record compares the shapes too."""
+    out = lines('''
+        from chainer_lars.cpu import Record
+        go = []
+
+        class Moving(np.ndarray):
+            @property
+            def dtype(self):
+                for f in (sys._getframe(1), sys._getframe(2)):  # (listcomp)
+                    if go and isinstance(f.f_locals.get('self'), Record):
+                        go.pop().shape = (16,)
+                return np.ndarray.dtype.__get__(self)
+
+        m = chainer.Link()
+        with m.init_scope():
+            m.p0 = chainer.Parameter(np.ones(4, np.float32).view(Moving))
+            m.p2 = chainer.Parameter(np.ones((4, 4), np.float32))
+        o = chainer_lars.{face}().setup(m)
+        for i in range(4):
+            m.p0.grad = np.full(4, 0.5, np.float32)
+            m.p2.grad = np.full(m.p2.shape, 0.5, np.float32)
+            if i == 1:
+                go.append(m.p2.array)
+            outcome(o.update, m.p2.array.ravel())  # (a view: its values)
+    '''.format(face=face))
+    states = 'momentum buffer' if face == 'LARS' else 'first moment'
+    assert out[:4] == ['OK', 'CHANGED', 'ERROR RuntimeError /p2: an array '
+                       'moved or changed in memory during the checks',
+                       'UNCHANGED'], out
+    assert out[4].startswith('ERROR ValueError /p2: the {} has shape (4, 4) '
+                             'but the weight (16,)'.format(states)), out
