@@ -5,6 +5,7 @@ failure, not the end of the run; tests/forked.py)."""
 import re
 import textwrap
 
+import numpy
 import pytest
 
 from tests import forked
@@ -1251,6 +1252,10 @@ def test_a_weight_moved_between_its_table_and_its_stamp_is_refused(
             3 - at) + ['True'], out
 
 
+@pytest.mark.skipif(
+    numpy.lib.NumpyVersion(numpy.__version__) >= '2.0.0',
+    reason="NumPy 2 has no ndarray.data assignment, the only way found to "
+    "put a buffer back at its old address")
 @pytest.mark.parametrize('face', ['LARS', 'LAMB'])
 def test_a_refused_record_leaves_no_old_stamps_to_match(face):
     """A weight moved before an update (its table taken again), then moved
