@@ -33,6 +33,19 @@ def same(before, *arrays):
         and np.array_equal(a, b, equal_nan=True))
         for a, b in zip(before, arrays))
 
+class InRecord(np.ndarray):
+    """Its ``dtype``, read in ``cpu.Record()``, runs ``then()`` first, once."""
+    then = None
+
+    @property
+    def dtype(self):
+        for f in (sys._getframe(1), sys._getframe(2)):  # (a listcomp's)
+            if InRecord.then and isinstance(f.f_locals.get('self'),
+                                            engine.cpu.Record):
+                then, InRecord.then = InRecord.then, None
+                then()
+        return np.ndarray.dtype.__get__(self)
+
 def outcome(fn, *arrays):
     """Prints the error of fn() and whether the arrays kept their values."""
     before = snapshot(*arrays)
@@ -1267,25 +1280,18 @@ def test_a_refused_record_leaves_no_old_stamps_to_match(face):
     from memory that may be in use again: the values it reads are not a
     reliable witness.)"""
     out = lines('''
-        from chainer_lars.cpu import Record
         N = 1 << 24
         first = bytearray(4 * N)  # p2's buffer, kept alive throughout
-        back = []
 
-        class Moving(np.ndarray):
-            @property
-            def dtype(self):
-                for f in (sys._getframe(1), sys._getframe(2)):  # (listcomp)
-                    if back and isinstance(f.f_locals.get('self'), Record):
-                        values = np.array(back.pop().array)
-                        m.p2.array.data = first  # the other one freed
-                        m.p2.array[...] = values
-                        print('back', flush=True)
-                return np.ndarray.dtype.__get__(self)
+        def back():
+            values = np.array(m.p2.array)
+            m.p2.array.data = first  # the other one freed
+            m.p2.array[...] = values
+            print('back', flush=True)
 
         m = chainer.Link()
         with m.init_scope():
-            m.p0 = chainer.Parameter(np.ones(4, np.float32).view(Moving))
+            m.p0 = chainer.Parameter(np.ones(4, np.float32).view(InRecord))
             w = np.frombuffer(bytearray(4 * N), np.float32)
             w.data = first  # (its flags as after the moves below)
             m.p2 = chainer.Parameter(w)
@@ -1304,7 +1310,7 @@ def test_a_refused_record_leaves_no_old_stamps_to_match(face):
                 values = np.array(m.p2.array)
                 m.p2.array.data = bytearray(4 * N)  # its only reference
                 m.p2.array[...] = values
-                back.append(m.p2)
+                InRecord.then = back
             outcome(o.update, m.p2.array)
         print(np.isfinite(m.p2.array).all(), (m.p2.array < 1).all())
     '''.format(face=face, at=1 if face == 'hook' else 2))
@@ -1322,27 +1328,16 @@ def test_a_weight_reshaped_between_its_table_and_its_stamp_is_refused(face):
     every later update matched the stamps: it stepped where Chainer
     refuses the states' shape. The record compares the shapes too."""
     out = lines('''
-        from chainer_lars.cpu import Record
-        go = []
-
-        class Moving(np.ndarray):
-            @property
-            def dtype(self):
-                for f in (sys._getframe(1), sys._getframe(2)):  # (listcomp)
-                    if go and isinstance(f.f_locals.get('self'), Record):
-                        go.pop().shape = (16,)
-                return np.ndarray.dtype.__get__(self)
-
         m = chainer.Link()
         with m.init_scope():
-            m.p0 = chainer.Parameter(np.ones(4, np.float32).view(Moving))
+            m.p0 = chainer.Parameter(np.ones(4, np.float32).view(InRecord))
             m.p2 = chainer.Parameter(np.ones((4, 4), np.float32))
         o = chainer_lars.{face}().setup(m)
         for i in range(4):
             m.p0.grad = np.full(4, 0.5, np.float32)
             m.p2.grad = np.full(m.p2.shape, 0.5, np.float32)
             if i == 1:
-                go.append(m.p2.array)
+                InRecord.then = lambda a=m.p2.array: setattr(a, 'shape', (16,))
             outcome(o.update, m.p2.array.ravel())  # (a view: its values)
     '''.format(face=face))
     states = 'momentum buffer' if face == 'LARS' else 'first moment'
