@@ -208,7 +208,7 @@ def settings(group, key, fill):
 
 def update(plan, grads):
     """A plan's groups' update, all checked first; each one's rows left.
-    No collection runs ``gc.callbacks`` or finalizers in it."""
+    No garbage collection (``gc.callbacks``, cycles' finalizers) in it."""
     groups, collecting = plan.groups, gc.isenabled()
     try:
         gc.disable()  # (a collection's code could move an array taken)
