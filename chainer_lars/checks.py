@@ -191,8 +191,8 @@ class CheckedHyperparameter(CheckedAttribute):
 
 
 def find_check(obj, attr):
-    """``check(value)`` of ``obj``'s checked attribute ``attr``, or None."""
-    found = getattr(type(obj), attr, None)
+    """``check(value)`` of checked ``attr`` of ``obj`` (or class), or None."""
+    found = getattr(obj if isinstance(obj, type) else type(obj), attr, None)
     return found.check if isinstance(found, CheckedAttribute) else None
 
 

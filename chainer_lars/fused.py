@@ -440,9 +440,9 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
     def _check_values(cls, own, of):
         """Checks the values set on a hyperparameter directly, by name."""
         for name, value in own.items():
-            found = getattr(cls, name, None)
-            if isinstance(found, checks.CheckedAttribute):
-                found.check(value, '{} hyperparameter {}{}'.format(
+            check = checks.find_check(cls, name)
+            if check is not None:
+                check(value, '{} hyperparameter {}{}'.format(
                     cls._face, name, of))
 
     def _check_finite(self, params, grads):

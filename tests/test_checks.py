@@ -172,6 +172,7 @@ def test_find_check():
     holder = Holder()
     assert checks.find_check(holder, 'positive')(3) == 3.0
     assert checks.find_check(HyperparamHolder(), 'lr')(0) == 0.0
+    assert checks.find_check(HyperparamHolder, 'lr')(0) == 0.0  # a class
     assert checks.find_check(holder, 'flag')(numpy.bool_(False)) is False
     # Not a checked attribute, or no attribute at all.
     assert checks.find_check(optimizer.Hyperparameter(), 'lr') is None
