@@ -124,8 +124,8 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
 
     """What the faces' rules share: flags, ``STATES``, master copies in
     snapshots, the engine's ``OP`` on a plan of one array. A face's rule has
-    ``_DEFAULTS``, ``_VALUES``, ``_RULE_VALUES``, ``_STEPPED``, ``_fill_rows``
-    (rows, values, steps, uses_wd, paths, dtype); ``_lost``: rounded paths."""
+    ``_DEFAULTS``, ``_VALUES``, ``_STEPPED``, ``_fill_rows`` (rows, values,
+    steps, uses_wd, paths, dtype); ``_lost``: rounded paths."""
 
     is_elementwise = True  # a layout permutes elements: no norm changes
     _lost = _own_checked = None
@@ -188,7 +188,7 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
         # Only the parent's values: read directly (3 us of 10 per array).
         own = self.hyperparam.__dict__
         values = (self._VALUES(own['_parent']) if len(own) == 1
-                  and '_parent' in own else self._RULE_VALUES(self))
+                  and '_parent' in own else self._VALUES(self.hyperparam))
         engine.settings(group, (values, [None], [self.t] if self._STEPPED
                                 else None, self.uses_weight_decay,
                                 self.uses_adaptation), self._fill_group)
@@ -432,7 +432,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             if own and r.enabled and p.raw_array is not None and (every or len(
                     own) > 1 and not _equal(r._own_checked, (own, p.dtype))):
                 self._check_values(own, ' of ' + (r._path or p.name))
-                r._fill_rows(L.rows(1), [r._RULE_VALUES(r)], [r.t + 1],
+                r._fill_rows(L.rows(1), [r._VALUES(r.hyperparam)], [r.t + 1],
                              r.uses_weight_decay, [r._path or p.name], p.dtype)
                 r._own_checked = (dict(own), p.dtype)
 
@@ -528,7 +528,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         values = cls._VALUES(base)
         if (list(map(_HYPER_PARENT, rules)).count(base) != len(rules)
                 or sum(map(len, map(_HYPER_OWN, rules))) != len(rules)):
-            values = list(map(cls._RULE_VALUES, rules))
+            values = [cls._VALUES(r.hyperparam) for r in rules]
         return (values, list(map(engine.LOSS_SCALE, group.params)),
                 [r.t + 1 for r in rules] if cls._STEPPED else None)
 

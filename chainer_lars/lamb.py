@@ -65,7 +65,6 @@ class LAMBRule(fused.FusedRule):
 
     _face, STATES, OP, _STEPPED = 'LAMB', ('m', 'v'), L.LAMB, True
     _VALUES = operator.attrgetter(*_HYPER)
-    _RULE_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
     _DEFAULTS, _fill_rows = _default_hyperparam, staticmethod(_fill_rows)
     alpha_t, lr = property(_alpha_t), property(_alpha_t)
     _fits = staticmethod(lambda h: numpy.float32(min(h.eps, 1)) != 0)

@@ -50,7 +50,6 @@ class LARSRule(fused.FusedRule):
 
     _face, STATES, OP, _STEPPED = 'LARS', ('v',), L.STEP, False
     _VALUES = operator.attrgetter(*_HYPER)
-    _RULE_VALUES = operator.attrgetter(*('hyperparam.' + n for n in _HYPER))
     _DEFAULTS, _fill_rows = _default_hyperparam, staticmethod(_fill_rows)
 
 
