@@ -224,7 +224,6 @@ _RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
                                   'uses_adaptation', '_use_fp32_update')
 _HYPER_PARENT = operator.attrgetter('hyperparam._parent')
 _HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
-_PARAM_OWN = operator.attrgetter('update_rule.hyperparam.__dict__')
 _STATE = operator.attrgetter('_state')
 _MASTER_DATA = operator.attrgetter('_fp32_param._data')
 _DATA = operator.attrgetter('_data')
@@ -422,8 +421,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
             checks.count('the step count t of ' + (  # LAMB's: NaN
                 p.update_rule._path or p.name), p.update_rule.t)
         try:  # at C speed: usually every rule reads its parent's alone
-            if not every and sum(map(len, map(_PARAM_OWN, params))) == len(
-                    params):
+            if not every and sum(map(len, map(_HYPER_OWN, map(
+                    engine.UPDATE_RULE, params)))) == len(params):
                 return
         except (AttributeError, TypeError):  # no rule, or another kind
             pass
