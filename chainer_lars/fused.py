@@ -224,7 +224,6 @@ _RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
                                   'uses_adaptation', '_use_fp32_update')
 _HYPER_PARENT = operator.attrgetter('hyperparam._parent')
 _HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
-_STATE = operator.attrgetter('_state')
 _MASTER_DATA = operator.attrgetter('_fp32_param._data')
 _DATA = operator.attrgetter('_data')
 # Rules keep their hooks in dicts changed in place: their lengths count.
@@ -279,7 +278,7 @@ def _depends(states, mixed16, reassigned, params):
     for k, copy in zip(reassigned, masters([rules[k] for k in reassigned])):
         objects[2][k] = copy  # per rule: Chainer's fp32 update assigns w anew
     try:  # at C speed: a plan compares these at every update
-        dicts = list(map(_STATE, rules))
+        dicts = list(map(operator.attrgetter('_state'), rules))
         objects += [list(map(dict.get, dicts, [key] * len(dicts)))
                     for key in states]
         values = [list(map(_RULE_FLAGS, rules))] + [
