@@ -61,10 +61,9 @@ def read(serializer, key, value=None, missing=None):
 def serialize_master(rule, serializer, device=None):
     """Saves or loads ``rule``'s float32 master copy, if any (a new one
     sent to ``device``, where the rule uses one: ``use_fp32_update()``)."""
-    current = getattr(rule._fp32_param, 'array', None)  # None: no copy
     if isinstance(serializer, chainer.serializer.Serializer):
-        if current is not None:
-            serializer('fp32_param', current)
+        if getattr(rule._fp32_param, 'array', None) is not None:  # a copy
+            serializer('fp32_param', rule._fp32_param.array)
         return
     value = read(serializer, 'fp32_param')  # (strict=False: None too)
     if value is None or rule._use_fp32_update:  # None: made anew
