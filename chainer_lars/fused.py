@@ -202,12 +202,11 @@ class FusedRule(_RefusesGradientLARS, optimizer.UpdateRule):
     @classmethod
     def _fill_group(cls, group, key):
         """Fills rows from ``(values, loss scales, steps[, flags])``."""
-        values, scales, steps = key[:3]
         if len(key) > 3:
             group.uses_wd[:], group.adapt[:] = key[3:]
-        group.rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in scales]
+        group.rows[:, L.LOSS_SCALE] = [1.0 if s is None else s for s in key[1]]
         group.rows[:, L.ADAPT] = group.adapt
-        cls._fill_rows(group.rows, values, steps, group.uses_wd, group.paths,
+        cls._fill_rows(group.rows, key[0], key[2], group.uses_wd, group.paths,
                        group.dtype)
 
 
