@@ -388,10 +388,8 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         if lossfun is not None:  # the gradients kept if a rule's refused
             self._check_rules(list(self.target.params()))
             loss = lossfun(*args, **kwds)
-            if getattr(self, '_use_cleargrads', True):
-                self.target.cleargrads()
-            else:
-                self.target.zerograds()
+            (self.target.cleargrads if getattr(self, '_use_cleargrads', True)
+             else self.target.zerograds)()
             loss.backward(loss_scale=self._loss_scale)
             del loss
         params = list(self.target.params())
