@@ -120,12 +120,11 @@ class LAMB(fused.FusedMethod):
 
     _rule, _face = LAMBRule, 'LAMB'
 
-    def __init__(self, alpha=_D.alpha, beta1=_D.beta1, beta2=_D.beta2,
-                 eps=_D.eps, eta=_D.eta,
-                 weight_decay_rate=_D.weight_decay_rate,
-                 exclude_from_weight_decay=(),
-                 exclude_from_layer_adaptation=(), multi_tensor=True,
-                 **unexpected):
+    def __init__(
+            self, alpha=_D.alpha, beta1=_D.beta1, beta2=_D.beta2, eps=_D.eps,
+            eta=_D.eta, weight_decay_rate=_D.weight_decay_rate,
+            exclude_from_weight_decay=(), exclude_from_layer_adaptation=(),
+            multi_tensor=True, **unexpected):
         checks.unexpected('LAMB', unexpected, {
             'lr': "its rate is alpha, as in chainer.optimizers.Adam (lr "
                   "is read only: the bias-corrected rate); LAMB(alpha=...)",
