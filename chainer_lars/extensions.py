@@ -131,10 +131,9 @@ class WarmupPolynomialShift(extension.Extension):
         if init is not None and (init >= 0) != (self._end >= 0) and self._end:
             raise ValueError(
                 'end must not be {} when init is {} ({!r}): the schedule '
-                'would take {} through 0; got end={!r}'.format(
-                    'negative' if init >= 0 else 'positive',
-                    'non-negative' if init >= 0 else 'negative', init,
-                    self._attr, self._end))
+                'would take {} through 0; got end={!r}'.format(*(
+                    ('negative', 'non-negative') if init >= 0 else
+                    ('positive', 'negative')), init, self._attr, self._end))
 
     def _check_values(self, optimizer, init):
         check = checks.find_check(optimizer, self._attr) or float  # any real
