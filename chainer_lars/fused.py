@@ -220,7 +220,6 @@ def _equal(a, b):
 
 _RULE_FLAGS = operator.attrgetter('enabled', 'uses_weight_decay',
                                   'uses_adaptation', '_use_fp32_update')
-_HYPER_PARENT = operator.attrgetter('hyperparam._parent')
 _HYPER_OWN = operator.attrgetter('hyperparam.__dict__')
 _MASTER_DATA = operator.attrgetter('_fp32_param._data')
 _DATA = operator.attrgetter('_data')
@@ -520,8 +519,7 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         """Values, loss scales and (stepped) steps of a group's rows."""
         rules, base, cls = group.rules, self.hyperparam, self._rule
         values = cls._VALUES(base)
-        if (list(map(_HYPER_PARENT, rules)).count(base) != len(rules)
-                or sum(map(len, map(_HYPER_OWN, rules))) != len(rules)):
+        if list(map(_HYPER_OWN, rules)).count({'_parent': base}) != len(rules):
             values = [cls._VALUES(r.hyperparam) for r in rules]
         return (values, list(map(engine.LOSS_SCALE, group.params)),
                 [r.t + 1 for r in rules] if cls._STEPPED else None)
