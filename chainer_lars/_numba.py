@@ -261,7 +261,9 @@ def rescale_row(row, obs, w, g, out, mixed, like_c):
         row[L.REQUIRE_GRAD] != 0.0, row[L.CLIP_LR])
     obs[0], obs[1], obs[2] = r, w_norm, g_norm
     c = r * (s * row[L.WEIGHT_DECAY])
-    if c != 0.0 or r != 1.0:
+    if math.isinf(compute(like_c, r)):  # past float32's range: in float64
+        scale_add(out, r, w, c)
+    elif c != 0.0 or r != 1.0:
         scale_add(out, compute(like_c, r), w, compute(like_c, c))
 
 
@@ -276,10 +278,13 @@ def step_row(row, obs, w, g, v, h, mixed, like_c):
                         row[L.TRUST_COEFFICIENT], row[L.THRESHOLD],
                         row[L.REQUIRE_GRAD] != 0.0, row[L.CLIP_LR])
     obs[0], obs[1], obs[2] = r, w_norm, g_norm
-    a = row[L.LR] * r
-    a_c, b_c = compute(like_c, a), compute(like_c, a * row[L.WEIGHT_DECAY])
-    obs[3] = momentum_step(w, g, v, a_c, b_c, compute(like_c, row[
-        L.MOMENTUM]), row[L.NESTEROV] != 0.0, scale, inverse, h, mixed)
+    a, t = row[L.LR] * r, (row[L.NESTEROV] != 0.0, scale, inverse, h, mixed)
+    b, m = a * row[L.WEIGHT_DECAY], row[L.MOMENTUM]
+    if math.isinf(compute(like_c, a)):  # as rescale_row
+        obs[3] = momentum_step(w, g, v, a, b, m, *t)
+    else:
+        obs[3] = momentum_step(w, g, v, compute(like_c, a),
+                               compute(like_c, b), compute(like_c, m), *t)
 
 
 @numba.njit(**_JIT)
@@ -297,8 +302,9 @@ def lamb_row(row, obs, w, g, m, v, h, mixed, like_c):
     r = 1.0 if row[L.ADAPT] == 0.0 else trust_ratio(
         w_norm, r_norm, 0.0, 0.0, 1.0, 0.0, True, row[L.CLIP_LR])
     obs[0], obs[1], obs[2] = r, w_norm, r_norm
-    obs[3] = lamb_step(w, m, v, compute(like_c, row[L.LR] * r), c1, c2, eps,
-                       wd, h, mixed)
+    a, t = row[L.LR] * r, (c1, c2, eps, wd, h, mixed)
+    obs[3] = (lamb_step(w, m, v, a, *t) if math.isinf(compute(like_c, a))
+              else lamb_step(w, m, v, compute(like_c, a), *t))  # as above
 
 
 @numba.njit(**_JIT)

@@ -63,7 +63,8 @@ def _lamb(row, obs, w, g, m, v, ct):
     if row[L.ADAPT]:
         obs[0] = ratio.trust_ratio(obs[1], obs[2], 0.0, 0.0, 1.0, 0.0, True,
                                    row[L.CLIP_LR])
-    return w - ct(row[L.LR] * obs[0]) * r
+    a = row[L.LR] * obs[0]  # past float32's range: in float64
+    return w - (a * r.astype(float) if math.isinf(ct(a)) else ct(a) * r)
 
 
 def _momentum(row, obs, op, w, g, v, ct):
@@ -79,6 +80,7 @@ def _momentum(row, obs, op, w, g, v, ct):
     obs[:3] = r, w_norm, g_norm
     p = r if op == L.RESCALE else row[L.LR] * r
     q = p * (s * row[L.WEIGHT_DECAY])  # the hook's g holds the loss scale
+    ct = numpy.float64 if math.isinf(ct(p)) else ct  # past float32's range
     u = ct(p) * g.astype(ct)
     if q != 0:  # w unread where 0: 0 * inf would be NaN
         u += ct(q) * w.astype(ct)

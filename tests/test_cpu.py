@@ -22,6 +22,7 @@ from chainer_lars import cpu
 from chainer_lars import engine
 from chainer_lars import layout as L
 from chainer_lars import ratio
+from tests import lamb_reference as lamb_ref
 from tests import lars_reference as ref
 from tests import numba_util
 
@@ -182,6 +183,41 @@ def test_norms_accumulate_in_float64(dtype):
     norm = float(dtype(value)) * 1000 ** 0.5
     r = ref.trust_ratio(norm, norm, 0.0, 0.0, 0.5)  # 0.5
     numpy.testing.assert_allclose(obs[:3], [r, norm, norm], rtol=1e-12)
+
+
+@pytest.mark.usefixtures('cpu_backend')
+@pytest.mark.parametrize('face, w_scale, g_scale', [
+    ('hook', 1.0, 1e-43), ('LARS', 1.0, 1e-43), ('hook', 1e30, 1e-12),
+    ('LARS', 1e30, 1e-12), ('LAMB', 1e30, 1e-20)])
+def test_a_step_past_float32s_range_is_taken_in_float64(face, w_scale,
+                                                        g_scale):
+    """SPEC 4: finite inputs, a finite step. ``lr * r`` (the hook: ``r``)
+    can pass float32's 3.4e38 where its product with ``g`` does not: a
+    subnormal gradient with eps=0 and no weight decay (LARS's defaults
+    for an excluded array), or weights 1e42 times the gradient."""
+    w = (numpy.linspace(1, 2, 16) * w_scale).astype(numpy.float32)
+    g = (numpy.linspace(-1, 3, 16) * g_scale).astype(numpy.float32)
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(w.copy())
+    link.p.grad = g.copy()
+    opt = {'hook': lambda: chainer.optimizers.SGD(lr=1.0),
+           'LARS': lambda: chainer_lars.LARS(exclude_from_weight_decay=['p']),
+           'LAMB': chainer_lars.LAMB}[face]()
+    opt.setup(link)
+    if face == 'hook':
+        opt.add_hook(chainer_lars.GradientLARS(eps=0.0))
+    opt.update()
+    if face == 'hook':
+        testing.assert_allclose(link.p.grad, ref.hook_gradient(
+            w, g, eps=0.0), rtol=1e-6)
+        return
+    expected = (ref.lars_step(w, g, 0.0, 2.0, 0.9, 0.0, 1e-3, 0.0)[0]
+                if face == 'LARS' else
+                lamb_ref.lamb_step(w, g, 0.0, 0.0, 1, dtype=numpy.float32)[0])
+    w64 = w.astype(numpy.float64)
+    testing.assert_allclose(link.p.array - w64, expected - w64, rtol=1e-5,
+                            atol=float(numpy.spacing(w).max()))
 
 
 def _odd_layouts(dtype):
