@@ -409,11 +409,11 @@ class FusedMethod(_RefusesGradientLARS, exclusions.ExclusionProperties,
         """Rules' hyperparameter values, before the hooks and ``t``: their own
         once set; all, each time, where one may not fit a dtype (LAMB eps)."""
         every = self._checked is None  # (the optimizer's: see update())
-        for p in [p for p in params if isinstance(p.update_rule, self._rule)
-                  and p.update_rule.enabled and p.update_rule.t < 0] if (
-                      self._rule._STEPPED) else ():
-            checks.count('the step count t of ' + (  # LAMB's: NaN
-                p.update_rule._path or p.name), p.update_rule.t)
+        for p in params if self._rule._STEPPED else ():  # LAMB's: NaN steps
+            r = p.update_rule
+            if isinstance(r, self._rule) and r.enabled and (
+                    not r.t >= 0 or r.t % 1):  # -1, 0.5, NaN
+                checks.count('the step count t of ' + (r._path or p.name), r.t)
         try:  # at C speed: usually every rule reads its parent's alone
             if not every and sum(map(len, map(_HYPER_OWN, map(
                     engine.UPDATE_RULE, params)))) == len(params):

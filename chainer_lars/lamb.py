@@ -40,17 +40,18 @@ def _fill_rows(rows, values, steps, uses_wd, paths, dtype):
     v = numpy.empty((len(rows), len(_HYPER)))
     v[...] = values
     alpha, b1, b2, eps, eta, wd = v.T
+    t = numpy.asarray(steps, numpy.float64)
     with numpy.errstate(invalid='ignore'):
         ok = (numpy.isfinite(v).all(axis=1) & (v >= 0).all(axis=1)
               & (b1 < 1) & (b2 < 1) & (eps > 0))
+        whole = t % 1 == 0  # (not where t is not finite)
     for k in numpy.flatnonzero(~ok)[:1]:
         LAMB._check_values(dict(zip(_HYPER, v[k])), ' of ' + paths[k])
     ct = numpy.promote_types(numpy.float32, dtype)
     for k in numpy.flatnonzero(eps.astype(ct) == 0)[:1]:
         raise ValueError('eps of LAMB optimizer is too small for {} ({}), '
                          'at {}'.format(ct.name, eps[k], paths[k]))
-    t = numpy.asarray(steps, numpy.float64)
-    for k in numpy.flatnonzero(~(t >= 1))[:1]:  # a rule's t set below 0
+    for k in numpy.flatnonzero(~((t >= 1) & whole))[:1]:  # rule.t = -1, 0.5
         checks.count('the step count t of ' + paths[k], steps[k] - 1)
     rows[:, L.LR], rows[:, L.BETA1], rows[:, L.BETA2] = alpha * eta, b1, b2
     rows[:, L.CORRECTION1], rows[:, L.CORRECTION2] = 1 - b1 ** t, 1 - b2 ** t

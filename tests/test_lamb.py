@@ -785,13 +785,15 @@ def test_a_skipped_update_is_not_counted_in_the_bias_corrections(
 @pytest.mark.parametrize('multi_tensor', [True, False])
 @pytest.mark.parametrize('t, error, says', [
     (-1, ValueError, 'must be at least 0, got -1'),
-    (-0.5, TypeError, r'must be an int, not -0\.5 \(float\)')])
-def test_a_rules_step_count_set_below_zero_is_refused(multi_tensor, t,
-                                                      error, says):
+    (-0.5, TypeError, r'must be an int, not -0\.5 \(float\)'),
+    (1.5, TypeError, r'must be an int, not 1\.5 \(float\)')])
+def test_a_rules_step_count_not_a_count_is_refused(multi_tensor, t, error,
+                                                   says):
     """``rule.t = -1`` made the next step's bias correction ``1 - beta**0``,
     0: every weight NaN, without an error (Chainer's ``Adam`` refuses a
-    step count of 0 in its ``lr``). It is refused before the hooks, ``t``
-    and any weight move, at every update, on either path."""
+    step count of 0 in its ``lr``); ``rule.t = 1.5`` gave corrections of a
+    step that never is. It is refused before the hooks, ``t`` and any
+    weight move, at every update, on either path."""
     m = chainer.Link()
     with m.init_scope():
         m.p = chainer.Parameter(numpy.linspace(1, 2, 6, dtype='f'))
@@ -811,6 +813,9 @@ def test_a_rules_step_count_set_below_zero_is_refused(multi_tensor, t,
     assert all(numpy.array_equal(a, b) for a, b in zip(before, [
         a for p in m.params() for a in (p.array, p.grad)]))
     assert opt.t == 1 and m.p.update_rule.t == 1 and m.q.update_rule.t == t
+    with pytest.raises(error, match='^the step count t of /q ' + says):
+        m.q.update()  # alone: the rule refuses it before its step
+    numpy.testing.assert_array_equal(m.q.array, before[2])
     m.q.update_rule.enabled = False  # a rule not stepped is not refused
     opt.update()
     assert opt.t == 2 and m.p.update_rule.t == 2
