@@ -186,15 +186,17 @@ def test_norms_accumulate_in_float64(dtype):
 
 
 @pytest.mark.usefixtures('cpu_backend')
-@pytest.mark.parametrize('face, w_scale, g_scale', [
-    ('hook', 1.0, 1e-43), ('LARS', 1.0, 1e-43), ('hook', 1e30, 1e-12),
-    ('LARS', 1e30, 1e-12), ('LAMB', 1e30, 1e-20)])
+@pytest.mark.parametrize('face, w_scale, g_scale, wd', [
+    ('hook', 1.0, 1e-43, 0.0), ('hook', 1.0, 1e-43, 1e-43),
+    ('LARS', 1.0, 1e-43, 0.0), ('hook', 1e30, 1e-12, 0.0),
+    ('LARS', 1e30, 1e-12, 0.0), ('LAMB', 1e30, 1e-20, 0.0)])
 def test_a_step_past_float32s_range_is_taken_in_float64(face, w_scale,
-                                                        g_scale):
+                                                        g_scale, wd):
     """SPEC 4: finite inputs, a finite step. ``lr * r`` (the hook: ``r``)
     can pass float32's 3.4e38 where its product with ``g`` does not: a
     subnormal gradient with eps=0 and no weight decay (LARS's defaults
-    for an excluded array), or weights 1e42 times the gradient."""
+    for an excluded array), or weights 1e42 times the gradient. The
+    hook's weight decay of 1e-43 makes ``r wd w`` as large as ``r g``."""
     w = (numpy.linspace(1, 2, 16) * w_scale).astype(numpy.float32)
     g = (numpy.linspace(-1, 3, 16) * g_scale).astype(numpy.float32)
     link = chainer.Link()
@@ -206,11 +208,11 @@ def test_a_step_past_float32s_range_is_taken_in_float64(face, w_scale,
            'LAMB': chainer_lars.LAMB}[face]()
     opt.setup(link)
     if face == 'hook':
-        opt.add_hook(chainer_lars.GradientLARS(eps=0.0))
+        opt.add_hook(chainer_lars.GradientLARS(eps=0.0, weight_decay=wd))
     opt.update()
     if face == 'hook':
         testing.assert_allclose(link.p.grad, ref.hook_gradient(
-            w, g, eps=0.0), rtol=1e-6)
+            w, g, eps=0.0, weight_decay=wd), rtol=1e-6)
         return
     expected = (ref.lars_step(w, g, 0.0, 2.0, 0.9, 0.0, 1e-3, 0.0)[0]
                 if face == 'LARS' else
@@ -218,6 +220,41 @@ def test_a_step_past_float32s_range_is_taken_in_float64(face, w_scale,
     w64 = w.astype(numpy.float64)
     testing.assert_allclose(link.p.array - w64, expected - w64, rtol=1e-5,
                             atol=float(numpy.spacing(w).max()))
+
+
+@pytest.mark.usefixtures('cpu_backend')
+@pytest.mark.parametrize('face', ['hook', 'LARS'])
+def test_a_mixed16_step_past_float32s_range_is_taken_in_float64(face):
+    """The same in a mixed16 row (float32 master, float16 gradient divided by
+    the loss scale on the fly), from the second update (the first makes the
+    master): a static loss scale of 2^120 makes ``g / s`` tiny. The hook's
+    weight decay of 1e-40 makes ``r wd w`` as large as ``r g / s``."""
+    s, wd = 2.0 ** 120, 1e-40
+    w = numpy.linspace(1, 2, 16).astype(numpy.float16)
+    g = (numpy.linspace(-1, 3, 16) * 1e-3).astype(numpy.float16)
+    link = chainer.Link()
+    with link.init_scope():
+        link.p = chainer.Parameter(w.copy())
+    opt = chainer.optimizers.SGD(lr=1.0) if face == 'hook' else (
+        chainer_lars.LARS(trust_coefficient=1.0,
+                          exclude_from_weight_decay=['p']))
+    opt.setup(link)
+    link.p.update_rule.use_fp32_update()
+    opt.loss_scaling(scale=s)
+    if face == 'hook':
+        opt.add_hook(chainer_lars.GradientLARS(eps=0.0, weight_decay=wd))
+    for lr in (0.0, opt.lr):  # the first update steps nothing
+        opt.lr = lr
+        link.p.grad, link.p._loss_scale = g.copy(), s
+        opt.update()
+    w64, g64 = w.astype(numpy.float64), g.astype(numpy.float32) / (
+        numpy.float32(s))  # as Chainer's fp32 update divides it
+    expected = (w64 - ref.hook_gradient(w64, g64, eps=0.0, weight_decay=wd)
+                if face == 'hook' else
+                ref.lars_step(w64, g64, 0.0, 2.0, 0.9, 0.0, 1.0, 0.0)[0])
+    master = link.p.update_rule._fp32_param.array
+    testing.assert_allclose(master, expected, rtol=1e-6, atol=1e-6)
+    numpy.testing.assert_array_equal(link.p.array, master.astype('e'))
 
 
 def _odd_layouts(dtype):
