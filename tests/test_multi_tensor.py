@@ -11,6 +11,7 @@ against the float64 reference of ``tests/lars_reference.py``.
 import copy
 import io
 import pickle
+import warnings
 
 import numpy
 import pytest
@@ -373,6 +374,66 @@ def test_float16_master_copies_through_an_overflow_with_dynamic_scaling():
     assert [opt.t for _, opt in runs] == [5, 5]
     mixed = [g for g in ref.plan_of(runs[0][1]).groups if g.mixed16]
     assert [g.paths for g in mixed] == [['/h/W', '/h/b']]
+
+
+@pytest.mark.parametrize('face', ['LARS', 'LAMB', 'hook'])
+@pytest.mark.parametrize('multi_tensor', [True, False])
+@pytest.mark.parametrize('how', ['byte order in place', 'big-endian',
+                                 'float64'])
+def test_a_master_copy_not_float32_is_refused_before_anything_moves(
+        face, multi_tensor, how):
+    """Chainer's fp32 update sets a float32 gradient on the master, which
+    refuses a master of another dtype (byte order included): ``LARS``
+    stepped the arrays before it, then raised in its rule. Now refused,
+    naming it, before any weight, master, state or rule's ``t`` changes
+    (the optimizer's ``t`` counts the update, as where Chainer's rules
+    raise). ``multi_tensor=False`` is Chainer's loop over the rules: /a
+    steps, then /b's rule raises, as in Chainer's ``MomentumSGD``."""
+    model = chainer.Chain()
+    with model.init_scope():
+        model.a = chainer.Parameter(numpy.linspace(1, 2, 4).astype('e'))
+        model.b = chainer.Parameter(numpy.linspace(1, 2, 4).astype('e'))
+    if face == 'hook':
+        opt = optimizers.MomentumSGD(lr=0.1).setup(model)
+        opt.add_hook(chainer_lars.GradientLARS(multi_tensor=multi_tensor))
+    else:
+        opt = getattr(chainer_lars, face)(multi_tensor=multi_tensor)
+        opt.setup(model)
+    opt.use_fp32_update()
+
+    def update():
+        for p in model.params():
+            p.grad = numpy.ones(4, 'e')
+        opt.update()
+    update()
+    update()  # the mixed16 rows' own
+    rule = model.b.update_rule
+    master = rule._fp32_param.array
+    if how == 'byte order in place':
+        master.byteswap(inplace=True)
+        with warnings.catch_warnings():  # (NumPy 2.5 deprecates it)
+            warnings.simplefilter('ignore', DeprecationWarning)
+            master.dtype = master.dtype.newbyteorder()
+    else:
+        rule._fp32_param.array = master.astype(
+            '>f4' if how == 'big-endian' else numpy.float64)
+
+    def everything():
+        return [(a.dtype.str, a.tobytes()) for p in model.params() for a in (
+            [p.array, p.update_rule._fp32_param.array]
+            + list(p.update_rule.state.values()))] + [
+                model.a.update_rule.t, rule.t, opt.t]
+    before = everything()
+    if face != 'hook' and not multi_tensor:
+        with pytest.raises(TypeError, match='^Dtype of data and grad'):
+            update()
+        assert everything()[:2] != before[:2]  # /a stepped
+        return
+    with pytest.raises(TypeError, match=(
+            r'^/b: the master copy is (>f4|float64), not float32$')):
+        update()
+    assert everything()[:-1] == before[:-1]
+    assert opt.t == before[-1] + (face != 'hook')
 
 
 def test_a_read_only_float16_weight_is_replaced_as_chainers_rule_does():
