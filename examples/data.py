@@ -4,6 +4,7 @@ Also the CIFAR augmentation, and an iterator whose shuffling resumes
 exactly.
 """
 
+import hashlib
 import os
 import sys
 import zipfile
@@ -12,6 +13,8 @@ import zlib
 import numpy
 
 import chainer
+from chainer.dataset import download
+from chainer.datasets import _mnist_helper
 
 
 def load_mnist():
@@ -26,12 +29,67 @@ def load_mnist():
     directory = _cache('mnist')
     paths = [os.path.join(directory, name)
              for name in ('train.npz', 'test.npz')]
-    train, test = _load('MNIST', chainer.datasets.get_mnist, 'mnist', 'files',
+    train, test = _load('MNIST', _get_mnist, 'mnist', 'files',
                         {path: [('x', 'y')] for path in paths}, 784)
     x, t = _examples('MNIST', paths[0], train, 10)
     test = _examples('MNIST', paths[1], test, 10)
     return _standardized(x, t, test, x.mean(dtype=numpy.float64),
                          x.std(dtype=numpy.float64))
+
+
+#: MNIST's files of each of Chainer's cache files, with their MD5 sums, and
+#: mirrors that serve them (torchvision's): Chainer downloads them from
+#: yann.lecun.com, which refuses (HTTP 403) since 2024.
+MNIST_FILES = {
+    'train.npz': (('train-images-idx3-ubyte.gz',
+                   'f68b3c2dcbeaaa9fbdd348bbdeb94873'),
+                  ('train-labels-idx1-ubyte.gz',
+                   'd53e105ee54ea40749a09fcbcd1e9432')),
+    'test.npz': (('t10k-images-idx3-ubyte.gz',
+                  '9fb629c4189551a2d022fa330f9573f3'),
+                 ('t10k-labels-idx1-ubyte.gz',
+                  'ec29112dd5afa0611ce80d1b7f02629c'))}
+MNIST_MIRRORS = ('https://ossci-datasets.s3.amazonaws.com/mnist/',
+                 'https://storage.googleapis.com/cvdf-datasets/mnist/')
+
+
+def _get_mnist():
+    """Chainer's ``get_mnist()``; where its download fails, the cache files
+    made (by Chainer's code) from a mirror's copies of the four files,
+    each checked against its MD5 sum, and read by ``get_mnist()``."""
+    try:
+        return chainer.datasets.get_mnist()
+    except (OSError, RuntimeError) as e:
+        directory = _cache('mnist')
+        if all(os.path.lexists(os.path.join(directory, name))
+               for name in MNIST_FILES):
+            raise  # the cache is there: not a download that failed
+        errors = ['yann.lecun.com (Chainer\'s source): {}'.format(e)]
+    for mirror in MNIST_MIRRORS:
+        try:
+            for name, files in MNIST_FILES.items():
+                urls = [mirror + f for f, _ in files]
+                for url, (_, md5) in zip(urls, files):
+                    _verified(download.cached_download(url), md5, url)
+                download.cache_or_load_file(
+                    os.path.join(download.get_dataset_directory(
+                        os.path.join('pfnet', 'chainer', 'mnist')), name),
+                    lambda path: _mnist_helper.make_npz(path, urls),
+                    numpy.load)
+            return chainer.datasets.get_mnist()
+        except (OSError, RuntimeError) as e:
+            errors.append('{}: {}'.format(mirror, e))
+    raise RuntimeError('; '.join(errors))
+
+
+def _verified(path, md5, url):
+    """Raises ``RuntimeError`` (the download removed) unless the file
+    ``path`` has the MD5 sum ``md5``."""
+    with open(path, 'rb') as f:
+        digest = hashlib.md5(f.read()).hexdigest()
+    if digest != md5:
+        os.remove(path)
+        raise RuntimeError('{} has MD5 {}, not {}'.format(url, digest, md5))
 
 
 def load_cifar(name):

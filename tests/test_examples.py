@@ -5,6 +5,7 @@ test images, CIFAR of 32 and 16.
 """
 
 import argparse
+import hashlib
 import importlib
 import importlib.util
 import json
@@ -501,6 +502,81 @@ def test_missing_dataset_gives_clear_message(tmp_path, module, args,
     assert root.exists() == exists
     if exists:
         assert not list(root.iterdir())
+
+
+def _idx_gz(path, magic, array):
+    """``array`` (uint8) as an MNIST file: gzip of the IDX format."""
+    import gzip
+    import struct
+    with gzip.open(path, 'wb') as f:
+        f.write(struct.pack('>i', magic) + struct.pack('>i', len(array)))
+        if array.ndim == 2:
+            f.write(struct.pack('>ii', 28, 28))
+        f.write(array.tobytes())
+
+
+@pytest.mark.parametrize('served', ['the second mirror', 'no mirror'])
+def test_mnist_comes_from_a_mirror_where_chainers_source_refuses(
+        dataset_root, tmp_path, monkeypatch, served):
+    """yann.lecun.com answers HTTP 403 (since 2024): the cache files are
+    made from a mirror's copies of the four files, checked by MD5 (the
+    first mirror unreachable here, the second serving them); where none
+    serves them, the error names every source and why."""
+    import urllib.error
+    from chainer.dataset import download
+    folder = os.path.join(dataset_root, 'pfnet', 'chainer', 'mnist')
+    expected = data.load_mnist()
+    files, sums = {}, {}
+    for name, pairs in data.MNIST_FILES.items():
+        with numpy.load(os.path.join(folder, name)) as npz:
+            for (file, _), (magic, array) in zip(pairs, [
+                    (2051, npz['x']), (2049, npz['y'])]):
+                files[file] = str(tmp_path / file)
+                _idx_gz(files[file], magic, array)
+                with open(files[file], 'rb') as f:
+                    sums[file] = hashlib.md5(f.read()).hexdigest()
+        os.remove(os.path.join(folder, name))
+    bad = 'wrong bytes' if served == 'no mirror' else None
+    monkeypatch.setattr(data, 'MNIST_FILES', {name: tuple(
+        (file, sums[file]) for file, _ in pairs)
+        for name, pairs in data.MNIST_FILES.items()})
+    fetched = []
+
+    def cached_download(url):  # Chainer's, without the network
+        fetched.append(url)
+        if 'yann.lecun.com' in url:
+            raise urllib.error.HTTPError(url, 403, 'Forbidden', {}, None)
+        if url.startswith(data.MNIST_MIRRORS[0]):
+            raise urllib.error.URLError('unreachable')
+        cache = os.path.join(dataset_root, '_dl_cache')
+        os.makedirs(cache, exist_ok=True)
+        path = os.path.join(cache, hashlib.md5(url.encode()).hexdigest())
+        with open(files[url.rsplit('/', 1)[1]], 'rb') as f, open(
+                path, 'wb') as out:
+            out.write(bad.encode() if bad else f.read())
+        return path
+    monkeypatch.setattr(download, 'cached_download', cached_download)
+    if served == 'no mirror':
+        with pytest.raises(SystemExit) as exc:
+            data.load_mnist()
+        message = str(exc.value.code)
+        assert message.startswith('Error: MNIST is not cached and could not '
+                                  "be downloaded (yann.lecun.com (Chainer's "
+                                  'source): HTTP Error 403: Forbidden; '
+                                  + data.MNIST_MIRRORS[0]), message
+        assert (data.MNIST_MIRRORS[1] + ': ' + data.MNIST_MIRRORS[1]
+                + 'train-images-idx3-ubyte.gz has MD5 ') in message
+        assert not os.listdir(folder)  # nothing made of the bad bytes
+        return
+    got = data.load_mnist()
+    for a, b in zip(got, expected):
+        for x, y in zip(a._datasets, b._datasets):
+            numpy.testing.assert_array_equal(x, y)
+    assert sorted(os.listdir(folder)) == ['test.npz', 'train.npz']
+    first, second = ([u for u in fetched if u.startswith(m)]
+                     for m in data.MNIST_MIRRORS)
+    assert first == [data.MNIST_MIRRORS[0] + 'train-images-idx3-ubyte.gz']
+    assert set(second) == {data.MNIST_MIRRORS[1] + f for f in files}
 
 
 def _cut_short(path):
