@@ -50,7 +50,8 @@ def load_mnist(root=None):
 
     Read where the trainers read it: the dataset root ``root``, else
     Chainer's (``CHAINER_DATASET_ROOT``, else ``~/.chainer/dataset``),
-    downloaded there by Chainer the first time where the network allows;
+    downloaded there the first time where the network allows (as the
+    trainers do: ``examples.data.get_mnist``, mirrors included);
     ``MnistMissing`` says where it looked where it cannot be had.
     """
     previous = chainer.dataset.get_dataset_root()
@@ -58,14 +59,14 @@ def load_mnist(root=None):
         chainer.dataset.set_dataset_root(root)
     try:
         where = chainer.dataset.get_dataset_root()
-        train, test = data.read_cached(chainer.datasets.get_mnist, 'mnist')
+        train, test = data.read_cached(data.get_mnist, 'mnist')
     except (OSError, RuntimeError) as e:
         raise MnistMissing(
             'no MNIST in the dataset root {} (pfnet/chainer/mnist/'
             'train.npz, test.npz), and it cannot be downloaded there ({}); '
             'set CHAINER_DATASET_ROOT (or --dataset-root) to a folder that '
-            'holds it, or run where the network reaches Chainer\'s '
-            'download'.format(where, ' '.join(str(e).split())))
+            'holds it, or run where the network reaches Chainer\'s source '
+            'or a mirror'.format(where, ' '.join(str(e).split())))
     finally:
         chainer.dataset.set_dataset_root(previous)
     return tuple(a for split in (train, test)

@@ -29,7 +29,7 @@ def load_mnist():
     directory = _cache('mnist')
     paths = [os.path.join(directory, name)
              for name in ('train.npz', 'test.npz')]
-    train, test = _load('MNIST', _get_mnist, 'mnist', 'files',
+    train, test = _load('MNIST', get_mnist, 'mnist', 'files',
                         {path: [('x', 'y')] for path in paths}, 784)
     x, t = _examples('MNIST', paths[0], train, 10)
     test = _examples('MNIST', paths[1], test, 10)
@@ -53,7 +53,7 @@ MNIST_MIRRORS = ('https://ossci-datasets.s3.amazonaws.com/mnist/',
                  'https://storage.googleapis.com/cvdf-datasets/mnist/')
 
 
-def _get_mnist():
+def get_mnist():
     """Chainer's ``get_mnist()``; where its download fails, the cache files
     made (by Chainer's code) from a mirror's copies of the four files,
     each checked against its MD5 sum, and read by ``get_mnist()``."""
