@@ -32,9 +32,9 @@ class WarmupPolynomialShift(extension.Extension):
     warmup_count)) ** power``, then ``end``): no update of the warm-up has a
     rate of 0. Snapshots hold the count, the peak and the schedule; loading one
     of another schedule (or of another ``init`` given) raises ``ValueError``: a
-    longer ``max_count`` would bring a decayed rate back up (those of 0.2.0,
-    which hold no schedule, still load). The values, and that no other shift
-    sets the attribute, are checked before it first changes.
+    longer ``max_count`` would bring a decayed rate back up (one that holds
+    the count and the peak only, no schedule, loads). The values, and that no
+    other shift sets the attribute, are checked before it first changes.
 
     Args:
         attr (str): The optimizer attribute, e.g. ``'lr'``.

@@ -103,8 +103,8 @@ class GradientLARS(exclusions.ExclusionProperties):
     With the default ``trust_coefficient=1`` (Chainer's convention) the
     optimizer's ``lr`` is the paper's :math:`\\gamma \\eta`: an adapted
     array moves by about ``lr`` times its own norm per update, so ``lr`` is
-    small: start from ``MomentumSGD(lr=0.002)`` (:doc:`hook`). Arrays at or
-    below ``threshold`` (biases starting at 0) get the plain ``lr``.
+    small: start from ``MomentumSGD(lr=0.002)``. Arrays at or below
+    ``threshold`` (biases starting at 0) get the plain ``lr``.
 
     Args:
         threshold (float): ``r = 1`` unless ``||w|| > threshold``.

@@ -76,9 +76,9 @@ class LARS(fused.FusedMethod):
     ``lr`` and ``trust_coefficient`` are the paper's :math:`\\gamma` and
     :math:`\\eta`, kept apart as in TensorFlow: an adapted array moves, per
     update and before momentum, by about ``lr * trust_coefficient`` times
-    its own norm (as with ``GradientLARS()`` on ``MomentumSGD`` whose
-    ``lr`` is that product); one not adapted takes ``lr`` itself. Start
-    from the defaults and scale ``lr`` with the batch (:doc:`optimizer`).
+    its own norm; one not adapted takes ``lr`` itself. The defaults suit small
+    batches; for large ones scale that product with the batch and, biases
+    excluded, raise ``trust_coefficient`` to about 0.02 (docs: "The recipe").
 
     Args:
         lr (float): Learning rate :math:`\\gamma`.
