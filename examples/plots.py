@@ -43,9 +43,11 @@ def run_title(args, processes=None):
 
 def epoch_axes(ylabel, log=False, percent=False, title=None,
                divergence=None):
-    """A PlotReport postprocess: labels, title, and where a run diverged.
+    """A PlotReport postprocess: labels, legend, title, and where a run
+    diverged (``EpochPlot``, which leaves the legend to it).
 
-    It names the curves train, test and validation, labels the y axis (log:
+    It names the curves train, test and validation in a legend under the
+    axes (``legend_below``), labels the y axis (log:
     on a log scale; percent: the fractions drawn in %, from 0 to 100, with a
     zoom on the values above 90 % in an inset, ``zoom_inset``), puts whole
     epochs on the x axis, and titles the plot ``title``. From where the run
@@ -101,17 +103,42 @@ def epoch_axes(ylabel, log=False, percent=False, title=None,
         if percent:
             zoom_inset(axes, lines, (low - pad, high + pad))
         if first is not None:
-            axes.axvspan(first, high + pad, color='red', alpha=0.15,
-                         linewidth=0,
-                         label='diverged at epoch {:g}: loss not finite, '
-                         'not drawn'.format(round(first, 2)))
+            # Two lines in the legend, which the curves share.
+            said = 'diverged at epoch {:g}:'.format(round(first, 2))
+            band = axes.axvspan(first, high + pad, color='red', alpha=0.15,
+                                linewidth=0, label='{} loss not finite, '
+                                'not drawn'.format(said))
             axes.axvline(first, color='red', linestyle=':')
             title_ = '{} (diverged)'.format(title) if title else 'diverged'
         else:
-            title_ = title
+            band, title_ = None, title
         if title_:
             axes.set_title(title_, fontsize=10)
+        handles, labels = axes.get_legend_handles_labels()
+        legend_below(axes, handles, [
+            '{}\nloss not finite, not drawn'.format(said) if handle is band
+            else label for handle, label in zip(handles, labels)])
     return postprocess
+
+
+def legend_below(axes, handles, labels):
+    """The legend of ``axes`` in one row under its x axis, without a frame.
+
+    Beside the axes (PlotReport's place) it took up to 40 % of the
+    picture's width; inside, it would cover a curve, the zoom or the red
+    band. Under the x axis's label, measured as drawn, it keeps its place
+    when the axes are resized after (``tight_layout``).
+    """
+    import matplotlib.transforms
+    figure = axes.figure
+    renderer = figure.canvas.get_renderer()
+    drop = (axes.get_window_extent(renderer).y0
+            - axes.xaxis.get_tightbbox(renderer).y0) / figure.dpi
+    return axes.legend(
+        handles, labels, loc='upper center', ncol=len(handles),
+        frameon=False, borderaxespad=0.2, bbox_to_anchor=(0.5, 0),
+        bbox_transform=axes.transAxes + matplotlib.transforms.
+        ScaledTranslation(0, -drop, figure.dpi_scale_trans))
 
 
 def zoom_inset(axes, lines, xlim, floor=90.0):

@@ -2898,6 +2898,70 @@ def test_epoch_axis_has_whole_epochs(epochs):
     plt.close(figure)
 
 
+def _laid_out(figures, monkeypatch):
+    """Keeps, for each picture a run saves, the legend's texts, where the
+    legend, the axes and the x axis's labels are (in pixels) and the
+    saved picture's width."""
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+    save = plt.Figure.savefig
+
+    def keep(figure, path, *args, **kwargs):
+        save(figure, path, *args, **kwargs)
+        renderer = figure.canvas.get_renderer()
+        axes = figure.axes[0]
+        legend = axes.get_legend()
+        figures[os.path.basename(str(path))] = types.SimpleNamespace(
+            texts=legend and [t.get_text() for t in legend.get_texts()],
+            boxes=legend and [t.get_window_extent(renderer)
+                              for t in legend.get_texts()],
+            legend=legend and legend.get_window_extent(renderer),
+            axes=axes.get_window_extent(renderer),
+            xaxis=axes.xaxis.get_tightbbox(renderer),
+            width=matplotlib.image.imread(str(path)).shape[1])
+
+    monkeypatch.setattr(plt.Figure, 'savefig', keep)
+
+
+@pytest.mark.parametrize('name,flags,curves', [
+    ('mnist', ['-b', '32', '-e', '2'], ['train', 'test']),
+    ('mnist', ['-b', '32', '-e', '2', '--optimizer', 'momentum-lars'],
+     ['train', 'test']),
+    # Diverges at its second update: the band's entry is the widest.
+    ('mnist', ['-b', '16', '-e', '4', '--optimizer', 'momentum', '--lr',
+               '1e30', '--validation', '16'],
+     ['train', 'test', 'validation', 'diverged at epoch 0.67:\nloss not '
+      'finite, not drawn']),
+    ('mnist', ['-b', '16', '-e', '2', '--validation', '16', '--test',
+               'never', '--label-smoothing', '0.1'], ['train', 'validation']),
+    ('mnist', ['-b', '2', '-e', '1', '--validation', '14', '--eval-every',
+               '4'], ['train', 'test', 'validation']),
+    ('cifar', ['-b', '16', '--depth', '8', '-e', '1'], ['train', 'test']),
+])
+def test_epoch_plots_keep_their_width_with_the_legend_under_the_axes(
+        request, dataset_root, tmp_path, monkeypatch, name, flags, curves):
+    """loss.png's and accuracy.png's legend is one row under the x axis:
+    beside the axes (PlotReport's place) it left them 73 % of the
+    picture's width, 50 % for a diverged run's; it covers no data."""
+    figures = {}
+    _laid_out(figures, monkeypatch)
+    argv = flags + ['--progress', 'none', '--dataset-root', dataset_root,
+                    '--out', str(tmp_path / 'out')]
+    if name == 'mnist':
+        argv += ['-u', '8']
+    try:
+        request.getfixturevalue(name).main(argv)
+    except SystemExit as exc:  # the diverged run
+        assert exc.code == 1 and 'diverged' in curves[-1]
+    for png in ('loss.png', 'accuracy.png'):
+        drawn = figures[png]
+        assert drawn.texts == curves, png
+        assert drawn.legend.y1 <= drawn.xaxis.y0, png  # under the labels
+        assert max(box.y0 for box in drawn.boxes) < min(
+            box.y1 for box in drawn.boxes), png  # one row
+        assert drawn.axes.width >= 0.8 * drawn.width, png
+
+
 def test_run_title_names_optimizer_batch_rate_and_dtype():
     args = cli.argparse.Namespace(optimizer='lars', batchsize=1024, lr=0.5)
     assert plots.run_title(args) == 'lars, batch 1024, peak lr 0.5, float32'
