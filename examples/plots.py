@@ -102,27 +102,38 @@ def epoch_axes(ylabel, log=False, percent=False, title=None,
             matplotlib.ticker.MaxNLocator(integer=True))
         if percent:
             zoom_inset(axes, lines, (low - pad, high + pad))
+        band = None
         if first is not None:
-            # Two lines in the legend, which the curves share.
-            said = 'diverged at epoch {:g}:'.format(round(first, 2))
-            band = axes.axvspan(first, high + pad, color='red', alpha=0.15,
-                                linewidth=0, label='{} loss not finite, '
-                                'not drawn'.format(said))
-            axes.axvline(first, color='red', linestyle=':')
-            title_ = '{} (diverged)'.format(title) if title else 'diverged'
-        else:
-            band, title_ = None, title
-        if title_:
-            axes.set_title(title_, fontsize=10)
-        handles, labels = axes.get_legend_handles_labels()
-        legend_below(axes, handles, [
-            '{}\nloss not finite, not drawn'.format(said) if handle is band
-            else label for handle, label in zip(handles, labels)])
+            band = mark_divergence(axes, first, high + pad,
+                                   'loss not finite, not drawn')
+        title_axes(axes, title, diverged=first is not None)
+        legend_below(axes, band)
     return postprocess
 
 
-def legend_below(axes, handles, labels):
-    """The legend of ``axes`` in one row under its x axis, without a frame.
+def mark_divergence(axes, first, right, what):
+    """Marks the epochs of ``axes`` from ``first``, where the run diverged,
+    to ``right``: a red band labelled "diverged at epoch ``first``:
+    ``what``" and a dotted line. Returns the band."""
+    band = axes.axvspan(first, right, color='red', alpha=0.15, linewidth=0,
+                        label='diverged at epoch {:g}: {}'.format(
+                            round(first, 2), what))
+    axes.axvline(first, color='red', linestyle=':')
+    return band
+
+
+def title_axes(axes, title, diverged=False):
+    """Titles ``axes`` ``title`` (``run_title``, or None), "(diverged)"
+    added where the run diverged."""
+    if diverged:
+        title = '{} (diverged)'.format(title) if title else 'diverged'
+    if title:
+        axes.set_title(title, fontsize=10)
+
+
+def legend_below(axes, band=None):
+    """The legend of ``axes`` in one row under its x axis, without a frame,
+    the entry of ``band`` (``mark_divergence``'s) on two lines.
 
     Beside the axes (PlotReport's place) it took up to 40 % of the
     picture's width; inside, it would cover a curve, the zoom or the red
@@ -130,6 +141,9 @@ def legend_below(axes, handles, labels):
     when the axes are resized after (``tight_layout``).
     """
     import matplotlib.transforms
+    handles, labels = axes.get_legend_handles_labels()
+    labels = [label.replace(': ', ':\n', 1) if handle is band else label
+              for handle, label in zip(handles, labels)]
     figure = axes.figure
     renderer = figure.canvas.get_renderer()
     drop = (axes.get_window_extent(renderer).y0
@@ -193,19 +207,26 @@ class IterationPlot(training.Extension):
     of every iteration (saved in snapshots, so that a resumed run draws
     the whole run) and draws them at the end of each epoch.
 
+    From where the run diverged, a red band marks the epochs, as in
+    ``epoch_axes``: the values are still drawn (a rate is the schedule's,
+    whatever the model), but they are no longer a working run's.
+
     Args:
         key (str): The reported value, e.g. ``'lr'`` from ``observe_lr``
             (which reports the rate the last update used).
         filename (str): The picture, in the trainer's output directory.
         ylabel (str): The label of the y axis.
         title (str): The title (``run_title``), or None.
+        divergence (training.Divergence): The extension that finds where
+            the run diverged, or None.
     """
 
-    def __init__(self, key, filename, ylabel, title=None):
+    def __init__(self, key, filename, ylabel, title=None, divergence=None):
         self._key = key
         self._filename = filename
         self._ylabel = ylabel
         self._title = title
+        self._divergence = divergence
         # (epoch, value) after each update
         self._points = []
 
@@ -225,8 +246,14 @@ class IterationPlot(training.Extension):
         axes.set_ylim(0, None)
         axes.xaxis.set_major_locator(
             matplotlib.ticker.MaxNLocator(integer=True))
-        if self._title:
-            axes.set_title(self._title, fontsize=10)
+        found = self._divergence and self._divergence.found
+        if found:
+            right = axes.get_xlim()[1]
+            band = mark_divergence(axes, found[1], right,
+                                   'loss not finite from here on')
+            axes.set_xlim(0, right)
+            legend_below(axes, band)
+        title_axes(axes, self._title, diverged=bool(found))
         axes.grid(alpha=0.3)
         figure.tight_layout()  # the label beside ticks like 0.00025
         figure.savefig(os.path.join(trainer.out, self._filename))

@@ -861,7 +861,7 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         # Adam's and LAMB's scheduled rate is alpha, as the title says.
         trainer.extend(plots.IterationPlot(
             'lr', 'lr.png', 'alpha' if args.optimizer in recipe.ADAM_LIKE
-            else 'learning rate', title=title))
+            else 'learning rate', title=title, divergence=divergence))
         if ratio_keys:
             trainer.extend(plots.TrustRatioHeatmap(
                 ratio_keys, title=title, every=args.eval_every,

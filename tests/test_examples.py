@@ -2918,6 +2918,12 @@ def _laid_out(figures, monkeypatch):
             legend=legend and legend.get_window_extent(renderer),
             axes=axes.get_window_extent(renderer),
             xaxis=axes.xaxis.get_tightbbox(renderer),
+            title=axes.get_title(), xlim=axes.get_xlim(),
+            band=axes.patches and tuple(
+                axes.patches[0].get_x() + numpy.array(
+                    [0, axes.patches[0].get_width()])),
+            points=[(float(x), float(y)) for line in axes.get_lines()[:1]
+                    for x, y in zip(*line.get_data())],
             width=matplotlib.image.imread(str(path)).shape[1])
 
     monkeypatch.setattr(plt.Figure, 'savefig', keep)
@@ -2960,6 +2966,53 @@ def test_epoch_plots_keep_their_width_with_the_legend_under_the_axes(
         assert max(box.y0 for box in drawn.boxes) < min(
             box.y1 for box in drawn.boxes), png  # one row
         assert drawn.axes.width >= 0.8 * drawn.width, png
+
+
+class IterationTrainer(object):
+    """What IterationPlot reads of a trainer: the observation, the epoch
+    and ``out``."""
+
+    def __init__(self, out):
+        self.out = out
+        self.observation = {}
+        self.updater = types.SimpleNamespace(epoch_detail=0.0,
+                                             is_new_epoch=False)
+
+    def update(self, epoch_detail, lr, is_new_epoch):
+        self.updater.epoch_detail = epoch_detail
+        self.updater.is_new_epoch = is_new_epoch
+        self.observation = {'lr': lr}
+
+
+def test_lr_plot_marks_where_the_run_diverged(tmp_path, monkeypatch):
+    """lr.png said nothing of a divergence that loss.png and accuracy.png
+    mark: it is titled "(diverged)" and has their red band, its entry in
+    a legend under the axes; the rates, the schedule's, are still drawn."""
+    figures = {}
+    _laid_out(figures, monkeypatch)
+    divergence = training.Divergence('out')
+    plot = plots.IterationPlot('lr', 'lr.png', 'learning rate',
+                               title='momentum, batch 16',
+                               divergence=divergence)
+    trainer = IterationTrainer(str(tmp_path))
+    drawn = []
+    for k, lr in enumerate([0.5, 1.0, 0.8, 0.6, 0.4, 0.2], 1):
+        if k == 4:  # the loss of update 4 is not finite
+            divergence.found = (4, 2.0, math.nan)
+        trainer.update(k / 2, lr, is_new_epoch=k % 2 == 0)
+        plot(trainer)
+        if trainer.updater.is_new_epoch:
+            drawn.append(figures.pop('lr.png'))
+    before, _, after = drawn
+    assert before.texts is None and before.title == 'momentum, batch 16'
+    assert after.title == 'momentum, batch 16 (diverged)'
+    assert after.texts == ['diverged at epoch 2:\nloss not finite from '
+                           'here on']
+    assert after.legend.y1 <= after.xaxis.y0  # under the axes
+    (band_left, band_right), right = after.band, after.xlim[1]
+    assert band_left == 2 and band_right == right >= 3
+    assert after.points == [(k / 2, lr) for k, lr in enumerate(
+        [0.5, 1.0, 0.8, 0.6, 0.4, 0.2], 1)]
 
 
 def test_run_title_names_optimizer_batch_rate_and_dtype():
