@@ -198,6 +198,24 @@ def zoom_inset(axes, lines, xlim, floor=90.0):
     return inset
 
 
+#: Up to this many points, ``IterationPlot`` and ``LossScalePlot`` mark
+#: each one: a line through one point is drawn as nothing (the CIFAR
+#: example's one update on fake data left lr.png an empty frame), and a
+#: few updates are steps, not a curve. Beyond, the markers (4 points wide,
+#: a fiftieth of the axes' 360 points apart at 50) would merge into a
+#: thick line.
+MARKED_POINTS = 50
+
+
+def point_markers(count):
+    """The markers of a series of ``count`` points, as ``plot``'s keyword
+    arguments: a dot at each up to ``MARKED_POINTS``, twice as large for a
+    lone point, alone in its frame."""
+    if count > MARKED_POINTS:
+        return {}
+    return {'marker': 'o', 'markersize': 8 if count == 1 else 4}
+
+
 class IterationPlot(training.Extension):
 
     """Draws a reported value at every iteration, against the epoch.
@@ -239,7 +257,7 @@ class IterationPlot(training.Extension):
         import matplotlib.ticker
         figure, axes = plt.subplots()
         epochs, values = zip(*self._points)
-        axes.plot(epochs, values)
+        axes.plot(epochs, values, **point_markers(len(values)))
         axes.set_xlabel('epoch')
         axes.set_ylabel(self._ylabel)
         axes.set_xlim(0, None)
@@ -522,6 +540,7 @@ class LossScalePlot(training.Extension):
         skipped = skipped.astype(bool)
         figure, axes = plt.subplots()
         axes.plot(epochs, scales, drawstyle='steps-post',
+                  **point_markers(len(scales)),
                   label='loss scale of the update')
         axes.plot(epochs[skipped], scales[skipped], 'x', color='red',
                   label='skipped: a gradient not finite ({} in all)'.format(

@@ -3015,6 +3015,49 @@ def test_lr_plot_marks_where_the_run_diverged(tmp_path, monkeypatch):
         [0.5, 1.0, 0.8, 0.6, 0.4, 0.2], 1)]
 
 
+def test_lr_and_loss_scale_plots_show_a_single_update(
+        tmp_path, monkeypatch):
+    """A run of one update (the CIFAR example on fake data) drew lr.png
+    and loss_scale.png as empty frames: a line through one point is
+    nothing. A lone point is a dot, each point of a short series too."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.colors
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+    save = plt.Figure.savefig
+    around = {}  # the pixels around the point, as saved
+
+    def keep(figure, path, *args, **kwargs):
+        save(figure, path, *args, **kwargs)
+        line = figure.axes[0].get_lines()[0]
+        x, y = line.get_transform().transform(line.get_xydata()[0])
+        row, column = int(figure.bbox.height - y), int(x)
+        around[os.path.basename(str(path))] = matplotlib.image.imread(
+            str(path))[row - 6:row + 7, column - 6:column + 7, :3]
+
+    monkeypatch.setattr(plt.Figure, 'savefig', keep)
+
+    class Scaling(object):
+        last_loss_scale, last_skipped, skipped_updates = 2.0 ** 16, False, 0
+
+    trainer = IterationTrainer(str(tmp_path))
+    trainer.update(1.0, 0.25, is_new_epoch=True)
+    plots.IterationPlot('lr', 'lr.png', 'learning rate')(trainer)
+    plots.LossScalePlot(Scaling())(trainer)
+    for name in ('lr.png', 'loss_scale.png'):
+        # A dot of 8 points at 100 dpi: about 80 pixels of the line's
+        # colour.
+        dot = (abs(around[name] - matplotlib.colors.to_rgb('C0')).max(
+            axis=-1) < 0.05).sum()
+        assert dot >= 50, name
+    # Up to 50 points a dot each (a default MNIST run's 8 an epoch for
+    # 6 epochs); beyond, they would merge into a thick line.
+    assert plots.point_markers(2) == plots.point_markers(50) == {
+        'marker': 'o', 'markersize': 4}
+    assert plots.point_markers(51) == {}
+
+
 def test_run_title_names_optimizer_batch_rate_and_dtype():
     args = cli.argparse.Namespace(optimizer='lars', batchsize=1024, lr=0.5)
     assert plots.run_title(args) == 'lars, batch 1024, peak lr 0.5, float32'
