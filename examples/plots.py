@@ -43,9 +43,11 @@ def run_title(args, processes=None):
 
 def epoch_axes(ylabel, log=False, percent=False, title=None,
                divergence=None):
-    """A PlotReport postprocess: labels, title, and where a run diverged.
+    """A PlotReport postprocess: labels, legend, title, and where a run
+    diverged (``EpochPlot``, which leaves the legend to it).
 
-    It names the curves train, test and validation, labels the y axis (log:
+    It names the curves train, test and validation in a legend under the
+    axes (``legend_below``), labels the y axis (log:
     on a log scale; percent: the fractions drawn in %, from 0 to 100, with a
     zoom on the values above 90 % in an inset, ``zoom_inset``), puts whole
     epochs on the x axis, and titles the plot ``title``. From where the run
@@ -100,18 +102,57 @@ def epoch_axes(ylabel, log=False, percent=False, title=None,
             matplotlib.ticker.MaxNLocator(integer=True))
         if percent:
             zoom_inset(axes, lines, (low - pad, high + pad))
+        band = None
         if first is not None:
-            axes.axvspan(first, high + pad, color='red', alpha=0.15,
-                         linewidth=0,
-                         label='diverged at epoch {:g}: loss not finite, '
-                         'not drawn'.format(round(first, 2)))
-            axes.axvline(first, color='red', linestyle=':')
-            title_ = '{} (diverged)'.format(title) if title else 'diverged'
-        else:
-            title_ = title
-        if title_:
-            axes.set_title(title_, fontsize=10)
+            band = mark_divergence(axes, first, high + pad,
+                                   'loss not finite, not drawn')
+        title_axes(axes, title, diverged=first is not None)
+        legend_below(axes, band)
     return postprocess
+
+
+def mark_divergence(axes, first, right, what):
+    """Marks the epochs of ``axes`` from ``first``, where the run diverged,
+    to ``right``: a red band labelled "diverged at epoch ``first``:
+    ``what``" and a dotted line. Returns the band."""
+    band = axes.axvspan(first, right, color='red', alpha=0.15, linewidth=0,
+                        label='diverged at epoch {:g}: {}'.format(
+                            round(first, 2), what))
+    axes.axvline(first, color='red', linestyle=':')
+    return band
+
+
+def title_axes(axes, title, diverged=False):
+    """Titles ``axes`` ``title`` (``run_title``, or None), "(diverged)"
+    added where the run diverged."""
+    if diverged:
+        title = '{} (diverged)'.format(title) if title else 'diverged'
+    if title:
+        axes.set_title(title, fontsize=10)
+
+
+def legend_below(axes, band=None):
+    """The legend of ``axes`` in one row under its x axis, without a frame,
+    the entry of ``band`` (``mark_divergence``'s) on two lines.
+
+    Beside the axes (PlotReport's place) it took up to 40 % of the
+    picture's width; inside, it would cover a curve, the zoom or the red
+    band. Under the x axis's label, measured as drawn, it keeps its place
+    when the axes are resized after (``tight_layout``).
+    """
+    import matplotlib.transforms
+    handles, labels = axes.get_legend_handles_labels()
+    labels = [label.replace(': ', ':\n', 1) if handle is band else label
+              for handle, label in zip(handles, labels)]
+    figure = axes.figure
+    renderer = figure.canvas.get_renderer()
+    drop = (axes.get_window_extent(renderer).y0
+            - axes.xaxis.get_tightbbox(renderer).y0) / figure.dpi
+    return axes.legend(
+        handles, labels, loc='upper center', ncol=len(handles),
+        frameon=False, borderaxespad=0.2, bbox_to_anchor=(0.5, 0),
+        bbox_transform=axes.transAxes + matplotlib.transforms.
+        ScaledTranslation(0, -drop, figure.dpi_scale_trans))
 
 
 def zoom_inset(axes, lines, xlim, floor=90.0):
@@ -157,6 +198,24 @@ def zoom_inset(axes, lines, xlim, floor=90.0):
     return inset
 
 
+#: Up to this many points, ``IterationPlot`` and ``LossScalePlot`` mark
+#: each one: a line through one point is drawn as nothing (the CIFAR
+#: example's one update on fake data left lr.png an empty frame), and a
+#: few updates are steps, not a curve. Beyond, the markers (4 points wide,
+#: a fiftieth of the axes' 360 points apart at 50) would merge into a
+#: thick line.
+MARKED_POINTS = 50
+
+
+def point_markers(count):
+    """The markers of a series of ``count`` points, as ``plot``'s keyword
+    arguments: a dot at each up to ``MARKED_POINTS``, twice as large for a
+    lone point, alone in its frame."""
+    if count > MARKED_POINTS:
+        return {}
+    return {'marker': 'o', 'markersize': 8 if count == 1 else 4}
+
+
 class IterationPlot(training.Extension):
 
     """Draws a reported value at every iteration, against the epoch.
@@ -166,19 +225,26 @@ class IterationPlot(training.Extension):
     of every iteration (saved in snapshots, so that a resumed run draws
     the whole run) and draws them at the end of each epoch.
 
+    From where the run diverged, a red band marks the epochs, as in
+    ``epoch_axes``: the values are still drawn (a rate is the schedule's,
+    whatever the model), but they are no longer a working run's.
+
     Args:
         key (str): The reported value, e.g. ``'lr'`` from ``observe_lr``
             (which reports the rate the last update used).
         filename (str): The picture, in the trainer's output directory.
         ylabel (str): The label of the y axis.
         title (str): The title (``run_title``), or None.
+        divergence (training.Divergence): The extension that finds where
+            the run diverged, or None.
     """
 
-    def __init__(self, key, filename, ylabel, title=None):
+    def __init__(self, key, filename, ylabel, title=None, divergence=None):
         self._key = key
         self._filename = filename
         self._ylabel = ylabel
         self._title = title
+        self._divergence = divergence
         # (epoch, value) after each update
         self._points = []
 
@@ -191,15 +257,21 @@ class IterationPlot(training.Extension):
         import matplotlib.ticker
         figure, axes = plt.subplots()
         epochs, values = zip(*self._points)
-        axes.plot(epochs, values)
+        axes.plot(epochs, values, **point_markers(len(values)))
         axes.set_xlabel('epoch')
         axes.set_ylabel(self._ylabel)
         axes.set_xlim(0, None)
         axes.set_ylim(0, None)
         axes.xaxis.set_major_locator(
             matplotlib.ticker.MaxNLocator(integer=True))
-        if self._title:
-            axes.set_title(self._title, fontsize=10)
+        found = self._divergence and self._divergence.found
+        if found:
+            right = axes.get_xlim()[1]
+            band = mark_divergence(axes, found[1], right,
+                                   'loss not finite from here on')
+            axes.set_xlim(0, right)
+            legend_below(axes, band)
+        title_axes(axes, self._title, diverged=bool(found))
         axes.grid(alpha=0.3)
         figure.tight_layout()  # the label beside ticks like 0.00025
         figure.savefig(os.path.join(trainer.out, self._filename))
@@ -468,6 +540,7 @@ class LossScalePlot(training.Extension):
         skipped = skipped.astype(bool)
         figure, axes = plt.subplots()
         axes.plot(epochs, scales, drawstyle='steps-post',
+                  **point_markers(len(scales)),
                   label='loss scale of the update')
         axes.plot(epochs[skipped], scales[skipped], 'x', color='red',
                   label='skipped: a gradient not finite ({} in all)'.format(

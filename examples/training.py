@@ -861,7 +861,7 @@ def report(trainer, args, ratio_keys, divergence=None, title=None,
         # Adam's and LAMB's scheduled rate is alpha, as the title says.
         trainer.extend(plots.IterationPlot(
             'lr', 'lr.png', 'alpha' if args.optimizer in recipe.ADAM_LIKE
-            else 'learning rate', title=title))
+            else 'learning rate', title=title, divergence=divergence))
         if ratio_keys:
             trainer.extend(plots.TrustRatioHeatmap(
                 ratio_keys, title=title, every=args.eval_every,
@@ -903,7 +903,13 @@ class EpochPlot(extensions.PlotReport):
     validation set's, which --eval-every evaluates within the epoch too)
     are drawn as the evaluation at the epoch's end, as the log has it:
     PlotReport draws the mean of all of the epoch's evaluations, which
-    lagged the log's by most of an epoch."""
+    lagged the log's by most of an epoch.
+
+    It records and saves what PlotReport does, and draws as it does but
+    for the legend, which the postprocess places: PlotReport adds one
+    beside the axes after the postprocess, with no say in where, and the
+    picture widened for it by up to two thirds.
+    """
 
     default_name = 'PlotReport'  # the snapshots' names of the extensions
 
@@ -912,10 +918,37 @@ class EpochPlot(extensions.PlotReport):
         self._last = last
 
     def __call__(self, trainer):
-        for key in self._last:  # Chainer 7.8.1's summary, by key
-            if key in trainer.observation:
+        # Chainer 7.8.1's PlotReport.__call__, its summary by key.
+        import matplotlib.pyplot as plt
+        observation = trainer.observation
+        for key in self._last:
+            if key in observation:
                 self._summary._summaries.pop(key, None)
-        super(EpochPlot, self).__call__(trainer)
+        self._summary.add({key: observation[key] for key in self._y_keys
+                           if key in observation})
+        if not (trainer.is_before_training or self._trigger(trainer)):
+            return
+        summary = self._summary
+        means = summary.compute_mean()
+        self._init_summary()
+        x = getattr(trainer.updater, self._x_key)  # epoch or iteration
+        for key in self._y_keys:
+            if key in means:
+                self._data[key].append((x, float(means[key])))
+        figure, axes = plt.subplots()
+        axes.set_xlabel(self._x_key)
+        if self._grid:
+            axes.grid()
+        for key in self._y_keys:
+            if self._data[key]:
+                xs, ys = zip(*self._data[key])
+                axes.plot(xs, ys, marker=self._marker, label=key)
+        if axes.has_data():
+            if self._postprocess is not None:
+                self._postprocess(figure, axes, summary)
+            figure.savefig(os.path.join(trainer.out, self._file_name),
+                           bbox_inches='tight')
+        plt.close(figure)
 
 
 def output_is_terminal():

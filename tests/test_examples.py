@@ -2974,6 +2974,166 @@ def test_epoch_axis_has_whole_epochs(epochs):
     plt.close(figure)
 
 
+def _laid_out(figures, monkeypatch):
+    """Keeps, for each picture a run saves, the legend's texts, where the
+    legend, the axes and the x axis's labels are (in pixels) and the
+    saved picture's width."""
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+    save = plt.Figure.savefig
+
+    def keep(figure, path, *args, **kwargs):
+        save(figure, path, *args, **kwargs)
+        renderer = figure.canvas.get_renderer()
+        axes = figure.axes[0]
+        legend = axes.get_legend()
+        figures[os.path.basename(str(path))] = types.SimpleNamespace(
+            texts=legend and [t.get_text() for t in legend.get_texts()],
+            boxes=legend and [t.get_window_extent(renderer)
+                              for t in legend.get_texts()],
+            legend=legend and legend.get_window_extent(renderer),
+            axes=axes.get_window_extent(renderer),
+            xaxis=axes.xaxis.get_tightbbox(renderer),
+            title=axes.get_title(), xlim=axes.get_xlim(),
+            band=axes.patches and tuple(
+                axes.patches[0].get_x() + numpy.array(
+                    [0, axes.patches[0].get_width()])),
+            points=[(float(x), float(y)) for line in axes.get_lines()[:1]
+                    for x, y in zip(*line.get_data())],
+            width=matplotlib.image.imread(str(path)).shape[1])
+
+    monkeypatch.setattr(plt.Figure, 'savefig', keep)
+
+
+@pytest.mark.parametrize('name,flags,curves', [
+    ('mnist', ['-b', '32', '-e', '2'], ['train', 'test']),
+    ('mnist', ['-b', '32', '-e', '2', '--optimizer', 'momentum-lars'],
+     ['train', 'test']),
+    # Diverges at its second update: the band's entry is the widest.
+    ('mnist', ['-b', '16', '-e', '4', '--optimizer', 'momentum', '--lr',
+               '1e30', '--validation', '16'],
+     ['train', 'test', 'validation', 'diverged at epoch 0.67:\nloss not '
+      'finite, not drawn']),
+    ('mnist', ['-b', '16', '-e', '2', '--validation', '16', '--test',
+               'never', '--label-smoothing', '0.1'], ['train', 'validation']),
+    ('mnist', ['-b', '2', '-e', '1', '--validation', '14', '--eval-every',
+               '4'], ['train', 'test', 'validation']),
+    ('cifar', ['-b', '16', '--depth', '8', '-e', '1'], ['train', 'test']),
+])
+def test_epoch_plots_keep_their_width_with_the_legend_under_the_axes(
+        request, dataset_root, tmp_path, monkeypatch, name, flags, curves):
+    """loss.png's and accuracy.png's legend is one row under the x axis:
+    beside the axes (PlotReport's place) it left them 73 % of the
+    picture's width, 50 % for a diverged run's; it covers no data."""
+    figures = {}
+    _laid_out(figures, monkeypatch)
+    argv = flags + ['--progress', 'none', '--dataset-root', dataset_root,
+                    '--out', str(tmp_path / 'out')]
+    if name == 'mnist':
+        argv += ['-u', '8']
+    try:
+        request.getfixturevalue(name).main(argv)
+    except SystemExit as exc:  # the diverged run
+        assert exc.code == 1 and 'diverged' in curves[-1]
+    for png in ('loss.png', 'accuracy.png'):
+        drawn = figures[png]
+        assert drawn.texts == curves, png
+        assert drawn.legend.y1 <= drawn.xaxis.y0, png  # under the labels
+        assert max(box.y0 for box in drawn.boxes) < min(
+            box.y1 for box in drawn.boxes), png  # one row
+        assert drawn.axes.width >= 0.8 * drawn.width, png
+
+
+class IterationTrainer(object):
+    """What IterationPlot reads of a trainer: the observation, the epoch
+    and ``out``."""
+
+    def __init__(self, out):
+        self.out = out
+        self.observation = {}
+        self.updater = types.SimpleNamespace(epoch_detail=0.0,
+                                             is_new_epoch=False)
+
+    def update(self, epoch_detail, lr, is_new_epoch):
+        self.updater.epoch_detail = epoch_detail
+        self.updater.is_new_epoch = is_new_epoch
+        self.observation = {'lr': lr}
+
+
+def test_lr_plot_marks_where_the_run_diverged(tmp_path, monkeypatch):
+    """lr.png said nothing of a divergence that loss.png and accuracy.png
+    mark: it is titled "(diverged)" and has their red band, its entry in
+    a legend under the axes; the rates, the schedule's, are still drawn."""
+    figures = {}
+    _laid_out(figures, monkeypatch)
+    divergence = training.Divergence('out')
+    plot = plots.IterationPlot('lr', 'lr.png', 'learning rate',
+                               title='momentum, batch 16',
+                               divergence=divergence)
+    trainer = IterationTrainer(str(tmp_path))
+    drawn = []
+    for k, lr in enumerate([0.5, 1.0, 0.8, 0.6, 0.4, 0.2], 1):
+        if k == 4:  # the loss of update 4 is not finite
+            divergence.found = (4, 2.0, math.nan)
+        trainer.update(k / 2, lr, is_new_epoch=k % 2 == 0)
+        plot(trainer)
+        if trainer.updater.is_new_epoch:
+            drawn.append(figures.pop('lr.png'))
+    before, _, after = drawn
+    assert before.texts is None and before.title == 'momentum, batch 16'
+    assert after.title == 'momentum, batch 16 (diverged)'
+    assert after.texts == ['diverged at epoch 2:\nloss not finite from '
+                           'here on']
+    assert after.legend.y1 <= after.xaxis.y0  # under the axes
+    (band_left, band_right), right = after.band, after.xlim[1]
+    assert band_left == 2 and band_right == right >= 3
+    assert after.points == [(k / 2, lr) for k, lr in enumerate(
+        [0.5, 1.0, 0.8, 0.6, 0.4, 0.2], 1)]
+
+
+def test_lr_and_loss_scale_plots_show_a_single_update(
+        tmp_path, monkeypatch):
+    """A run of one update (the CIFAR example on fake data) drew lr.png
+    and loss_scale.png as empty frames: a line through one point is
+    nothing. A lone point is a dot, each point of a short series too."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.colors
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+    save = plt.Figure.savefig
+    around = {}  # the pixels around the point, as saved
+
+    def keep(figure, path, *args, **kwargs):
+        save(figure, path, *args, **kwargs)
+        line = figure.axes[0].get_lines()[0]
+        x, y = line.get_transform().transform(line.get_xydata()[0])
+        row, column = int(figure.bbox.height - y), int(x)
+        around[os.path.basename(str(path))] = matplotlib.image.imread(
+            str(path))[row - 6:row + 7, column - 6:column + 7, :3]
+
+    monkeypatch.setattr(plt.Figure, 'savefig', keep)
+
+    class Scaling(object):
+        last_loss_scale, last_skipped, skipped_updates = 2.0 ** 16, False, 0
+
+    trainer = IterationTrainer(str(tmp_path))
+    trainer.update(1.0, 0.25, is_new_epoch=True)
+    plots.IterationPlot('lr', 'lr.png', 'learning rate')(trainer)
+    plots.LossScalePlot(Scaling())(trainer)
+    for name in ('lr.png', 'loss_scale.png'):
+        # A dot of 8 points at 100 dpi: about 80 pixels of the line's
+        # colour.
+        dot = (abs(around[name] - matplotlib.colors.to_rgb('C0')).max(
+            axis=-1) < 0.05).sum()
+        assert dot >= 50, name
+    # Up to 50 points a dot each (a default MNIST run's 8 an epoch for
+    # 6 epochs); beyond, they would merge into a thick line.
+    assert plots.point_markers(2) == plots.point_markers(50) == {
+        'marker': 'o', 'markersize': 4}
+    assert plots.point_markers(51) == {}
+
+
 def test_run_title_names_optimizer_batch_rate_and_dtype():
     args = cli.argparse.Namespace(optimizer='lars', batchsize=1024, lr=0.5)
     assert plots.run_title(args) == 'lars, batch 1024, peak lr 0.5, float32'
