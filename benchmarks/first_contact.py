@@ -60,7 +60,7 @@ def load_mnist(root=None):
     try:
         where = chainer.dataset.get_dataset_root()
         train, test = data.read_cached(data.get_mnist, 'mnist')
-    except (OSError, RuntimeError) as e:
+    except data.FAILED as e:
         raise MnistMissing(
             'no MNIST in the dataset root {} (pfnet/chainer/mnist/'
             'train.npz, test.npz), and it cannot be downloaded there ({}); '

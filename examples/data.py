@@ -5,6 +5,7 @@ exactly.
 """
 
 import hashlib
+import http.client
 import os
 import sys
 import zipfile
@@ -38,8 +39,8 @@ def load_mnist():
 
 
 #: MNIST's files of each of Chainer's cache files, with their MD5 sums, and
-#: mirrors that serve them (torchvision's): Chainer downloads them from
-#: yann.lecun.com, which refuses (HTTP 403) since 2024.
+#: mirrors that serve them (PyTorch's and TensorFlow's): Chainer downloads
+#: them from yann.lecun.com, which refuses (HTTP 403) since 2024.
 MNIST_FILES = {
     'train.npz': (('train-images-idx3-ubyte.gz',
                    'f68b3c2dcbeaaa9fbdd348bbdeb94873'),
@@ -51,6 +52,9 @@ MNIST_FILES = {
                   'ec29112dd5afa0611ce80d1b7f02629c'))}
 MNIST_MIRRORS = ('https://ossci-datasets.s3.amazonaws.com/mnist/',
                  'https://storage.googleapis.com/cvdf-datasets/mnist/')
+#: What a download that fails raises (``IncompleteRead``: a response cut
+#: short is an ``http.client`` error, not an ``OSError``).
+FAILED = (OSError, RuntimeError, http.client.HTTPException)
 
 
 def get_mnist():
@@ -59,7 +63,7 @@ def get_mnist():
     each checked against its MD5 sum, and read by ``get_mnist()``."""
     try:
         return chainer.datasets.get_mnist()
-    except (OSError, RuntimeError) as e:
+    except FAILED as e:
         directory = _cache('mnist')
         if all(os.path.lexists(os.path.join(directory, name))
                for name in MNIST_FILES):
@@ -68,6 +72,8 @@ def get_mnist():
     for mirror in MNIST_MIRRORS:
         try:
             for name, files in MNIST_FILES.items():
+                if os.path.lexists(os.path.join(directory, name)):
+                    continue  # one made already: read by get_mnist()
                 urls = [mirror + f for f, _ in files]
                 for url, (_, md5) in zip(urls, files):
                     _verified(download.cached_download(url), md5, url)
@@ -77,7 +83,7 @@ def get_mnist():
                     lambda path: _mnist_helper.make_npz(path, urls),
                     numpy.load)
             return chainer.datasets.get_mnist()
-        except (OSError, RuntimeError) as e:
+        except FAILED as e:
             errors.append('{}: {}'.format(mirror, e))
     raise RuntimeError('; '.join(errors))
 
@@ -161,7 +167,7 @@ def _load(name, loader, folder, files, entries, size):
             _check_cache(name, path, pairs, size)
     try:
         return read_cached(loader, folder)
-    except (RuntimeError,) + DAMAGED as e:
+    except (RuntimeError, http.client.HTTPException) + DAMAGED as e:
         # Without its frames, which hold the NPZ file Chainer's loader
         # leaves open: freed now, it is closed now.
         error = e.with_traceback(None)
@@ -248,7 +254,7 @@ def read_cached(loader, folder):
     dataset root, then downloads; if that fails, what it made is removed
     again, so that a failed lookup in a shared root leaves no trace (and
     one in a read-only root fails before it writes), and the error
-    (``OSError`` or ``RuntimeError``) is raised.
+    (one of ``FAILED``) is raised.
     """
     root = chainer.dataset.get_dataset_root()
     made = [root] + [os.path.join(root, *parts) for parts in (
@@ -257,7 +263,7 @@ def read_cached(loader, folder):
     made = [path for path in made if not os.path.lexists(path)]
     try:
         return loader()
-    except (OSError, RuntimeError):
+    except FAILED:
         for path in reversed(made):
             try:
                 if os.path.isdir(path):
