@@ -7,6 +7,7 @@ exactly.
 import hashlib
 import http.client
 import os
+import socket
 import sys
 import zipfile
 import zlib
@@ -55,6 +56,9 @@ MNIST_MIRRORS = ('https://ossci-datasets.s3.amazonaws.com/mnist/',
 #: What a download that fails raises (``IncompleteRead``: a response cut
 #: short is an ``http.client`` error, not an ``OSError``).
 FAILED = (OSError, RuntimeError, http.client.HTTPException)
+#: Seconds a download may wait for a server (Chainer's own sets no limit:
+#: a server that never answers would hold the trainer forever).
+TIMEOUT = 60
 
 
 def get_mnist():
@@ -254,13 +258,16 @@ def read_cached(loader, folder):
     dataset root, then downloads; if that fails, what it made is removed
     again, so that a failed lookup in a shared root leaves no trace (and
     one in a read-only root fails before it writes), and the error
-    (one of ``FAILED``) is raised.
+    (one of ``FAILED``) is raised. Each download waits at most ``TIMEOUT``
+    seconds for its server (unless a socket timeout is set already).
     """
     root = chainer.dataset.get_dataset_root()
     made = [root] + [os.path.join(root, *parts) for parts in (
         ('pfnet',), ('pfnet', 'chainer'), ('pfnet', 'chainer', folder),
         ('_dl_cache',), ('_dl_cache', '_dl_lock'), ('_create_lock',))]
     made = [path for path in made if not os.path.lexists(path)]
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(TIMEOUT if previous is None else previous)
     try:
         return loader()
     except FAILED:
@@ -273,6 +280,8 @@ def read_cached(loader, folder):
             except OSError:
                 pass
         raise
+    finally:
+        socket.setdefaulttimeout(previous)
 
 
 def _missing(name, error, files, paths):

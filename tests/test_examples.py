@@ -549,6 +549,7 @@ def test_mnist_comes_from_a_mirror_where_chainers_source_refuses(
     fetched = []
 
     def cached_download(url):  # Chainer's, without the network
+        assert socket.getdefaulttimeout() == data.TIMEOUT
         fetched.append(url)
         if 'yann.lecun.com' in url:
             raise urllib.error.HTTPError(url, 403, 'Forbidden', {}, None)
@@ -576,6 +577,7 @@ def test_mnist_comes_from_a_mirror_where_chainers_source_refuses(
         assert not os.listdir(folder)  # nothing made of the bad bytes
         return
     got = data.load_mnist()
+    assert socket.getdefaulttimeout() is None  # as it was
     for a, b in zip(got, expected):
         for x, y in zip(a._datasets, b._datasets):
             numpy.testing.assert_array_equal(x, y)
