@@ -114,7 +114,8 @@ def addressed(path, weight, grad, states=(), written=('weight',),
     checks Chainer's in-place operations: each array of ``weight``'s shape,
     floating, writeable where ``written`` names it (``'weight'``,
     ``'gradient'``, the ``names`` of ``states``; ``extra``, what a mixed16
-    row writes besides, always); with ``one_dtype`` (a GPU), of the
+    row writes besides, always: its ``weight`` is a float32 master, as
+    Chainer's fp32 update has it); with ``one_dtype`` (a GPU), of the
     weight's dtype (a gradient's ``gdtype``) and device. ``grad`` ``None``:
     the row's own arrays only. Errors name ``path``."""
     named = (() if grad is None else (('gradient', grad),)) + tuple(
@@ -132,6 +133,9 @@ def addressed(path, weight, grad, states=(), written=('weight',),
             raise TypeError(
                 'only floating-point arrays (float16, float32, float64) '
                 'are updated; the {} of {} is {}'.format(name, path, a.dtype))
+    if extra is not None and weight.dtype != numpy.float32:  # the master's
+        raise TypeError('{}: the master copy is {}, not float32'.format(
+            path, weight.dtype))  # grad, float32, is refused in Chainer's
     for name, a in named:
         like = gdtype if name == 'gradient' and gdtype is not None else (
             weight.dtype if name != extra_name else a.dtype)

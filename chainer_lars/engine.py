@@ -257,10 +257,6 @@ def _route(group, grads, gptr):
         g = grads[k]
         if g is not None:
             group.check(k, g)
-        w = group.weights[k]  # mixed16: the master, whose grad Chainer sets
-        if g is not None and group.mixed16 and w.dtype != numpy.float32:
-            raise TypeError('{}: the master copy is {}, not float32'.format(
-                group.paths[k], w.dtype))  # (as fused._check_unbatched)
         if g is None or group.mixed16:
             left.append(k)
         elif group.executor is cpu.executor and (

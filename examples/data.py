@@ -81,9 +81,8 @@ def get_mnist():
                 urls = [mirror + f for f, _ in files]
                 for url, (_, md5) in zip(urls, files):
                     _verified(download.cached_download(url), md5, url)
-                download.cache_or_load_file(
-                    os.path.join(download.get_dataset_directory(
-                        os.path.join('pfnet', 'chainer', 'mnist')), name),
+                download.cache_or_load_file(  # (Chainer's made the folder)
+                    os.path.join(directory, name),
                     lambda path: _mnist_helper.make_npz(path, urls),
                     numpy.load)
             return chainer.datasets.get_mnist()
