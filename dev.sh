@@ -483,7 +483,7 @@ cmd_test() {
     export OMP_NUM_THREADS=${OMP_NUM_THREADS-1}
     say "running the tox envs $jobs at a time (auto: one per core; CHAINER_LARS_TOX_PARALLEL=1: one at a time)"
     say "this takes about 6 minutes on 2 idle cores once its envs are made, 7 the first time, longer on slower cores"
-    say "(an AMD EPYC: 5 min 27 s, and 7 min 6 s from a fresh clone, installs included; README.rst), and leaves 2.2 GB in .tox;"
+    say "(an AMD EPYC: 5 min 52 s, and 6 min 44 s from a fresh clone, installs included; README.rst), and leaves 2.2 GB in .tox;"
     say "a line every ${CHAINER_LARS_HEARTBEAT:-30} s says how far each env is; tox says OK or FAILED as each ends"
     journal=$(mktemp)
     work=$(mktemp -d)
